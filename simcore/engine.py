@@ -1,0 +1,28 @@
+"""A thin layer over :class:`simpy.Environment`: one seeded RNG per simulation.
+
+Same seed, same results, bit for bit: every random draw comes from :attr:`Simulation.rng`, and
+processes are started in a deterministic order (never from dict/set iteration of unordered keys).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import simpy
+
+__all__ = ["Simulation"]
+
+
+class Simulation:
+    """A SimPy environment plus the simulation's random stream."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
+        self.env = simpy.Environment()
+        self.rng = np.random.default_rng(seed)
+
+    @property
+    def now(self) -> float:
+        return float(self.env.now)
+
+    def run(self, until: float | simpy.Event | None = None) -> None:
+        self.env.run(until=until)
