@@ -1,0 +1,383 @@
+"""What one training step computes: layers grouped into blocks, with parameters, FLOPs and bytes.
+
+A :class:`Workload` is an ordered tuple of :class:`Layer` records (one record per operator: a
+matmul, a norm, a convolution ...). Every per-layer figure is *per sample* (one sequence for a
+language model, one image for a vision model) so a strategy scales it by its micro-batch.
+Layers belong to blocks (a transformer block, a CNN residual block or stage): the natural units
+for FSDP wrapping; embeddings, stems and heads sit outside blocks (``block == -1``).
+
+:func:`load_workload` accepts a preset name (:func:`preset_names`), the path of a shape file
+(YAML/JSON, see :func:`load_shape_file`) or ``"module:factory"`` naming a Python callable
+that returns a ``torch.nn.Module`` (imported on the meta device, see :mod:`simcore.torch_import`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from simcore.errors import TrainsimError
+from simcore.models import DTYPE_BYTES
+
+__all__ = ["Layer", "Workload", "load_workload", "preset_names", "preset_source"]
+
+
+@dataclass(frozen=True, slots=True)
+class Layer:
+    """One operator of the model; all figures are per sample at the workload's dtype."""
+
+    name: str
+    kind: str  # "embedding", "linear", "attention", "norm", "activation", "conv", "pool", ...
+    block: int  # index into Workload.block_names; -1 = outside every block
+    params: int
+    fwd_flops: float  # forward FLOPs per sample (a multiply-add counts as 2)
+    bwd_flops: float  # backward FLOPs per sample (2x forward for matmuls: input and weight gradients)
+    activation_bytes: float  # bytes per sample saved in forward for backward
+    output_bytes: float  # bytes per sample of the tensor handed to the next layer
+    memory_bytes: float  # bytes per sample read and written in forward, weights excluded (roofline)
+
+    @property
+    def is_flop_free(self) -> bool:
+        """True for operators without matmul FLOPs (norms, activations, pools): memory-bandwidth bound."""
+        return self.fwd_flops == 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A model as the simulator sees it: ordered layers grouped into named blocks."""
+
+    name: str
+    layers: tuple[Layer, ...]
+    block_names: tuple[str, ...]
+    dtype: str  # storage/activation dtype the byte figures were computed for
+    tokens_per_sample: int  # sequence length for language models, 0 for vision models
+    source: str  # where the architecture (and its published parameter count) comes from
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPE_BYTES:
+            raise TrainsimError(
+                f"workload {self.name!r}: unknown dtype {self.dtype!r}; allowed: {sorted(DTYPE_BYTES)}"
+            )
+        if not self.layers:
+            raise TrainsimError(f"workload {self.name!r} has no layers")
+        seen_done: set[int] = set()
+        current = -2
+        for layer in self.layers:
+            if not -1 <= layer.block < len(self.block_names):
+                raise TrainsimError(f"workload {self.name!r}: layer {layer.name!r} has block {layer.block}")
+            if layer.block != current:
+                if layer.block in seen_done and layer.block != -1:
+                    raise TrainsimError(f"workload {self.name!r}: block {layer.block} is not contiguous")
+                seen_done.add(current)
+                current = layer.block
+
+    @property
+    def params(self) -> int:
+        """Total number of trainable parameters."""
+        return sum(layer.params for layer in self.layers)
+
+    @property
+    def fwd_flops_per_sample(self) -> float:
+        """Forward FLOPs of one sample through the whole model."""
+        return sum(layer.fwd_flops for layer in self.layers)
+
+    @property
+    def bwd_flops_per_sample(self) -> float:
+        """Backward FLOPs of one sample through the whole model."""
+        return sum(layer.bwd_flops for layer in self.layers)
+
+    @property
+    def activation_bytes_per_sample(self) -> float:
+        """Bytes saved for backward by one sample (what activation checkpointing would avoid)."""
+        return sum(layer.activation_bytes for layer in self.layers)
+
+    @property
+    def dtype_bytes(self) -> int:
+        """Bytes per element of the workload's dtype."""
+        return DTYPE_BYTES[self.dtype]
+
+    def block_layer_indices(self) -> tuple[tuple[int, ...], ...]:
+        """For each block (in ``block_names`` order), the indices of its layers in ``layers``."""
+        groups: list[list[int]] = [[] for _ in self.block_names]
+        for index, layer in enumerate(self.layers):
+            if layer.block >= 0:
+                groups[layer.block].append(index)
+        return tuple(tuple(group) for group in groups)
+
+    def blocks(self) -> tuple[tuple[Layer, ...], ...]:
+        """The layers of each block, in ``block_names`` order (layers outside blocks are left out)."""
+        return tuple(tuple(self.layers[i] for i in group) for group in self.block_layer_indices())
+
+    def outside_layers(self) -> tuple[Layer, ...]:
+        """Layers outside every block (embeddings, stem, head, final norm)."""
+        return tuple(layer for layer in self.layers if layer.block == -1)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Presets
+
+
+_PRESETS_FILE = Path(__file__).parent / "models" / "presets.yaml"
+
+
+@functools.lru_cache(maxsize=1)
+def _preset_table() -> Mapping[str, Mapping[str, Any]]:
+    import yaml
+
+    with _PRESETS_FILE.open(encoding="utf-8") as handle:
+        data = yaml.safe_load(handle)
+    return data["presets"]
+
+
+def preset_names() -> list[str]:
+    """Names of the built-in model presets, sorted."""
+    return sorted(_preset_table())
+
+
+def preset_source(name: str) -> str:
+    """Where the preset's architecture and published parameter count come from."""
+    return str(_preset_entry(name)["source"])
+
+
+def _preset_entry(name: str) -> Mapping[str, Any]:
+    table = _preset_table()
+    if name not in table:
+        close = difflib.get_close_matches(name, list(table), n=3, cutoff=0.5)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise TrainsimError(
+            f"unknown model {name!r}{hint}; presets: {', '.join(sorted(table))}; "
+            "or give a shape file (.yaml/.json) or 'module:factory'"
+        )
+    return table[name]
+
+
+@functools.lru_cache(maxsize=64)  # workloads are immutable: what-if sweeps reuse them
+def _build_preset(name: str, seq_len: int | None, image_size: int | None, dtype: str | None) -> Workload:
+    entry = _preset_entry(name)
+    if entry["family"] == "transformer":
+        from simcore.models import transformer
+
+        shape = transformer.TransformerShape.from_mapping(entry["shape"], where=f"preset {name!r}")
+        return transformer.build_workload(
+            name, shape, seq_len=seq_len, dtype=dtype or entry.get("dtype", "bf16"), source=entry["source"]
+        )
+    from simcore.models import cnn
+
+    size = image_size or int(entry["image_size"])
+    return cnn.build_preset(
+        name,
+        entry["builder"],
+        dict(entry.get("args", {})),
+        image_size=size,
+        dtype=dtype or entry.get("dtype", "bf16"),
+        source=entry["source"],
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Entry point
+
+
+def _check_dtype(dtype: str | None) -> None:
+    if dtype is not None and dtype not in DTYPE_BYTES:
+        raise TrainsimError(f"unknown dtype {dtype!r}; allowed: {', '.join(sorted(DTYPE_BYTES))}")
+
+
+def _check_positive(value: int | None, what: str) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+        raise TrainsimError(f"{what} must be a positive integer, got {value!r}")
+
+
+def load_workload(
+    spec: str,
+    *,
+    seq_len: int | None = None,
+    image_size: int | None = None,
+    dtype: str | None = None,
+    input_shape: tuple[int, ...] | None = None,
+) -> Workload:
+    """The workload named by ``spec``: a preset, a shape file, or ``"module:factory"``.
+
+    ``seq_len`` overrides a language model's sequence length, ``image_size`` a vision model's
+    input resolution, ``dtype`` the activation dtype (default: the preset's, else ``bf16``).
+    ``input_shape`` is the per-sample input shape for a torch module (e.g. ``(3, 224, 224)``);
+    for token models give ``seq_len`` instead (the input is then a ``(1, seq_len)`` int64 tensor).
+    """
+    _check_dtype(dtype)
+    _check_positive(seq_len, "seq_len")
+    _check_positive(image_size, "image_size")
+    if spec.endswith((".yaml", ".yml", ".json")) or Path(spec).is_file():
+        return load_shape_file(Path(spec), seq_len=seq_len, image_size=image_size, dtype=dtype)
+    if ":" in spec:
+        from simcore.torch_import import workload_from_factory
+
+        return workload_from_factory(
+            spec, input_shape=input_shape, seq_len=seq_len, image_size=image_size, dtype=dtype or "bf16"
+        )
+    return _build_preset(spec, seq_len, image_size, dtype)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Shape files
+
+_TOP_KEYS = ("name", "dtype", "source", "transformer", "input", "layers")
+_OP_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {  # op -> (required, optional)
+    "conv": (("out", "kernel"), ("stride", "padding", "groups", "bias")),
+    "linear": (("out",), ("bias",)),
+    "norm": ((), ("kind",)),
+    "act": ((), ("kind",)),
+    "pool": (("kernel",), ("stride", "padding", "kind")),
+    "global_pool": ((), ()),
+    "block": (("name", "layers"), ()),
+    "residual": (("layers",), ()),
+}
+_ACTIVATIONS = ("relu", "gelu", "silu", "sigmoid", "tanh")
+
+
+def _read_mapping(path: Path) -> Any:
+    import json
+
+    import yaml
+
+    if not path.is_file():
+        raise TrainsimError(
+            f"model file {str(path)!r} does not exist (expected a preset name, a .yaml/.json "
+            "shape file or 'module:factory')"
+        )
+    text = path.read_text(encoding="utf-8")
+    try:
+        return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise TrainsimError(
+            f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}"
+        ) from None
+
+
+def load_shape_file(
+    path: Path, *, seq_len: int | None = None, image_size: int | None = None, dtype: str | None = None
+) -> Workload:
+    """A workload from a shape file: ``transformer: {...}`` or ``input: [...]`` plus ``layers: [...]``.
+
+    Optional top-level keys: ``name`` (default: the file's stem), ``dtype`` (default ``bf16``) and
+    ``source``. Keys and values are checked strictly; errors name the file and the key.
+    """
+    from simcore.models import check_keys
+
+    where = str(path)
+    data = check_keys(_read_mapping(path), (), _TOP_KEYS, where)
+    name = str(data.get("name", path.stem))
+    chosen = dtype or data.get("dtype", "bf16")
+    if chosen not in DTYPE_BYTES:
+        raise TrainsimError(
+            f"{where}: key 'dtype' must be one of {', '.join(sorted(DTYPE_BYTES))}; got {chosen!r}"
+        )
+    source = str(data.get("source", f"shape file {path.name}"))
+    if ("transformer" in data) == ("layers" in data):
+        raise TrainsimError(
+            f"{where}: give exactly one of 'transformer' (a shape) or 'input' + 'layers' (a layer list)"
+        )
+    if "transformer" in data:
+        if "input" in data:
+            raise TrainsimError(f"{where}: key 'input' belongs to a layer list, not to a transformer")
+        from simcore.models import transformer
+
+        shape = transformer.TransformerShape.from_mapping(data["transformer"], where=f"{where}: transformer")
+        return transformer.build_workload(name, shape, seq_len=seq_len, dtype=chosen, source=source)
+    return _layer_list_workload(data, where, name, chosen, source, image_size)
+
+
+def _layer_list_workload(
+    data: Mapping[str, Any], where: str, name: str, dtype: str, source: str, image_size: int | None
+) -> Workload:
+    from simcore.models.cnn import NetBuilder
+
+    shape = data.get("input")
+    if (
+        not isinstance(shape, list)
+        or len(shape) not in (1, 3)
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in shape)
+    ):
+        raise TrainsimError(
+            f"{where}: key 'input' must be [channels, height, width] or [features] of positive "
+            f"integers, got {shape!r}"
+        )
+    if image_size is not None and len(shape) == 3:
+        shape = [shape[0], image_size, image_size]
+    net = NetBuilder(tuple(shape), dtype)
+    try:
+        _add_ops(net, data["layers"], f"{where}: layers", in_block=False)
+    except TrainsimError as exc:
+        raise TrainsimError(str(exc) if str(exc).startswith(where) else f"{where}: {exc}") from None
+    return net.workload(name, dtype, source)
+
+
+def _add_ops(net: Any, ops: object, where: str, in_block: bool) -> None:
+    if not isinstance(ops, list) or not ops:
+        raise TrainsimError(f"{where}: expected a non-empty list of operators ({', '.join(_OP_KEYS)})")
+    for index, item in enumerate(ops):
+        here = f"{where}[{index}]"
+        if not isinstance(item, Mapping) or len(item) != 1:
+            raise TrainsimError(
+                f"{here}: each entry is a mapping with one operator key: {', '.join(_OP_KEYS)}"
+            )
+        ((op, args),) = item.items()
+        if op not in _OP_KEYS:
+            raise TrainsimError(f"{here}: unknown operator {op!r}; allowed: {', '.join(_OP_KEYS)}")
+        if isinstance(args, str) and op in ("act", "norm"):
+            args = {"kind": args}
+        _add_op(net, op, args or {}, f"{here}.{op}", in_block)
+
+
+def _add_op(net: Any, op: str, args: object, where: str, in_block: bool) -> None:
+    from simcore.models import check_keys, get_bool, get_choice, get_nonnegative_int, get_positive_int
+
+    required, optional = _OP_KEYS[op]
+    a = check_keys(args, required, optional, where)
+    label = f"{op}{len(net.layers)}"
+    if op == "conv":
+        kernel = get_positive_int(a, "kernel", where)
+        net.conv(
+            get_positive_int(a, "out", where),
+            kernel,
+            get_positive_int(a, "stride", where, 1),
+            get_nonnegative_int(a, "padding", where, kernel // 2),
+            get_positive_int(a, "groups", where, 1),
+            get_bool(a, "bias", where, False),
+            name=label,
+        )
+    elif op == "linear":
+        net.linear(get_positive_int(a, "out", where), get_bool(a, "bias", where, True), name=label)
+    elif op == "norm":
+        net.norm(f"{get_choice(a, 'kind', where, ('batchnorm', 'layernorm'), 'batchnorm')}{len(net.layers)}")
+    elif op == "act":
+        net.act(f"{get_choice(a, 'kind', where, _ACTIVATIONS, 'relu')}{len(net.layers)}")
+    elif op == "pool":
+        kernel = get_positive_int(a, "kernel", where)
+        get_choice(a, "kind", where, ("max", "avg"), "max")
+        net.pool(
+            kernel,
+            get_positive_int(a, "stride", where, kernel),
+            get_nonnegative_int(a, "padding", where, 0),
+            name=label,
+        )
+    elif op == "global_pool":
+        net.adaptive_pool(1, name=label)
+    elif op == "block":
+        if in_block:
+            raise TrainsimError(f"{where}: blocks cannot be nested")
+        net.begin_block(str(a["name"]))
+        _add_ops(net, a["layers"], f"{where}.layers", in_block=True)
+        net.end_block()
+    else:  # residual
+        before = (net.channels, net.height, net.width)
+        _add_ops(net, a["layers"], f"{where}.layers", in_block)
+        if (net.channels, net.height, net.width) != before:
+            raise TrainsimError(
+                f"{where}: a residual branch must keep the shape {before}, "
+                f"it ends with {(net.channels, net.height, net.width)}"
+            )
+        net.add(name=label)
