@@ -63,7 +63,7 @@ class Topology:
         return len(self.ranks)
 
     def node(self, name: str) -> dict[str, Any]:
-        return self.graph.nodes[name]  # type: ignore[no-any-return]
+        return self.graph.nodes[name]
 
     def host_of_rank(self, rank: int) -> int:
         return int(self.graph.nodes[self.ranks[rank]]["host"])

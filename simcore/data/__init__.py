@@ -1,0 +1,1 @@
+"""Data files shipped with simcore (device specs); read with :mod:`importlib.resources`."""

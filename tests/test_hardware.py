@@ -1,0 +1,76 @@
+"""Device specs: datasheet figures load, are dense (not sparsity) and fail loudly when malformed."""
+
+import pytest
+
+from simcore.errors import TrainsimError
+from simcore.hardware import DTYPES, device_names, device_spec, load_device_specs
+
+REQUIRED = [
+    "a100-sxm-40gb",
+    "a100-sxm-80gb",
+    "a100-pcie-40gb",
+    "a100-pcie-80gb",
+    "a10g",
+    "h100-sxm",
+    "h200-sxm",
+    "v100-sxm2-16gb",
+    "v100-sxm2-32gb",
+    "cpu",
+]
+
+
+def test_every_required_device_is_registered_with_a_source():
+    assert set(REQUIRED) <= set(device_names())
+    for name in device_names():
+        spec = device_spec(name)
+        assert spec.name == name
+        assert spec.source.strip()
+        assert spec.memory_bytes > 0 and spec.memory_bandwidth_Bps > 0
+        assert set(spec.peak_flops) <= set(DTYPES)
+
+
+def test_datasheet_figures_are_dense_si_values():
+    a100 = device_spec("a100-sxm-80gb")
+    assert a100.flops("bf16") == 312e12  # 624 is the sparsity figure
+    assert a100.memory_bandwidth_Bps == 2039e9
+    assert a100.memory_bytes == 80 * 2**30
+    h100 = device_spec("h100-sxm")
+    assert h100.flops("bf16") == 989.5e12
+    assert h100.flops("fp8") == 2 * h100.flops("bf16")
+    assert device_spec("h200-sxm").memory_bandwidth_Bps == 4.8e12
+    assert device_spec("cpu").kind == "cpu"
+    assert "placeholder" in device_spec("cpu").source
+
+
+def test_unsupported_dtype_names_allowed_ones():
+    with pytest.raises(TrainsimError, match="allowed: fp32, fp16"):
+        device_spec("v100-sxm2-32gb").flops("bf16")
+
+
+def test_unknown_device_lists_known_names():
+    with pytest.raises(TrainsimError, match=r"known: .*a100-sxm-80gb"):
+        device_spec("tpu-v9")
+
+
+GOOD = "x:\n  kind: gpu\n  memory: 1GiB\n  memory_bandwidth: 1GB/s\n  peak_flops: {fp32: 1TFLOP/s}\n  source: s\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (GOOD.replace("  source: s\n", ""), r"x\.source is missing"),
+        (GOOD + "  colour: red\n", r"x\.colour is not a known key"),
+        (GOOD.replace("kind: gpu", "kind: tpu"), "allowed: gpu, cpu"),
+        (GOOD.replace("fp32: 1TFLOP/s", "fp64: 1TFLOP/s"), "fp64 is not a known dtype"),
+        (GOOD.replace("1GB/s", "fast"), "entry 'x'"),
+        ("[1, 2", "not valid YAML"),
+    ],
+)
+def test_malformed_entries_name_file_and_key(text, message):
+    with pytest.raises(TrainsimError, match=message) as info:
+        load_device_specs(text, "devices.yaml")
+    assert "devices.yaml" in str(info.value)
+
+
+def test_a_well_formed_entry_parses():
+    assert load_device_specs(GOOD, "f.yaml")["x"].flops("fp32") == 1e12

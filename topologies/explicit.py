@@ -1,0 +1,114 @@
+"""A cluster written out device by device: the ``graph:`` form of a cluster spec file.
+
+For clusters no node-type template fits, list every device by its full graph name and every link::
+
+    name: tiny-ring
+    graph:
+      devices:                       # host comes from the "h{host}/" prefix; unprefixed = fabric (-1)
+        h0/gpu{0..1}: {kind: gpu, spec: a10g}
+        h1/gpu{0..1}: {kind: gpu, spec: a10g}
+        h0/nic0: {kind: nic, port: 100Gb/s}
+        h1/nic0: {kind: nic, port: 100Gb/s}
+        switch0: {kind: switch}
+      link_classes:
+        pcie: {kind: pcie, bandwidth: 31.5GB/s, latency: 0.75us}
+        eth: {kind: ethernet, bandwidth: 12.5GB/s, latency: 10us}
+      links:
+        - {between: ["h0/gpu{0..1}", h0/nic0], class: pcie}
+        - {between: ["h1/gpu{0..1}", h1/nic0], class: pcie}
+        - {between: ["h{0..1}/nic0", switch0], class: eth}
+      ranks: ["h0/gpu{0..1}", "h1/gpu{0..1}"]   # optional: default every device with a spec, host order
+
+Device attributes and link classes are those of :mod:`topologies.spec`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import networkx as nx
+
+from simcore.topology import Topology
+from topologies.spec import parse_device, parse_link_classes, parse_links
+from topologies.yamlcheck import SpecError, expand_braces, mapping
+
+__all__ = ["is_explicit", "parse_explicit"]
+
+_HOST = re.compile(r"h(\d+)/.+")
+
+
+def is_explicit(data: Any) -> bool:
+    """Whether a spec document uses the ``graph:`` form."""
+    return isinstance(data, dict) and "graph" in data
+
+
+def _host_of(name: str) -> int:
+    match = _HOST.fullmatch(name)
+    return int(match[1]) if match else -1
+
+
+def _devices(value: Any, where: str) -> dict[str, dict[str, Any]]:
+    if not isinstance(value, dict) or not value:
+        raise SpecError(f"{where}: expected a mapping of device name -> {{kind, ...}}")
+    nodes: dict[str, dict[str, Any]] = {}
+    for pattern, attrs in value.items():
+        for name in expand_braces(str(pattern), where):
+            if name in nodes:
+                raise SpecError(f"{where}: device {name!r} is listed twice")
+            dev = parse_device(name, attrs, f"{where}.{pattern}")
+            node: dict[str, Any] = {"kind": dev.kind, "host": _host_of(name), "host_type": ""}
+            if dev.spec:
+                node["gpu"] = dev.spec
+            if dev.kind == "switch":
+                node["in_network_reduction"] = dev.in_network_reduction
+            if dev.kind == "nic":
+                node["port_Bps"] = dev.port_Bps
+            nodes[name] = node
+    return nodes
+
+
+def parse_explicit(data: Any, where: str, default_name: str = "") -> Topology:
+    """The validated topology of a ``graph:`` spec document."""
+    top = mapping(data, where, ("graph",), ("name", "description"))
+    body = mapping(top["graph"], f"{where}: graph", ("devices", "links"), ("link_classes", "ranks"))
+    nodes = _devices(body["devices"], f"{where}: graph.devices")
+    classes = parse_link_classes(body.get("link_classes"), f"{where}: graph.link_classes")
+    links = parse_links(body["links"], classes, set(nodes), f"{where}: graph.links")
+    graph = nx.DiGraph()
+    graph.add_nodes_from(nodes.items())
+    for link in links:
+        attrs = {
+            "bandwidth_Bps": link.bandwidth_Bps,
+            "latency_s": link.latency_s,
+            "kind": link.kind,
+            "link_class": link.link_class,
+        }
+        graph.add_edges_from([(link.a, link.b, attrs), (link.b, link.a, dict(attrs))])
+    ranks = _ranks(body.get("ranks"), nodes, f"{where}: graph.ranks")
+    per_host: dict[int, int] = {}
+    for rank in ranks:
+        per_host[nodes[rank]["host"]] = per_host.get(nodes[rank]["host"], 0) + 1
+    hosts = sorted({n["host"] for n in nodes.values() if n["host"] >= 0})
+    metadata = {
+        "gpus_per_host": max(per_host.values()),
+        "host_types": ["" for _ in hosts],
+        "fabric": "explicit",
+        "fabric_link_kind": "",
+        "oversubscription": 1.0,
+        "preset": "",
+        "nodes": len(hosts),
+    }
+    return Topology(str(top.get("name") or default_name), graph, ranks, metadata)
+
+
+def _ranks(value: Any, nodes: dict[str, dict[str, Any]], where: str) -> list[str]:
+    if value is None:
+        with_spec = [n for n, a in nodes.items() if "gpu" in a]
+        return sorted(with_spec, key=lambda n: (nodes[n]["host"], list(nodes).index(n)))
+    patterns = value if isinstance(value, list) else [value]
+    ranks = [r for p in patterns for r in expand_braces(str(p), where)]
+    for rank in ranks:
+        if rank not in nodes or "gpu" not in nodes[rank]:
+            raise SpecError(f"{where}: {rank!r} is not a device with a spec (gpu, or cpu with spec: cpu)")
+    return ranks

@@ -1,0 +1,118 @@
+"""``python -m topologies.show NAME_OR_FILE``: a readable summary of a cluster, optionally a PNG.
+
+Examples::
+
+    python -m topologies.show dgx-a100 --nodes 2
+    python -m topologies.show hgx-h100 --gpus 64 --fabric leaf-spine --oversubscription 2
+    python -m topologies.show my_cluster.yaml --png cluster.png
+    python -m topologies.show topo.txt --gpu a10g --nic-port 40Gb/s --nodes 2   # nvidia-smi topo -m
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from simcore.errors import cli_entry
+from simcore.topology import Topology
+from simcore.units import parse_bandwidth
+from topologies import load_cluster
+from topologies.builders import build_cluster, with_overrides
+from topologies.spec import FABRIC_TYPES, parse_oversubscription
+from topologies.summary import TopologySummary, summarise
+
+__all__ = ["format_summary", "main"]
+
+
+def _gbps(bps: float) -> str:
+    return f"{bps / 1e9:.2f} GB/s" if bps < 10e9 else f"{bps / 1e9:.1f} GB/s"
+
+
+def _latency(seconds: float) -> str:
+    return f"{seconds * 1e6:.2f} us"
+
+
+def format_summary(s: TopologySummary) -> str:
+    """The summary as aligned text (what the CLI prints)."""
+    ranks_on = ", ".join(f"{n} x {spec}" for spec, n in s.rank_devices.items())
+    lines = [
+        f"topology: {s.name}" + (f" (preset {s.preset})" if s.preset else ""),
+        f"ranks:    {s.ranks} on {s.hosts} host(s): {ranks_on}",
+        f"fabric:   {s.fabric}, oversubscription {s.oversubscription:g}:1",
+        "devices:  " + ", ".join(f"{n} {kind}" for kind, n in s.devices.items()),
+        "",
+        "link classes (bandwidth per direction, latency one way):",
+        f"  {'class':<20} {'kind':<9} {'links':>6} {'bandwidth':>12} {'latency':>10}",
+    ]
+    for c in s.link_classes:
+        lines.append(
+            f"  {c.name:<20} {c.kind:<9} {c.count:>6} {_gbps(c.bandwidth_Bps):>12} {_latency(c.latency_s):>10}"
+        )
+    reductions = ", ".join(
+        f"{kind} ({n} switch{'es' if n > 1 else ''})" for kind, n in s.in_network_reduction.items()
+    )
+    lines += [
+        "",
+        f"injection into the fabric, host 0: {_gbps(s.injection_one_Bps)} for one GPU alone, "
+        f"{_gbps(s.injection_each_Bps)} per GPU when all send",
+        f"bisection bandwidth (min cut, ranks 0..{s.ranks // 2 - 1} | {s.ranks // 2}..{s.ranks - 1}, "
+        f"one way): {_gbps(s.bisection_Bps)}"
+        if s.ranks > 1
+        else "bisection bandwidth: n/a (one rank)",
+        f"in-network reduction: {reductions or 'none'}",
+    ]
+    return "\n".join(lines)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m topologies.show", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "topology", help="preset name, cluster spec .yaml, or nvidia-smi topo -m .txt capture"
+    )
+    parser.add_argument("--gpus", type=int, help="ranks to place (adds servers as needed)")
+    parser.add_argument("--nodes", type=int, help="number of servers")
+    parser.add_argument(
+        "--fabric", choices=(*FABRIC_TYPES, "rail-optimized"), help="override the fabric layout"
+    )
+    parser.add_argument("--oversubscription", help="leaf downlink:uplink ratio, e.g. 2 or 2:1")
+    parser.add_argument("--gpu", help="GPU model of a topo -m capture (device spec name)")
+    parser.add_argument("--nic-port", help="NIC speed for a topo -m capture, e.g. 40Gb/s")
+    parser.add_argument("--png", type=Path, help="also draw the graph to this PNG file")
+    return parser
+
+
+def _load(args: argparse.Namespace) -> Topology:
+    ratio = (
+        None
+        if args.oversubscription is None
+        else parse_oversubscription(args.oversubscription, "--oversubscription")
+    )
+    if args.gpu or args.nic_port:
+        from topologies.nvsmi import load_capture_spec
+
+        port = parse_bandwidth(args.nic_port) if args.nic_port else None
+        spec = load_capture_spec(args.topology, gpu=args.gpu, nic_port_Bps=port)
+        fabric_type = "rail-optimised" if args.fabric == "rail-optimized" else args.fabric
+        return build_cluster(
+            spec, gpus=args.gpus, nodes=args.nodes, fabric=with_overrides(spec.fabric, fabric_type, ratio)
+        )
+    return load_cluster(
+        args.topology, gpus=args.gpus, nodes=args.nodes, fabric=args.fabric, oversubscription=ratio
+    )
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    topo = _load(args)
+    print(format_summary(summarise(topo)))
+    if args.png:
+        from topologies.draw import draw_png
+
+        draw_png(topo, args.png)
+        print(f"wrote {args.png}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,374 @@
+"""The cluster spec: node types (devices + links inside a server), how many of each, and the fabric.
+
+Presets (``topologies/presets/*.yaml``) and users' own cluster files share this format::
+
+    name: my-cluster                # optional; defaults to the file name
+    description: free text          # optional
+    node_types:
+      g5-like:                      # any name; it becomes each server's host_type
+        source: where the figures come from
+        devices:                    # local device name (brace ranges allowed) -> attributes
+          gpu{0..3}: {kind: gpu, spec: a10g}     # spec: a name from simcore.hardware.device_names()
+          cpu0: {kind: cpu}
+          nic0: {kind: nic, port: 40Gb/s}         # port: the NIC's network speed (per direction)
+          nvswitch: {kind: switch, in_network_reduction: nvls}
+        link_classes:               # per-direction bandwidth, one-way latency, physical kind
+          pcie-gen4-x16: {kind: pcie, bandwidth: 31.5GB/s, latency: 0.6us, source: "..."}
+        links:                      # full-duplex links; equal-length lists pair up, one name broadcasts
+          - {between: [gpu{0..3}, cpu0], class: pcie-gen4-x16}
+        ranks: gpu{0..3}            # optional: rank devices in order (default: GPUs, else CPUs with a spec)
+      from-capture:                 # or: a node type read from an `nvidia-smi topo -m` capture
+        capture: topo.txt           # path relative to this file (see topologies/nvsmi_graph.py)
+        gpu: a10g                   # device spec (optional if the capture has `nvidia-smi -L` lines)
+        nic_port: 40Gb/s            # optional: NIC speed (default by GPU generation)
+    nodes:                          # servers in host order; a type not declared above is a preset's
+      - {type: g5-like, count: 2}   # node type, so mixed clusters can say {type: dgx-a100, count: 2}
+    fabric:                         # how the servers' NICs are joined (see FABRIC_TYPES)
+      type: leaf-spine              # leaf-spine | rail-optimised | none (single server only)
+      link_kind: ethernet           # ib | ethernet | loopback
+      nic_latency: 10us             # NIC <-> leaf/rail link, one way
+      switch_latency: 1us           # leaf/rail <-> spine link, one way
+      oversubscription: 1           # leaf downlink : uplink capacity, e.g. 1, 2, 4 or "2:1" (quoted!)
+      nics_per_leaf: 32             # leaf-spine only: NIC ports per leaf
+      in_network_reduction: ""      # "sharp" where the switches reduce in the network
+      source: "..."
+
+Kinds: devices gpu|cpu|nic|switch|pcie; links nvlink|nvswitch|pcie|ib|ethernet|smp|loopback|memory.
+A CPU-only cluster gives its rank devices ``kind: cpu`` and ``spec: cpu`` and joins them with a
+``loopback`` link class (processes on one machine) or an Ethernet fabric (several machines).
+Every bandwidth must be > 0 and the graph connected; :meth:`Topology.validate` rejects the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from simcore.hardware import device_names
+from simcore.topology import LINK_KINDS, NODE_KINDS
+from simcore.units import parse_bandwidth, parse_time
+from topologies.yamlcheck import SpecError, expand_braces, mapping, parse_quantity, read_yaml
+
+__all__ = [
+    "FABRIC_TYPES",
+    "ClusterSpec",
+    "DeviceDecl",
+    "FabricSpec",
+    "LinkDecl",
+    "NodeType",
+    "load_spec_file",
+    "parse_cluster_spec",
+    "parse_device",
+    "parse_fabric",
+    "parse_link_classes",
+    "parse_links",
+    "parse_oversubscription",
+]
+
+FABRIC_TYPES = ("leaf-spine", "rail-optimised", "none")
+FABRIC_LINK_KINDS = ("ib", "ethernet", "loopback")
+REDUCTIONS = ("", "nvls", "sharp")
+_MAX_OVERSUBSCRIPTION = 50.0  # beyond any real fabric; catches YAML reading unquoted 2:1 as 121
+_ALIASES = {"rail-optimized": "rail-optimised", "rail": "rail-optimised", "leafspine": "leaf-spine"}
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceDecl:
+    """One device inside a server, by its local name (``gpu3``, ``nvswitch``, ``nic0``)."""
+
+    local: str
+    kind: str
+    spec: str = ""  # device spec name (GPUs, CPU ranks)
+    port_Bps: float = 0.0  # NICs: network port speed, per direction
+    in_network_reduction: str = ""  # switches: "nvls" or "sharp"
+
+
+@dataclass(frozen=True, slots=True)
+class LinkDecl:
+    """One full-duplex link inside a server; ``bandwidth_Bps`` is per direction."""
+
+    a: str
+    b: str
+    link_class: str
+    kind: str
+    bandwidth_Bps: float
+    latency_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class NodeType:
+    """A server model: its devices, internal links and which devices run ranks."""
+
+    name: str
+    devices: tuple[DeviceDecl, ...]
+    links: tuple[LinkDecl, ...]
+    ranks: tuple[str, ...]
+    source: str = ""
+
+    @property
+    def nics(self) -> tuple[DeviceDecl, ...]:
+        return tuple(d for d in self.devices if d.kind == "nic")
+
+
+@dataclass(frozen=True, slots=True)
+class FabricSpec:
+    """How servers are joined: switch layout, physical link kind, latencies, oversubscription."""
+
+    type: str = "leaf-spine"
+    link_kind: str = "ib"
+    nic_latency_s: float = 1e-6
+    switch_latency_s: float = 3e-7
+    oversubscription: float = 1.0
+    nics_per_leaf: int = 32
+    in_network_reduction: str = ""
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSpec:
+    """Node types, how many servers of each (in host order), and the fabric joining them."""
+
+    name: str
+    node_types: Mapping[str, NodeType]
+    nodes: tuple[tuple[str, int], ...]
+    fabric: FabricSpec
+    description: str = ""
+
+
+def _choice(value: Any, allowed: tuple[str, ...], where: str) -> str:
+    text = "" if value is None else str(value)
+    if text not in allowed:
+        shown = ", ".join(repr(a) if a == "" else a for a in allowed)
+        raise SpecError(f"{where}: {value!r} is not allowed; allowed: {shown}")
+    return text
+
+
+def parse_device(local: str, value: Any, where: str) -> DeviceDecl:
+    attrs = mapping(value, where, ("kind",), ("spec", "port", "in_network_reduction"))
+    kind = _choice(attrs["kind"], NODE_KINDS, f"{where}.kind")
+    spec = str(attrs.get("spec", ""))
+    if spec and spec not in device_names():
+        raise SpecError(f"{where}.spec: unknown device {spec!r}; known: {', '.join(device_names())}")
+    if spec and kind not in ("gpu", "cpu"):
+        raise SpecError(f"{where}.spec: only gpu and cpu devices take a spec, not {kind}")
+    if kind == "gpu" and not spec:
+        raise SpecError(f"{where}: a gpu needs 'spec'; known: {', '.join(device_names())}")
+    port = 0.0
+    if kind == "nic":
+        if "port" not in attrs:
+            raise SpecError(f"{where}: a nic needs 'port' (its network speed, e.g. 200Gb/s)")
+        port = parse_quantity(parse_bandwidth, attrs["port"], f"{where}.port")
+    elif "port" in attrs:
+        raise SpecError(f"{where}.port: only nic devices have a port speed")
+    reduction = _choice(attrs.get("in_network_reduction", ""), REDUCTIONS, f"{where}.in_network_reduction")
+    if reduction and kind != "switch":
+        raise SpecError(f"{where}.in_network_reduction: only switch devices reduce in the network")
+    return DeviceDecl(local, kind, spec, port, reduction)
+
+
+def parse_link_classes(value: Any, where: str) -> dict[str, tuple[str, float, float]]:
+    if not isinstance(value, dict) or not value:
+        raise SpecError(f"{where}: expected a mapping of class name -> {{kind, bandwidth, latency}}")
+    classes = {}
+    for name, attrs in value.items():
+        at = f"{where}.{name}"
+        attrs = mapping(attrs, at, ("kind", "bandwidth", "latency"), ("source",))
+        kind = _choice(attrs["kind"], LINK_KINDS, f"{at}.kind")
+        classes[str(name)] = (
+            kind,
+            parse_quantity(parse_bandwidth, attrs["bandwidth"], f"{at}.bandwidth"),
+            parse_quantity(parse_time, attrs["latency"], f"{at}.latency"),
+        )
+    return classes
+
+
+def parse_links(
+    value: Any, classes: dict[str, tuple[str, float, float]], known: set[str], where: str
+) -> list[LinkDecl]:
+    if not isinstance(value, list):
+        raise SpecError(f"{where}: expected a list of {{between: [a, b], class: name}}")
+    links = []
+    for i, item in enumerate(value):
+        at = f"{where}[{i}]"
+        item = mapping(item, at, ("between", "class"))
+        ends = item["between"]
+        if not isinstance(ends, list) or len(ends) != 2:
+            raise SpecError(f"{at}.between: expected two device names, e.g. [gpu{{0..7}}, nvswitch]")
+        side_a, side_b = (expand_braces(str(e), f"{at}.between") for e in ends)
+        if len(side_a) != len(side_b) and 1 not in (len(side_a), len(side_b)):
+            raise SpecError(
+                f"{at}.between: {len(side_a)} and {len(side_b)} names cannot pair up; "
+                "use equal lengths or a single name on one side"
+            )
+        n = max(len(side_a), len(side_b))
+        side_a, side_b = (s * n if len(s) == 1 else s for s in (side_a, side_b))
+        cls = str(item["class"])
+        if cls not in classes:
+            raise SpecError(f"{at}.class: unknown link class {cls!r}; defined: {', '.join(classes)}")
+        kind, bandwidth, latency = classes[cls]
+        for a, b in zip(side_a, side_b, strict=True):
+            for end in (a, b):
+                if end not in known:
+                    raise SpecError(
+                        f"{at}.between: unknown device {end!r}; devices: {', '.join(sorted(known))}"
+                    )
+            if a == b:
+                raise SpecError(f"{at}.between: a link from {a!r} to itself")
+            links.append(LinkDecl(a, b, cls, kind, bandwidth, latency))
+    return links
+
+
+def _capture_node_type(name: str, value: dict[str, Any], where: str, base_dir: Path | None) -> NodeType:
+    """A node type read from an ``nvidia-smi topo -m`` capture (path relative to the spec file)."""
+    from topologies.nvsmi import read_capture
+    from topologies.nvsmi_graph import capture_node_type
+
+    attrs = mapping(value, where, ("capture",), ("gpu", "nic_port", "source", "description"))
+    path = Path(str(attrs["capture"]))
+    if base_dir is not None and not path.is_absolute():
+        path = base_dir / path
+    port = (
+        parse_quantity(parse_bandwidth, attrs["nic_port"], f"{where}.nic_port")
+        if "nic_port" in attrs
+        else None
+    )
+    return capture_node_type(read_capture(path), name, gpu=attrs.get("gpu"), nic_port_Bps=port)
+
+
+def parse_node_type(name: str, value: Any, where: str, base_dir: Path | None = None) -> NodeType:
+    """One entry of ``node_types``: devices and links, or ``capture:`` an nvidia-smi topo -m file."""
+    if isinstance(value, dict) and "capture" in value:
+        return _capture_node_type(name, value, where, base_dir)
+    attrs = mapping(value, where, ("devices", "links"), ("link_classes", "ranks", "source", "description"))
+    if not isinstance(attrs["devices"], dict) or not attrs["devices"]:
+        raise SpecError(f"{where}.devices: expected a mapping of device name -> {{kind, ...}}")
+    devices: dict[str, DeviceDecl] = {}
+    for pattern, dev in attrs["devices"].items():
+        for local in expand_braces(str(pattern), f"{where}.devices"):
+            if local in devices or "/" in local:
+                raise SpecError(f"{where}.devices: device name {local!r} is repeated or contains '/'")
+            devices[local] = parse_device(local, dev, f"{where}.devices.{pattern}")
+    classes = parse_link_classes(attrs.get("link_classes"), f"{where}.link_classes") if attrs["links"] else {}
+    links = parse_links(attrs["links"], classes, set(devices), f"{where}.links")
+    if "ranks" in attrs:
+        ranks = tuple(r for p in _as_list(attrs["ranks"]) for r in expand_braces(str(p), f"{where}.ranks"))
+        bad = [r for r in ranks if r not in devices or not devices[r].spec]
+        if bad:
+            raise SpecError(
+                f"{where}.ranks: {bad[0]!r} is not a device with a spec (gpu, or cpu with spec: cpu)"
+            )
+    else:
+        gpus = tuple(d.local for d in devices.values() if d.kind == "gpu")
+        ranks = gpus or tuple(d.local for d in devices.values() if d.kind == "cpu" and d.spec)
+    if not ranks:
+        raise SpecError(f"{where}: no rank devices; add a gpu, or a cpu with 'spec: cpu'")
+    return NodeType(name, tuple(devices.values()), tuple(links), ranks, str(attrs.get("source", "")))
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def parse_oversubscription(value: Any, where: str) -> float:
+    """``2``, ``2.0`` or ``"2:1"`` -> 2.0 (downlink : uplink capacity at a leaf), at least 1."""
+    try:
+        if isinstance(value, str) and ":" in value:
+            down, up = value.split(":", 1)
+            ratio = float(down) / float(up)
+        else:
+            ratio = float(value)
+    except (TypeError, ValueError, ZeroDivisionError):
+        raise SpecError(f"{where}: {value!r} is not a ratio; use e.g. 1, 2, 4 or '2:1'") from None
+    if not ratio >= 1.0 or ratio > _MAX_OVERSUBSCRIPTION:
+        raise SpecError(
+            f"{where}: {value!r} is not allowed; oversubscription must be between 1 and "
+            f"{_MAX_OVERSUBSCRIPTION:g} (in YAML quote ratios: '2:1'; unquoted, 2:1 reads as 121)"
+        )
+    return ratio
+
+
+def parse_fabric(value: Any, where: str) -> FabricSpec:
+    """The ``fabric`` section."""
+    keys = (
+        "link_kind",
+        "nic_latency",
+        "switch_latency",
+        "oversubscription",
+        "nics_per_leaf",
+        "in_network_reduction",
+        "source",
+    )
+    attrs = mapping(value, where, ("type",), keys)
+    ftype = _choice(_ALIASES.get(str(attrs["type"]), attrs["type"]), FABRIC_TYPES, f"{where}.type")
+    default = FabricSpec()
+    nics_per_leaf = attrs.get("nics_per_leaf", default.nics_per_leaf)
+    if not isinstance(nics_per_leaf, int) or isinstance(nics_per_leaf, bool) or nics_per_leaf < 1:
+        raise SpecError(
+            f"{where}.nics_per_leaf: {nics_per_leaf!r} is not allowed; it must be an integer >= 1"
+        )
+    return FabricSpec(
+        type=ftype,
+        link_kind=_choice(attrs.get("link_kind", default.link_kind), FABRIC_LINK_KINDS, f"{where}.link_kind"),
+        nic_latency_s=parse_quantity(parse_time, attrs.get("nic_latency", "1us"), f"{where}.nic_latency"),
+        switch_latency_s=parse_quantity(
+            parse_time, attrs.get("switch_latency", "300ns"), f"{where}.switch_latency"
+        ),
+        oversubscription=parse_oversubscription(
+            attrs.get("oversubscription", 1), f"{where}.oversubscription"
+        ),
+        nics_per_leaf=nics_per_leaf,
+        in_network_reduction=_choice(
+            attrs.get("in_network_reduction", ""), REDUCTIONS, f"{where}.in_network_reduction"
+        ),
+        source=str(attrs.get("source", "")),
+    )
+
+
+def parse_cluster_spec(
+    data: Any, where: str, default_name: str = "", base_dir: Path | None = None
+) -> ClusterSpec:
+    """A whole cluster spec document; ``where`` (the file) prefixes every error."""
+    attrs = mapping(data, where, ("nodes", "fabric"), ("name", "description", "node_types"))
+    declared = attrs.get("node_types", {})
+    if not isinstance(declared, dict):
+        raise SpecError(f"{where}: node_types: expected a mapping of node type name -> {{devices, links}}")
+    types = {
+        str(n): parse_node_type(str(n), v, f"{where}: node_types.{n}", base_dir) for n, v in declared.items()
+    }
+    if not isinstance(attrs["nodes"], list) or not attrs["nodes"]:
+        raise SpecError(f"{where}: nodes: expected a list of {{type: NAME, count: N}}")
+    nodes = []
+    for i, item in enumerate(attrs["nodes"]):
+        at = f"{where}: nodes[{i}]"
+        item = mapping(item, at, ("type",), ("count",))
+        tname = str(item["type"])
+        if tname not in types:
+            types[tname] = _preset_node_type(tname, tuple(types), f"{at}.type")
+        count = item.get("count", 1)
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise SpecError(f"{at}.count: {count!r} is not allowed; it must be an integer >= 1")
+        nodes.append((tname, count))
+    fabric = parse_fabric(attrs["fabric"], f"{where}: fabric")
+    name = str(attrs.get("name", default_name) or default_name)
+    return ClusterSpec(name, MappingProxyType(types), tuple(nodes), fabric, str(attrs.get("description", "")))
+
+
+def _preset_node_type(name: str, declared: tuple[str, ...], where: str) -> NodeType:
+    """A node type not declared in the file, taken from the preset of that name."""
+    from topologies.catalog import preset_names, preset_spec  # the catalog itself parses specs
+
+    if name not in preset_names():
+        raise SpecError(
+            f"{where}: {name!r} is neither declared in node_types ({', '.join(declared) or 'none'}) "
+            f"nor a preset ({', '.join(preset_names())})"
+        )
+    return preset_spec(name).node_types[name]
+
+
+def load_spec_file(path: Path | str) -> ClusterSpec:
+    """Read and validate a cluster spec YAML file."""
+    path = Path(path)
+    return parse_cluster_spec(read_yaml(path), str(path), default_name=path.stem, base_dir=path.parent)
