@@ -22,7 +22,7 @@ from typing import Any, TextIO
 
 from simcore.errors import TrainsimError
 
-__all__ = ["RecordWriter", "atomic_write_json", "done_keys", "provenance", "read_records"]
+__all__ = ["RecordWriter", "atomic_write_json", "done_keys", "drop_torn_tail", "provenance", "read_records"]
 
 _ENV_KNOBS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "NCCL_ALGO", "NCCL_PROTO", "NCCL_IB_HCA",
               "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "CUDA_VISIBLE_DEVICES", "SLURM_JOB_ID",
@@ -141,3 +141,20 @@ def atomic_write_json(path: str | os.PathLike[str], data: Any) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def drop_torn_tail(path: str | os.PathLike[str]) -> int:
+    """Cut a torn last line (a job killed mid-write) so appending starts on a fresh line.
+
+    Returns the number of bytes removed. Call before reopening a record file for appending.
+    """
+    p = Path(path)
+    if not p.exists() or p.stat().st_size == 0:
+        return 0
+    with p.open("rb+") as fh:
+        data = fh.read()
+        if data.endswith(b"\n"):
+            return 0
+        keep = data.rfind(b"\n") + 1
+        fh.truncate(keep)
+        return len(data) - keep
