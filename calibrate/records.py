@@ -66,6 +66,7 @@ class RecordWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._csv = self.path.suffix == ".csv"
         self._fieldnames = list(fieldnames) if fieldnames is not None else None
+        drop_torn_tail(self.path)  # a job killed mid-write left half a line: never append onto it
         new = not self.path.exists() or self.path.stat().st_size == 0
         self._fh: TextIO = self.path.open("a", encoding="utf-8", newline="")
         self._writer: csv.DictWriter[str] | None = None

@@ -1,0 +1,397 @@
+"""Gradient staleness as data: distributions, seeded sampling, loading, and the accuracy estimate.
+
+Staleness of one applied update is the server's parameter version when the update is applied minus
+the version the gradient was computed from (issue 4's definition): 0 is synchronous SGD, an
+asynchronous parameter server with W equal workers gives about W-1, stale-synchronous training
+with bound s never more than s.
+
+A :class:`StalenessDistribution` is a discrete distribution over non-negative integer delays. It
+comes from a fixed delay, from measured samples (the ``staleness`` lists that real asynchronous
+parameter-server runs write into their step records), from a histogram, or, once the
+parameter-server simulation is wired in, from the simulator (:func:`predicted_staleness`).
+:func:`estimate_accuracy_penalty` turns a distribution's mean and p99 into an estimated accuracy
+cost, fitted from the delayed-gradient study in ``experiments.staleness_accuracy``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from simcore.errors import TrainsimError
+
+__all__ = [
+    "PS_MODES",
+    "PenaltyObservation",
+    "SimulationUnavailableError",
+    "StalenessDistribution",
+    "estimate_accuracy_penalty",
+    "fit_penalty_model",
+    "fixed_staleness",
+    "load_measured_staleness",
+    "load_penalty_coefficients",
+    "normalize_ps_mode",
+    "predicted_staleness",
+    "predicted_update_time_s",
+    "staleness_from_histogram",
+    "staleness_from_samples",
+]
+
+PS_MODES = ("sync", "async", "ssp", "mitigated")
+"""Parameter-server modes: barrier each step, no barrier, bounded staleness, and staleness damping."""
+
+PENALTY_COEFFICIENTS_FILE = "staleness_penalty.json"
+
+
+class SimulationUnavailableError(TrainsimError):
+    """The parameter-server simulation this needs is not wired in yet; callers may skip that part."""
+
+
+def normalize_ps_mode(mode: str) -> str:
+    """The plain mode name (``sync``/``async``/``ssp``/``mitigated``); a ``ps-`` prefix is accepted."""
+    name = str(mode).strip().lower().removeprefix("ps-")
+    if name not in PS_MODES:
+        allowed = ", ".join(PS_MODES)
+        raise TrainsimError(
+            f"unknown parameter-server mode {mode!r}; allowed: {allowed} (or with 'ps-' prefix)"
+        )
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class StalenessDistribution:
+    """How many server versions old the gradients applied in a training run are.
+
+    ``delays`` are distinct non-negative integers in increasing order and ``probabilities`` their
+    probabilities (summing to 1). ``label`` names the setting in reports; ``source`` says where the
+    numbers come from (fixed, a measurement file, the simulator).
+    """
+
+    delays: tuple[int, ...]
+    probabilities: tuple[float, ...]
+    label: str
+    source: str
+
+    def __post_init__(self) -> None:
+        if not self.delays or len(self.delays) != len(self.probabilities):
+            raise TrainsimError(f"staleness distribution {self.label!r}: needs one probability per delay")
+        if any(d < 0 for d in self.delays) or list(self.delays) != sorted(set(self.delays)):
+            raise TrainsimError(
+                f"staleness distribution {self.label!r}: delays must be distinct non-negative "
+                f"integers in increasing order, got {list(self.delays)[:8]}"
+            )
+        if any(not math.isfinite(p) or p < 0 for p in self.probabilities):
+            raise TrainsimError(f"staleness distribution {self.label!r}: probabilities must be >= 0")
+        if not math.isclose(math.fsum(self.probabilities), 1.0, rel_tol=1e-9):
+            raise TrainsimError(f"staleness distribution {self.label!r}: probabilities must sum to 1")
+
+    @property
+    def mean(self) -> float:
+        """Expected staleness, in server versions."""
+        return math.fsum(d * p for d, p in zip(self.delays, self.probabilities, strict=True))
+
+    @property
+    def max_delay(self) -> int:
+        """The largest staleness with non-zero probability (the ring buffer depth a trainer needs, less one)."""
+        return max(d for d, p in zip(self.delays, self.probabilities, strict=True) if p > 0)
+
+    def quantile(self, q: float) -> int:
+        """The smallest delay whose cumulative probability reaches ``q`` (0 < q <= 1)."""
+        if not 0.0 < q <= 1.0:
+            raise TrainsimError(f"quantile must be in (0, 1], got {q}")
+        cumulative = np.cumsum(self.probabilities)
+        index = int(np.searchsorted(cumulative, q - 1e-12, side="left"))
+        return self.delays[min(index, len(self.delays) - 1)]
+
+    @property
+    def p50(self) -> int:
+        return self.quantile(0.5)
+
+    @property
+    def p99(self) -> int:
+        return self.quantile(0.99)
+
+    def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
+        """``size`` independent delays drawn with ``rng`` (one uniform draw each, so reproducible by seed)."""
+        cumulative = np.cumsum(self.probabilities)
+        index = np.searchsorted(cumulative, rng.random(size), side="right")
+        return np.asarray(self.delays, dtype=np.int64)[np.minimum(index, len(self.delays) - 1)]
+
+
+def _as_delay(value: Any, where: str) -> int:
+    """A staleness value from user data: a non-negative integer (``2.0`` is accepted as 2)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise TrainsimError(f"{where}: staleness must be a non-negative integer, got {value!r}")
+    if value < 0 or value != int(value):
+        raise TrainsimError(f"{where}: staleness must be a non-negative integer, got {value!r}")
+    return int(value)
+
+
+def fixed_staleness(delay: int, label: str | None = None) -> StalenessDistribution:
+    """Every gradient is exactly ``delay`` versions old."""
+    d = _as_delay(delay, "fixed delay")
+    return StalenessDistribution((d,), (1.0,), label or f"delay {d}", "fixed")
+
+
+def staleness_from_histogram(
+    counts: Mapping[int, float], label: str, source: str = "histogram"
+) -> StalenessDistribution:
+    """A distribution from ``{delay: count or weight}``; weights are normalised."""
+    weights = {_as_delay(d, label): float(w) for d, w in counts.items()}
+    if any(not math.isfinite(w) or w < 0 for w in weights.values()):
+        raise TrainsimError(f"{label}: histogram counts must be finite and >= 0")
+    total = math.fsum(weights.values())
+    if total <= 0:
+        raise TrainsimError(f"{label}: histogram has no observations")
+    delays = tuple(sorted(d for d, w in weights.items() if w > 0))
+    return StalenessDistribution(delays, tuple(weights[d] / total for d in delays), label, source)
+
+
+def staleness_from_samples(
+    samples: Iterable[Any], label: str, source: str = "samples"
+) -> StalenessDistribution:
+    """The empirical distribution of observed staleness values."""
+    counts: dict[int, float] = {}
+    for value in samples:
+        d = _as_delay(value, label)
+        counts[d] = counts.get(d, 0.0) + 1.0
+    if not counts:
+        raise TrainsimError(f"{label}: no staleness samples")
+    return staleness_from_histogram(counts, label, source)
+
+
+def _samples_from_jsonl(path: Path, text: str) -> list[Any]:
+    """Staleness values of the ``"kind": "step"`` records; a torn last line (a killed job) is skipped.
+
+    calibrate.train writes the same updates twice: each worker's step record holds the staleness the
+    servers reported for its push (one value per server shard), each server's record the staleness
+    of every update it applied. Server records are used when present, worker records otherwise.
+    Negative values are calibrate's "no update applied" sentinel (the first pull) and are skipped.
+    """
+    steps: list[tuple[int, dict[str, Any]]] = []
+    lines = text.splitlines()
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            if lineno == len(lines):
+                break
+            raise TrainsimError(f"{path}:{lineno}: not a JSON record: {line[:60]!r}") from None
+        if isinstance(record, dict) and record.get("kind") == "step" and "staleness" in record:
+            if not isinstance(record["staleness"], list):
+                raise TrainsimError(f"{path}:{lineno}: 'staleness' must be a list of integers")
+            steps.append((lineno, record))
+    if any(record.get("role") == "server" for _, record in steps):
+        steps = [(n, r) for n, r in steps if r.get("role") == "server"]
+    samples: list[Any] = []
+    for lineno, record in steps:
+        for value in record["staleness"]:
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0:
+                continue
+            samples.append(_as_delay(value, f"{path}:{lineno}"))
+    return samples
+
+
+def load_measured_staleness(path: str | Path, label: str | None = None) -> StalenessDistribution:
+    """Staleness measured in real runs: calibrate.train JSONL, a JSON list, or ``{"histogram": {...}}``.
+
+    JSONL files contribute the ``staleness`` lists of their ``"kind": "step"`` records (server
+    records when present; see :func:`_samples_from_jsonl`). A plain JSON list holds staleness
+    samples directly (negative values are an error there).
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise TrainsimError(f"measured staleness file not found: {p}")
+    text = p.read_text(encoding="utf-8")
+    name = label or f"measured {p.name}"
+    source = f"measured: {p.name}"
+    try:
+        whole: Any = json.loads(text)
+    except json.JSONDecodeError:
+        whole = None
+    if isinstance(whole, list):
+        return staleness_from_samples(whole, name, source)
+    if isinstance(whole, dict) and isinstance(whole.get("histogram"), dict):
+        return staleness_from_histogram({int(k): v for k, v in whole["histogram"].items()}, name, source)
+    samples = _samples_from_jsonl(p, text)
+    if not samples:
+        raise TrainsimError(
+            f'{p}: no staleness found; expected JSONL records with "kind": "step" and a '
+            f'"staleness" list, a JSON list of integers, or {{"histogram": {{delay: count}}}}'
+        )
+    return staleness_from_samples(samples, name, source)
+
+
+def predicted_staleness(
+    cluster: str, mode: str, staleness_bound: int | None, gpus: int, seed: int
+) -> StalenessDistribution:
+    """The staleness distribution the parameter-server simulation predicts for a cluster and mode.
+
+    Interface for the parameter-server simulation (issue 4): it will run ``mode`` on ``cluster``
+    with ``gpus`` workers (SSP with ``staleness_bound``) and return the staleness histogram of the
+    applied updates. Until that simulation is wired in, this raises
+    :class:`SimulationUnavailableError` (a :class:`TrainsimError`).
+    """
+    normalize_ps_mode(mode)
+    raise SimulationUnavailableError("parameter-server simulation not available (staleness prediction)")
+
+
+def predicted_update_time_s(
+    cluster: str, mode: str, staleness_bound: int | None, gpus: int, seed: int
+) -> float:
+    """Simulated seconds between server updates for ``mode`` on ``cluster`` (same interface as above)."""
+    normalize_ps_mode(mode)
+    raise SimulationUnavailableError("parameter-server simulation not available (time per update)")
+
+
+def load_penalty_coefficients(path: str | Path | None = None) -> dict[str, Any]:
+    """The fitted penalty model: the shipped ``simcore/data/staleness_penalty.json`` unless ``path``."""
+    if path is None:
+        text = resources.files("simcore.data").joinpath(PENALTY_COEFFICIENTS_FILE).read_text(encoding="utf-8")
+        where = f"simcore/data/{PENALTY_COEFFICIENTS_FILE}"
+    else:
+        where = str(path)
+        if not Path(path).is_file():
+            raise TrainsimError(f"penalty coefficients file not found: {path}")
+        text = Path(path).read_text(encoding="utf-8")
+    data = json.loads(text)
+    if not isinstance(data, dict) or not isinstance(data.get("fits"), dict):
+        raise TrainsimError(f"{where}: expected an object with a 'fits' table per mode")
+    return data
+
+
+@dataclass(frozen=True, slots=True)
+class PenaltyObservation:
+    """One measured setting of the penalty study (penalty in accuracy points against sync).
+
+    ``fixed`` settings (every gradient equally stale) give the penalty curve's knots; the others
+    (spread or long-tailed distributions) decide how mean and p99 combine. ``updates_to_target_factor``
+    is the setting's updates to the target accuracy over sync's, None unless every seed reached it.
+    """
+
+    label: str
+    mean_staleness: float
+    p99_staleness: float
+    penalty_points: float
+    updates_to_target_factor: float | None
+    fixed: bool
+
+
+def fit_penalty_model(observations: Sequence[PenaltyObservation]) -> dict[str, Any]:
+    """The model :func:`estimate_accuracy_penalty` evaluates, fitted to one mode's observations.
+
+    Knots: (0, 0) and every fixed delay's penalty, made monotone (a running maximum, clipped at 0,
+    so noise never makes more staleness look better); the slowdown likewise, null once a delay
+    stops reaching the target. ``alpha_mean`` (grid of 0.01) minimises the RMSE of the spread
+    settings' penalties predicted at ``x = alpha * mean + (1 - alpha) * p99``.
+    """
+    fixed = sorted((o for o in observations if o.fixed), key=lambda o: o.mean_staleness)
+    spread = [o for o in observations if not o.fixed]
+    if not fixed or not spread:
+        raise TrainsimError("the penalty fit needs fixed-delay and spread-distribution observations")
+    knots_x = np.array([0.0, *(o.mean_staleness for o in fixed)])
+    penalty = np.maximum.accumulate(np.maximum(0.0, [0.0, *(o.penalty_points for o in fixed)]))
+    measured = np.array([o.penalty_points for o in spread])
+
+    def spread_rmse(alpha: float) -> float:
+        x = np.array([alpha * o.mean_staleness + (1 - alpha) * o.p99_staleness for o in spread])
+        return float(np.sqrt(np.mean((np.interp(x, knots_x, penalty) - measured) ** 2)))
+
+    alphas = np.round(np.linspace(0.0, 1.0, 101), 2)
+    errors = [spread_rmse(a) for a in alphas]
+    best = int(np.argmin(errors))
+    factors: list[float | None] = [1.0]
+    for o in fixed:
+        stopped = o.updates_to_target_factor is None or factors[-1] is None
+        factors.append(None if stopped else max(factors[-1] or 1.0, o.updates_to_target_factor or 1.0))
+    knots = [
+        {
+            "staleness": float(x),
+            "penalty_points": round(float(p), 3),
+            "updates_to_target_factor": f if f is None else round(f, 3),
+        }
+        for x, p, f in zip(knots_x, penalty, factors, strict=True)
+    ]
+    return {"alpha_mean": float(alphas[best]), "rmse_points_spread": round(errors[best], 3), "knots": knots}
+
+
+def _effective_staleness(fit: Mapping[str, Any], mean_staleness: float, p99_staleness: float) -> float:
+    """x = alpha * mean + (1 - alpha) * p99: how the fit folds a distribution into one delay."""
+    alpha = float(fit["alpha_mean"])
+    return alpha * mean_staleness + (1.0 - alpha) * p99_staleness
+
+
+def _slowdown_at(knots: list[dict[str, Any]], x: float) -> float | None:
+    """Updates-to-target factor at effective staleness ``x``; None past the last knot that reached it."""
+    reached = [
+        (float(k["staleness"]), float(k["updates_to_target_factor"]))
+        for k in knots
+        if k["updates_to_target_factor"] is not None
+    ]
+    never = [float(k["staleness"]) for k in knots if k["updates_to_target_factor"] is None]
+    if not reached or (never and x > reached[-1][0]):
+        return None
+    return float(np.interp(x, [k[0] for k in reached], [k[1] for k in reached]))
+
+
+def estimate_accuracy_penalty(
+    mean_staleness: float,
+    p99_staleness: float,
+    *,
+    mitigated: bool = False,
+    coefficients_path: str | Path | None = None,
+) -> dict[str, Any]:
+    """ESTIMATED accuracy cost of training with this staleness, from a small-model study.
+
+    Basis: delayed-gradient SGD (``python -m experiments.staleness_accuracy --fit-penalty``) of a
+    one-hidden-layer MLP on scikit-learn's 8x8 handwritten digits, several seeds, fixed delays and
+    long-tailed delay distributions. Fixed delays give the penalty against delay (a monotone
+    piecewise-linear curve through the measured points); the long-tailed runs fit how the mean and
+    the p99 of a distribution combine into one effective delay, ``x = alpha * mean + (1 - alpha) *
+    p99``. Coefficients, measured points and provenance (command, date, machine) live in
+    ``simcore/data/staleness_penalty.json``. This is an order-of-magnitude guide for what_if, not a
+    prediction for a particular large model: the real cost also depends on learning rate, batch
+    size, optimiser and model. ``mitigated`` selects the fit for staleness-dependent damping
+    (lr / (1 + staleness)). In the shipped fit alpha is 1.0 for both modes: rare large delays cost
+    little, and a fixed delay costs more than a spread distribution of the same mean, so the
+    estimate errs high (cautious) for spread distributions (spread-run RMSE is in the file).
+
+    Returns ``penalty_points`` (accuracy percentage points lost against synchronous training, >= 0),
+    ``updates_to_target_factor`` (how many times as many server updates as sync to reach the study's
+    target accuracy; None where the study's runs never reached it), ``effective_staleness``,
+    ``extrapolated`` (beyond the largest delay studied; the last measured value is held), ``basis``
+    and ``provenance``.
+    """
+    for name, value in (("mean_staleness", mean_staleness), ("p99_staleness", p99_staleness)):
+        if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise TrainsimError(f"{name} must be a finite number >= 0, got {value!r}")
+    data = load_penalty_coefficients(coefficients_path)
+    mode = "mitigated" if mitigated else "async"
+    if mode not in data["fits"]:
+        raise TrainsimError(
+            f"penalty coefficients have no fit for mode {mode!r}; present: {sorted(data['fits'])}"
+        )
+    fit = data["fits"][mode]
+    knots = fit["knots"]
+    x = _effective_staleness(fit, float(mean_staleness), float(p99_staleness))
+    knot_x = [float(k["staleness"]) for k in knots]
+    penalty = float(np.interp(x, knot_x, [float(k["penalty_points"]) for k in knots]))
+    return {
+        "mode": mode,
+        "penalty_points": max(0.0, penalty),
+        "updates_to_target_factor": _slowdown_at(knots, x),
+        "effective_staleness": x,
+        "extrapolated": x > knot_x[-1],
+        "basis": data.get("basis", {}),
+        "provenance": data.get("provenance", {}),
+        "note": "estimate from a small-model delayed-gradient study; see simcore/data/staleness_penalty.json",
+    }
