@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 import sys
 from collections.abc import Callable
 from typing import TypeVar
@@ -33,6 +35,11 @@ def cli_entry(main: F) -> F:
         except FileNotFoundError as exc:
             print(f"error: no such file: {exc.filename}", file=sys.stderr)
             raise SystemExit(2) from None
+        except BrokenPipeError:
+            # Output piped into `head` and closed early: not an error worth a traceback.
+            with contextlib.suppress(OSError):
+                sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - stays open until exit
+            raise SystemExit(0) from None
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
             raise SystemExit(130) from None

@@ -1,0 +1,190 @@
+"""The main job: which data-parallel strategy for this model on these clusters, and why.
+
+    python -m experiments.what_if --gpus 16
+    python -m experiments.what_if --model llama2-7b --cluster hgx-h100 --gpus 8,16,32 --format json
+
+Prints, per cluster, every strategy's step time, throughput, scaling efficiency against one GPU,
+MFU, exposed communication and per-GPU peak memory with the out-of-memory verdict, then a
+recommendation (see :mod:`simcore.whatif`). ``--format json`` prints the stable schema documented
+in :mod:`simcore.report`; ``--out DIR`` also writes plots and a Chrome trace of one step per
+strategy (open it in ui.perfetto.dev).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from simcore.errors import TrainsimError, cli_entry
+from simcore.report import StepReport, records_to_csv, records_to_json
+from simcore.strategies import strategy_names
+from simcore.strategies.base import COMPUTE_DTYPES, OPTIMIZERS, TrainingConfig
+from simcore.units import parse_size
+from simcore.whatif import DEFAULT_CLUSTERS, DEFAULT_CONFIG, DEFAULT_MODEL, WhatIfResult, run_what_if
+
+PROGRESS_THRESHOLD = 24  # points; longer sweeps report progress on stderr
+
+
+def _int_list(text: str, what: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise TrainsimError(f"{what}: expected a number or a comma list of numbers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise TrainsimError(f"{what}: expected positive numbers, got {text!r}")
+    return values
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = DEFAULT_CONFIG
+    p = argparse.ArgumentParser(prog="python -m experiments.what_if", description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--model", default=DEFAULT_MODEL, help="preset name, shape file (YAML/JSON) or module:factory"
+    )
+    p.add_argument(
+        "--cluster", default=",".join(DEFAULT_CLUSTERS), help="preset name(s), comma-separated, or YAML path"
+    )
+    p.add_argument("--strategies", default=",".join(strategy_names()), help="comma list (default: all)")
+    p.add_argument("--gpus", default="16", help="a GPU count or a comma list (a scaling sweep)")
+    p.add_argument("--global-batch", type=int, default=d.global_batch)
+    p.add_argument("--micro-batch", type=int, default=d.micro_batch)
+    p.add_argument("--seq-len", type=int, default=d.seq_len)
+    p.add_argument("--dtype", default=d.dtype, choices=list(COMPUTE_DTYPES))
+    p.add_argument("--no-master-weights", action="store_true", help="pure bf16/fp16 (no fp32 master copy)")
+    p.add_argument("--optimizer", default=d.optimizer, choices=list(OPTIMIZERS))
+    p.add_argument("--bucket-size", default="25MiB", help="DDP/ZeRO gradient bucket (e.g. 25MiB)")
+    p.add_argument("--prefetch", type=int, default=d.prefetch, help="FSDP prefetch depth in units")
+    p.add_argument(
+        "--wrap", default="per-block", help="FSDP wrap: per-block, every-N-layers, every-N-blocks, or indices"
+    )
+    p.add_argument("--no-reshard-after-forward", action="store_true")
+    p.add_argument("--checkpoint-activations", action="store_true")
+    p.add_argument("--steps", type=int, default=d.steps, help="steps to simulate (p50/p99)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--calibration", help="calibration profile JSON (calibrate.fit)")
+    p.add_argument("--format", default="table", choices=["table", "json", "csv"])
+    p.add_argument("--out", help="directory for plots and a Chrome trace")
+    return p
+
+
+def _config(args: argparse.Namespace) -> TrainingConfig:
+    from simcore.strategies.wrap import parse_wrap
+
+    return TrainingConfig(
+        global_batch=args.global_batch,
+        micro_batch=args.micro_batch,
+        seq_len=args.seq_len,
+        dtype=args.dtype,
+        optimizer=args.optimizer,
+        master_weights=not args.no_master_weights,
+        bucket_size_bytes=parse_size(args.bucket_size, allow_zero=False),
+        prefetch=args.prefetch,
+        reshard_after_forward=not args.no_reshard_after_forward,
+        wrap=parse_wrap(args.wrap),
+        activation_checkpointing=args.checkpoint_activations,
+        steps=args.steps,
+    )
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def format_table(result: WhatIfResult, header: str) -> str:
+    """The human-readable what-if: one table per cluster, then its recommendation."""
+    lines = [header]
+    for rec in result.recommendations:
+        rows = [r for r in result.reports if r.cluster == rec.cluster]
+        first = rows[0]
+        topo = result.topologies[(rec.cluster, rec.gpus)]
+        lines += [
+            "",
+            f"cluster {rec.cluster}: {rec.gpus} x {first.device} on {len(topo.hosts)} node(s), "
+            f"{first.memory_capacity_bytes / 1e9:.1f} GB per GPU",
+        ]
+        lines.append(
+            f"  {'strategy':8} {'gpus':>4} {'step s':>8} {'p99 s':>8} {'samples/s':>10} {'tokens/s':>10} "
+            f"{'scaling':>7} {'MFU':>5} {'exposed s':>9} {'peak GB':>8}  memory"
+        )
+        for r in rows:
+            lines.append(_row(r))
+        lines.append(f"  recommendation: {rec.strategy or 'none'}: {rec.reason}")
+    return "\n".join(lines) + "\n"
+
+
+def _row(r: StepReport) -> str:
+    verdict = "fits" if r.fits else "OOM"
+    tokens = _fmt(r.tokens_per_s, ".0f")
+    scaling = _fmt(r.scaling_efficiency, ".2f")
+    if r.baseline_fits is False:
+        scaling += "*"
+    return (
+        f"  {r.strategy:8} {r.gpus:>4} {r.step_time_s:>8.3f} {r.step_time_p99_s:>8.3f} {r.samples_per_s:>10.1f} "
+        f"{tokens:>10} {scaling:>7} {r.mfu:>5.2f} {r.exposed_comm_s:>9.3f} {r.peak_memory_bytes / 1e9:>8.1f}  {verdict}"
+    )
+
+
+def _header(workload_name: str, params: int, cfg: TrainingConfig) -> str:
+    precision = cfg.dtype + (" + fp32 master weights" if cfg.mixed_precision and cfg.master_weights else "")
+    return (
+        f"model {workload_name} ({params / 1e9:.2f} B parameters), seq {cfg.seq_len}, {precision}, {cfg.optimizer}; "
+        f"global batch {cfg.global_batch}, micro-batch {cfg.micro_batch}\n"
+        "scaling = samples/s / (gpus x samples/s of the same strategy on 1 GPU); "
+        "* = that 1-GPU baseline does not fit (unlimited-memory GPU assumed)"
+    )
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from simcore.workload import load_workload
+
+    cfg = _config(args)
+    clusters = [c.strip() for c in args.cluster.split(",") if c.strip()]
+    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    gpus = _int_list(args.gpus, "--gpus")
+    if not clusters or not strategies:
+        raise TrainsimError("--cluster and --strategies need at least one name")
+    workload = load_workload(args.model, seq_len=cfg.seq_len, dtype=cfg.dtype)
+    calibration = None
+    if args.calibration:
+        from simcore.calibration import load_profile
+
+        calibration = load_profile(args.calibration)
+    points = len(clusters) * len(strategies) * len(gpus)
+    progress = (lambda line: print(line, file=sys.stderr)) if points > PROGRESS_THRESHOLD else None
+    result = run_what_if(
+        workload,
+        clusters,
+        gpus,
+        strategies=strategies,
+        config=cfg,
+        calibration=calibration,
+        seed=args.seed,
+        progress=progress,
+    )
+    records = [r.to_record() for r in result.reports]
+    if args.format == "json":
+        print(records_to_json(records, recommendations=[r.to_record() for r in result.recommendations]))
+    elif args.format == "csv":
+        print(records_to_csv(records), end="")
+    else:
+        print(format_table(result, _header(workload.name, workload.params, cfg)), end="")
+    if args.out:
+        _write_outputs(result, Path(args.out))
+    return 0
+
+
+def _write_outputs(result: WhatIfResult, out: Path) -> None:
+    from experiments.report_plots import plot_what_if, write_step_trace
+
+    out.mkdir(parents=True, exist_ok=True)
+    written = plot_what_if(result.reports, out)
+    written.append(write_step_trace(result, out / "step_trace.json"))
+    for path in written:
+        print(f"wrote {path}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,128 @@
+"""StepReport: what one simulated (cluster, strategy, GPU count) point predicts, as plain records.
+
+JSON schema (``StepReport.to_record()``; ``python -m experiments.what_if --format json`` prints
+``{"schema": "trainsim-what-if", "version": 1, "records": [...], "recommendations": [...]}``).
+Version 1 fields, all SI (seconds, bytes); new fields may be added, none renamed or removed:
+
+=====================  ============================================================================
+cluster                cluster preset name or YAML path as given
+strategy               ddp | fsdp | zero1 | zero2 | zero3 | hsdp (later ps-* modes)
+gpus                   data-parallel ranks
+model                  workload name
+device                 GPU spec that gates the step: every rank's on a homogeneous cluster, the
+                       slowest on a mixed one (e.g. ``a100-sxm-80gb``)
+global_batch           samples per optimizer step over all GPUs
+micro_batch            samples per GPU per forward/backward
+accumulation_steps     micro-batches per GPU per step = global_batch / (gpus * micro_batch)
+step_time_s            median (p50) step time over the simulated steps
+step_time_p99_s        99th percentile step time (equal to p50 without jitter or stragglers)
+samples_per_s          global_batch / step_time_s
+tokens_per_s           samples_per_s * sequence length (language models; null otherwise)
+scaling_efficiency     samples_per_s / (gpus * samples_per_s of the same strategy on one GPU of the
+                       same cluster with the same global batch, by gradient accumulation); null
+                       when not computed. If one GPU cannot hold the model the baseline is a
+                       hypothetical GPU with unlimited memory (``baseline_fits`` false).
+baseline_fits          whether that one-GPU baseline fits in memory (null when not computed)
+mfu                    model FLOPs per step / (gpus * peak dense FLOP/s * step_time_s); model FLOPs
+                       = 6 * params * tokens for language models, forward + backward FLOPs
+                       otherwise, recomputation excluded
+compute_s              compute-only time of the step (no communication, no slowdown)
+exposed_comm_s         step_time - compute_s: communication (and its slowdown of compute) not hidden
+comm_s                 time the rank's communication stream was busy
+comm_bytes             sum of the collective buffer sizes the rank took part in (nccl-tests sizes)
+peak_memory_bytes      per-rank peak over the step's memory timeline
+peak_phase             the operation running at the peak ("backward of block3", "optimizer step")
+memory_breakdown       bytes at the peak: params, grads, optimizer, activations, buffers, overhead
+memory_capacity_bytes  the device's memory
+fits                   peak_memory_bytes <= memory_capacity_bytes
+oom_verdict            one line: fits with the peak, or OOM by how much and where
+link_utilisation       {link kind: fraction of the step a collective limited by that kind of link
+                       was running}
+bottleneck_link        the link limiting the collectives that took the most time
+=====================  ============================================================================
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["RECORD_FIELDS", "SCHEMA", "SCHEMA_VERSION", "StepReport", "records_to_csv", "records_to_json"]
+
+SCHEMA = "trainsim-what-if"
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class StepReport:
+    """The prediction for one (cluster, strategy, gpus) point; see the module docstring."""
+
+    cluster: str
+    strategy: str
+    gpus: int
+    model: str
+    device: str
+    global_batch: int
+    micro_batch: int
+    accumulation_steps: int
+    step_time_s: float
+    step_time_p99_s: float
+    samples_per_s: float
+    tokens_per_s: float | None
+    scaling_efficiency: float | None
+    baseline_fits: bool | None
+    mfu: float
+    compute_s: float
+    exposed_comm_s: float
+    comm_s: float
+    comm_bytes: float
+    peak_memory_bytes: float
+    peak_phase: str
+    memory_breakdown: Mapping[str, float]
+    memory_capacity_bytes: float
+    fits: bool
+    oom_verdict: str
+    link_utilisation: Mapping[str, float] = field(default_factory=dict)
+    bottleneck_link: str = ""
+
+    def to_record(self) -> dict[str, Any]:
+        """A plain JSON-ready dict with the documented, stable field names."""
+        record = asdict(self)
+        record["memory_breakdown"] = dict(self.memory_breakdown)
+        record["link_utilisation"] = dict(self.link_utilisation)
+        return record
+
+
+RECORD_FIELDS = tuple(StepReport.__dataclass_fields__)
+
+
+def records_to_json(records: Sequence[Mapping[str, Any]], **extra: Any) -> str:
+    """The versioned JSON document of the what-if: schema, version, records and extras."""
+    document = {"schema": SCHEMA, "version": SCHEMA_VERSION, "records": list(records), **extra}
+    return json.dumps(document, indent=2, sort_keys=False)
+
+
+def records_to_csv(records: Sequence[Mapping[str, Any]]) -> str:
+    """One CSV row per record; nested fields flattened as ``memory_breakdown.params`` etc."""
+    rows = []
+    for record in records:
+        row: dict[str, Any] = {}
+        for key, value in record.items():
+            if isinstance(value, Mapping):
+                for sub, inner in value.items():
+                    row[f"{key}.{sub}"] = inner
+            else:
+                row[key] = value
+        rows.append(row)
+    columns: list[str] = []
+    for row in rows:
+        columns.extend(c for c in row if c not in columns)
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()

@@ -1,0 +1,279 @@
+"""FSDP and ZeRO-3: parameters, gradients and optimizer state sharded; units gathered on use.
+
+Per micro-batch, for every unit (see :mod:`simcore.strategies.wrap`):
+
+- forward: all-gather the unit's parameters (the whole unit's bytes in the compute dtype) before
+  its first layer runs; while a unit computes, the next ``prefetch`` units' all-gathers are issued
+  (FSDP's forward prefetch; depth 1 is what FSDP2's implicit prefetching achieves); after its
+  forward the unit is resharded (``reshard_after_forward``; the root unit never is, as in FSDP);
+- backward: all-gather again (unless still gathered), with backward prefetch of the next units in
+  backward order (BACKWARD_PRE); when all the unit's gradients exist they are reduce-scattered to
+  the shard owners and the unsharded gradients and parameters are freed;
+- the optimizer updates the local shard after the last reduce-scatter.
+
+The shard-boundary rule (the seed paper's notes): FSDP issues prefetches per unit from its hooks,
+in the order units were recorded, so a unit whose boundary falls *inside* a transformer block
+cannot be prefetched: its all-gather starts only when compute reaches it, an exposed round trip
+in the middle of the block's forward and again in its backward. DeepSpeed ZeRO-3 gathers in traced
+parameter order by prefetch buckets (``stage3_prefetch_bucket_size``), so its groups may split
+blocks without this penalty.
+
+HSDP (:mod:`simcore.strategies.hsdp`) reuses this schedule with the shard group limited to a node
+and an all-reduce of each reduce-scattered shard across nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from simcore.memory import MemoryChange
+from simcore.strategies.base import StepContext
+from simcore.strategies.passes import (
+    Chunk,
+    PassHooks,
+    add_collective,
+    build_microbatch,
+    build_quiet_microbatches,
+    make_chunks,
+)
+from simcore.strategies.schedule import PlanBuilder, StepPlan
+from simcore.strategies.wrap import UnitPlan, bucket_units, wrap_units
+
+__all__ = ["FSDPStrategy", "ShardedHooks", "Zero3Strategy", "build_sharded_plan"]
+
+
+class ShardedHooks(PassHooks):
+    """All-gathers, prefetch, resharding and reduce-scatters of one micro-batch."""
+
+    def __init__(
+        self,
+        ctx: StepContext,
+        units: UnitPlan,
+        chunks: Sequence[Chunk],
+        *,
+        shard_group: Sequence[int],
+        replicate_group: Sequence[int],
+        reshard_root: bool,
+        first_micro: bool,
+        tag: str,
+    ) -> None:
+        self.ctx, self.units, self.tag = ctx, units, tag
+        self.shard_group, self.replicate_group = tuple(shard_group), tuple(replicate_group)
+        self.reshard_root, self.first_micro = reshard_root, first_micro
+        cfg, layers = ctx.config, ctx.workload.layers
+        self.unit_params = [sum(layers[i].params for i in members) for members in units.units]
+        self.full_bytes = [p * cfg.param_bytes for p in self.unit_params]
+        self.grad_bytes = [p * cfg.grad_bytes for p in self.unit_params]
+        self.gathered: dict[int, int] = {}  # unit -> op id of the all-gather that made it resident
+        self.visits = [c.group for i, c in enumerate(chunks) if i == 0 or chunks[i - 1].group != c.group]
+        self.last_fwd_chunk = {c.group: i for i, c in enumerate(chunks)}
+        self.last_bwd_chunk = {c.group: i for i, c in reversed(list(enumerate(chunks)))}
+        self.chunk_index = {id(c): i for i, c in enumerate(chunks)}
+        self.pending = [len(m) for m in units.units]
+        self.fwd_visit = -1
+        self.bwd_visit = -1
+        self.previous_group: int | None = None
+        self.previous_bwd_group: int | None = None
+
+    # --- gathering -------------------------------------------------------------------------
+    def _gather(
+        self,
+        builder: PlanBuilder,
+        unit: int,
+        phase: str,
+        *,
+        after: Sequence[int] = (),
+        after_start: Sequence[int] = (),
+    ) -> int:
+        op = add_collective(
+            self.ctx,
+            builder,
+            "all_gather",
+            self.full_bytes[unit],
+            self.shard_group,
+            f"all_gather unit {unit} ({phase}){self.tag}",
+            after=after,
+            after_start=after_start,
+            on_start=[("buffers", self.full_bytes[unit])],
+        )
+        self.gathered[unit] = op
+        return op
+
+    def _prefetch(
+        self,
+        builder: PlanBuilder,
+        order: Sequence[int],
+        position: int,
+        op: int,
+        phase: str,
+        blocked: frozenset[int],
+    ) -> None:
+        depth = self.ctx.config.prefetch
+        for unit in list(dict.fromkeys(order[position + 1 :]))[:depth]:
+            if unit not in self.gathered and unit not in blocked and self.pending[unit] > 0:
+                self._gather(builder, unit, phase, after_start=[op])
+
+    def _ensure(
+        self, builder: PlanBuilder, units: Sequence[int], previous: int | None, phase: str
+    ) -> list[int]:
+        waits = []
+        for unit in dict.fromkeys(units):
+            if unit not in self.gathered:
+                self._gather(
+                    builder, unit, phase + ", on demand", after=[previous] if previous is not None else []
+                )
+            waits.append(self.gathered[unit])
+        return waits
+
+    def _resharded_after_forward(self, unit: int) -> bool:
+        if self.units.has_root and unit == 0:
+            return self.reshard_root
+        return self.ctx.config.reshard_after_forward
+
+    # --- forward ---------------------------------------------------------------------------
+    def before_forward(self, builder: PlanBuilder, chunk: Chunk, previous_op: int | None) -> list[int]:
+        return self._ensure(builder, [chunk.group], previous_op, "forward")
+
+    def forward_memory(self, chunk: Chunk) -> list[MemoryChange]:
+        unit = chunk.group
+        if self.last_fwd_chunk[unit] == self.chunk_index[id(chunk)] and self._resharded_after_forward(unit):
+            return [("buffers", -self.full_bytes[unit])]
+        return []
+
+    def forward_started(self, builder: PlanBuilder, chunk: Chunk, op: int) -> None:
+        unit = chunk.group
+        if unit != self.previous_group:
+            self.fwd_visit += 1
+            self._prefetch(
+                builder, self.visits, self.fwd_visit, op, "forward prefetch", self.units.mid_block_forward
+            )
+        self.previous_group = unit
+        if self.last_fwd_chunk[unit] == self.chunk_index[id(chunk)] and self._resharded_after_forward(unit):
+            del self.gathered[unit]
+
+    # --- backward --------------------------------------------------------------------------
+    def before_backward(
+        self, builder: PlanBuilder, layers: Sequence[int], previous_op: int | None
+    ) -> list[int]:
+        unit_of = self.units.unit_of_layer
+        return self._ensure(builder, [unit_of[i] for i in layers], previous_op, "backward")
+
+    def backward_memory(self, chunk: Chunk) -> list[MemoryChange]:
+        layers = self.ctx.workload.layers
+        changes: list[MemoryChange] = [
+            ("buffers", sum(layers[i].params for i in chunk.layers) * self.ctx.config.grad_bytes)
+        ]
+        if self.last_bwd_chunk[chunk.group] == self.chunk_index[id(chunk)]:
+            changes.append(("buffers", -self.full_bytes[chunk.group]))
+        return changes
+
+    def backward_started(self, builder: PlanBuilder, chunk: Chunk, op: int) -> None:
+        unit = chunk.group
+        if unit != self.previous_bwd_group:
+            self.bwd_visit += 1
+            order = self.visits[::-1]
+            self._prefetch(
+                builder, order, self.bwd_visit, op, "backward prefetch", self.units.mid_block_backward
+            )
+        self.previous_bwd_group = unit
+
+    def backward_done(self, builder: PlanBuilder, chunk: Chunk, op: int) -> None:
+        unit = chunk.group
+        self.pending[unit] -= len(chunk.layers)
+        if self.pending[unit] > 0:
+            return
+        self.gathered.pop(unit, None)
+        shard = self.grad_bytes[unit] / len(self.shard_group)
+        on_end: list[MemoryChange] = [("buffers", -self.grad_bytes[unit])]
+        if self.first_micro:
+            on_end.append(("grads", shard))
+        rs = add_collective(
+            self.ctx,
+            builder,
+            "reduce_scatter",
+            self.grad_bytes[unit],
+            self.shard_group,
+            f"reduce_scatter unit {unit}{self.tag}",
+            after=[op],
+            on_end=on_end,
+        )
+        if len(self.replicate_group) > 1:
+            add_collective(
+                self.ctx,
+                builder,
+                "all_reduce",
+                shard,
+                self.replicate_group,
+                f"all_reduce unit {unit} shard across nodes{self.tag}",
+                after=[rs],
+            )
+
+
+def build_sharded_plan(
+    ctx: StepContext,
+    name: str,
+    units: UnitPlan,
+    *,
+    shard_group: Sequence[int],
+    replicate_group: Sequence[int] = (),
+    reshard_root: bool = False,
+) -> StepPlan:
+    """The FSDP/ZeRO-3/HSDP step over ``units``, sharded over ``shard_group``."""
+    cfg, params = ctx.config, ctx.workload.params
+    shards = len(shard_group)
+    builder = PlanBuilder(name)
+    builder.plan.initial_memory = {
+        "params": params * cfg.param_bytes / shards,
+        "optimizer": params * cfg.optimizer_bytes / shards,
+        "overhead": cfg.allocator_overhead_bytes,
+    }
+    chunks = make_chunks(ctx, units.unit_of_layer)
+    k = ctx.accumulation
+    alone = ctx.gpus == 1
+    quiet = k - 1 if alone else 0
+    last = build_quiet_microbatches(ctx, builder, quiet, [("grads", params * cfg.grad_bytes)])
+    for micro in range(quiet, k):
+        tag = f" [micro-batch {micro + 1}]" if k > 1 else ""
+        hooks = ShardedHooks(
+            ctx,
+            units,
+            chunks,
+            shard_group=shard_group,
+            replicate_group=replicate_group,
+            reshard_root=reshard_root,
+            first_micro=micro == 0,
+            tag=tag,
+        )
+        last = build_microbatch(ctx, builder, chunks, hooks, tag, last)
+    after = [builder.last_comm] if builder.last_comm is not None else []
+    builder.compute(
+        "optimizer step",
+        ctx.timer.optimizer_time_s(round(params / shards), cfg.optimizer),
+        kind="optimizer",
+        after=after,
+        on_end=[("grads", -params * cfg.grad_bytes / shards)],
+    )
+    return builder.plan
+
+
+class FSDPStrategy:
+    """PyTorch FSDP: units from the wrap policy, prefetch by unit, root kept gathered."""
+
+    name = "fsdp"
+    description = "FSDP: fully sharded; per-unit all-gather (prefetched) and reduce-scatter"
+
+    def build_plan(self, ctx: StepContext) -> StepPlan:
+        return build_sharded_plan(
+            ctx, self.name, wrap_units(ctx.workload, ctx.config.wrap), shard_group=ctx.world
+        )
+
+
+class Zero3Strategy:
+    """DeepSpeed ZeRO-3: gathers in prefetch buckets of parameters, everything resharded."""
+
+    name = "zero3"
+    description = "ZeRO-3: fully sharded; gathers in parameter buckets (DeepSpeed), all resharded"
+
+    def build_plan(self, ctx: StepContext) -> StepPlan:
+        units = bucket_units(ctx.workload, ctx.config.zero3_prefetch_bucket_params)
+        return build_sharded_plan(ctx, self.name, units, shard_group=ctx.world, reshard_root=True)

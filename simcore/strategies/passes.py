@@ -1,0 +1,258 @@
+"""Forward and backward passes as compute operations, with hooks where strategies add communication.
+
+The layers of a micro-batch are cut into *chunks*: maximal runs of consecutive layers in the same
+block and the same strategy group (an FSDP unit, a DDP bucket). A chunk is one compute operation
+per pass, so a strategy can hang a collective on the moment a chunk starts or ends. Activations a
+chunk saves are allocated when its forward ends and freed when its backward ends. With activation
+checkpointing a block keeps only its input during forward and recomputes its activations (one
+"recompute" operation for the whole block, before the block's backward).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from simcore.memory import MemoryChange
+from simcore.strategies.base import StepContext
+from simcore.strategies.schedule import PlanBuilder
+
+__all__ = [
+    "Chunk",
+    "PassHooks",
+    "add_collective",
+    "build_microbatch",
+    "build_quiet_microbatches",
+    "make_chunks",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """Consecutive layers of one block (or outside blocks) and one strategy group."""
+
+    layers: tuple[int, ...]
+    block: int
+    group: int
+    label: str
+
+
+def make_chunks(ctx: StepContext, group_of_layer: Sequence[int]) -> list[Chunk]:
+    """Cut the layers into chunks: a new chunk wherever the block or the group changes."""
+    layers = ctx.workload.layers
+    runs: list[list[int]] = []
+    for index, layer in enumerate(layers):
+        if (
+            runs
+            and layers[runs[-1][-1]].block == layer.block
+            and group_of_layer[runs[-1][-1]] == group_of_layer[index]
+        ):
+            runs[-1].append(index)
+        else:
+            runs.append([index])
+    parts: dict[int, int] = {}
+    for run in runs:
+        parts[layers[run[0]].block] = parts.get(layers[run[0]].block, 0) + 1
+    seen: dict[int, int] = {}
+    chunks: list[Chunk] = []
+    for run in runs:
+        block = layers[run[0]].block
+        if block >= 0:
+            label = ctx.workload.block_names[block]
+        else:
+            label = (
+                "+".join(layers[i].name for i in run)
+                if len(run) <= 2
+                else f"{layers[run[0]].name}..{layers[run[-1]].name}"
+            )
+        if block >= 0 and parts[block] > 1:
+            seen[block] = seen.get(block, 0) + 1
+            label = f"{label} (part {seen[block]} of {parts[block]})"
+        chunks.append(Chunk(tuple(run), block, group_of_layer[run[0]], label))
+    return chunks
+
+
+class PassHooks:
+    """What a strategy does around each chunk. The defaults add no communication."""
+
+    def before_forward(self, builder: PlanBuilder, chunk: Chunk, previous_op: int | None) -> list[int]:
+        """Operations the chunk's forward must wait for (e.g. all-gathers of its unit)."""
+        return []
+
+    def forward_started(self, builder: PlanBuilder, chunk: Chunk, op: int) -> None:
+        """Called right after the forward operation is added (prefetch is issued from its start)."""
+
+    def forward_memory(self, chunk: Chunk) -> list[MemoryChange]:
+        """Memory changes when the chunk's forward ends, besides its saved activations."""
+        return []
+
+    def before_backward(
+        self, builder: PlanBuilder, layers: Sequence[int], previous_op: int | None
+    ) -> list[int]:
+        """Operations a backward (or recompute) of ``layers`` must wait for."""
+        return []
+
+    def backward_started(self, builder: PlanBuilder, chunk: Chunk, op: int) -> None:
+        """Called right after the backward operation is added."""
+
+    def backward_memory(self, chunk: Chunk) -> list[MemoryChange]:
+        """Memory changes when the chunk's backward ends (gradients), besides freed activations."""
+        return []
+
+    def backward_done(self, builder: PlanBuilder, chunk: Chunk, op: int) -> None:
+        """Called after the backward operation is added: gradient communication hangs here."""
+
+
+def _saved_bytes(ctx: StepContext, chunk: Chunk, checkpointed: bool) -> float:
+    """Bytes a chunk keeps from forward to backward for one micro-batch."""
+    layers = ctx.workload.layers
+    mb = ctx.config.micro_batch
+    if not checkpointed:
+        return mb * sum(layers[i].activation_bytes for i in chunk.layers)
+    first = chunk.layers[0]
+    if first > 0 and layers[first - 1].block == chunk.block:
+        return 0.0  # inside a checkpointed block only the block's input is kept
+    return mb * (layers[first - 1].output_bytes if first > 0 else layers[first].output_bytes)
+
+
+def build_microbatch(
+    ctx: StepContext,
+    builder: PlanBuilder,
+    chunks: Sequence[Chunk],
+    hooks: PassHooks,
+    tag: str,
+    previous_op: int | None,
+    forward_chunks: Sequence[Chunk] | None = None,
+) -> int | None:
+    """Add the forward and backward of one micro-batch; returns the last compute operation.
+
+    ``forward_chunks`` may cut forward more coarsely than backward (DDP's buckets matter only in
+    backward); by default both passes use ``chunks``.
+    """
+    last = _forward_pass(
+        ctx, builder, forward_chunks if forward_chunks is not None else chunks, hooks, tag, previous_op
+    )
+    return _backward_pass(ctx, builder, chunks, hooks, tag, last)
+
+
+def _forward_pass(
+    ctx: StepContext,
+    builder: PlanBuilder,
+    chunks: Sequence[Chunk],
+    hooks: PassHooks,
+    tag: str,
+    last: int | None,
+) -> int | None:
+    checkpoint = ctx.config.activation_checkpointing
+    for chunk in chunks:
+        waits = hooks.before_forward(builder, chunk, last)
+        saved = _saved_bytes(ctx, chunk, checkpoint and chunk.block >= 0)
+        last = builder.compute(
+            f"forward of {chunk.label}{tag}",
+            ctx.span_time("fwd", chunk.layers),
+            kind="fwd",
+            after=waits,
+            on_end=[("activations", saved), *hooks.forward_memory(chunk)],
+        )
+        hooks.forward_started(builder, chunk, last)
+    return last
+
+
+def _backward_pass(
+    ctx: StepContext,
+    builder: PlanBuilder,
+    chunks: Sequence[Chunk],
+    hooks: PassHooks,
+    tag: str,
+    last: int | None,
+) -> int | None:
+    checkpoint = ctx.config.activation_checkpointing
+    mb = ctx.config.micro_batch
+    layers = ctx.workload.layers
+    block_layers = ctx.workload.block_layer_indices() if checkpoint else ()
+    recomputed: set[int] = set()
+    for chunk in reversed(chunks):
+        ckpt = checkpoint and chunk.block >= 0
+        freed = _saved_bytes(ctx, chunk, ckpt)
+        if ckpt:
+            freed += mb * sum(layers[i].activation_bytes for i in chunk.layers)
+            if chunk.block not in recomputed:
+                recomputed.add(chunk.block)
+                members = block_layers[chunk.block]
+                waits = hooks.before_backward(builder, members, last)
+                last = builder.compute(
+                    f"recompute of {ctx.workload.block_names[chunk.block]}{tag}",
+                    ctx.span_time("recompute", members),
+                    kind="recompute",
+                    after=waits,
+                    on_start=[("activations", mb * sum(layers[i].activation_bytes for i in members))],
+                )
+        waits = hooks.before_backward(builder, chunk.layers, last)
+        last = builder.compute(
+            f"backward of {chunk.label}{tag}",
+            ctx.span_time("bwd", chunk.layers),
+            kind="bwd",
+            after=waits,
+            on_end=[*hooks.backward_memory(chunk), ("activations", -freed)],
+        )
+        hooks.backward_started(builder, chunk, last)
+        hooks.backward_done(builder, chunk, last)
+    return last
+
+
+def build_quiet_microbatches(
+    ctx: StepContext, builder: PlanBuilder, count: int, on_end: Sequence[MemoryChange]
+) -> int | None:
+    """``count`` micro-batches with no communication (DDP no_sync, one GPU) as one operation.
+
+    Their peak is never above the detailed micro-batch that follows (same activations, gradients
+    at most the same), so one operation keeps the timeline's peak while saving events.
+    """
+    if count <= 0:
+        return None
+    name = "micro-batch 1 (no sync)" if count == 1 else f"micro-batches 1-{count} (no sync)"
+    return builder.compute(name, count * ctx.microbatch_compute_s(), kind="fwd+bwd", on_end=on_end)
+
+
+def add_collective(
+    ctx: StepContext,
+    builder: PlanBuilder,
+    op: str,
+    size_bytes: float,
+    group: Sequence[int],
+    name: str,
+    *,
+    after: Sequence[int] = (),
+    after_start: Sequence[int] = (),
+    on_start: Sequence[MemoryChange] = (),
+    on_end: Sequence[MemoryChange] = (),
+) -> int:
+    """Add one collective to the communication stream, priced by the context's collective model.
+
+    A group of one rank moves nothing: the operation is kept (its memory effects still apply) with
+    zero time and zero bytes.
+    """
+    if len(group) <= 1 or size_bytes <= 0:
+        return builder.comm(
+            name,
+            0.0,
+            kind=op,
+            size_bytes=0.0,
+            after=after,
+            after_start=after_start,
+            on_start=on_start,
+            on_end=on_end,
+        )
+    cost = ctx.collective(op, float(size_bytes), tuple(group))
+    return builder.comm(
+        name,
+        cost.time_s,
+        kind=op,
+        size_bytes=size_bytes,
+        link=cost.bottleneck_link,
+        link_kind=cost.link_kind,
+        after=after,
+        after_start=after_start,
+        on_start=on_start,
+        on_end=on_end,
+    )

@@ -1,0 +1,280 @@
+"""Run a strategy's step for one (cluster, GPU count) point and summarise it as a StepReport.
+
+Symmetry: in homogeneous synchronous data parallelism every rank runs the same plan, so one
+representative rank (rank 0) is simulated; collective times come from
+:func:`simcore.collectives.collective_time` (cached per topology), so the cost is nearly flat in the
+number of GPUs. ``config.steps`` > 1 runs that many steps; with ``compute_jitter_sigma`` > 0 each
+step's compute is scaled by the slowest of the ranks' lognormal(0, sigma) draws from the seeded
+RNG (a synchronous step waits for the slowest rank). Issue 4's stragglers and parameter servers
+replace this with per-rank streams in the plan.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from simcore.engine import Simulation
+from simcore.report import StepReport
+from simcore.strategies.base import (
+    CollectiveFn,
+    CommCost,
+    LayerTimer,
+    StepContext,
+    Strategy,
+    TrainingConfig,
+    model_flops_per_step,
+)
+from simcore.strategies.schedule import COMM, PlanRun, StepPlan, run_plan
+from simcore.topology import Topology
+
+if TYPE_CHECKING:
+    from simcore.calibration import CalibrationProfile
+    from simcore.hardware import DeviceSpec
+    from simcore.workload import Workload
+
+__all__ = [
+    "StepResult",
+    "collective_model",
+    "gating_device",
+    "make_context",
+    "percentile",
+    "rank_groups",
+    "report_step",
+    "simulate_step",
+]
+
+
+def rank_groups(topology: Topology) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """(world, rank 0's node, rank 0's peers at the same local index on every node)."""
+    world = tuple(range(topology.world_size))
+    hosts = topology.hosts
+    node = tuple(topology.ranks_on_host(topology.host_of_rank(0)))
+    cross = tuple(topology.ranks_on_host(h)[0] for h in hosts)
+    return world, node, cross
+
+
+def _link_kind(description: str) -> str:
+    # describe_link format: "src->dst (kind, 300.0 GB/s)"
+    if "(" in description:
+        return description.split("(", 1)[1].split(",", 1)[0].strip()
+    return ""
+
+
+def collective_model(
+    topology: Topology, calibration: CalibrationProfile | None = None, *, exact: bool = False
+) -> CollectiveFn:
+    """Price collectives on ``topology`` with :func:`simcore.collectives.collective_time`.
+
+    Unless ``exact``, a size is priced by linear interpolation between the two powers of two
+    around it (each simulated once): exact for alpha-beta costs whenever the algorithm chosen is
+    the same at both ends, and it keeps DDP's many slightly different bucket sizes from each
+    costing a simulation.
+    """
+    from simcore.collectives import collective_time
+
+    memo: dict[tuple[str, float, tuple[int, ...]], CommCost] = {}
+
+    def simulated(op: str, size_bytes: float, group: tuple[int, ...]) -> CommCost:
+        key = (op, size_bytes, group)
+        cost = memo.get(key)
+        if cost is None:
+            result = collective_time(topology, op, size_bytes, group, calibration=calibration)
+            link = str(result.bottleneck_link)
+            cost = CommCost(float(result.time_s), link, _link_kind(link))
+            memo[key] = cost
+        return cost
+
+    def price(op: str, size_bytes: float, group: tuple[int, ...]) -> CommCost:
+        if exact or size_bytes < 1024:
+            return simulated(op, size_bytes, group)
+        low = float(2 ** math.floor(math.log2(size_bytes)))
+        if low == size_bytes:
+            return simulated(op, size_bytes, group)
+        below, above = simulated(op, low, group), simulated(op, 2 * low, group)
+        share = (size_bytes - low) / low
+        time_s = below.time_s + share * (above.time_s - below.time_s)
+        nearer = above if share >= 0.5 else below
+        return CommCost(time_s, nearer.bottleneck_link, nearer.link_kind)
+
+    return price
+
+
+def gating_device(topology: Topology, dtype: str) -> DeviceSpec:
+    """The device a synchronous step is gated by: the slowest at ``dtype`` (ties: least memory).
+
+    On a homogeneous cluster that is every rank's device. On a mixed one every synchronous rank
+    waits for the slowest, so it stands for all; its memory is also the tightest when the slower
+    device is the smaller one (per-rank devices arrive with issue 4's per-rank processes).
+    """
+    from simcore.hardware import device_spec
+
+    names = sorted({topology.gpu_spec_name(r) or "cpu" for r in range(topology.world_size)})
+    devices = [device_spec(name) for name in names]
+    return min(devices, key=lambda d: (d.flops(dtype), d.memory_bytes, d.name))
+
+
+def make_context(
+    workload: Workload,
+    config: TrainingConfig,
+    topology: Topology,
+    *,
+    calibration: CalibrationProfile | None = None,
+    timer: LayerTimer | None = None,
+    collective: CollectiveFn | None = None,
+    device_memory_bytes: int | None = None,
+) -> StepContext:
+    """A step context for ``topology``'s ranks on their :func:`gating_device`, unless a timer is given."""
+    if timer is None or device_memory_bytes is None:
+        from simcore.compute import ComputeModel
+
+        device = gating_device(topology, config.dtype)
+        timer = timer or ComputeModel(device, config.dtype, calibration)
+        device_memory_bytes = device_memory_bytes or device.memory_bytes
+    world, node, cross = rank_groups(topology)
+    return StepContext(
+        workload,
+        config,
+        len(world),
+        timer,
+        collective or collective_model(topology, calibration),
+        world,
+        node,
+        cross,
+        device_memory_bytes,
+    )
+
+
+@dataclass(slots=True)
+class StepResult:
+    """A simulated step: the plan, the first run in detail and every step's duration."""
+
+    plan: StepPlan
+    run: PlanRun
+    step_times_s: list[float]
+
+
+def simulate_step(
+    strategy: Strategy,
+    ctx: StepContext,
+    *,
+    seed: int = 0,
+    slowdown: float = 1.0,
+    compute_scale: Callable[[Simulation, int], float | Mapping[str, float]] | None = None,
+) -> StepResult:
+    """Build ``strategy``'s plan and run it for ``ctx.config.steps`` steps in one seeded simulation.
+
+    ``compute_scale(sim, step)`` gives a step's compute slowdown factor (one, or one per rank prefix
+    of a per-rank plan, see :func:`~simcore.strategies.schedule.run_plan`); by default 1, or the
+    lognormal jitter of the config. Identical steps (no jitter) are run once and repeated.
+    """
+    plan = strategy.build_plan(ctx)
+    cfg = ctx.config
+    sim = Simulation(seed)
+    if compute_scale is None and cfg.compute_jitter_sigma > 0:
+        sigma, ranks = cfg.compute_jitter_sigma, ctx.gpus
+
+        def compute_scale(sim: Simulation, step: int) -> float:
+            return float(np.max(sim.rng.lognormal(0.0, sigma, size=ranks)))
+
+    first = run_plan(
+        sim,
+        plan,
+        capacity_bytes=ctx.device_memory_bytes,
+        slowdown=slowdown,
+        compute_scale=compute_scale(sim, 0) if compute_scale else 1.0,
+    )
+    times = [first.step_time_s]
+    for step in range(1, cfg.steps):
+        if compute_scale is None:
+            times.append(first.step_time_s)
+            continue
+        again = run_plan(
+            sim,
+            plan,
+            capacity_bytes=ctx.device_memory_bytes,
+            slowdown=slowdown,
+            compute_scale=compute_scale(sim, step),
+        )
+        times.append(again.step_time_s)
+    return StepResult(plan, first, times)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile with linear interpolation (numpy's default method), without numpy.ma."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("percentile of no values")
+    position = (len(ordered) - 1) * q / 100.0
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def _link_busy(run: PlanRun, plan: StepPlan) -> tuple[dict[str, float], str]:
+    busy: dict[str, float] = {}
+    by_link: dict[str, float] = {}
+    links = {op.name: op.link for op in plan.ops if op.stream == COMM}
+    for span in run.spans:
+        if span.stream != COMM or span.end_s <= span.start_s:
+            continue
+        kind = span.link_kind or "unknown"
+        busy[kind] = busy.get(kind, 0.0) + span.end_s - span.start_s
+        link = links.get(span.name, "")
+        by_link[link] = by_link.get(link, 0.0) + span.end_s - span.start_s
+    step = run.step_time_s or 1.0
+    utilisation = {kind: busy[kind] / step for kind in sorted(busy)}
+    bottleneck = max(sorted(by_link), key=lambda k: by_link[k]) if by_link else ""
+    return utilisation, bottleneck
+
+
+def report_step(
+    result: StepResult, ctx: StepContext, *, cluster: str, device: str, peak_flops: float
+) -> StepReport:
+    """Summarise a simulated step (scaling efficiency is filled in later against one GPU)."""
+    p50 = percentile(result.step_times_s, 50)
+    p99 = percentile(result.step_times_s, 99)
+    cfg, workload = ctx.config, ctx.workload
+    compute_s = result.plan.compute_s()
+    peak = result.run.memory.peak()
+    utilisation, bottleneck = _link_busy(result.run, result.plan)
+    samples_per_s = cfg.global_batch / p50
+    mfu = model_flops_per_step(workload, cfg.global_batch) / (ctx.gpus * peak_flops * p50)
+    comm_s = (
+        math.fsum(s.end_s - s.start_s for s in result.run.spans if s.stream == COMM)
+        if result.run.spans
+        else 0.0
+    )
+    return StepReport(
+        cluster=cluster,
+        strategy=result.plan.strategy,
+        gpus=ctx.gpus,
+        model=workload.name,
+        device=device,
+        global_batch=cfg.global_batch,
+        micro_batch=cfg.micro_batch,
+        accumulation_steps=ctx.accumulation,
+        step_time_s=p50,
+        step_time_p99_s=p99,
+        samples_per_s=samples_per_s,
+        tokens_per_s=samples_per_s * workload.tokens_per_sample if workload.tokens_per_sample else None,
+        scaling_efficiency=None,
+        baseline_fits=None,
+        mfu=mfu,
+        compute_s=compute_s,
+        exposed_comm_s=max(0.0, result.run.step_time_s - compute_s),
+        comm_s=comm_s,
+        comm_bytes=result.plan.comm_bytes(),
+        peak_memory_bytes=peak.peak_bytes,
+        peak_phase=peak.phase,
+        memory_breakdown=dict(peak.breakdown),
+        memory_capacity_bytes=float(peak.capacity_bytes),
+        fits=peak.fits,
+        oom_verdict=peak.verdict(),
+        link_utilisation=utilisation,
+        bottleneck_link=bottleneck,
+    )

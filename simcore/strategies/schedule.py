@@ -1,0 +1,308 @@
+"""A step as two streams of operations, and the SimPy processes that run them.
+
+A :class:`StepPlan` is what a strategy produces: ordered operations on named streams, each
+waiting for other operations to end (``after``) or to start (``after_start``, how a prefetch is
+issued when an earlier unit's forward begins). A stream runs its operations in order, like a CUDA
+stream: one blocked operation holds back the ones queued behind it.
+
+Stream names: ``compute`` and ``comm`` are the representative rank's; ``"<rank>/compute"``,
+``"<rank>/comm"`` (any prefix, e.g. ``"rank3"`` or ``"server0"``) are the streams of another
+process, for the per-rank plans of stragglers and parameter servers (issue 4). A stream whose
+last name part is ``comm`` communicates; every other stream computes.
+
+While a communication operation of a rank runs, that rank's compute progresses at 1/slowdown of
+its speed (NCCL kernels take SMs and memory bandwidth from concurrent compute); the slowdown is
+applied exactly, piecewise, whenever communication starts or stops. Communication operations take the uncontended
+collective time: with a single communication stream per rank and every rank doing the same thing
+(homogeneous synchronous data parallelism), one collective at a time has the fabric to itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import simpy
+
+from simcore.engine import Simulation
+from simcore.memory import MemoryChange, MemoryTimeline
+
+__all__ = ["Op", "PlanBuilder", "PlanRun", "Span", "StepPlan", "is_comm_stream", "rank_of_stream", "run_plan"]
+
+COMPUTE = "compute"
+COMM = "comm"
+
+
+def is_comm_stream(stream: str) -> bool:
+    """Whether ``stream`` carries communication (its last ``/`` part is ``comm``)."""
+    return stream.rsplit("/", 1)[-1] == COMM
+
+
+def rank_of_stream(stream: str) -> str:
+    """The process a stream belongs to: its prefix before the last ``/`` ("" = representative rank)."""
+    return stream.rsplit("/", 1)[0] if "/" in stream else ""
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One operation: compute work at full speed (seconds) or one collective (its time)."""
+
+    id: int
+    stream: str
+    name: str
+    duration_s: float
+    kind: str = ""
+    after: tuple[int, ...] = ()
+    after_start: tuple[int, ...] = ()
+    on_start: tuple[MemoryChange, ...] = ()
+    on_end: tuple[MemoryChange, ...] = ()
+    bytes: float = 0.0
+    link: str = ""
+    link_kind: str = ""
+
+
+@dataclass(slots=True)
+class StepPlan:
+    """A strategy's step: operations per stream, the memory held at step start, and a name."""
+
+    strategy: str
+    ops: list[Op] = field(default_factory=list)
+    initial_memory: dict[str, float] = field(default_factory=dict)
+
+    def stream_names(self) -> list[str]:
+        names: list[str] = []
+        for op in self.ops:
+            if op.stream not in names:
+                names.append(op.stream)
+        return names
+
+    def compute_s(self) -> float:
+        """Compute-only time: the sum of compute work, as if nothing slowed or waited for it."""
+        return sum(op.duration_s for op in self.ops if op.stream == COMPUTE)
+
+    def comm_bytes(self) -> float:
+        """Bytes of the collectives the representative rank takes part in (nccl-tests sizes)."""
+        return sum(op.bytes for op in self.ops if op.stream == COMM)
+
+
+class PlanBuilder:
+    """Appends operations to a plan and hands back their ids for later dependencies."""
+
+    def __init__(self, strategy: str) -> None:
+        self.plan = StepPlan(strategy)
+        self.last_comm: int | None = None
+
+    def add(self, stream: str, name: str, duration_s: float, **kwargs: object) -> int:
+        """Append an operation to any stream (see the module docstring for stream names)."""
+        op_id = len(self.plan.ops)
+        self.plan.ops.append(Op(op_id, stream, name, float(duration_s), **kwargs))  # type: ignore[arg-type]
+        return op_id
+
+    def compute(
+        self,
+        name: str,
+        duration_s: float,
+        *,
+        kind: str = "",
+        after: Sequence[int] = (),
+        on_start: Sequence[MemoryChange] = (),
+        on_end: Sequence[MemoryChange] = (),
+    ) -> int:
+        return self.add(
+            COMPUTE,
+            name,
+            duration_s,
+            kind=kind,
+            after=tuple(after),
+            on_start=tuple(on_start),
+            on_end=tuple(on_end),
+        )
+
+    def comm(
+        self,
+        name: str,
+        duration_s: float,
+        *,
+        kind: str,
+        size_bytes: float,
+        link: str = "",
+        link_kind: str = "",
+        after: Sequence[int] = (),
+        after_start: Sequence[int] = (),
+        on_start: Sequence[MemoryChange] = (),
+        on_end: Sequence[MemoryChange] = (),
+    ) -> int:
+        self.last_comm = self.add(
+            COMM,
+            name,
+            duration_s,
+            kind=kind,
+            bytes=float(size_bytes),
+            link=link,
+            link_kind=link_kind,
+            after=tuple(after),
+            after_start=tuple(after_start),
+            on_start=tuple(on_start),
+            on_end=tuple(on_end),
+        )
+        return self.last_comm
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """When one operation ran (for traces and utilisation)."""
+
+    stream: str
+    name: str
+    kind: str
+    start_s: float
+    end_s: float
+    bytes: float = 0.0
+    link_kind: str = ""
+
+
+@dataclass(slots=True)
+class PlanRun:
+    """The result of running a plan once: its duration, spans and memory timeline."""
+
+    step_time_s: float
+    spans: list[Span]
+    memory: MemoryTimeline
+
+
+@dataclass(slots=True)
+class _RankState:
+    """What couples one rank's streams: its communication in flight and the compute running."""
+
+    changed: simpy.Event
+    comm_active: int = 0
+    current_compute: str = "start of step"
+
+
+class _Runner:
+    """The processes of one plan run inside a simulation."""
+
+    def __init__(
+        self,
+        sim: Simulation,
+        plan: StepPlan,
+        memory: MemoryTimeline,
+        slowdown: float,
+        compute_scale: float | Mapping[str, float],
+    ) -> None:
+        self.env = sim.env
+        self.plan = plan
+        self.memory = memory
+        self.slowdown = slowdown
+        self.compute_scale = compute_scale
+        # Events only for operations something waits on: most operations are waited on by none.
+        awaited_start = {i for op in plan.ops for i in op.after_start}
+        awaited_end = {i for op in plan.ops for i in op.after}
+        self.started: list[simpy.Event | None] = [
+            self.env.event() if op.id in awaited_start else None for op in plan.ops
+        ]
+        self.done: list[simpy.Event | None] = [
+            self.env.event() if op.id in awaited_end else None for op in plan.ops
+        ]
+        self.spans: list[Span] = []
+        self.ranks: dict[str, _RankState] = {}
+        self.t0 = float(self.env.now)
+
+    def _rank(self, stream: str) -> _RankState:
+        key = rank_of_stream(stream)
+        state = self.ranks.get(key)
+        if state is None:
+            state = self.ranks[key] = _RankState(self.env.event())
+        return state
+
+    def _scale(self, stream: str) -> float:
+        if isinstance(self.compute_scale, Mapping):
+            return float(self.compute_scale.get(rank_of_stream(stream), 1.0))
+        return self.compute_scale
+
+    def _toggle_comm(self, rank: _RankState, delta: int) -> None:
+        rank.comm_active += delta
+        changed, rank.changed = rank.changed, self.env.event()
+        changed.succeed()
+
+    def _compute(self, rank: _RankState, work_s: float) -> simpy.events.ProcessGenerator:
+        remaining = work_s
+        tolerance = 1e-12 * work_s
+        while remaining > tolerance:
+            rate = 1.0 / self.slowdown if rank.comm_active else 1.0
+            start = self.env.now
+            finish = self.env.timeout(remaining / rate)
+            if self.slowdown == 1.0:
+                yield finish
+                return
+            yield finish | rank.changed
+            if finish.processed:
+                return
+            remaining -= (self.env.now - start) * rate
+
+    def stream(self, name: str, ops: list[Op]) -> simpy.events.ProcessGenerator:
+        env = self.env
+        rank = self._rank(name)
+        communicates = is_comm_stream(name)
+        scale = self._scale(name)
+        for op in ops:
+            waits = [self.done[i] for i in op.after] + [self.started[i] for i in op.after_start]
+            pending = [ev for ev in waits if ev is not None and not ev.processed]
+            if len(pending) == 1:
+                yield pending[0]
+            elif pending:
+                yield env.all_of(pending)
+            start = float(env.now)
+            started = self.started[op.id]
+            if started is not None:
+                started.succeed()
+            if not communicates:
+                rank.current_compute = op.name
+            # Memory changed by a collective is attributed to the compute running at that moment.
+            phase = f"{rank.current_compute} ({op.name})" if communicates else op.name
+            if op.on_start:
+                self.memory.apply(op.on_start, phase, start - self.t0)
+            if not communicates:
+                yield from self._compute(rank, op.duration_s * scale)
+            elif op.duration_s > 0:
+                self._toggle_comm(rank, +1)
+                yield env.timeout(op.duration_s)
+                self._toggle_comm(rank, -1)
+            end = float(env.now)
+            self.spans.append(
+                Span(op.stream, op.name, op.kind, start - self.t0, end - self.t0, op.bytes, op.link_kind)
+            )
+            if op.on_end:
+                self.memory.apply(op.on_end, phase, end - self.t0)
+            done = self.done[op.id]
+            if done is not None:
+                done.succeed()
+
+
+def run_plan(
+    sim: Simulation,
+    plan: StepPlan,
+    *,
+    capacity_bytes: float,
+    slowdown: float = 1.0,
+    compute_scale: float | Mapping[str, float] = 1.0,
+) -> PlanRun:
+    """Run ``plan`` from the simulation's current time until every stream has finished.
+
+    ``compute_scale`` multiplies compute durations (a slow or jittery step): one factor for all, or
+    a factor per rank prefix (``{"": 1.0, "rank3": 2.0}``, missing ranks 1). Streams start in the
+    order they first appear in the plan. One memory timeline is kept: the representative rank's
+    (per-rank plans should attach memory changes to that rank's operations only).
+    """
+    memory = MemoryTimeline(capacity_bytes)
+    memory.apply(plan.initial_memory.items(), "start of step", 0.0)
+    runner = _Runner(sim, plan, memory, slowdown, compute_scale)
+    processes = [
+        sim.env.process(runner.stream(name, [op for op in plan.ops if op.stream == name]))
+        for name in plan.stream_names()
+    ]
+    if processes:
+        sim.run(until=sim.env.all_of(processes))
+    return PlanRun(
+        float(sim.env.now) - runner.t0, sorted(runner.spans, key=lambda s: (s.start_s, s.end_s)), memory
+    )

@@ -1,0 +1,367 @@
+"""experiments.what_if: the default run against stored goldens, the JSON schema, bad input, the
+recommendation rules.
+
+Regenerate the goldens after an intended change with ``TRAINSIM_UPDATE_GOLDEN=1 pytest tests/test_what_if.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from experiments.what_if import main
+from simcore.report import RECORD_FIELDS, SCHEMA, StepReport, records_to_csv
+from simcore.whatif import recommend
+
+GOLDEN = Path(__file__).parent / "golden"
+UPDATE = os.environ.get("TRAINSIM_UPDATE_GOLDEN") == "1"
+REQUIRED = (
+    "cluster",
+    "strategy",
+    "gpus",
+    "global_batch",
+    "step_time_s",
+    "step_time_p99_s",
+    "samples_per_s",
+    "scaling_efficiency",
+    "mfu",
+    "exposed_comm_s",
+    "peak_memory_bytes",
+    "memory_breakdown",
+    "fits",
+)
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    assert main(argv) == 0
+    return capsys.readouterr().out
+
+
+def _check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if UPDATE:
+        path.write_text(text)
+    assert path.exists(), f"missing golden {path}; run with TRAINSIM_UPDATE_GOLDEN=1"
+    expected = path.read_text()
+    if name.endswith(".json"):
+        assert _approx_equal(json.loads(text), json.loads(expected)), f"{name} differs from its golden"
+    else:
+        assert text == expected
+
+
+def _approx_equal(a: object, b: object) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return a == pytest.approx(b, rel=1e-9, abs=1e-12)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_approx_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_approx_equal(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+def test_default_run_table_matches_golden(capsys: pytest.CaptureFixture[str]) -> None:
+    out = _run(["--gpus", "16"], capsys)
+    _check_golden("what_if_default.txt", out)
+    assert "cluster dgx-a100" in out and "cluster g5.48xlarge" in out
+    assert out.count("recommendation:") == 2
+
+
+def test_default_run_json_matches_golden_and_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    out = _run(["--gpus", "16", "--format", "json"], capsys)
+    _check_golden("what_if_default.json", out)
+    document = json.loads(out)
+    assert document["schema"] == SCHEMA and document["version"] == 1
+    records = document["records"]
+    assert len(records) == 12  # 2 clusters x 6 strategies
+    for record in records:
+        assert set(REQUIRED) <= set(record) and list(record) == list(RECORD_FIELDS)
+        assert set(record["memory_breakdown"]) >= {"params", "grads", "optimizer", "activations", "buffers"}
+        assert record["step_time_s"] >= record["compute_s"] * (1 - 1e-12)
+        assert record["fits"] == (record["peak_memory_bytes"] <= record["memory_capacity_bytes"])
+    by_cluster = {r["cluster"]: r for r in document["recommendations"]}
+    assert set(by_cluster) == {"dgx-a100", "g5.48xlarge"}
+    # GPT-2 XL's 25 GB of model state fits a DDP replica on an 80 GB A100, not on a 24 GB A10G
+    ddp = {r["cluster"]: r for r in records if r["strategy"] == "ddp"}
+    assert ddp["dgx-a100"]["fits"] and not ddp["g5.48xlarge"]["fits"]
+    assert by_cluster["g5.48xlarge"]["rule"] == "sharded-fits"
+
+
+def test_csv_has_one_row_per_point_and_flattened_memory(capsys: pytest.CaptureFixture[str]) -> None:
+    out = _run(
+        [
+            "--gpus",
+            "2,4",
+            "--strategies",
+            "ddp,fsdp",
+            "--cluster",
+            "dgx-a100",
+            "--format",
+            "csv",
+            "--model",
+            "gpt2-small",
+            "--global-batch",
+            "16",
+        ],
+        capsys,
+    )
+    lines = out.strip().splitlines()
+    assert len(lines) == 1 + 4
+    assert "memory_breakdown.params" in lines[0].split(",")
+
+
+def test_sweep_prints_scaling_curves_per_strategy(capsys: pytest.CaptureFixture[str]) -> None:
+    out = _run(
+        [
+            "--gpus",
+            "1,2,4",
+            "--strategies",
+            "ddp,zero2",
+            "--cluster",
+            "dgx-a100",
+            "--model",
+            "gpt2-small",
+            "--global-batch",
+            "16",
+        ],
+        capsys,
+    )
+    rows = [
+        line.split() for line in out.splitlines() if line.startswith("  ddp") or line.startswith("  zero2")
+    ]
+    assert [(r[0], r[1]) for r in rows] == [
+        ("ddp", "1"),
+        ("ddp", "2"),
+        ("ddp", "4"),
+        ("zero2", "1"),
+        ("zero2", "2"),
+        ("zero2", "4"),
+    ]
+    assert rows[0][6] == "1.00"  # one GPU is its own baseline
+
+
+def test_same_seed_same_output(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [
+        "--gpus",
+        "8",
+        "--cluster",
+        "dgx-a100",
+        "--model",
+        "gpt2-small",
+        "--global-batch",
+        "32",
+        "--format",
+        "json",
+        "--steps",
+        "3",
+        "--seed",
+        "7",
+    ]
+    assert _run(argv, capsys) == _run(argv, capsys)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--model", "no-such-model"], "unknown model 'no-such-model'"),
+        (["--cluster", "no-such-cluster"], "unknown topology 'no-such-cluster'"),
+        (["--strategies", "ddp,zero4"], "unknown strategy 'zero4'"),
+        (["--global-batch", "60"], "global batch 60 is not divisible by gpus x micro-batch = 16 x 4 = 64"),
+        (["--gpus", "0"], "--gpus: expected positive numbers"),
+        (["--bucket-size", "lots"], "size"),
+        (["--wrap", "every-x-layers"], "wrap policy"),
+    ],
+)
+def test_bad_input_gets_one_error_line(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--gpus", "16", *argv])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1
+
+
+def test_malformed_shape_file_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    shape = tmp_path / "model.yaml"
+    shape.write_text("transformer: {layers: 2, hidden: [oops]}\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--gpus", "2", "--model", str(shape), "--global-batch", "8"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
+
+
+def test_cli_runs_as_a_module_without_traceback() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "experiments.what_if", "--gpus", "16", "--strategies", "nope"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert (
+        proc.returncode == 2
+        and proc.stderr.startswith("error: unknown strategy")
+        and "Traceback" not in proc.stderr
+    )
+
+
+def _report(
+    strategy: str, step_s: float, fits: bool, *, compute_s: float | None = None, exposed: float = 0.0
+) -> StepReport:
+    return StepReport(
+        cluster="c",
+        strategy=strategy,
+        gpus=8,
+        model="m",
+        device="d",
+        global_batch=8,
+        micro_batch=1,
+        accumulation_steps=1,
+        step_time_s=step_s,
+        step_time_p99_s=step_s,
+        samples_per_s=8 / step_s,
+        tokens_per_s=None,
+        scaling_efficiency=None,
+        baseline_fits=None,
+        mfu=0.5,
+        compute_s=compute_s if compute_s is not None else step_s - exposed,
+        exposed_comm_s=exposed,
+        comm_s=exposed,
+        comm_bytes=1e9,
+        peak_memory_bytes=10e9 if fits else 90e9,
+        peak_phase="x",
+        memory_breakdown={},
+        memory_capacity_bytes=80e9,
+        fits=fits,
+        oom_verdict="",
+    )
+
+
+def test_recommend_ddp_when_it_fits_and_is_close_to_the_fastest() -> None:
+    verdict = recommend([_report("ddp", 1.02, True), _report("fsdp", 1.0, True)])
+    assert verdict.strategy == "ddp" and verdict.rule == "ddp-fits" and "behind fsdp" in verdict.reason
+
+
+def test_recommend_a_faster_strategy_over_ddp_with_its_reason() -> None:
+    verdict = recommend(
+        [_report("ddp", 1.3, True, compute_s=1.3), _report("zero1", 1.0, True, compute_s=1.0)]
+    )
+    assert (
+        verdict.strategy == "zero1" and verdict.rule == "faster-than-ddp" and "30.0% faster" in verdict.reason
+    )
+
+
+def test_recommend_fastest_fitting_sharded_strategy_with_a_budget() -> None:
+    verdict = recommend(
+        [_report("ddp", 1.0, False), _report("fsdp", 1.5, True, exposed=0.3), _report("zero3", 1.4, False)]
+    )
+    assert verdict.strategy == "fsdp" and "Communication budget: 300 ms exposed" in verdict.reason
+
+
+def test_recommend_nothing_when_nothing_fits() -> None:
+    verdict = recommend([_report("ddp", 1.0, False), _report("fsdp", 1.5, False)])
+    assert (
+        verdict.strategy is None
+        and verdict.rule == "nothing-fits"
+        and "--checkpoint-activations" in verdict.reason
+    )
+
+
+def test_recommend_flags_uneven_hardware() -> None:
+    verdict = recommend([_report("ddp", 1.0, True)], heterogeneous=True)
+    assert verdict.rule == "heterogeneous-synchronous" and verdict.reason.startswith("Uneven hardware")
+
+
+def test_records_to_csv_flattens_nested_fields() -> None:
+    record = replace(_report("ddp", 1.0, True), memory_breakdown={"params": 1.0}).to_record()
+    header = records_to_csv([record]).splitlines()[0].split(",")
+    assert "memory_breakdown.params" in header and "memory_breakdown" not in header
+
+
+@pytest.mark.slow
+def test_out_writes_plots_and_a_step_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [
+        "--gpus",
+        "1,2",
+        "--strategies",
+        "ddp,fsdp",
+        "--cluster",
+        "dgx-a100",
+        "--model",
+        "gpt2-small",
+        "--global-batch",
+        "8",
+        "--out",
+        str(tmp_path),
+    ]
+    _run(argv, capsys)
+    for name in ("throughput.png", "memory.png", "scaling.png", "step_trace.json"):
+        assert (tmp_path / name).stat().st_size > 0
+    trace = json.loads((tmp_path / "step_trace.json").read_text())
+    names = {e["name"] for e in trace["traceEvents"] if e["ph"] == "X"}
+    assert "optimizer step" in names and any(n.startswith("all_reduce bucket") for n in names)
+
+
+def _profile(tmp_path: Path, device_name: str) -> Path:
+    profile = {
+        "format": "trainsim-profile",
+        "version": 1,
+        "cluster": {
+            "backend": "nccl",
+            "device_kind": "gpu",
+            "device_name": device_name,
+            "world_size": 16,
+            "ranks_per_node": 8,
+            "nodes": 2,
+        },
+        "collectives": [
+            {"op": "all_reduce", "ranks": 16, "scope": "inter_node", "alpha_s": 1e-3, "busbw_Bps": 1e9}
+        ],
+        "compute": {"comm_compute_slowdown": 1.5},
+    }
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(profile))
+    return path
+
+
+def test_calibration_profile_changes_the_prediction(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [
+        "--gpus",
+        "16",
+        "--cluster",
+        "dgx-a100",
+        "--strategies",
+        "ddp",
+        "--model",
+        "gpt2-small",
+        "--global-batch",
+        "64",
+        "--format",
+        "json",
+    ]
+    plain = json.loads(_run(argv, capsys))["records"][0]
+    calibrated = json.loads(
+        _run([*argv, "--calibration", str(_profile(tmp_path, "NVIDIA A100-SXM4-80GB"))], capsys)
+    )["records"][0]
+    # a measured 1 GB/s all-reduce cannot hide behind backward the way the simulated fabric does
+    assert calibrated["exposed_comm_s"] > plain["exposed_comm_s"] + 0.1
+
+
+def test_calibration_profile_of_another_gpu_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(
+            ["--gpus", "16", "--cluster", "dgx-a100", "--calibration", str(_profile(tmp_path, "NVIDIA A10G"))]
+        )
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.startswith("error: calibration profile")
