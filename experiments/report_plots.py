@@ -3,6 +3,8 @@
 - ``throughput.png``: samples/s per strategy and cluster at the largest GPU count;
 - ``memory.png``: per-GPU peak memory by category per strategy, with each device's capacity;
 - ``scaling.png``: samples/s against GPUs per strategy (only when several GPU counts were run);
+- ``staleness.png``: the parameter-server modes' staleness histograms at the largest GPU count, one
+  panel per cluster (share of applied gradients per staleness in server versions);
 - ``step_trace.json``: one step per strategy at the largest GPU count of the first cluster, as a
   Chrome trace (open in ui.perfetto.dev): a track per strategy, lanes ``compute`` and ``comm``,
   and a memory counter.
@@ -18,9 +20,10 @@ from simcore.memory import CATEGORIES
 from simcore.report import StepReport
 
 if TYPE_CHECKING:
+    from simcore.paramserver import PSResult
     from simcore.whatif import WhatIfResult
 
-__all__ = ["plot_what_if", "write_step_trace"]
+__all__ = ["plot_staleness", "plot_what_if", "write_step_trace"]
 
 
 def plot_what_if(reports: Sequence[StepReport], out: Path) -> list[Path]:
@@ -80,6 +83,46 @@ def _memory_plot(reports: Sequence[StepReport], gpus: int, path: Path) -> Path:
         ax.set_title(f"{cluster}: peak memory per GPU at {gpus} GPUs")
         ax.set_ylabel("GB")
     return _save(fig, path)
+
+
+def plot_staleness(results: Sequence[PSResult], path: Path) -> Path:
+    """Staleness histograms of the parameter-server modes at the largest GPU count, a panel per cluster."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import pandas as pd
+    import seaborn as sns
+
+    from simcore.paramserver import PS_MODES
+
+    gpus = max(r.step.gpus for r in results)
+    rows = [
+        {
+            "cluster": r.step.cluster,
+            "mode": r.mode,
+            "staleness": delay,
+            "share": count / max(1, r.gradients_applied),
+        }
+        for r in results
+        if r.step.gpus == gpus
+        for delay, count in sorted(r.staleness_histogram.items())
+    ]
+    frame = pd.DataFrame(rows)
+    order = [m for m in PS_MODES if m in set(frame["mode"])]
+    grid = sns.catplot(
+        data=frame,
+        kind="bar",
+        x="staleness",
+        y="share",
+        hue="mode",
+        hue_order=order,
+        col="cluster",
+        height=4,
+        aspect=1.4,
+    )
+    grid.set_axis_labels("staleness (server versions)", "share of applied gradients")
+    grid.figure.suptitle(f"parameter-server staleness at {gpus} GPUs", y=1.02)
+    return _save(grid.figure, path)
 
 
 def _save(fig: object, path: Path) -> Path:

@@ -6,7 +6,7 @@ Version 1 fields, all SI (seconds, bytes); new fields may be added, none renamed
 
 =====================  ============================================================================
 cluster                cluster preset name or YAML path as given
-strategy               ddp | fsdp | zero1 | zero2 | zero3 | hsdp (later ps-* modes)
+strategy               ddp | fsdp | zero1 | zero2 | zero3 | hsdp | ps-sync | ps-async | ps-ssp | ps-mitigated
 gpus                   data-parallel ranks
 model                  workload name
 device                 GPU spec that gates the step: every rank's on a homogeneous cluster, the
@@ -40,6 +40,9 @@ link_utilisation       {link kind: fraction of the step a collective limited by 
                        was running}
 bottleneck_link        the link limiting the collectives that took the most time
 =====================  ============================================================================
+
+Parameter-server records (``ps-*``) carry these fields first, then ``staleness`` {mean, p50, p99,
+max}, ``staleness_histogram`` and the other fields documented in :mod:`simcore.paramserver.report`.
 """
 
 from __future__ import annotations

@@ -236,13 +236,32 @@ def predicted_staleness(
 ) -> StalenessDistribution:
     """The staleness distribution the parameter-server simulation predicts for a cluster and mode.
 
-    Interface for the parameter-server simulation (issue 4): it will run ``mode`` on ``cluster``
-    with ``gpus`` workers (SSP with ``staleness_bound``) and return the staleness histogram of the
-    applied updates. Until that simulation is wired in, this raises
-    :class:`SimulationUnavailableError` (a :class:`TrainsimError`).
+    Runs :func:`simcore.paramserver.run_parameter_server` for ``mode`` on ``cluster`` with ``gpus``
+    workers (SSP/mitigated with ``staleness_bound``, default
+    :data:`simcore.paramserver.DEFAULT_STALENESS_BOUND`), the what-if's default model and batch
+    per GPU, and default shards and placement, and returns the staleness histogram of the applied
+    updates. An unknown cluster or mode is a :class:`TrainsimError`.
     """
-    normalize_ps_mode(mode)
-    raise SimulationUnavailableError("parameter-server simulation not available (staleness prediction)")
+    from dataclasses import replace
+
+    from simcore.paramserver import PSConfig, run_parameter_server
+    from simcore.paramserver.config import DEFAULT_STALENESS_BOUND
+    from simcore.whatif import DEFAULT_CONFIG, DEFAULT_MODEL
+    from simcore.workload import load_workload
+
+    name = normalize_ps_mode(mode)
+    bound = DEFAULT_STALENESS_BOUND if staleness_bound is None else staleness_bound
+    training = replace(DEFAULT_CONFIG, global_batch=gpus * DEFAULT_CONFIG.micro_batch)
+    workload = load_workload(DEFAULT_MODEL, seq_len=training.seq_len, dtype=training.dtype)
+    result = run_parameter_server(
+        workload, cluster, gpus, PSConfig(mode=name, staleness_bound=bound), training, seed=seed
+    )
+    label = f"simulated {name} on {cluster}, {gpus} GPUs" + (f", s={bound}" if name == "ssp" else "")
+    return staleness_from_histogram(
+        dict(result.staleness_histogram),
+        label,
+        f"trainsim parameter-server simulation ({DEFAULT_MODEL}, seed {seed})",
+    )
 
 
 def predicted_update_time_s(

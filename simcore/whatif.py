@@ -5,7 +5,9 @@
 strategy on one GPU of the same cluster. :func:`recommend` applies the seed paper's decision
 framework to the largest GPU count of each cluster:
 
-1. uneven hardware -> parameter server (the branch issue 4 adds: :data:`HETEROGENEOUS_RULE`);
+1. uneven hardware (mixed devices or stragglers) -> parameter server, when the simulated numbers
+   say so (:func:`simcore.paramserver.advice.uneven_hardware_advice`); otherwise the synchronous
+   choice below, with the parameter server's numbers that lost;
 2. DDP fits -> DDP, unless another strategy that fits is more than :data:`DDP_TOLERANCE` faster
    (then that one, with the numbers that make it faster);
 3. DDP does not fit -> the fastest strategy that fits, with its communication cost as the budget;
@@ -19,15 +21,27 @@ the seed paper's two cluster classes: ``dgx-a100`` (8 NVSwitch A100s per node) a
 wires but not the node shape, as the paper's A100-vs-A10G comparison intends ("to isolate the
 impact of communication bandwidth"). Global batch 64 and micro-batch 4 (one micro-batch per GPU at
 16 GPUs; the one-GPU baseline accumulates 16).
+
+Parameter-server modes (``ps-sync``, ``ps-async``, ``ps-ssp``, ``ps-mitigated``) are simulated per
+rank with :mod:`simcore.paramserver` (flows through the cluster's links, so incast shows), for at
+least :data:`MIN_PS_STEPS` steps (:data:`UNEVEN_PS_STEPS` on uneven or jittery hardware, where
+asynchrony needs a few steps to settle). Stragglers, mixed devices and compute jitter
+(:class:`simcore.heterogeneity.Heterogeneity`) make every synchronous step wait for its slowest
+rank; link jitter applies to the parameter server's flows only (collectives are priced
+uncontended).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from simcore.errors import TrainsimError
+from simcore.heterogeneity import NO_HETEROGENEITY, Heterogeneity, sync_compute_scale
+from simcore.paramserver import PS_MODES, PSOptions, PSResult, load_ps_cluster, run_modes
+from simcore.paramserver.advice import uneven_hardware_advice
 from simcore.report import StepReport
 from simcore.strategies import get_strategy, strategy_names
 from simcore.strategies.base import Strategy, TrainingConfig
@@ -43,9 +57,12 @@ __all__ = [
     "DEFAULT_CLUSTERS",
     "DEFAULT_CONFIG",
     "DEFAULT_MODEL",
-    "HETEROGENEOUS_RULE",
+    "MIN_PS_STEPS",
+    "UNEVEN_PS_STEPS",
     "Recommendation",
+    "UnevenHardware",
     "WhatIfResult",
+    "all_strategy_names",
     "recommend",
     "run_what_if",
 ]
@@ -59,6 +76,10 @@ DEFAULT_CONFIG = TrainingConfig(
 # DDP is kept when it is within this fraction of the fastest strategy that fits: the seed notes'
 # "if the model fits, use DDP" (simplest, no sharding round trips) unless the numbers disagree.
 DDP_TOLERANCE = 0.05
+# Parameter-server steps: two on even, deterministic hardware (the second shows steady-state
+# staleness); eight where stragglers, mixed devices or jitter let workers drift apart.
+MIN_PS_STEPS = 2
+UNEVEN_PS_STEPS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +89,7 @@ class Recommendation:
     cluster: str
     gpus: int
     strategy: str | None
-    rule: str  # "heterogeneous" | "ddp-fits" | "faster-than-ddp" | "sharded-fits" | "nothing-fits"
+    rule: str  # "heterogeneous" | "heterogeneous-synchronous" | "ddp-fits" | "faster-than-ddp" | "sharded-fits" | "nothing-fits"
     reason: str
 
     def to_record(self) -> dict[str, object]:
@@ -89,19 +110,34 @@ class WhatIfResult:
     recommendations: list[Recommendation]
     steps: dict[tuple[str, str, int], StepResult] = field(default_factory=dict)
     topologies: dict[tuple[str, int], Topology] = field(default_factory=dict)
+    ps_results: dict[tuple[str, str, int], PSResult] = field(default_factory=dict)
+    heterogeneity: Heterogeneity = NO_HETEROGENEITY
+
+    def records(self) -> list[dict[str, object]]:
+        """JSON-ready records in report order; parameter-server points carry their staleness fields."""
+        out: list[dict[str, object]] = []
+        for report in self.reports:
+            ps = self.ps_results.get((report.cluster, report.strategy, report.gpus))
+            out.append(replace(ps, step=report).to_record() if ps is not None else report.to_record())
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class UnevenHardware:
+    """Why a point's hardware is uneven, and what the uneven-hardware branch compares."""
+
+    why: str
+    ps_results: Mapping[str, PSResult]
+    mean_samples_per_s: Mapping[str, float]
+
+
+def all_strategy_names() -> list[str]:
+    """Every strategy the what-if runs by default: the synchronous ones, then the parameter server's."""
+    return [*strategy_names(), *PS_MODES]
 
 
 def _gb(n: float) -> str:
     return f"{n / 1e9:.1f} GB"
-
-
-def _heterogeneous_not_yet(reports: Sequence[StepReport]) -> Recommendation | None:
-    """Issue 4 replaces this with the parameter-server branch; until then, no opinion."""
-    return None
-
-
-# The uneven-hardware branch of the decision framework: called first when a cluster mixes devices.
-HETEROGENEOUS_RULE: Callable[[Sequence[StepReport]], Recommendation | None] = _heterogeneous_not_yet
 
 
 def _why_faster(best: StepReport, ddp: StepReport) -> str:
@@ -112,21 +148,39 @@ def _why_faster(best: StepReport, ddp: StepReport) -> str:
     return f"it exposes {comm_gain * 1e3:.0f} ms less communication per step"
 
 
-def recommend(reports: Sequence[StepReport], *, heterogeneous: bool = False) -> Recommendation:
-    """The decision framework applied to the reports of one (cluster, gpus) point."""
+def recommend(
+    reports: Sequence[StepReport], *, heterogeneous: bool = False, uneven: UnevenHardware | None = None
+) -> Recommendation:
+    """The decision framework applied to the reports of one (cluster, gpus) point.
+
+    Rules 2-4 choose among the synchronous strategies (parameter-server modes only when nothing
+    else was run). On uneven hardware (``heterogeneous``, or ``uneven`` with the parameter
+    server's results) the fastest parameter server is weighed against that choice first.
+    """
     if not reports:
         raise TrainsimError("no reports to recommend from")
-    if heterogeneous:
-        verdict = HETEROGENEOUS_RULE(reports)
-        if verdict is not None:
-            return verdict
-        chosen = _synchronous_choice(reports)
+    ps_names = set(uneven.ps_results) if uneven is not None else set()
+    synchronous = [r for r in reports if r.strategy not in ps_names and r.strategy not in PS_MODES] or list(
+        reports
+    )
+    if not heterogeneous and uneven is None:
+        return _synchronous_choice(synchronous)
+    chosen = _synchronous_choice(synchronous)
+    verdict = None
+    if uneven is not None:
+        verdict = uneven_hardware_advice(reports, uneven.ps_results, uneven.mean_samples_per_s, uneven.why)
+    if verdict is not None and verdict.ps_wins:
+        return Recommendation(
+            reports[0].cluster, reports[0].gpus, verdict.strategy, "heterogeneous", verdict.reason
+        )
+    if verdict is not None:
+        note = verdict.reason[0].upper() + verdict.reason[1:] + " "
+    else:
         note = (
             f"Uneven hardware: every synchronous strategy waits for the slowest GPU ({reports[0].device}); "
-            "the parameter-server alternative is not simulated yet. "
+            "no parameter-server mode was simulated (add ps-async to --strategies). "
         )
-        return replace(chosen, rule="heterogeneous-synchronous", reason=note + chosen.reason)
-    return _synchronous_choice(reports)
+    return replace(chosen, rule="heterogeneous-synchronous", reason=note + chosen.reason)
 
 
 def _synchronous_choice(reports: Sequence[StepReport]) -> Recommendation:
@@ -189,8 +243,13 @@ def _when_ddp_fits(ddp: StepReport, best: StepReport, fitting: Sequence[StepRepo
     )
 
 
-def _is_heterogeneous(topology: Topology) -> bool:
-    return len({topology.gpu_spec_name(r) for r in range(topology.world_size)}) > 1
+def _check_names(names: Sequence[str]) -> tuple[list[Strategy], list[str]]:
+    """(synchronous strategies, parameter-server modes) of ``names``, in the order given."""
+    known = all_strategy_names()
+    for name in names:
+        if name not in known:
+            raise TrainsimError(f"unknown strategy {name!r}; known: {', '.join(known)}")
+    return [get_strategy(n) for n in names if n not in PS_MODES], [n for n in names if n in PS_MODES]
 
 
 def run_what_if(
@@ -203,18 +262,21 @@ def run_what_if(
     calibration: CalibrationProfile | None = None,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
+    ps_options: PSOptions | None = None,
+    heterogeneity: Heterogeneity = NO_HETEROGENEITY,
 ) -> WhatIfResult:
     """Simulate every (cluster, strategy, gpus) point; reports are ordered cluster, strategy, gpus."""
     from topologies import load_cluster
 
-    names = list(strategies) if strategies else strategy_names()
-    chosen = [get_strategy(n) for n in names]
+    names = list(strategies) if strategies else all_strategy_names()
+    chosen, ps_modes = _check_names(names)
     counts = sorted(set(gpus))
     if not counts or counts[0] < 1:
         raise TrainsimError(f"--gpus must list positive counts, got {list(gpus)}")
     for count in counts:
         config.accumulation_steps(count)
-    result = WhatIfResult([], [])
+    heterogeneity.check(counts[-1])
+    result = WhatIfResult([], [], heterogeneity=heterogeneity)
     total, done = len(clusters) * len(names) * (len(counts) + (1 not in counts)), [0]
 
     def tick(line: str) -> None:
@@ -228,19 +290,43 @@ def run_what_if(
         if calibration is not None:
             calibration.check_against(topologies[counts[-1]], strict=False)
         by_point = _simulate_cluster(
-            result, cluster, topologies, chosen, workload, config, calibration, seed, tick
+            result, cluster, topologies, chosen, workload, config, calibration, seed, tick, heterogeneity
         )
-        for strategy in chosen:
-            base = by_point[(strategy.name, 1)]
+        if ps_modes:
+            by_point.update(
+                _simulate_ps_cluster(
+                    result, cluster, topologies, ps_modes, workload, config, calibration, seed, tick,
+                    ps_options or PSOptions(), heterogeneity,
+                )
+            )  # fmt: skip
+        for name in names:
+            base = by_point[(name, 1)]
             for n in counts:
-                rep = by_point[(strategy.name, n)]
+                rep = by_point[(name, n)]
                 efficiency = rep.samples_per_s / (n * base.samples_per_s)
                 result.reports.append(replace(rep, scaling_efficiency=efficiency, baseline_fits=base.fits))
-        point = [r for r in result.reports if r.cluster == cluster and r.gpus == counts[-1]]
-        result.recommendations.append(
-            recommend(point, heterogeneous=_is_heterogeneous(topologies[counts[-1]]))
-        )
+        result.recommendations.append(_recommend_point(result, cluster, counts[-1], topologies[counts[-1]]))
     return result
+
+
+def _mean_samples_per_s(result: WhatIfResult, cluster: str, report: StepReport) -> float:
+    """Throughput over all simulated steps (a straggler's slow steps count in full)."""
+    ps = result.ps_results.get((cluster, report.strategy, report.gpus))
+    if ps is not None:
+        return ps.throughput_samples_per_s
+    times = result.steps[(cluster, report.strategy, report.gpus)].step_times_s
+    return report.global_batch / (math.fsum(times) / len(times))
+
+
+def _recommend_point(result: WhatIfResult, cluster: str, gpus: int, topology: Topology) -> Recommendation:
+    point = [r for r in result.reports if r.cluster == cluster and r.gpus == gpus]
+    if not result.heterogeneity.uneven(topology):
+        return recommend(point)
+    ps = {r.strategy: result.ps_results[(cluster, r.strategy, gpus)] for r in point if r.strategy in PS_MODES}
+    rates = {r.strategy: _mean_samples_per_s(result, cluster, r) for r in point}
+    return recommend(
+        point, heterogeneous=True, uneven=UnevenHardware(result.heterogeneity.why(topology), ps, rates)
+    )
 
 
 def _simulate_cluster(
@@ -253,18 +339,59 @@ def _simulate_cluster(
     calibration: CalibrationProfile | None,
     seed: int,
     tick: Callable[[str], None],
+    heterogeneity: Heterogeneity = NO_HETEROGENEITY,
 ) -> dict[tuple[str, int], StepReport]:
-    """One step of every strategy at every GPU count of one cluster (scaling efficiency not yet set)."""
+    """Every synchronous strategy at every GPU count of one cluster (scaling efficiency not yet set).
+
+    A step's compute waits for the slowest rank (devices, stragglers and jitter; see
+    :func:`simcore.heterogeneity.sync_compute_scale`).
+    """
     slowdown = config.slowdown(calibration.comm_compute_slowdown if calibration else None)
     by_point: dict[tuple[str, int], StepReport] = {}
     for n, topo in sorted(topologies.items()):
         ctx = make_context(workload, config, topo, calibration=calibration)
         device = gating_device(topo, config.dtype)
+        scale = sync_compute_scale(
+            topo, workload, config.dtype, config.micro_batch, heterogeneity.restricted(n),
+            reference=device.name, recompute=config.activation_checkpointing, calibration=calibration,
+        )  # fmt: skip
         for strategy in chosen:
-            step = simulate_step(strategy, ctx, seed=seed, slowdown=slowdown)
+            step = simulate_step(strategy, ctx, seed=seed, slowdown=slowdown, compute_scale=scale)
             by_point[(strategy.name, n)] = report_step(
                 step, ctx, cluster=cluster, device=device.name, peak_flops=device.flops(config.dtype)
             )
             result.steps[(cluster, strategy.name, n)] = step
             tick(f"{cluster} {strategy.name} {n} GPUs")
+    return by_point
+
+
+def _simulate_ps_cluster(
+    result: WhatIfResult,
+    cluster: str,
+    topologies: dict[int, Topology],
+    modes: Sequence[str],
+    workload: Workload,
+    config: TrainingConfig,
+    calibration: CalibrationProfile | None,
+    seed: int,
+    tick: Callable[[str], None],
+    options: PSOptions,
+    heterogeneity: Heterogeneity,
+) -> dict[tuple[str, int], StepReport]:
+    """Every parameter-server mode at every GPU count of one cluster (per-rank simulation)."""
+    by_point: dict[tuple[str, int], StepReport] = {}
+    for n, topo in sorted(topologies.items()):
+        uneven = heterogeneity.stochastic or heterogeneity.uneven(topo)
+        steps = max(config.steps, UNEVEN_PS_STEPS if uneven else MIN_PS_STEPS)
+        ps_topology = (
+            topo if options.placement.kind == "colocated" else load_ps_cluster(cluster, n, options.placement)
+        )
+        results = run_modes(
+            workload, config, ps_topology, modes, options, cluster=cluster, workers=n, steps=steps,
+            heterogeneity=heterogeneity.restricted(n), calibration=calibration, seed=seed,
+        )  # fmt: skip
+        for mode, ps in results.items():
+            by_point[(mode, n)] = ps.step
+            result.ps_results[(cluster, mode, n)] = ps
+            tick(f"{cluster} {mode} {n} GPUs")
     return by_point

@@ -78,9 +78,13 @@ def test_default_run_json_matches_golden_and_schema(capsys: pytest.CaptureFixtur
     document = json.loads(out)
     assert document["schema"] == SCHEMA and document["version"] == 1
     records = document["records"]
-    assert len(records) == 12  # 2 clusters x 6 strategies
+    assert len(records) == 20  # 2 clusters x (6 synchronous strategies + 4 parameter-server modes)
     for record in records:
-        assert set(REQUIRED) <= set(record) and list(record) == list(RECORD_FIELDS)
+        assert set(REQUIRED) <= set(record) and list(record)[: len(RECORD_FIELDS)] == list(RECORD_FIELDS)
+        if record["strategy"].startswith("ps-"):
+            assert set(record["staleness"]) == {"mean", "p50", "p99", "max"} and record["staleness_histogram"]
+        else:
+            assert list(record) == list(RECORD_FIELDS)
         assert set(record["memory_breakdown"]) >= {"params", "grads", "optimizer", "activations", "buffers"}
         assert record["step_time_s"] >= record["compute_s"] * (1 - 1e-12)
         assert record["fits"] == (record["peak_memory_bytes"] <= record["memory_capacity_bytes"])
@@ -365,3 +369,74 @@ def test_calibration_profile_of_another_gpu_is_refused(
         )
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.startswith("error: calibration profile")
+
+
+def _small_ps_argv(*extra: str) -> list[str]:
+    return [
+        "--gpus", "8", "--cluster", "g5.12xlarge", "--model", "gpt2-small", "--seq-len", "256",
+        "--global-batch", "32", "--strategies", "ddp,fsdp,ps-sync,ps-async,ps-ssp", "--format", "json", *extra,
+    ]  # fmt: skip
+
+
+def test_a_straggler_slows_synchronous_strategies_by_its_delay(capsys: pytest.CaptureFixture[str]) -> None:
+    plain = {r["strategy"]: r for r in json.loads(_run(_small_ps_argv(), capsys))["records"]}
+    slow = json.loads(_run(_small_ps_argv("--straggler", "3:2"), capsys))
+    records = {r["strategy"]: r for r in slow["records"]}
+    for name in ("ddp", "fsdp"):  # every step waits for rank 3's doubled compute
+        before, after = plain[name], records[name]
+        assert after["step_time_s"] >= 2 * before["compute_s"] * (1 - 1e-9)
+        # at least its delay, less the communication that now hides behind the longer compute
+        assert after["step_time_s"] - before["step_time_s"] >= before["compute_s"] - before["exposed_comm_s"]
+    # this small model is bandwidth-bound on a parameter server, so the straggler's late push meets
+    # less incast (tests/test_paramserver.py checks the delay on a compute-bound one); async still wins
+    assert records["ps-async"]["throughput_samples_per_s"] >= records["ps-sync"]["throughput_samples_per_s"]
+    recommendation = slow["recommendations"][0]
+    assert (
+        recommendation["rule"].startswith("heterogeneous") and "rank 3 2x slower" in recommendation["reason"]
+    )
+
+
+def test_jitter_gives_a_p99_and_is_seeded(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = _small_ps_argv("--jitter", "compute=lognormal:0.2,link=lognormal:0.1", "--seed", "3")
+    first = json.loads(_run(argv, capsys))
+    assert first == json.loads(_run(argv, capsys))
+    ddp = next(r for r in first["records"] if r["strategy"] == "ddp")
+    assert ddp["step_time_p99_s"] > ddp["step_time_s"]  # 20 jittered steps, the slowest rank each
+
+
+def test_mixed_cluster_recommends_with_parameter_server_numbers(capsys: pytest.CaptureFixture[str]) -> None:
+    mixed = Path(__file__).resolve().parents[1] / "topologies" / "examples" / "mixed-dgx-g5.yaml"
+    argv = ["--gpus", "24", "--cluster", str(mixed), "--model", "gpt2-small", "--seq-len", "256",
+            "--global-batch", "48", "--micro-batch", "2", "--strategies", "ddp,ps-async", "--steps", "4"]  # fmt: skip
+    out = _run(argv, capsys)
+    assert "parameter server at 24 GPUs" in out and "ps-async" in out
+    assert "uneven hardware (mixed a100-sxm-80gb and a10g)" in out.lower()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--straggler", "99:2"], "straggler rank 99 is not in this cluster"),
+        (["--straggler", "3"], "expected RANK:FACTOR"),
+        (["--jitter", "compute=gauss:1"], "distribution 'gauss' is not known"),
+        (["--ps-placement", "remote"], "--ps-placement 'remote'"),
+        (["--ps-shards", "0"], "--ps-shards must be"),
+        (["--staleness-bound", "-1"], "--staleness-bound must be"),
+    ],
+)
+def test_bad_heterogeneity_and_ps_flags_get_one_error_line(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--gpus", "16", "--strategies", "ddp,ps-async", *argv])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_out_adds_the_staleness_histogram(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--gpus", "4", "--cluster", "g5.12xlarge", "--model", "gpt2-small", "--seq-len", "128",
+            "--global-batch", "16", "--strategies", "ddp,ps-sync,ps-async", "--out", str(tmp_path)]  # fmt: skip
+    _run(argv, capsys)
+    assert (tmp_path / "staleness.png").stat().st_size > 0

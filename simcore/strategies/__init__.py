@@ -2,7 +2,8 @@
 
 Each strategy builds a :class:`~simcore.strategies.schedule.StepPlan` for a representative rank
 from a :class:`~simcore.strategies.base.StepContext`; :func:`simcore.strategies.runner.simulate_step`
-runs it. Issue 4's parameter-server modes register here too (``STRATEGIES["ps-sync"] = ...``).
+runs it. The parameter-server modes are not step plans (every worker is its own process): they
+live in :mod:`simcore.paramserver`, and :func:`simcore.whatif.all_strategy_names` lists both.
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ representative rank (rank 0) is simulated; collective times come from
 :func:`simcore.collectives.collective_time` (cached per topology), so the cost is nearly flat in the
 number of GPUs. ``config.steps`` > 1 runs that many steps; with ``compute_jitter_sigma`` > 0 each
 step's compute is scaled by the slowest of the ranks' lognormal(0, sigma) draws from the seeded
-RNG (a synchronous step waits for the slowest rank). Issue 4's stragglers and parameter servers
-replace this with per-rank streams in the plan.
+RNG (a synchronous step waits for the slowest rank). The what-if passes
+:func:`simcore.heterogeneity.sync_compute_scale` as ``compute_scale`` for stragglers, mixed devices
+and jitter; parameter servers, which need per-rank processes, are :mod:`simcore.paramserver`.
 """
 
 from __future__ import annotations

@@ -1,0 +1,114 @@
+"""Which parameters live on which server shard, and which device runs each shard.
+
+Sharding is greedy by layer and by bytes, as TensorFlow's ``GreedyLoadBalancingStrategy``
+(``tf.compat.v1.train.replica_device_setter``) places variables: layers are taken in model order
+and each goes whole to the shard holding the fewest bytes so far (ties: the lowest shard index).
+A layer is never split, so shards are uneven when a few layers are large (a vocabulary embedding):
+:attr:`ShardLayout.imbalance` (hot-shard bytes / mean shard bytes) says by how much, and the hot
+shard's links and update time set the pace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from simcore.errors import TrainsimError
+from simcore.paramserver.config import Placement
+
+if TYPE_CHECKING:
+    from simcore.topology import Topology
+    from simcore.workload import Workload
+
+__all__ = ["ShardLayout", "default_shards", "load_ps_cluster", "server_devices", "shard_layers"]
+
+
+@dataclass(frozen=True, slots=True)
+class ShardLayout:
+    """The shard of every layer (-1 for layers without parameters) and the parameters per shard."""
+
+    layer_shard: tuple[int, ...]
+    shard_params: tuple[int, ...]
+
+    @property
+    def shards(self) -> int:
+        return len(self.shard_params)
+
+    @property
+    def imbalance(self) -> float:
+        """Hot-shard parameters over the mean per shard (1.0 = perfectly even)."""
+        total = sum(self.shard_params)
+        return max(self.shard_params) * self.shards / total if total else 1.0
+
+
+def shard_layers(workload: Workload, shards: int) -> ShardLayout:
+    """Greedy least-loaded placement of whole layers on ``shards`` shards (see the module docstring)."""
+    if shards < 1:
+        raise TrainsimError(f"--ps-shards must be >= 1, got {shards}")
+    loads = [0] * shards
+    layer_shard = []
+    for layer in workload.layers:
+        if layer.params <= 0:
+            layer_shard.append(-1)
+            continue
+        target = min(range(shards), key=lambda s: (loads[s], s))
+        loads[target] += layer.params
+        layer_shard.append(target)
+    return ShardLayout(tuple(layer_shard), tuple(loads))
+
+
+def load_ps_cluster(cluster: str, workers: int, placement: Placement) -> Topology:
+    """The cluster for ``workers`` workers, plus the server nodes a dedicated placement needs.
+
+    Ranks ``0..workers-1`` are the workers; with ``dedicated:N`` the ranks after them are the
+    devices of the N server nodes. A preset grows by N nodes; a cluster file must already list
+    them after the workers' nodes.
+    """
+    from topologies import load_cluster, preset_names
+
+    if placement.kind == "colocated":
+        return load_cluster(cluster, gpus=workers)
+    if cluster in preset_names():
+        base = load_cluster(cluster, gpus=workers)
+        full = load_cluster(cluster, nodes=len(base.hosts) + placement.server_nodes)
+    else:
+        full = load_cluster(cluster)
+    if workers > full.world_size:
+        raise TrainsimError(
+            f"{cluster}: {workers} workers do not fit; the cluster has {full.world_size} devices"
+        )
+    worker_hosts = sorted({full.host_of_rank(r) for r in range(workers)})
+    spare = [h for h in full.hosts if h > worker_hosts[-1]][: placement.server_nodes]
+    if len(spare) < placement.server_nodes:
+        raise TrainsimError(
+            f"{cluster}: dedicated:{placement.server_nodes} needs {placement.server_nodes} node(s) "
+            f"after the {len(worker_hosts)} holding the {workers} workers; the cluster has "
+            f"{len(spare)} (list server nodes last in the cluster file, or use colocated)"
+        )
+    server_ranks = [r for h in spare for r in full.ranks_on_host(h)]
+    return full.subset([*range(workers), *server_ranks])
+
+
+def default_shards(topology: Topology, workers: int, placement: Placement) -> int:
+    """Colocated: one shard per worker node (ps-lite's and MXNet's launchers start one server per
+    machine); dedicated: one per device of the server nodes (each with its own NIC where it has one)."""
+    if placement.kind == "colocated":
+        return len({topology.host_of_rank(r) for r in range(workers)})
+    return max(1, topology.world_size - workers)
+
+
+def server_devices(topology: Topology, workers: int, shards: int, placement: Placement) -> tuple[str, ...]:
+    """The device (graph node) that runs each shard; see :mod:`simcore.paramserver.config`."""
+    if placement.kind == "colocated":
+        ranks = [(j * workers) // shards if shards <= workers else j % workers for j in range(shards)]
+        return tuple(topology.ranks[r] for r in ranks)
+    by_host: dict[int, list[str]] = {}
+    for rank in range(workers, topology.world_size):
+        by_host.setdefault(topology.host_of_rank(rank), []).append(topology.ranks[rank])
+    hosts = [by_host[h] for h in sorted(by_host)]
+    if not hosts:
+        raise TrainsimError(
+            "dedicated placement: the cluster has no server nodes after the workers' "
+            "(build it with simcore.paramserver.load_ps_cluster)"
+        )
+    return tuple(hosts[j % len(hosts)][(j // len(hosts)) % len(hosts[j % len(hosts)])] for j in range(shards))

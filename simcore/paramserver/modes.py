@@ -1,0 +1,108 @@
+"""The four parameter-server modes and the two protocol steps that set them apart.
+
+``ps-sync``: bulk-synchronous. Every worker computes, pushes its gradient to every shard; a shard
+sums the W gradients, applies one update, and only then may the workers pull (the barrier). All
+staleness is 0; every step waits for the slowest worker.
+
+``ps-async``: no barrier (Hogwild-style parameter server, Dean et al. 2012 "Downpour SGD"; Li et al.
+2014). A shard applies each push on arrival; the worker pulls that shard right after its own update
+and starts its next gradient once every shard is pulled. With W equal workers staleness is about
+W - 1.
+
+``ps-ssp``: stale-synchronous parallel (Ho et al., "More Effective Distributed ML via a Stale
+Synchronous Parallel Parameter Server", NIPS 2013). A worker's clock counts its applied gradients;
+before computing, a worker more than s clocks ahead of the slowest blocks until the slowest catches
+up (:func:`ssp_gate`), then refreshes its parameters (a pull of every shard) since they aged while it
+waited. The clock lag of every gradient (own clock minus the slowest's at the start of its
+computation) is therefore at most s; its staleness in server versions is at most (W - 1)(2s + 1).
+
+``ps-mitigated``: asynchronous with a staleness check before each push (:func:`version_check`):
+the worker asks every shard for its version (a small message each way - route latency, not a
+flow - answered once the shard's update in progress is done); if the gradient is more than s versions stale, it re-pulls every shard
+and recomputes the gradient, then pushes without checking again (one retry, so nothing livelocks).
+The applied update is damped by 1 / (1 + staleness), Zhang, Gupta, Lian & Liu, "Staleness-aware
+Async-SGD for Distributed Deep Learning", IJCAI 2016 - free in time, so not simulated. The check's
+round trip every step and the recomputes are the synchronisation overhead the seed paper found to
+cancel the asynchronous gain; the run reports both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any
+
+from simcore.paramserver.state import PSRun
+
+__all__ = ["MODES", "ModeRules", "pull_all", "ssp_gate", "version_check"]
+
+
+@dataclass(frozen=True, slots=True)
+class ModeRules:
+    """What a mode adds to the asynchronous worker loop."""
+
+    name: str
+    barrier: bool  # ps-sync: push, wait for the shard's round, pull
+    gate: bool  # ps-ssp: block when too far ahead of the slowest worker
+    check: bool  # ps-mitigated: version check (and maybe re-pull + recompute) before pushing
+    description: str
+
+
+MODES: dict[str, ModeRules] = {
+    "ps-sync": ModeRules("ps-sync", True, False, False, "parameter server, barrier every step"),
+    "ps-async": ModeRules("ps-async", False, False, False, "parameter server, no barrier"),
+    "ps-ssp": ModeRules("ps-ssp", False, True, False, "parameter server, stale-synchronous (bound s)"),
+    "ps-mitigated": ModeRules(
+        "ps-mitigated", False, False, True, "parameter server, async with version check + recompute past s"
+    ),
+}
+
+
+def pull_all(run: PSRun, worker: int, pulled: list[int]) -> Generator[Any, Any, None]:
+    """Fetch every shard's current parameters (versions as of the start of each pull)."""
+    device = run.worker_devices[worker]
+    flows = []
+    for shard in run.shards:
+        pulled[shard.index] = shard.version
+        flows.append(run.send(shard.device, device, run.param_bytes[shard.index], "ps_pull"))
+    yield run.env.all_of(flows)
+
+
+def ssp_gate(run: PSRun, worker: int, pulled: list[int]) -> Generator[Any, Any, None]:
+    """Block while this worker is more than s clocks ahead of the slowest; refresh after waiting."""
+    bound = run.config.staleness_bound
+    start = float(run.env.now)
+    waited = False
+    while not run.budget_spent and run.clock[worker] - min(run.clock) > bound:
+        waited = True
+        yield run.changed()
+    if waited:
+        run.records.blocking_s[worker] += float(run.env.now) - start
+        if not run.budget_spent:
+            yield from pull_all(run, worker, pulled)
+
+
+def _ask_version(run: PSRun, worker: int, index: int, answers: list[int]) -> Generator[Any, Any, None]:
+    shard = run.shards[index]
+    device, size = run.worker_devices[worker], run.config.version_check_bytes
+    yield run.message(device, shard.device, size)
+    answers[index] = yield from shard.query()
+    yield run.message(shard.device, device, size)
+
+
+def version_check(run: PSRun, worker: int, pulled: list[int]) -> Generator[Any, Any, bool]:
+    """Ask every shard its version; if the gradient is more than s stale, re-pull and recompute.
+
+    Returns whether the gradient was recomputed.
+    """
+    start = float(run.env.now)
+    answers = list(pulled)
+    yield run.env.all_of([run.env.process(_ask_version(run, worker, s.index, answers)) for s in run.shards])
+    stale = max((answers[s.index] - pulled[s.index] for s in run.shards), default=0)
+    recomputed = stale > run.config.staleness_bound
+    if recomputed:
+        yield from pull_all(run, worker, pulled)
+        yield run.env.timeout(run.compute_time(worker))
+        run.records.recomputes[worker] += 1
+    run.records.check_s[worker] += float(run.env.now) - start
+    return recomputed

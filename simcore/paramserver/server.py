@@ -1,0 +1,96 @@
+"""A server shard inside the simulation: its version counter and a queue of updates applied one at a time.
+
+The shard's update is a memory-bound optimizer step over its parameters
+(:meth:`simcore.compute.ComputeModel.optimizer_time_s` on the device that hosts the shard). One
+update runs at a time (the shard's update thread); pushes that arrive meanwhile wait in the queue,
+so a hot shard or a burst of simultaneous pushes shows up as queueing. In ``ps-sync`` the shard
+first sums the W gradients of a step as they arrive (each sum reads the fp32 accumulator and the
+gradient and writes the accumulator back) and then applies one update.
+
+Versions: the shard's version counts the updates applied to it. The staleness of an applied
+gradient on this shard is the version when its update starts minus the version the worker pulled
+before computing it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+import simpy
+
+__all__ = ["ACCUMULATOR_BYTES", "ShardServer"]
+
+# fp32 accumulator read and written back per parameter when summing one gradient (ps-sync).
+ACCUMULATOR_BYTES = 8
+
+
+class ShardServer:
+    """One shard: ``params`` parameters on graph node ``device``."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        index: int,
+        device: str,
+        params: int,
+        *,
+        update_time_s: float,
+        aggregate_time_s: float,
+        workers: int,
+    ) -> None:
+        self.env = env
+        self.index = index
+        self.device = device
+        self.params = params
+        self.update_time_s = update_time_s
+        self.aggregate_time_s = aggregate_time_s
+        self.workers = workers
+        self.version = 0
+        self.busy_s = 0.0
+        self.updates = 0
+        self._queue = simpy.Resource(env, capacity=1)
+        self._round_arrivals: dict[int, int] = {}
+        self._round_done: dict[int, simpy.Event] = {}
+
+    def _work(self, seconds: float) -> Generator[Any, Any, None]:
+        with self._queue.request() as turn:
+            yield turn
+            if seconds > 0:
+                yield self.env.timeout(seconds)
+            self.busy_s += seconds
+
+    def apply(self, read_version: int) -> Generator[Any, Any, int]:
+        """Queue and apply one gradient computed from ``read_version``; returns its staleness."""
+        with self._queue.request() as turn:
+            yield turn
+            staleness = self.version - read_version
+            if self.update_time_s > 0:
+                yield self.env.timeout(self.update_time_s)
+            self.busy_s += self.update_time_s
+            self.version += 1
+            self.updates += 1
+        return staleness
+
+    def query(self) -> Generator[Any, Any, int]:
+        """Answer a version check once the update in progress (if any) is done."""
+        yield from self._work(0.0)
+        return self.version
+
+    def round_done(self, step: int) -> simpy.Event:
+        """Fires when the synchronous update of ``step`` has been applied."""
+        if step not in self._round_done:
+            self._round_done[step] = self.env.event()
+        return self._round_done[step]
+
+    def aggregate(self, step: int) -> Generator[Any, Any, None]:
+        """ps-sync: add one worker's gradient of ``step``; the last one also applies the update."""
+        yield from self._work(self.aggregate_time_s)
+        arrived = self._round_arrivals.get(step, 0) + 1
+        self._round_arrivals[step] = arrived
+        if arrived == self.workers:
+            del self._round_arrivals[step]
+            yield from self._work(self.update_time_s)
+            self.version += 1
+            self.updates += 1
+            self.round_done(step).succeed(self.version)

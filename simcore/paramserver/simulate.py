@@ -1,0 +1,232 @@
+"""Run one parameter-server configuration: build the shards and workers, simulate, collect.
+
+:func:`simulate_parameter_server` is the engine-level entry (a built topology, a training
+configuration); :func:`run_parameter_server` loads the cluster by name and returns the
+:class:`~simcore.paramserver.report.PSResult` the what-if prints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from simcore.engine import Simulation
+from simcore.errors import TrainsimError
+from simcore.heterogeneity import NO_HETEROGENEITY, Heterogeneity, rank_compute_times
+from simcore.network import Network, link_name
+from simcore.paramserver.config import PSConfig
+from simcore.paramserver.layout import (
+    ShardLayout,
+    default_shards,
+    load_ps_cluster,
+    server_devices,
+    shard_layers,
+)
+from simcore.paramserver.modes import MODES
+from simcore.paramserver.server import ACCUMULATOR_BYTES, ShardServer
+from simcore.paramserver.state import PSRun, Records
+from simcore.paramserver.worker import async_worker, sync_worker
+
+if TYPE_CHECKING:
+    from simcore.calibration import CalibrationProfile
+    from simcore.paramserver.report import PSResult
+    from simcore.strategies.base import TrainingConfig
+    from simcore.topology import Topology
+    from simcore.workload import Workload
+
+__all__ = ["PSOutcome", "run_parameter_server", "simulate_parameter_server"]
+
+
+@dataclass(frozen=True, slots=True)
+class PSOutcome:
+    """What one simulated parameter-server run produced, before it is summarised."""
+
+    config: PSConfig
+    training: TrainingConfig
+    workload: Workload
+    topology: Topology
+    workers: int
+    records: Records
+    layout: ShardLayout
+    server_devices: tuple[str, ...]
+    compute_s: tuple[float, ...]  # nominal per-gradient compute per worker (device x straggler)
+    shard_busy_s: tuple[float, ...]
+    elapsed_s: float
+    link_utilisation: dict[str, float]  # link kind -> busiest link of that kind's utilisation
+    busiest_links: dict[str, float]  # the most utilised links ("u->v" -> utilisation over the run)
+    bottleneck_link: str
+    bottleneck_utilisation: float
+
+
+def _server_times(
+    topology: Topology,
+    device: str,
+    params: int,
+    training: TrainingConfig,
+    calibration: CalibrationProfile | None,
+) -> tuple[float, float]:
+    """(update, aggregate-one-gradient) seconds for ``params`` parameters on ``device``."""
+    from simcore.compute import ComputeModel
+    from simcore.hardware import device_spec
+
+    spec = device_spec(str(topology.node(device).get("gpu", "")) or "cpu")
+    model = ComputeModel(spec, training.dtype, calibration)
+    update = model.optimizer_time_s(params, training.optimizer)
+    aggregate = params * (ACCUMULATOR_BYTES + training.grad_bytes) / model.memory_bandwidth_Bps
+    return update, aggregate
+
+
+def _build_run(
+    sim: Simulation,
+    network: Network,
+    workload: Workload,
+    training: TrainingConfig,
+    ps: PSConfig,
+    workers: int,
+    heterogeneity: Heterogeneity,
+    calibration: CalibrationProfile | None,
+) -> tuple[PSRun, ShardLayout, tuple[str, ...]]:
+    topology = network.topology
+    shards = ps.shards or default_shards(topology, workers, ps.placement)
+    layout = shard_layers(workload, shards)
+    devices = server_devices(topology, workers, shards, ps.placement)
+    servers: list[ShardServer] = []
+    grad_bytes: list[float] = []
+    param_bytes: list[float] = []
+    for device, params in zip(devices, layout.shard_params, strict=True):
+        if params == 0:
+            continue  # more shards than layers with parameters: an empty shard takes no traffic
+        update, aggregate = _server_times(topology, device, params, training, calibration)
+        servers.append(
+            ShardServer(
+                sim.env,
+                len(servers),
+                device,
+                params,
+                update_time_s=update,
+                aggregate_time_s=aggregate,
+                workers=workers,
+            )
+        )
+        grad_bytes.append(float(params * training.grad_bytes))
+        param_bytes.append(float(params * training.param_bytes))
+    accumulation = training.accumulation_steps(workers)
+    compute = rank_compute_times(
+        topology,
+        workload,
+        training.dtype,
+        training.micro_batch,
+        accumulation=accumulation,
+        recompute=training.activation_checkpointing,
+        calibration=calibration,
+    )[:workers]
+    run = PSRun(
+        sim,
+        network,
+        ps,
+        servers,
+        topology.ranks[:workers],
+        compute,
+        heterogeneity,
+        grad_bytes=grad_bytes,
+        param_bytes=param_bytes,
+    )
+    return run, layout, devices
+
+
+BUSIEST_LINKS = 5  # links listed by utilisation in a run's summary
+
+
+def _link_summary(
+    network: Network, elapsed_s: float
+) -> tuple[dict[str, float], dict[str, float], str, float]:
+    """(utilisation of the busiest link per kind, the busiest links, bottleneck link, its utilisation)."""
+    if elapsed_s <= 0 or not len(network.stats):
+        return {}, {}, "", 0.0
+    by_kind = {row.kind: row.max_utilisation for row in network.link_summary(elapsed_s)}
+    per_link = network.utilisation(elapsed_s)
+    ranked = sorted(per_link.items(), key=lambda item: (-item[1], item[0]))[:BUSIEST_LINKS]
+    busiest = {link_name(edge): value for edge, value in ranked}
+    edge = network.bottleneck_link()
+    if edge is None:
+        return by_kind, busiest, "", 0.0
+    return by_kind, busiest, link_name(edge), per_link.get(edge, 0.0)
+
+
+def simulate_parameter_server(
+    workload: Workload,
+    training: TrainingConfig,
+    topology: Topology,
+    ps: PSConfig,
+    *,
+    workers: int | None = None,
+    heterogeneity: Heterogeneity = NO_HETEROGENEITY,
+    calibration: CalibrationProfile | None = None,
+    seed: int = 0,
+) -> PSOutcome:
+    """Simulate ``ps`` with the first ``workers`` ranks of ``topology`` as workers (default: all).
+
+    Same seed, same result: jitter draws come from the simulation's RNG in event order.
+    """
+    workers = topology.world_size if workers is None else workers
+    if not 1 <= workers <= topology.world_size:
+        raise TrainsimError(
+            f"parameter server: {workers} workers do not fit a cluster of {topology.world_size} ranks"
+        )
+    heterogeneity.check(workers)
+    sim = Simulation(seed)
+    network = Network(sim.env, topology)
+    run, layout, devices = _build_run(
+        sim, network, workload, training, ps, workers, heterogeneity, calibration
+    )
+    process = sync_worker if MODES[ps.mode].barrier else async_worker
+    for worker in range(workers):
+        sim.env.process(process(run, worker))
+    sim.run()
+    elapsed = sim.now
+    by_kind, busiest, bottleneck, utilisation = _link_summary(network, elapsed)
+    return PSOutcome(
+        ps,
+        training,
+        workload,
+        topology,
+        workers,
+        run.records,
+        layout,
+        devices,
+        tuple(float(c) for c in run.base_compute_s),
+        tuple(s.busy_s for s in run.shards),
+        elapsed,
+        by_kind,
+        busiest,
+        bottleneck,
+        utilisation,
+    )
+
+
+def run_parameter_server(
+    workload: Workload,
+    cluster: str,
+    workers: int,
+    ps: PSConfig,
+    training: TrainingConfig,
+    *,
+    heterogeneity: Heterogeneity = NO_HETEROGENEITY,
+    calibration: CalibrationProfile | None = None,
+    seed: int = 0,
+) -> PSResult:
+    """Load ``cluster`` for ``workers`` workers (plus server nodes if dedicated), simulate, summarise."""
+    from simcore.paramserver.report import summarise
+
+    topology = load_ps_cluster(cluster, workers, ps.placement)
+    outcome = simulate_parameter_server(
+        workload,
+        training,
+        topology,
+        ps,
+        workers=workers,
+        heterogeneity=heterogeneity,
+        calibration=calibration,
+        seed=seed,
+    )
+    return summarise(outcome, cluster=cluster)

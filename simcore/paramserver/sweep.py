@@ -1,0 +1,70 @@
+"""Several parameter-server modes on one (cluster, GPU count) point, sharing what can be shared.
+
+ps-ssp is ps-async plus a gate that blocks a worker more than s clocks ahead of the slowest. The
+gate is checked at the instant a gradient's computation starts, which is also when its clock lag
+is recorded; so if ps-async never ran a worker more than s clocks ahead, SSP's gate would never
+have closed and the two runs are the same event for event (the gate draws no random numbers and
+yields nothing while open). Then ps-ssp's result is ps-async's, relabelled, and one simulation is
+saved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from simcore.heterogeneity import NO_HETEROGENEITY, Heterogeneity
+from simcore.paramserver.config import PSOptions, normalize_mode
+from simcore.paramserver.report import PSResult, summarise
+from simcore.paramserver.simulate import simulate_parameter_server
+
+if TYPE_CHECKING:
+    from simcore.calibration import CalibrationProfile
+    from simcore.strategies.base import TrainingConfig
+    from simcore.topology import Topology
+    from simcore.workload import Workload
+
+__all__ = ["as_ssp", "run_modes"]
+
+
+def as_ssp(result: PSResult, bound: int) -> PSResult:
+    """A ps-async result relabelled as the identical ps-ssp run (see the module docstring)."""
+    return replace(result, mode="ps-ssp", staleness_bound=bound, step=replace(result.step, strategy="ps-ssp"))
+
+
+def run_modes(
+    workload: Workload,
+    training: TrainingConfig,
+    topology: Topology,
+    modes: Sequence[str],
+    options: PSOptions,
+    *,
+    cluster: str,
+    workers: int,
+    steps: int,
+    heterogeneity: Heterogeneity = NO_HETEROGENEITY,
+    calibration: CalibrationProfile | None = None,
+    seed: int = 0,
+) -> dict[str, PSResult]:
+    """Each of ``modes`` on ``topology`` (built for ``options.placement``), by mode name."""
+    wanted = [normalize_mode(m) for m in modes]
+    order = sorted(wanted, key=lambda m: m != "ps-async")  # async first: ssp may reuse it
+    results: dict[str, PSResult] = {}
+    for mode in order:
+        previous = results.get("ps-async")
+        if mode == "ps-ssp" and previous is not None and previous.clock_lag_max <= options.staleness_bound:
+            results[mode] = as_ssp(previous, options.staleness_bound)
+            continue
+        outcome = simulate_parameter_server(
+            workload,
+            training,
+            topology,
+            options.config(mode, steps),
+            workers=workers,
+            heterogeneity=heterogeneity,
+            calibration=calibration,
+            seed=seed,
+        )
+        results[mode] = summarise(outcome, cluster=cluster)
+    return {mode: results[mode] for mode in wanted}
