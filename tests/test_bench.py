@@ -1,0 +1,83 @@
+"""The simulator benchmark entry point: its structure and its (deterministic) simulated results.
+
+Wall times are never compared. Regenerate the golden file with
+``TRAINSIM_UPDATE_GOLDEN=1 python -m pytest tests/test_bench.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from experiments.bench import BenchRow, collective_bench_rows, format_table, main
+
+GOLDEN = Path(__file__).parent / "golden" / "bench_quick.json"
+
+
+def _simulated(records: list[dict]) -> list[dict]:
+    """What ran, and for the bare-network rows what the simulation decided (never wall times).
+
+    Collective rows keep only their structure: their times and event counts belong to the
+    collectives' own tests and change whenever an algorithm is refined.
+    """
+    out = []
+    for r in records:
+        row = {k: r[k] for k in ("op", "gpus", "nodes", "algorithm", "size_bytes")}
+        if r["op"] == "ring_flows":
+            row.update(events=r["events"], sim_time_s=float(f"{r['sim_time_s']:.9g}"))
+        out.append(row)
+    return out
+
+
+def test_quick_json_matches_golden(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--quick", "--format", "json"]) == 0
+    records = json.loads(capsys.readouterr().out)
+    assert [(r["op"], r["gpus"]) for r in records] == [
+        (op, gpus) for gpus in (8, 16) for op in ("all_reduce", "all_gather", "ring_flows")
+    ]
+    for r in records:
+        assert r["wall_s"] > 0 and r["events"] > 0 and r["sim_time_s"] > 0
+        assert r["wall_per_gpu_us"] == pytest.approx(r["wall_s"] / r["gpus"] * 1e6)
+    simulated = _simulated(records)
+    if os.environ.get("TRAINSIM_UPDATE_GOLDEN") == "1":
+        GOLDEN.write_text(json.dumps(simulated, indent=1) + "\n")
+    assert GOLDEN.exists(), f"no golden file {GOLDEN.name}; create it with TRAINSIM_UPDATE_GOLDEN=1"
+    assert simulated == json.loads(GOLDEN.read_text()), (
+        f"differs from {GOLDEN.name} (TRAINSIM_UPDATE_GOLDEN=1 updates it)"
+    )
+
+
+def test_table_has_a_header_and_one_line_per_row(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--quick", "--gpus", "8"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].split() == [
+        "op",
+        "gpus",
+        "nodes",
+        "algorithm",
+        "size",
+        "sim_time_ms",
+        "events",
+        "wall_ms",
+        "cpu_ms",
+        "wall_per_gpu_us",
+    ]
+    assert [line.split()[0] for line in lines[1:]] == ["all_reduce", "all_gather", "ring_flows"]
+
+
+def test_rows_function_is_reusable_for_other_rows() -> None:
+    rows = collective_bench_rows([8], ops=["all_reduce"], size_bytes=1e6, repeats=2, network_rows=False)
+    assert [type(r) for r in rows] == [BenchRow]
+    assert "all_reduce" in format_table(rows)
+
+
+@pytest.mark.parametrize("argv", [["--gpus", "8,x"], ["--gpus", "0"], ["--size", "-1"], ["--repeats", "0"]])
+def test_bad_arguments_give_one_error_line(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--quick", *argv] if "--repeats" not in argv else [*argv, "--gpus", "8"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ")
