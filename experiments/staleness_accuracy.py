@@ -3,15 +3,18 @@
     python -m experiments.staleness_accuracy --quick
     python -m experiments.staleness_accuracy --delays 0,1,2,4,8,16 --seeds 5 --out report/
     python -m experiments.staleness_accuracy --measured runs/ps_async.jsonl --step-time sync=0.1 --step-time async=0.072
-    python -m experiments.staleness_accuracy --cluster g5.12xlarge --gpus 16 --ps-modes async,ssp,mitigated
+    python -m experiments.staleness_accuracy --cluster dgx-a100 --gpus 8 --ps-modes async,ssp,mitigated
 
 Trains a small MLP on real data (scikit-learn's bundled digits, or a synthetic task of known Bayes
 error) with gradients applied ``d`` server versions late, ``d`` drawn from (a) fixed delays,
 (b) the distribution the parameter-server simulation predicts for a cluster and mode, and
-(c) staleness measured in real asynchronous runs (calibrate.train JSONL). Prints the results
-table, the verdict per setting, and the seed paper's figures beside ours; ``--out`` adds a markdown
-report and seaborn plots. ``--fit-penalty FILE`` runs the penalty study behind
-:func:`simcore.staleness.estimate_accuracy_penalty` and writes its coefficients.
+(c) staleness measured in real asynchronous runs (calibrate.train JSONL). Time to accuracy is
+updates to the target times the time per update: with ``--cluster``, each mode's simulated seconds
+per applied gradient on that cluster (SSP per bound); ``--step-time MODE=TIME`` overrides a mode;
+with neither, the seed paper's ratios. The output states which basis it used. Prints the results
+table, the verdict per PS mode on the cluster and per setting, and the seed paper's figures beside
+ours; ``--out`` adds a markdown report and seaborn plots. ``--fit-penalty FILE`` runs the penalty
+study behind :func:`simcore.staleness.estimate_accuracy_penalty` and writes its coefficients.
 """
 
 from __future__ import annotations
@@ -40,28 +43,26 @@ from experiments.staleness_report import (
     summarize,
     write_plots,
 )
+from experiments.staleness_simulated import (
+    parse_step_times,
+    predicted_settings,
+    predicted_source,
+    simulated_runs,
+    ssp_notes,
+    time_basis,
+)
 from experiments.staleness_trainer import Setting, SettingResult, TrainerConfig, run_settings
 from simcore.errors import TrainsimError, cli_entry
 from simcore.staleness import (
     PenaltyObservation,
-    SimulationUnavailableError,
-    StalenessDistribution,
     fit_penalty_model,
     fixed_staleness,
     load_measured_staleness,
     normalize_ps_mode,
-    predicted_staleness,
-    predicted_update_time_s,
     staleness_from_histogram,
 )
-from simcore.units import parse_time
 
 __all__ = ["build_parser", "main", "run_penalty_study"]
-
-# Time per update when neither --step-time nor the simulator gives one: the seed paper's ratios
-# (async PS "reduced training time by up to 28%"; the mitigating protocol's overhead "negated
-# throughput gains"), relative to one synchronous update. SSP has no figure there.
-PAPER_RELATIVE_STEP_TIMES = {"sync": 1.0, "async": 0.72, "mitigated": 1.0}
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="(c) staleness file (calibrate.train JSONL or JSON list)",
     )
-    add("--cluster", help="(b) cluster preset for the parameter-server simulation")
+    add(
+        "--cluster",
+        help="(b) cluster preset or file for the parameter-server simulation; also sets the time per update",
+    )
     add("--gpus", type=int, default=8, help="(b) number of workers (default 8)")
     add("--ps-modes", default="async,ssp,mitigated", help="(b) simulated modes: async, ssp, mitigated")
     add("--staleness-bounds", default="1,2,4", help="(b) SSP bounds (default 1,2,4)")
@@ -124,14 +128,14 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "--target",
         type=float,
-        help=f"target test accuracy (default {TARGET_FRACTION_OF_SYNC:.0%} of sync's final)",
+        help=f"target test accuracy (default {100 * TARGET_FRACTION_OF_SYNC:.0f}%% of sync's final)",
     )
     add(
         "--step-time",
         action="append",
         default=[],
         metavar="MODE=TIME",
-        help="time per server update, e.g. async=72ms",
+        help="time per server update of a mode, e.g. async=72ms (overrides the simulated time of --cluster)",
     )
     add("--out", type=Path, help="write report.md, plots and results.json here")
     add(
@@ -156,55 +160,6 @@ def _measured_settings(paths: Sequence[str], modes: Sequence[str]) -> list[Setti
         dist = load_measured_staleness(path)
         settings += [Setting(f"{mode} meas:{Path(path).stem}"[:24], "measured", mode, dist) for mode in modes]
     return settings
-
-
-def _predicted_settings(args: argparse.Namespace, notes: list[str]) -> list[Setting]:
-    """(b): the simulator's distributions, or nothing and a note when it is not available."""
-    if not args.cluster:
-        notes.append("(b) simulator-predicted staleness not run: give --cluster NAME --gpus N")
-        return []
-    wanted: list[tuple[str, int | None]] = []
-    for mode in _modes(args.ps_modes, ("async", "ssp", "mitigated"), "--ps-modes"):
-        bounds = _int_list(args.staleness_bounds, "--staleness-bounds") if mode == "ssp" else [None]
-        wanted += [(mode, bound) for bound in bounds]
-    settings = []
-    try:
-        for mode, bound in wanted:
-            dist: StalenessDistribution = predicted_staleness(args.cluster, mode, bound, args.gpus, 0)
-            name = f"pred {mode}" + (f" s={bound}" if bound is not None else "")
-            settings.append(Setting(name, "predicted", mode, dist))
-    except SimulationUnavailableError as exc:
-        notes.append(f"(b) skipped for cluster {args.cluster}: {exc}")
-        return []
-    return settings
-
-
-def _step_times(args: argparse.Namespace, notes: list[str]) -> StepTimes:
-    """--step-time values, else the simulator's, else the seed paper's relative figures."""
-    given: dict[str, float] = {}
-    for item in args.step_time:
-        mode, sep, value = item.partition("=")
-        if not sep:
-            raise TrainsimError(f"--step-time: expected MODE=TIME (e.g. async=72ms), got {item!r}")
-        seconds = parse_time(value)
-        if seconds <= 0:
-            raise TrainsimError(f"--step-time: time per update must be > 0, got {item!r}")
-        given[normalize_ps_mode(mode)] = seconds
-    if given:
-        return StepTimes(given, "s", "--step-time")
-    if args.cluster:
-        try:
-            simulated = {
-                m: predicted_update_time_s(args.cluster, m, None, args.gpus, 0)
-                for m in ("sync", "async", "mitigated")
-            }
-            return StepTimes(simulated, "s", f"simulated for {args.cluster}, {args.gpus} GPUs")
-        except SimulationUnavailableError:
-            pass
-    notes.append(
-        "time per update: the seed paper's ratios (async 0.72, mitigated 1.00 x sync); give --step-time for real ones"
-    )
-    return StepTimes(PAPER_RELATIVE_STEP_TIMES, "x sync update", "seed paper ratios")
 
 
 def _resolve(args: argparse.Namespace) -> tuple[list[int], int, int]:
@@ -344,12 +299,19 @@ def main(argv: list[str] | None = None) -> int:
         return run_penalty_study(args.fit_penalty, load_dataset(args.dataset), config, seeds, argv)
     modes = _modes(args.modes, ("async", "mitigated"), "--modes")
     notes: list[str] = []
+    given_times = parse_step_times(args.step_time)
+    runs = []
+    if args.cluster:
+        ps_modes = _modes(args.ps_modes, ("async", "ssp", "mitigated"), "--ps-modes")
+        bounds = _int_list(args.staleness_bounds, "--staleness-bounds")
+        runs = simulated_runs(args.cluster, args.gpus, ps_modes, bounds)
+        notes += [predicted_source(args.cluster, args.gpus, runs), *ssp_notes(args.cluster, args.gpus, runs)]
+    else:
+        notes.append("(b) simulator-predicted staleness not run: give --cluster NAME --gpus N")
     settings = (
-        _fixed_settings(delays, modes)
-        + _predicted_settings(args, notes)
-        + _measured_settings(args.measured, modes)
+        _fixed_settings(delays, modes) + predicted_settings(runs) + _measured_settings(args.measured, modes)
     )
-    step_times = _step_times(args, notes)
+    step_times = time_basis(args.cluster, args.gpus, runs, given_times)
     dataset = load_dataset(args.dataset)
     results = run_settings(dataset, config, settings, seeds)
     sync_accuracy = float(results[0].final_accuracies.mean())
@@ -360,8 +322,10 @@ def main(argv: list[str] | None = None) -> int:
         f"model: MLP hidden={config.hidden}, SGD lr={config.learning_rate}, batch {config.batch_size}, "
         f"{epochs} epochs, {seeds} seeds"
     )
+    print(f"time basis: {step_times.source}")
     print(format_table(rows, target, step_times))
-    print(format_verdicts(rows))
+    cluster = f"{args.cluster}, {args.gpus} GPUs" if args.cluster else ""
+    print(format_verdicts(rows, cluster))
     print("seed paper beside this study:")
     for quantity, paper, ours in paper_comparison(rows, step_times):
         print(f"  {quantity}: paper {paper}; here {ours}")
@@ -380,7 +344,14 @@ def main(argv: list[str] | None = None) -> int:
             results,
             rows,
             ReportContext(
-                command.strip(), dataset.description, dataset.why, model, target, step_times, tuple(notes)
+                command.strip(),
+                dataset.description,
+                dataset.why,
+                model,
+                target,
+                step_times,
+                tuple(notes),
+                cluster,
             ),
         )
     return 0

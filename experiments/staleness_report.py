@@ -42,14 +42,25 @@ PLOT_NAMES = ("accuracy_curves", "penalty_vs_staleness", "time_to_accuracy")
 
 @dataclass(frozen=True, slots=True)
 class StepTimes:
-    """Time per server update for each mode, its unit (``s`` or relative) and where it comes from."""
+    """Time per server update, its unit (``s`` or relative) and where it comes from (the time basis).
+
+    ``per_update`` holds one time per mode; ``per_setting`` times for particular settings (by name),
+    which take precedence: SSP at each bound, say, has its own simulated time. ``source`` states the
+    basis in full, ``label`` in a few words.
+    """
 
     per_update: Mapping[str, float] = field(default_factory=dict)
     unit: str = "s"
     source: str = ""
+    per_setting: Mapping[str, float] = field(default_factory=dict)
+    label: str = ""
 
     def of(self, mode: str) -> float | None:
         return self.per_update.get(mode)
+
+    def for_setting(self, name: str, mode: str) -> float | None:
+        """The setting's own time if it has one, else its mode's."""
+        return self.per_setting.get(name, self.per_update.get(mode))
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +103,7 @@ def summarize(
         accuracies = result.final_accuracies
         std = float(np.std(accuracies, ddof=1)) if len(accuracies) > 1 else 0.0
         reached, updates, epochs = _to_target(result, target)
-        per_update = step_times.of(result.setting.mode)
+        per_update = step_times.for_setting(result.setting.name, result.setting.mode)
         time_to_target = updates * per_update if updates is not None and per_update is not None else None
         dist = result.setting.distribution
         rows.append(
@@ -170,11 +181,23 @@ def verdict(row: SummaryRow, sync: SummaryRow) -> str:
     return f"{combined}; final accuracy {0.0 - row.penalty_points:+.2f} pts"
 
 
-def format_verdicts(rows: Sequence[SummaryRow]) -> str:
-    """One verdict line per non-sync setting."""
+def _verdict_groups(rows: Sequence[SummaryRow], cluster: str) -> list[tuple[str, list[SummaryRow]]]:
+    """(heading, rows): the simulated PS modes of ``cluster`` if any, then the other non-sync settings."""
+    predicted = [row for row in rows if row.family == "predicted"]
+    others = [row for row in rows if row.family not in ("sync", "predicted")]
+    if not predicted:
+        return [("verdict against sync", others)]
+    groups = [(f"verdict per PS mode on {cluster or 'the chosen cluster'} against sync", predicted)]
+    return groups + ([("verdict of the other settings against sync", others)] if others else [])
+
+
+def format_verdicts(rows: Sequence[SummaryRow], cluster: str = "") -> str:
+    """One verdict line per non-sync setting; the simulated PS modes of ``cluster`` in a block of their own."""
     sync = next(row for row in rows if row.family == "sync")
-    lines = ["verdict against sync:"]
-    lines += [f"  {row.name:<24} {verdict(row, sync)}" for row in rows if row.family != "sync"]
+    lines = []
+    for heading, group in _verdict_groups(rows, cluster):
+        lines.append(f"{heading}:")
+        lines += [f"  {row.name:<24} {verdict(row, sync)}" for row in group]
     return "\n".join(lines)
 
 
@@ -199,7 +222,7 @@ def paper_comparison(rows: Sequence[SummaryRow], step_times: StepTimes) -> list[
             if r.time_to_target and r.reached == r.seeds
         ]
         ours_time = (
-            f"{saving:.0%} per update ({step_times.source}); time to target accuracy saved "
+            f"{saving:.0%} per update ({step_times.label or step_times.source}); time to target accuracy saved "
             f"{_range(to_target, '+.0%') if to_target else '-'} (negative: slower; "
             f"{len(to_target)}/{len(stale_async)} settings reach it)"
         )
@@ -233,12 +256,25 @@ class ReportContext:
     target: float
     step_times: StepTimes
     notes: tuple[str, ...] = ()
+    cluster: str = ""  # "dgx-a100, 8 GPUs" when (b) ran
 
 
 def _markdown_table(header: Sequence[str], lines: Sequence[Sequence[str]]) -> list[str]:
     out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     out += ["| " + " | ".join(line) + " |" for line in lines]
     return out
+
+
+def _markdown_verdicts(rows: Sequence[SummaryRow], sync: SummaryRow, cluster: str) -> list[str]:
+    """The verdict sections: the simulated PS modes of the cluster first, then the other settings."""
+    text: list[str] = []
+    for heading, group in _verdict_groups(rows, cluster):
+        text += [""] if text else []
+        text += [
+            f"## {heading[0].upper()}{heading[1:]}",
+            *(f"- **{r.name}**: {verdict(r, sync)}" for r in group),
+        ]
+    return text
 
 
 def markdown_report(rows: Sequence[SummaryRow], context: ReportContext) -> str:
@@ -254,6 +290,7 @@ def markdown_report(rows: Sequence[SummaryRow], context: ReportContext) -> str:
             f"{r.penalty_points:+.2f}",
             f"{r.reached}/{r.seeds}",
             _number(r.epochs_to_target, ".1f"),
+            _number(r.time_per_update, ".3g"),
             _number(r.time_to_target, ".4g"),
         ]
         for r in rows
@@ -270,8 +307,8 @@ def markdown_report(rows: Sequence[SummaryRow], context: ReportContext) -> str:
         "`d` updates earlier (a ring buffer of past versions), `d` drawn per update from the setting's "
         "staleness distribution; `mitigated` damps the step to lr / (1 + d) (Zhang et al. 2016, "
         "staleness-aware async SGD). Zero staleness is plain synchronous SGD, bit for bit.",
-        f"- Target accuracy: {context.target:.3f}; time per update ({context.step_times.unit}): "
-        f"{context.step_times.source}",
+        f"- Target accuracy: {context.target:.3f}.",
+        f"- Time basis (time per update, {context.step_times.unit}): {context.step_times.source}.",
         "",
         "## Results (mean ± std over seeds; penalty in accuracy points against sync)",
         *_markdown_table(
@@ -284,13 +321,13 @@ def markdown_report(rows: Sequence[SummaryRow], context: ReportContext) -> str:
                 "penalty",
                 "reached",
                 "epochs",
-                "time",
+                f"time/update ({context.step_times.unit})",
+                "time to target",
             ],
             results,
         ),
         "",
-        "## Verdict per setting against sync",
-        *[f"- **{r.name}**: {verdict(r, sync)}" for r in rows if r.family != "sync"],
+        *_markdown_verdicts(rows, sync, context.cluster),
         "",
         "## The seed paper beside this study",
         *_markdown_table(

@@ -7,14 +7,16 @@ with bound s never more than s.
 
 A :class:`StalenessDistribution` is a discrete distribution over non-negative integer delays. It
 comes from a fixed delay, from measured samples (the ``staleness`` lists that real asynchronous
-parameter-server runs write into their step records), from a histogram, or, once the
-parameter-server simulation is wired in, from the simulator (:func:`predicted_staleness`).
+parameter-server runs write into their step records), from a histogram, or from the
+parameter-server simulation (:func:`predicted_parameter_server`, which also gives the simulated
+time per update).
 :func:`estimate_accuracy_penalty` turns a distribution's mean and p99 into an estimated accuracy
 cost, fitted from the delayed-gradient study in ``experiments.staleness_accuracy``.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -28,9 +30,11 @@ import numpy as np
 from simcore.errors import TrainsimError
 
 __all__ = [
+    "PREDICTION_GRADIENTS",
+    "PREDICTION_STEPS",
     "PS_MODES",
     "PenaltyObservation",
-    "SimulationUnavailableError",
+    "PredictedRun",
     "StalenessDistribution",
     "estimate_accuracy_penalty",
     "fit_penalty_model",
@@ -38,8 +42,10 @@ __all__ = [
     "load_measured_staleness",
     "load_penalty_coefficients",
     "normalize_ps_mode",
+    "predicted_parameter_server",
     "predicted_staleness",
     "predicted_update_time_s",
+    "prediction_steps",
     "staleness_from_histogram",
     "staleness_from_samples",
 ]
@@ -48,10 +54,6 @@ PS_MODES = ("sync", "async", "ssp", "mitigated")
 """Parameter-server modes: barrier each step, no barrier, bounded staleness, and staleness damping."""
 
 PENALTY_COEFFICIENTS_FILE = "staleness_penalty.json"
-
-
-class SimulationUnavailableError(TrainsimError):
-    """The parameter-server simulation this needs is not wired in yet; callers may skip that part."""
 
 
 def normalize_ps_mode(mode: str) -> str:
@@ -231,45 +233,115 @@ def load_measured_staleness(path: str | Path, label: str | None = None) -> Stale
     return staleness_from_samples(samples, name, source)
 
 
-def predicted_staleness(
-    cluster: str, mode: str, staleness_bound: int | None, gpus: int, seed: int
-) -> StalenessDistribution:
-    """The staleness distribution the parameter-server simulation predicts for a cluster and mode.
+# Steps per simulated run: 32 keeps the start-up ramp (the first W gradients, computed on fresh
+# parameters) to about 3% of the applied updates; past 16 GPUs the run is cut to about 512 gradients
+# (at least the what-if's 8 steps), as simulation cost grows faster than linearly with the workers.
+PREDICTION_STEPS = 32
+PREDICTION_GRADIENTS = 512
 
-    Runs :func:`simcore.paramserver.run_parameter_server` for ``mode`` on ``cluster`` with ``gpus``
-    workers (SSP/mitigated with ``staleness_bound``, default
-    :data:`simcore.paramserver.DEFAULT_STALENESS_BOUND`), the what-if's default model and batch
-    per GPU, and default shards and placement, and returns the staleness histogram of the applied
-    updates. An unknown cluster or mode is a :class:`TrainsimError`.
+
+def prediction_steps(gpus: int) -> int:
+    """Steps simulated for a prediction on ``gpus`` workers (each step is one gradient per worker)."""
+    from simcore.paramserver import DEFAULT_PS_STEPS
+
+    return max(DEFAULT_PS_STEPS, min(PREDICTION_STEPS, PREDICTION_GRADIENTS // max(1, gpus)))
+
+
+@dataclass(frozen=True, slots=True)
+class PredictedRun:
+    """What the parameter-server simulation predicts for one (cluster, mode, bound, GPUs, seed).
+
+    ``distribution``: the staleness of the applied updates (server versions, see the module
+    docstring). ``update_time_s``: simulated seconds per applied gradient, i.e. the time of the last
+    update over the gradients applied (per-gradient samples / the run's throughput). That is the
+    delayed-gradient trainer's unit: it applies one minibatch gradient per update in every mode, so
+    a ps-sync round of W gradients counts as W updates. ``basis`` says what was simulated.
     """
-    from dataclasses import replace
 
-    from simcore.paramserver import PSConfig, run_parameter_server
-    from simcore.paramserver.config import DEFAULT_STALENESS_BOUND
-    from simcore.whatif import DEFAULT_CONFIG, DEFAULT_MODEL
-    from simcore.workload import load_workload
+    cluster: str
+    mode: str
+    staleness_bound: int
+    gpus: int
+    seed: int
+    distribution: StalenessDistribution
+    update_time_s: float
+    step_time_s: float
+    gradients_applied: int
+    basis: str
+
+
+def predicted_parameter_server(
+    cluster: str, mode: str, staleness_bound: int | None, gpus: int, seed: int
+) -> PredictedRun:
+    """Staleness and time per update the parameter-server simulation predicts (one cached run).
+
+    Runs :func:`simcore.paramserver.run_parameter_server` once per (cluster, mode, bound, gpus,
+    seed) in a process: ``mode`` on ``cluster`` with ``gpus`` workers, SSP/mitigated with
+    ``staleness_bound`` (None: :data:`simcore.paramserver.DEFAULT_STALENESS_BOUND`; sync and async
+    ignore it), the what-if's default model and batch per GPU, default shards and placement,
+    :func:`prediction_steps` steps. An unknown cluster or mode, or a bad GPU count, is a
+    :class:`TrainsimError`.
+    """
+    from simcore.paramserver import DEFAULT_STALENESS_BOUND
 
     name = normalize_ps_mode(mode)
     bound = DEFAULT_STALENESS_BOUND if staleness_bound is None else staleness_bound
+    if name in ("sync", "async"):
+        bound = DEFAULT_STALENESS_BOUND  # the bound plays no part: one run serves every bound
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+        raise TrainsimError(f"parameter-server prediction: GPUs must be a whole number >= 1, got {gpus!r}")
+    return _simulate(str(cluster), name, bound, gpus, seed)
+
+
+@functools.lru_cache(maxsize=128)
+def _simulate(cluster: str, mode: str, bound: int, gpus: int, seed: int) -> PredictedRun:
+    """One simulated run, summarised; cached because the CLI asks for it per setting and for times."""
+    from dataclasses import replace
+
+    from simcore.paramserver import PSConfig, run_parameter_server
+    from simcore.whatif import DEFAULT_CONFIG, DEFAULT_MODEL
+    from simcore.workload import load_workload
+
     training = replace(DEFAULT_CONFIG, global_batch=gpus * DEFAULT_CONFIG.micro_batch)
     workload = load_workload(DEFAULT_MODEL, seq_len=training.seq_len, dtype=training.dtype)
-    result = run_parameter_server(
-        workload, cluster, gpus, PSConfig(mode=name, staleness_bound=bound), training, seed=seed
+    steps = prediction_steps(gpus)
+    ps = PSConfig(mode=mode, staleness_bound=bound, steps=steps)
+    result = run_parameter_server(workload, cluster, gpus, ps, training, seed=seed)
+    if result.gradients_applied < 1 or result.throughput_samples_per_s <= 0:
+        raise TrainsimError(f"parameter-server simulation of {mode} on {cluster} applied no updates")
+    basis = (
+        f"trainsim parameter-server simulation: {DEFAULT_MODEL}, micro-batch {training.micro_batch} "
+        f"per GPU, {steps} steps, seed {seed}"
     )
-    label = f"simulated {name} on {cluster}, {gpus} GPUs" + (f", s={bound}" if name == "ssp" else "")
-    return staleness_from_histogram(
-        dict(result.staleness_histogram),
-        label,
-        f"trainsim parameter-server simulation ({DEFAULT_MODEL}, seed {seed})",
+    bounded = f", s={bound}" if mode in ("ssp", "mitigated") else ""
+    label = f"simulated {mode} on {cluster}, {gpus} GPUs{bounded}"
+    samples_per_gradient = training.global_batch / gpus
+    return PredictedRun(
+        cluster=cluster,
+        mode=mode,
+        staleness_bound=bound,
+        gpus=gpus,
+        seed=seed,
+        distribution=staleness_from_histogram(dict(result.staleness_histogram), label, basis),
+        update_time_s=samples_per_gradient / result.throughput_samples_per_s,
+        step_time_s=result.step.step_time_s,
+        gradients_applied=result.gradients_applied,
+        basis=basis,
     )
+
+
+def predicted_staleness(
+    cluster: str, mode: str, staleness_bound: int | None, gpus: int, seed: int
+) -> StalenessDistribution:
+    """The staleness distribution the simulation predicts (see :func:`predicted_parameter_server`)."""
+    return predicted_parameter_server(cluster, mode, staleness_bound, gpus, seed).distribution
 
 
 def predicted_update_time_s(
     cluster: str, mode: str, staleness_bound: int | None, gpus: int, seed: int
 ) -> float:
-    """Simulated seconds between server updates for ``mode`` on ``cluster`` (same interface as above)."""
-    normalize_ps_mode(mode)
-    raise SimulationUnavailableError("parameter-server simulation not available (time per update)")
+    """Simulated seconds per applied gradient (see :func:`predicted_parameter_server`)."""
+    return predicted_parameter_server(cluster, mode, staleness_bound, gpus, seed).update_time_s
 
 
 def load_penalty_coefficients(path: str | Path | None = None) -> dict[str, Any]:

@@ -16,7 +16,8 @@ import pytest
 
 from experiments.staleness_accuracy import main
 from experiments.staleness_report import StepTimes, SummaryRow, verdict
-from simcore.staleness import estimate_accuracy_penalty
+from experiments.staleness_simulated import time_basis
+from simcore.staleness import estimate_accuracy_penalty, predicted_update_time_s
 
 GOLDEN = Path(__file__).parent / "golden"
 REPO = Path(__file__).resolve().parent.parent
@@ -67,12 +68,45 @@ def test_same_arguments_same_output(capsys: pytest.CaptureFixture[str]) -> None:
     assert run_cli(capsys, *args) == run_cli(capsys, *args)
 
 
-def test_cluster_without_simulation_skips_b_with_a_note(capsys: pytest.CaptureFixture[str]) -> None:
+def test_cluster_runs_b_with_simulated_times(capsys: pytest.CaptureFixture[str]) -> None:
+    """(b): one row per simulated mode and bound, the time basis and the staleness source stated."""
     out = run_cli(
-        capsys, "--quick", "--dataset", "gaussian", "--delays", "0", "--cluster", "dgx-a100", "--seeds", "1"
+        capsys, "--quick", "--dataset", "gaussian", "--delays", "0", "--seeds", "1", "--epochs", "1",
+        "--cluster", "dgx-a100", "--gpus", "4", "--ps-modes", "async,ssp,mitigated", "--staleness-bounds", "1,2",
+    )  # fmt: skip
+    names = [line.split("  ")[0] for line in out.splitlines() if line.startswith("pred ")]
+    assert names == ["pred async", "pred ssp s=1", "pred ssp s=2", "pred mitigated"]
+    assert (
+        "time basis: simulated seconds per applied gradient on dgx-a100, 4 GPUs (trainsim parameter-server"
+        in out
     )
-    assert "note: (b) skipped for cluster dgx-a100: parameter-server simulation not available" in out
-    assert "pred " not in out
+    assert (
+        "time unit: s" in out
+        and "(b) staleness of the pred rows: trainsim parameter-server simulation" in out
+    )
+    assert "verdict per PS mode on dgx-a100, 4 GPUs against sync:" in out
+    assert "(b) SSP s=1,2 predicts exactly async's staleness" in out  # equal GPUs: the gate never blocks
+    sync_time = predicted_update_time_s("dgx-a100", "sync", None, 4, 0)
+    sync_line = next(line for line in out.splitlines() if line.startswith("sync "))
+    assert f"{sync_time:.3g}" in sync_line.split()
+
+
+def test_step_time_overrides_a_simulated_mode(capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_cli(
+        capsys, "--quick", "--dataset", "gaussian", "--delays", "0,2", "--modes", "async", "--seeds", "1",
+        "--epochs", "1", "--cluster", "dgx-a100", "--gpus", "2", "--ps-modes", "async", "--step-time", "async=9s",
+    )  # fmt: skip
+    assert "; --step-time for async" in out
+    for name in ("async d=2", "pred async"):
+        line = next(line for line in out.splitlines() if line.startswith(name))
+        assert "9" in line.split()[-2:], line  # t/update column (time is "-" or updates x 9)
+
+
+def test_time_basis_without_cluster_is_the_paper_or_the_given_times() -> None:
+    paper = time_basis(None, 8, [], {})
+    assert paper.unit == "x sync update" and paper.label == "seed paper ratios"
+    given = time_basis(None, 8, [], {"sync": 0.1})
+    assert (given.unit, given.of("sync"), given.of("async")) == ("s", 0.1, None)
 
 
 @pytest.mark.parametrize(
@@ -99,6 +133,14 @@ def test_bad_input_is_one_error_line_and_status_2(argv: list[str], message: str,
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1, err
     assert message in err
+
+
+def test_help_lists_every_option(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "--cluster" in out and "--step-time MODE=TIME" in out and "97% of sync's final" in out
 
 
 def test_command_line_entry_point_reports_bad_input() -> None:
