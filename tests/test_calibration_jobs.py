@@ -18,6 +18,8 @@ from calibrate.records import read_records
 from simcore.calibration import load_profile
 from simcore.topology import Topology
 
+pytest.importorskip("torch", reason="these tests run the torch calibration jobs")
+
 pytestmark = pytest.mark.integration
 
 TINY_COLLECTIVES = [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -109,6 +110,7 @@ def test_two_namespaces_run_a_shaped_all_reduce_and_are_removed(tmp_path: Path) 
 @needs_root
 @pytest.mark.root
 @pytest.mark.integration
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="runs a torch job")
 def test_failing_job_still_tears_down(tmp_path: Path) -> None:
     command = _testbed_command(
         tmp_path, "--ops", "all_reduce", "-b", "0"

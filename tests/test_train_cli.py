@@ -12,6 +12,8 @@ import pytest
 from calibrate.records import read_records
 from calibrate.train import config_from_args, main
 
+pytest.importorskip("torch", reason="these tests run the torch calibration jobs")
+
 TINY = ["--model", "cnn", "--width", "4", "--depth", "1", "--image-size", "8", "--batch", "4"]
 TINY_TRANSFORMER = [
     "--model",
