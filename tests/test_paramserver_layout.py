@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -70,9 +72,27 @@ def test_dedicated_servers_get_nodes_of_their_own() -> None:
     )
 
 
-def test_a_cluster_file_without_spare_nodes_cannot_host_dedicated_servers() -> None:
-    from pathlib import Path
+@pytest.mark.parametrize("cluster", ["g5.48xlarge", "topologies/presets/g5.48xlarge.yaml"])
+def test_fewer_workers_than_a_server_holds_still_get_a_whole_server_node(cluster: str) -> None:
+    """Regression: 4 workers on an 8-GPU server type; the server node has all 8 devices."""
+    path = str(Path(__file__).resolve().parents[1] / cluster) if cluster.endswith(".yaml") else cluster
+    topo = load_ps_cluster(path, 4, Placement("dedicated", 1))
+    assert topo.world_size == 12 and len(topo.hosts) == 2
+    assert {topo.host_of_rank(r) for r in range(4)} == {0}
+    assert default_shards(topo, 4, Placement("dedicated", 1)) == 8
+    assert server_devices(topo, 4, 2, Placement("dedicated", 1)) == ("h1/gpu0", "h1/gpu1")
 
+
+def test_a_one_type_cluster_file_grows_by_its_server_nodes() -> None:
+    path = Path(__file__).resolve().parents[1] / "topologies" / "examples" / "two-g5-like.yaml"
+    topo = load_ps_cluster(str(path), 8, Placement("dedicated", 1))  # both listed nodes hold workers
+    assert topo.world_size == 12 and len(topo.hosts) == 3
+    loopback = Path(__file__).resolve().parents[1] / "topologies" / "examples" / "cpu-loopback.yaml"
+    with pytest.raises(TrainsimError, match="needs 1 node"):  # no fabric: nothing joins a second node
+        load_ps_cluster(str(loopback), 1, Placement("dedicated", 1))
+
+
+def test_a_cluster_file_without_spare_nodes_cannot_host_dedicated_servers() -> None:
     path = Path(__file__).resolve().parents[1] / "topologies" / "examples" / "mixed-dgx-g5.yaml"
     with pytest.raises(TrainsimError, match="needs 1 node"):
         load_ps_cluster(str(path), 24, Placement("dedicated", 1))

@@ -11,8 +11,9 @@ Placement (:class:`Placement`, parsed from ``"colocated"``, ``"dedicated"`` or `
   workers and hence over the nodes), on that worker's GPU and NIC; a worker's own shard is local.
 - ``dedicated:N``: the servers run on N extra nodes of the cluster that hold no worker (default one
   node); shard j sits on server node ``j mod N``, device ``(j // N) mod devices-per-node`` of it,
-  so shards use distinct NICs where the node has several. :func:`load_ps_cluster` builds a preset
-  cluster with those extra nodes; a cluster YAML must list them after the workers' nodes.
+  so shards use distinct NICs where the node has several. :func:`load_ps_cluster` grows a cluster
+  of one server type (a preset or a one-type spec file) by those N nodes; a cluster file that mixes
+  server types must list them after the workers' nodes.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ shard's links and update time set the pace.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -61,18 +62,23 @@ def load_ps_cluster(cluster: str, workers: int, placement: Placement) -> Topolog
     """The cluster for ``workers`` workers, plus the server nodes a dedicated placement needs.
 
     Ranks ``0..workers-1`` are the workers; with ``dedicated:N`` the ranks after them are the
-    devices of the N server nodes. A preset grows by N nodes; a cluster file must already list
-    them after the workers' nodes.
+    devices of the N server nodes. A cluster of one server type (a preset, or a spec file with one
+    node type) grows to the nodes the workers fill plus N, however few workers there are: the
+    server count comes from the type's own devices per server, never from a truncated cluster's. A
+    cluster that mixes server types (or an explicit graph) cannot grow: its file must list the
+    server nodes after the workers' nodes.
     """
-    from topologies import load_cluster, preset_names
+    from topologies import load_cluster
 
     if placement.kind == "colocated":
         return load_cluster(cluster, gpus=workers)
-    if cluster in preset_names():
-        base = load_cluster(cluster, gpus=workers)
-        full = load_cluster(cluster, nodes=len(base.hosts) + placement.server_nodes)
+    as_given = load_cluster(cluster)
+    per_server = _ranks_per_server(as_given)
+    if per_server:
+        worker_nodes = max(1, math.ceil(workers / per_server))
+        full = load_cluster(cluster, nodes=worker_nodes + placement.server_nodes)
     else:
-        full = load_cluster(cluster)
+        full = as_given
     if workers > full.world_size:
         raise TrainsimError(
             f"{cluster}: {workers} workers do not fit; the cluster has {full.world_size} devices"
@@ -87,6 +93,18 @@ def load_ps_cluster(cluster: str, workers: int, placement: Placement) -> Topolog
         )
     server_ranks = [r for h in spare for r in full.ranks_on_host(h)]
     return full.subset([*range(workers), *server_ranks])
+
+
+def _ranks_per_server(topology: Topology) -> int:
+    """Devices per server of a cluster that can grow: one server type on a fabric (else 0).
+
+    0 for a cluster that mixes server types, an explicit graph, or a server without a fabric
+    (``fabric: none``: nothing joins a second node).
+    """
+    types = set(topology.metadata.get("host_types", []))
+    if len(types) != 1 or "" in types or topology.metadata.get("fabric") == "none":
+        return 0
+    return len(topology.ranks_on_host(topology.hosts[0]))
 
 
 def default_shards(topology: Topology, workers: int, placement: Placement) -> int:

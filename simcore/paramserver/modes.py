@@ -14,16 +14,40 @@ Synchronous Parallel Parameter Server", NIPS 2013). A worker's clock counts its 
 before computing, a worker more than s clocks ahead of the slowest blocks until the slowest catches
 up (:func:`ssp_gate`), then refreshes its parameters (a pull of every shard) since they aged while it
 waited. The clock lag of every gradient (own clock minus the slowest's at the start of its
-computation) is therefore at most s; its staleness in server versions is at most (W - 1)(2s + 1).
+computation) is therefore at most s. Its staleness in server versions is at most (W - 1)(2s + 3):
+while a worker at clock c computes from parameters pulled when every other worker had applied at
+least c - 1 - s gradients (the slowest's clock when this worker last passed the gate), each other
+worker can reach clock c + s + 1 plus one gradient already on the shard but not yet on all shards.
 
 ``ps-mitigated``: asynchronous with a staleness check before each push (:func:`version_check`):
 the worker asks every shard for its version (a small message each way - route latency, not a
-flow - answered once the shard's update in progress is done); if the gradient is more than s versions stale, it re-pulls every shard
-and recomputes the gradient, then pushes without checking again (one retry, so nothing livelocks).
-The applied update is damped by 1 / (1 + staleness), Zhang, Gupta, Lian & Liu, "Staleness-aware
-Async-SGD for Distributed Deep Learning", IJCAI 2016 - free in time, so not simulated. The check's
-round trip every step and the recomputes are the synchronisation overhead the seed paper found to
-cancel the asynchronous gain; the run reports both.
+flow - answered after the updates already queued at the shard, which handles messages in arrival
+order); if the gradient is more than s versions stale, it re-pulls every shard and recomputes the
+gradient, then pushes without checking again (one retry, so nothing livelocks). The applied update
+is damped by 1 / (1 + staleness), Zhang, Gupta, Lian & Liu, "Staleness-aware Async-SGD for
+Distributed Deep Learning", IJCAI 2016 - free in time, so not simulated. The check's round trip
+every step and the recomputes are the synchronisation overhead the seed paper found to cancel the
+asynchronous gain; the run reports both.
+
+When can ps-mitigated apply gradients faster than ps-async? Its worker loop is ps-async's plus
+delays, so only through the shared links and shards:
+
+- Never when compute-bound on equal workers (tests/test_paramserver_throughput.py checks it).
+- Bandwidth-bound, equal workers, no jitter: the workers of ps-async run in lockstep, pushing
+  together and then pulling together, so each direction of the server's NIC idles half the time;
+  the checks and recomputes break the lockstep and let pushes overlap pulls. Four workers, two
+  shards on one dedicated DGX A100, 8 x 4M-parameter layers, micro-batch 4, s = 2, 48 steps:
+  ps-async 1,457 samples/s (busiest server NIC direction 47% used), ps-mitigated 1,645 (69%, 63
+  recomputes). Compute jitter (lognormal 0.2) breaks the lockstep by itself: 1,993 vs 1,667.
+- Not any more through the end of a short run. experiments.reproduce_paper --quick (ResNet-50 on
+  8 A100 + 8 A10G workers, 4 steps) used to show ps-mitigated at 40,632 and ps-async at 39,556
+  samples/s: the run stopped handing out gradients after ``steps * W`` had been started and ended
+  when the last one landed. In ps-async the A10G workers held the last gradients (58 ms of compute
+  each) after the A100 workers had run out; in ps-mitigated the A10G workers were busy
+  recomputing, so the A100 workers took the last ones and the run ended sooner. Recomputes were
+  never counted as applied gradients: the drain was the cause. A run now ends when ``steps * W``
+  gradients are applied with every worker still at work (:func:`simcore.paramserver.worker.async_worker`):
+  57,145 vs 40,988 samples/s at 4 steps, 60,371 vs 38,220 at 32.
 """
 
 from __future__ import annotations
@@ -34,7 +58,7 @@ from typing import Any
 
 from simcore.paramserver.state import PSRun
 
-__all__ = ["MODES", "ModeRules", "pull_all", "ssp_gate", "version_check"]
+__all__ = ["MODES", "ModeRules", "pull_all", "pull_shard", "ssp_gate", "version_check"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +90,13 @@ def pull_all(run: PSRun, worker: int, pulled: list[int]) -> Generator[Any, Any, 
         pulled[shard.index] = shard.version
         flows.append(run.send(shard.device, device, run.param_bytes[shard.index], "ps_pull"))
     yield run.env.all_of(flows)
+
+
+def pull_shard(run: PSRun, worker: int, index: int, pulled: list[int]) -> Generator[Any, Any, None]:
+    """Fetch one shard's current parameters (its version as of the start of the pull)."""
+    shard = run.shards[index]
+    pulled[index] = shard.version
+    yield run.send(shard.device, run.worker_devices[worker], run.param_bytes[index], "ps_pull")
 
 
 def ssp_gate(run: PSRun, worker: int, pulled: list[int]) -> Generator[Any, Any, None]:

@@ -5,8 +5,15 @@ Definitions (times in seconds, sizes in bytes):
 - a *step* is one gradient per worker: a barrier round in ps-sync; in the asynchronous modes the
   interval in which W more gradients were applied (step i ends when gradient i * W is applied).
   ``step_time_s`` / ``step_time_p99_s`` are the p50 / p99 over the run's steps, and
-  ``samples_per_s`` = global_batch / p50 as for every strategy; ``throughput_samples_per_s`` is the
-  run's rate: applied gradients x samples per gradient / time of the last update.
+  ``samples_per_s`` = global_batch / p50 as for every strategy.
+- ``throughput_samples_per_s``: applied gradients x samples per gradient / time of the run's last
+  update (ps-sync: the end of its last round). An asynchronous run ends when its budget of
+  ``steps * W`` gradients is applied, with every worker still at work (gradients in flight then
+  are not counted), so this is the rate of a long run, not one that ends with a drain in which
+  the last gradients land one by one, a slow worker's last: in a run of a few steps such a drain
+  dominates and ranks the modes by which worker happens to hold the last gradients (see
+  :mod:`simcore.paramserver.modes` for a case where it made ps-mitigated look faster than
+  ps-async). It is exact to within one round of the workers' gradients.
 - ``compute_s``: the step with infinitely fast links and servers: the slowest worker's gradient in
   ps-sync; W / sum(1 / t_w) in the asynchronous modes (the workers' combined rate).
 - ``comm_s``: mean time per gradient a worker had pushes or pulls in flight; ``comm_bytes``: bytes a
@@ -38,7 +45,7 @@ from simcore.paramserver.simulate import PSOutcome
 from simcore.report import StepReport
 from simcore.strategies.runner import percentile  # linear, like numpy's default, without numpy.ma
 
-__all__ = ["PSResult", "staleness_summary", "step_times", "summarise"]
+__all__ = ["PSResult", "staleness_summary", "step_times", "summarise", "sustained_samples_per_s"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +105,20 @@ def step_times(outcome: PSOutcome) -> list[float]:
         w = outcome.workers
         ends = [rec.applied_s[i] for i in range(w - 1, len(rec.applied_s), w)]
     return [float(b - a) for a, b in zip([0.0, *ends[:-1]], ends, strict=True)]
+
+
+def sustained_samples_per_s(outcome: PSOutcome) -> float:
+    """Applied gradients x samples per gradient / time of the run's last update (see the module docstring)."""
+    rec = outcome.records
+    end = (
+        rec.step_end_s[-1]
+        if MODES[outcome.config.mode].barrier
+        else rec.applied_s[-1]
+        if rec.applied_s
+        else 0.0
+    )
+    per_gradient = outcome.training.global_batch / outcome.workers
+    return len(rec.applied_s) * per_gradient / end if end > 0 else 0.0
 
 
 def staleness_summary(samples: Sequence[int]) -> dict[str, float]:
@@ -207,8 +228,6 @@ def summarise(outcome: PSOutcome, *, cluster: str) -> PSResult:
     histogram: dict[int, int] = {}
     for value in rec.staleness:
         histogram[value] = histogram.get(value, 0) + 1
-    last = rec.step_end_s[-1] if MODES[cfg.mode].barrier else rec.applied_s[-1]
-    per_gradient = outcome.training.global_batch / outcome.workers
     elapsed = outcome.elapsed_s
     return PSResult(
         step=_step_report(outcome, cluster, times),
@@ -224,7 +243,7 @@ def summarise(outcome: PSOutcome, *, cluster: str) -> PSResult:
         clock_lag_max=max(rec.clock_lag, default=0),
         shard_imbalance=outcome.layout.imbalance,
         server_busy=max(outcome.shard_busy_s, default=0.0) / elapsed if elapsed > 0 else 0.0,
-        throughput_samples_per_s=len(rec.applied_s) * per_gradient / last if last > 0 else 0.0,
+        throughput_samples_per_s=sustained_samples_per_s(outcome),
         bottleneck_utilisation=outcome.bottleneck_utilisation,
         busiest_links=dict(outcome.busiest_links),
         gradients_applied=len(rec.applied_s),

@@ -179,10 +179,11 @@ def simulate_parameter_server(
     run, layout, devices = _build_run(
         sim, network, workload, training, ps, workers, heterogeneity, calibration
     )
-    process = sync_worker if MODES[ps.mode].barrier else async_worker
+    barrier = MODES[ps.mode].barrier
+    process = sync_worker if barrier else async_worker
     for worker in range(workers):
         sim.env.process(process(run, worker))
-    sim.run()
+    sim.run(None if barrier else run.finished)  # asynchronous workers never stop by themselves
     elapsed = sim.now
     by_kind, busiest, bottleneck, utilisation = _link_summary(network, elapsed)
     return PSOutcome(

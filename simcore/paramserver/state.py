@@ -62,8 +62,8 @@ class PSRun:
         self.grad_bytes = list(grad_bytes)
         self.param_bytes = list(param_bytes)
         self.clock = [0] * self.workers
-        self.budget = config.steps * self.workers
-        self.started = 0
+        self.budget = config.steps * self.workers  # gradients to apply
+        self.finished = self.env.event()  # fires when the budget's last gradient is applied
         self.records = Records(
             blocking_s=[0.0] * self.workers,
             check_s=[0.0] * self.workers,
@@ -101,19 +101,13 @@ class PSRun:
         return self.env.timeout(delay)
 
     # --- budget and clocks ---------------------------------------------------------------------
-    def take_ticket(self) -> bool:
-        """Claim one gradient of the run's budget (``steps * workers``); False when it is spent."""
-        if self.started >= self.budget:
-            return False
-        self.started += 1
-        return True
-
     @property
     def budget_spent(self) -> bool:
-        return self.started >= self.budget
+        """Whether ``steps * workers`` gradients have been applied (the run is over)."""
+        return len(self.records.applied_s) >= self.budget
 
     def changed(self) -> simpy.Event:
-        """Fires at the next clock advance (or when the budget is spent)."""
+        """Fires at the next clock advance."""
         return self._changed
 
     def notify(self) -> None:
@@ -121,6 +115,9 @@ class PSRun:
         old.succeed()
 
     def gradient_applied(self, worker: int, staleness: int, lag: int) -> None:
+        """Record one applied gradient; the budget's last one ends the run (later ones are not kept)."""
+        if self.budget_spent:
+            return
         rec = self.records
         rec.staleness.append(staleness)
         rec.clock_lag.append(lag)
@@ -128,6 +125,8 @@ class PSRun:
         rec.gradients[worker] += 1
         self.clock[worker] += 1
         self.notify()
+        if self.budget_spent:
+            self.finished.succeed()
 
     def sync_worker_done(self, step: int) -> None:
         done = self._sync_done.get(step, 0) + 1

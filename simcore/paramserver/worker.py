@@ -3,6 +3,11 @@
 Pushes and pulls are flows through the live :class:`simcore.network.Network`, all shards at once,
 so W workers pushing to one server show up as incast on the server's links. A worker that hosts a
 shard itself (colocated placement) exchanges that shard locally, at no network cost.
+
+Each shard is exchanged on its own: a worker pulls a shard as soon as that shard has applied its
+gradient (ps-sync: as soon as that shard's round is done), not after the slowest shard, as ps-lite
+workers pull each key range when its push is acknowledged. The gradient counts as applied (the
+worker's clock advances) when its last shard has been updated.
 """
 
 from __future__ import annotations
@@ -10,26 +15,46 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
-from simcore.paramserver.modes import MODES, pull_all, ssp_gate, version_check
+from simcore.paramserver.modes import MODES, pull_shard, ssp_gate, version_check
 from simcore.paramserver.server import ShardServer
 from simcore.paramserver.state import PSRun
 
 __all__ = ["async_worker", "sync_worker"]
 
 
-def _push_apply(
-    run: PSRun, worker: int, shard: ShardServer, pulled: list[int], staleness: list[int]
+class _Gradient:
+    """One gradient in flight on its shards: recorded as applied when its last shard is updated."""
+
+    def __init__(self, run: PSRun, worker: int, lag: int) -> None:
+        self.run, self.worker, self.lag = run, worker, lag
+        self.pending = len(run.shards)
+        self.staleness = 0
+
+    def shard_applied(self, staleness: int) -> None:
+        self.staleness = max(self.staleness, staleness)
+        self.pending -= 1
+        if self.pending == 0:
+            self.run.gradient_applied(self.worker, self.staleness, self.lag)
+
+
+def _exchange(
+    run: PSRun, worker: int, shard: ShardServer, pulled: list[int], gradient: _Gradient
 ) -> Generator[Any, Any, None]:
+    """Push the gradient to one shard, wait for the shard to apply it, then pull that shard."""
     yield run.send(run.worker_devices[worker], shard.device, run.grad_bytes[shard.index], "ps_push")
-    stale = yield from shard.apply(pulled[shard.index])
-    staleness[0] = max(staleness[0], stale)
+    staleness = yield from shard.apply(pulled[shard.index])
+    gradient.shard_applied(staleness)
+    yield from pull_shard(run, worker, shard.index, pulled)
 
 
 def async_worker(run: PSRun, worker: int) -> Generator[Any, Any, None]:
-    """ps-async, ps-ssp and ps-mitigated: loop until the run's gradient budget is spent.
+    """ps-async, ps-ssp and ps-mitigated: compute and exchange gradients for as long as the run lasts.
 
-    The worker pushes to every shard at once and pulls every shard as soon as its gradient has been
-    applied on all of them (it needs every shard before its next computation anyway).
+    The run ends (the simulation stops) when its budget of ``steps * W`` gradients is applied, with
+    every worker still at work: gradients in flight then are not counted.
+
+    The worker pushes to every shard at once and pulls each shard as soon as it has applied the
+    gradient; it starts its next computation once every shard is pulled (it needs them all).
     """
     rules = MODES[run.config.mode]
     env = run.env
@@ -37,18 +62,13 @@ def async_worker(run: PSRun, worker: int) -> Generator[Any, Any, None]:
     while True:
         if rules.gate:
             yield from ssp_gate(run, worker, pulled)
-        if not run.take_ticket():
-            run.notify()
-            return
         lag = run.clock[worker] - min(run.clock)
         yield env.timeout(run.compute_time(worker))
         if rules.check:
             yield from version_check(run, worker, pulled)
         start = float(env.now)
-        staleness = [0]
-        yield env.all_of([env.process(_push_apply(run, worker, s, pulled, staleness)) for s in run.shards])
-        run.gradient_applied(worker, staleness[0], lag)
-        yield from pull_all(run, worker, pulled)
+        gradient = _Gradient(run, worker, lag)
+        yield env.all_of([env.process(_exchange(run, worker, s, pulled, gradient)) for s in run.shards])
         run.records.comm_s[worker] += float(env.now) - start
 
 
@@ -64,7 +84,6 @@ def sync_worker(run: PSRun, worker: int) -> Generator[Any, Any, None]:
     """ps-sync: ``steps`` rounds of compute, push, barrier at every shard, pull."""
     env = run.env
     for step in range(run.config.steps):
-        run.take_ticket()
         yield env.timeout(run.compute_time(worker))
         start = float(env.now)
         yield env.all_of([env.process(_sync_shard(run, worker, s, step)) for s in run.shards])
