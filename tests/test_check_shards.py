@@ -6,26 +6,19 @@ Regenerate the golden with ``TRAINSIM_UPDATE_GOLDEN=1 pytest tests/test_check_sh
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pytest
 
 from experiments.check_shards import main
 from simcore.strategies.wrap import parse_wrap, wrap_units
 from simcore.workload import load_workload
-
-GOLDEN = Path(__file__).parent / "golden"
-UPDATE = os.environ.get("TRAINSIM_UPDATE_GOLDEN") == "1"
+from tests.goldens import assert_golden
 
 
 def test_misaligned_llama_plan_matches_golden(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--model", "llama2-7b", "--gpus", "16", "--wrap", "every-3-layers"]) == 0
     out = capsys.readouterr().out
-    path = GOLDEN / "what_if_check_shards_llama2_7b.txt"
-    if UPDATE:
-        path.write_text(out)
-    assert out == path.read_text()
+    assert_golden("what_if_check_shards_llama2_7b.txt", out)
     assert "MISALIGNED: 32 of 32 blocks" in out
 
 

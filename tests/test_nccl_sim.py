@@ -6,14 +6,12 @@ Regenerate the golden files with ``TRAINSIM_UPDATE_GOLDEN=1 python -m pytest tes
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 from experiments.nccl_sim import main, size_ladder
-
-GOLDEN = Path(__file__).parent / "golden"
+from tests.goldens import assert_golden
 
 CASES = {
     "nccl_sim_dgx-a100_8.txt": [
@@ -63,18 +61,10 @@ CASES = {
 }
 
 
-def check_golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if os.environ.get("TRAINSIM_UPDATE_GOLDEN") == "1":
-        path.write_text(text, encoding="utf-8")
-    assert path.exists(), f"missing golden {path}; run with TRAINSIM_UPDATE_GOLDEN=1"
-    assert text == path.read_text(encoding="utf-8")
-
-
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_output_matches_golden(name: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(CASES[name]) == 0
-    check_golden(name, capsys.readouterr().out)
+    assert_golden(name, capsys.readouterr().out)
 
 
 def test_table_has_nccl_tests_columns_and_busbw_factor(capsys: pytest.CaptureFixture[str]) -> None:

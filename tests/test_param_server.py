@@ -13,22 +13,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from calibrate.param_server import PsLayout, shard_ranges
-from calibrate.records import read_records
-from calibrate.train import launch_local
 from calibrate.train_data import ImageTask
 from calibrate.train_models import build_model
+from tests.torchrun_helpers import TINY_CNN, run_job
 
 TINY = [
-    "--model",
-    "cnn",
-    "--width",
-    "4",
-    "--depth",
-    "1",
-    "--image-size",
-    "8",
-    "--batch",
-    "8",
+    *TINY_CNN,
     "--seed",
     "0",
     "--checkpoint-every",
@@ -52,12 +42,6 @@ def test_layout_puts_servers_first() -> None:
     assert layout.workers == (2, 3, 4)
     assert layout.is_server(1) and not layout.is_server(2)
     assert layout.worker_index(4) == 2
-
-
-def run_job(out: Path, argv: list[str], nproc: int, via_torchrun: bool = False) -> list[dict[str, Any]]:
-    status = launch_local(["--out", str(out), *argv], nproc=nproc, timeout_s=150, via_torchrun=via_torchrun)
-    assert status == 0, f"calibrate.train exited with {status}"
-    return read_records(out)
 
 
 def worker_steps(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -7,7 +7,6 @@ Regenerate the golden file with
 from __future__ import annotations
 
 import json
-import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -29,17 +28,9 @@ from experiments.paper_claims import (
 )
 from experiments.paper_hardware import NVLINK_KINDS, allreduce_busbw_Bps, evaluate_nvlink_vs_pcie, forced_pcie
 from experiments.reproduce_paper import evaluate_fsdp_memory, main, paper_claims, render, run_claims
+from tests.goldens import assert_golden
 
-GOLDEN = Path(__file__).parent / "golden"
 VERDICTS = {AGREES, PARTLY, DISAGREES, UNTESTABLE}
-
-
-def check_golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if os.environ.get("TRAINSIM_UPDATE_GOLDEN") == "1":
-        path.write_text(text, encoding="utf-8")
-    assert path.exists(), f"missing golden {path}; run with TRAINSIM_UPDATE_GOLDEN=1"
-    assert text == path.read_text(encoding="utf-8")
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +40,7 @@ def quick_results() -> list[ClaimResult]:
 
 def test_quick_table_matches_golden(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--quick"]) == 0
-    check_golden("reproduce_paper_quick.txt", capsys.readouterr().out)
+    assert_golden("reproduce_paper_quick.txt", capsys.readouterr().out)
 
 
 def test_every_claim_is_reported_once_with_a_computed_verdict(quick_results: list[ClaimResult]) -> None:

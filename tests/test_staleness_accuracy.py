@@ -7,7 +7,6 @@ Regenerate the golden tables with ``TRAINSIM_UPDATE_GOLDEN=1 python -m pytest te
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,19 +17,9 @@ from experiments.staleness_accuracy import main
 from experiments.staleness_report import StepTimes, SummaryRow, verdict
 from experiments.staleness_simulated import time_basis
 from simcore.staleness import estimate_accuracy_penalty, predicted_update_time_s
+from tests.goldens import assert_golden
 
-GOLDEN = Path(__file__).parent / "golden"
 REPO = Path(__file__).resolve().parent.parent
-
-
-def check_golden(name: str, text: str) -> None:
-    path = GOLDEN / f"staleness_accuracy_{name}.txt"
-    if os.environ.get("TRAINSIM_UPDATE_GOLDEN") == "1":
-        path.write_text(text, encoding="utf-8")
-    assert path.exists(), f"no golden file {path.name}; create it with TRAINSIM_UPDATE_GOLDEN=1"
-    assert text == path.read_text(encoding="utf-8"), (
-        f"output differs from {path.name} (TRAINSIM_UPDATE_GOLDEN=1 updates it)"
-    )
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
@@ -51,7 +40,7 @@ def measured_file(directory: Path) -> Path:
 
 def test_quick_table_is_golden(capsys: pytest.CaptureFixture[str]) -> None:
     """What CI runs: digits, fixed delays 0, 2, 8, async and mitigated, 2 seeds."""
-    check_golden("quick", run_cli(capsys, "--quick"))
+    assert_golden("staleness_accuracy_quick.txt", run_cli(capsys, "--quick"))
 
 
 def test_gaussian_with_measured_staleness_and_step_times_is_golden(capsys, tmp_path) -> None:
@@ -59,7 +48,7 @@ def test_gaussian_with_measured_staleness_and_step_times_is_golden(capsys, tmp_p
         capsys, "--quick", "--dataset", "gaussian", "--delays", "0,4", "--measured", str(measured_file(tmp_path)),
         "--step-time", "sync=100ms", "--step-time", "ps-async=72ms", "--step-time", "mitigated=0.11",
     )  # fmt: skip
-    check_golden("gaussian_measured", out)
+    assert_golden("staleness_accuracy_gaussian_measured.txt", out)
     assert "async meas:ps_async" in out and "time unit: s" in out
 
 

@@ -1,15 +1,15 @@
 """``python -m topologies.show``: golden summaries, computed bandwidths, one-line errors."""
 
-import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests.goldens import assert_golden
 from topologies import load_cluster
 from topologies.show import main
 from topologies.summary import bisection_bandwidth, injection_bandwidth
 
-GOLDEN = Path(__file__).parent / "golden"
 TOPO = Path(__file__).parent / "data" / "topo"
 
 
@@ -23,11 +23,7 @@ TOPO = Path(__file__).parent / "data" / "topo"
 def test_show_matches_golden(golden, argv, capsys):
     """Regenerate with TRAINSIM_UPDATE_GOLDEN=1."""
     assert main(argv) == 0
-    out = capsys.readouterr().out
-    path = GOLDEN / golden
-    if os.environ.get("TRAINSIM_UPDATE_GOLDEN") == "1":
-        path.write_text(out, encoding="utf-8")
-    assert out == path.read_text(encoding="utf-8")
+    assert_golden(golden, capsys.readouterr().out)
 
 
 def test_bisection_of_two_dgx_is_their_nics():
@@ -36,7 +32,7 @@ def test_bisection_of_two_dgx_is_their_nics():
 
 def test_oversubscription_shrinks_bisection():
     # 64 HDR NICs, 20 per leaf: traffic between the halves crosses leaf uplinks
-    spec = dict(nodes=8, fabric="leaf-spine")
+    spec: dict[str, Any] = {"nodes": 8, "fabric": "leaf-spine"}
     full = bisection_bandwidth(load_cluster("dgx-a100", **spec))
     quarter = bisection_bandwidth(load_cluster("dgx-a100", oversubscription=4, **spec))
     assert quarter < full

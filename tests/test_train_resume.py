@@ -13,22 +13,13 @@ from typing import Any
 import pytest
 
 from calibrate.records import read_records
-from calibrate.train import launch_local
+from tests.torchrun_helpers import TINY_CNN, run_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 # rank 0 sleeps 15x its compute every step, so the job is slow enough to be killed mid-way
 ARGS = [
-    "--model",
-    "cnn",
-    "--width",
-    "4",
-    "--depth",
-    "1",
-    "--image-size",
-    "8",
-    "--batch",
-    "8",
+    *TINY_CNN,
     "--strategy",
     "ddp",
     "--steps",
@@ -92,10 +83,7 @@ def test_killed_job_resumes_from_its_checkpoint_with_identical_steps(tmp_path: P
     recorded = max(r["step"] for r in killed if r["kind"] == "step")
     assert 9 <= recorded < 23
 
-    assert (
-        launch_local(["--out", str(out), *ARGS, "--resume"], nproc=2, timeout_s=150, via_torchrun=False) == 0
-    )
-    records = read_records(out)
+    records = run_job(out, [*ARGS, "--resume"], 2)
     heads = [r for r in records if r["kind"] == "provenance"]
     assert len(heads) == 2 and heads[0]["run_id"] == heads[1]["run_id"]
     resumed_from = heads[1]["resumed_from_step"]
@@ -108,7 +96,4 @@ def test_killed_job_resumes_from_its_checkpoint_with_identical_steps(tmp_path: P
         assert losses[key][0] == losses[key][1], key
     assert sorted(r["rank"] for r in records if r["kind"] == "summary") == [0, 1]
 
-    assert (
-        launch_local(["--out", str(out), *ARGS, "--resume"], nproc=2, timeout_s=150, via_torchrun=False) == 0
-    )
-    assert len(read_records(out)) == len(records)  # a finished run is not run again
+    assert len(run_job(out, [*ARGS, "--resume"], 2)) == len(records)  # a finished run is not run again

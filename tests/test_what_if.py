@@ -7,7 +7,6 @@ Regenerate the goldens after an intended change with ``TRAINSIM_UPDATE_GOLDEN=1 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -18,9 +17,8 @@ import pytest
 from experiments.what_if import main
 from simcore.report import RECORD_FIELDS, SCHEMA, StepReport, records_to_csv
 from simcore.whatif import recommend
+from tests.goldens import assert_golden
 
-GOLDEN = Path(__file__).parent / "golden"
-UPDATE = os.environ.get("TRAINSIM_UPDATE_GOLDEN") == "1"
 REQUIRED = (
     "cluster",
     "strategy",
@@ -43,16 +41,9 @@ def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     return capsys.readouterr().out
 
 
-def _check_golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if UPDATE:
-        path.write_text(text)
-    assert path.exists(), f"missing golden {path}; run with TRAINSIM_UPDATE_GOLDEN=1"
-    expected = path.read_text()
-    if name.endswith(".json"):
-        assert _approx_equal(json.loads(text), json.loads(expected)), f"{name} differs from its golden"
-    else:
-        assert text == expected
+def _same_json(text: str, expected: str) -> bool:
+    """The two JSON documents are equal, floats to 1e-9 relative."""
+    return _approx_equal(json.loads(text), json.loads(expected))
 
 
 def _approx_equal(a: object, b: object) -> bool:
@@ -67,14 +58,14 @@ def _approx_equal(a: object, b: object) -> bool:
 
 def test_default_run_table_matches_golden(capsys: pytest.CaptureFixture[str]) -> None:
     out = _run(["--gpus", "16"], capsys)
-    _check_golden("what_if_default.txt", out)
+    assert_golden("what_if_default.txt", out)
     assert "cluster dgx-a100" in out and "cluster g5.48xlarge" in out
     assert out.count("recommendation:") == 2
 
 
 def test_default_run_json_matches_golden_and_schema(capsys: pytest.CaptureFixture[str]) -> None:
     out = _run(["--gpus", "16", "--format", "json"], capsys)
-    _check_golden("what_if_default.json", out)
+    assert_golden("what_if_default.json", out, same=_same_json)
     document = json.loads(out)
     assert document["schema"] == SCHEMA and document["version"] == 1
     records = document["records"]

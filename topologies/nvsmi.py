@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from topologies.yamlcheck import SpecError
+from topologies.yamlcheck import SpecError, read_text_file
 
 if TYPE_CHECKING:
     from topologies.spec import ClusterSpec
@@ -176,13 +176,7 @@ def parse_capture(text: str, where: str) -> Capture:
 def read_capture(path: Path | str) -> Capture:
     """Parse the capture in ``path``."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SpecError(f"no such file: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{path}: cannot read as text: {exc}") from None
-    return parse_capture(text, str(path))
+    return parse_capture(read_text_file(path), str(path))
 
 
 def load_capture_spec(

@@ -15,7 +15,7 @@ import yaml
 
 from simcore.errors import TrainsimError
 
-__all__ = ["SpecError", "expand_braces", "mapping", "parse_quantity", "read_yaml"]
+__all__ = ["SpecError", "expand_braces", "mapping", "parse_quantity", "read_text_file", "read_yaml"]
 
 T = TypeVar("T")
 _BRACE = re.compile(r"\{([^{}]*)\}")
@@ -25,15 +25,21 @@ class SpecError(TrainsimError):
     """A cluster spec (preset, user YAML, capture) that is malformed: says where and what is allowed."""
 
 
-def read_yaml(path: Path | str) -> Any:
-    """The YAML document in ``path``; a :class:`SpecError` naming the file if it does not parse."""
+def read_text_file(path: Path | str) -> str:
+    """The UTF-8 text in ``path``; a :class:`SpecError` naming the file if it is missing or unreadable."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise SpecError(f"no such file: {path}") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{path}: cannot read: {exc}") from None
+        raise SpecError(f"{path}: cannot read as text: {exc}") from None
+
+
+def read_yaml(path: Path | str) -> Any:
+    """The YAML document in ``path``; a :class:`SpecError` naming the file if it does not parse."""
+    path = Path(path)
+    text = read_text_file(path)
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
