@@ -6,9 +6,11 @@ servers on a leaf-spine fabric, and, as ``ring_flows`` rows, the bare network un
 flow per hop, no collective layer) so the network's own share is visible. ``events`` counts the
 SimPy events the run processed. Each wall time is the median of ``--repeats`` runs, each on
 a fresh copy of the topology so nothing cached from an earlier run is reused (routes included);
-building the topology is not timed. ``wall_per_gpu_us`` staying flat as GPUs grow means wall time
-grows linearly. ``--quick`` runs a tiny version (for tests); ``--format json`` prints records;
-``--profile`` prints where the time of the largest run goes (cProfile, by cumulative time).
+building the topology is not timed, and garbage left by earlier runs is collected before each
+run (the collector stays on during it, so the run's own collection cost counts).
+``wall_per_gpu_us`` staying flat as GPUs grow means wall time grows linearly. ``--quick`` runs a
+tiny version (for tests); ``--format json`` prints records; ``--profile`` prints where the time of
+the largest run goes (cProfile, by cumulative time).
 
 Target (issue 2): under 0.5 s for one 1 GiB all_reduce over 4096 GPUs, on one core.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import io
 import json
 import pstats
@@ -42,6 +45,7 @@ __all__ = ["BenchRow", "collective_bench_rows", "main"]
 DEFAULT_GPUS = (8, 64, 512, 4096)
 QUICK_GPUS = (8, 16)
 DEFAULT_OPS = ("all_reduce", "all_gather")
+WARM_UP_GPUS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +132,7 @@ def _measure(
     walls, cpus = [], []
     for _ in range(repeats):
         fresh = _fresh(topology)
+        gc.collect()  # garbage left by earlier runs (a dropped topology) is not this run's cost
         start, start_cpu = time.perf_counter(), time.process_time()
         sim_time_s, events, algorithm = run(fresh)
         walls.append(time.perf_counter() - start)
@@ -152,10 +157,8 @@ def collective_bench_rows(
     """Benchmark rows: each op over each GPU count, plus bare-network ``ring_flows`` rows."""
     if repeats < 1:
         raise TrainsimError(f"--repeats must be >= 1, got {repeats}")
-    if ops and gpu_counts:
-        collective(
-            topology_for(min(gpu_counts)), ops[0], 1.0, algorithm
-        )  # untimed warm-up: first-call imports
+    if ops and gpu_counts:  # untimed warm-up (first-call imports) on a small cluster
+        collective(topology_for(min(*gpu_counts, WARM_UP_GPUS)), ops[0], 1.0, algorithm)
     rows = []
     for gpus in gpu_counts:
         topology = topology_for(gpus)

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = ["LinkClassSummary", "LinkIndex", "LinkStats", "LinkStatsView", "LinkTable", "link_name"]
 
+_NO_LINKS: dict[str, dict[str, Any]] = {}  # what a node without out-links has (never written)
 _COUNTERS = (("bytes_done", np.float64), ("busy_s", np.float64), ("max_flows", np.int64), ("flows", np.int64))
 
 
@@ -70,6 +71,7 @@ class LinkIndex:
         self.index: dict[Edge, int] = {}
         self.edges: list[Edge] = []
         self._bandwidths: list[float] = []
+        self._latencies: list[float] = []  # as the graph stores them, summed per route
         self._capacity = np.zeros(0)
         self._paths: dict[tuple[Edge, ...], tuple[float, NDArray[np.intp]]] = {}
 
@@ -91,24 +93,31 @@ class LinkIndex:
         return self._capacity
 
     def path(self, route: tuple[Edge, ...]) -> tuple[float, NDArray[np.intp]]:
-        """(latency_s, link numbers) of a route; a link the topology lacks is a TrainsimError."""
+        """(latency_s, link numbers) of a route; a link the topology lacks is a TrainsimError.
+
+        A link is numbered on first use. This runs once per distinct route (tens of thousands on a
+        4096-GPU fabric), hence the loop written out rather than a method call per new link.
+        """
         known = self._paths.get(route)
         if known is None:
-            index = self.index
-            ids = np.array([index[e] if e in index else self._add(e) for e in route], dtype=np.intp)
-            succ = self._succ
-            latency = float(sum(succ[u][v]["latency_s"] for u, v in route))
-            known = self._paths[route] = (latency, ids)
+            index, edges, latencies, succ = self.index, self.edges, self._latencies, self._succ
+            numbers = []
+            for edge in route:
+                number = index.get(edge)
+                if number is None:
+                    attrs = succ.get(edge[0], _NO_LINKS).get(edge[1])
+                    if attrs is None:
+                        raise TrainsimError(
+                            f"route uses link {link_name(edge)}, which is not in the topology"
+                        )
+                    number = index[edge] = len(edges)
+                    edges.append(edge)
+                    self._bandwidths.append(float(attrs["bandwidth_Bps"]))
+                    latencies.append(attrs["latency_s"])
+                numbers.append(number)
+            latency = float(sum([latencies[n] for n in numbers]))  # in route order, as graph values
+            known = self._paths[route] = (latency, np.array(numbers, dtype=np.intp))
         return known
-
-    def _add(self, edge: Edge) -> int:
-        attrs = self._succ.get(edge[0], {}).get(edge[1])
-        if attrs is None:
-            raise TrainsimError(f"route uses link {link_name(edge)}, which is not in the topology")
-        self.index[edge] = len(self.edges)
-        self.edges.append(edge)
-        self._bandwidths.append(float(attrs["bandwidth_Bps"]))
-        return self.index[edge]
 
     def kind(self, i: int) -> str:
         u, v = self.edges[i]

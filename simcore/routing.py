@@ -25,8 +25,8 @@ import heapq
 import itertools
 import re
 import weakref
-from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import networkx as nx
 
@@ -45,6 +45,11 @@ class _HostTemplate:
 
     graph: nx.DiGraph
     gateways: tuple[str, ...]  # local devices with a link into the fabric, in graph order
+
+
+# (source gateway, destination gateway, path to the first, path from the second, the second's
+# number among its server's gateways), all in local names; None gateways: no way into the fabric
+_ServerEnds = tuple[str | None, str | None, tuple[Edge, ...] | None, tuple[Edge, ...] | None, int]
 
 
 def _rail(local: str) -> int | None:
@@ -75,6 +80,13 @@ class Router:
         self._template_by_signature: dict[tuple[object, ...], _HostTemplate] = {}
         self._template_by_build: dict[tuple[object, ...], _HostTemplate] = {}
         self._local_paths: dict[tuple[int, str], dict[str, list[str]]] = {}
+        # (template id, local src, local dst) -> the path's links in local names (None: no path)
+        self._local_routes: dict[tuple[int, str, str], tuple[Edge, ...] | None] = {}
+        # host -> local link -> the link in graph names; one tuple per link, shared by every route
+        # (built for the whole server at once: cheaper than link by link)
+        self._host_links: dict[int, dict[Edge, Edge]] = {}
+        self._names: dict[int, dict[str, str]] = {}  # host -> local name -> graph node name
+        self._server_ends: dict[tuple[int, str, int, str], _ServerEnds] = {}
         self._gateway_cache: dict[tuple[int, str, bool], str | None] = {}
         self._fabric_adjacency: dict[str, list[tuple[str, float]]] | None = None
         self._min_hop_s: float | None = None
@@ -106,7 +118,7 @@ class Router:
         template = self._template(host)
         if template is None:
             return None
-        gw = self._nearest_gateway(host, template, local, outbound)
+        gw = self._nearest_gateway(template, local, outbound)
         return None if gw is None else f"h{host}/{gw}"
 
     # --- indexing --------------------------------------------------------------------------
@@ -183,14 +195,15 @@ class Router:
 
     # --- route pieces ----------------------------------------------------------------------
     def _compute(self, src: str, dst: str) -> tuple[Edge, ...]:
-        for node in (src, dst):
-            if node not in self._nodes:
-                raise TrainsimError(f"no device {node!r} in topology {self.name!r}")
+        a, b = self._parse(src), self._parse(dst)  # both found: server devices, so graph nodes
+        if a is None or b is None:
+            for node in (src, dst):
+                if node not in self._nodes:
+                    raise TrainsimError(f"no device {node!r} in topology {self.name!r}")
         if src == dst:
             return ()
-        a, b = self._parse(src), self._parse(dst)
         if a is not None and b is not None:
-            route = self._hierarchical(a, b)
+            route = self._same_host(a[0], a[1], b[1]) if a[0] == b[0] else self._hierarchical(a, b)
             if route is not None:
                 return route
         return self._dijkstra(src, dst)
@@ -203,40 +216,84 @@ class Router:
         return tuple(itertools.pairwise(nodes))
 
     def _hierarchical(self, a: tuple[int, str], b: tuple[int, str]) -> tuple[Edge, ...] | None:
+        """The route between devices of two different servers (None: a server breaks the convention)."""
         (host_a, local_a), (host_b, local_b) = a, b
-        template_a, template_b = self._template(host_a), self._template(host_b)
-        if template_a is None or template_b is None:
+        templates = self._templates
+        template_a = templates[host_a] if host_a in templates else self._template(host_a)
+        if template_a is None:
             return None
-        if host_a == host_b:
-            inside = self._local_path(host_a, template_a, local_a, local_b)
-            return None if inside is None else _renamed(host_a, inside)
-        gw_a = self._nearest_gateway(host_a, template_a, local_a, outbound=True)
-        gw_b = self._nearest_gateway(host_b, template_b, local_b, outbound=False)
+        template_b = templates[host_b] if host_b in templates else self._template(host_b)
+        if template_b is None:
+            return None
+        key = (id(template_a), local_a, id(template_b), local_b)
+        ends = self._server_ends.get(key)
+        if ends is None:
+            ends = self._server_ends[key] = self._ends(template_a, local_a, template_b, local_b)
+        gw_a, gw_b, out_path, in_path, gw_number = ends
         if gw_a is None or gw_b is None:
             raise TrainsimError(
                 f"no route from h{host_a}/{local_a} to h{host_b}/{local_b} in topology "
                 f"{self.name!r}: a server has no link into the fabric"
             )
-        out_path = self._local_path(host_a, template_a, local_a, gw_a)
-        in_path = self._local_path(host_b, template_b, gw_b, local_b)
-        number_b = host_b * len(template_b.gateways) + template_b.gateways.index(gw_b)
-        fabric = self._fabric_path(f"h{host_a}/{gw_a}", f"h{host_b}/{gw_b}", number_b)
+        number_b = host_b * len(template_b.gateways) + gw_number
+        fabric = self._fabric_path(self._host_names(host_a)[gw_a], self._host_names(host_b)[gw_b], number_b)
         if out_path is None or in_path is None or fabric is None:
             raise TrainsimError(
                 f"no route from h{host_a}/{local_a} to h{host_b}/{local_b} in topology {self.name!r}"
             )
-        return _renamed(host_a, out_path) + fabric + _renamed(host_b, in_path)
+        return self._in_host(host_a, out_path) + fabric + self._in_host(host_b, in_path)
 
-    def _local_path(self, host: int, template: _HostTemplate, src: str, dst: str) -> list[str] | None:
-        key = (id(template), src)
-        paths = self._local_paths.get(key)
-        if paths is None:
-            paths = self._local_paths[key] = nx.single_source_dijkstra_path(
-                template.graph, src, weight="latency_s"
-            )
-        return paths.get(dst)
+    def _ends(
+        self, template_a: _HostTemplate, local_a: str, template_b: _HostTemplate, local_b: str
+    ) -> _ServerEnds:
+        """How a route between two servers' devices leaves the first and enters the second."""
+        gw_a = self._nearest_gateway(template_a, local_a, outbound=True)
+        gw_b = self._nearest_gateway(template_b, local_b, outbound=False)
+        if gw_a is None or gw_b is None:
+            return gw_a, gw_b, None, None, 0
+        out_path = self._local_route(template_a, local_a, gw_a)
+        in_path = self._local_route(template_b, gw_b, local_b)
+        return gw_a, gw_b, out_path, in_path, template_b.gateways.index(gw_b)
 
-    def _nearest_gateway(self, host: int, template: _HostTemplate, local: str, outbound: bool) -> str | None:
+    def _same_host(self, host: int, src: str, dst: str) -> tuple[Edge, ...] | None:
+        """The path between two devices of one server (None if the server breaks the convention)."""
+        template = self._templates[host] if host in self._templates else self._template(host)
+        if template is None:
+            return None
+        local_route = self._local_route(template, src, dst)
+        return None if local_route is None else self._in_host(host, local_route)
+
+    def _local_route(self, template: _HostTemplate, src: str, dst: str) -> tuple[Edge, ...] | None:
+        """The lowest-latency path inside a server build, as links in local names (cached)."""
+        key = (id(template), src, dst)
+        if key not in self._local_routes:
+            paths = self._local_paths.get(key[:2])
+            if paths is None:
+                paths = self._local_paths[key[:2]] = nx.single_source_dijkstra_path(
+                    template.graph, src, weight="latency_s"
+                )
+            nodes = paths.get(dst)
+            self._local_routes[key] = None if nodes is None else tuple(itertools.pairwise(nodes))
+        return self._local_routes[key]
+
+    def _in_host(self, host: int, local_route: tuple[Edge, ...]) -> tuple[Edge, ...]:
+        """``local_route`` inside server ``host``, in graph names (link tuples shared per host)."""
+        links = self._host_links.get(host)
+        if links is None:
+            template = cast(_HostTemplate, self._templates[host])  # local routes come from it
+            names = self._host_names(host)
+            links = self._host_links[host] = {(u, v): (names[u], names[v]) for u, v in template.graph.edges()}
+        return tuple([links[link] for link in local_route])
+
+    def _host_names(self, host: int) -> dict[str, str]:
+        """Local name -> the graph's own node name object (its hash already computed)."""
+        names = self._names.get(host)
+        if names is None:
+            cut = len(f"h{host}/")
+            names = self._names[host] = {n[cut:]: n for n in self._host_nodes.get(host, [])}
+        return names
+
+    def _nearest_gateway(self, template: _HostTemplate, local: str, outbound: bool) -> str | None:
         """Lowest latency to (or from) a gateway; ties: same rail number, then graph order."""
         key = (id(template), local, outbound)
         if key in self._gateway_cache:
@@ -362,9 +419,3 @@ def _split(node: str) -> tuple[int, str] | None:
     if sep and head[:1] == "h" and head[1:].isdigit() and local:
         return int(head[1:]), local
     return None
-
-
-def _renamed(host: int, local_nodes: Sequence[str]) -> tuple[Edge, ...]:
-    prefix = f"h{host}/"
-    names = [prefix + n for n in local_nodes]
-    return tuple(itertools.pairwise(names))

@@ -178,3 +178,33 @@ def test_per_step_mode_is_refused_for_huge_groups() -> None:
     big = load_cluster("dgx-a100", gpus=256)
     with pytest.raises(TrainsimError, match="per-step mode would start"):
         collective_time(big, "all_reduce", GiB, algorithm="ring", mode="per-step")
+
+
+def test_planned_routes_and_latencies_are_the_networks_own(dgx4: Topology) -> None:
+    """A plan's transfers follow the router's paths (hop by hop) and carry the network's latency."""
+    network = Network(Simulation().env, dgx4)
+    plan = build_plan(dgx4, "all_reduce", GiB, algorithm="tree")
+    for transfer in plan.phases[0].transfers:
+        assert transfer.latency_s == network.route_latency(transfer.route)  # bit for bit
+        assert transfer.route[0][0] == transfer.src and transfer.route[-1][1] == transfer.dst
+        assert all(a[1] == b[0] for a, b in zip(transfer.route, transfer.route[1:], strict=False))
+
+
+def test_collector_pause_is_restored_even_on_errors() -> None:
+    import gc
+
+    from simcore.collectives.gc_pause import gc_paused
+
+    was_enabled = gc.isenabled()
+    try:
+        gc.enable()
+        with pytest.raises(RuntimeError), gc_paused():
+            assert not gc.isenabled()
+            raise RuntimeError("boom")
+        assert gc.isenabled()
+        gc.disable()
+        with gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # a collector that was off stays off
+    finally:
+        (gc.enable if was_enabled else gc.disable)()

@@ -16,15 +16,16 @@ import simpy
 
 from simcore.collectives.busbw import busbw_factor
 from simcore.collectives.closed_form import plan_cost, plan_time
-from simcore.collectives.plan import Phase, Plan, PlanContext, Route, describe_link
+from simcore.collectives.gc_pause import gc_paused
+from simcore.collectives.plan import Edge, Phase, Plan, PlanContext, Route, describe_link, rank_hosts
 from simcore.collectives.registry import ALGORITHMS, OPS
 from simcore.collectives.ring import node_contiguous
-from simcore.collectives.routes import host_templated
 from simcore.collectives.runner import RunCounter, check_mode, run_plan
 from simcore.collectives.selection import pick_fastest
 from simcore.engine import Simulation
 from simcore.errors import TrainsimError
 from simcore.network import Network
+from simcore.routing import Router
 from simcore.topology import Topology
 
 if TYPE_CHECKING:
@@ -62,17 +63,23 @@ class _TopologyCache:
     route: Callable[[str, str], Route]
     plans: dict[tuple[Any, ...], Plan] = field(default_factory=dict)
     results: dict[tuple[Any, ...], CollectiveResult] = field(default_factory=dict)
+    # id(plan) -> (plan, closed form, bottleneck); the plan is kept so its id stays its own
+    costs: dict[int, tuple[Plan, float, Edge | None]] = field(default_factory=dict)
 
 
 _CACHES: weakref.WeakKeyDictionary[Topology, _TopologyCache] = weakref.WeakKeyDictionary()
 
 
 def _cache(topology: Topology, network: Network | None = None) -> _TopologyCache:
-    """This topology's cache; routes come from ``network`` (or a private one) - the same either way."""
+    """This topology's cache; routes come from ``network``'s router, else the topology's shared one.
+
+    Both are normally the same :class:`~simcore.routing.Router` (one per topology, which caches
+    every route and shares intra-server paths between servers of the same build).
+    """
     cache = _CACHES.get(topology)
     if cache is None:
-        router = network if network is not None else Network(simpy.Environment(), topology)
-        cache = _CACHES[topology] = _TopologyCache(host_templated(topology, router.route))
+        router = network.router if network is not None else Router.for_topology(topology)
+        cache = _CACHES[topology] = _TopologyCache(router.route)
     return cache
 
 
@@ -137,14 +144,16 @@ def _plan_for(ctx: PlanContext, op: str, algorithm: str, size: float) -> Plan:
     key = (op, size, ctx.group, algorithm, ctx.root, ctx.servers)
     plan = cache.plans.get(key)
     if plan is None:
-        plan = cache.plans[key] = Plan(op, algorithm, size, ctx.group, _build(ctx, op, algorithm, size))
+        with gc_paused():
+            phases = _build(ctx, op, algorithm, size)
+        plan = cache.plans[key] = Plan(op, algorithm, size, ctx.group, phases)
     return plan
 
 
 def _choose(ctx: PlanContext, op: str, size: float) -> Plan:
     """The fastest candidate's plan (see :mod:`simcore.collectives.selection`)."""
     topology = ctx.topology
-    multi_node = len({topology.host_of_rank(r) for r in ctx.group}) > 1
+    multi_node = len(set(rank_hosts(topology, ctx.group))) > 1
     name = pick_fastest(
         op,
         multi_node,
@@ -197,13 +206,13 @@ def closed_form_time(
 ) -> float:
     """Uncontended alpha-beta time (s) of ``algorithm`` (None: the chosen one) for ``op``."""
     plan = build_plan(topology, op, size_bytes, group, algorithm=algorithm, root=root, servers=servers)
-    return plan_time(topology, plan)
+    return _plan_cost(topology, plan)[0]
 
 
 def _calibrated(
     topology: Topology, op: str, size: float, group: tuple[int, ...], calibration: CalibrationProfile
 ) -> CollectiveResult | None:
-    scope = "intra_node" if len({topology.host_of_rank(r) for r in group}) == 1 else "inter_node"
+    scope = "intra_node" if len(set(rank_hosts(topology, group))) == 1 else "inter_node"
     fit = calibration.collective_alpha_beta(op, len(group), scope)
     if fit is None:
         return None
@@ -252,8 +261,17 @@ def collective_time(
     return result
 
 
+def _plan_cost(topology: Topology, plan: Plan) -> tuple[float, Edge | None]:
+    """:func:`plan_cost`, computed once per plan (a plan is run again and again in training loops)."""
+    costs = _cache(topology).costs
+    known = costs.get(id(plan))
+    if known is None or known[0] is not plan:
+        known = costs[id(plan)] = (plan, *plan_cost(topology, plan))
+    return known[1], known[2]
+
+
 def _result(topology: Topology, plan: Plan, time_s: float, events: int) -> CollectiveResult:
-    closed_form_s, bottleneck = plan_cost(topology, plan)
+    closed_form_s, bottleneck = _plan_cost(topology, plan)
     return CollectiveResult(
         plan.op,
         plan.algorithm,

@@ -8,7 +8,7 @@ bandwidth.
 
 from __future__ import annotations
 
-from simcore.collectives.plan import Edge, Phase, Plan, edge_table
+from simcore.collectives.plan import Edge, Phase, Plan
 from simcore.topology import Topology
 
 __all__ = [
@@ -38,13 +38,13 @@ def ring_all_gather_time(ranks: int, size_bytes: float, bandwidth_Bps: float, al
 
 def phase_bandwidth_time(topology: Topology, phase: Phase) -> tuple[float, Edge | None]:
     """Time for the most loaded link to carry its bytes, and that link (None if nothing moves)."""
-    table = edge_table(topology)
+    succ = topology.graph._succ  # raw adjacency: networkx's edge views cost a call per lookup
     worst = 0.0
     worst_edge: Edge | None = None
-    for edge, load in phase.link_loads().items():  # insertion order is deterministic
-        t = load / table[edge][0]
-        if t > worst or (t == worst and worst_edge is not None and edge < worst_edge):
-            worst, worst_edge = t, edge
+    for (u, v), load in phase.link_loads().items():  # insertion order is deterministic
+        t = load / float(succ[u][v]["bandwidth_Bps"])
+        if t > worst or (t == worst and worst_edge is not None and (u, v) < worst_edge):
+            worst, worst_edge = t, (u, v)
     return worst, worst_edge
 
 

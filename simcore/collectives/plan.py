@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import weakref
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -41,6 +42,7 @@ __all__ = [
     "describe_link",
     "edge_table",
     "merged_transfers",
+    "rank_hosts",
     "route_latency",
     "step_alpha",
 ]
@@ -66,9 +68,9 @@ def edge_table(topology: Topology) -> dict[Edge, tuple[float, float]]:
 
 
 def route_latency(topology: Topology, route: Route) -> float:
-    """Sum of the route's link latencies (s)."""
-    table = edge_table(topology)
-    return float(sum(table[e][1] for e in route))
+    """Sum of the route's link latencies (s), in route order (as the network sums them)."""
+    succ = topology.graph._succ  # raw adjacency: networkx's edge views cost a call per lookup
+    return float(sum(succ[u][v]["latency_s"] for u, v in route))
 
 
 # Per-step software cost (kernel loop, flag polling) added to every step's route latency. NCCL's
@@ -108,9 +110,11 @@ class Phase:
     def link_loads(self) -> dict[Edge, float]:
         """Bytes each directed link carries in this phase."""
         loads: dict[Edge, float] = {}
+        load = loads.get
         for t in self.transfers:
+            size = t.size_bytes
             for edge in t.route:
-                loads[edge] = loads.get(edge, 0.0) + t.size_bytes
+                loads[edge] = load(edge, 0.0) + size
         return loads
 
 
@@ -144,21 +148,32 @@ class PlanContext:
 
     def transfer(self, src: str, dst: str, size_bytes: float, via: tuple[str, ...] = ()) -> Transfer:
         """A transfer on the routed path from ``src`` to ``dst``, through the ``via`` nodes in order."""
-        stops = [src]
-        for node in (*via, dst):
-            if node != stops[-1]:
-                stops.append(node)
-        route: Route = ()
-        for a, b in itertools.pairwise(stops):
-            route += self.route(a, b)
+        route = self.path(src, dst, via)
         return Transfer(src, dst, float(size_bytes), route, route_latency(self.topology, route))
+
+    def path(self, src: str, dst: str, via: tuple[str, ...] = ()) -> Route:
+        """The routed path from ``src`` to ``dst`` through the ``via`` nodes in order."""
+        route: Route = ()
+        last = src
+        for node in (*via, dst):
+            if node != last:
+                route += self.route(last, node)
+                last = node
+        return route
 
     def hosts_in_order(self, ranks: Sequence[int]) -> list[list[int]]:
         """``ranks`` split by host, hosts in order of first appearance, rank order kept inside."""
         by_host: dict[int, list[int]] = {}
-        for r in ranks:
-            by_host.setdefault(self.topology.host_of_rank(r), []).append(r)
+        for r, host in zip(ranks, rank_hosts(self.topology, ranks), strict=True):
+            by_host.setdefault(host, []).append(r)
         return list(by_host.values())
+
+
+def rank_hosts(topology: Topology, ranks: Iterable[int]) -> list[int]:
+    """The host of each rank (``Topology.host_of_rank`` for many ranks at once)."""
+    nodes = topology.graph._node  # raw node attributes: the public view costs a call per lookup
+    devices = topology.ranks
+    return [int(nodes[devices[r]]["host"]) for r in ranks]
 
 
 Move = tuple[str, str, tuple[str, ...], float]
@@ -174,19 +189,26 @@ def merged_transfers(ctx: PlanContext, moves: Iterable[Move]) -> tuple[Transfer,
     each move stays its own flow.
     """
     sizes: dict[tuple[str, str, tuple[str, ...]], list[float]] = {}
+    repeated = False
     for src, dst, via, size in moves:
-        sizes.setdefault((src, dst, via), []).append(size)
-    built = {key: ctx.transfer(key[0], key[1], 0.0, key[2]) for key in sizes}
-    users: dict[Edge, int] = {}
-    for t in built.values():
-        for edge in t.route:
-            users[edge] = users.get(edge, 0) + 1
-    out: list[Transfer] = []
-    for key, t in built.items():
-        if len(sizes[key]) == 1 or all(users[e] == 1 for e in t.route):
-            out.append(Transfer(t.src, t.dst, sum(sizes[key]), t.route, t.latency_s))
+        key = (src, dst, via)
+        known = sizes.get(key)
+        if known is None:
+            sizes[key] = [size]
         else:
-            out.extend(Transfer(t.src, t.dst, size, t.route, t.latency_s) for size in sizes[key])
+            known.append(size)
+            repeated = True
+    routes = [ctx.path(*key) for key in sizes]
+    # Only a path with several moves needs to know whether other paths share its links.
+    users = Counter(itertools.chain.from_iterable(routes)) if repeated else Counter()
+    topology = ctx.topology
+    out: list[Transfer] = []
+    for (src, dst, _), route, moved in zip(sizes, routes, sizes.values(), strict=True):
+        latency = route_latency(topology, route)
+        if len(moved) == 1 or all(users[e] == 1 for e in route):
+            out.append(Transfer(src, dst, sum(moved), route, latency))
+        else:
+            out.extend(Transfer(src, dst, size, route, latency) for size in moved)
     return tuple(out)
 
 

@@ -13,14 +13,15 @@ per-step mode also captures how a slowed step holds the next one back.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
-from typing import Any
+from collections.abc import Generator
+from typing import Any, cast
 
 import simpy
 
+from simcore.collectives.gc_pause import gc_paused
 from simcore.collectives.plan import Phase, Plan
 from simcore.errors import TrainsimError
-from simcore.network import Network
+from simcore.network import Flow, Network
 
 __all__ = ["MAX_PER_STEP_FLOWS", "MODES", "RunCounter", "run_plan"]
 
@@ -75,33 +76,25 @@ def run_plan(
     return float(env.now) - start
 
 
-def _mark_sent(env: simpy.Environment, sent: list[float], latency_s: float) -> Callable[[simpy.Event], None]:
-    """A callback noting when a flow's last byte left (its arrival time minus route latency)."""
-
-    def mark(_event: simpy.Event) -> None:
-        sent.append(float(env.now) - latency_s)
-
-    return mark
-
-
 def _run_step(
     env: simpy.Environment, network: Network, phase: Phase, steps: int, tag: str, count: RunCounter
 ) -> Generator[simpy.Event, Any, None]:
     """One round of ``phase``: 1/steps of every transfer, then 1/steps of its latency."""
     step_start = float(env.now)
-    sent_done = [step_start]
-    events = []
-    for t in phase.transfers:
-        if t.size_bytes <= 0 or not t.route:
-            continue
-        done = network.transfer(t.src, t.dst, t.size_bytes / steps, route=t.route, tag=tag)
-        # Transmission ends route-latency before arrival; alpha is paid below instead.
-        done.callbacks.append(_mark_sent(env, sent_done, t.latency_s))
-        events.append(done)
+    started = [t for t in phase.transfers if t.size_bytes > 0 and t.route]
+    transfer = network.transfer
+    with gc_paused():  # never across a yield: the pause must not outlive this burst
+        events = [transfer(t.src, t.dst, t.size_bytes / steps, route=t.route, tag=tag) for t in started]
     count.flows += len(events)
+    sent_done = step_start
     if events:
         yield env.all_of(events)
-    wait = max(sent_done) + phase.latency_s / steps - float(env.now)
+        # Transmission ended route-latency before each arrival; alpha is paid below instead.
+        for t, done in zip(started, events, strict=True):
+            sent = cast(Flow, done.value).end_s - t.latency_s
+            if sent > sent_done:
+                sent_done = sent
+    wait = sent_done + phase.latency_s / steps - float(env.now)
     if wait > 0:
         count.timers += 1
         yield env.timeout(wait)
