@@ -160,11 +160,11 @@ def format_table(result: WhatIfResult, header: str) -> str:
         lines += [
             "",
             f"cluster {rec.cluster}: {rec.gpus} x {first.device} on {len(topo.hosts)} node(s), "
-            f"{first.memory_capacity_bytes / 1e9:.1f} GB per GPU",
+            f"{first.memory_capacity_bytes / 2**30:.1f} GiB per GPU",
         ]
         lines.append(
             f"  {'strategy':12} {'gpus':>4} {'step s':>8} {'p99 s':>8} {'samples/s':>10} {'tokens/s':>10} "
-            f"{'scaling':>7} {'MFU':>5} {'exposed s':>9} {'peak GB':>8}  memory"
+            f"{'scaling':>7} {'MFU':>5} {'exposed s':>9} {'peak GiB':>8}  memory"
         )
         for r in rows:
             lines.append(_row(r))
@@ -211,7 +211,7 @@ def _row(r: StepReport) -> str:
         scaling += "*"
     return (
         f"  {r.strategy:12} {r.gpus:>4} {r.step_time_s:>8.3f} {r.step_time_p99_s:>8.3f} {r.samples_per_s:>10.1f} "
-        f"{tokens:>10} {scaling:>7} {r.mfu:>5.2f} {r.exposed_comm_s:>9.3f} {r.peak_memory_bytes / 1e9:>8.1f}  {verdict}"
+        f"{tokens:>10} {scaling:>7} {r.mfu:>5.2f} {r.exposed_comm_s:>9.3f} {r.peak_memory_bytes / 2**30:>8.1f}  {verdict}"
     )
 
 

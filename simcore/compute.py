@@ -9,6 +9,16 @@ for the dtype, else from the default curve ``peak(dtype) * max_eff * F / (F + ha
 ``simcore/data/efficiency.yaml`` (the sources of its figures are there). ``memory_bandwidth`` is the
 profile's measured bandwidth, else the datasheet figure times the default memory efficiency.
 
+**Framework overhead per operator.** With a calibration profile that measured it
+(``op_overhead_s``), every layer is also charged ``ops(kind, phase) * op_overhead_s[phase]``: the
+ATen operators a layer of that kind dispatches (table ``operators`` in ``data/efficiency.yaml``,
+counted from a torch trace) times the measured host cost of one. On a CPU rank the host runs the
+arithmetic too, so the two add up; on a GPU the host enqueues kernels ahead of the device, so a
+layer takes the longer of its kernel time and its dispatch time. Without that measurement the
+per-kernel ``kernel_overhead_s`` of the efficiency table applies, as before. The optimizer's
+for-loop implementation (the CPU default) dispatches a few operators per parameter tensor
+(:meth:`ComputeModel.optimizer_dispatch_s`).
+
 Phases: ``"fwd"``; ``"bwd"`` (input and weight gradients: twice the forward FLOPs, run as two
 forward-sized kernels, so the efficiency is looked up at the forward size); ``"recompute"`` (the
 forward run again inside backward under activation checkpointing). Weights are read once per
@@ -33,7 +43,15 @@ if TYPE_CHECKING:
     from simcore.hardware import DeviceSpec
     from simcore.workload import Layer, Workload
 
-__all__ = ["OPTIMIZER_BYTES_PER_PARAM", "PHASES", "ComputeModel", "EfficiencyCurve", "efficiency_curve"]
+__all__ = [
+    "OPTIMIZER_BYTES_PER_PARAM",
+    "PHASES",
+    "ComputeModel",
+    "EfficiencyCurve",
+    "efficiency_curve",
+    "layer_operator_count",
+    "param_tensor_count",
+]
 
 PHASES = ("fwd", "bwd", "recompute")
 
@@ -86,6 +104,19 @@ def efficiency_curve(device: DeviceSpec) -> EfficiencyCurve:
     return _curve_from(table["defaults"][device.kind], f"defaults.{device.kind}")
 
 
+def layer_operator_count(kind: str, phase: str) -> int:
+    """Torch operators one layer of ``kind`` dispatches in ``phase`` (recompute counts as forward)."""
+    table = _efficiency_table()["operators"]
+    fwd, bwd = table["per_layer"].get(kind, table["default"])
+    return int(bwd if phase == "bwd" else fwd)
+
+
+def param_tensor_count(workload: Workload) -> int:
+    """Parameter tensors of ``workload`` (weights and biases), as an optimizer iterates over them."""
+    per_kind = _efficiency_table()["operators"]["param_tensors"]
+    return sum(int(per_kind.get(layer.kind, 1)) for layer in workload.layers if layer.params > 0)
+
+
 def _check_batch(batch: int) -> None:
     if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch <= 0:
         raise TrainsimError(f"batch must be a positive integer, got {batch!r}")
@@ -114,6 +145,8 @@ class ComputeModel:
             calibration is not None and calibration.compute_rate(1e9, dtype) is not None
         )
         self._element_bytes = DTYPE_BYTES[dtype]
+        self.op_overhead_s: dict[str, float] = dict(getattr(calibration, "op_overhead_s", None) or {})
+        self._host_runs_arithmetic = device.kind == "cpu"
         self._cache: dict[tuple[int, int, str], tuple[Workload, np.ndarray]] = {}
 
     # -- rates ---------------------------------------------------------------------------------------
@@ -128,8 +161,32 @@ class ComputeModel:
             )
         return self.peak_flops * self.curve.max_efficiency * sizes / (sizes + self._half_flops)
 
+    def _op_overhead(self, phase: str) -> float | None:
+        """Measured seconds per dispatched operator in ``phase``, None when not calibrated."""
+        if not self.op_overhead_s:
+            return None
+        key = "bwd" if phase == "bwd" else "fwd"
+        return self.op_overhead_s.get(key, self.op_overhead_s.get("fwd"))
+
+    def _with_dispatch(self, kernel_s: np.ndarray, ops: np.ndarray, phase: str) -> np.ndarray:
+        """Kernel time plus (CPU) or overlapped with (GPU) the host's dispatch of ``ops`` operators."""
+        per_op = self._op_overhead(phase)
+        if per_op is None:
+            return kernel_s
+        dispatch = ops * per_op
+        return kernel_s + dispatch if self._host_runs_arithmetic else np.maximum(kernel_s, dispatch)
+
+    def _layer_ops(self, kinds: list[str], phase: str) -> np.ndarray:
+        return np.array([layer_operator_count(kind, phase) for kind in kinds], dtype=float)
+
     def _times(
-        self, fwd_flops: np.ndarray, mem_bytes: np.ndarray, params: np.ndarray, batch: int, phase: str
+        self,
+        fwd_flops: np.ndarray,
+        mem_bytes: np.ndarray,
+        params: np.ndarray,
+        batch: int,
+        phase: str,
+        kinds: list[str] | None = None,
     ) -> np.ndarray:
         kernel_flops = batch * fwd_flops
         weight_bytes = params * self._element_bytes
@@ -141,6 +198,9 @@ class ComputeModel:
         busy = flops > 0
         compute[busy] = flops[busy] / self.achieved_flops(kernel_flops[busy])
         memory = moved / self.memory_bandwidth_Bps
+        if self._op_overhead(phase) is not None and kinds is not None:
+            # the measured per-operator cost replaces the default per-kernel gap
+            return self._with_dispatch(np.maximum(compute, memory), self._layer_ops(kinds, phase), phase)
         return np.maximum(compute, memory) + kernels * self.curve.kernel_overhead_s
 
     # -- per layer -----------------------------------------------------------------------------------
@@ -151,7 +211,7 @@ class ComputeModel:
         _check_phase(phase)
         fwd = np.array([layer.fwd_flops if phase != "bwd" else layer.bwd_flops / 2.0])
         times = self._times(
-            fwd, np.array([layer.memory_bytes]), np.array([float(layer.params)]), batch, phase
+            fwd, np.array([layer.memory_bytes]), np.array([float(layer.params)]), batch, phase, [layer.kind]
         )
         return float(times[0])
 
@@ -169,7 +229,7 @@ class ComputeModel:
         )
         mem = np.fromiter((lay.memory_bytes for lay in layers), float, len(layers))
         params = np.fromiter((lay.params for lay in layers), float, len(layers))
-        times = self._times(fwd, mem, params, int(batch), phase)
+        times = self._times(fwd, mem, params, int(batch), phase, [lay.kind for lay in layers])
         times.setflags(write=False)
         self._cache[key] = (workload, times)
         return times
@@ -198,6 +258,21 @@ class ComputeModel:
         moved = params * OPTIMIZER_BYTES_PER_PARAM[optimizer]
         return moved / self.memory_bandwidth_Bps + self.curve.kernel_overhead_s
 
+    def optimizer_dispatch_s(self, tensors: int, optimizer: str) -> float:
+        """Host seconds of the optimizer's per-tensor operators, beyond :meth:`optimizer_time_s`.
+
+        Charged on CPU ranks with a calibrated per-operator overhead: torch.optim's for-loop
+        implementation (the CPU default) dispatches a few operators per parameter tensor. On GPUs
+        the default foreach/fused implementations launch a few kernels for all tensors: 0.
+        """
+        per_op = self._op_overhead("fwd")
+        if per_op is None or not self._host_runs_arithmetic or tensors <= 0:
+            return 0.0
+        per_tensor = _efficiency_table()["operators"]["optimizer_per_tensor"]
+        if optimizer not in per_tensor:
+            raise TrainsimError(f"unknown optimizer {optimizer!r}; allowed: {', '.join(per_tensor)}")
+        return tensors * int(per_tensor[optimizer]) * per_op
+
     def step_compute_time_s(
         self,
         workload: Workload,
@@ -219,4 +294,5 @@ class ComputeModel:
         if optimizer is not None:
             count = workload.params if optimizer_params is None else optimizer_params
             total += self.optimizer_time_s(count, optimizer)
+            total += self.optimizer_dispatch_s(param_tensor_count(workload), optimizer)
         return total

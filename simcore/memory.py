@@ -9,7 +9,9 @@ block 12", "optimizer step").
 
 Categories (bytes per rank): ``params`` (working copy, full or shard), ``grads``, ``optimizer``
 (fp32 master weights + states, full or shard), ``activations``, ``buffers`` (gathered units,
-unsharded gradients awaiting reduce-scatter, DDP bucket copies) and ``overhead`` (CUDA context,
+unsharded gradients awaiting reduce-scatter, DDP bucket copies), ``temp`` (short-lived
+temporaries: the partial gradients of a tied parameter before autograd sums them, the optimizer
+step's scratch tensors, see :func:`optimizer_step_temp_bytes`) and ``overhead`` (CUDA context,
 workspaces, allocator fragmentation).
 
 Model-state bytes follow the ZeRO paper (Rajbhandari et al. 2020, section 5.1): with Psi parameters,
@@ -24,9 +26,20 @@ from dataclasses import dataclass, field
 
 from simcore.errors import TrainsimError
 
-__all__ = ["CATEGORIES", "MemoryChange", "MemoryPeak", "MemoryTimeline", "model_state_bytes"]
+__all__ = [
+    "CATEGORIES",
+    "OPTIMIZER_IMPLS",
+    "MemoryChange",
+    "MemoryPeak",
+    "MemoryTimeline",
+    "model_state_bytes",
+    "optimizer_step_temp_bytes",
+    "resolve_optimizer_impl",
+]
 
-CATEGORIES = ("params", "grads", "optimizer", "activations", "buffers", "overhead")
+CATEGORIES = ("params", "grads", "optimizer", "activations", "buffers", "temp", "overhead")
+# How torch.optim runs the update: "auto" picks what torch picks for the device.
+OPTIMIZER_IMPLS = ("auto", "foreach", "single-tensor", "fused")
 
 # (category, signed bytes)
 MemoryChange = tuple[str, float]
@@ -115,3 +128,44 @@ def model_state_bytes(
         "grads": (shard if stage >= 2 else params) * grad_bytes,
         "optimizer": (shard if stage >= 1 else params) * optimizer_bytes,
     }
+
+
+def resolve_optimizer_impl(impl: str, device_kind: str) -> str:
+    """The optimizer implementation in force: ``impl``, or torch's default for ``device_kind``.
+
+    torch.optim picks foreach kernels when every parameter is a plain tensor on a device with
+    foreach support (CUDA, XPU, MTIA, privateuse1) and the single-tensor loop otherwise; fused is
+    never the default (``torch/optim/optimizer.py``, ``_default_to_fused_or_foreach`` and
+    ``torch/utils/_foreach_utils.py``, ``_get_foreach_kernels_supported_devices``, torch 2.13).
+    """
+    if impl not in OPTIMIZER_IMPLS:
+        raise TrainsimError(
+            f"optimizer implementation {impl!r} unknown; allowed: {', '.join(OPTIMIZER_IMPLS)}"
+        )
+    if impl != "auto":
+        return impl
+    return "single-tensor" if device_kind == "cpu" else "foreach"
+
+
+def optimizer_step_temp_bytes(
+    optimizer: str, impl: str, local_params: float, largest_local_tensor: float, state_bytes: int
+) -> float:
+    """Scratch bytes the optimizer step allocates above its persistent state, at their largest.
+
+    Adam/AdamW (``torch/optim/adam.py``, torch 2.13): the single-tensor loop computes
+    ``denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)`` per parameter, so the
+    ``sqrt()`` result and the quotient coexist: two temporaries the size of the largest local
+    tensor (``_single_tensor_adam``). The foreach path computes
+    ``exp_avg_sq_sqrt = torch._foreach_sqrt(device_exp_avg_sqs)`` for all parameters at once
+    and works in place after that: one extra copy of all local parameters (``_multi_tensor_adam``;
+    AdamW's decoupled weight decay is in place). The fused kernel allocates nothing. SGD with or
+    without momentum and no weight decay updates in place. ``state_bytes`` is bytes per element of
+    the optimizer state (fp32: 4).
+    """
+    if optimizer not in ("adam", "adamw"):
+        return 0.0
+    if impl == "single-tensor":
+        return 2.0 * largest_local_tensor * state_bytes
+    if impl == "foreach":
+        return float(local_params) * state_bytes
+    return 0.0

@@ -6,9 +6,19 @@ pass on a meta batch and records per module, in execution order:
 
 - FLOPs from ``torch.utils.flop_counter.FlopCounterMode`` (it works on meta tensors: shapes
   suffice); backward is taken as twice forward, as for the formula presets;
-- parameters owned by the module (tied parameters counted once, at their first owner);
-- bytes saved for backward, from ``torch.autograd.graph.saved_tensors_hooks`` (each saved tensor
-  object counted once, attributed to the innermost module running when it was saved);
+- parameters owned by the module (tied parameters counted once, at their first owner); a
+  parameter that another module also holds, or saves for backward (a weight used by a second
+  module, as GPT-2's output head uses the token embedding), becomes a
+  :class:`~simcore.workload.ParameterTie` between the layers that use it;
+- bytes saved for backward, from ``torch.autograd.graph.saved_tensors_hooks``: each storage
+  counted once over the whole forward pass (a ReLU output that the next convolution also saves
+  is one tensor in memory), attributed to the innermost module running when it was first saved
+  (the last of its users in backward, so it is freed when that module's backward ends);
+- ``F.scaled_dot_product_attention`` is counted as the fused (flash / memory-efficient) kernel
+  that real CPU and GPU runs take: it saves query, key, value, the output and an fp32 log-sum-exp
+  per query row, and its output is laid out ``(batch, seq, heads, dim)`` in memory as theirs is
+  (so merging the heads afterwards is a view, not a copy). On meta tensors torch falls back to
+  the unfused math path, whose saved ``seq x seq`` scores no real run keeps;
 - output bytes from forward hooks; bytes moved = inputs + outputs of a leaf module.
 
 Leaf modules become layers. Work a container does itself (``F.scaled_dot_product_attention`` in an
@@ -16,8 +26,10 @@ attention module's ``forward``, residual adds) becomes one extra layer ``"<modul
 Blocks are the elements of the outermost ``nn.ModuleList``s (where models keep their repeated
 blocks), else the root's direct children. The example input: ``input_shape`` (per sample, float),
 else ``seq_len`` (a ``(batch, seq_len)`` int64 token tensor), else ``image_size`` (``3 x s x s``).
-Floating-point tensors are sized at the workload dtype. torch is imported only here, inside
-functions, so the rest of trainsim works without it.
+Floating-point tensors are sized at the workload dtype. Only the module's forward is traced:
+the loss (e.g. the fp32 log-softmax cross entropy keeps over the logits) is not part of the
+workload's activations. The pass itself is :func:`simcore.torch_trace.trace`. torch is imported
+only inside functions, so the rest of trainsim works without it.
 """
 
 from __future__ import annotations
@@ -25,32 +37,18 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from simcore.errors import TrainsimError
 from simcore.models import DTYPE_BYTES
+from simcore.torch_trace import ModuleRecord, parameter_ties, trace
 from simcore.workload import Layer, Workload
 
 __all__ = ["resolve_factory", "workload_from_factory"]
 
 _TRACE_BATCH = 2  # batch of the traced pass (BatchNorm refuses one value per channel); figures / 2
-
-
-@dataclass
-class _ModuleRecord:
-    """What one module did in the traced forward pass (its own work, children excluded)."""
-
-    name: str
-    leaf: bool
-    order: int
-    params: int = 0
-    flops: float = 0.0
-    saved_bytes: float = 0.0
-    input_bytes: float = 0.0
-    output_bytes: float = 0.0
-    seen_saved: set[int] = field(default_factory=set)
 
 
 def _import_torch() -> Any:
@@ -110,17 +108,6 @@ def _example_input(
     )
 
 
-def _tensor_bytes(torch: Any, value: Any, element_bytes: int) -> float:
-    if isinstance(value, torch.Tensor):
-        size = element_bytes if value.is_floating_point() else value.element_size()
-        return float(value.numel() * size)
-    if isinstance(value, (tuple, list)):
-        return sum(_tensor_bytes(torch, item, element_bytes) for item in value)
-    if isinstance(value, dict):
-        return sum(_tensor_bytes(torch, item, element_bytes) for item in value.values())
-    return 0.0
-
-
 def _block_roots(torch: Any, model: Any) -> list[str]:
     """Names of the modules that are blocks: elements of the outermost ModuleLists, else root children."""
     lists = [name for name, mod in model.named_modules() if isinstance(mod, torch.nn.ModuleList)]
@@ -135,79 +122,8 @@ def _block_roots(torch: Any, model: Any) -> list[str]:
     return roots or [name for name, _ in model.named_children()]
 
 
-def _trace(torch: Any, model: Any, example: Any, element_bytes: int) -> dict[str, _ModuleRecord]:
-    from torch.utils.flop_counter import FlopCounterMode
-
-    records: dict[str, _ModuleRecord] = {}
-    stack: list[str] = []
-    names = {id(mod): name for name, mod in model.named_modules()}
-    owned: set[int] = set()
-    param_ids = {id(param) for param in model.parameters()}
-
-    def pre_hook(mod: Any, args: Any) -> None:
-        name = names[id(mod)]
-        if name not in records:
-            leaf = not any(True for _ in mod.children())
-            rec = _ModuleRecord(name, leaf, len(records))
-            for param in mod.parameters(recurse=False):
-                if id(param) not in owned:
-                    owned.add(id(param))
-                    rec.params += param.numel()
-            records[name] = rec
-        records[name].input_bytes += _tensor_bytes(torch, args, element_bytes)
-        stack.append(name)
-
-    def post_hook(mod: Any, args: Any, output: Any) -> None:
-        records[stack.pop()].output_bytes += _tensor_bytes(torch, output, element_bytes)
-
-    def pack(tensor: Any) -> Any:
-        base = tensor if tensor._base is None else tensor._base
-        if stack and id(base) not in param_ids:  # weights are kept anyway: not activation memory
-            rec = records[stack[-1]]
-            if id(tensor) not in rec.seen_saved:
-                rec.seen_saved.add(id(tensor))
-                rec.saved_bytes += _tensor_bytes(torch, tensor, element_bytes)
-        return tensor
-
-    handles = [
-        h
-        for mod in model.modules()
-        for h in (mod.register_forward_pre_hook(pre_hook), mod.register_forward_hook(post_hook))
-    ]
-    try:
-        with (
-            FlopCounterMode(display=False) as counter,
-            torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t),
-        ):
-            model(example)
-    finally:
-        for handle in handles:
-            handle.remove()
-    totals = {key: float(sum(ops.values())) for key, ops in counter.get_flop_counts().items()}
-    prefix = type(model).__name__
-    for rec in records.values():
-        rec.flops = totals.get(f"{prefix}.{rec.name}" if rec.name else prefix, 0.0)
-    for rec in list(records.values()):  # a module's own work: its total less its nearest called descendants'
-        parent = _nearest_called_ancestor(rec.name, records)
-        if parent is not None:
-            records[parent].flops -= totals.get(f"{prefix}.{rec.name}", 0.0)
-    return records
-
-
-def _nearest_called_ancestor(name: str, records: dict[str, _ModuleRecord]) -> str | None:
-    """The closest enclosing module that ran (a ModuleList never runs itself); None for the root."""
-    if not name:
-        return None
-    parts = name.split(".")
-    for cut in range(len(parts) - 1, 0, -1):
-        candidate = ".".join(parts[:cut])
-        if candidate in records:
-            return candidate
-    return "" if "" in records else None
-
-
 def _layers(
-    records: dict[str, _ModuleRecord], block_roots: list[str]
+    records: dict[str, ModuleRecord], block_roots: list[str]
 ) -> tuple[tuple[Layer, ...], tuple[str, ...]]:
     ordered = sorted(records.values(), key=lambda r: (r.order, r.leaf))
     block_of: dict[str, int] = {}
@@ -289,7 +205,7 @@ def workload_from_factory(
     model.train()
     example, tokens = _example_input(torch, spec, input_shape, seq_len, image_size)
     try:
-        records = _trace(torch, model, example, DTYPE_BYTES[dtype])
+        records = trace(torch, model, example, DTYPE_BYTES[dtype])
     except (RuntimeError, TypeError, ValueError, NotImplementedError) as exc:
         raise TrainsimError(
             f"model {spec!r}: its forward pass failed on meta tensors of shape {tuple(example.shape)}: {exc}"
@@ -305,4 +221,5 @@ def workload_from_factory(
         dtype=dtype,
         tokens_per_sample=tokens,
         source=f"torch module {spec} traced on the meta device",
+        ties=parameter_ties(records, layers),
     )

@@ -137,7 +137,8 @@ def all_strategy_names() -> list[str]:
 
 
 def _gb(n: float) -> str:
-    return f"{n / 1e9:.1f} GB"
+    """Memory in GiB, as nvidia-smi and vendors' "80GB" cards mean it (80 GiB)."""
+    return f"{n / 2**30:.1f} GiB"
 
 
 def _why_faster(best: StepReport, ddp: StepReport) -> str:

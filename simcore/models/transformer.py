@@ -31,7 +31,7 @@ from simcore.models import (
     get_nonnegative_int,
     get_positive_int,
 )
-from simcore.workload import Layer, Workload
+from simcore.workload import Layer, ParameterTie, Workload
 
 __all__ = ["SHAPE_KEYS_OPTIONAL", "SHAPE_KEYS_REQUIRED", "TransformerShape", "build_layers", "build_workload"]
 
@@ -252,13 +252,19 @@ def build_workload(
     """The workload of a transformer, at ``seq_len`` if given (else the shape's)."""
     if seq_len is not None and seq_len != shape.seq_len:
         shape = shape.with_seq_len(seq_len)
+    layers = build_layers(shape, dtype)
+    ties: tuple[ParameterTie, ...] = ()
+    if shape.tied_embeddings:  # the token embedding (layer 0) is the output head's weight
+        head = next(i for i, layer in enumerate(layers) if layer.name == "lm_head")
+        ties = (ParameterTie(shape.vocab * shape.hidden, (0, head)),)
     return Workload(
         name=name,
-        layers=build_layers(shape, dtype),
+        layers=layers,
         block_names=tuple(f"block{i}" for i in range(shape.layers)),
         dtype=dtype,
         tokens_per_sample=shape.seq_len,
         source=source,
+        ties=ties,
     )
 
 

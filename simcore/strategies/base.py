@@ -86,6 +86,9 @@ class TrainingConfig:
     allocator_overhead_bytes: int = DEFAULT_ALLOCATOR_OVERHEAD_BYTES
     steps: int = 1
     compute_jitter_sigma: float = 0.0
+    # torch.optim implementation ("auto": foreach on GPUs, single-tensor on CPUs, as torch picks);
+    # it sets the optimizer step's scratch memory (simcore.memory.optimizer_step_temp_bytes).
+    optimizer_impl: str = "auto"
 
     def __post_init__(self) -> None:
         for name in ("global_batch", "micro_batch", "steps", "bucket_size_bytes", "first_bucket_bytes"):
@@ -115,6 +118,13 @@ class TrainingConfig:
             )
         if self.zero3_prefetch_bucket_params < 1:
             raise TrainsimError("training config: zero3_prefetch_bucket_params must be >= 1")
+        from simcore.memory import OPTIMIZER_IMPLS
+
+        if self.optimizer_impl not in OPTIMIZER_IMPLS:
+            raise TrainsimError(
+                f"training config: optimizer_impl {self.optimizer_impl!r} is not known; "
+                f"allowed: {', '.join(OPTIMIZER_IMPLS)}"
+            )
 
     def accumulation_steps(self, gpus: int) -> int:
         """Micro-batches per GPU per step: global_batch / (gpus * micro_batch), which must divide."""
@@ -214,6 +224,29 @@ class StepContext:
     def span_time(self, phase: str, layers: Sequence[int]) -> float:
         times = self.layer_times(phase)
         return math.fsum(times[i] for i in layers)
+
+    def copy_time_s(self, nbytes: float) -> float:
+        """Seconds to copy ``nbytes`` in device memory (read + write) at the timer's memory bandwidth.
+
+        ``memory_bandwidth_Bps`` counts bytes read plus written, as the calibration's copy probe
+        does; a timer without one (a test double) copies for free.
+        """
+        bandwidth = getattr(self.timer, "memory_bandwidth_Bps", None)
+        if not bandwidth or nbytes <= 0:
+            return 0.0
+        return 2.0 * float(nbytes) / float(bandwidth)
+
+    def optimizer_step_s(self, params: int) -> float:
+        """One optimizer update of ``params`` parameters (this rank's shard), with the host's
+        per-tensor dispatch where the timer models it (it iterates over every parameter tensor,
+        sharded or not)."""
+        seconds = self.timer.optimizer_time_s(params, self.config.optimizer)
+        dispatch = getattr(self.timer, "optimizer_dispatch_s", None)
+        if dispatch is not None:
+            from simcore.compute import param_tensor_count
+
+            seconds += float(dispatch(param_tensor_count(self.workload), self.config.optimizer))
+        return seconds
 
     def microbatch_compute_s(self) -> float:
         """Forward + backward (+ recompute with activation checkpointing) of one micro-batch."""

@@ -10,6 +10,12 @@ memory: unless ``gradient_as_bucket_view=True``, the buckets are a second copy o
 ("gradient_as_bucket_view ... the saved memory size will be equal to the total gradients size",
 torch DDP documentation).
 
+Bucket copies: without ``gradient_as_bucket_view`` the reducer copies each gradient into its
+bucket as autograd produces it (``mark_variable_ready_dense``: copy-in, in the backward pass, on
+the compute stream) and the reduced bucket back into the gradients before the optimizer
+(``finalize_bucket_dense``: copy-out); both are memory copies, ``2 x bytes / memory bandwidth``
+(:meth:`StepContext.copy_time_s`). With bucket views neither copy happens.
+
 :class:`BucketHooks` is shared with ZeRO-1/2, which reduce-scatter the same buckets.
 """
 
@@ -26,6 +32,7 @@ from simcore.strategies.passes import (
     build_microbatch,
     build_quiet_microbatches,
     make_chunks,
+    optimizer_temp_bytes,
 )
 from simcore.strategies.schedule import PlanBuilder, StepPlan
 
@@ -53,7 +60,8 @@ class BucketHooks(PassHooks):
 
     ``allocate_grads``: this micro-batch creates the gradient tensors (the first one does).
     ``free_reduced``: gradients of a reduced bucket are freed, keeping only this rank's shard
-    (ZeRO-2); ``keep_shard`` says whether that shard is new (first micro-batch).
+    (ZeRO-2); ``keep_shard`` says whether that shard is new (first micro-batch). ``copy_in``: the
+    gradients are copied into the flat bucket on the compute stream before it is reduced.
     """
 
     def __init__(
@@ -67,6 +75,7 @@ class BucketHooks(PassHooks):
         free_reduced: bool = False,
         keep_shard: bool = False,
         tag: str = "",
+        copy_in: bool = False,
     ) -> None:
         self.ctx = ctx
         self.op = op
@@ -75,6 +84,7 @@ class BucketHooks(PassHooks):
         self.free_reduced = free_reduced
         self.keep_shard = keep_shard
         self.tag = tag
+        self.copy_in = copy_in
         layers = ctx.workload.layers
         self.bucket_of = bucket_of
         self.pending: dict[int, int] = {}
@@ -108,6 +118,14 @@ class BucketHooks(PassHooks):
             on_end = [("grads", -size)]
             if self.keep_shard:
                 on_end.append(("grads", size / self.ctx.gpus))
+        ready = op
+        if self.copy_in:
+            ready = builder.compute(
+                f"copy gradients into bucket {bucket}{self.tag}",
+                self.ctx.copy_time_s(size),
+                kind="copy",
+                after=[op],
+            )
         add_collective(
             self.ctx,
             builder,
@@ -115,7 +133,7 @@ class BucketHooks(PassHooks):
             size,
             self.ctx.world,
             f"{self.op} bucket {bucket}{self.tag}",
-            after=[op],
+            after=[ready],
             on_end=on_end,
         )
 
@@ -141,14 +159,22 @@ class DDPStrategy:
         per_block = make_chunks(ctx, [0] * len(bucket_of))
         quiet = ctx.accumulation - 1
         last = build_quiet_microbatches(ctx, builder, quiet, [("grads", grads_total)])
-        hooks = BucketHooks(ctx, bucket_of, "all_reduce", communicate=True, allocate_grads=quiet == 0)
+        copies = not cfg.gradient_as_bucket_view and ctx.gpus > 1
+        hooks = BucketHooks(
+            ctx, bucket_of, "all_reduce", communicate=True, allocate_grads=quiet == 0, copy_in=copies
+        )
         last = build_microbatch(ctx, builder, chunks, hooks, "", last, per_block)
         after = [builder.last_comm] if builder.last_comm is not None else []
+        if copies:
+            after = [builder.compute("copy buckets out to gradients", ctx.copy_time_s(grads_total),
+                                     kind="copy", after=after)]  # fmt: skip
+        scratch = optimizer_temp_bytes(ctx, params, 1)
         builder.compute(
             "optimizer step",
-            ctx.timer.optimizer_time_s(params, cfg.optimizer),
+            ctx.optimizer_step_s(params),
             kind="optimizer",
             after=after,
-            on_end=[("grads", -grads_total)],
+            on_start=[("temp", scratch)],
+            on_end=[("grads", -grads_total), ("temp", -scratch)],
         )
         return builder.plan

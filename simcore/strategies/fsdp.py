@@ -8,8 +8,21 @@ Per micro-batch, for every unit (see :mod:`simcore.strategies.wrap`):
   forward the unit is resharded (``reshard_after_forward``; the root unit never is, as in FSDP);
 - backward: all-gather again (unless still gathered), with backward prefetch of the next units in
   backward order (BACKWARD_PRE); when all the unit's gradients exist they are reduce-scattered to
-  the shard owners and the unsharded gradients and parameters are freed;
+  the shard owners and the unsharded parameters are freed (just after the gradients are made, in
+  the post-backward hook); the unsharded gradients become the reduce-scatter input, which FSDP2
+  keeps until the next unit's post-backward (``reduce_scatter_max_input_buffers`` = 1,
+  ``_fsdp_param_group.post_backward``) or the end of backward;
 - the optimizer updates the local shard after the last reduce-scatter.
+
+Memory copies (FSDP2, ``torch.distributed.fsdp._fully_shard._fsdp_collectives``): the all-gather
+output is one flat buffer, which ``foreach_all_gather_copy_out`` copies into the unit's parameter
+tensors when compute first waits for the unit (a copy of the unit's full bytes, on the compute
+stream, before its first layer runs); before a reduce-scatter, ``foreach_reduce_scatter_copy_in``
+copies the unit's gradients into one flat input buffer (a copy of the unit's gradient bytes, after
+its backward). Each costs ``2 x bytes / memory bandwidth`` (:meth:`StepContext.copy_time_s`) and
+is placed on the compute stream (on CPU ranks everything runs on the training thread; on GPUs the
+reduce-scatter copy-in runs on its own stream, which this slightly overstates). The shard's
+copy-in before an all-gather (1/N of the unit) is left out.
 
 The shard-boundary rule (the seed paper's notes): FSDP issues prefetches per unit from its hooks,
 in the order units were recorded, so a unit whose boundary falls *inside* a transformer block
@@ -35,6 +48,7 @@ from simcore.strategies.passes import (
     build_microbatch,
     build_quiet_microbatches,
     make_chunks,
+    optimizer_temp_bytes,
 )
 from simcore.strategies.schedule import PlanBuilder, StepPlan
 from simcore.strategies.wrap import UnitPlan, bucket_units, wrap_units
@@ -65,6 +79,8 @@ class ShardedHooks(PassHooks):
         self.full_bytes = [p * cfg.param_bytes for p in self.unit_params]
         self.grad_bytes = [p * cfg.grad_bytes for p in self.unit_params]
         self.gathered: dict[int, int] = {}  # unit -> op id of the all-gather that made it resident
+        self.copied: dict[int, int] = {}  # unit -> op id of the copy-out of its latest all-gather
+        self.copies = len(self.shard_group) > 1
         self.visits = [c.group for i, c in enumerate(chunks) if i == 0 or chunks[i - 1].group != c.group]
         self.last_fwd_chunk = {c.group: i for i, c in enumerate(chunks)}
         self.last_bwd_chunk = {c.group: i for i, c in reversed(list(enumerate(chunks)))}
@@ -74,6 +90,7 @@ class ShardedHooks(PassHooks):
         self.bwd_visit = -1
         self.previous_group: int | None = None
         self.previous_bwd_group: int | None = None
+        self.lingering = 0.0  # bytes of the reduce-scatter input FSDP2 still holds
 
     # --- gathering -------------------------------------------------------------------------
     def _gather(
@@ -97,6 +114,7 @@ class ShardedHooks(PassHooks):
             on_start=[("buffers", self.full_bytes[unit])],
         )
         self.gathered[unit] = op
+        self.copied.pop(unit, None)
         return op
 
     def _prefetch(
@@ -122,8 +140,22 @@ class ShardedHooks(PassHooks):
                 self._gather(
                     builder, unit, phase + ", on demand", after=[previous] if previous is not None else []
                 )
-            waits.append(self.gathered[unit])
+            waits.append(self._copied_out(builder, unit, phase))
         return waits
+
+    def _copied_out(self, builder: PlanBuilder, unit: int, phase: str) -> int:
+        """The op after which the unit's gathered parameters are usable: its copy-out (FSDP2)."""
+        gather = self.gathered[unit]
+        if not self.copies:
+            return gather
+        if unit not in self.copied:
+            self.copied[unit] = builder.compute(
+                f"all_gather copy-out unit {unit} ({phase}){self.tag}",
+                self.ctx.copy_time_s(self.full_bytes[unit]),
+                kind="copy",
+                after=[gather],
+            )
+        return self.copied[unit]
 
     def _resharded_after_forward(self, unit: int) -> bool:
         if self.units.has_root and unit == 0:
@@ -160,12 +192,13 @@ class ShardedHooks(PassHooks):
 
     def backward_memory(self, chunk: Chunk) -> list[MemoryChange]:
         layers = self.ctx.workload.layers
-        changes: list[MemoryChange] = [
-            ("buffers", sum(layers[i].params for i in chunk.layers) * self.ctx.config.grad_bytes)
-        ]
+        return [("buffers", sum(layers[i].params for i in chunk.layers) * self.ctx.config.grad_bytes)]
+
+    def backward_released(self, chunk: Chunk) -> list[MemoryChange]:
+        # post-backward reshards the unit once autograd has made its unsharded gradients
         if self.last_bwd_chunk[chunk.group] == self.chunk_index[id(chunk)]:
-            changes.append(("buffers", -self.full_bytes[chunk.group]))
-        return changes
+            return [("buffers", -self.full_bytes[chunk.group])]
+        return []
 
     def backward_started(self, builder: PlanBuilder, chunk: Chunk, op: int) -> None:
         unit = chunk.group
@@ -184,9 +217,24 @@ class ShardedHooks(PassHooks):
             return
         self.gathered.pop(unit, None)
         shard = self.grad_bytes[unit] / len(self.shard_group)
-        on_end: list[MemoryChange] = [("buffers", -self.grad_bytes[unit])]
+        # The unsharded gradients become the reduce-scatter input, which FSDP2 keeps until the next
+        # unit's post-backward (reduce_scatter_max_input_buffers = 1) or the end of backward; with
+        # one rank nothing is reduced and the gradients go at once.
+        on_start: list[MemoryChange] = [("buffers", -self.lingering)] if self.lingering else []
+        self.lingering = self.grad_bytes[unit] if self.copies else 0.0
+        on_end: list[MemoryChange] = [("buffers", -self.grad_bytes[unit] + self.lingering)]
+        if not any(self.pending):  # the last unit: backward's final callback frees every input
+            on_end.append(("buffers", -self.lingering))
+            self.lingering = 0.0
         if self.first_micro:
             on_end.append(("grads", shard))
+        if self.copies:
+            op = builder.compute(
+                f"reduce_scatter copy-in unit {unit}{self.tag}",
+                self.ctx.copy_time_s(self.grad_bytes[unit]),
+                kind="copy",
+                after=[op],
+            )
         rs = add_collective(
             self.ctx,
             builder,
@@ -195,6 +243,7 @@ class ShardedHooks(PassHooks):
             self.shard_group,
             f"reduce_scatter unit {unit}{self.tag}",
             after=[op],
+            on_start=on_start,
             on_end=on_end,
         )
         if len(self.replicate_group) > 1:
@@ -246,12 +295,14 @@ def build_sharded_plan(
         )
         last = build_microbatch(ctx, builder, chunks, hooks, tag, last)
     after = [builder.last_comm] if builder.last_comm is not None else []
+    scratch = optimizer_temp_bytes(ctx, params / shards, shards)
     builder.compute(
         "optimizer step",
-        ctx.timer.optimizer_time_s(round(params / shards), cfg.optimizer),
+        ctx.optimizer_step_s(round(params / shards)),
         kind="optimizer",
         after=after,
-        on_end=[("grads", -params * cfg.grad_bytes / shards)],
+        on_start=[("temp", scratch)],
+        on_end=[("grads", -params * cfg.grad_bytes / shards), ("temp", -scratch)],
     )
     return builder.plan
 

@@ -6,6 +6,12 @@ per pass, so a strategy can hang a collective on the moment a chunk starts or en
 chunk saves are allocated when its forward ends and freed when its backward ends. With activation
 checkpointing a block keeps only its input during forward and recomputes its activations (one
 "recompute" operation for the whole block, before the block's backward).
+
+Tied parameters (:class:`~simcore.workload.ParameterTie`): each use's backward produces a partial
+gradient of the whole shared tensor, held (``temp``) until the last use in backward, where autograd
+sums the partials into a new tensor that becomes the gradient: for that moment the partials and
+their sum coexist (GPT-2's tied embedding: 3 x its size with torch's autograd), then the partials
+are freed. A use between the first and the last adds its partial to the running sum the same way.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from simcore.memory import MemoryChange
+from simcore.memory import MemoryChange, optimizer_step_temp_bytes, resolve_optimizer_impl
 from simcore.strategies.base import StepContext
 from simcore.strategies.schedule import PlanBuilder
 
@@ -24,6 +30,7 @@ __all__ = [
     "build_microbatch",
     "build_quiet_microbatches",
     "make_chunks",
+    "optimizer_temp_bytes",
 ]
 
 
@@ -92,6 +99,11 @@ class PassHooks:
         """Operations a backward (or recompute) of ``layers`` must wait for."""
         return []
 
+    def backward_released(self, chunk: Chunk) -> list[MemoryChange]:
+        """Memory freed just after the chunk's backward ends, once its gradients exist (FSDP frees a
+        unit's gathered parameters in its post-backward hook, after autograd made the gradients)."""
+        return []
+
     def backward_started(self, builder: PlanBuilder, chunk: Chunk, op: int) -> None:
         """Called right after the backward operation is added."""
 
@@ -113,6 +125,27 @@ def _saved_bytes(ctx: StepContext, chunk: Chunk, checkpointed: bool) -> float:
     if first > 0 and layers[first - 1].block == chunk.block:
         return 0.0  # inside a checkpointed block only the block's input is kept
     return mb * (layers[first - 1].output_bytes if first > 0 else layers[first].output_bytes)
+
+
+def _tie_temp(ctx: StepContext, chunks: Sequence[Chunk]) -> dict[int, tuple[float, float]]:
+    """Per chunk index: (temp bytes added when its backward ends, temp bytes released just after),
+    for the partial gradients of tied parameters (see the module docstring)."""
+    changes: dict[int, tuple[float, float]] = {}
+    grad_bytes = ctx.config.grad_bytes
+    for tie in ctx.workload.ties:
+        size, uses, seen = tie.params * grad_bytes, set(tie.layers), 0
+        for index in reversed(range(len(chunks))):
+            for _ in range(sum(1 for i in chunks[index].layers if i in uses)):
+                seen += 1
+                if seen == 1:
+                    add, release = size, 0.0  # the first partial is held
+                elif seen < len(uses):
+                    add, release = 2 * size, 2 * size  # partial + running sum, old ones freed
+                else:
+                    add, release = size, 2 * size  # last partial; the sum is the gradient
+                before = changes.get(index, (0.0, 0.0))
+                changes[index] = (before[0] + add, before[1] + release)
+    return changes
 
 
 def build_microbatch(
@@ -171,7 +204,10 @@ def _backward_pass(
     layers = ctx.workload.layers
     block_layers = ctx.workload.block_layer_indices() if checkpoint else ()
     recomputed: set[int] = set()
-    for chunk in reversed(chunks):
+    ties = _tie_temp(ctx, chunks)
+    for index in reversed(range(len(chunks))):
+        chunk = chunks[index]
+        tie_add, tie_release = ties.get(index, (0.0, 0.0))
         ckpt = checkpoint and chunk.block >= 0
         freed = _saved_bytes(ctx, chunk, ckpt)
         if ckpt:
@@ -193,7 +229,9 @@ def _backward_pass(
             ctx.span_time("bwd", chunk.layers),
             kind="bwd",
             after=waits,
-            on_end=[*hooks.backward_memory(chunk), ("activations", -freed)],
+            on_end=[*hooks.backward_memory(chunk), ("activations", -freed)]
+            + ([("temp", tie_add)] if tie_add else []),
+            after_end=hooks.backward_released(chunk) + ([("temp", -tie_release)] if tie_release else []),
         )
         hooks.backward_started(builder, chunk, last)
         hooks.backward_done(builder, chunk, last)
@@ -255,4 +293,24 @@ def add_collective(
         after_start=after_start,
         on_start=on_start,
         on_end=on_end,
+    )
+
+
+def optimizer_temp_bytes(ctx: StepContext, local_params: float, shards: int) -> float:
+    """Scratch bytes of this rank's optimizer step (``temp`` while it runs).
+
+    ``local_params``: parameters this rank updates; ``shards``: how many ways each parameter
+    tensor is split (FSDP2 shards every tensor on its first dimension; a flat ZeRO partition is
+    one tensor of ``local_params``). The largest tensor is taken as the largest layer's
+    parameters (weight and bias of one layer together, a slight overestimate). The
+    implementation is the config's, else torch's default for the device kind (CPU or GPU) of
+    the timer.
+    """
+    device = getattr(ctx.timer, "device", None)
+    impl = resolve_optimizer_impl(ctx.config.optimizer_impl, str(getattr(device, "kind", "gpu")))
+    largest = max((layer.params for layer in ctx.workload.layers), default=0) / shards
+    cfg = ctx.config  # torch.optim's state has the dtype of what it updates: fp32 master weights
+    state_bytes = 4 if cfg.master_weights or not cfg.mixed_precision else cfg.param_bytes
+    return optimizer_step_temp_bytes(
+        ctx.config.optimizer, impl, local_params, min(largest, local_params), state_bytes
     )

@@ -57,6 +57,9 @@ class Op:
     on_start: tuple[MemoryChange, ...] = ()
     on_end: tuple[MemoryChange, ...] = ()
     bytes: float = 0.0
+    # Changes applied just after on_end, as a moment of their own: temporaries released once the
+    # operation's results exist (on_end then shows both alive together, as they briefly are).
+    after_end: tuple[MemoryChange, ...] = ()
     link: str = ""
     link_kind: str = ""
 
@@ -107,6 +110,7 @@ class PlanBuilder:
         after: Sequence[int] = (),
         on_start: Sequence[MemoryChange] = (),
         on_end: Sequence[MemoryChange] = (),
+        after_end: Sequence[MemoryChange] = (),
     ) -> int:
         return self.add(
             COMPUTE,
@@ -116,6 +120,7 @@ class PlanBuilder:
             after=tuple(after),
             on_start=tuple(on_start),
             on_end=tuple(on_end),
+            after_end=tuple(after_end),
         )
 
     def comm(
@@ -274,6 +279,8 @@ class _Runner:
             )
             if op.on_end:
                 self.memory.apply(op.on_end, phase, end - self.t0)
+            if op.after_end:
+                self.memory.apply(op.after_end, phase, end - self.t0)
             done = self.done[op.id]
             if done is not None:
                 done.succeed()

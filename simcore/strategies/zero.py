@@ -12,14 +12,21 @@ all-gather move the same bytes as one all-reduce (ZeRO paper, section 7.2).
   rank's 1/N shard, so it reduces every micro-batch.
 
 DeepSpeed copies gradients into a reduction bucket before reducing; one bucket of
-``bucket_size_bytes`` is counted as a persistent buffer.
+``bucket_size_bytes`` is counted as a persistent buffer, and the copy-in is a memory copy on the
+compute stream (``2 x bytes / memory bandwidth``, as DDP's).
 """
 
 from __future__ import annotations
 
 from simcore.strategies.base import StepContext
 from simcore.strategies.ddp import BucketHooks, assign_buckets
-from simcore.strategies.passes import add_collective, build_microbatch, build_quiet_microbatches, make_chunks
+from simcore.strategies.passes import (
+    add_collective,
+    build_microbatch,
+    build_quiet_microbatches,
+    make_chunks,
+    optimizer_temp_bytes,
+)
 from simcore.strategies.schedule import PlanBuilder, StepPlan
 
 __all__ = ["Zero1Strategy", "Zero2Strategy"]
@@ -42,9 +49,16 @@ class _ZeroBucketed:
                 free_reduced=True,
                 keep_shard=micro == 0,
                 tag=tag,
+                copy_in=True,
             )
         return BucketHooks(
-            ctx, bucket_of, "reduce_scatter", communicate=True, allocate_grads=quiet == 0, tag=tag
+            ctx,
+            bucket_of,
+            "reduce_scatter",
+            communicate=True,
+            allocate_grads=quiet == 0,
+            tag=tag,
+            copy_in=ctx.gpus > 1,
         )
 
     def build_plan(self, ctx: StepContext) -> StepPlan:
@@ -71,12 +85,14 @@ class _ZeroBucketed:
             last = build_microbatch(ctx, builder, chunks, hooks, tag, last, per_block)
         held_grads = grads_total / n if self.shard_grads else grads_total
         after = [builder.last_comm] if builder.last_comm is not None else []
+        scratch = optimizer_temp_bytes(ctx, params / n, n)
         opt = builder.compute(
             "optimizer step",
-            ctx.timer.optimizer_time_s(round(params / n), cfg.optimizer),
+            ctx.optimizer_step_s(round(params / n)),
             kind="optimizer",
             after=after,
-            on_end=[("grads", -held_grads)],
+            on_start=[("temp", scratch)],
+            on_end=[("grads", -held_grads), ("temp", -scratch)],
         )
         add_collective(
             ctx,
