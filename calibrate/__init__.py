@@ -12,9 +12,14 @@ import types as _types
 if _importlib_util.find_spec("torch") is None:  # pragma: no cover - exercised without torch
     _previous_hook = _sys.excepthook
 
-    def _torch_missing(exc_type: type[BaseException], exc: BaseException, tb: _types.TracebackType | None) -> None:
+    def _torch_missing(
+        exc_type: type[BaseException], exc: BaseException, tb: _types.TracebackType | None
+    ) -> None:
         """A job run without torch ends with one clear line instead of an import traceback."""
-        if issubclass(exc_type, ModuleNotFoundError) and str(getattr(exc, "name", "")).split(".")[0] == "torch":
+        if (
+            issubclass(exc_type, ModuleNotFoundError)
+            and str(getattr(exc, "name", "")).split(".")[0] == "torch"
+        ):
             print(
                 "error: calibration jobs need torch, which is not installed; "
                 "install it with `pip install 'trainsim[calibrate]'` (or the torch build for your platform)",

@@ -9,16 +9,16 @@ FSDP, synchronous and asynchronous parameter servers and the staleness-mitigatin
 article's hardware comparisons (:mod:`experiments.paper_hardware`), then prints, per claim of
 :mod:`experiments.paper_claims`, what the seed states, what the simulator predicts, the verdict the
 claim's rule computes from those numbers, and the assumptions behind the row. Where the simulator
-disagrees the table says so; nothing here is tuned to agree.
+disagrees the table says so; nothing here is tuned to agree. The report's text (table, markdown,
+JSON) is rendered by :mod:`experiments.reproduce_paper_report`.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from collections.abc import Sequence
-from dataclasses import asdict, replace
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,9 +30,9 @@ from experiments.paper_claims import (
     QUICK_SETTING,
     ClaimResult,
     PaperSetting,
-    describe_rule,
 )
 from experiments.paper_hardware import cached_cluster, cached_workload, hardware_claims, simulate_point
+from experiments.reproduce_paper_report import FORMATS, SUFFIX, render
 from simcore.errors import cli_entry
 
 if TYPE_CHECKING:
@@ -42,10 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PS_MODES_USED", "build_parser", "main", "paper_claims", "render", "run_claims"]
 
-SCHEMA = "trainsim-reproduce-paper"
 PS_MODES_USED = ("ps-sync", "ps-async", "ps-mitigated")
-FORMATS = ("table", "json", "markdown")
-SUFFIX = {"table": "txt", "json": "json", "markdown": "md"}
 
 
 def paper_config(setting: PaperSetting, workers: int) -> TrainingConfig:
@@ -315,92 +312,6 @@ def paper_claims(setting: PaperSetting) -> list[ClaimResult]:
 def run_claims(setting: PaperSetting) -> list[ClaimResult]:
     """Every claim of both seeds, paper first."""
     return [*paper_claims(setting), *hardware_claims(setting)]
-
-
-# --- output ----------------------------------------------------------------------------------------
-
-
-def _header(setting: PaperSetting, quick: bool) -> list[str]:
-    return [
-        f"Seed claims vs trainsim ({'quick' if quick else 'full'} setting)",
-        f"Paper setting: {setting.describe()}.",
-        f"PS conditions: {', '.join(setting.ps_conditions)} (jitter = lognormal sigma {setting.jitter_sigma:g}); "
-        f"article comparisons: {setting.article_model}, {setting.gpus} GPUs.",
-    ]
-
-
-def _sections(r: ClaimResult) -> list[tuple[str, str]]:
-    claim = CLAIMS[r.claim_id]
-    return [
-        ("seed", f'{claim.source}: "{claim.statement}"'),
-        ("reading", claim.reading),
-        ("rule", describe_rule(claim)),
-        ("predicted", r.predicted),
-    ]
-
-
-def _assumptions(r: ClaimResult) -> tuple[str, ...]:
-    return (*CLAIMS[r.claim_id].assumptions, *r.assumptions)
-
-
-def _table(results: Sequence[ClaimResult], setting: PaperSetting, quick: bool) -> str:
-    lines = [
-        *_header(setting, quick),
-        "",
-        f"{'claim':24s} {'seed states':16s} {'verdict':11s} simulator predicts",
-    ]
-    lines.append("-" * 110)
-    lines += [
-        f"{r.claim_id:24s} {CLAIMS[r.claim_id].claimed:16s} {r.verdict:11s} {r.predicted}" for r in results
-    ]
-    for r in results:
-        lines += ["", f"[{r.claim_id}] {r.verdict.upper()}", *(f"  {k}: {v}" for k, v in _sections(r))]
-        lines += [*(f"    {d}" for d in r.details), *(f"  assumes: {a}" for a in _assumptions(r))]
-    return "\n".join(lines) + "\n"
-
-
-def _markdown(results: Sequence[ClaimResult], setting: PaperSetting, quick: bool) -> str:
-    head = _header(setting, quick)
-    lines = [
-        f"# {head[0]}",
-        "",
-        *head[1:],
-        "",
-        "| claim | seed states | verdict | simulator predicts |",
-        "|---|---|---|---|",
-    ]
-    lines += [
-        f"| {r.claim_id} | {CLAIMS[r.claim_id].claimed} | **{r.verdict}** | {r.predicted} |" for r in results
-    ]
-    for r in results:
-        lines += [
-            "",
-            f"## {r.claim_id}: {r.verdict}",
-            "",
-            *(f"- {k.capitalize()}: {v}" for k, v in _sections(r)),
-        ]
-        lines += [*(f"  - {d}" for d in r.details), *(f"- Assumes: {a}" for a in _assumptions(r))]
-    return "\n".join(lines) + "\n"
-
-
-def render(results: Sequence[ClaimResult], setting: PaperSetting, fmt: str, *, quick: bool = False) -> str:
-    """The report as ``table``, ``json`` or ``markdown`` text."""
-    if fmt == "json":
-        setting_record = asdict(setting)
-        setting_record["fabric_presets"] = {
-            fabric: list(presets) for fabric, presets in setting.fabric_presets
-        }
-        document = {
-            "schema": SCHEMA,
-            "version": 1,
-            "quick": quick,
-            "setting": setting_record,
-            "claims": [r.to_record() for r in results],
-        }
-        return json.dumps(document, indent=2) + "\n"
-    if fmt == "markdown":
-        return _markdown(results, setting, quick)
-    return _table(results, setting, quick)
 
 
 def build_parser() -> argparse.ArgumentParser:
