@@ -13,6 +13,8 @@ recorded in every row. Row kinds:
 - ``memory``: copy of a large tensor; ``bytes`` = read + written; ``bandwidth_Bps = bytes / time``.
 - ``layer``: forward and backward of each layer kind the workload presets use (``layer_kind`` is the
   workload's kind: linear, attention, norm, conv, embedding, activation), with analytic FLOPs.
+- ``op_overhead``: a chain of ``ops`` tiny operators (one-element tensors with autograd), forward
+  and backward (``phase``), for the framework's fixed cost per dispatched operator.
 - ``slowdown``: a matmul timed alone and while an all_reduce runs (world > 1);
   ``slowdown = time_with_comm / time_alone``.
 """
@@ -31,7 +33,7 @@ import torch
 import torch.distributed as dist
 
 from calibrate import dist as cdist
-from calibrate.compute_layers import LAYERS, layer_benchmarks
+from calibrate.compute_layers import LAYERS, layer_benchmarks, op_overhead_benchmarks
 from calibrate.records import RecordWriter, done_keys, drop_torn_tail, provenance
 from simcore.errors import TrainsimError, cli_entry
 from simcore.units import parse_size
@@ -149,6 +151,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--layers", default=",".join(LAYERS), help=f"comma-separated from {', '.join(LAYERS)}, or none"
     )
     p.add_argument("--layer-scale", type=int, default=1, help="multiply the layer benchmarks' widths by this")
+    p.add_argument("--op-chains", default="16,64,256",
+                   help="chain lengths of the per-operator overhead benchmark, or none")  # fmt: skip
     p.add_argument(
         "--slowdown-bytes", default="4M", help="all_reduce size for the slowdown probe (world > 1)"
     )
@@ -164,6 +168,14 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         raise TrainsimError(
             f"--matmul-sizes: expected integers like 64,128,256, got {args.matmul_sizes!r}"
         ) from None
+    try:
+        args.op_chains = [] if args.op_chains == "none" else sorted(int(s) for s in args.op_chains.split(","))
+    except ValueError:
+        raise TrainsimError(
+            f"--op-chains: expected integers like 16,64,256 or none, got {args.op_chains!r}"
+        ) from None
+    if any(n < 1 for n in args.op_chains):
+        raise TrainsimError(f"--op-chains: chain lengths must be >= 1, got {args.op_chains}")
     args.layers = [] if args.layers == "none" else [x.strip() for x in args.layers.split(",") if x.strip()]
     unknown = [x for x in args.layers if x not in LAYERS]
     if unknown or min(args.matmul_sizes) < 1 or args.iters < 1 or args.repeats < 1 or args.layer_scale < 1:
@@ -214,7 +226,8 @@ def run_compute(args: argparse.Namespace) -> int:
             writer.write({"kind": "provenance", **provenance({"job": "calibrate.compute", **common,
                                                                "backend": ctx.backend, "dtypes": args.dtypes})})  # fmt: skip
         items = [*_matmul_items(args, ctx.device), _memory_item(args.mem_bytes, ctx.device),
-                 *layer_benchmarks(args.layers, args.dtypes, ctx.device, args.layer_scale)]  # fmt: skip
+                 *layer_benchmarks(args.layers, args.dtypes, ctx.device, args.layer_scale),
+                 *op_overhead_benchmarks(args.op_chains, ctx.device)]  # fmt: skip
         for item, info, call in items:
             _measure_item(args, item, info, call, ctx, write, keys[0])
         if ctx.world_size > 1:

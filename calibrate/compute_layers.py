@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["LAYERS", "LayerBench", "layer_benchmarks"]
+__all__ = ["LAYERS", "LayerBench", "layer_benchmarks", "op_overhead_benchmarks"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,3 +120,30 @@ def layer_benchmarks(
             }
             backward = functools.partial(out.backward, grad, retain_graph=True)
             yield f"layer/{bench.name}/{dtype_name}/bwd", bwd, backward
+
+
+def _scale_chain(x: torch.Tensor, ops: int) -> torch.Tensor:
+    for _ in range(ops):
+        x = x * 1.0001  # one aten.mul per link; its backward node runs one aten.mul
+    return x
+
+
+def op_overhead_benchmarks(
+    chains: list[int], device: torch.device
+) -> Iterator[tuple[str, dict[str, Any], Callable[[], Any]]]:
+    """``(item, row info, call)``: a chain of ``ops`` scalings of a one-element tensor that
+    requires grad, forward (building the autograd graph) and backward (over the retained graph).
+
+    The arithmetic on one element is negligible, so the time is the framework's: dispatch,
+    autograd node creation (forward) or execution (backward), Python. Counted with
+    ``TorchDispatchMode`` (torch 2.13): the forward runs exactly ``ops`` operators, the backward
+    ``ops`` plus a constant two (the leaf's gradient accumulation). ``calibrate.fit`` takes the
+    slope of time over ``ops`` per phase, which drops every fixed cost of the call.
+    """
+    for ops in chains:
+        leaf = torch.ones(1, device=device, requires_grad=True)
+        info = {"kind": "op_overhead", "dtype": "fp32", "shape": f"chain{ops}", "ops": ops}
+        yield f"op_overhead/fwd/{ops}", {**info, "phase": "fwd"}, functools.partial(_scale_chain, leaf, ops)
+        out = _scale_chain(leaf, ops)
+        backward = functools.partial(out.backward, torch.ones_like(out), retain_graph=True)
+        yield f"op_overhead/bwd/{ops}", {**info, "phase": "bwd"}, backward

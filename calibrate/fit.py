@@ -17,6 +17,9 @@ Fits:
   would do the same but the model is not linear in log space.)
 - **compute efficiency per dtype** from the matmul sweep: ``achieved(F) = peak * F / (F + half)``
   is the same line in disguise, ``t(F) = half / peak + F / peak``, fitted the same way.
+- **per-operator overhead** per phase (fwd, bwd) from the op-overhead chains:
+  ``t(ops) = fixed + ops * op_overhead_s``, fitted the same way; the slope is the framework's cost
+  of one dispatched operator, the intercept (call and leaf costs) is dropped.
 - **memory bandwidth**: the median of the copy probe's rows; **slowdown**: the median ratio of
   matmul time under a running all_reduce to alone, floored at 1.
 
@@ -52,7 +55,7 @@ from simcore.calibration import (
 )
 from simcore.errors import TrainsimError, cli_entry
 
-__all__ = ["fit_linear_relative", "fit_profile", "load_rows", "main"]
+__all__ = ["fit_linear_relative", "fit_op_overhead", "fit_profile", "load_rows", "main"]
 
 _RECORD_SUFFIXES = (".jsonl", ".csv")
 
@@ -131,6 +134,21 @@ def fit_compute(rows: Iterable[dict[str, Any]], max_mape: float, min_r2: float) 
         peak = 1.0 / seconds_per_flop
         curves[dtype] = ComputeCurve(dtype, peak, overhead_s * peak, quality)
     return curves
+
+
+def fit_op_overhead(rows: Iterable[dict[str, Any]]) -> dict[str, float]:
+    """Seconds per dispatched operator per phase: the slope of chain time over chain length."""
+    by_phase: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for row in rows:
+        by_phase[str(row["phase"])].append((float(row["ops"]), _row_time_s(row)))
+    overheads = {}
+    for phase in sorted(by_phase):
+        ops = np.array([n for n, _ in by_phase[phase]])
+        if len(set(ops.tolist())) < 2:
+            continue
+        _, per_op_s = fit_linear_relative(ops, np.array([t for _, t in by_phase[phase]]))
+        overheads[phase] = per_op_s
+    return overheads
 
 
 def _records_in(path: Path) -> list[Path]:
@@ -216,12 +234,14 @@ def fit_profile(rows: list[dict[str, Any]], sources: Sequence[str] = (), *,
         threads=threads.pop() if len(threads) == 1 else None,
         sources=tuple(str(s) for s in sources),
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        op_overhead_s=fit_op_overhead(by_kind["op_overhead"]),
     )
     if not (
         profile.collectives
         or profile.compute
         or profile.memory_bandwidth_Bps
         or profile.comm_compute_slowdown
+        or profile.op_overhead_s
     ):
         raise TrainsimError(f"no fittable measurements in {', '.join(sources) or 'the input'}: need collective rows "
                             "at two or more sizes, matmul rows, memory or slowdown rows")  # fmt: skip
@@ -247,6 +267,9 @@ def format_report(profile: CalibrationProfile) -> str:
         lines.append(f"memory bandwidth: {profile.memory_bandwidth_Bps / 1e9:.3f} GB/s")
     if profile.comm_compute_slowdown:
         lines.append(f"comm/compute slowdown: {profile.comm_compute_slowdown:.3f}")
+    if profile.op_overhead_s:
+        per_phase = ", ".join(f"{phase} {s * 1e6:.2f} us" for phase, s in profile.op_overhead_s.items())
+        lines.append(f"framework overhead per operator: {per_phase}")
     return "\n".join(lines)
 
 

@@ -4,10 +4,11 @@
 
 1. Calibrates the machine with the microbenchmark jobs only (``calibrate.collectives`` at each
    world size of the grid, ``calibrate.compute`` on two ranks: matmuls, memory copy, the layer
-   benchmarks) and fits a profile (``calibrate.fit``).
+   benchmarks at the grid's transformer width, the per-operator overhead chains) and fits a
+   profile (``calibrate.fit``).
 2. Trains for real (``calibrate.train``) every configuration of the grid
    (:mod:`experiments.validate_grid`): DDP, FSDP2, parameter server sync/async/SSP, 2-4
-   processes, two model sizes, a slow worker, and, as root with network namespaces, the emulated
+   processes, two transformer sizes and a CNN (steps of 0.1-2 s), a slow worker, and, as root with network namespaces, the emulated
    cluster of ``calibrate.testbed`` at two link rates.
 3. Predicts each configuration from the profile and the run's configuration only
    (:mod:`experiments.validate_predict`), never from its timings.
@@ -85,7 +86,7 @@ def calibrate_machine(out: Path, worlds: list[int], *, quick: bool) -> Path:
     """Microbenchmarks only: collectives at each world size, compute on two ranks; fit; profile path."""
     from calibrate.fit import fit_profile, load_rows
 
-    sizes = ["-b", "1K", "-e", "256K" if quick else "4M", "-f", "4"]
+    sizes = ["-b", "1K", "-e", "256K" if quick else "16M", "-f", "4"]
     reps = ["-n", "3" if quick else "5", "-w", "1" if quick else "2", "--repeats", "1" if quick else "2"]
     ops = "all_reduce,send_recv" if quick else "all_reduce,all_gather,reduce_scatter,send_recv"
     sources = []
@@ -99,10 +100,12 @@ def calibrate_machine(out: Path, worlds: list[int], *, quick: bool) -> Path:
         sources.append(str(target))
     target = out / "calibration" / "compute"
     _fresh(target)
-    matmuls = "32,64,128,256" if quick else "32,64,128,256,512"
+    matmuls = "32,64,128,256" if quick else "32,64,128,256,512,768"
     layers = "linear,gelu,conv2d" if quick else "linear,attention,layernorm,gelu,embedding,conv2d"
+    # Layer benchmarks at the width of the grid's transformers (64 x scale 4 = 256), op chains short.
     compute = ["--out", str(target), "--threads", "1", "--dtypes", "fp32", "--matmul-sizes", matmuls,
-               "--mem-bytes", "16M", "--layers", layers, "--slowdown-bytes", "1M", *reps]  # fmt: skip
+               "--mem-bytes", "16M", "--layers", layers, "--layer-scale", "1" if quick else "4",
+               "--op-chains", "8,32" if quick else "16,64,256", "--slowdown-bytes", "1M", *reps]  # fmt: skip
     status = launch_module("calibrate.compute", compute, 2, 300)
     if status:
         raise TrainsimError(f"calibrate.compute on 2 ranks failed (exit status {status})")
@@ -195,14 +198,17 @@ def measure_runs(specs: list[RunSpec], out: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def _machine(out: Path, args: argparse.Namespace, testbed_note: str, started: float) -> dict[str, Any]:
+def _machine(
+    out: Path, args: argparse.Namespace, testbed_note: str, started: float, load_start: list[float]
+) -> dict[str, Any]:
     torch_version = next((r.get("torch") for f in sorted((out / "runs").glob("*.jsonl"))
                           for r in read_records(f) if r.get("kind") == "provenance"), None)  # fmt: skip
     return {"command": " ".join(["python -m experiments.validate", *_portable(args.argv)]),
             "platform": platform.platform(), "machine": platform.machine(), "cpu_count": os.cpu_count(),
             "cores_available": len(os.sched_getaffinity(0)), "python": platform.python_version(),
             "torch": torch_version, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "wall_s": round(time.monotonic() - started, 1), "loadavg_end": list(os.getloadavg()),
+            "wall_s": round(time.monotonic() - started, 1), "loadavg_start": load_start,
+            "loadavg_end": list(os.getloadavg()),
             "testbed": testbed_note}  # fmt: skip
 
 
@@ -238,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     from experiments.validate_report import load_measured, write_report
 
     args = _parse_args(argv)
-    started = time.monotonic()
+    started, load_start = time.monotonic(), list(os.getloadavg())
     out = Path(args.out or args.measured or ("runs/validate-quick" if args.quick else DEFAULT_OUT))
     out.mkdir(parents=True, exist_ok=True)
     if args.measured is None:
@@ -247,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         worlds = sorted({s.world for s in specs if s.network == "loopback"})
         calibrate_machine(out, worlds, quick=args.quick)
         measure_runs(specs, out)
-        atomic_write_json(out / "provenance.json", _machine(out, args, reason or "used", started))
+        atomic_write_json(out / "provenance.json", _machine(out, args, reason or "used", started, load_start))
     elif Path(args.measured).resolve() != out.resolve():
         raise TrainsimError(
             "--measured writes its report into the measured directory; do not also give --out"

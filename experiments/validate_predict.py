@@ -10,8 +10,10 @@ How the measured setup is modelled (each choice says why):
 - **Workload**: the layers ``describe()`` measured on the very torch module that trained (forward
   hooks on one sample), fp32. ``describe`` counts the weights in a layer's per-sample
   ``memory_bytes``; the simulator adds weight traffic itself, so they are taken out here.
-- **Layers**: the roofline with the profile's matmul rate prices FLOPs, not whole torch layers
-  (dispatch, autograd nodes, non-matmul kernels). ``calibrate.compute``'s layer benchmarks time
+- **Layers**: the roofline with the profile's matmul rate prices FLOPs, and the profile's
+  per-operator overhead (``op_overhead_s``, from the op-chain benchmark) times each layer kind's
+  operator count prices the framework's dispatch (:mod:`simcore.compute`); neither sees
+  non-matmul kernels' own inefficiency. ``calibrate.compute``'s layer benchmarks time
   whole layers of each kind, forward and backward; the ratio of their measured to their modelled
   time (:func:`layer_corrections`) multiplies every layer of that kind
   (:class:`LayerCorrectedTimer`). Microbenchmarks only, as the rest of the profile.
@@ -71,6 +73,7 @@ __all__ = [
     "measured_step",
     "measured_topology",
     "predict",
+    "scaled_compute_profile",
     "training_config",
     "workload_from_description",
 ]
@@ -205,10 +208,34 @@ class LayerCorrectedTimer:
     def optimizer_time_s(self, params: int, optimizer: str) -> float:
         return self.base.optimizer_time_s(params, optimizer)
 
+    def optimizer_dispatch_s(self, tensors: int, optimizer: str) -> float:
+        return self.base.optimizer_dispatch_s(tensors, optimizer)
+
+    @property
+    def memory_bandwidth_Bps(self) -> float:
+        """The rank's memory bandwidth (the strategies price their buffer copies with it)."""
+        return self.base.memory_bandwidth_Bps
+
     def gradient_ratio(self, workload: Workload, batch: int) -> float:
         """Corrected / uncorrected forward + backward time of one micro-batch."""
         base = sum(float(self.base.layer_times_s(workload, batch, p).sum()) for p in ("fwd", "bwd"))
         return sum(sum(self.layer_times_s(workload, batch, p)) for p in ("fwd", "bwd")) / base
+
+
+def scaled_compute_profile(profile: CalibrationProfile, factor: float) -> CalibrationProfile:
+    """``profile`` with every calibrated compute time multiplied by ``factor``: matmul rate and
+    memory bandwidth divided by it, per-operator overhead multiplied (links untouched)."""
+    from dataclasses import replace
+
+    if factor == 1.0:
+        return profile
+    curves = {
+        dtype: replace(curve, peak_flops=curve.peak_flops / factor)
+        for dtype, curve in profile.compute.items()
+    }
+    bandwidth = None if profile.memory_bandwidth_Bps is None else profile.memory_bandwidth_Bps / factor
+    overhead = {phase: seconds * factor for phase, seconds in profile.op_overhead_s.items()}
+    return replace(profile, compute=curves, memory_bandwidth_Bps=bandwidth, op_overhead_s=overhead)
 
 
 def compute_slowdown(ranks_busy: float, cores: int) -> float:
@@ -318,7 +345,11 @@ def _predict_ps(spec: RunSpec, workload: Workload, topology: Topology, profile: 
             None, None, f"not predicted yet: the parameter-server simulation is missing ({error})"
         )
     slow_worker = spec.slow_rank - 1  # real rank 0 serves; real worker r is simulated worker r - 1
-    stragglers = tuple(Straggler(w, slowdown * (spec.slow_factor if w == slow_worker else 1.0))
+    # A straggler factor must be >= 1; a net speed-up (layer corrections below 1 on a nearly idle
+    # machine) is applied by scaling the profile's compute instead.
+    faster = min(1.0, slowdown)
+    profile = scaled_compute_profile(profile, faster)
+    stragglers = tuple(Straggler(w, slowdown / faster * (spec.slow_factor if w == slow_worker else 1.0))
                        for w in range(spec.workers))  # fmt: skip
     ps = PSConfig(mode=spec.strategy, shards=1, placement=Placement("dedicated", 1),
                   staleness_bound=spec.staleness_bound, steps=max(8, spec.steps))  # fmt: skip

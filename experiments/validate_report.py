@@ -272,6 +272,11 @@ def _calibration_md(out: Path) -> str:
         lines += ["", f"fp32 matmul: peak {curve.peak_flops / 1e9:.1f} GFLOP/s, half-rate at "
                   f"{curve.half_flops / 1e6:.2f} MFLOP; memory copy {(profile.memory_bandwidth_Bps or 0) / 1e9:.2f} "
                   f"GB/s; comm/compute slowdown {profile.comm_compute_slowdown or 1.0:.2f}."]  # fmt: skip
+    if profile.op_overhead_s:
+        per_phase = ", ".join(
+            f"{phase} {1e6 * s:.1f} us" for phase, s in sorted(profile.op_overhead_s.items())
+        )
+        lines += ["", f"Framework overhead per dispatched operator (op-chain benchmark): {per_phase}."]
     corrections = load_corrections(out, profile)
     if corrections:
         lines += ["", "Layer corrections (measured / modelled time of calibrate.compute's layer benchmarks):", "",
@@ -325,19 +330,19 @@ sees their configuration only.
 _CAUSES = """\
 What the simulator does not model here, and what would fix it:
 
-- **Framework overhead outside the layers.** A step also runs autograd nodes between the layers
-  (residual adds, views, split/transpose, the loss), the optimizer's per-parameter kernels,
-  `zero_grad` and the training loop's bookkeeping; on one loaded CPU core each costs tens of
-  microseconds. Models with many small operators (the transformers here) suffer most; FLOP-heavy
-  ones (the CNN) least. *Fix*: count the operators of a step (a dispatch-mode counter on the same
-  module) and calibrate a per-operator cost with a microbenchmark.
-- **FSDP2's own CPU work.** Per unit and pass FSDP2 copies parameters into and out of flat
-  all-gather buffers and runs DTensor hooks; on GPUs this hides behind the kernels, on CPU it is on
-  the critical path. The simulator prices only the collectives. *Fix*: a per-unit FSDP overhead
-  term, calibrated by an FSDP2 microbenchmark of one empty unit.
-- **Shared, noisy cores.** Other jobs ran on the same cores; a probe before and after each run
-  estimates their load, but it changes during a run and between calibration and runs. *Fix*:
-  validate on an idle machine, pin ranks to cores, repeat runs to show a spread.
+- **Operators between the layers.** Each layer is charged its own traced operator count times
+  the calibrated per-operator cost; the autograd nodes between layers (residual adds, views,
+  split/transpose, the loss) and the training loop's bookkeeping are not. *Fix*: count them with
+  a dispatch-mode counter on the same module, a property of the model like its FLOPs.
+- **FSDP2's own CPU work beyond its copies.** The all-gather copy-out and reduce-scatter copy-in
+  are priced as memory copies; FSDP2's per-unit hooks, DTensor parameter handling and DTensor
+  optimizer are not, and on CPU they are on the critical path. *Fix*: a per-unit and
+  per-DTensor-operator overhead, calibrated by an FSDP2 microbenchmark of one small unit.
+- **Collectives as the backend runs them.** Shaped links are priced as an ideal ring; gloo's
+  reduce_scatter moves more than that. *Fix*: calibrate each collective's traffic per backend.
+- **Shared, noisy cores.** When other jobs run on the same cores, a probe before and after each
+  run estimates their load, but it changes during a run. *Fix*: validate on an idle machine, pin
+  ranks to cores, repeat runs to show a spread.
 - **Parameter-server message handling.** Every push and pull is a gloo send/recv handled by one
   Python server process, which must be scheduled for every message; the simulator charges link
   time and a memory-bound update only."""

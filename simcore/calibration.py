@@ -24,7 +24,8 @@ JSON so the simulator never needs torch. Format ``trainsim-profile``, version 1:
                             "fit": {"points": 12, "mape": 0.08, "r2": 0.97, "poor": false}}},
         "memory_bandwidth_Bps": 1.6e+12,  # large-tensor copy: bytes read + written per second
         "comm_compute_slowdown": 1.07,    # matmul time while an all_reduce runs / alone (>= 1)
-        "threads": 8                      # torch intra-op threads per rank (CPU runs)
+        "threads": 8,                     # torch intra-op threads per rank (CPU runs)
+        "op_overhead_s": {"fwd": 2.1e-05, "bwd": 3.5e-05}   # optional: framework cost per op
       },
       "sources": ["runs/collectives.jsonl", "runs/compute.jsonl"]
     }
@@ -38,6 +39,10 @@ Meaning of the models:
 - **Compute**: an operation of ``F`` FLOPs reaches ``peak_flops * F / (F + half_flops)``: small
   operations are dominated by fixed launch and memory costs, large ones approach the peak;
   ``half_flops`` is the size at which half the peak is reached.
+- **Operator overhead** (optional, added after version 1's first readers, who ignore it): the fixed
+  host cost of one dispatched torch operator (dispatcher, autograd bookkeeping, Python) in the
+  forward (``fwd``) and the backward (``bwd``, one autograd node running one operator) pass, from
+  ``calibrate.compute``'s chain-of-tiny-ops benchmark (the slope of time over chain length).
 - Fits whose residuals are too large carry ``"poor": true``; they are still usable but the
   simulator's prediction in that regime is no better than the fit.
 
@@ -62,6 +67,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FORMAT",
+    "OP_PHASES",
     "SCOPES",
     "VERSION",
     "CalibrationProfile",
@@ -78,6 +84,7 @@ __all__ = [
 FORMAT = "trainsim-profile"
 VERSION = 1
 SCOPES = ("intra_node", "inter_node")
+OP_PHASES = ("fwd", "bwd")  # passes with a calibrated per-operator overhead
 
 # nccl-tests' bus-bandwidth factors (doc/PERFORMANCE.md): busbw = algbw * factor(n).
 _BUSBW_FACTORS = {
@@ -169,6 +176,7 @@ class CalibrationProfile:
     threads: int | None = None
     sources: tuple[str, ...] = ()
     created: str = ""
+    op_overhead_s: Mapping[str, float] = field(default_factory=dict)  # phase ("fwd"/"bwd") -> s/op
 
     def collective_alpha_beta(self, op: str, ranks: int, scope: str) -> tuple[float, float] | None:
         """``(alpha_s, busbw_Bps)`` measured for ``op`` on ``ranks`` ranks in ``scope``, else None."""
@@ -294,6 +302,11 @@ def _profile_to_json(profile: CalibrationProfile) -> dict[str, Any]:
             "memory_bandwidth_Bps": profile.memory_bandwidth_Bps,
             "comm_compute_slowdown": profile.comm_compute_slowdown,
             "threads": profile.threads,
+            **(
+                {"op_overhead_s": dict(sorted(profile.op_overhead_s.items()))}
+                if profile.op_overhead_s
+                else {}
+            ),
         },
         "sources": list(profile.sources),
     }
@@ -415,6 +428,10 @@ def profile_from_json(data: Any, where: str = "profile") -> CalibrationProfile:
         raise ProfileError(f"{where}.compute.comm_compute_slowdown: {slowdown} must be >= 1")
     threads = compute.data.get("threads")
     sources = r.data.get("sources", [])
+    overheads = compute.sub("op_overhead_s", {})
+    op_overhead = {
+        phase: float(overheads.number(phase) or 0.0) for phase in OP_PHASES if phase in overheads.data
+    }
     return CalibrationProfile(
         cluster=_cluster_from_json(r.sub("cluster")),
         collectives=_collectives_from_json(r.data.get("collectives", []), where),
@@ -424,4 +441,5 @@ def profile_from_json(data: Any, where: str = "profile") -> CalibrationProfile:
         threads=threads if isinstance(threads, int) and not isinstance(threads, bool) else None,
         sources=tuple(str(s) for s in sources) if isinstance(sources, list) else (),
         created=str(r.data.get("created", "")),
+        op_overhead_s=op_overhead,
     )

@@ -39,7 +39,8 @@ TINY_COLLECTIVES = [
     "1",
 ]
 TINY_COMPUTE = ["--threads", "1", "--matmul-sizes", "16,32,64", "--mem-bytes", "256K", "-n", "2", "-w", "1",
-                "--repeats", "1", "--layers", "linear,conv2d", "--slowdown-bytes", "64K", "--dtypes", "fp32"]  # fmt: skip
+                "--repeats", "1", "--layers", "linear,conv2d", "--slowdown-bytes", "64K", "--dtypes", "fp32",
+                "--op-chains", "4,16"]  # fmt: skip
 
 
 def _env() -> dict[str, str]:
@@ -81,7 +82,14 @@ def test_two_rank_jobs_fit_into_a_profile_the_simulator_accepts(tmp_path: Path) 
     assert len(printed) == len(rows)
 
     compute = read_records(runs / "compute.jsonl")
-    assert {r["kind"] for r in compute} == {"provenance", "matmul", "memory", "layer", "slowdown"}
+    assert {r["kind"] for r in compute} == {
+        "provenance",
+        "matmul",
+        "memory",
+        "layer",
+        "op_overhead",
+        "slowdown",
+    }
     assert all(r["threads"] == 1 for r in compute if r["kind"] != "provenance")
 
     profile_path = tmp_path / "profile.json"
@@ -93,6 +101,7 @@ def test_two_rank_jobs_fit_into_a_profile_the_simulator_accepts(tmp_path: Path) 
     assert profile.compute_rate(1e6, "fp32") is not None
     assert profile.memory_bandwidth_Bps and profile.memory_bandwidth_Bps > 0
     assert profile.comm_compute_slowdown and profile.comm_compute_slowdown >= 1
+    assert set(profile.op_overhead_s) == {"fwd", "bwd"} and min(profile.op_overhead_s.values()) > 0
     assert (profile.cluster.backend, profile.cluster.world_size, profile.cluster.nodes) == ("gloo", 2, 1)
     profile.check_against(_one_host_two_cpus())
 
@@ -156,3 +165,28 @@ def test_bad_arguments_are_one_error_line() -> None:
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=_env())
     assert result.returncode == 2
     assert result.stderr.startswith("error: --ops") and result.stderr.count("\n") == 1
+
+
+def test_op_chain_runs_one_operator_per_link() -> None:
+    """The op-overhead benchmark's premise, checked with torch's dispatch counter: forward runs
+    ``ops`` operators and backward ``ops`` plus a constant, so the slope is the cost of one."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from calibrate.compute_layers import op_overhead_benchmarks
+
+    class Count(TorchDispatchMode):
+        calls = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Count.calls += 1
+            return func(*args, **(kwargs or {}))
+
+    counts = {}
+    for _item, info, call in op_overhead_benchmarks([8, 32], torch.device("cpu")):
+        Count.calls = 0
+        with Count():
+            call()
+        counts[(info["phase"], info["ops"])] = Count.calls
+    assert counts[("fwd", 8)] == 8 and counts[("fwd", 32)] == 32
+    assert counts[("bwd", 32)] - counts[("bwd", 8)] == 24

@@ -170,3 +170,27 @@ def test_reading_a_profile_never_imports_torch() -> None:
 )  # fmt: skip
 def test_busbw_factors_match_nccl_tests(op: str, ranks: int, factor: float) -> None:
     assert cal.busbw_factor(op, ranks) == factor
+
+
+def test_op_overhead_round_trips_and_is_optional(tmp_path: Path) -> None:
+    profile = _profile(op_overhead_s={"fwd": 2e-5, "bwd": 3e-5})
+    data = profile.to_json()
+    assert data["compute"]["op_overhead_s"] == {"bwd": 3e-5, "fwd": 2e-5}
+    assert cal.load_profile(_write(tmp_path, data)) == profile
+    older = _profile().to_json()  # a version-1 profile written before the field existed
+    assert "op_overhead_s" not in older["compute"]
+    assert cal.load_profile(_write(tmp_path, older)).op_overhead_s == {}
+
+
+@pytest.mark.parametrize("bad", [-1e-6, 0, "fast", None])
+def test_bad_op_overhead_names_the_key(tmp_path: Path, bad: object) -> None:
+    data = _profile().to_json()
+    data["compute"]["op_overhead_s"] = {"fwd": bad}
+    with pytest.raises(cal.ProfileError, match=r"op_overhead_s\.fwd"):
+        cal.load_profile(_write(tmp_path, data))
+
+
+def test_unknown_op_overhead_phases_are_ignored(tmp_path: Path) -> None:
+    data = _profile().to_json()
+    data["compute"]["op_overhead_s"] = {"fwd": 1e-5, "module": 2e-6}
+    assert cal.load_profile(_write(tmp_path, data)).op_overhead_s == {"fwd": 1e-5}

@@ -144,3 +144,28 @@ def test_profile_write_is_atomic_and_complete(tmp_path: Path) -> None:
 def test_linear_fit_needs_two_sizes() -> None:
     with pytest.raises(TrainsimError, match="two or more sizes"):
         fit.fit_linear_relative([8.0, 8.0], [1.0, 1.1])
+
+
+def _chain_rows(per_op_s: dict[str, float], fixed_s: float = 40e-6) -> list[dict]:
+    return [
+        {"kind": "op_overhead", "phase": phase, "ops": ops, "dtype": "fp32",
+         "time_us_p50": (fixed_s + ops * per_op) * 1e6 * (1 + 0.01 * (-1) ** ops)}
+        for phase, per_op in per_op_s.items() for ops in (16, 64, 256)
+    ]  # fmt: skip
+
+
+def test_op_overhead_is_the_slope_of_the_chains() -> None:
+    fitted = fit.fit_op_overhead(_chain_rows({"fwd": 5e-6, "bwd": 8e-6}))
+    assert fitted["fwd"] == pytest.approx(5e-6, rel=0.03)
+    assert fitted["bwd"] == pytest.approx(8e-6, rel=0.03)
+
+
+def test_op_overhead_lands_in_the_profile_and_its_report() -> None:
+    profile = fit.fit_profile(_chain_rows({"fwd": 5e-6}))
+    assert set(profile.op_overhead_s) == {"fwd"}
+    assert "framework overhead per operator: fwd 5." in fit.format_report(profile)
+
+
+def test_one_chain_length_fits_no_overhead() -> None:
+    rows = [r for r in _chain_rows({"fwd": 5e-6}) if r["ops"] == 16]
+    assert fit.fit_op_overhead(rows) == {}

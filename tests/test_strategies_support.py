@@ -39,8 +39,9 @@ def toy_transformer(
 class RateTimer:
     """Compute at a fixed FLOP/s; memory-only layers take a fixed small time."""
 
-    def __init__(self, flops_per_s: float = 1e13) -> None:
+    def __init__(self, flops_per_s: float = 1e13, memory_bandwidth_Bps: float | None = 1.5e12) -> None:
         self.rate = flops_per_s
+        self.memory_bandwidth_Bps = memory_bandwidth_Bps  # prices the strategies' buffer copies
 
     def layer_time_s(self, layer: Layer, batch: int, phase: str) -> float:
         flops = layer.bwd_flops if phase == "bwd" else layer.fwd_flops

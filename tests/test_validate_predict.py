@@ -176,3 +176,28 @@ def test_a_slower_shaped_link_gives_a_slower_step(strategy):
 def test_prediction_is_deterministic():
     spec = RunSpec("ps-async", "transformer-s", 4, slow_rank=1, slow_factor=2.0)
     assert predict(_run(spec, 1.5), _profile(), 2) == predict(_run(spec, 1.5), _profile(), 2)
+
+
+def test_full_grid_uses_models_where_compute_matters() -> None:
+    grid = full_grid(testbed=True)
+    assert {spec.size for spec in grid} == {"transformer-w256", "transformer-w384", "cnn-w64"}
+    assert all(spec.size == "transformer-w256" for spec in grid if spec.network == "testbed")
+
+
+def test_layer_timer_exposes_bandwidth_and_optimizer_dispatch_of_its_model() -> None:
+    from experiments.validate_predict import LayerCorrectedTimer
+
+    data = _profile().to_json()
+    data["compute"]["op_overhead_s"] = {"fwd": 1e-5, "bwd": 2e-5}
+    timer = LayerCorrectedTimer(profile_from_json(data), {})
+    assert timer.memory_bandwidth_Bps == 5e9
+    assert timer.optimizer_dispatch_s(10, "sgd-momentum") == pytest.approx(10 * 3 * 1e-5)
+
+
+def test_op_overhead_and_copies_make_the_prediction_slower() -> None:
+    data = _profile().to_json()
+    data["compute"]["op_overhead_s"] = {"fwd": 1e-5, "bwd": 2e-5}
+    run = _run(RunSpec("ddp", "transformer-s", 2))
+    without = predict(run, _profile(), 2).step_time_s
+    with_overhead = predict(run, profile_from_json(data), 2).step_time_s
+    assert without is not None and with_overhead is not None and with_overhead > without
