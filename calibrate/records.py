@@ -24,9 +24,21 @@ from simcore.errors import TrainsimError
 
 __all__ = ["RecordWriter", "atomic_write_json", "done_keys", "drop_torn_tail", "provenance", "read_records"]
 
-_ENV_KNOBS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "NCCL_ALGO", "NCCL_PROTO", "NCCL_IB_HCA",
-              "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "CUDA_VISIBLE_DEVICES", "SLURM_JOB_ID",
-              "SLURM_NNODES", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR")
+_ENV_KNOBS = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "NCCL_ALGO",
+    "NCCL_PROTO",
+    "NCCL_IB_HCA",
+    "NCCL_SOCKET_IFNAME",
+    "GLOO_SOCKET_IFNAME",
+    "CUDA_VISIBLE_DEVICES",
+    "SLURM_JOB_ID",
+    "SLURM_NNODES",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+)
 
 
 def provenance(extra: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -102,18 +102,26 @@ class Topology:
             raise TopologyError(f"topology {self.name!r} has no devices")
         for n, attrs in g.nodes(data=True):
             if attrs.get("kind") not in NODE_KINDS:
-                raise TopologyError(f"topology {self.name!r}: node {n!r} has kind {attrs.get('kind')!r}; "
-                                    f"allowed: {', '.join(NODE_KINDS)}")
+                raise TopologyError(
+                    f"topology {self.name!r}: node {n!r} has kind {attrs.get('kind')!r}; "
+                    f"allowed: {', '.join(NODE_KINDS)}"
+                )
         for u, v, attrs in g.edges(data=True):
             bw = attrs.get("bandwidth_Bps")
             lat = attrs.get("latency_s")
             if not isinstance(bw, (int, float)) or not bw > 0:
-                raise TopologyError(f"topology {self.name!r}: link {u} -> {v} has bandwidth {bw!r}; it must be > 0")
+                raise TopologyError(
+                    f"topology {self.name!r}: link {u} -> {v} has bandwidth {bw!r}; it must be > 0"
+                )
             if not isinstance(lat, (int, float)) or lat < 0:
-                raise TopologyError(f"topology {self.name!r}: link {u} -> {v} has latency {lat!r}; it must be >= 0")
+                raise TopologyError(
+                    f"topology {self.name!r}: link {u} -> {v} has latency {lat!r}; it must be >= 0"
+                )
             if attrs.get("kind") not in LINK_KINDS:
-                raise TopologyError(f"topology {self.name!r}: link {u} -> {v} has kind {attrs.get('kind')!r}; "
-                                    f"allowed: {', '.join(LINK_KINDS)}")
+                raise TopologyError(
+                    f"topology {self.name!r}: link {u} -> {v} has kind {attrs.get('kind')!r}; "
+                    f"allowed: {', '.join(LINK_KINDS)}"
+                )
         if not self.ranks:
             raise TopologyError(f"topology {self.name!r} places no ranks (no GPUs)")
         for r in self.ranks:
@@ -123,9 +131,13 @@ class Topology:
             raise TopologyError(f"topology {self.name!r}: a device is listed twice in ranks")
         for u, v in g.edges:
             if not g.has_edge(v, u):
-                raise TopologyError(f"topology {self.name!r}: link {u} -> {v} has no reverse direction; "
-                                    "every link needs both directions")
+                raise TopologyError(
+                    f"topology {self.name!r}: link {u} -> {v} has no reverse direction; "
+                    "every link needs both directions"
+                )
         comp = nx.node_connected_component(g.to_undirected(as_view=True), self.ranks[0])
         missing = [r for r in self.ranks if r not in comp]
         if missing:
-            raise TopologyError(f"topology {self.name!r} is disconnected: {missing[0]!r} cannot reach {self.ranks[0]!r}")
+            raise TopologyError(
+                f"topology {self.name!r} is disconnected: {missing[0]!r} cannot reach {self.ranks[0]!r}"
+            )

@@ -33,23 +33,70 @@ class UnitError(TrainsimError):
 _NUMBER = r"(?P<num>[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)"
 
 _SIZE_FACTORS = {
-    "": 1, "b": 1, "byte": 1, "bytes": 1,
-    "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4,
-    "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
-    "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
+    "": 1,
+    "b": 1,
+    "byte": 1,
+    "bytes": 1,
+    "k": 1024,
+    "m": 1024**2,
+    "g": 1024**3,
+    "t": 1024**4,
+    "kb": 1e3,
+    "mb": 1e6,
+    "gb": 1e9,
+    "tb": 1e12,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
 }
 
-_BYTE_RATE = {"b/s": 1, "kb/s": 1e3, "mb/s": 1e6, "gb/s": 1e9, "tb/s": 1e12,
-              "kib/s": 1024, "mib/s": 1024**2, "gib/s": 1024**3, "bps": 1}
-_BIT_RATE = {"bit/s": 1, "kbit/s": 1e3, "mbit/s": 1e6, "gbit/s": 1e9, "tbit/s": 1e12,
-             "kbps": 1e3, "mbps": 1e6, "gbps": 1e9, "tbps": 1e12}
+_BYTE_RATE = {
+    "b/s": 1,
+    "kb/s": 1e3,
+    "mb/s": 1e6,
+    "gb/s": 1e9,
+    "tb/s": 1e12,
+    "kib/s": 1024,
+    "mib/s": 1024**2,
+    "gib/s": 1024**3,
+    "bps": 1,
+}
+_BIT_RATE = {
+    "bit/s": 1,
+    "kbit/s": 1e3,
+    "mbit/s": 1e6,
+    "gbit/s": 1e9,
+    "tbit/s": 1e12,
+    "kbps": 1e3,
+    "mbps": 1e6,
+    "gbps": 1e9,
+    "tbps": 1e12,
+}
 # Case matters for bits vs bytes: "Gb/s" is gigabits (network convention), "GB/s" gigabytes.
 _CASED_BIT_RATE = {"Kb/s": 1e3, "Mb/s": 1e6, "Gb/s": 1e9, "Tb/s": 1e12}
 
-_TIME_FACTORS = {"s": 1.0, "sec": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ns": 1e-9, "ps": 1e-12}
+_TIME_FACTORS = {
+    "s": 1.0,
+    "sec": 1.0,
+    "ms": 1e-3,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "μs": 1e-6,
+    "ns": 1e-9,
+    "ps": 1e-12,
+}
 
-_FLOP_FACTORS = {"flop/s": 1, "flops": 1, "gflop/s": 1e9, "gflops": 1e9, "tflop/s": 1e12,
-                 "tflops": 1e12, "pflop/s": 1e15, "pflops": 1e15}
+_FLOP_FACTORS = {
+    "flop/s": 1,
+    "flops": 1,
+    "gflop/s": 1e9,
+    "gflops": 1e9,
+    "tflop/s": 1e12,
+    "tflops": 1e12,
+    "pflop/s": 1e15,
+    "pflops": 1e15,
+}
 
 
 def _split(text: str | float | int, what: str) -> tuple[float, str]:
@@ -91,7 +138,9 @@ def parse_bandwidth(text: str | float | int) -> float:
     elif unit.lower() in _BYTE_RATE:
         factor = _BYTE_RATE[unit.lower()]
     else:
-        raise UnitError(f"bandwidth: unknown unit {unit!r} in {text!r}; use GB/s (bytes) or Gbit/s, Gb/s, Gbps (bits)")
+        raise UnitError(
+            f"bandwidth: unknown unit {unit!r} in {text!r}; use GB/s (bytes) or Gbit/s, Gb/s, Gbps (bits)"
+        )
     return _checked(num * factor, text, "bandwidth", allow_zero=False)
 
 
