@@ -13,6 +13,11 @@ tiny version (for tests); ``--format json`` prints records; ``--profile`` prints
 the largest run goes (cProfile, by cumulative time).
 
 Target (issue 2): under 0.5 s for one 1 GiB all_reduce over 4096 GPUs, on one core.
+
+A second table (``--what-if``, on by default, off with ``--quick``) times the training-step model:
+the default ``python -m experiments.what_if --gpus 16`` in a fresh interpreter, and one FSDP step
+of Llama-2-7B on 16, 128 and 1024 GPUs (see :mod:`experiments.bench_whatif`); in JSON those
+records follow the collective ones and carry ``case`` instead of ``op``.
 """
 
 from __future__ import annotations
@@ -231,15 +236,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny sizes and one repeat (for tests)")
     parser.add_argument("--format", choices=("table", "json"), default="table")
     parser.add_argument("--profile", action="store_true", help="also profile the largest all_reduce")
+    parser.add_argument(
+        "--what-if",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also time the default what-if and Llama-2-7B FSDP steps at 16/128/1024 GPUs "
+        "(default: on, off with --quick)",
+    )
     args = parser.parse_args(argv)
     gpus = _gpu_list(args.gpus) if args.gpus else list(QUICK_GPUS if args.quick else DEFAULT_GPUS)
     size = parse_size(args.size)
     repeats = 1 if args.quick else args.repeats
     rows = collective_bench_rows(gpus, size_bytes=size, algorithm=args.algo, repeats=repeats)
+    what_if = not args.quick if args.what_if is None else args.what_if
+    step_rows = []
+    if what_if:
+        from experiments.bench_whatif import fsdp_step_rows, what_if_cli_row
+
+        step_rows = [what_if_cli_row(repeats=repeats), *fsdp_step_rows(repeats=repeats)]
     if args.format == "json":
-        print(json.dumps([asdict(r) for r in rows], indent=1))
+        print(json.dumps([asdict(r) for r in rows] + [asdict(r) for r in step_rows], indent=1))
     else:
         print(format_table(rows))
+        if step_rows:
+            from experiments.bench_whatif import format_whatif_table
+
+            print()
+            print(format_whatif_table(step_rows))
     if args.profile:
         print(profile_largest(max(gpus), size, args.algo))
     return 0

@@ -81,3 +81,13 @@ def test_bad_arguments_give_one_error_line(argv: list[str], capsys: pytest.Captu
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ")
+
+
+def test_what_if_rows_time_the_step_model_at_several_sizes() -> None:
+    from experiments.bench_whatif import WhatIfBenchRow, format_whatif_table, fsdp_step_rows
+
+    rows = fsdp_step_rows([8, 16], model="gpt2-small", repeats=1)
+    assert [(r.case, r.gpus) for r in rows] == [("fsdp step gpt2-small", 8), ("fsdp step gpt2-small", 16)]
+    assert all(isinstance(r, WhatIfBenchRow) and r.wall_s > 0 and r.step_time_s for r in rows)
+    table = format_whatif_table(rows).splitlines()
+    assert table[0].split()[:3] == ["case", "gpus", "wall_s"] and len(table) == 3
