@@ -11,7 +11,7 @@ Three sources make ranks of one cluster run at different speeds:
 - **Stragglers.** ``RANK:FACTOR`` (:func:`parse_straggler`): rank RANK computes FACTOR times slower
   (a thermally throttled GPU, a noisy neighbour, a slow host).
 - **Jitter.** A seeded random multiplier drawn afresh per step and rank (compute) or per flow
-  (links): ``lognormal:SIGMA`` is exp(N(0, SIGMA^2)), median 1, as H7's step runner uses; ``none``
+  (links): ``lognormal:SIGMA`` is exp(N(0, SIGMA^2)), median 1, as the synchronous step runner uses; ``none``
   is exactly 1. A jitter spec names both: ``"compute=lognormal:0.1,link=lognormal:0.05"``
   (:func:`parse_jitter`). Link jitter multiplies a flow's bytes on the wire: it stands for lost
   throughput (retransmissions, congestion-control inefficiency) and loads the links as such loss
