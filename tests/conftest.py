@@ -10,8 +10,18 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import os
 from functools import cache
 from pathlib import Path
+
+import pytest
+from hypothesis import settings
+
+# CI explores a fixed set of examples so a run's verdict never depends on the draw; developers'
+# runs (no CI variable) keep exploring new ones.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 ROOT = Path(__file__).resolve().parent.parent
 HAS_TORCH = importlib.util.find_spec("torch") is not None
@@ -61,6 +71,16 @@ def pytest_ignore_collect(collection_path: Path, config: object) -> bool | None:
     if HAS_TORCH or collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
         return None
     return True if needs_torch(collection_path) else None
+
+
+def pytest_collection_modifyitems(config: object, items: list[pytest.Item]) -> None:
+    """Integration tests run real torch processes: without torch they are skipped, not failed."""
+    if HAS_TORCH:
+        return
+    skip = pytest.mark.skip(reason="integration test: needs torch")
+    for item in items:
+        if "integration" in item.keywords:
+            item.add_marker(skip)
 
 
 def pytest_report_header(config: object) -> str:

@@ -7,7 +7,7 @@ plus a version check and recomputes, so it is never faster where nothing is shar
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from simcore.heterogeneity import Heterogeneity, Straggler
@@ -19,6 +19,16 @@ COMPUTE_BOUND = uniform_workload(params=250_000, fwd_flops=2e10, name="compute-b
 
 
 @settings(max_examples=10, deadline=None)
+@example(
+    workers=2,
+    steps=4,
+    params=4_000_000,
+    fwd_flops=2e8,
+    layers=3,
+    shards=3,
+    placement=Placement(kind="colocated", server_nodes=1),
+    straggler=None,
+)
 @given(
     workers=st.integers(1, 8),
     steps=st.integers(4, 6),
@@ -53,7 +63,10 @@ def test_async_is_never_slower_than_sync(
         )
         for mode in ("ps-sync", "ps-async")
     )
-    assert asynchronous.step.step_time_s <= sync.step.step_time_s * (1 + 1e-9)
+    # "Never slower per step" holds for the sustained rate (mean time per step over the run), not for
+    # the p50 of individual steps: async's first steps run before the links are contended, so with
+    # few steps its median can sit above sync's while its run still ends first (the @example below:
+    # 2 workers, 3 colocated shards, 4 steps).
     assert asynchronous.throughput_samples_per_s >= sync.throughput_samples_per_s * (1 - 1e-9)
 
 
