@@ -7,14 +7,11 @@ Wall times are never compared. Regenerate the golden file with
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pytest
 
 from experiments.bench import BenchRow, collective_bench_rows, format_table, main
-
-GOLDEN = Path(__file__).parent / "golden" / "bench_quick.json"
+from tests.goldens import assert_golden
 
 
 def _simulated(records: list[dict]) -> list[dict]:
@@ -42,11 +39,10 @@ def test_quick_json_matches_golden(capsys: pytest.CaptureFixture[str]) -> None:
         assert r["wall_s"] > 0 and r["events"] > 0 and r["sim_time_s"] > 0
         assert r["wall_per_gpu_us"] == pytest.approx(r["wall_s"] / r["gpus"] * 1e6)
     simulated = _simulated(records)
-    if os.environ.get("TRAINSIM_UPDATE_GOLDEN") == "1":
-        GOLDEN.write_text(json.dumps(simulated, indent=1) + "\n")
-    assert GOLDEN.exists(), f"no golden file {GOLDEN.name}; create it with TRAINSIM_UPDATE_GOLDEN=1"
-    assert simulated == json.loads(GOLDEN.read_text()), (
-        f"differs from {GOLDEN.name} (TRAINSIM_UPDATE_GOLDEN=1 updates it)"
+    assert_golden(
+        "bench_quick.json",
+        json.dumps(simulated, indent=1) + "\n",
+        same=lambda a, b: json.loads(a) == json.loads(b),
     )
 
 

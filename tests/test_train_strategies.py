@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from calibrate.records import read_records
-from calibrate.train import launch_local
+from tests.torchrun_helpers import run_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -32,12 +30,6 @@ SMALL = [
     "--checkpoint-every",
     "0",
 ]
-
-
-def run_job(out: Path, argv: list[str], nproc: int, via_torchrun: bool = False) -> list[dict[str, Any]]:
-    status = launch_local(["--out", str(out), *argv], nproc=nproc, timeout_s=150, via_torchrun=via_torchrun)
-    assert status == 0, f"calibrate.train exited with {status}"
-    return read_records(out)
 
 
 @pytest.fixture(scope="module")

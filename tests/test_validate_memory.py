@@ -9,15 +9,14 @@ Regenerate it with ``TRAINSIM_UPDATE_GOLDEN=1 python -m pytest tests/test_valida
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
 import pytest
 
 from experiments.validate_memory import compare, main
+from tests.goldens import assert_golden
 
-GOLDEN = Path(__file__).parent / "golden" / "validate_memory_quick.txt"
 _NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?%?(?![\w])")
 
 
@@ -59,10 +58,7 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
 def test_quick_table_structure_is_golden(quick_run: tuple[str, Path]) -> None:
     text = "\n".join(line for line in quick_run[0].splitlines() if not line.startswith("wrote "))
     structure = table_structure(text)
-    if os.environ.get("TRAINSIM_UPDATE_GOLDEN") == "1":
-        GOLDEN.write_text(structure, encoding="utf-8")
-    assert GOLDEN.exists(), f"no golden file {GOLDEN.name}; create it with TRAINSIM_UPDATE_GOLDEN=1"
-    assert structure == GOLDEN.read_text(encoding="utf-8"), f"differs from {GOLDEN.name}"
+    assert_golden("validate_memory_quick.txt", structure)
 
 
 @pytest.mark.integration

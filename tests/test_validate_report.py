@@ -8,7 +8,6 @@ Regenerate the golden after an intended simulator change with
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from dataclasses import asdict
 from pathlib import Path
@@ -20,11 +19,10 @@ from experiments.validate import main
 from experiments.validate_grid import RunSpec
 from experiments.validate_predict import MeasuredRun, Prediction
 from experiments.validate_report import Row, mape, strategy_order
+from tests.goldens import assert_golden
 from tests.test_validate_predict import _description, _profile
 
-GOLDEN = Path(__file__).parent / "golden" / "validate_committed_summary.txt"
 COMMITTED = Path(__file__).parent.parent / "experiments" / "results" / "validation"
-UPDATE = os.environ.get("TRAINSIM_UPDATE_GOLDEN") == "1"
 
 
 def _row(strategy: str, measured_s: float, predicted_s: float | None, world: int = 2) -> Row:
@@ -104,6 +102,4 @@ def test_committed_run_repredicts_to_the_golden_summary(tmp_path):
         runs, copy, cores=int(provenance["cores_available"]), provenance=provenance, plots=False
     )
     text = summary + "\n\n" + (copy / "comparison.csv").read_text()
-    if UPDATE:
-        GOLDEN.write_text(text)
-    assert text == GOLDEN.read_text()
+    assert_golden("validate_committed_summary.txt", text)
