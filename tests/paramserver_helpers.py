@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from simcore.heterogeneity import NO_HETEROGENEITY, Heterogeneity
+from simcore.compute.heterogeneity import NO_HETEROGENEITY, Heterogeneity
 from simcore.paramserver import (
     Placement,
     PSConfig,
@@ -15,7 +15,7 @@ from simcore.paramserver import (
 )
 from simcore.strategies.base import TrainingConfig
 from simcore.topology import Topology
-from simcore.workload import Layer, Workload
+from simcore.workload.types import Layer, Workload
 
 
 def uniform_workload(

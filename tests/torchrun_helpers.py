@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from calibrate.records import read_records
-from calibrate.train import launch_local
+from calibrate.common.records import read_records
+from calibrate.train.cli import launch_local
 
 __all__ = ["TINY_CNN", "run_job"]
 

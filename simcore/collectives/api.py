@@ -24,12 +24,12 @@ from simcore.collectives.runner import RunCounter, check_mode, run_plan
 from simcore.collectives.selection import pick_fastest
 from simcore.engine import Simulation
 from simcore.errors import TrainsimError
-from simcore.network import Network
-from simcore.routing import Router
+from simcore.net.network import Network
+from simcore.net.routing import Router
 from simcore.topology import Topology
 
 if TYPE_CHECKING:
-    from simcore.calibration import CalibrationProfile
+    from simcore.calibration.profile import CalibrationProfile
 
 __all__ = [
     "CollectiveResult",
@@ -73,7 +73,7 @@ _CACHES: weakref.WeakKeyDictionary[Topology, _TopologyCache] = weakref.WeakKeyDi
 def _cache(topology: Topology, network: Network | None = None) -> _TopologyCache:
     """This topology's cache; routes come from ``network``'s router, else the topology's shared one.
 
-    Both are normally the same :class:`~simcore.routing.Router` (one per topology, which caches
+    Both are normally the same :class:`~simcore.net.routing.Router` (one per topology, which caches
     every route and shares intra-server paths between servers of the same build).
     """
     cache = _CACHES.get(topology)

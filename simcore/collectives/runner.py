@@ -21,7 +21,7 @@ import simpy
 from simcore.collectives.gc_pause import gc_paused
 from simcore.collectives.plan import Phase, Plan
 from simcore.errors import TrainsimError
-from simcore.network import Flow, Network
+from simcore.net.network import Flow, Network
 
 __all__ = ["MAX_PER_STEP_FLOWS", "MODES", "RunCounter", "run_plan"]
 

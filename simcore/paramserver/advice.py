@@ -6,7 +6,7 @@ checks that claim against the simulated numbers of one (cluster, GPU count) poin
 fastest parameter-server mode that fits with the fastest synchronous strategy that fits, by mean
 throughput over the simulated steps (a straggler's slow steps count in full, not just the p50), and
 says which wins and by how much, with the asynchronous modes' staleness and its estimated accuracy
-cost (:func:`simcore.staleness.estimate_accuracy_penalty`, a small-model study: a guide, not a
+cost (:func:`simcore.staleness.penalty.estimate_accuracy_penalty`, a small-model study: a guide, not a
 prediction).
 """
 
@@ -36,7 +36,7 @@ class Verdict:
 
 
 def _penalty_note(result: PSResult) -> str:
-    from simcore.staleness import estimate_accuracy_penalty
+    from simcore.staleness.penalty import estimate_accuracy_penalty
 
     if result.staleness["max"] == 0:
         return "no staleness"

@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from simcore.memory import CATEGORIES, MemoryPeak
+from simcore.compute.memory import CATEGORIES, MemoryPeak
 
 if TYPE_CHECKING:
     from simcore.strategies.base import TrainingConfig
-    from simcore.workload import Workload
+    from simcore.workload.types import Workload
 
 __all__ = ["activation_bytes", "served_params_per_worker", "server_peak", "worker_peak"]
 

@@ -19,7 +19,7 @@ from simcore.paramserver.config import Placement
 
 if TYPE_CHECKING:
     from simcore.topology import Topology
-    from simcore.workload import Workload
+    from simcore.workload.types import Workload
 
 __all__ = ["ShardLayout", "default_shards", "load_ps_cluster", "server_devices", "shard_layers"]
 

@@ -32,7 +32,7 @@ asynchronous gain; the run reports both.
 When can ps-mitigated apply gradients faster than ps-async? Its worker loop is ps-async's plus
 delays, so only through the shared links and shards:
 
-- Never when compute-bound on equal workers (tests/test_paramserver_throughput.py checks it).
+- Never when compute-bound on equal workers (tests/simcore/paramserver/test_paramserver_throughput.py checks it).
 - Bandwidth-bound, equal workers, no jitter: the workers of ps-async run in lockstep, pushing
   together and then pulling together, so each direction of the server's NIC idles half the time;
   the checks and recomputes break the lockstep and let pushes overlap pulls. Four workers, two

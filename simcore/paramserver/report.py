@@ -38,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from simcore.memory import MemoryPeak
+from simcore.compute.memory import MemoryPeak
 from simcore.paramserver.footprint import activation_bytes, served_params_per_worker, server_peak, worker_peak
 from simcore.paramserver.modes import MODES
 from simcore.paramserver.simulate import PSOutcome

@@ -1,7 +1,7 @@
 """A server shard inside the simulation: its version counter and a queue of updates applied one at a time.
 
 The shard's update is a memory-bound optimizer step over its parameters
-(:meth:`simcore.compute.ComputeModel.optimizer_time_s` on the device that hosts the shard). One
+(:meth:`simcore.compute.roofline.ComputeModel.optimizer_time_s` on the device that hosts the shard). One
 update runs at a time (the shard's update thread); pushes that arrive meanwhile wait in the queue,
 so a hot shard or a burst of simultaneous pushes shows up as queueing. In ``ps-sync`` the shard
 first sums the W gradients of a step as they arrive (each sum reads the fp32 accumulator and the

@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from simcore.compute.heterogeneity import NO_HETEROGENEITY, Heterogeneity, rank_compute_times
 from simcore.engine import Simulation
 from simcore.errors import TrainsimError
-from simcore.heterogeneity import NO_HETEROGENEITY, Heterogeneity, rank_compute_times
-from simcore.network import Network, link_name
+from simcore.net.network import Network, link_name
 from simcore.paramserver.config import PSConfig
 from simcore.paramserver.layout import (
     ShardLayout,
@@ -28,11 +28,11 @@ from simcore.paramserver.state import PSRun, Records
 from simcore.paramserver.worker import async_worker, sync_worker
 
 if TYPE_CHECKING:
-    from simcore.calibration import CalibrationProfile
+    from simcore.calibration.profile import CalibrationProfile
     from simcore.paramserver.report import PSResult
     from simcore.strategies.base import TrainingConfig
     from simcore.topology import Topology
-    from simcore.workload import Workload
+    from simcore.workload.types import Workload
 
 __all__ = ["PSOutcome", "run_parameter_server", "simulate_parameter_server"]
 
@@ -66,7 +66,7 @@ def _server_times(
     calibration: CalibrationProfile | None,
 ) -> tuple[float, float]:
     """(update, aggregate-one-gradient) seconds for ``params`` parameters on ``device``."""
-    from simcore.compute import ComputeModel
+    from simcore.compute.roofline import ComputeModel
     from simcore.hardware import device_spec
 
     spec = device_spec(str(topology.node(device).get("gpu", "")) or "cpu")

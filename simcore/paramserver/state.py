@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
+from simcore.compute.heterogeneity import Heterogeneity
 from simcore.engine import Simulation
-from simcore.heterogeneity import Heterogeneity
-from simcore.network import Network
+from simcore.net.network import Network
 from simcore.paramserver.config import PSConfig
 from simcore.paramserver.server import ShardServer
 

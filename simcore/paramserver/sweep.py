@@ -14,16 +14,16 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from simcore.heterogeneity import NO_HETEROGENEITY, Heterogeneity
+from simcore.compute.heterogeneity import NO_HETEROGENEITY, Heterogeneity
 from simcore.paramserver.config import PSOptions, normalize_mode
 from simcore.paramserver.report import PSResult, summarise
 from simcore.paramserver.simulate import simulate_parameter_server
 
 if TYPE_CHECKING:
-    from simcore.calibration import CalibrationProfile
+    from simcore.calibration.profile import CalibrationProfile
     from simcore.strategies.base import TrainingConfig
     from simcore.topology import Topology
-    from simcore.workload import Workload
+    from simcore.workload.types import Workload
 
 __all__ = ["as_ssp", "run_modes"]
 

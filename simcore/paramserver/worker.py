@@ -1,6 +1,6 @@
 """Worker processes: compute a gradient, push it to every shard, pull the parameters back.
 
-Pushes and pulls are flows through the live :class:`simcore.network.Network`, all shards at once,
+Pushes and pulls are flows through the live :class:`simcore.net.network.Network`, all shards at once,
 so W workers pushing to one server show up as incast on the server's links. A worker that hosts a
 shard itself (colocated placement) exchanges that shard locally, at no network cost.
 

@@ -24,7 +24,7 @@ from simcore.errors import TrainsimError
 
 if TYPE_CHECKING:
     from simcore.strategies.schedule import StepPlan
-    from simcore.workload import Layer, Workload
+    from simcore.workload.types import Layer, Workload
 
 __all__ = [
     "COMPUTE_DTYPES",
@@ -87,7 +87,7 @@ class TrainingConfig:
     steps: int = 1
     compute_jitter_sigma: float = 0.0
     # torch.optim implementation ("auto": foreach on GPUs, single-tensor on CPUs, as torch picks);
-    # it sets the optimizer step's scratch memory (simcore.memory.optimizer_step_temp_bytes).
+    # it sets the optimizer step's scratch memory (simcore.compute.memory.optimizer_step_temp_bytes).
     optimizer_impl: str = "auto"
 
     def __post_init__(self) -> None:
@@ -118,7 +118,7 @@ class TrainingConfig:
             )
         if self.zero3_prefetch_bucket_params < 1:
             raise TrainsimError("training config: zero3_prefetch_bucket_params must be >= 1")
-        from simcore.memory import OPTIMIZER_IMPLS
+        from simcore.compute.memory import OPTIMIZER_IMPLS
 
         if self.optimizer_impl not in OPTIMIZER_IMPLS:
             raise TrainsimError(
@@ -177,7 +177,7 @@ CollectiveFn = Callable[[str, float, tuple[int, ...]], CommCost]
 
 
 class LayerTimer(Protocol):
-    """What a strategy needs from :class:`simcore.compute.ComputeModel`."""
+    """What a strategy needs from :class:`simcore.compute.roofline.ComputeModel`."""
 
     def layer_time_s(self, layer: Layer, batch: int, phase: str) -> float: ...
 
@@ -243,7 +243,7 @@ class StepContext:
         seconds = self.timer.optimizer_time_s(params, self.config.optimizer)
         dispatch = getattr(self.timer, "optimizer_dispatch_s", None)
         if dispatch is not None:
-            from simcore.compute import param_tensor_count
+            from simcore.compute.roofline import param_tensor_count
 
             seconds += float(dispatch(param_tensor_count(self.workload), self.config.optimizer))
         return seconds

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from simcore.memory import MemoryChange
+from simcore.compute.memory import MemoryChange
 from simcore.strategies.base import StepContext
 from simcore.strategies.passes import (
     Chunk,

@@ -7,7 +7,7 @@ chunk saves are allocated when its forward ends and freed when its backward ends
 checkpointing a block keeps only its input during forward and recomputes its activations (one
 "recompute" operation for the whole block, before the block's backward).
 
-Tied parameters (:class:`~simcore.workload.ParameterTie`): each use's backward produces a partial
+Tied parameters (:class:`~simcore.workload.types.ParameterTie`): each use's backward produces a partial
 gradient of the whole shared tensor, held (``temp``) until the last use in backward, where autograd
 sums the partials into a new tensor that becomes the gradient: for that moment the partials and
 their sum coexist (GPT-2's tied embedding: 3 x its size with torch's autograd), then the partials
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from simcore.memory import MemoryChange, optimizer_step_temp_bytes, resolve_optimizer_impl
+from simcore.compute.memory import MemoryChange, optimizer_step_temp_bytes, resolve_optimizer_impl
 from simcore.strategies.base import StepContext
 from simcore.strategies.schedule import PlanBuilder
 

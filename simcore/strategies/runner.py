@@ -6,7 +6,7 @@ representative rank (rank 0) is simulated; collective times come from
 number of GPUs. ``config.steps`` > 1 runs that many steps; with ``compute_jitter_sigma`` > 0 each
 step's compute is scaled by the slowest of the ranks' lognormal(0, sigma) draws from the seeded
 RNG (a synchronous step waits for the slowest rank). The what-if passes
-:func:`simcore.heterogeneity.sync_compute_scale` as ``compute_scale`` for stragglers, mixed devices
+:func:`simcore.compute.heterogeneity.sync_compute_scale` as ``compute_scale`` for stragglers, mixed devices
 and jitter; parameter servers, which need per-rank processes, are :mod:`simcore.paramserver`.
 """
 
@@ -34,9 +34,9 @@ from simcore.strategies.schedule import COMM, PlanRun, StepPlan, run_plan
 from simcore.topology import Topology
 
 if TYPE_CHECKING:
-    from simcore.calibration import CalibrationProfile
+    from simcore.calibration.profile import CalibrationProfile
     from simcore.hardware import DeviceSpec
-    from simcore.workload import Workload
+    from simcore.workload.types import Workload
 
 __all__ = [
     "StepResult",
@@ -131,7 +131,7 @@ def make_context(
 ) -> StepContext:
     """A step context for ``topology``'s ranks on their :func:`gating_device`, unless a timer is given."""
     if timer is None or device_memory_bytes is None:
-        from simcore.compute import ComputeModel
+        from simcore.compute.roofline import ComputeModel
 
         device = gating_device(topology, config.dtype)
         timer = timer or ComputeModel(device, config.dtype, calibration)

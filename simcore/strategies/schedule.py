@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 
 import simpy
 
+from simcore.compute.memory import MemoryChange, MemoryTimeline
 from simcore.engine import Simulation
-from simcore.memory import MemoryChange, MemoryTimeline
 
 __all__ = ["Op", "PlanBuilder", "PlanRun", "Span", "StepPlan", "is_comm_stream", "rank_of_stream", "run_plan"]
 

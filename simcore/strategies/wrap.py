@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 
 from simcore.errors import TrainsimError
-from simcore.workload import Workload
+from simcore.workload.types import Workload
 
 __all__ = ["UnitPlan", "bucket_units", "parse_wrap", "wrap_units"]
 

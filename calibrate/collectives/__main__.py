@@ -1,0 +1,5 @@
+"""``python -m calibrate.collectives``."""
+
+from calibrate.collectives.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,5 @@
+"""``python -m calibrate.compute``."""
+
+from calibrate.compute.cli import main
+
+raise SystemExit(main())

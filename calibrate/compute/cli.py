@@ -1,0 +1,250 @@
+"""Compute microbenchmarks: matmul by shape and dtype, memory bandwidth, layer fwd/bwd, comm slowdown.
+
+    python -m calibrate.compute --out runs/ --threads 4
+    torchrun --nproc-per-node 2 -m calibrate.compute --out runs/      # adds the comm/compute slowdown
+
+Every rank measures at the same time (as they compute during training, sharing the node's CPUs or
+memory system); rank 0's measurements are written, one row per (item, repeat), to
+``<out>/compute.jsonl`` after a provenance record, flushed as they arrive. Threads are set
+explicitly (``--threads``; default: this process's CPUs shared evenly among the node's ranks) and
+recorded in every row. Row kinds:
+
+- ``matmul``: ``m x k @ k x n`` in one dtype; ``flops = 2 m n k``; ``achieved_flops = flops / time``.
+- ``memory``: copy of a large tensor; ``bytes`` = read + written; ``bandwidth_Bps = bytes / time``.
+- ``layer``: forward and backward of each layer kind the workload presets use (``layer_kind`` is the
+  workload's kind: linear, attention, norm, conv, embedding, activation), with analytic FLOPs.
+- ``op_overhead``: a chain of ``ops`` tiny operators (one-element tensors with autograd), forward
+  and backward (``phase``), for the framework's fixed cost per dispatched operator.
+- ``slowdown``: a matmul timed alone and while an all_reduce runs (world > 1);
+  ``slowdown = time_with_comm / time_alone``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from calibrate.common import dist as cdist
+from calibrate.common.records import RecordWriter, done_keys, drop_torn_tail, provenance
+from calibrate.compute.layers import LAYERS, layer_benchmarks, op_overhead_benchmarks
+from simcore.errors import TrainsimError, cli_entry
+from simcore.units import parse_size
+
+__all__ = ["DTYPES", "main", "time_calls_s"]
+
+# Profile dtype names (as simcore.hardware's peak_flops keys) -> torch dtypes.
+DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+_RESUME_KEY = ("item", "repeat")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_calls_s(call: Callable[[], Any], iters: int, device: torch.device) -> list[float]:
+    """Seconds of each of ``iters`` calls, the device synchronised around each."""
+    times = []
+    for _ in range(iters):
+        _sync(device)
+        begin = time.perf_counter()
+        call()
+        _sync(device)
+        times.append(time.perf_counter() - begin)
+    return times
+
+
+def _stats(times_s: list[float]) -> dict[str, float]:
+    us = [t * 1e6 for t in times_s]
+    return {"time_us_mean": statistics.fmean(us), "time_us_p50": statistics.median(us),
+            "time_us_min": min(us), "time_us_max": max(us)}  # fmt: skip
+
+
+def _matmul_items(
+    args: argparse.Namespace, device: torch.device
+) -> Iterator[tuple[str, dict[str, Any], Callable[[], Any]]]:
+    for dtype_name in args.dtypes:
+        for size in args.matmul_sizes:
+            m = n = k = size
+            a = torch.randn(m, k, device=device).to(DTYPES[dtype_name])
+            b = torch.randn(k, n, device=device).to(DTYPES[dtype_name])
+            info = {"kind": "matmul", "dtype": dtype_name, "shape": f"{m}x{k}x{n}", "flops": 2.0 * m * n * k}
+            yield f"matmul/{dtype_name}/{m}x{k}x{n}", info, functools.partial(torch.mm, a, b)
+
+
+def _memory_item(nbytes: int, device: torch.device) -> tuple[str, dict[str, Any], Callable[[], Any]]:
+    src = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    info = {"kind": "memory", "dtype": "fp32", "shape": str(src.numel() * 4), "bytes": 2.0 * src.numel() * 4}
+    return f"memory/{src.numel() * 4}", info, lambda: dst.copy_(src)
+
+
+def _configure_dtype(dtype_name: str, device: torch.device) -> None:
+    if device.type == "cuda":  # tf32 is fp32 storage with TF32 tensor-core math
+        torch.backends.cuda.matmul.allow_tf32 = dtype_name == "tf32"
+
+
+def _measure_item(args: argparse.Namespace, item: str, info: dict[str, Any], call: Callable[[], Any],
+                  ctx: cdist.DistContext, write: Callable[[dict[str, Any]], None], done: set[tuple[Any, ...]]) -> None:  # fmt: skip
+    todo = [r for r in range(args.repeats) if (item, r) not in done]
+    if not todo:
+        return
+    _configure_dtype(str(info.get("dtype")), ctx.device)
+    time_calls_s(call, args.warmup, ctx.device)
+    for repeat in todo:
+        stats = _stats(time_calls_s(call, args.iters, ctx.device))
+        row = {**info, "item": item, "repeat": repeat, "iters": args.iters, **stats}
+        seconds = stats["time_us_p50"] * 1e-6
+        if "flops" in info:
+            row["achieved_flops"] = info["flops"] / seconds
+        if "bytes" in info:
+            row["bandwidth_Bps"] = info["bytes"] / seconds
+        write(row)
+
+
+def _slowdown_rows(args: argparse.Namespace, ctx: cdist.DistContext) -> Iterator[dict[str, Any]]:
+    """Matmul time while an all_reduce of ``--slowdown-bytes`` runs, against alone, per repeat."""
+    size = args.matmul_sizes[-1]
+    a = torch.randn(size, size, device=ctx.device)
+    comm = torch.ones(args.slowdown_bytes // 4, device=ctx.device)
+    time_calls_s(lambda: torch.mm(a, a), args.warmup, ctx.device)
+    for repeat in range(args.repeats):
+        dist.barrier()
+        alone = time_calls_s(lambda: torch.mm(a, a), args.iters, ctx.device)
+        dist.barrier()
+        overlapped, comm_s = [], []
+        for _ in range(args.iters):
+            begin = time.perf_counter()
+            work = dist.all_reduce(comm, async_op=True)
+            overlapped += time_calls_s(lambda: torch.mm(a, a), 1, ctx.device)
+            work.wait()
+            _sync(ctx.device)
+            comm_s.append(time.perf_counter() - begin)
+        yield {
+            "kind": "slowdown", "item": f"slowdown/{size}", "repeat": repeat, "dtype": "fp32",
+            "shape": f"{size}x{size}x{size}", "comm_bytes": comm.numel() * 4, "iters": args.iters,
+            "time_alone_us": statistics.median(alone) * 1e6, "time_with_comm_us": statistics.median(overlapped) * 1e6,
+            "comm_time_us": statistics.median(comm_s) * 1e6,
+            "slowdown": statistics.median(overlapped) / statistics.median(alone),
+        }  # fmt: skip
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m calibrate.compute", description=__doc__.split("\n")[0])
+    p.add_argument("--out", default="runs", help="directory for compute.jsonl (default: runs)")
+    p.add_argument(
+        "--threads", type=int, default=None, help="torch threads per rank (default: CPUs / local ranks)"
+    )
+    p.add_argument("--dtypes", default=None, help="comma-separated from fp32, tf32, fp16, bf16 "
+                   "(default: fp32,bf16 on CPU; fp32,tf32,fp16,bf16 on GPU)")  # fmt: skip
+    p.add_argument("--matmul-sizes", default="64,128,256,512", help="square matmul sizes m=n=k")
+    p.add_argument("--mem-bytes", default="64M", help="memory-probe tensor size (default 64M)")
+    p.add_argument(
+        "--layers", default=",".join(LAYERS), help=f"comma-separated from {', '.join(LAYERS)}, or none"
+    )
+    p.add_argument("--layer-scale", type=int, default=1, help="multiply the layer benchmarks' widths by this")
+    p.add_argument("--op-chains", default="16,64,256",
+                   help="chain lengths of the per-operator overhead benchmark, or none")  # fmt: skip
+    p.add_argument(
+        "--slowdown-bytes", default="4M", help="all_reduce size for the slowdown probe (world > 1)"
+    )
+    p.add_argument("-n", "--iters", type=int, default=10)
+    p.add_argument("-w", "--warmup", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--backend", default=None, help="gloo or nccl (default: nccl when CUDA is available)")
+    p.add_argument("--resume", action="store_true", help="skip (item, repeat) already measured")
+    args = p.parse_args(argv)
+    try:
+        args.matmul_sizes = sorted(int(s) for s in args.matmul_sizes.split(","))
+    except ValueError:
+        raise TrainsimError(
+            f"--matmul-sizes: expected integers like 64,128,256, got {args.matmul_sizes!r}"
+        ) from None
+    try:
+        args.op_chains = [] if args.op_chains == "none" else sorted(int(s) for s in args.op_chains.split(","))
+    except ValueError:
+        raise TrainsimError(
+            f"--op-chains: expected integers like 16,64,256 or none, got {args.op_chains!r}"
+        ) from None
+    if any(n < 1 for n in args.op_chains):
+        raise TrainsimError(f"--op-chains: chain lengths must be >= 1, got {args.op_chains}")
+    args.layers = [] if args.layers == "none" else [x.strip() for x in args.layers.split(",") if x.strip()]
+    unknown = [x for x in args.layers if x not in LAYERS]
+    if unknown or min(args.matmul_sizes) < 1 or args.iters < 1 or args.repeats < 1 or args.layer_scale < 1:
+        raise TrainsimError(f"bad arguments: unknown layers {unknown} (allowed: {', '.join(LAYERS)}), or a size, "
+                            "--iters, --repeats or --layer-scale below 1")  # fmt: skip
+    args.mem_bytes, args.slowdown_bytes = parse_size(args.mem_bytes), parse_size(args.slowdown_bytes)
+    return args
+
+
+def _dtypes(text: str | None, device: torch.device) -> list[str]:
+    default = "fp32,tf32,fp16,bf16" if device.type == "cuda" else "fp32,bf16"
+    names = [d.strip() for d in (text or default).split(",") if d.strip()]
+    allowed = list(DTYPES) if device.type == "cuda" else ["fp32", "bf16"]
+    bad = [d for d in names if d not in allowed]
+    if bad or not names:
+        raise TrainsimError(
+            f"--dtypes: {bad or text!r} not measurable on {device.type}; allowed: {', '.join(allowed)}"
+        )
+    return names
+
+
+def run_compute(args: argparse.Namespace) -> int:
+    ctx = cdist.init_distributed(args.backend)
+    try:
+        threads = cdist.set_threads(args.threads)
+        args.dtypes = _dtypes(args.dtypes, ctx.device)
+        path = Path(args.out) / "compute.jsonl"
+        keys = [done_keys(path, _RESUME_KEY) if args.resume and ctx.is_main else set()]
+        if ctx.world_size > 1:
+            dist.broadcast_object_list(keys, src=0)
+        if ctx.is_main:
+            drop_torn_tail(path)  # a killed run's half-written row: measure it again
+        writer = RecordWriter(path) if ctx.is_main else None
+        common = {
+            "threads": threads,
+            "device": str(ctx.device),
+            "world_size": ctx.world_size,
+            "rank": ctx.rank,
+        }
+
+        def write(row: dict[str, Any]) -> None:
+            if writer is not None:
+                writer.write({**row, **common})
+                figure = f"x{row['slowdown']:.3f}" if "slowdown" in row else f"{row['time_us_p50']:10.1f} us"
+                print(f"{row['item']:<40} repeat {row['repeat']}  {figure}", flush=True)
+
+        if writer is not None:
+            writer.write({"kind": "provenance", **provenance({"job": "calibrate.compute", **common,
+                                                               "backend": ctx.backend, "dtypes": args.dtypes})})  # fmt: skip
+        items = [*_matmul_items(args, ctx.device), _memory_item(args.mem_bytes, ctx.device),
+                 *layer_benchmarks(args.layers, args.dtypes, ctx.device, args.layer_scale),
+                 *op_overhead_benchmarks(args.op_chains, ctx.device)]  # fmt: skip
+        for item, info, call in items:
+            _measure_item(args, item, info, call, ctx, write, keys[0])
+        if ctx.world_size > 1:
+            for row in _slowdown_rows(args, ctx):
+                if (row["item"], row["repeat"]) not in keys[0]:
+                    write(row)
+        if writer is not None:
+            writer.close()
+        return 0
+    finally:
+        cdist.shutdown()
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    return run_compute(_parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

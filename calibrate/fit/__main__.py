@@ -1,0 +1,5 @@
+"""``python -m calibrate.fit``."""
+
+from calibrate.fit.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,5 @@
+"""``python -m calibrate.testbed``."""
+
+from calibrate.testbed.cli import main
+
+raise SystemExit(main())

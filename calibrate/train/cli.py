@@ -1,0 +1,312 @@
+"""Real training runs to measure: a small CNN or transformer under DDP, FSDP2, ZeRO or a parameter server.
+
+Run it on one process, under torchrun, or from Python::
+
+    python -m calibrate.train --model cnn --strategy ddp --steps 20 --out runs/train.jsonl
+    torchrun --nproc-per-node 4 -m calibrate.train --model transformer --strategy ps-async --out runs/t.jsonl
+
+Every rank appends to ``--out`` (JSONL; a ``{rank}`` in the name gives one file per rank, for
+file systems without atomic appends). The file holds, per run:
+
+- ``"kind": "provenance"`` (rank 0, first): host, devices, torch/backend versions, threads, argv,
+  the full configuration, the strategy's note, and the model's layers (``describe()``) so the
+  simulator can build the matching workload;
+- ``"kind": "step"`` per step per rank: ``step_time_s``; phases ``forward_s``, ``backward_s``
+  (includes the communication torch overlaps with it), ``optimizer_s``, ``comm_s`` (DDP/ZeRO-1:
+  time gradient all-reduces were in flight, overlapping backward; PS: push + pull, including SSP
+  blocking; FSDP2: none, see :mod:`calibrate.train.strategies`); ``slow_sleep_s`` (the
+  straggler's injected delay); ``samples``; ``loss``;
+  ``peak_memory_bytes`` with ``memory`` by category and ``memory_source`` (see
+  :mod:`calibrate.memory_truth.probe`); ``accuracy`` on the held-out split every ``--eval-every`` steps
+  and at the end; PS: ``staleness`` (in updates, one per server), ``staleness_clocks``,
+  ``ssp_block_s``. PS servers write ``"role": "server"`` records, one per step of the slowest
+  worker, with the staleness of every update they applied in it. Steps of the first ``--warmup``
+  steps of a process carry ``"warmup": true``.
+- ``"kind": "summary"`` per rank at the end: median step time without warm-up, final accuracy and
+  loss; PS: mean, p99 and max staleness (updates), max staleness in clocks, total SSP blocking.
+
+``--slow-rank R:FACTOR`` makes rank R a straggler: it sleeps (FACTOR - 1) x its own compute time
+every step (PS workers: after backward, x forward + backward; collective strategies: after
+forward, x forward + the previous step's backward, so the delay lands before its gradients are
+reduced). Threads: ``--threads``, else 1 per rank when several ranks run, else all CPUs; the
+number in force is in the provenance (``threads_per_rank``).
+
+``--resume`` continues the last run in ``--out`` with the same configuration from its newest
+checkpoint (written every ``--checkpoint-every`` steps beside the output); steps recorded after that
+checkpoint are run again, so readers keep the last record per ``(run_id, rank, step)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import faulthandler
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from simcore.errors import TrainsimError, cli_entry
+
+__all__ = ["ALL_STRATEGIES", "TrainConfig", "config_from_args", "launch_local", "main", "run_training"]
+
+ALL_STRATEGIES = ("ddp", "fsdp", "zero1", "zero2", "ps-sync", "ps-async", "ps-ssp")
+
+
+@dataclass(frozen=True, slots=True)
+class TrainConfig:
+    """One training run (sizes per worker; times in seconds)."""
+
+    out: str
+    model: str = "cnn"
+    strategy: str = "ddp"
+    steps: int = 20
+    batch: int = 16
+    lr: float = 0.1
+    momentum: float = 0.9
+    seed: int = 0
+    width: int = 16
+    depth: int = 2
+    heads: int = 2
+    seq_len: int = 32
+    vocab: int = 64
+    image_size: int = 16
+    num_classes: int = 10
+    noise: float = 1.0
+    threads: int | None = None
+    staleness_bound: int = 2
+    ps_ranks: int = 1
+    slow_rank: int = -1
+    slow_factor: float = 1.0
+    eval_every: int = 10
+    warmup: int = 2
+    checkpoint_every: int = 10
+    backend: str | None = None
+    timeout_s: float = 900.0
+    resume: bool = False
+
+    def identity(self) -> dict[str, Any]:
+        """What makes two runs the same run (everything but how it was started)."""
+        return {k: v for k, v in asdict(self).items() if k not in ("resume", "timeout_s")}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise TrainsimError(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m calibrate.train", description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", required=True, help="JSONL file the records are appended to")
+    p.add_argument("--model", default="cnn", help="cnn | transformer")
+    p.add_argument("--strategy", default="ddp", help=" | ".join(ALL_STRATEGIES))
+    for name, kind, default, help_text in [
+        ("steps", int, 20, "training steps"),
+        ("batch", int, 16, "samples per worker per step"),
+        ("lr", float, 0.1, "SGD learning rate"),
+        ("momentum", float, 0.9, "SGD momentum"),
+        ("seed", int, 0, "seed of model init and data"),
+        ("width", int, 16, "channels / model width"),
+        ("depth", int, 2, "CNN stages / transformer blocks"),
+        ("heads", int, 2, "attention heads"),
+        ("seq-len", int, 32, "transformer sequence length"),
+        ("vocab", int, 64, "transformer vocabulary"),
+        ("image-size", int, 16, "CNN image side"),
+        ("num-classes", int, 10, "CNN classes"),
+        ("noise", float, 1.0, "image noise std (task difficulty)"),
+        ("threads", int, None, "torch threads per rank (default: 1 when several ranks, else all)"),
+        ("staleness-bound", int, 2, "ps-ssp bound s"),
+        ("ps-ranks", int, 1, "parameter server ranks"),
+        ("eval-every", int, 10, "held-out accuracy every N steps (and at the end)"),
+        ("warmup", int, 2, "steps excluded from the summary"),
+        ("checkpoint-every", int, 10, "checkpoint every N steps (0: never)"),
+        ("timeout-s", float, 900.0, "abort the whole job after this long"),
+    ]:
+        p.add_argument(f"--{name}", type=kind, default=default, help=help_text)
+    p.add_argument("--slow-rank", default=None, help="R:FACTOR, rank R sleeps (FACTOR-1) x its compute")
+    p.add_argument("--backend", default=None, help="gloo | nccl (default: nccl with CUDA, else gloo)")
+    p.add_argument("--resume", action="store_true", help="continue the last matching run in --out")
+    return p
+
+
+def _slow(text: str | None) -> tuple[int, float]:
+    if text is None:
+        return -1, 1.0
+    try:
+        rank_text, factor_text = text.split(":")
+        rank, factor = int(rank_text), float(factor_text)
+    except ValueError:
+        raise TrainsimError(f"--slow-rank {text!r}: expected RANK:FACTOR, e.g. 1:3") from None
+    if rank < 0 or factor < 1.0:
+        raise TrainsimError(f"--slow-rank {text!r}: rank must be >= 0 and factor >= 1")
+    return rank, factor
+
+
+def config_from_args(argv: list[str] | None) -> TrainConfig:
+    """Parse and check the command line (raises TrainsimError naming the bad option)."""
+    args = vars(_parser().parse_args(argv))
+    args["slow_rank"], args["slow_factor"] = _slow(args.pop("slow_rank"))
+    config = TrainConfig(**{f.name: args[f.name] for f in fields(TrainConfig) if f.name in args})
+    _check(config)
+    return config
+
+
+def _check(config: TrainConfig) -> None:
+    from calibrate.train.models import MODEL_NAMES
+
+    if config.strategy not in ALL_STRATEGIES:
+        raise TrainsimError(f"unknown strategy {config.strategy!r}; allowed: {', '.join(ALL_STRATEGIES)}")
+    if config.model not in MODEL_NAMES:
+        raise TrainsimError(f"unknown model {config.model!r}; allowed: {', '.join(MODEL_NAMES)}")
+    for name in ("steps", "batch", "width", "depth", "heads", "seq_len", "vocab", "image_size", "ps_ranks"):
+        if getattr(config, name) < 1:
+            raise TrainsimError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(config, name)}")
+    for name in ("staleness_bound", "eval_every", "warmup", "checkpoint_every"):
+        if getattr(config, name) < 0:
+            raise TrainsimError(f"--{name.replace('_', '-')} must not be negative")
+    if config.lr <= 0 or not 0 <= config.momentum < 1 or config.timeout_s <= 0:
+        raise TrainsimError("--lr and --timeout-s must be positive and --momentum in [0, 1)")
+    if config.threads is not None and config.threads < 1:
+        raise TrainsimError(f"--threads must be at least 1, got {config.threads}")
+    if config.model == "cnn" and config.num_classes < 2:
+        raise TrainsimError("--num-classes must be at least 2")
+
+
+def _check_world(config: TrainConfig, world: int) -> None:
+    if config.strategy.startswith("ps-") and world <= config.ps_ranks:
+        raise TrainsimError(
+            f"{config.strategy} with --ps-ranks {config.ps_ranks} needs at least {config.ps_ranks + 1} "
+            f"processes (servers + at least one worker); got {world}; run under torchrun --nproc-per-node"
+        )
+    if config.slow_rank >= world:
+        raise TrainsimError(f"--slow-rank {config.slow_rank} is not a rank of a world of {world}")
+
+
+def run_training(config: TrainConfig) -> Path:
+    """Run ``config`` on this process's rank (call on every rank) and return the output path."""
+    from calibrate.train.loop import run
+
+    return run(config)
+
+
+def _die_with_launcher() -> None:
+    """Under torchrun, ask Linux to SIGKILL this worker when the launcher dies.
+
+    torchrun starts each worker in a session of its own, so killing the launcher's process group
+    (a timeout, a scheduler's kill) would otherwise leave workers running, possibly blocked in a
+    collective forever.
+    """
+    if "TORCHELASTIC_RUN_ID" not in os.environ or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    parent = os.getppid()
+    pr_set_pdeathsig = 1
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != parent:  # the launcher died before we asked
+        os._exit(1)
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    config = config_from_args(argv)
+    _die_with_launcher()
+    faulthandler.dump_traceback_later(config.timeout_s, exit=True)  # never hang: dump stacks, exit
+    try:
+        run_training(config)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+    return 0
+
+
+def launch_local(
+    argv: list[str],
+    nproc: int,
+    timeout_s: float,
+    *,
+    via_torchrun: bool = True,
+    env: dict[str, str] | None = None,
+) -> int:
+    """Run ``calibrate.train`` with ``nproc`` local processes; returns the job's exit status.
+
+    ``via_torchrun`` (default): ``python -m torch.distributed.run --standalone`` starts the workers,
+    exactly as a user would. Otherwise the ranks are started directly with torchrun's environment
+    variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR/PORT on a free local
+    port), which saves the launcher's own torch import. Either way the job is killed as a whole
+    after ``timeout_s`` (exit status 124, as ``timeout`` reports); workers under torchrun also die
+    with their launcher (see :func:`_die_with_launcher`).
+    """
+    if nproc < 1:
+        raise TrainsimError(f"nproc must be at least 1, got {nproc}")
+    base_env = {**os.environ, **(env or {})}
+    if via_torchrun:
+        command = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={nproc}",
+            "-m",
+            "calibrate.train",
+            *argv,
+        ]
+        return _wait_or_kill([subprocess.Popen(command, start_new_session=True, env=base_env)], timeout_s)
+    port = _free_port()
+    procs: list[subprocess.Popen[bytes]] = []
+    for rank in range(nproc):
+        rank_env = {
+            **base_env,
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": str(nproc),
+            "LOCAL_WORLD_SIZE": str(nproc),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+        }
+        command = [sys.executable, "-m", "calibrate.train", *argv]
+        procs.append(subprocess.Popen(command, env=rank_env, start_new_session=True))
+    return _wait_or_kill(procs, timeout_s)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_or_kill(procs: list[subprocess.Popen[bytes]], timeout_s: float) -> int:
+    """0 when every process succeeds; else the first failure's status, after killing the others
+    (a rank that failed leaves its peers waiting in a collective); 124 after killing all on timeout."""
+    deadline = time.monotonic() + timeout_s
+    status = 0
+    while time.monotonic() < deadline:
+        codes = [proc.poll() for proc in procs]
+        status = next((code for code in codes if code), 0)
+        if status or all(code == 0 for code in codes):
+            break
+        time.sleep(0.05)
+    else:
+        status = 124
+    for proc in procs:  # each runs in a session of its own: kill every group still alive
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    return status
+
+
+def new_run_id(config: TrainConfig, world: int) -> str:
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    return f"{config.model}-{config.strategy}-w{world}-{stamp}-{uuid.uuid4().hex[:6]}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

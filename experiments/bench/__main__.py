@@ -1,0 +1,5 @@
+"""``python -m experiments.bench``."""
+
+from experiments.bench.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,93 @@
+"""Benchmark rows for the training-step model: the default what-if and FSDP steps at scale.
+
+Two measurements (issue 3's targets, on one core of a 2-core machine):
+
+- ``what_if default``: wall time of ``python -m experiments.what_if --gpus 16`` as a user runs it,
+  interpreter start and imports included (target: under 1.5 s), median of ``repeats`` runs;
+- ``fsdp step llama2-7b``: one FSDP step of Llama-2-7B on dgx-a100 at 16, 128 and 1024 GPUs,
+  timed in-process, median of ``repeats`` runs (later runs may reuse caches of loaded presets and
+  priced collectives, as a sweep does; target: under 2 s at 1024 GPUs, and nearly flat in GPU
+  count, since identical ranks are simulated once).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+__all__ = ["WhatIfBenchRow", "format_whatif_table", "fsdp_step_rows", "what_if_cli_row"]
+
+
+@dataclass(frozen=True, slots=True)
+class WhatIfBenchRow:
+    """One timed what-if run: ``wall_s`` and ``cpu_s`` are medians over the repeats."""
+
+    case: str
+    gpus: int
+    wall_s: float
+    cpu_s: float
+    step_time_s: float | None
+    repeats: int
+
+
+def what_if_cli_row(*, gpus: int = 16, repeats: int = 3, extra: Sequence[str] = ()) -> WhatIfBenchRow:
+    """Wall time of the main job in a fresh interpreter, as a user types it."""
+    command = [sys.executable, "-m", "experiments.what_if", "--gpus", str(gpus), *extra]
+    walls: list[float] = []
+    cpus: list[float] = []
+    for _ in range(repeats):
+        before = os.times()
+        start = time.perf_counter()
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL, timeout=300)
+        walls.append(time.perf_counter() - start)
+        after = os.times()
+        cpus.append(
+            (after.children_user - before.children_user) + (after.children_system - before.children_system)
+        )
+    return WhatIfBenchRow(
+        "what_if default (CLI)", gpus, statistics.median(walls), statistics.median(cpus), None, repeats
+    )
+
+
+def fsdp_step_rows(
+    gpu_counts: Sequence[int] = (16, 128, 1024),
+    *,
+    model: str = "llama2-7b",
+    cluster: str = "dgx-a100",
+    repeats: int = 3,
+) -> list[WhatIfBenchRow]:
+    """One FSDP step of ``model`` on ``cluster`` per GPU count (median wall and CPU seconds)."""
+    from simcore.whatif.sweep import DEFAULT_CONFIG, run_what_if
+    from simcore.workload.loader import load_workload
+
+    workload = load_workload(model, seq_len=DEFAULT_CONFIG.seq_len, dtype=DEFAULT_CONFIG.dtype)
+    rows = []
+    for gpus in gpu_counts:
+        # One micro-batch per GPU, so the global batch always divides.
+        config = replace(DEFAULT_CONFIG, global_batch=gpus * DEFAULT_CONFIG.micro_batch)
+        walls, cpus, step = [], [], None
+        for _ in range(repeats):
+            start_wall, start_cpu = time.perf_counter(), time.process_time()
+            result = run_what_if(workload, [cluster], [gpus], strategies=["fsdp"], config=config)
+            walls.append(time.perf_counter() - start_wall)
+            cpus.append(time.process_time() - start_cpu)
+            step = next(r.step_time_s for r in result.reports if r.gpus == gpus)
+        rows.append(
+            WhatIfBenchRow(
+                f"fsdp step {model}", gpus, statistics.median(walls), statistics.median(cpus), step, repeats
+            )
+        )
+    return rows
+
+
+def format_whatif_table(rows: Sequence[WhatIfBenchRow]) -> str:
+    lines = [f"{'case':<24} {'gpus':>5} {'wall_s':>8} {'cpu_s':>8} {'sim_step_s':>10} {'repeats':>7}"]
+    for r in rows:
+        step = f"{r.step_time_s:>10.3f}" if r.step_time_s is not None else f"{'-':>10}"
+        lines.append(f"{r.case:<24} {r.gpus:>5} {r.wall_s:>8.3f} {r.cpu_s:>8.3f} {step} {r.repeats:>7}")
+    return "\n".join(lines)

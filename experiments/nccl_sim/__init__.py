@@ -1,0 +1,1 @@
+"""experiments.nccl_sim."""

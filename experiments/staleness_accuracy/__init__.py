@@ -1,0 +1,1 @@
+"""experiments.staleness_accuracy."""

@@ -1,0 +1,5 @@
+"""``python -m experiments.validate``."""
+
+from experiments.validate.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,363 @@
+"""Turn a measured training run into the simulator's prediction of it, from the calibration alone.
+
+Nothing here looks at a training run's timings: a prediction uses the run's *configuration*
+(strategy, world size, batch, the model's layers as ``calibrate.train.models.describe`` recorded
+them in the run's provenance, the slow rank) and the calibration profile of the microbenchmarks.
+The measured step time is read only to be compared (:func:`measured_step`).
+
+How the measured setup is modelled (each choice says why):
+
+- **Workload**: the layers ``describe()`` measured on the very torch module that trained (forward
+  hooks on one sample), fp32. ``describe`` counts the weights in a layer's per-sample
+  ``memory_bytes``; the simulator adds weight traffic itself, so they are taken out here.
+- **Layers**: the roofline with the profile's matmul rate prices FLOPs, and the profile's
+  per-operator overhead (``op_overhead_s``, from the op-chain benchmark) times each layer kind's
+  operator count prices the framework's dispatch (:mod:`simcore.compute.roofline`); neither sees
+  non-matmul kernels' own inefficiency. ``calibrate.compute``'s layer benchmarks time
+  whole layers of each kind, forward and backward; the ratio of their measured to their modelled
+  time (:func:`layer_corrections`) multiplies every layer of that kind
+  (:class:`LayerCorrectedTimer`). Microbenchmarks only, as the rest of the profile.
+- **Ranks**: CPU processes (device ``cpu``) whose compute rate and memory bandwidth come from the
+  profile. Calibration ran two single-threaded ranks on this machine's cores at once, so its rates
+  are per core under the machine's own load. When more ranks compute at once than there are cores
+  (``ranks_busy``: every rank for DDP/FSDP, the workers for a parameter server, whose server idles
+  while they compute), the OS time-slices them: each rank's compute is slowed by
+  ``1 / min(1, cores / ranks_busy)``. The machine is shared with other jobs, so their busy threads
+  count too: a CPU-share probe (a busy loop timed just before and after each run, never the run
+  itself) estimates them; :func:`predict` with ``idle=True`` leaves them out. The calibration's
+  short microbenchmarks report medians, which a time-sliced process reaches between preemptions,
+  so they measure the speed of a core while it runs, not the share of it a process gets.
+- **Communication under load**: gloo over loopback is CPU work (copies, reductions, the kernel's
+  TCP path). The collectives job ran all the run's ranks at once, so its fits already include the
+  ranks sharing the cores among themselves; what they lack is the background load, so loopback
+  collective times and link figures are slowed by ``slowdown(workers + background) /
+  slowdown(workers)``. A tc-shaped NIC's rate is not CPU work and is left as shaped.
+- **Links**: loopback runs use ``topologies.cpu_cluster`` with one link per rank to the kernel's
+  loopback; its bandwidth and latency are the send/recv fit of the collectives job at that world
+  size (``busbw`` and half the one-message ``alpha``: a message crosses two links). Collectives
+  with an alpha-beta fit for the group (all_reduce, all_gather, reduce_scatter at the calibrated
+  world sizes) use the fit directly. Testbed runs put each rank on a host of its own whose NIC has
+  the tc rate; there is no added delay (netem is absent on this kernel), so the path latency is the
+  same measured software latency.
+- **Slow worker**: the slow rank sleeps ``(factor - 1)`` times its compute each step, so its compute
+  is ``factor`` times longer: the synchronous strategies' step compute is scaled by it (everyone
+  waits), the parameter server gets a straggler on that worker only.
+- **Parameter server**: rank 0 of the real run serves, ranks 1.. work; the simulator's
+  ``dedicated`` placement with one shard puts the server on the last rank and the workers on the
+  others (the same shape, relabelled).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from experiments.validate.grid import MODEL_SIZES, RunSpec
+from simcore.errors import TrainsimError
+
+if TYPE_CHECKING:
+    from simcore.calibration.profile import CalibrationProfile
+    from simcore.strategies.base import TrainingConfig
+    from simcore.topology import Topology
+    from simcore.workload.types import Layer, Workload
+
+__all__ = [
+    "LayerCorrectedTimer",
+    "MeasuredRun",
+    "Prediction",
+    "compute_slowdown",
+    "layer_corrections",
+    "measured_step",
+    "measured_topology",
+    "predict",
+    "scaled_compute_profile",
+    "training_config",
+    "workload_from_description",
+]
+
+SYNC_STRATEGIES = ("ddp", "fsdp", "ps-sync")
+# Workload layer kinds (calibrate.train.models.describe, simcore presets) -> the layer benchmark kind
+# of calibrate.compute.layers that times the same kind of operator.
+BENCH_KIND = {"conv2d": "conv", "conv": "conv", "linear": "linear", "attention": "attention", "layernorm": "norm",
+              "norm": "norm", "embedding": "embedding", "relu": "activation", "gelu": "activation",
+              "maxpool": "activation", "activation": "activation"}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredRun:
+    """One real run: its configuration, measured step time and the model description it recorded."""
+
+    spec: RunSpec
+    step_time_s: float
+    steps_timed: int
+    description: Mapping[str, Any]
+    phases_s: Mapping[str, float]  # medians of the per-step phase times (forward, backward, ...)
+    background_threads: float = 0.0  # other processes' busy threads around the run (CPU-share probe)
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """The simulator's step time for a run (None when it cannot predict it, with the reason)."""
+
+    step_time_s: float | None
+    compute_s: float | None
+    note: str = ""
+
+
+def measured_step(records: Sequence[Mapping[str, Any]], spec: RunSpec) -> tuple[float, int, dict[str, float]]:
+    """(step time, steps timed, phase medians) of a run's step records, warm-up excluded.
+
+    Synchronous modes (DDP, FSDP, PS sync): a step ends when its slowest rank finishes, so a step's
+    time is the largest over the ranks; the run's is the median over steps. Asynchronous modes
+    (PS async/SSP): workers step at their own pace, so, as the simulator defines it, a step is one
+    gradient per worker: ``W / sum(1 / median_w)``, the workers' combined rate.
+    """
+    steps = [
+        r for r in records if r.get("kind") == "step" and not r.get("warmup") and r.get("role") != "server"
+    ]
+    if not steps:
+        raise TrainsimError(f"{spec.key}: no step records after warm-up; the run failed or was too short")
+    phases = {name: statistics.median(float(r.get(name) or 0.0) for r in steps)
+              for name in ("forward_s", "backward_s", "optimizer_s", "comm_s", "slow_sleep_s")}  # fmt: skip
+    if spec.strategy in SYNC_STRATEGIES:
+        by_step: dict[int, float] = {}
+        for record in steps:
+            by_step[record["step"]] = max(by_step.get(record["step"], 0.0), float(record["step_time_s"]))
+        return statistics.median(by_step.values()), len(by_step), phases
+    by_rank: dict[int, list[float]] = {}
+    for record in steps:
+        by_rank.setdefault(int(record["rank"]), []).append(float(record["step_time_s"]))
+    rate = math.fsum(1.0 / statistics.median(times) for times in by_rank.values())
+    return len(by_rank) / rate, min(len(t) for t in by_rank.values()), phases
+
+
+def workload_from_description(description: Mapping[str, Any], name: str, tokens_per_sample: int) -> Workload:
+    """The simulator's workload for a model as ``calibrate.train.models.describe`` saw it."""
+    from simcore.workload.types import Layer, Workload
+
+    layers = tuple(
+        Layer(
+            name=str(row["name"]),
+            kind=str(row["kind"]),
+            block=int(row["block"]),
+            params=int(row["params"]),
+            fwd_flops=float(row["fwd_flops"]),
+            bwd_flops=float(row["bwd_flops"]),
+            activation_bytes=float(row["activation_bytes"]),
+            output_bytes=float(row["output_bytes"]),
+            memory_bytes=max(0.0, float(row["memory_bytes"]) - 4.0 * int(row["params"])),
+        )
+        for row in description["layers"]
+    )
+    blocks = tuple(f"blocks.{i}" for i in range(int(description.get("blocks", 0))))
+    return Workload(name, layers, blocks, "fp32", tokens_per_sample, "calibrate.train.models.describe")
+
+
+def layer_corrections(
+    rows: Sequence[Mapping[str, Any]], profile: CalibrationProfile
+) -> dict[tuple[str, str], float]:
+    """Measured / modelled time of each layer benchmark kind and phase (``calibrate.compute``'s
+    ``layer`` rows, fp32): how far the roofline with the profile's matmul rate misses whole torch
+    layers (dispatch, autograd, non-matmul kernels). Medians over the kind's rows."""
+    from simcore.compute.roofline import ComputeModel
+    from simcore.hardware import device_spec
+    from simcore.workload.types import Layer
+
+    model = ComputeModel(device_spec("cpu"), "fp32", profile)
+    ratios: dict[tuple[str, str], list[float]] = {}
+    for row in rows:
+        if row.get("kind") != "layer" or row.get("dtype") != "fp32" or row.get("phase") not in ("fwd", "bwd"):
+            continue
+        share = 1.0 if row["phase"] == "fwd" else 0.5  # backward rows carry twice the forward FLOPs and bytes
+        flops, moved = float(row["flops"]) * share, float(row["bytes"]) * share
+        layer = Layer(str(row["layer"]), str(row["layer_kind"]), -1, 0, flops, 2 * flops, 0.0, 0.0, moved)
+        modelled = model.layer_time_s(layer, 1, str(row["phase"]))
+        ratios.setdefault((str(row["layer_kind"]), str(row["phase"])), []).append(
+            float(row["time_us_p50"]) * 1e-6 / modelled
+        )
+    return {key: statistics.median(values) for key, values in sorted(ratios.items())}
+
+
+class LayerCorrectedTimer:
+    """The compute model with each layer's time multiplied by its kind's benchmark correction."""
+
+    def __init__(self, profile: CalibrationProfile, corrections: Mapping[tuple[str, str], float]) -> None:
+        from simcore.compute.roofline import ComputeModel
+        from simcore.hardware import device_spec
+
+        self.base = ComputeModel(device_spec("cpu"), "fp32", profile)
+        self.corrections = corrections
+
+    def _factor(self, kind: str, phase: str) -> float:
+        bench = BENCH_KIND.get(kind, "")
+        return self.corrections.get((bench, "fwd" if phase == "recompute" else phase), 1.0)
+
+    def layer_time_s(self, layer: Layer, batch: int, phase: str) -> float:
+        return self.base.layer_time_s(layer, batch, phase) * self._factor(layer.kind, phase)
+
+    def layer_times_s(self, workload: Workload, batch: int, phase: str) -> list[float]:
+        times = self.base.layer_times_s(workload, batch, phase)
+        return [
+            float(t) * self._factor(layer.kind, phase)
+            for t, layer in zip(times, workload.layers, strict=True)
+        ]
+
+    def optimizer_time_s(self, params: int, optimizer: str) -> float:
+        return self.base.optimizer_time_s(params, optimizer)
+
+    def optimizer_dispatch_s(self, tensors: int, optimizer: str) -> float:
+        return self.base.optimizer_dispatch_s(tensors, optimizer)
+
+    @property
+    def memory_bandwidth_Bps(self) -> float:
+        """The rank's memory bandwidth (the strategies price their buffer copies with it)."""
+        return self.base.memory_bandwidth_Bps
+
+    def gradient_ratio(self, workload: Workload, batch: int) -> float:
+        """Corrected / uncorrected forward + backward time of one micro-batch."""
+        base = sum(float(self.base.layer_times_s(workload, batch, p).sum()) for p in ("fwd", "bwd"))
+        return sum(sum(self.layer_times_s(workload, batch, p)) for p in ("fwd", "bwd")) / base
+
+
+def scaled_compute_profile(profile: CalibrationProfile, factor: float) -> CalibrationProfile:
+    """``profile`` with every calibrated compute time multiplied by ``factor``: matmul rate and
+    memory bandwidth divided by it, per-operator overhead multiplied (links untouched)."""
+    from dataclasses import replace
+
+    if factor == 1.0:
+        return profile
+    curves = {
+        dtype: replace(curve, peak_flops=curve.peak_flops / factor)
+        for dtype, curve in profile.compute.items()
+    }
+    bandwidth = None if profile.memory_bandwidth_Bps is None else profile.memory_bandwidth_Bps / factor
+    overhead = {phase: seconds * factor for phase, seconds in profile.op_overhead_s.items()}
+    return replace(profile, compute=curves, memory_bandwidth_Bps=bandwidth, op_overhead_s=overhead)
+
+
+def compute_slowdown(ranks_busy: float, cores: int) -> float:
+    """How much slower each rank computes when ``ranks_busy`` busy threads share ``cores``."""
+    if ranks_busy < 1 or cores < 1:
+        raise TrainsimError(f"ranks_busy ({ranks_busy}) and cores ({cores}) must be >= 1")
+    return 1.0 / min(1.0, cores / ranks_busy)
+
+
+def _p2p_link(profile: CalibrationProfile, world: int) -> tuple[float, float]:
+    """(bandwidth, per-link latency) of a loopback link from the send/recv fit nearest ``world``."""
+    worlds = sorted({ranks for (op, ranks, scope) in profile.collectives if op == "send_recv"})
+    if not worlds:
+        raise TrainsimError(
+            "the calibration profile has no send_recv fit; run calibrate.collectives with send_recv"
+        )
+    nearest = min(worlds, key=lambda w: (abs(w - world), w))
+    fit = profile.collective_alpha_beta("send_recv", nearest, "intra_node")
+    assert fit is not None  # nearest was taken from the profile's own keys
+    alpha_s, busbw_Bps = fit
+    return busbw_Bps, alpha_s / 2.0
+
+
+def measured_topology(spec: RunSpec, profile: CalibrationProfile, comm_slowdown: float = 1.0) -> Topology:
+    """The machine the run measured, as a topology (see the module docstring); the loopback links,
+    CPU work, are ``comm_slowdown`` times slower than calibrated (background load)."""
+    from topologies import cpu_cluster
+
+    bandwidth_Bps, latency_s = _p2p_link(profile, spec.world)
+    bandwidth_Bps, latency_s = bandwidth_Bps / comm_slowdown, latency_s * comm_slowdown
+    if spec.network == "loopback":
+        return cpu_cluster(spec.world, loopback_Bps=bandwidth_Bps, loopback_latency_s=latency_s,
+                           name=f"loopback-{spec.world}")  # fmt: skip
+    assert spec.bandwidth_Bps is not None  # RunSpec guarantees it for testbed runs
+    return cpu_cluster(1, hosts=spec.world, loopback_Bps=bandwidth_Bps, loopback_latency_s=latency_s,
+                       nic_Bps=spec.bandwidth_Bps, nic_latency_s=0.0, name=f"testbed-{spec.world}")  # fmt: skip
+
+
+def training_config(spec: RunSpec) -> TrainingConfig:
+    """The simulator's config of the run: per-worker batch, fp32, SGD with momentum, one step."""
+    from simcore.strategies.base import TrainingConfig
+
+    size = MODEL_SIZES[spec.size]
+    return TrainingConfig(
+        global_batch=size.batch * spec.workers, micro_batch=size.batch,
+        seq_len=size.seq_len if size.model == "transformer" else None, dtype="fp32", optimizer="sgd-momentum",
+        master_weights=False, allocator_overhead_bytes=0, steps=1,
+    )  # fmt: skip
+
+
+def predict(run: MeasuredRun, profile: CalibrationProfile, cores: int, *, idle: bool = False,
+            corrections: Mapping[tuple[str, str], float] | None = None) -> Prediction:  # fmt: skip
+    """The simulator's step time for ``run``'s configuration on the calibrated machine.
+
+    The ranks share ``cores`` with the run's measured background load, or (``idle``) with nothing.
+    ``corrections`` (:func:`layer_corrections`) scale each layer kind's compute time.
+    """
+    spec = run.spec
+    size = MODEL_SIZES[spec.size]
+    workload = workload_from_description(
+        run.description, spec.size, size.seq_len if size.model == "transformer" else 0
+    )
+    background = 0.0 if idle else run.background_threads
+    slowdown = compute_slowdown(spec.workers + background, cores)
+    comm_slowdown = slowdown / compute_slowdown(spec.workers, cores)
+    topology = measured_topology(spec, profile, comm_slowdown)
+    timer = LayerCorrectedTimer(profile, corrections or {})
+    if spec.is_ps:
+        return _predict_ps(
+            spec, workload, topology, profile, slowdown * timer.gradient_ratio(workload, size.batch)
+        )
+    return _predict_collective(spec, workload, topology, profile, (slowdown, comm_slowdown), timer)
+
+
+def _predict_collective(spec: RunSpec, workload: Workload, topology: Topology, profile: CalibrationProfile,
+                        slowdowns: tuple[float, float], timer: LayerCorrectedTimer) -> Prediction:  # fmt: skip
+    from simcore.strategies import get_strategy
+    from simcore.strategies.base import CommCost
+    from simcore.strategies.runner import collective_model, make_context, percentile, simulate_step
+
+    training = training_config(spec)
+    slowdown, comm_slowdown = slowdowns
+    priced = collective_model(topology, profile)
+    cpu_bound = spec.network == "loopback"  # gloo over loopback is CPU work; a tc-shaped NIC is not
+
+    def collective(op: str, size_bytes: float, group: tuple[int, ...]) -> CommCost:
+        cost = priced(op, size_bytes, group)
+        scale = comm_slowdown if cpu_bound else 1.0
+        return CommCost(cost.time_s * scale, cost.bottleneck_link, cost.link_kind)
+
+    ctx = make_context(workload, training, topology, calibration=profile, timer=timer, collective=collective,
+                       device_memory_bytes=timer.base.device.memory_bytes)  # fmt: skip
+    scale = slowdown * (spec.slow_factor if spec.slow_rank >= 0 else 1.0)
+    result = simulate_step(get_strategy(spec.strategy), ctx, seed=0,
+                           slowdown=training.slowdown(profile.comm_compute_slowdown),
+                           compute_scale=lambda sim, step: scale)  # fmt: skip
+    return Prediction(percentile(result.step_times_s, 50), result.plan.compute_s() * scale)
+
+
+def _predict_ps(spec: RunSpec, workload: Workload, topology: Topology, profile: CalibrationProfile,
+                slowdown: float) -> Prediction:  # fmt: skip
+    try:
+        from simcore.compute.heterogeneity import Heterogeneity, Straggler
+        from simcore.paramserver import Placement, PSConfig, simulate_parameter_server, summarise
+    except ImportError as error:
+        return Prediction(
+            None, None, f"not predicted yet: the parameter-server simulation is missing ({error})"
+        )
+    slow_worker = spec.slow_rank - 1  # real rank 0 serves; real worker r is simulated worker r - 1
+    # A straggler factor must be >= 1; a net speed-up (layer corrections below 1 on a nearly idle
+    # machine) is applied by scaling the profile's compute instead.
+    faster = min(1.0, slowdown)
+    profile = scaled_compute_profile(profile, faster)
+    stragglers = tuple(Straggler(w, slowdown / faster * (spec.slow_factor if w == slow_worker else 1.0))
+                       for w in range(spec.workers))  # fmt: skip
+    ps = PSConfig(mode=spec.strategy, shards=1, placement=Placement("dedicated", 1),
+                  staleness_bound=spec.staleness_bound, steps=max(8, spec.steps))  # fmt: skip
+    try:
+        outcome = simulate_parameter_server(workload, training_config(spec), topology, ps, workers=spec.workers,
+                                            heterogeneity=Heterogeneity(stragglers=stragglers),
+                                            calibration=profile, seed=0)  # fmt: skip
+        result = summarise(outcome, cluster=topology.name)
+    except (TrainsimError, ValueError, KeyError, TypeError) as error:
+        return Prediction(None, None, f"not predicted: the parameter-server simulation failed ({error})")
+    return Prediction(result.step.step_time_s, result.step.compute_s)

@@ -1,0 +1,243 @@
+"""Per-rank memory: the simulator's memory model against PyTorch's own accounting.
+
+    python -m experiments.validate_memory --quick
+    python -m experiments.validate_memory --out report/            # GPT-2 small, BERT-base, ResNet-50; W = 1..64
+    python -m experiments.validate_memory --measured runs/memory_truth.jsonl --out report/
+
+Measures (:mod:`calibrate.memory_truth`: one real DDP or FSDP2 step as rank 0 of a fake process
+group of W ranks, under torch's ``MemTracker`` / ``FSDPMemTracker``) or reads such records, then runs
+the simulator's memory model for the *same* configuration and prints, per (model, strategy, world
+size, workload source), the measured and predicted peak and each category with its error. The
+goal is the peak within :data:`PEAK_GOAL` (5 %).
+
+The simulated setup is the measured one:
+
+- workload: ``source = "import"`` traces the very module measured
+  (``load_workload("calibrate.memory_truth:gpt2_small", seq_len=128, dtype="fp32")``);
+  ``"preset"`` uses the simulator's formula preset of the same architecture where one exists;
+- training: fp32 everywhere (no master weights), the same optimizer, micro-batch = the measured
+  batch with no accumulation; DDP with torch's defaults (25 MiB buckets, 1 MiB first bucket,
+  ``gradient_as_bucket_view=False``); FSDP per block plus the root, ``reshard_after_forward``,
+  prefetch 1 (what FSDP2 does);
+- ``allocator_overhead_bytes = 0``: the trackers count tensor storages and nothing else (no CUDA
+  context, workspaces or allocator fragmentation exist on this CPU testbed), so the simulator's
+  ``overhead`` category, which models exactly those, is set to zero rather than to its 1 GiB GPU
+  default;
+- collectives take zero time: the fake process group completes every collective at once, so
+  nothing waits on communication (the memory timeline depends on timing only through ordering;
+  the compute times come from the generic ``cpu`` device spec).
+
+The measured ``temp`` category (backward temporaries such as gradients of activations, and the
+optimizer step's transients) is predicted by the simulator's ``temp`` category: the partial
+gradients of tied parameters and the optimizer step's scratch tensors (torch's default on CPU,
+the single-tensor loop); gradients of activations and other backward workspaces are not modelled. Category
+cells show measured/predicted MB and (predicted - measured) as a share of the measured peak, so
+they add up to the peak error; ``fwd act`` checks the activation model on its own (activations held
+at the end of forward against the workload's saved bytes times the batch), whatever phase the peak
+falls in. With
+``--out DIR``: ``memory_truth.jsonl`` (when measured here), ``memory_comparison.json``,
+``memory_report.md``, ``memory_peak.png`` and ``memory_categories.png`` (the rows and their
+rendering live in :mod:`experiments.validate_memory.report`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from experiments.validate_memory.report import (
+    CATEGORIES,
+    PEAK_GOAL,
+    ComparisonRow,
+    format_table,
+    markdown_report,
+    summary,
+    write_plots,
+)
+from simcore.errors import TrainsimError, cli_entry
+
+__all__ = [
+    "CATEGORIES",
+    "PEAK_GOAL",
+    "ComparisonRow",
+    "compare",
+    "format_table",
+    "main",
+    "markdown_report",
+    "predict",
+    "write_plots",
+]
+
+QUICK_MODELS = ("gpt2-tiny", "resnet-tiny")
+QUICK_WORLD_SIZES = (1, 2, 4)
+FULL_MODELS = ("gpt2-small", "bert-base", "resnet50")
+FULL_WORLD_SIZES = (1, 2, 4, 8, 16, 32, 64)
+SOURCES = ("import", "preset")
+
+
+def _workload(record: Mapping[str, Any], source: str) -> Any:
+    from simcore.workload.loader import load_workload
+
+    seq_len = record.get("seq_len") or None
+    image = record.get("image_size") or None
+    if source == "preset":
+        return load_workload(str(record["preset"]), seq_len=seq_len, image_size=image, dtype="fp32")
+    shape = {"seq_len": seq_len} if seq_len else {"input_shape": (3, int(str(image)), int(str(image)))}
+    return load_workload(str(record["factory"]), dtype="fp32", **shape)
+
+
+def predict(record: Mapping[str, Any], workload: Any) -> tuple[float, dict[str, float], str]:
+    """The simulator's per-rank peak, its breakdown (our categories) and phase for a measured record."""
+    from simcore.compute.roofline import ComputeModel
+    from simcore.hardware import device_spec
+    from simcore.strategies import get_strategy
+    from simcore.strategies.base import CommCost, StepContext, TrainingConfig
+    from simcore.strategies.runner import simulate_step
+
+    world, batch = int(record["world_size"]), int(record["batch"])
+    config = TrainingConfig(
+        global_batch=batch * world,
+        micro_batch=batch,
+        seq_len=record.get("seq_len") or None,
+        dtype="fp32",
+        optimizer=str(record["optimizer"]),
+        master_weights=False,
+        allocator_overhead_bytes=0,
+        gradient_as_bucket_view=False,
+        prefetch=1,
+        reshard_after_forward=True,
+        wrap="per-block",
+    )
+    ranks = tuple(range(world))
+    ctx = StepContext(
+        workload,
+        config,
+        world,
+        ComputeModel(device_spec("cpu"), "fp32"),
+        lambda op, size, group: CommCost(0.0),
+        ranks,
+        ranks,
+        (0,),
+        2**62,
+    )
+    peak = simulate_step(get_strategy(str(record["strategy"])), ctx).run.memory.peak()
+    breakdown = {c: float(peak.breakdown.get(c, 0.0)) for c in CATEGORIES}
+    return float(peak.peak_bytes), breakdown, peak.phase
+
+
+def compare(records: Sequence[Mapping[str, Any]], sources: Sequence[str] = SOURCES) -> list[ComparisonRow]:
+    """Predict every record with each workload source (presets only where the model copies one)."""
+    cache: dict[tuple[str, str, Any, Any], Any] = {}
+    rows = []
+    for record in records:
+        if record.get("kind") != "memory_truth":
+            continue
+        for source in sources:
+            if source == "preset" and not record.get("preset"):
+                continue
+            key = (source, str(record["factory"]), record.get("seq_len"), record.get("image_size"))
+            if key not in cache:
+                cache[key] = _workload(record, source)
+            peak, breakdown, phase = predict(record, cache[key])
+            forward = record.get("after_forward") or {}
+            rows.append(
+                ComparisonRow(
+                    str(record["model"]),
+                    str(record["strategy"]),
+                    int(record["world_size"]),
+                    source,
+                    float(record["peak_bytes"]),
+                    peak,
+                    {c: float(record["measured"].get(c, 0)) for c in CATEGORIES},
+                    breakdown,
+                    str(record.get("peak_phase", "")),
+                    phase,
+                    float(forward["activations"]) if "activations" in forward else None,
+                    float(cache[key].activation_bytes_per_sample * int(record["batch"])),
+                )
+            )
+    return rows
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m experiments.validate_memory", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help=f"models {','.join(QUICK_MODELS)} at W = 1, 2, 4 (CI)"
+    )
+    parser.add_argument("--models", help=f"comma list (default {','.join(FULL_MODELS)})")
+    parser.add_argument("--strategies", default="ddp,fsdp", help="comma list of ddp, fsdp")
+    parser.add_argument("--world-sizes", help="comma list (default 1,2,4,8,16,32,64)")
+    parser.add_argument("--optimizer", default="adamw", choices=("adamw", "sgd", "sgd-momentum"))
+    parser.add_argument("--sources", default="import,preset", help="simulator workloads: import, preset")
+    parser.add_argument(
+        "--measured", help="JSONL of calibrate.memory_truth records instead of measuring here"
+    )
+    parser.add_argument("--out", help="directory for the records, comparison, markdown report and plots")
+    return parser
+
+
+def _measure(args: argparse.Namespace, out_dir: Path | None) -> list[dict[str, Any]]:
+    from calibrate.memory_truth import cli as memory_truth
+
+    models = args.models or ",".join(QUICK_MODELS if args.quick else FULL_MODELS)
+    worlds = args.world_sizes or ",".join(map(str, QUICK_WORLD_SIZES if args.quick else FULL_WORLD_SIZES))
+    out = str(out_dir / "memory_truth.jsonl") if out_dir else None
+    return memory_truth.measure_grid(
+        memory_truth.parse_list(models, list(memory_truth.MODELS), "--models"),
+        memory_truth.parse_list(args.strategies, memory_truth.STRATEGIES, "--strategies"),
+        memory_truth.parse_world_sizes(worlds),
+        optimizer=args.optimizer,
+        out=out,
+    )
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    sources = [s.strip() for s in args.sources.split(",") if s.strip()]
+    if not sources or any(s not in SOURCES for s in sources):
+        raise TrainsimError(f"--sources: {args.sources!r} not allowed; choose from {', '.join(SOURCES)}")
+    out_dir = Path(args.out) if args.out else None
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    if args.measured:
+        from calibrate.common.records import read_records
+
+        if not Path(args.measured).is_file():
+            raise TrainsimError(f"--measured: no such file {args.measured!r}")
+        records = [r for r in read_records(args.measured) if r.get("kind") == "memory_truth"]
+        if not records:
+            raise TrainsimError(f"--measured: {args.measured!r} holds no memory_truth records")
+    else:
+        records = _measure(args, out_dir)
+    order = {name: index for index, name in enumerate(dict.fromkeys(str(r["model"]) for r in records))}
+    rows = sorted(
+        compare(records, sources), key=lambda r: (order[r.model], r.strategy, r.world_size, r.source)
+    )
+    print(format_table(rows))
+    for source, s in summary(rows).items():
+        print(
+            f"{source}: peak within {PEAK_GOAL:.0%} on {s['within_goal']:.0f}/{s['configurations']:.0f}; "
+            f"MAPE {s['peak_mape']:.1%}; max |error| {s['peak_max_abs_error']:.1%}; "
+            f"end-of-forward activations MAPE {s.get('forward_activation_mape', float('nan')):.1%}"
+        )
+    if out_dir is not None:
+        from calibrate.common.records import atomic_write_json
+
+        atomic_write_json(
+            out_dir / "memory_comparison.json",
+            {"rows": [asdict(r) | {"peak_error": r.peak_error} for r in rows], "summary": summary(rows)},
+        )
+        (out_dir / "memory_report.md").write_text(markdown_report(rows, records), encoding="utf-8")
+        for path in write_plots(rows, out_dir):
+            print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

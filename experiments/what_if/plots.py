@@ -1,0 +1,158 @@
+"""Plots and the step trace of a what-if run (seaborn/matplotlib imported only when called).
+
+- ``throughput.png``: samples/s per strategy and cluster at the largest GPU count;
+- ``memory.png``: per-GPU peak memory by category per strategy, with each device's capacity;
+- ``scaling.png``: samples/s against GPUs per strategy (only when several GPU counts were run);
+- ``staleness.png``: the parameter-server modes' staleness histograms at the largest GPU count, one
+  panel per cluster (share of applied gradients per staleness in server versions);
+- ``step_trace.json``: one step per strategy at the largest GPU count of the first cluster, as a
+  Chrome trace (open in ui.perfetto.dev): a track per strategy, lanes ``compute`` and ``comm``,
+  and a memory counter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from simcore.compute.memory import CATEGORIES
+from simcore.report import StepReport
+
+if TYPE_CHECKING:
+    from simcore.paramserver import PSResult
+    from simcore.whatif.sweep import WhatIfResult
+
+__all__ = ["plot_staleness", "plot_what_if", "write_step_trace"]
+
+
+def plot_what_if(reports: Sequence[StepReport], out: Path) -> list[Path]:
+    """Write the what-if plots under ``out``; returns the paths written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+    import seaborn as sns
+
+    frame = pd.DataFrame([r.to_record() for r in reports])
+    top = frame[frame["gpus"] == frame["gpus"].max()]
+    written = []
+    fig, ax = plt.subplots(figsize=(8, 4))
+    sns.barplot(data=top, x="strategy", y="samples_per_s", hue="cluster", ax=ax)
+    ax.set_ylabel("samples/s")
+    ax.set_title(f"throughput at {int(top['gpus'].iloc[0])} GPUs")
+    written.append(_save(fig, out / "throughput.png"))
+
+    written.append(_memory_plot(reports, int(top["gpus"].iloc[0]), out / "memory.png"))
+
+    if frame["gpus"].nunique() > 1:
+        grid = sns.relplot(
+            data=frame,
+            kind="line",
+            x="gpus",
+            y="samples_per_s",
+            hue="strategy",
+            col="cluster",
+            marker="o",
+            height=4,
+        )
+        grid.set(xscale="log", xlabel="GPUs", ylabel="samples/s")
+        written.append(_save(grid.figure, out / "scaling.png"))
+    return written
+
+
+def _memory_plot(reports: Sequence[StepReport], gpus: int, path: Path) -> Path:
+    """Stacked per-GPU peak memory by category per strategy, one panel per cluster, capacity dashed."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+    import seaborn as sns
+
+    chosen = [r for r in reports if r.gpus == gpus]
+    clusters = list(dict.fromkeys(r.cluster for r in chosen))
+    colours = sns.color_palette(n_colors=len(CATEGORIES))
+    fig, axes = plt.subplots(1, len(clusters), figsize=(5 * len(clusters), 4), squeeze=False, sharey=True)
+    for ax, cluster in zip(axes[0], clusters, strict=True):
+        rows = [r for r in chosen if r.cluster == cluster]
+        table = pd.DataFrame(
+            [{c: r.memory_breakdown.get(c, 0.0) / 1e9 for c in CATEGORIES} for r in rows],
+            index=[r.strategy for r in rows],
+        )
+        table.plot.bar(stacked=True, ax=ax, color=colours, legend=ax is axes[0][-1], rot=0)
+        ax.axhline(rows[0].memory_capacity_bytes / 1e9, color="black", linestyle="--", linewidth=1)
+        ax.set_title(f"{cluster}: peak memory per GPU at {gpus} GPUs")
+        ax.set_ylabel("GB")
+    return _save(fig, path)
+
+
+def plot_staleness(results: Sequence[PSResult], path: Path) -> Path:
+    """Staleness histograms of the parameter-server modes at the largest GPU count, a panel per cluster."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import pandas as pd
+    import seaborn as sns
+
+    from simcore.paramserver import PS_MODES
+
+    gpus = max(r.step.gpus for r in results)
+    rows = [
+        {
+            "cluster": r.step.cluster,
+            "mode": r.mode,
+            "staleness": delay,
+            "share": count / max(1, r.gradients_applied),
+        }
+        for r in results
+        if r.step.gpus == gpus
+        for delay, count in sorted(r.staleness_histogram.items())
+    ]
+    frame = pd.DataFrame(rows)
+    order = [m for m in PS_MODES if m in set(frame["mode"])]
+    grid = sns.catplot(
+        data=frame,
+        kind="bar",
+        x="staleness",
+        y="share",
+        hue="mode",
+        hue_order=order,
+        col="cluster",
+        height=4,
+        aspect=1.4,
+    )
+    grid.set_axis_labels("staleness (server versions)", "share of applied gradients")
+    grid.figure.suptitle(f"parameter-server staleness at {gpus} GPUs", y=1.02)
+    return _save(grid.figure, path)
+
+
+def _save(fig: object, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.savefig(path, dpi=120, bbox_inches="tight")  # type: ignore[attr-defined]
+    plt.close(fig)  # type: ignore[arg-type]
+    return path
+
+
+def write_step_trace(result: WhatIfResult, path: Path) -> Path:
+    """A Chrome trace of one simulated step per strategy (first cluster, largest GPU count)."""
+    from simcore.net.trace import TraceRecorder
+
+    recorder = TraceRecorder()
+    cluster = result.recommendations[0].cluster
+    gpus = result.recommendations[0].gpus
+    for (name, strategy, count), step in result.steps.items():
+        if name != cluster or count != gpus:
+            continue
+        track = f"{strategy} ({count} GPUs)"
+        for span in step.run.spans:
+            recorder.slice(
+                track,
+                span.stream,
+                span.name,
+                span.start_s,
+                span.end_s,
+                {"bytes": span.bytes} if span.bytes else None,
+            )
+        for time_s, total, _phase in step.run.memory.samples:
+            recorder.counter(track, "memory", time_s, {"GB": total / 1e9})
+    return recorder.write(path)

@@ -1,0 +1,231 @@
+"""JSON form of calibration profiles: writing a :class:`~simcore.calibration.profile.CalibrationProfile`
+as the ``trainsim-profile`` document and validating a parsed document back into one.
+
+The format itself is described in :mod:`simcore.calibration.profile`; this module holds the public
+entry points ``load_profile``, ``profile_from_json`` and ``profile_to_json``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from simcore.calibration.profile import (
+    _BUSBW_FACTORS,
+    FORMAT,
+    OP_PHASES,
+    SCOPES,
+    VERSION,
+    CalibrationProfile,
+    ClusterDescription,
+    CollectiveFit,
+    ComputeCurve,
+    FitQuality,
+    ProfileError,
+)
+
+__all__ = ["load_profile", "profile_from_json", "profile_to_json"]
+
+
+def _quality_json(q: FitQuality | None) -> dict[str, Any] | None:
+    if q is None:
+        return None
+    return {"points": q.points, "mape": q.mape, "r2": q.r2, "poor": q.poor}
+
+
+def profile_to_json(profile: CalibrationProfile) -> dict[str, Any]:
+    """The profile as the JSON document :func:`profile_from_json` reads."""
+    c = profile.cluster
+    collectives = []
+    for key in sorted(profile.collectives):
+        f = profile.collectives[key]
+        entry: dict[str, Any] = {
+            "op": f.op,
+            "ranks": f.ranks,
+            "scope": f.scope,
+            "alpha_s": f.alpha_s,
+            "busbw_Bps": f.busbw_Bps,
+        }
+        if f.quality is not None:
+            entry["fit"] = _quality_json(f.quality)
+        collectives.append(entry)
+    dtypes: dict[str, dict[str, Any]] = {}
+    for dtype in sorted(profile.compute):
+        curve = profile.compute[dtype]
+        dtypes[dtype] = {"peak_flops": curve.peak_flops, "half_flops": curve.half_flops}
+        if curve.quality is not None:
+            dtypes[dtype]["fit"] = _quality_json(curve.quality)
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "created": profile.created,
+        "cluster": {
+            "backend": c.backend,
+            "device_kind": c.device_kind,
+            "device_name": c.device_name,
+            "world_size": c.world_size,
+            "ranks_per_node": c.ranks_per_node,
+            "nodes": c.nodes,
+            "hostnames": list(c.hostnames),
+        },
+        "collectives": collectives,
+        "compute": {
+            "dtypes": dtypes,
+            "memory_bandwidth_Bps": profile.memory_bandwidth_Bps,
+            "comm_compute_slowdown": profile.comm_compute_slowdown,
+            "threads": profile.threads,
+            **(
+                {"op_overhead_s": dict(sorted(profile.op_overhead_s.items()))}
+                if profile.op_overhead_s
+                else {}
+            ),
+        },
+        "sources": list(profile.sources),
+    }
+
+
+class _Reader:
+    """Typed access to one JSON object, with errors naming the file and the key path."""
+
+    def __init__(self, data: Any, where: str) -> None:
+        if not isinstance(data, dict):
+            raise ProfileError(f"{where}: expected a JSON object, got {type(data).__name__}")
+        self.data, self.where = data, where
+
+    def sub(self, key: str, default: Any = None) -> _Reader:
+        value = self.data.get(key, default)
+        if value is None:
+            raise ProfileError(f"{self.where}: missing key {key!r}")
+        return _Reader(value, f"{self.where}.{key}")
+
+    def number(self, key: str, *, positive: bool = True, optional: bool = False) -> float | None:
+        value = self.data.get(key)
+        if value is None and optional:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ProfileError(f"{self.where}.{key}: expected a finite number, got {value!r}")
+        if value < 0 or (positive and value == 0):
+            raise ProfileError(f"{self.where}.{key}: {value!r} must be {'> 0' if positive else '>= 0'}")
+        return float(value)
+
+    def integer(self, key: str) -> int:
+        value = self.data.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ProfileError(f"{self.where}.{key}: expected a positive integer, got {value!r}")
+        return value
+
+    def text(self, key: str, allowed: tuple[str, ...] | None = None, default: str | None = None) -> str:
+        value = self.data.get(key, default)
+        if not isinstance(value, str) or (allowed and value not in allowed):
+            hint = f"; allowed: {', '.join(allowed)}" if allowed else ""
+            raise ProfileError(f"{self.where}.{key}: expected a string, got {value!r}{hint}")
+        return value
+
+    def quality(self) -> FitQuality | None:
+        if "fit" not in self.data:
+            return None
+        q = self.sub("fit")
+        return FitQuality(
+            points=int(q.number("points", positive=False) or 0),
+            mape=float(q.number("mape", positive=False) or 0.0),
+            r2=float(q.data.get("r2", float("nan"))),
+            poor=bool(q.data.get("poor", False)),
+        )
+
+
+def _cluster_from_json(r: _Reader) -> ClusterDescription:
+    world, per_node, nodes = r.integer("world_size"), r.integer("ranks_per_node"), r.integer("nodes")
+    if world != per_node * nodes:
+        raise ProfileError(f"{r.where}: world_size {world} != ranks_per_node {per_node} x nodes {nodes}")
+    hostnames = r.data.get("hostnames", [])
+    if not isinstance(hostnames, list) or not all(isinstance(h, str) for h in hostnames):
+        raise ProfileError(f"{r.where}.hostnames: expected a list of strings, got {hostnames!r}")
+    return ClusterDescription(
+        backend=r.text("backend"),
+        device_kind=r.text("device_kind", ("gpu", "cpu")),
+        device_name=r.text("device_name", default=""),
+        world_size=world,
+        ranks_per_node=per_node,
+        nodes=nodes,
+        hostnames=tuple(hostnames),
+    )
+
+
+def _collectives_from_json(entries: Any, where: str) -> dict[tuple[str, int, str], CollectiveFit]:
+    if not isinstance(entries, list):
+        raise ProfileError(f"{where}.collectives: expected a list, got {type(entries).__name__}")
+    fits: dict[tuple[str, int, str], CollectiveFit] = {}
+    for i, entry in enumerate(entries):
+        r = _Reader(entry, f"{where}.collectives[{i}]")
+        fit = CollectiveFit(
+            op=r.text("op", tuple(_BUSBW_FACTORS)),
+            ranks=r.integer("ranks"),
+            scope=r.text("scope", SCOPES),
+            alpha_s=float(r.number("alpha_s", positive=False) or 0.0),
+            busbw_Bps=float(r.number("busbw_Bps") or 0.0),
+            quality=r.quality(),
+        )
+        key = (fit.op, fit.ranks, fit.scope)
+        if key in fits:
+            raise ProfileError(f"{r.where}: a second fit for {fit.op} on {fit.ranks} ranks ({fit.scope})")
+        fits[key] = fit
+    return fits
+
+
+def profile_from_json(data: Any, where: str = "profile") -> CalibrationProfile:
+    """Validate a parsed profile document; ProfileError naming the key that is wrong."""
+    r = _Reader(data, where)
+    if r.data.get("format") != FORMAT:
+        raise ProfileError(
+            f"{where}: not a trainsim profile (format {r.data.get('format')!r}, expected {FORMAT!r})"
+        )
+    if r.data.get("version") != VERSION:
+        raise ProfileError(
+            f"{where}: profile version {r.data.get('version')!r} is not supported; "
+            f"this trainsim reads version {VERSION}"
+        )
+    compute = r.sub("compute", {})
+    dtypes = compute.sub("dtypes", {})
+    curves = {}
+    for dtype in sorted(dtypes.data):
+        d = dtypes.sub(dtype)
+        curves[dtype] = ComputeCurve(
+            dtype,
+            float(d.number("peak_flops") or 0.0),
+            float(d.number("half_flops", positive=False) or 0.0),
+            d.quality(),
+        )
+    slowdown = compute.number("comm_compute_slowdown", optional=True)
+    if slowdown is not None and slowdown < 1:
+        raise ProfileError(f"{where}.compute.comm_compute_slowdown: {slowdown} must be >= 1")
+    threads = compute.data.get("threads")
+    sources = r.data.get("sources", [])
+    overheads = compute.sub("op_overhead_s", {})
+    op_overhead = {
+        phase: float(overheads.number(phase) or 0.0) for phase in OP_PHASES if phase in overheads.data
+    }
+    return CalibrationProfile(
+        cluster=_cluster_from_json(r.sub("cluster")),
+        collectives=_collectives_from_json(r.data.get("collectives", []), where),
+        compute=curves,
+        memory_bandwidth_Bps=compute.number("memory_bandwidth_Bps", optional=True),
+        comm_compute_slowdown=slowdown,
+        threads=threads if isinstance(threads, int) and not isinstance(threads, bool) else None,
+        sources=tuple(str(s) for s in sources) if isinstance(sources, list) else (),
+        created=str(r.data.get("created", "")),
+        op_overhead_s=op_overhead,
+    )
+
+
+def load_profile(path: str | Path) -> CalibrationProfile:
+    """Read and validate a profile written by ``calibrate.fit``; ProfileError naming what is wrong."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ProfileError(f"{p}: no such calibration profile") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ProfileError(f"{p}: not a JSON calibration profile ({exc})") from None
+    return profile_from_json(data, str(p))

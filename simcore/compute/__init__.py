@@ -1,0 +1,1 @@
+"""simcore.compute.roofline."""

@@ -1,0 +1,110 @@
+"""Each rank's compute speed on its own device: one gradient priced per distinct device.
+
+A mixed cluster (A100 and A10G nodes) has ranks whose forward + backward take different times;
+these functions price a gradient with :class:`simcore.compute.roofline.ComputeModel` on every distinct
+device once (and cache it), so a what-if that prices the same gradient for many modes and GPU
+counts pays for it once.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from simcore.calibration.profile import CalibrationProfile
+    from simcore.topology import Topology
+    from simcore.workload.types import Workload
+
+__all__ = ["device_gradient_time_s", "rank_compute_times", "rank_speed_factors"]
+
+# (device, id(workload), dtype, micro-batch, recompute, id(calibration)) -> (workload, calibration,
+# seconds); the objects are kept so that a reused id() is never mistaken for the same workload.
+_GRADIENT_TIMES: dict[tuple[object, ...], tuple[object, object, float]] = {}
+_GRADIENT_CACHE_SIZE = 64
+
+
+def device_gradient_time_s(
+    device: str,
+    workload: Workload,
+    dtype: str,
+    micro_batch: int,
+    *,
+    accumulation: int = 1,
+    recompute: bool = False,
+    calibration: CalibrationProfile | None = None,
+) -> float:
+    """Seconds of forward + backward (+ recompute) of ``accumulation`` micro-batches on ``device``.
+
+    Cached per (device, workload object, dtype, micro-batch, recompute, calibration object): the
+    what-if prices the same gradient for every parameter-server mode and GPU count.
+    """
+    from simcore.compute.roofline import ComputeModel
+    from simcore.hardware import device_spec
+
+    key = (device, id(workload), dtype, micro_batch, recompute, id(calibration))
+    hit = _GRADIENT_TIMES.get(key)
+    if hit is None or hit[0] is not workload or hit[1] is not calibration:
+        model = ComputeModel(device_spec(device), dtype, calibration)
+        seconds = sum(model.phase_time_s(workload, micro_batch, phase) for phase in ("fwd", "bwd"))
+        if recompute:
+            seconds += model.phase_time_s(workload, micro_batch, "recompute")
+        if len(_GRADIENT_TIMES) >= _GRADIENT_CACHE_SIZE:
+            _GRADIENT_TIMES.clear()
+        hit = _GRADIENT_TIMES[key] = (workload, calibration, seconds)
+    return hit[2] * accumulation
+
+
+def rank_compute_times(
+    topology: Topology,
+    workload: Workload,
+    dtype: str,
+    micro_batch: int,
+    *,
+    accumulation: int = 1,
+    recompute: bool = False,
+    calibration: CalibrationProfile | None = None,
+) -> np.ndarray:
+    """Seconds for one gradient (``accumulation`` micro-batches of forward + backward) on each rank's device.
+
+    Each distinct device is priced once with :class:`simcore.compute.roofline.ComputeModel`.
+    """
+    by_device: dict[str, float] = {}
+    times = np.empty(topology.world_size)
+    for rank in range(topology.world_size):
+        name = topology.gpu_spec_name(rank) or "cpu"
+        if name not in by_device:
+            by_device[name] = device_gradient_time_s(
+                name,
+                workload,
+                dtype,
+                micro_batch,
+                accumulation=accumulation,
+                recompute=recompute,
+                calibration=calibration,
+            )
+        times[rank] = by_device[name]
+    return times
+
+
+def rank_speed_factors(
+    topology: Topology,
+    workload: Workload,
+    dtype: str,
+    micro_batch: int,
+    *,
+    reference: str | None = None,
+    recompute: bool = False,
+    calibration: CalibrationProfile | None = None,
+) -> np.ndarray:
+    """Each rank's compute time relative to ``reference``'s (a device name; default rank 0's device)."""
+    times = rank_compute_times(
+        topology, workload, dtype, micro_batch, recompute=recompute, calibration=calibration
+    )
+    if reference is None:
+        return times / times[0]
+    ref = device_gradient_time_s(
+        reference, workload, dtype, micro_batch, recompute=recompute, calibration=calibration
+    )
+    return times / ref

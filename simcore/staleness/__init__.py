@@ -1,0 +1,1 @@
+"""simcore.staleness.distribution."""

@@ -1,0 +1,254 @@
+"""The what-if: every (cluster, strategy, GPU count) point of a grid, and which strategy to pick.
+
+:func:`run_what_if` simulates one step per point with :mod:`simcore.strategies` and returns
+:class:`~simcore.report.StepReport` records with the scaling efficiency filled in against the same
+strategy on one GPU of the same cluster. :func:`recommend` applies the seed paper's decision
+framework to the largest GPU count of each cluster:
+
+1. uneven hardware (mixed devices or stragglers) -> parameter server, when the simulated numbers
+   say so (:func:`simcore.paramserver.advice.uneven_hardware_advice`); otherwise the synchronous
+   choice below, with the parameter server's numbers that lost;
+2. DDP fits -> DDP, unless another strategy that fits is more than :data:`DDP_TOLERANCE` faster
+   (then that one, with the numbers that make it faster);
+3. DDP does not fit -> the fastest strategy that fits, with its communication cost as the budget;
+4. nothing fits -> the smallest peak and what to change.
+
+Defaults (the main job, ``python -m experiments.what_if --gpus 16``): GPT-2 XL (1.56 B parameters,
+sequence 1024, bf16 with fp32 master weights and AdamW, 16 bytes/parameter = 25 GB of model state:
+it fits a replica on an 80 GB A100 but not on a 24 GB A10G, so the answer differs per cluster) on
+the seed paper's two cluster classes: ``dgx-a100`` (8 NVSwitch A100s per node) and ``g5.48xlarge``
+(8 PCIe A10Gs per node). Both give 16 GPUs on 2 nodes, so the comparison changes the GPU and the
+wires but not the node shape, as the paper's A100-vs-A10G comparison intends ("to isolate the
+impact of communication bandwidth"). Global batch 64 and micro-batch 4 (one micro-batch per GPU at
+16 GPUs; the one-GPU baseline accumulates 16).
+
+Parameter-server modes (``ps-sync``, ``ps-async``, ``ps-ssp``, ``ps-mitigated``) are simulated per
+rank with :mod:`simcore.paramserver` (flows through the cluster's links, so incast shows), for at
+least :data:`MIN_PS_STEPS` steps (:data:`UNEVEN_PS_STEPS` on uneven or jittery hardware, where
+asynchrony needs a few steps to settle). Stragglers, mixed devices and compute jitter
+(:class:`simcore.compute.heterogeneity.Heterogeneity`) make every synchronous step wait for its slowest
+rank; link jitter applies to the parameter server's flows only (collectives are priced
+uncontended).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from simcore.compute.heterogeneity import NO_HETEROGENEITY, Heterogeneity, sync_compute_scale
+from simcore.errors import TrainsimError
+from simcore.paramserver import PS_MODES, PSOptions, PSResult, load_ps_cluster, run_modes
+from simcore.report import StepReport
+from simcore.strategies import get_strategy, strategy_names
+from simcore.strategies.base import Strategy, TrainingConfig
+from simcore.strategies.runner import StepResult, gating_device, make_context, report_step, simulate_step
+from simcore.topology import Topology
+from simcore.whatif.recommend import Recommendation, UnevenHardware, recommend
+
+if TYPE_CHECKING:
+    from simcore.calibration.profile import CalibrationProfile
+    from simcore.workload.types import Workload
+
+__all__ = [
+    "DEFAULT_CLUSTERS",
+    "DEFAULT_CONFIG",
+    "DEFAULT_MODEL",
+    "MIN_PS_STEPS",
+    "UNEVEN_PS_STEPS",
+    "WhatIfResult",
+    "all_strategy_names",
+    "run_what_if",
+]
+
+DEFAULT_MODEL = "gpt2-xl"
+DEFAULT_SEQ_LEN = 1024
+DEFAULT_CLUSTERS = ("dgx-a100", "g5.48xlarge")
+DEFAULT_CONFIG = TrainingConfig(
+    global_batch=64, micro_batch=4, seq_len=DEFAULT_SEQ_LEN, dtype="bf16", optimizer="adamw"
+)
+# Parameter-server steps: two on even, deterministic hardware (the second shows steady-state
+# staleness); eight where stragglers, mixed devices or jitter let workers drift apart.
+MIN_PS_STEPS = 2
+UNEVEN_PS_STEPS = 8
+
+
+@dataclass(slots=True)
+class WhatIfResult:
+    """Reports of every point, a recommendation per cluster, and the simulated steps (for traces)."""
+
+    reports: list[StepReport]
+    recommendations: list[Recommendation]
+    steps: dict[tuple[str, str, int], StepResult] = field(default_factory=dict)
+    topologies: dict[tuple[str, int], Topology] = field(default_factory=dict)
+    ps_results: dict[tuple[str, str, int], PSResult] = field(default_factory=dict)
+    heterogeneity: Heterogeneity = NO_HETEROGENEITY
+
+    def records(self) -> list[dict[str, object]]:
+        """JSON-ready records in report order; parameter-server points carry their staleness fields."""
+        out: list[dict[str, object]] = []
+        for report in self.reports:
+            ps = self.ps_results.get((report.cluster, report.strategy, report.gpus))
+            out.append(replace(ps, step=report).to_record() if ps is not None else report.to_record())
+        return out
+
+
+def all_strategy_names() -> list[str]:
+    """Every strategy the what-if runs by default: the synchronous ones, then the parameter server's."""
+    return [*strategy_names(), *PS_MODES]
+
+
+def _check_names(names: Sequence[str]) -> tuple[list[Strategy], list[str]]:
+    """(synchronous strategies, parameter-server modes) of ``names``, in the order given."""
+    known = all_strategy_names()
+    for name in names:
+        if name not in known:
+            raise TrainsimError(f"unknown strategy {name!r}; known: {', '.join(known)}")
+    return [get_strategy(n) for n in names if n not in PS_MODES], [n for n in names if n in PS_MODES]
+
+
+def run_what_if(
+    workload: Workload,
+    clusters: Sequence[str],
+    gpus: Sequence[int],
+    *,
+    strategies: Sequence[str] | None = None,
+    config: TrainingConfig = DEFAULT_CONFIG,
+    calibration: CalibrationProfile | None = None,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+    ps_options: PSOptions | None = None,
+    heterogeneity: Heterogeneity = NO_HETEROGENEITY,
+) -> WhatIfResult:
+    """Simulate every (cluster, strategy, gpus) point; reports are ordered cluster, strategy, gpus."""
+    from topologies import load_cluster
+
+    names = list(strategies) if strategies else all_strategy_names()
+    chosen, ps_modes = _check_names(names)
+    counts = sorted(set(gpus))
+    if not counts or counts[0] < 1:
+        raise TrainsimError(f"--gpus must list positive counts, got {list(gpus)}")
+    for count in counts:
+        config.accumulation_steps(count)
+    heterogeneity.check(counts[-1])
+    result = WhatIfResult([], [], heterogeneity=heterogeneity)
+    total, done = len(clusters) * len(names) * (len(counts) + (1 not in counts)), [0]
+
+    def tick(line: str) -> None:
+        done[0] += 1
+        if progress is not None:
+            progress(f"[{done[0]}/{total}] {line}")
+
+    for cluster in clusters:
+        topologies = {n: load_cluster(cluster, gpus=n) for n in sorted({1, *counts})}
+        result.topologies.update({(cluster, n): t for n, t in topologies.items()})
+        if calibration is not None:
+            calibration.check_against(topologies[counts[-1]], strict=False)
+        by_point = _simulate_cluster(
+            result, cluster, topologies, chosen, workload, config, calibration, seed, tick, heterogeneity
+        )
+        if ps_modes:
+            by_point.update(
+                _simulate_ps_cluster(
+                    result, cluster, topologies, ps_modes, workload, config, calibration, seed, tick,
+                    ps_options or PSOptions(), heterogeneity,
+                )
+            )  # fmt: skip
+        for name in names:
+            base = by_point[(name, 1)]
+            for n in counts:
+                rep = by_point[(name, n)]
+                efficiency = rep.samples_per_s / (n * base.samples_per_s)
+                result.reports.append(replace(rep, scaling_efficiency=efficiency, baseline_fits=base.fits))
+        result.recommendations.append(_recommend_point(result, cluster, counts[-1], topologies[counts[-1]]))
+    return result
+
+
+def _mean_samples_per_s(result: WhatIfResult, cluster: str, report: StepReport) -> float:
+    """Throughput over all simulated steps (a straggler's slow steps count in full)."""
+    ps = result.ps_results.get((cluster, report.strategy, report.gpus))
+    if ps is not None:
+        return ps.throughput_samples_per_s
+    times = result.steps[(cluster, report.strategy, report.gpus)].step_times_s
+    return report.global_batch / (math.fsum(times) / len(times))
+
+
+def _recommend_point(result: WhatIfResult, cluster: str, gpus: int, topology: Topology) -> Recommendation:
+    point = [r for r in result.reports if r.cluster == cluster and r.gpus == gpus]
+    if not result.heterogeneity.uneven(topology):
+        return recommend(point)
+    ps = {r.strategy: result.ps_results[(cluster, r.strategy, gpus)] for r in point if r.strategy in PS_MODES}
+    rates = {r.strategy: _mean_samples_per_s(result, cluster, r) for r in point}
+    return recommend(
+        point, heterogeneous=True, uneven=UnevenHardware(result.heterogeneity.why(topology), ps, rates)
+    )
+
+
+def _simulate_cluster(
+    result: WhatIfResult,
+    cluster: str,
+    topologies: dict[int, Topology],
+    chosen: Sequence[Strategy],
+    workload: Workload,
+    config: TrainingConfig,
+    calibration: CalibrationProfile | None,
+    seed: int,
+    tick: Callable[[str], None],
+    heterogeneity: Heterogeneity = NO_HETEROGENEITY,
+) -> dict[tuple[str, int], StepReport]:
+    """Every synchronous strategy at every GPU count of one cluster (scaling efficiency not yet set).
+
+    A step's compute waits for the slowest rank (devices, stragglers and jitter; see
+    :func:`simcore.compute.heterogeneity.sync_compute_scale`).
+    """
+    slowdown = config.slowdown(calibration.comm_compute_slowdown if calibration else None)
+    by_point: dict[tuple[str, int], StepReport] = {}
+    for n, topo in sorted(topologies.items()):
+        ctx = make_context(workload, config, topo, calibration=calibration)
+        device = gating_device(topo, config.dtype)
+        scale = sync_compute_scale(
+            topo, workload, config.dtype, config.micro_batch, heterogeneity.restricted(n),
+            reference=device.name, recompute=config.activation_checkpointing, calibration=calibration,
+        )  # fmt: skip
+        for strategy in chosen:
+            step = simulate_step(strategy, ctx, seed=seed, slowdown=slowdown, compute_scale=scale)
+            by_point[(strategy.name, n)] = report_step(
+                step, ctx, cluster=cluster, device=device.name, peak_flops=device.flops(config.dtype)
+            )
+            result.steps[(cluster, strategy.name, n)] = step
+            tick(f"{cluster} {strategy.name} {n} GPUs")
+    return by_point
+
+
+def _simulate_ps_cluster(
+    result: WhatIfResult,
+    cluster: str,
+    topologies: dict[int, Topology],
+    modes: Sequence[str],
+    workload: Workload,
+    config: TrainingConfig,
+    calibration: CalibrationProfile | None,
+    seed: int,
+    tick: Callable[[str], None],
+    options: PSOptions,
+    heterogeneity: Heterogeneity,
+) -> dict[tuple[str, int], StepReport]:
+    """Every parameter-server mode at every GPU count of one cluster (per-rank simulation)."""
+    by_point: dict[tuple[str, int], StepReport] = {}
+    for n, topo in sorted(topologies.items()):
+        uneven = heterogeneity.stochastic or heterogeneity.uneven(topo)
+        steps = max(config.steps, UNEVEN_PS_STEPS if uneven else MIN_PS_STEPS)
+        ps_topology = (
+            topo if options.placement.kind == "colocated" else load_ps_cluster(cluster, n, options.placement)
+        )
+        results = run_modes(
+            workload, config, ps_topology, modes, options, cluster=cluster, workers=n, steps=steps,
+            heterogeneity=heterogeneity.restricted(n), calibration=calibration, seed=seed,
+        )  # fmt: skip
+        for mode, ps in results.items():
+            by_point[(mode, n)] = ps.step
+            result.ps_results[(cluster, mode, n)] = ps
+            tick(f"{cluster} {mode} {n} GPUs")
+    return by_point

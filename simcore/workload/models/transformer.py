@@ -1,0 +1,267 @@
+"""Decoder/encoder transformers from their shape: parameters, FLOPs and activation bytes per operator.
+
+FLOPs (Kaplan et al. 2020, "Scaling Laws for Neural Language Models", Table 1; Narayanan et al.
+2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM", sec. 5.1):
+every matmul costs 2 FLOPs per weight per token in forward, attention scores and the weighted sum
+add ``4 * seq * hidden`` per token per layer (no discount for the causal mask), the logits
+``2 * hidden * vocab`` per token, and backward is twice forward. Norms, activations and the
+embedding lookup count no FLOPs: their time comes from the bytes they move (roofline).
+
+Activation bytes saved for backward follow Korthikanti et al. 2022, "Reducing Activation
+Recomputation in Large Transformer Models", sec. 4.1: per layer and sequence ``34*s*h + 5*a*s^2``
+bytes at 16-bit with dropout and without flash attention. Here the same accounting is itemised per
+operator and scaled by the dtype's bytes (dropout masks are 1 byte each). With flash attention
+(the default for language models: Dao et al. 2022, "FlashAttention") the ``s^2`` terms go away and
+only the softmax log-sum-exp (fp32, ``a*s``) is kept. Gated FFNs (SwiGLU, Shazeer 2020) save the
+gate, the up projection and the activated gate (``3*s*ffn`` elements).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from simcore.dtypes import DTYPE_BYTES
+from simcore.errors import TrainsimError
+from simcore.workload.models import check_keys, get_bool, get_choice, get_nonnegative_int, get_positive_int
+from simcore.workload.types import Layer, ParameterTie, Workload
+
+__all__ = ["SHAPE_KEYS_OPTIONAL", "SHAPE_KEYS_REQUIRED", "TransformerShape", "build_layers", "build_workload"]
+
+SHAPE_KEYS_REQUIRED = ("layers", "hidden", "heads", "ffn", "vocab", "seq_len")
+SHAPE_KEYS_OPTIONAL = (
+    "kv_heads",
+    "tied_embeddings",
+    "gated_ffn",
+    "norm",
+    "bias",
+    "positions",
+    "max_positions",
+    "token_types",
+    "embedding_norm",
+    "final_norm",
+    "pooler",
+    "dropout",
+    "flash_attention",
+)
+
+LOSS_BYTES_PER_LOGIT = 4  # cross entropy keeps fp32 log-softmax of the logits (Korthikanti 2022, sec. 4.3)
+
+
+@dataclass(frozen=True, slots=True)
+class TransformerShape:
+    """The shape of a transformer; defaults describe a GPT-2-like pre-LN decoder."""
+
+    layers: int
+    hidden: int
+    heads: int
+    ffn: int
+    vocab: int
+    seq_len: int
+    kv_heads: int | None = None  # grouped-query attention (Ainslie et al. 2023); None = heads
+    tied_embeddings: bool = True  # output projection shares the token embedding matrix
+    gated_ffn: bool = False  # SwiGLU: gate and up projections of width ffn, then down
+    norm: str = "layernorm"  # "layernorm" (weight + bias) or "rmsnorm" (weight only)
+    bias: bool = True  # linear layers carry biases
+    positions: str = "learned"  # "learned" (a position-embedding table) or "rotary" (no parameters)
+    max_positions: int | None = None  # size of the learned position table; None = seq_len
+    token_types: int = 0  # BERT's segment embeddings
+    embedding_norm: bool = False  # a norm right after the embeddings (BERT)
+    final_norm: bool = True  # a norm before the output projection (GPT-2, Llama)
+    pooler: bool = False  # BERT's pooler (hidden x hidden linear on the first token)
+    dropout: bool = True  # dropout layers present (1-byte masks saved for backward)
+    flash_attention: bool = True  # attention scores never materialised (no s^2 activation term)
+
+    def __post_init__(self) -> None:
+        if self.hidden % self.heads:
+            raise TrainsimError(
+                f"transformer: hidden ({self.hidden}) must be a multiple of heads ({self.heads})"
+            )
+        if self.heads % self.n_kv_heads:
+            raise TrainsimError(
+                f"transformer: heads ({self.heads}) must be a multiple of kv_heads ({self.n_kv_heads})"
+            )
+        if self.positions == "learned" and self.seq_len > self.position_table:
+            raise TrainsimError(
+                f"transformer: seq_len {self.seq_len} exceeds the {self.position_table} "
+                "learned positions (max_positions)"
+            )
+
+    @property
+    def n_kv_heads(self) -> int:
+        """Key/value heads (equal to heads without grouped-query attention)."""
+        return self.kv_heads or self.heads
+
+    @property
+    def head_dim(self) -> int:
+        """Width of one attention head."""
+        return self.hidden // self.heads
+
+    @property
+    def position_table(self) -> int:
+        """Rows of the learned position table."""
+        return self.max_positions or self.seq_len
+
+    @classmethod
+    def from_mapping(cls, data: object, *, where: str) -> TransformerShape:
+        """A shape from a user mapping, validated strictly (unknown/missing keys, non-positive sizes)."""
+        m = check_keys(data, SHAPE_KEYS_REQUIRED, SHAPE_KEYS_OPTIONAL, where)
+        sizes: dict[str, Any] = {key: get_positive_int(m, key, where) for key in SHAPE_KEYS_REQUIRED}
+        options: dict[str, Any] = dict(
+            kv_heads=get_positive_int(m, "kv_heads", where) if "kv_heads" in m else None,
+            tied_embeddings=get_bool(m, "tied_embeddings", where, True),
+            gated_ffn=get_bool(m, "gated_ffn", where, False),
+            norm=get_choice(m, "norm", where, ("layernorm", "rmsnorm"), "layernorm"),
+            bias=get_bool(m, "bias", where, True),
+            positions=get_choice(m, "positions", where, ("learned", "rotary"), "learned"),
+            max_positions=get_positive_int(m, "max_positions", where) if "max_positions" in m else None,
+            token_types=get_nonnegative_int(m, "token_types", where, 0),
+            embedding_norm=get_bool(m, "embedding_norm", where, False),
+            final_norm=get_bool(m, "final_norm", where, True),
+            pooler=get_bool(m, "pooler", where, False),
+            dropout=get_bool(m, "dropout", where, True),
+            flash_attention=get_bool(m, "flash_attention", where, True),
+        )
+        try:
+            return cls(**sizes, **options)
+        except TrainsimError as exc:
+            raise TrainsimError(f"{where}: {exc}") from None
+
+    def with_seq_len(self, seq_len: int) -> TransformerShape:
+        """The same model at another sequence length (learned position tables keep their size)."""
+        fields = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        fields["max_positions"] = self.position_table
+        fields["seq_len"] = seq_len
+        return TransformerShape(**fields)
+
+
+def _norm_params(shape: TransformerShape) -> int:
+    return shape.hidden * (2 if shape.norm == "layernorm" else 1)
+
+
+def _elementwise(
+    name: str, kind: str, block: int, params: int, saved: float, out: float, moved: float
+) -> Layer:
+    return Layer(name, kind, block, params, 0.0, 0.0, saved, out, moved)
+
+
+def _matmul(
+    name: str, block: int, s: int, d_in: int, d_out: int, bias: bool, e: int, extra_saved: float
+) -> Layer:
+    """A linear layer on ``s`` tokens: saves its input, 2 FLOPs per weight per token forward."""
+    flops = 2.0 * s * d_in * d_out
+    return Layer(
+        name,
+        "linear",
+        block,
+        d_in * d_out + (d_out if bias else 0),
+        flops,
+        2.0 * flops,
+        e * s * d_in + extra_saved,
+        e * s * d_out,
+        e * s * (d_in + d_out),
+    )
+
+
+def _attention_core(shape: TransformerShape, block: int, e: int) -> Layer:
+    s, h, a = shape.seq_len, shape.hidden, shape.heads
+    qkv_elems = s * (h + 2 * shape.n_kv_heads * shape.head_dim)
+    flops = 4.0 * s * s * h  # Q K^T and softmax(.) V, each 2*s*s*h
+    if shape.flash_attention:
+        saved = e * qkv_elems + 4.0 * a * s  # Q, K, V and the fp32 log-sum-exp
+        moved = float(e * (qkv_elems + s * h))
+    else:
+        scores = a * s * s
+        saved = float(e * qkv_elems + e * scores + ((1 + e) * scores if shape.dropout else 0))
+        moved = e * (qkv_elems + s * h) + 4.0 * e * scores  # write scores, softmax read+write, read for PV
+    return Layer(
+        f"block{block}.attn_core", "attention", block, 0, flops, 2.0 * flops, saved, e * s * h, moved
+    )
+
+
+def _block_layers(shape: TransformerShape, block: int, e: int) -> list[Layer]:
+    s, h, f = shape.seq_len, shape.hidden, shape.ffn
+    mask = float(s * h) if shape.dropout else 0.0
+    norm_p = _norm_params(shape)
+    qkv_out = h + 2 * shape.n_kv_heads * shape.head_dim
+    up_out = f * (2 if shape.gated_ffn else 1)
+    act_saved = e * s * f * (3 if shape.gated_ffn else 1)
+    p = f"block{block}"
+    return [
+        _elementwise(f"{p}.norm1", "norm", block, norm_p, e * s * h, e * s * h, 2.0 * e * s * h),
+        _matmul(f"{p}.attn_qkv", block, s, h, qkv_out, shape.bias, e, 0.0),
+        _attention_core(shape, block, e),
+        _matmul(f"{p}.attn_out", block, s, h, h, shape.bias, e, mask),
+        _elementwise(f"{p}.norm2", "norm", block, norm_p, e * s * h, e * s * h, 2.0 * e * s * h),
+        _matmul(f"{p}.mlp_in", block, s, h, up_out, shape.bias, e, 0.0),
+        _elementwise(f"{p}.mlp_act", "activation", block, 0, act_saved, e * s * f, e * s * (up_out + f)),
+        _matmul(f"{p}.mlp_out", block, s, f, h, shape.bias, e, mask),
+    ]
+
+
+def _embedding(shape: TransformerShape, e: int) -> list[Layer]:
+    s, h = shape.seq_len, shape.hidden
+    params = shape.vocab * h + shape.token_types * h
+    if shape.positions == "learned":
+        params += shape.position_table * h
+    mask = float(s * h) if shape.dropout else 0.0
+    layers = [Layer("embed", "embedding", -1, params, 0.0, 0.0, mask, e * s * h, 2.0 * e * s * h)]
+    if shape.embedding_norm:
+        layers.append(
+            _elementwise("embed_norm", "norm", -1, _norm_params(shape), e * s * h, e * s * h, 2.0 * e * s * h)
+        )
+    return layers
+
+
+def _head(shape: TransformerShape, e: int) -> list[Layer]:
+    s, h, v = shape.seq_len, shape.hidden, shape.vocab
+    layers: list[Layer] = []
+    if shape.final_norm:
+        layers.append(
+            _elementwise("final_norm", "norm", -1, _norm_params(shape), e * s * h, e * s * h, 2.0 * e * s * h)
+        )
+    if shape.pooler:
+        layers.append(_matmul("pooler", -1, 1, h, h, True, e, 0.0))
+    head = _matmul("lm_head", -1, s, h, v, False, e, LOSS_BYTES_PER_LOGIT * s * v)
+    if shape.tied_embeddings:
+        head = replace(head, params=0)
+    layers.append(head)
+    return layers
+
+
+def build_layers(shape: TransformerShape, dtype: str) -> tuple[Layer, ...]:
+    """All operators of the model in execution order, per sequence of ``shape.seq_len`` tokens."""
+    e = DTYPE_BYTES[dtype]
+    layers = _embedding(shape, e)
+    for block in range(shape.layers):
+        layers.extend(_block_layers(shape, block, e))
+    layers.extend(_head(shape, e))
+    return tuple(layers)
+
+
+def build_workload(
+    name: str, shape: TransformerShape, *, seq_len: int | None, dtype: str, source: str
+) -> Workload:
+    """The workload of a transformer, at ``seq_len`` if given (else the shape's)."""
+    if seq_len is not None and seq_len != shape.seq_len:
+        shape = shape.with_seq_len(seq_len)
+    layers = build_layers(shape, dtype)
+    ties: tuple[ParameterTie, ...] = ()
+    if shape.tied_embeddings:  # the token embedding (layer 0) is the output head's weight
+        head = next(i for i, layer in enumerate(layers) if layer.name == "lm_head")
+        ties = (ParameterTie(shape.vocab * shape.hidden, (0, head)),)
+    return Workload(
+        name=name,
+        layers=layers,
+        block_names=tuple(f"block{i}" for i in range(shape.layers)),
+        dtype=dtype,
+        tokens_per_sample=shape.seq_len,
+        source=source,
+        ties=ties,
+    )
+
+
+def shape_summary(shape: TransformerShape) -> Mapping[str, Any]:
+    """The shape as a plain mapping (for reports)."""
+    return {name: getattr(shape, name) for name in shape.__dataclass_fields__}

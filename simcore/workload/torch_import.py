@@ -1,0 +1,225 @@
+"""Import any ``torch.nn.Module`` as a workload, on the meta device (no weights, no GPU).
+
+``load_workload("package.module:factory", input_shape=(3, 224, 224))`` (or a file path,
+``"my_model.py:build"``) calls ``factory()`` under ``torch.device("meta")``, runs one forward
+pass on a meta batch and records per module, in execution order:
+
+- FLOPs from ``torch.utils.flop_counter.FlopCounterMode`` (it works on meta tensors: shapes
+  suffice); backward is taken as twice forward, as for the formula presets;
+- parameters owned by the module (tied parameters counted once, at their first owner); a
+  parameter that another module also holds, or saves for backward (a weight used by a second
+  module, as GPT-2's output head uses the token embedding), becomes a
+  :class:`~simcore.workload.types.ParameterTie` between the layers that use it;
+- bytes saved for backward, from ``torch.autograd.graph.saved_tensors_hooks``: each storage
+  counted once over the whole forward pass (a ReLU output that the next convolution also saves
+  is one tensor in memory), attributed to the innermost module running when it was first saved
+  (the last of its users in backward, so it is freed when that module's backward ends);
+- ``F.scaled_dot_product_attention`` is counted as the fused (flash / memory-efficient) kernel
+  that real CPU and GPU runs take: it saves query, key, value, the output and an fp32 log-sum-exp
+  per query row, and its output is laid out ``(batch, seq, heads, dim)`` in memory as theirs is
+  (so merging the heads afterwards is a view, not a copy). On meta tensors torch falls back to
+  the unfused math path, whose saved ``seq x seq`` scores no real run keeps;
+- output bytes from forward hooks; bytes moved = inputs + outputs of a leaf module.
+
+Leaf modules become layers. Work a container does itself (``F.scaled_dot_product_attention`` in an
+attention module's ``forward``, residual adds) becomes one extra layer ``"<module>.(self)"``.
+Blocks are the elements of the outermost ``nn.ModuleList``s (where models keep their repeated
+blocks), else the root's direct children. The example input: ``input_shape`` (per sample, float),
+else ``seq_len`` (a ``(batch, seq_len)`` int64 token tensor), else ``image_size`` (``3 x s x s``).
+Floating-point tensors are sized at the workload dtype. Only the module's forward is traced:
+the loss (e.g. the fp32 log-softmax cross entropy keeps over the logits) is not part of the
+workload's activations. The pass itself is :func:`simcore.workload.torch_trace.trace`. torch is imported
+only inside functions, so the rest of trainsim works without it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from simcore.dtypes import DTYPE_BYTES
+from simcore.errors import TrainsimError
+from simcore.workload.torch_trace import ModuleRecord, parameter_ties, trace
+from simcore.workload.types import Layer, Workload
+
+__all__ = ["resolve_factory", "workload_from_factory"]
+
+_TRACE_BATCH = 2  # batch of the traced pass (BatchNorm refuses one value per channel); figures / 2
+
+
+def _import_torch() -> Any:
+    try:
+        import torch
+    except ImportError:
+        raise TrainsimError(
+            "importing a torch model needs torch: pip install 'trainsim[calibrate]'"
+        ) from None
+    return torch
+
+
+def resolve_factory(spec: str) -> Callable[[], Any]:
+    """The callable named by ``"package.module:factory"`` or ``"path/to/file.py:factory"``."""
+    module_name, _, attr = spec.rpartition(":")
+    if not module_name or not attr:
+        raise TrainsimError(f"model {spec!r}: expected 'package.module:factory' or 'file.py:factory'")
+    try:
+        if module_name.endswith(".py"):
+            path = Path(module_name)
+            if not path.is_file():
+                raise TrainsimError(f"model {spec!r}: no such file {module_name!r}")
+            loader_spec = importlib.util.spec_from_file_location(path.stem, path)
+            if loader_spec is None or loader_spec.loader is None:
+                raise TrainsimError(f"model {spec!r}: cannot import {module_name!r}")
+            module = importlib.util.module_from_spec(loader_spec)
+            loader_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise TrainsimError(f"model {spec!r}: cannot import {module_name!r}: {exc}") from None
+    target: Any = module
+    for part in attr.split("."):
+        if not hasattr(target, part):
+            raise TrainsimError(f"model {spec!r}: {module_name!r} has no attribute {attr!r}")
+        target = getattr(target, part)
+    if not callable(target):
+        raise TrainsimError(f"model {spec!r}: {attr!r} is not callable")
+    return target
+
+
+def _example_input(
+    torch: Any, spec: str, input_shape: tuple[int, ...] | None, seq_len: int | None, image_size: int | None
+) -> tuple[Any, int]:
+    """The meta input batch and the tokens per sample it implies."""
+    if input_shape is not None:
+        if not input_shape or any(not isinstance(v, int) or v <= 0 for v in input_shape):
+            raise TrainsimError(f"model {spec!r}: input_shape must be positive integers, got {input_shape!r}")
+        return torch.empty((_TRACE_BATCH, *input_shape), device="meta"), 0
+    if seq_len is not None:
+        return torch.zeros((_TRACE_BATCH, seq_len), dtype=torch.long, device="meta"), seq_len
+    if image_size is not None:
+        return torch.empty((_TRACE_BATCH, 3, image_size, image_size), device="meta"), 0
+    raise TrainsimError(
+        f"model {spec!r}: give the per-sample input: input_shape (e.g. 3,224,224) "
+        "or seq_len for a token model"
+    )
+
+
+def _block_roots(torch: Any, model: Any) -> list[str]:
+    """Names of the modules that are blocks: elements of the outermost ModuleLists, else root children."""
+    lists = [name for name, mod in model.named_modules() if isinstance(mod, torch.nn.ModuleList)]
+    outer = [
+        name for name in lists if not any(name.startswith(other + ".") for other in lists if other != name)
+    ]
+    roots = [
+        f"{name}.{child}" if name else child
+        for name in outer
+        for child, _ in model.get_submodule(name).named_children()
+    ]
+    return roots or [name for name, _ in model.named_children()]
+
+
+def _layers(
+    records: dict[str, ModuleRecord], block_roots: list[str]
+) -> tuple[tuple[Layer, ...], tuple[str, ...]]:
+    ordered = sorted(records.values(), key=lambda r: (r.order, r.leaf))
+    block_of: dict[str, int] = {}
+    block_names: list[str] = []
+    layers: list[Layer] = []
+    per = 1.0 / _TRACE_BATCH
+    for rec in ordered:
+        root = next((b for b in block_roots if rec.name == b or rec.name.startswith(b + ".")), None)
+        if root is not None and root not in block_of:
+            block_of[root] = len(block_names)
+            block_names.append(root)
+        block = -1 if root is None else block_of[root]
+        if rec.leaf:
+            moved = rec.input_bytes + rec.output_bytes
+            layers.append(
+                Layer(
+                    rec.name,
+                    "module",
+                    block,
+                    rec.params,
+                    rec.flops * per,
+                    2 * rec.flops * per,
+                    rec.saved_bytes * per,
+                    rec.output_bytes * per,
+                    moved * per,
+                )
+            )
+        elif rec.flops or rec.params or rec.saved_bytes:
+            label = f"{rec.name}.(self)" if rec.name else "(self)"
+            layers.append(
+                Layer(
+                    label,
+                    "functional",
+                    block,
+                    rec.params,
+                    rec.flops * per,
+                    2 * rec.flops * per,
+                    rec.saved_bytes * per,
+                    0.0,
+                    2 * rec.saved_bytes * per,
+                )
+            )
+    return _contiguous(layers), tuple(block_names)
+
+
+def _contiguous(layers: list[Layer]) -> tuple[Layer, ...]:
+    """Keep a block's layers contiguous: a block re-entered later (a shared module) counts as outside."""
+    finished: set[int] = set()
+    current = -1
+    out = []
+    for layer in layers:
+        block = layer.block
+        if block != current:
+            finished.add(current)
+            if block in finished:
+                block = -1
+            current = block
+        out.append(layer if block == layer.block else replace(layer, block=-1))
+    return tuple(out)
+
+
+def workload_from_factory(
+    spec: str,
+    *,
+    input_shape: tuple[int, ...] | None = None,
+    seq_len: int | None = None,
+    image_size: int | None = None,
+    dtype: str = "bf16",
+) -> Workload:
+    """Trace the module ``factory()`` returns on the meta device into a workload (see module docstring)."""
+    torch = _import_torch()
+    factory = resolve_factory(spec)
+    with torch.device("meta"):
+        model = factory()
+    if not isinstance(model, torch.nn.Module):
+        raise TrainsimError(
+            f"model {spec!r}: the factory returned {type(model).__name__}, not a torch.nn.Module"
+        )
+    model.train()
+    example, tokens = _example_input(torch, spec, input_shape, seq_len, image_size)
+    try:
+        records = trace(torch, model, example, DTYPE_BYTES[dtype])
+    except (RuntimeError, TypeError, ValueError, NotImplementedError) as exc:
+        raise TrainsimError(
+            f"model {spec!r}: its forward pass failed on meta tensors of shape {tuple(example.shape)}: {exc}"
+        ) from None
+    layers, block_names = _layers(records, _block_roots(torch, model))
+    unowned = sum(p.numel() for p in model.parameters()) - sum(layer.params for layer in layers)
+    if unowned:  # parameters of modules the forward pass never called: keep the count honest
+        layers += (Layer("(unused parameters)", "unused", -1, unowned, 0.0, 0.0, 0.0, 0.0, 0.0),)
+    return Workload(
+        name=spec,
+        layers=layers,
+        block_names=block_names,
+        dtype=dtype,
+        tokens_per_sample=tokens,
+        source=f"torch module {spec} traced on the meta device",
+        ties=parameter_ties(records, layers),
+    )

@@ -1,0 +1,134 @@
+"""What one training step computes: layers grouped into blocks, with parameters, FLOPs and bytes.
+
+A :class:`Workload` is an ordered tuple of :class:`Layer` records (one record per operator: a
+matmul, a norm, a convolution ...). Every per-layer figure is *per sample* (one sequence for a
+language model, one image for a vision model) so a strategy scales it by its micro-batch.
+Layers belong to blocks (a transformer block, a CNN residual block or stage): the natural units
+for FSDP wrapping; embeddings, stems and heads sit outside blocks (``block == -1``).
+
+:func:`load_workload` accepts a preset name (:func:`preset_names`), the path of a shape file
+(YAML/JSON, see :func:`simcore.workload.shapefile.load_shape_file`) or ``"module:factory"`` naming a Python
+callable that returns a ``torch.nn.Module`` (imported on the meta device, see
+:mod:`simcore.workload.torch_import`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simcore.dtypes import DTYPE_BYTES
+from simcore.errors import TrainsimError
+
+__all__ = ["Layer", "ParameterTie", "Workload"]
+
+
+@dataclass(frozen=True, slots=True)
+class Layer:
+    """One operator of the model; all figures are per sample at the workload's dtype."""
+
+    name: str
+    kind: str  # "embedding", "linear", "attention", "norm", "activation", "conv", "pool", ...
+    block: int  # index into Workload.block_names; -1 = outside every block
+    params: int
+    fwd_flops: float  # forward FLOPs per sample (a multiply-add counts as 2)
+    bwd_flops: float  # backward FLOPs per sample (2x forward for matmuls: input and weight gradients)
+    activation_bytes: float  # bytes per sample saved in forward for backward
+    output_bytes: float  # bytes per sample of the tensor handed to the next layer
+    memory_bytes: float  # bytes per sample read and written in forward, weights excluded (roofline)
+
+    @property
+    def is_flop_free(self) -> bool:
+        """True for operators without matmul FLOPs (norms, activations, pools): memory-bandwidth bound."""
+        return self.fwd_flops == 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ParameterTie:
+    """One parameter tensor shared by several layers (GPT-2's token embedding and output head).
+
+    ``layers`` are the indices of the layers that use it; its ``params`` are counted once, in the
+    ``params`` of one of them. Backward produces one partial gradient per use, and autograd keeps
+    them until the last use's backward, then sums them into a new tensor: ``len(layers)`` partials
+    plus their sum are alive together for a moment (:mod:`simcore.strategies.passes`).
+    """
+
+    params: int
+    layers: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A model as the simulator sees it: ordered layers grouped into named blocks."""
+
+    name: str
+    layers: tuple[Layer, ...]
+    block_names: tuple[str, ...]
+    dtype: str  # storage/activation dtype the byte figures were computed for
+    tokens_per_sample: int  # sequence length for language models, 0 for vision models
+    source: str  # where the architecture (and its published parameter count) comes from
+    ties: tuple[ParameterTie, ...] = ()  # parameters shared by several layers
+
+    def __post_init__(self) -> None:
+        for tie in self.ties:
+            if len(tie.layers) < 2 or any(not 0 <= i < len(self.layers) for i in tie.layers):
+                raise TrainsimError(
+                    f"workload {self.name!r}: a parameter tie needs two or more layer indices in "
+                    f"0..{len(self.layers) - 1}, got {tie.layers}"
+                )
+        if self.dtype not in DTYPE_BYTES:
+            raise TrainsimError(
+                f"workload {self.name!r}: unknown dtype {self.dtype!r}; allowed: {sorted(DTYPE_BYTES)}"
+            )
+        if not self.layers:
+            raise TrainsimError(f"workload {self.name!r} has no layers")
+        seen_done: set[int] = set()
+        current = -2
+        for layer in self.layers:
+            if not -1 <= layer.block < len(self.block_names):
+                raise TrainsimError(f"workload {self.name!r}: layer {layer.name!r} has block {layer.block}")
+            if layer.block != current:
+                if layer.block in seen_done and layer.block != -1:
+                    raise TrainsimError(f"workload {self.name!r}: block {layer.block} is not contiguous")
+                seen_done.add(current)
+                current = layer.block
+
+    @property
+    def params(self) -> int:
+        """Total number of trainable parameters."""
+        return sum(layer.params for layer in self.layers)
+
+    @property
+    def fwd_flops_per_sample(self) -> float:
+        """Forward FLOPs of one sample through the whole model."""
+        return sum(layer.fwd_flops for layer in self.layers)
+
+    @property
+    def bwd_flops_per_sample(self) -> float:
+        """Backward FLOPs of one sample through the whole model."""
+        return sum(layer.bwd_flops for layer in self.layers)
+
+    @property
+    def activation_bytes_per_sample(self) -> float:
+        """Bytes saved for backward by one sample (what activation checkpointing would avoid)."""
+        return sum(layer.activation_bytes for layer in self.layers)
+
+    @property
+    def dtype_bytes(self) -> int:
+        """Bytes per element of the workload's dtype."""
+        return DTYPE_BYTES[self.dtype]
+
+    def block_layer_indices(self) -> tuple[tuple[int, ...], ...]:
+        """For each block (in ``block_names`` order), the indices of its layers in ``layers``."""
+        groups: list[list[int]] = [[] for _ in self.block_names]
+        for index, layer in enumerate(self.layers):
+            if layer.block >= 0:
+                groups[layer.block].append(index)
+        return tuple(tuple(group) for group in groups)
+
+    def blocks(self) -> tuple[tuple[Layer, ...], ...]:
+        """The layers of each block, in ``block_names`` order (layers outside blocks are left out)."""
+        return tuple(tuple(self.layers[i] for i in group) for group in self.block_layer_indices())
+
+    def outside_layers(self) -> tuple[Layer, ...]:
+        """Layers outside every block (embeddings, stem, head, final norm)."""
+        return tuple(layer for layer in self.layers if layer.block == -1)

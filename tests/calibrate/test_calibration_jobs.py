@@ -1,0 +1,192 @@
+"""The calibration jobs run for real (gloo on CPU, 2 processes, tiny sizes) and fit into a profile."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+from calibrate.common.records import read_records
+from calibrate.fit import cli as fit
+from calibrate.nccl_tests.parser import parse_text
+from simcore.calibration.profile_json import load_profile
+from simcore.topology import Topology
+
+pytest.importorskip("torch", reason="these tests run the torch calibration jobs")
+
+pytestmark = pytest.mark.integration
+
+TINY_COLLECTIVES = [
+    "-b",
+    "8",
+    "-e",
+    "4K",
+    "-f",
+    "8",
+    "-n",
+    "2",
+    "-w",
+    "1",
+    "--repeats",
+    "2",
+    "--threads",
+    "1",
+]
+TINY_COMPUTE = ["--threads", "1", "--matmul-sizes", "16,32,64", "--mem-bytes", "256K", "-n", "2", "-w", "1",
+                "--repeats", "1", "--layers", "linear,conv2d", "--slowdown-bytes", "64K", "--dtypes", "fp32",
+                "--op-chains", "4,16"]  # fmt: skip
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("RANK", None)
+    env.update(OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo", MASTER_ADDR="127.0.0.1")
+    return env
+
+
+def _torchrun(module: str, args: list[str], timeout_s: float = 240) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+               "-m", module, *args]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=_env())
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def _one_host_two_cpus() -> Topology:
+    graph = nx.DiGraph()
+    for r in range(2):
+        graph.add_node(f"h0/cpu{r}", kind="cpu", host=0)
+    graph.add_edge("h0/cpu0", "h0/cpu1", bandwidth_Bps=1e10, latency_s=1e-6, kind="memory")
+    graph.add_edge("h0/cpu1", "h0/cpu0", bandwidth_Bps=1e10, latency_s=1e-6, kind="memory")
+    return Topology("one-host", graph, ["h0/cpu0", "h0/cpu1"])
+
+
+@pytest.mark.slow
+def test_two_rank_jobs_fit_into_a_profile_the_simulator_accepts(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    collectives = _torchrun("calibrate.collectives", ["--out", str(runs), "--csv", *TINY_COLLECTIVES])
+    _torchrun("calibrate.compute", ["--out", str(runs), *TINY_COMPUTE])
+
+    rows = [r for r in read_records(runs / "collectives.jsonl") if r["kind"] == "collective"]
+    ops = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv")
+    assert sorted({r["op"] for r in rows}) == sorted(ops)
+    assert {(r["ranks"], r["scope"], r["backend"]) for r in rows} == {(2, "intra_node", "gloo")}
+    assert len(read_records(runs / "collectives.csv")) == len(rows)
+    printed = parse_text(collectives.stdout, source="stdout")  # the printed table is nccl-tests' own
+    assert len(printed) == len(rows)
+
+    compute = read_records(runs / "compute.jsonl")
+    assert {r["kind"] for r in compute} == {
+        "provenance",
+        "matmul",
+        "memory",
+        "layer",
+        "op_overhead",
+        "slowdown",
+    }
+    assert all(r["threads"] == 1 for r in compute if r["kind"] != "provenance")
+
+    profile_path = tmp_path / "profile.json"
+    assert fit.main([str(runs), "-o", str(profile_path)]) == 0
+    profile = load_profile(profile_path)
+    for op in ops:
+        alpha_s, busbw_Bps = profile.collective_alpha_beta(op, 2, "intra_node") or (-1.0, -1.0)
+        assert alpha_s >= 0 and busbw_Bps > 0
+    assert profile.compute_rate(1e6, "fp32") is not None
+    assert profile.memory_bandwidth_Bps and profile.memory_bandwidth_Bps > 0
+    assert profile.comm_compute_slowdown and profile.comm_compute_slowdown >= 1
+    assert set(profile.op_overhead_s) == {"fwd", "bwd"} and min(profile.op_overhead_s.values()) > 0
+    assert (profile.cluster.backend, profile.cluster.world_size, profile.cluster.nodes) == ("gloo", 2, 1)
+    profile.check_against(_one_host_two_cpus())
+
+
+def _keys(path: Path) -> list[tuple[object, ...]]:
+    return [
+        (r["op"], r["size_bytes"], r["group"], r["repeat"])
+        for r in read_records(path)
+        if r["kind"] == "collective"
+    ]
+
+
+def test_single_process_run_and_torn_file_resume(tmp_path: Path) -> None:
+    """A torn last row (the job died writing it) is skipped on reading and measured again on --resume."""
+    args = ["--out", str(tmp_path), "--ops", "all_reduce,broadcast", "-b", "8", "-e", "1K", "-f", "4",
+            "-n", "2", "-w", "0", "--repeats", "2", "--threads", "1"]  # fmt: skip
+    command = [sys.executable, "-m", "calibrate.collectives", *args]
+    subprocess.run(command, check=True, capture_output=True, timeout=120, env=_env())
+    path = tmp_path / "collectives.jsonl"
+    complete = _keys(path)
+    assert len(complete) == 2 * 4 * 2  # ops x sizes (8, 32, 128, 512) x repeats
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:-4]) + lines[-4][: len(lines[-4]) // 2])  # killed mid-row
+    assert _keys(path) == complete[:-4]
+    subprocess.run([*command, "--resume"], check=True, capture_output=True, timeout=120, env=_env())
+    assert sorted(_keys(path), key=str) == sorted(complete, key=str)  # every row once, none twice
+
+
+@pytest.mark.slow
+def test_killed_job_keeps_its_rows_and_resumes(tmp_path: Path) -> None:
+    args = ["--out", str(tmp_path), "--ops", "all_reduce", "-b", "8", "-e", "64K", "-f", "2",
+            "-n", "300", "-w", "1", "--repeats", "2", "--threads", "1", "--groups", "world"]  # fmt: skip
+    command = [sys.executable, "-m", "calibrate.collectives", *args]
+    path = tmp_path / "collectives.jsonl"
+    job = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env())
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and job.poll() is None and len(_keys(path)) < 3:
+            time.sleep(0.05)
+        job.send_signal(signal.SIGKILL)
+    finally:
+        job.wait(timeout=60)
+    measured = _keys(path)
+    assert len(measured) >= 3 or job.returncode == 0
+    subprocess.run([*command, "--resume"], check=True, capture_output=True, timeout=240, env=_env())
+    final = _keys(path)
+    assert final[: len(measured)] == measured  # kept, not measured again
+    assert len(final) == len(set(final)) == 14 * 2  # 8 B .. 64 KiB x 2 repeats
+
+
+def test_bad_arguments_are_one_error_line() -> None:
+    command = [
+        sys.executable,
+        "-m",
+        "calibrate.collectives",
+        "--ops",
+        "all_reduce,allgather",
+        "--out",
+        "unused",
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=_env())
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: --ops") and result.stderr.count("\n") == 1
+
+
+def test_op_chain_runs_one_operator_per_link() -> None:
+    """The op-overhead benchmark's premise, checked with torch's dispatch counter: forward runs
+    ``ops`` operators and backward ``ops`` plus a constant, so the slope is the cost of one."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from calibrate.compute.layers import op_overhead_benchmarks
+
+    class Count(TorchDispatchMode):
+        calls = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Count.calls += 1
+            return func(*args, **(kwargs or {}))
+
+    counts = {}
+    for _item, info, call in op_overhead_benchmarks([8, 32], torch.device("cpu")):
+        Count.calls = 0
+        with Count():
+            call()
+        counts[(info["phase"], info["ops"])] = Count.calls
+    assert counts[("fwd", 8)] == 8 and counts[("fwd", 32)] == 32
+    assert counts[("bwd", 32)] - counts[("bwd", 8)] == 24

@@ -1,0 +1,145 @@
+"""The emulated cluster: shaping commands, environment per rank, and (as root) real runs torn down."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from calibrate.common.records import read_records
+from calibrate.testbed import cli as testbed
+from calibrate.testbed.net import (
+    LinkShape,
+    Testbed,
+    TestbedError,
+    can_create_namespaces,
+    shaping_commands,
+    stale_namespaces,
+)
+
+ROOT_REASON = can_create_namespaces()
+needs_root = pytest.mark.skipif(ROOT_REASON is not None, reason=ROOT_REASON or "")
+
+
+def test_rate_only_link_is_one_tbf() -> None:
+    rate_Bps = 12.5e6
+    (command,) = shaping_commands("ns", "eth0", LinkShape(rate_Bps))
+    assert command[:7] == ["tc", "-n", "ns", "qdisc", "add", "dev", "eth0"]
+    assert command[command.index("rate") + 1] == f"{int(rate_Bps * 8)}bit" == "100000000bit"
+    assert int(command[command.index("burst") + 1]) == 65536  # one GSO segment at least
+
+
+def test_delayed_link_is_netem_over_tbf() -> None:
+    netem, tbf = shaping_commands("ns", "p0", LinkShape(1.25e8, 100e-6))
+    assert netem[netem.index("delay") + 1] == "100us" and "root" in netem
+    assert tbf[tbf.index("parent") + 1] == "1:1" and "tbf" in tbf
+    assert int(tbf[tbf.index("burst") + 1]) == 125000  # 1 ms at 1 Gbit/s
+
+
+def test_each_rank_sees_a_node_of_its_own() -> None:
+    bed = Testbed(3, LinkShape(1e9), tag="trainsim-test")
+    env = testbed.rank_environment(bed, 2, 29511, threads=1)
+    assert {k: env[k] for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")} == {
+        "RANK": "2", "WORLD_SIZE": "3", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": "10.213.0.1", "MASTER_PORT": "29511",
+    }  # fmt: skip
+    assert env["GLOO_SOCKET_IFNAME"] == "eth0" and bed.namespace(2) == "trainsim-test-2"
+
+
+def test_only_namespaces_of_dead_testbeds_are_stale() -> None:
+    names = [f"trainsim-{os.getpid()}-0", "trainsim-999999999-sw", "trainsim-x-1", "other-999999999-0"]
+    assert stale_namespaces(names) == ["trainsim-999999999-sw"]
+
+
+def test_node_count_is_checked() -> None:
+    with pytest.raises(TestbedError, match="between 2 and 250"):
+        Testbed(1, LinkShape(1e9))
+
+
+def test_cli_without_root_or_job_is_one_error_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(
+        testbed, "can_create_namespaces", lambda: "the testbed needs root (network namespaces and tc)"
+    )
+    for argv in (["--nodes", "2", "--", "calibrate.collectives"], ["--nodes", "2"]):
+        with pytest.raises(SystemExit) as exc:
+            testbed.main(argv)
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and err.count("\n") == 1
+
+
+def _our_namespaces(pid: int) -> list[str]:
+    listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30).stdout
+    return [line.split()[0] for line in listing.splitlines() if line.startswith(f"trainsim-{pid}-")]
+
+
+def _testbed_command(out: Path, *job: str) -> list[str]:
+    return [sys.executable, "-m", "calibrate.testbed", "--nodes", "2", "--bandwidth", "100Mbit/s", "--timeout", "200",
+            "--", "calibrate.collectives", "--out", str(out), "--threads", "1", *job]  # fmt: skip
+
+
+@needs_root
+@pytest.mark.root
+@pytest.mark.integration
+@pytest.mark.slow
+def test_two_namespaces_run_a_shaped_all_reduce_and_are_removed(tmp_path: Path) -> None:
+    job = ["--ops", "all_reduce", "-b", "256K", "-e", "1M", "-f", "4", "-n", "2", "-w", "1", "--repeats", "1"]
+    proc = subprocess.Popen(
+        _testbed_command(tmp_path, *job), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    _, err = proc.communicate(timeout=280)
+    assert proc.returncode == 0, err[-3000:]
+    assert _our_namespaces(proc.pid) == []
+    rows = [r for r in read_records(tmp_path / "collectives.jsonl") if r["kind"] == "collective"]
+    assert [(r["size_bytes"], r["nodes"], r["scope"]) for r in rows] == [
+        (262144, 2, "inter_node"),
+        (1048576, 2, "inter_node"),
+    ]
+    # 100 Mbit/s is 12.5 MB/s: nothing crosses the shaped link faster (a 64 KiB burst aside).
+    assert rows[-1]["busbw_GBps"] * 1e9 < 12.5e6 * 1.2
+
+
+@needs_root
+@pytest.mark.root
+@pytest.mark.integration
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="runs a torch job")
+def test_failing_job_still_tears_down(tmp_path: Path) -> None:
+    command = _testbed_command(
+        tmp_path, "--ops", "all_reduce", "-b", "0"
+    )  # every rank exits with a user error
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _, err = proc.communicate(timeout=200)
+    assert proc.returncode == 2
+    assert "--- rank 0" in err and "error: sizes" in err
+    assert _our_namespaces(proc.pid) == []
+
+
+@needs_root
+@pytest.mark.root
+@pytest.mark.integration
+@pytest.mark.slow
+def test_interrupt_tears_down(tmp_path: Path) -> None:
+    job = ["--ops", "all_reduce", "-b", "4M", "-e", "4M", "-n", "1000", "-w", "0", "--repeats", "1"]
+    proc = subprocess.Popen(
+        _testbed_command(tmp_path, *job), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (tmp_path / "collectives.jsonl").exists():
+            time.sleep(0.1)
+        assert _our_namespaces(proc.pid), "the testbed never came up"
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130
+    assert _our_namespaces(proc.pid) == []

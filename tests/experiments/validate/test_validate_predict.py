@@ -1,0 +1,203 @@
+"""experiments.validate.grid and validate_predict: the grid's shape, measured step times from records,
+and predictions from a synthetic calibration profile (no torch, no real run)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from experiments.validate.grid import (
+    GBIT,
+    MBIT,
+    MODEL_SIZES,
+    STRATEGIES,
+    RunSpec,
+    full_grid,
+    quick_grid,
+    train_argv,
+)
+from experiments.validate.predict import (
+    MeasuredRun,
+    compute_slowdown,
+    measured_step,
+    predict,
+    workload_from_description,
+)
+from simcore.calibration.profile_json import profile_from_json, profile_to_json
+from simcore.errors import TrainsimError
+
+
+def _profile():
+    fits = [{"op": op, "ranks": n, "scope": "intra_node", "alpha_s": 1e-4, "busbw_Bps": 1e9}
+            for op in ("all_reduce", "all_gather", "reduce_scatter", "send_recv") for n in (2, 3, 4)]  # fmt: skip
+    return profile_from_json({
+        "format": "trainsim-profile", "version": 1,
+        "cluster": {"backend": "gloo", "device_kind": "cpu", "device_name": "cpu", "world_size": 2,
+                    "ranks_per_node": 2, "nodes": 1},
+        "collectives": fits,
+        "compute": {"dtypes": {"fp32": {"peak_flops": 5e10, "half_flops": 5e5}}, "memory_bandwidth_Bps": 5e9,
+                    "comm_compute_slowdown": 1.0},
+    })  # fmt: skip
+
+
+def _description(width: int = 64, blocks: int = 2) -> dict:
+    layers = [{"name": "embed", "kind": "embedding", "block": -1, "params": 256 * width, "fwd_flops": 0.0,
+               "bwd_flops": 0.0, "activation_bytes": 0.0, "output_bytes": 128.0 * width,
+               "memory_bytes": 128.0 * width + 4 * 256 * width}]  # fmt: skip
+    for block in range(blocks):
+        params = 12 * width * width
+        layers.append({"name": f"blocks.{block}.mlp", "kind": "linear", "block": block, "params": params,
+                       "fwd_flops": 2.0 * 32 * params, "bwd_flops": 4.0 * 32 * params,
+                       "activation_bytes": 128.0 * width, "output_bytes": 128.0 * width,
+                       "memory_bytes": 256.0 * width + 4 * params})  # fmt: skip
+    return {"params": sum(r["params"] for r in layers), "blocks": blocks, "layers": layers}
+
+
+def _run(spec: RunSpec, background: float = 0.0) -> MeasuredRun:
+    return MeasuredRun(spec, 0.1, 5, _description(), {}, background)
+
+
+def test_full_grid_covers_the_issue():
+    grid = full_grid(testbed=True)
+    assert len({s.key for s in grid}) == len(grid)
+    assert {s.strategy for s in grid} == set(STRATEGIES)
+    assert {s.world for s in grid} == {2, 3, 4}
+    assert len({s.size for s in grid}) >= 2
+    assert {s.bandwidth_Bps for s in grid if s.network == "testbed"} == {GBIT, 100 * MBIT}
+    assert any(s.slow_rank >= 0 for s in grid)
+    assert all(s.network == "loopback" for s in full_grid(testbed=False))
+
+
+def test_quick_grid_is_small_and_real():
+    grid = quick_grid()
+    assert all(s.world == 2 and s.network == "loopback" for s in grid)
+    assert any(s.is_ps for s in grid) and any(not s.is_ps for s in grid)
+
+
+def test_train_argv_is_accepted_by_calibrate_train():
+    pytest.importorskip("torch")
+    from calibrate.train.cli import config_from_args
+
+    spec = RunSpec("ps-ssp", "transformer-l", 3, slow_rank=2, slow_factor=2.0)
+    config = config_from_args(train_argv(spec, "x.jsonl"))
+    size = MODEL_SIZES["transformer-l"]
+    assert (config.strategy, config.width, config.batch, config.threads) == (
+        "ps-ssp",
+        size.width,
+        size.batch,
+        1,
+    )
+    assert (config.slow_rank, config.slow_factor) == (2, 2.0)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"strategy": "horovod"}, {"size": "huge"}, {"network": "testbed"}, {"world": 1},
+     {"strategy": "ps-sync", "slow_rank": 0}, {"steps": 2, "warmup": 3}],
+)  # fmt: skip
+def test_bad_run_specs_are_refused(kwargs):
+    base = {"strategy": "ddp", "size": "cnn-s", "world": 2}
+    with pytest.raises(TrainsimError):
+        RunSpec(**{**base, **kwargs})
+
+
+def _step(rank: int, step: int, seconds: float, warmup: bool = False, role: str = "worker") -> dict:
+    return {
+        "kind": "step",
+        "rank": rank,
+        "step": step,
+        "step_time_s": seconds,
+        "warmup": warmup,
+        "role": role,
+    }
+
+
+def test_synchronous_step_is_the_slowest_rank_median_over_steps():
+    records = [_step(0, 0, 9.0, warmup=True), _step(0, 1, 1.0), _step(1, 1, 2.0), _step(0, 2, 3.0),
+               _step(1, 2, 1.0), _step(0, 3, 5.0), _step(1, 3, 4.0)]  # fmt: skip
+    step, timed, _ = measured_step(records, RunSpec("ddp", "cnn-s", 2))
+    assert (step, timed) == (3.0, 3)
+
+
+def test_asynchronous_step_is_one_gradient_per_worker_at_the_combined_rate():
+    records = [
+        _step(1, 0, 1.0),
+        _step(1, 1, 1.0),
+        _step(2, 0, 2.0),
+        _step(2, 1, 2.0),
+        _step(0, 0, 50.0, role="server"),
+    ]
+    step, _, _ = measured_step(records, RunSpec("ps-async", "cnn-s", 3))
+    assert step == pytest.approx(2 / (1 / 1.0 + 1 / 2.0))
+
+
+def test_no_timed_steps_is_an_error():
+    with pytest.raises(TrainsimError, match="no step records"):
+        measured_step([_step(0, 0, 1.0, warmup=True)], RunSpec("ddp", "cnn-s", 2))
+
+
+def test_workload_from_description_takes_weights_out_of_per_sample_bytes():
+    workload = workload_from_description(_description(), "t", 32)
+    assert workload.params == _description()["params"]
+    assert workload.layers[1].memory_bytes == 256.0 * 64
+
+
+@given(st.integers(1, 64), st.integers(1, 64))
+def test_compute_slowdown_is_one_until_cores_run_out_then_proportional(busy, cores):
+    slowdown = compute_slowdown(busy, cores)
+    assert slowdown >= 1.0
+    assert math.isclose(slowdown, max(1.0, busy / cores))
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_background_load_and_a_slow_rank_never_make_a_step_faster(strategy):
+    world = 3
+    base = predict(_run(RunSpec(strategy, "transformer-s", world)), _profile(), 2)
+    loaded = predict(_run(RunSpec(strategy, "transformer-s", world), background=3.0), _profile(), 2)
+    slowed = predict(
+        _run(RunSpec(strategy, "transformer-s", world, slow_rank=2, slow_factor=3.0)), _profile(), 2
+    )
+    assert base.step_time_s is not None and base.step_time_s > 0
+    assert loaded.step_time_s is not None and loaded.step_time_s > base.step_time_s
+    assert slowed.step_time_s is not None and slowed.step_time_s >= base.step_time_s
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp", "ps-sync"])
+def test_a_slower_shaped_link_gives_a_slower_step(strategy):
+    fast = predict(_run(RunSpec(strategy, "transformer-l", 3, "testbed", GBIT)), _profile(), 2)
+    slow = predict(_run(RunSpec(strategy, "transformer-l", 3, "testbed", 100 * MBIT)), _profile(), 2)
+    assert fast.step_time_s is not None and slow.step_time_s is not None
+    assert slow.step_time_s > fast.step_time_s
+
+
+def test_prediction_is_deterministic():
+    spec = RunSpec("ps-async", "transformer-s", 4, slow_rank=1, slow_factor=2.0)
+    assert predict(_run(spec, 1.5), _profile(), 2) == predict(_run(spec, 1.5), _profile(), 2)
+
+
+def test_full_grid_uses_models_where_compute_matters() -> None:
+    grid = full_grid(testbed=True)
+    assert {spec.size for spec in grid} == {"transformer-w256", "transformer-w384", "cnn-w64"}
+    assert all(spec.size == "transformer-w256" for spec in grid if spec.network == "testbed")
+
+
+def test_layer_timer_exposes_bandwidth_and_optimizer_dispatch_of_its_model() -> None:
+    from experiments.validate.predict import LayerCorrectedTimer
+
+    data = profile_to_json(_profile())
+    data["compute"]["op_overhead_s"] = {"fwd": 1e-5, "bwd": 2e-5}
+    timer = LayerCorrectedTimer(profile_from_json(data), {})
+    assert timer.memory_bandwidth_Bps == 5e9
+    assert timer.optimizer_dispatch_s(10, "sgd-momentum") == pytest.approx(10 * 3 * 1e-5)
+
+
+def test_op_overhead_and_copies_make_the_prediction_slower() -> None:
+    data = profile_to_json(_profile())
+    data["compute"]["op_overhead_s"] = {"fwd": 1e-5, "bwd": 2e-5}
+    run = _run(RunSpec("ddp", "transformer-s", 2))
+    without = predict(run, _profile(), 2).step_time_s
+    with_overhead = predict(run, profile_from_json(data), 2).step_time_s
+    assert without is not None and with_overhead is not None and with_overhead > without

@@ -1,0 +1,107 @@
+"""experiments.validate.report and ``validate --measured``: MAPE, strategy order, the report files,
+and the committed full run re-predicted against a stored golden summary.
+
+Regenerate the golden after an intended simulator change with
+``TRAINSIM_UPDATE_GOLDEN=1 pytest tests/test_validate_report.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from experiments.validate.cli import main
+from experiments.validate.grid import RunSpec
+from experiments.validate.predict import MeasuredRun, Prediction
+from experiments.validate.report import Row, mape, strategy_order
+from simcore.calibration.profile_json import profile_to_json
+from tests.experiments.validate.test_validate_predict import _description, _profile
+from tests.goldens import assert_golden
+from tests.paths import REPO
+
+COMMITTED = REPO / "experiments" / "results" / "validation"
+
+
+def _row(strategy: str, measured_s: float, predicted_s: float | None, world: int = 2) -> Row:
+    spec = RunSpec(strategy, "transformer-s", world)
+    return Row(spec, MeasuredRun(spec, measured_s, 5, {}, {}), Prediction(predicted_s, None))
+
+
+def test_mape_is_the_mean_absolute_relative_error_of_rows_with_both_numbers():
+    rows = [_row("ddp", 1.0, 1.1), _row("fsdp", 2.0, 1.0), _row("ps-sync", 1.0, None)]
+    assert mape(rows) == pytest.approx((0.1 + 0.5) / 2)
+    assert rows[2].error is None
+    assert mape(rows[2:]) is None
+
+
+def test_strategy_order_compares_strategies_within_one_configuration():
+    rows = [
+        _row("ddp", 1.0, 2.0, 3),
+        _row("fsdp", 2.0, 1.0, 3),
+        _row("ddp", 1.0, 1.0, 4),
+        _row("fsdp", 2.0, 3.0, 4),
+    ]
+    orders = {o["group"]: o for o in strategy_order(rows)}
+    assert orders["transformer-s w3 loopback"]["kendall_tau"] == pytest.approx(-1.0)
+    assert orders["transformer-s w4 loopback"]["measured_order"] == ["ddp", "fsdp"]
+    assert orders["transformer-s w4 loopback"]["predicted_order"] == ["ddp", "fsdp"]
+
+
+def _fake_measured(directory: Path) -> None:
+    """A measured directory as ``validate`` writes it, with made-up step records (for the pipeline only)."""
+    (directory / "runs").mkdir(parents=True)
+    (directory / "profile.json").write_text(json.dumps(profile_to_json(_profile())))
+    manifest: list[dict[str, Any]] = []
+    for index, spec in enumerate([RunSpec("ddp", "transformer-s", 2), RunSpec("ps-async", "transformer-s", 3),
+                                  RunSpec("fsdp", "transformer-s", 2)]):  # fmt: skip
+        name = f"runs/{spec.key}.jsonl"
+        status = 1 if index == 2 else 0  # a failed run is reported as such, never given a number
+        records: list[dict[str, Any]] = [{"kind": "provenance", "model_description": _description()}]
+        records += [{"kind": "step", "rank": rank, "step": step, "step_time_s": 0.01 * (1 + step % 3),
+                     "role": "worker", "warmup": step == 0}
+                    for rank in range(1 if spec.is_ps else 0, spec.world) for step in range(5)]  # fmt: skip
+        (directory / name).write_text("".join(json.dumps(r) + "\n" for r in records))
+        manifest.append({"kind": "run", "key": spec.key, "spec": asdict(spec), "status": status, "records": name,
+                         "background_threads": 0.5})  # fmt: skip
+    (directory / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in manifest))
+    (directory / "provenance.json").write_text(json.dumps({"cores_available": 2}))
+
+
+def test_measured_mode_writes_the_report_with_the_mape_headline(tmp_path, capsys):
+    _fake_measured(tmp_path)
+    assert main(["--measured", str(tmp_path)]) == 0
+    report = (tmp_path / "report.md").read_text()
+    assert report.splitlines()[2].startswith("**Overall step-time MAPE: ")
+    rows = (tmp_path / "comparison.csv").read_text().splitlines()
+    assert len(rows) == 4
+    assert "run failed (exit status 1)" in rows[3]
+    assert "Overall step-time MAPE" in capsys.readouterr().out
+    for name in ("step_vs_world.png", "predicted_vs_measured.png"):
+        assert (tmp_path / name).stat().st_size > 1000
+
+
+def test_measured_mode_without_measurements_is_a_clean_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--measured", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.startswith("error: ")
+
+
+def test_committed_run_repredicts_to_the_golden_summary(tmp_path):
+    if not (COMMITTED / "runs.jsonl").exists():
+        pytest.skip("no committed validation run")
+    copy = tmp_path / "validation"
+    shutil.copytree(COMMITTED, copy)
+    from experiments.validate.report import load_measured, write_report
+
+    runs, provenance = load_measured(copy)
+    summary = write_report(
+        runs, copy, cores=int(provenance["cores_available"]), provenance=provenance, plots=False
+    )
+    text = summary + "\n\n" + (copy / "comparison.csv").read_text()
+    assert_golden("validate_committed_summary.txt", text)

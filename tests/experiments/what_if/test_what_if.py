@@ -1,0 +1,359 @@
+"""experiments.what_if: the default run against stored goldens, the JSON schema, bad input,
+profiles and heterogeneity flags (the recommendation rules: tests/test_what_if_recommend.py).
+
+Regenerate the goldens after an intended change with ``TRAINSIM_UPDATE_GOLDEN=1 pytest tests/test_what_if.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from experiments.what_if.cli import main
+from simcore.report import RECORD_FIELDS, SCHEMA
+from tests.goldens import assert_golden
+from tests.paths import REPO
+
+REQUIRED = (
+    "cluster",
+    "strategy",
+    "gpus",
+    "global_batch",
+    "step_time_s",
+    "step_time_p99_s",
+    "samples_per_s",
+    "scaling_efficiency",
+    "mfu",
+    "exposed_comm_s",
+    "peak_memory_bytes",
+    "memory_breakdown",
+    "fits",
+)
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    assert main(argv) == 0
+    return capsys.readouterr().out
+
+
+def _same_json(text: str, expected: str) -> bool:
+    """The two JSON documents are equal, floats to 1e-9 relative."""
+    return _approx_equal(json.loads(text), json.loads(expected))
+
+
+def _approx_equal(a: object, b: object) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return a == pytest.approx(b, rel=1e-9, abs=1e-12)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_approx_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_approx_equal(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+def test_default_run_table_matches_golden(capsys: pytest.CaptureFixture[str]) -> None:
+    out = _run(["--gpus", "16"], capsys)
+    assert_golden("what_if_default.txt", out)
+    assert "cluster dgx-a100" in out and "cluster g5.48xlarge" in out
+    assert out.count("recommendation:") == 2
+
+
+def test_default_run_json_matches_golden_and_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    out = _run(["--gpus", "16", "--format", "json"], capsys)
+    assert_golden("what_if_default.json", out, same=_same_json)
+    document = json.loads(out)
+    assert document["schema"] == SCHEMA and document["version"] == 1
+    records = document["records"]
+    assert len(records) == 20  # 2 clusters x (6 synchronous strategies + 4 parameter-server modes)
+    for record in records:
+        assert set(REQUIRED) <= set(record) and list(record)[: len(RECORD_FIELDS)] == list(RECORD_FIELDS)
+        if record["strategy"].startswith("ps-"):
+            assert set(record["staleness"]) == {"mean", "p50", "p99", "max"} and record["staleness_histogram"]
+        else:
+            assert list(record) == list(RECORD_FIELDS)
+        assert set(record["memory_breakdown"]) >= {"params", "grads", "optimizer", "activations", "buffers"}
+        assert record["step_time_s"] >= record["compute_s"] * (1 - 1e-12)
+        assert record["fits"] == (record["peak_memory_bytes"] <= record["memory_capacity_bytes"])
+    by_cluster = {r["cluster"]: r for r in document["recommendations"]}
+    assert set(by_cluster) == {"dgx-a100", "g5.48xlarge"}
+    # GPT-2 XL's 25 GB of model state fits a DDP replica on an 80 GB A100, not on a 24 GB A10G
+    ddp = {r["cluster"]: r for r in records if r["strategy"] == "ddp"}
+    assert ddp["dgx-a100"]["fits"] and not ddp["g5.48xlarge"]["fits"]
+    assert by_cluster["g5.48xlarge"]["rule"] == "sharded-fits"
+
+
+def test_csv_has_one_row_per_point_and_flattened_memory(capsys: pytest.CaptureFixture[str]) -> None:
+    out = _run(
+        [
+            "--gpus",
+            "2,4",
+            "--strategies",
+            "ddp,fsdp",
+            "--cluster",
+            "dgx-a100",
+            "--format",
+            "csv",
+            "--model",
+            "gpt2-small",
+            "--global-batch",
+            "16",
+        ],
+        capsys,
+    )
+    lines = out.strip().splitlines()
+    assert len(lines) == 1 + 4
+    assert "memory_breakdown.params" in lines[0].split(",")
+
+
+def test_sweep_prints_scaling_curves_per_strategy(capsys: pytest.CaptureFixture[str]) -> None:
+    out = _run(
+        [
+            "--gpus",
+            "1,2,4",
+            "--strategies",
+            "ddp,zero2",
+            "--cluster",
+            "dgx-a100",
+            "--model",
+            "gpt2-small",
+            "--global-batch",
+            "16",
+        ],
+        capsys,
+    )
+    rows = [
+        line.split() for line in out.splitlines() if line.startswith("  ddp") or line.startswith("  zero2")
+    ]
+    assert [(r[0], r[1]) for r in rows] == [
+        ("ddp", "1"),
+        ("ddp", "2"),
+        ("ddp", "4"),
+        ("zero2", "1"),
+        ("zero2", "2"),
+        ("zero2", "4"),
+    ]
+    assert rows[0][6] == "1.00"  # one GPU is its own baseline
+
+
+def test_same_seed_same_output(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [
+        "--gpus",
+        "8",
+        "--cluster",
+        "dgx-a100",
+        "--model",
+        "gpt2-small",
+        "--global-batch",
+        "32",
+        "--format",
+        "json",
+        "--steps",
+        "3",
+        "--seed",
+        "7",
+    ]
+    assert _run(argv, capsys) == _run(argv, capsys)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--model", "no-such-model"], "unknown model 'no-such-model'"),
+        (["--cluster", "no-such-cluster"], "unknown topology 'no-such-cluster'"),
+        (["--strategies", "ddp,zero4"], "unknown strategy 'zero4'"),
+        (["--global-batch", "60"], "global batch 60 is not divisible by gpus x micro-batch = 16 x 4 = 64"),
+        (["--gpus", "0"], "--gpus: expected positive numbers"),
+        (["--bucket-size", "lots"], "size"),
+        (["--wrap", "every-x-layers"], "wrap policy"),
+    ],
+)
+def test_bad_input_gets_one_error_line(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--gpus", "16", *argv])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1
+
+
+def test_malformed_shape_file_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    shape = tmp_path / "model.yaml"
+    shape.write_text("transformer: {layers: 2, hidden: [oops]}\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--gpus", "2", "--model", str(shape), "--global-batch", "8"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
+
+
+def test_cli_runs_as_a_module_without_traceback() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "experiments.what_if", "--gpus", "16", "--strategies", "nope"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert (
+        proc.returncode == 2
+        and proc.stderr.startswith("error: unknown strategy")
+        and "Traceback" not in proc.stderr
+    )
+
+
+@pytest.mark.slow
+def test_out_writes_plots_and_a_step_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [
+        "--gpus",
+        "1,2",
+        "--strategies",
+        "ddp,fsdp",
+        "--cluster",
+        "dgx-a100",
+        "--model",
+        "gpt2-small",
+        "--global-batch",
+        "8",
+        "--out",
+        str(tmp_path),
+    ]
+    _run(argv, capsys)
+    for name in ("throughput.png", "memory.png", "scaling.png", "step_trace.json"):
+        assert (tmp_path / name).stat().st_size > 0
+    trace = json.loads((tmp_path / "step_trace.json").read_text())
+    names = {e["name"] for e in trace["traceEvents"] if e["ph"] == "X"}
+    assert "optimizer step" in names and any(n.startswith("all_reduce bucket") for n in names)
+
+
+def _profile(tmp_path: Path, device_name: str) -> Path:
+    profile = {
+        "format": "trainsim-profile",
+        "version": 1,
+        "cluster": {
+            "backend": "nccl",
+            "device_kind": "gpu",
+            "device_name": device_name,
+            "world_size": 16,
+            "ranks_per_node": 8,
+            "nodes": 2,
+        },
+        "collectives": [
+            {"op": "all_reduce", "ranks": 16, "scope": "inter_node", "alpha_s": 1e-3, "busbw_Bps": 1e9}
+        ],
+        "compute": {"comm_compute_slowdown": 1.5},
+    }
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(profile))
+    return path
+
+
+def test_calibration_profile_changes_the_prediction(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [
+        "--gpus",
+        "16",
+        "--cluster",
+        "dgx-a100",
+        "--strategies",
+        "ddp",
+        "--model",
+        "gpt2-small",
+        "--global-batch",
+        "64",
+        "--format",
+        "json",
+    ]
+    plain = json.loads(_run(argv, capsys))["records"][0]
+    calibrated = json.loads(
+        _run([*argv, "--calibration", str(_profile(tmp_path, "NVIDIA A100-SXM4-80GB"))], capsys)
+    )["records"][0]
+    # a measured 1 GB/s all-reduce cannot hide behind backward the way the simulated fabric does
+    assert calibrated["exposed_comm_s"] > plain["exposed_comm_s"] + 0.1
+
+
+def test_calibration_profile_of_another_gpu_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(
+            ["--gpus", "16", "--cluster", "dgx-a100", "--calibration", str(_profile(tmp_path, "NVIDIA A10G"))]
+        )
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.startswith("error: calibration profile")
+
+
+def _small_ps_argv(*extra: str) -> list[str]:
+    return [
+        "--gpus", "8", "--cluster", "g5.12xlarge", "--model", "gpt2-small", "--seq-len", "256",
+        "--global-batch", "32", "--strategies", "ddp,fsdp,ps-sync,ps-async,ps-ssp", "--format", "json", *extra,
+    ]  # fmt: skip
+
+
+def test_a_straggler_slows_synchronous_strategies_by_its_delay(capsys: pytest.CaptureFixture[str]) -> None:
+    plain = {r["strategy"]: r for r in json.loads(_run(_small_ps_argv(), capsys))["records"]}
+    slow = json.loads(_run(_small_ps_argv("--straggler", "3:2"), capsys))
+    records = {r["strategy"]: r for r in slow["records"]}
+    for name in ("ddp", "fsdp"):  # every step waits for rank 3's doubled compute
+        before, after = plain[name], records[name]
+        assert after["step_time_s"] >= 2 * before["compute_s"] * (1 - 1e-9)
+        # at least its delay, less the communication that now hides behind the longer compute
+        assert after["step_time_s"] - before["step_time_s"] >= before["compute_s"] - before["exposed_comm_s"]
+    # this small model is bandwidth-bound on a parameter server, so the straggler's late push meets
+    # less incast (tests/test_paramserver.py checks the delay on a compute-bound one); async still wins
+    assert records["ps-async"]["throughput_samples_per_s"] >= records["ps-sync"]["throughput_samples_per_s"]
+    recommendation = slow["recommendations"][0]
+    assert (
+        recommendation["rule"].startswith("heterogeneous") and "rank 3 2x slower" in recommendation["reason"]
+    )
+
+
+def test_jitter_gives_a_p99_and_is_seeded(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = _small_ps_argv("--jitter", "compute=lognormal:0.2,link=lognormal:0.1", "--seed", "3")
+    first = json.loads(_run(argv, capsys))
+    assert first == json.loads(_run(argv, capsys))
+    ddp = next(r for r in first["records"] if r["strategy"] == "ddp")
+    assert ddp["step_time_p99_s"] > ddp["step_time_s"]  # 20 jittered steps, the slowest rank each
+
+
+def test_mixed_cluster_recommends_with_parameter_server_numbers(capsys: pytest.CaptureFixture[str]) -> None:
+    mixed = REPO / "topologies" / "examples" / "mixed-dgx-g5.yaml"
+    argv = ["--gpus", "24", "--cluster", str(mixed), "--model", "gpt2-small", "--seq-len", "256",
+            "--global-batch", "48", "--micro-batch", "2", "--strategies", "ddp,ps-async", "--steps", "4"]  # fmt: skip
+    out = _run(argv, capsys)
+    assert "parameter server at 24 GPUs" in out and "ps-async" in out
+    assert "uneven hardware (mixed a100-sxm-80gb and a10g)" in out.lower()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--straggler", "99:2"], "straggler rank 99 is not in this cluster"),
+        (["--straggler", "3"], "expected RANK:FACTOR"),
+        (["--jitter", "compute=gauss:1"], "distribution 'gauss' is not known"),
+        (["--ps-placement", "remote"], "--ps-placement 'remote'"),
+        (["--ps-shards", "0"], "--ps-shards must be"),
+        (["--staleness-bound", "-1"], "--staleness-bound must be"),
+    ],
+)
+def test_bad_heterogeneity_and_ps_flags_get_one_error_line(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--gpus", "16", "--strategies", "ddp,ps-async", *argv])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_out_adds_the_staleness_histogram(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--gpus", "4", "--cluster", "g5.12xlarge", "--model", "gpt2-small", "--seq-len", "128",
+            "--global-batch", "16", "--strategies", "ddp,ps-sync,ps-async", "--out", str(tmp_path)]  # fmt: skip
+    _run(argv, capsys)
+    assert (tmp_path / "staleness.png").stat().st_size > 0

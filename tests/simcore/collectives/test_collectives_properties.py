@@ -1,0 +1,238 @@
+"""Collectives against alpha-beta theory, on random clusters built here.
+
+Where nothing competes, the discrete-event time of every algorithm equals its closed form, the
+aggregate and per-step modes agree, more bandwidth or fewer bytes is never slower, and bytes on
+each link are what the plan says. Under contention, k equal collectives on one bottleneck each
+take k times as long (in their bandwidth term), and sub-groups slow each other exactly when they
+share a link.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import cast
+
+import networkx as nx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simcore.collectives import (
+    ALGORITHMS,
+    AlgorithmUnavailable,
+    CollectiveResult,
+    build_plan,
+    collective_time,
+    start_collective,
+)
+from simcore.collectives.closed_form import plan_time
+from simcore.collectives.plan import STEP_OVERHEAD_S
+from simcore.engine import Simulation
+from simcore.net.network import Network
+from simcore.topology import Topology
+
+GBps = 1e9
+SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _duplex(g: nx.DiGraph, a: str, b: str, bandwidth_Bps: float, latency_s: float, kind: str) -> None:
+    g.add_edge(a, b, bandwidth_Bps=bandwidth_Bps, latency_s=latency_s, kind=kind)
+    g.add_edge(b, a, bandwidth_Bps=bandwidth_Bps, latency_s=latency_s, kind=kind)
+
+
+@st.composite
+def clusters(draw: st.DrawFn, min_hosts: int = 1, max_hosts: int = 3, max_gpus: int = 4) -> Topology:
+    """Hosts of GPUs on a host switch (NVLS-capable or not) and one fabric switch (SHARP or not).
+
+    A host reaches the fabric through one shared NIC on its switch, or (rail style) through one
+    NIC per GPU, attached to that GPU.
+    """
+    hosts = draw(st.integers(min_hosts, max_hosts))
+    gpus = draw(st.integers(1, max_gpus))
+    nic_per_gpu = draw(st.booleans())
+    bandwidths = st.sampled_from([5, 12.5, 25, 50, 100, 300])
+    latencies = st.sampled_from([0.0, 0.2e-6, 0.5e-6, 1e-6, 2e-6])
+    g = nx.DiGraph()
+    g.add_node("leaf0", kind="switch", host=-1, in_network_reduction=draw(st.sampled_from(["", "sharp"])))
+    ranks = []
+    for h in range(hosts):
+        reduction = draw(st.sampled_from(["", "nvls"]))
+        g.add_node(f"h{h}/nvswitch", kind="switch", host=h, in_network_reduction=reduction)
+        for i in range(gpus):
+            g.add_node(f"h{h}/gpu{i}", kind="gpu", host=h, gpu="a100-sxm-80gb")
+            _duplex(g, f"h{h}/gpu{i}", f"h{h}/nvswitch", draw(bandwidths) * GBps, draw(latencies), "nvswitch")
+            ranks.append(f"h{h}/gpu{i}")
+        for k in range(gpus if nic_per_gpu else 1):
+            g.add_node(f"h{h}/nic{k}", kind="nic", host=h)
+            near = f"h{h}/gpu{k}" if nic_per_gpu else f"h{h}/nvswitch"
+            _duplex(g, near, f"h{h}/nic{k}", draw(bandwidths) * GBps, draw(latencies), "pcie")
+            _duplex(g, f"h{h}/nic{k}", "leaf0", draw(bandwidths) * GBps, draw(latencies), "ib")
+    return Topology("random", g, ranks, {"gpus_per_host": gpus})
+
+
+def _cases(topology: Topology) -> list[tuple[str, str]]:
+    cases = []
+    for op, algos in ALGORITHMS.items():
+        for algo in algos:
+            try:
+                build_plan(topology, op, 1e6, algorithm=algo)
+            except AlgorithmUnavailable:
+                continue
+            cases.append((op, algo))
+    return cases
+
+
+def _close(a: float, b: float, rel: float = 0.01) -> bool:
+    return abs(a - b) <= rel * max(abs(a), abs(b)) + 1e-15
+
+
+@SETTINGS
+@given(clusters(), st.sampled_from([0, 8, 4096, 1 << 20, 1 << 28]))
+def test_simulated_time_equals_closed_form_and_modes_agree(topology: Topology, size: int) -> None:
+    """Nothing competes: DES (both modes) == closed-form alpha-beta, for every runnable algorithm."""
+    for op, algo in _cases(topology):
+        aggregate = collective_time(topology, op, size, algorithm=algo)
+        per_step = collective_time(topology, op, size, algorithm=algo, mode="per-step")
+        assert _close(aggregate.time_s, aggregate.closed_form_s), (op, algo, aggregate)
+        assert _close(per_step.time_s, aggregate.time_s), (op, algo, per_step, aggregate)
+
+
+def _scaled(topology: Topology, factor: float, edge: tuple[str, str] | None) -> Topology:
+    g = topology.graph.copy()
+    for u, v in [edge, edge[::-1]] if edge else list(g.edges):
+        g.edges[u, v]["bandwidth_Bps"] *= factor
+    return Topology(topology.name, g, list(topology.ranks), dict(topology.metadata))
+
+
+@SETTINGS
+@given(clusters(), st.integers(1, 1 << 28), st.floats(1.0, 8.0), st.booleans(), st.data())
+def test_more_bandwidth_or_fewer_bytes_is_never_slower(
+    topology: Topology, size: int, factor: float, one_link: bool, data: st.DataObject
+) -> None:
+    edges = sorted(topology.graph.edges)
+    edge = data.draw(st.sampled_from(edges)) if one_link else None
+    faster = _scaled(topology, factor, edge)
+    smaller = data.draw(st.integers(0, size))
+    for op, algo in _cases(topology):
+        base = collective_time(topology, op, size, algorithm=algo).time_s
+        assert collective_time(faster, op, size, algorithm=algo).time_s <= base * (1 + 1e-9)
+        assert collective_time(topology, op, smaller, algorithm=algo).time_s <= base * (1 + 1e-9)
+    auto = collective_time(topology, "all_reduce", size).time_s
+    assert collective_time(faster, "all_reduce", size).time_s <= auto * (1 + 1e-9)
+
+
+@SETTINGS
+@given(clusters(), st.sampled_from(["all_reduce", "all_gather", "reduce_scatter", "broadcast", "ps_push"]))
+def test_link_bytes_are_what_the_plan_moves(topology: Topology, op: str) -> None:
+    """Bytes are conserved: each link carries exactly the plan's load for it."""
+    plan = build_plan(topology, op, 1 << 24)
+    sim = Simulation(0)
+    network = Network(sim.env, topology)
+    sim.run(start_collective(sim, network, op, 1 << 24, plan.group, algorithm=plan.algorithm))
+    expected: dict[tuple[str, str], float] = {}
+    for phase in plan.phases:
+        for edge, load in phase.link_loads().items():
+            expected[edge] = expected.get(edge, 0.0) + load
+    carried = {e: s.bytes for e, s in network.stats.items() if s.bytes > 0}
+    assert set(carried) == {e for e, b in expected.items() if b > 0}
+    for edge, load in expected.items():
+        assert carried[edge] == pytest.approx(load, rel=1e-6)
+
+
+def _latency(topology: Topology, op: str, size: float, group: tuple[int, ...], algo: str) -> float:
+    return sum(p.latency_s for p in build_plan(topology, op, size, group, algorithm=algo).phases)
+
+
+def _run_together(topology: Topology, jobs: Sequence[tuple[str, float, tuple[int, ...], str]]) -> list[float]:
+    sim = Simulation(0)
+    network = Network(sim.env, topology)
+    procs = [
+        start_collective(sim, network, op, size, group, algorithm=algo) for op, size, group, algo in jobs
+    ]
+    sim.run()
+    return [cast(CollectiveResult, p.value).time_s for p in procs]
+
+
+@SETTINGS
+@given(clusters(min_hosts=1), st.integers(2, 4), st.sampled_from(["ring", "tree", "direct"]))
+def test_k_equal_collectives_on_one_bottleneck_take_k_times_as_long(
+    topology: Topology, k: int, algo: str
+) -> None:
+    size = 1 << 26
+    group = tuple(range(topology.world_size))
+    if len(group) < 2:
+        return
+    alone = collective_time(topology, "all_reduce", size, group, algorithm=algo).time_s
+    latency = _latency(topology, "all_reduce", size, group, algo)
+    together = _run_together(topology, [("all_reduce", size, group, algo)] * k)
+    for t in together:
+        assert _close(t - latency, k * (alone - latency))
+
+
+@SETTINGS
+@given(clusters(min_hosts=2, max_hosts=3, max_gpus=3))
+def test_sub_groups_slow_each_other_only_when_they_share_a_link(topology: Topology) -> None:
+    per_host = [topology.ranks_on_host(h) for h in topology.hosts]
+    if min(map(len, per_host)) < 2:
+        return
+    size = 1 << 26
+    # Disjoint: each group stays inside its own host.
+    a, b = tuple(per_host[0]), tuple(per_host[1])
+    alone = [collective_time(topology, "all_reduce", size, g, algorithm="ring").time_s for g in (a, b)]
+    together = _run_together(topology, [("all_reduce", size, a, "ring"), ("all_reduce", size, b, "ring")])
+    assert together == pytest.approx(alone, rel=1e-9)
+    # Sharing: both groups cross the same NICs (one per host); contention never speeds anyone up,
+    # and once the shared NIC links are the bottleneck, both groups slow down.
+    a, b = (per_host[0][0], per_host[1][0]), (per_host[0][1], per_host[1][1])
+    jobs = [("all_reduce", size, a, "ring"), ("all_reduce", size, b, "ring")]
+    alone = [collective_time(topology, "all_reduce", size, g, algorithm="ring").time_s for g in (a, b)]
+    assert all(t >= s * (1 - 1e-9) for t, s in zip(_run_together(topology, jobs), alone, strict=True))
+    g = topology.graph.copy()
+    for u, v in g.edges:
+        if "leaf0" in (u, v):
+            g.edges[u, v]["bandwidth_Bps"] = 1 * GBps
+    thin = Topology("thin-nics", g, list(topology.ranks))
+    alone = [collective_time(thin, "all_reduce", size, grp, algorithm="ring").time_s for grp in (a, b)]
+    together = _run_together(thin, jobs)
+    links = [
+        {
+            e
+            for ph in build_plan(thin, "all_reduce", size, grp, algorithm="ring").phases
+            for e in ph.link_loads()
+        }
+        for grp in (a, b)
+    ]
+    if any("leaf0" in e for e in links[0] & links[1]):  # one NIC per host: both cross it
+        assert min(t / s for t, s in zip(together, alone, strict=True)) > 1.5
+    else:  # a NIC per GPU: the groups use different rails and do not meet
+        assert together == pytest.approx(alone, rel=1e-9)
+
+
+@SETTINGS
+@given(clusters(min_hosts=2), st.integers(1, 1 << 28))
+def test_same_inputs_give_identical_results(topology: Topology, size: int) -> None:
+    group = tuple(range(topology.world_size))
+    jobs = [("all_reduce", size, group, "ring"), ("all_gather", size / 2, group, "ring")]
+    assert _run_together(topology, jobs) == _run_together(topology, jobs)
+    first = collective_time(topology, "all_reduce", size)
+    copy = Topology(topology.name, topology.graph.copy(), list(topology.ranks), dict(topology.metadata))
+    assert collective_time(copy, "all_reduce", size) == first
+
+
+@SETTINGS
+@given(clusters(min_hosts=1, max_hosts=1, max_gpus=6), st.integers(1, 1 << 30))
+def test_ring_matches_the_textbook_formula_on_a_uniform_switch(topology: Topology, size: int) -> None:
+    """On a switch with equal links, ring all_reduce = 2(p-1)/p S/B + 2(p-1) alpha."""
+    g = topology.graph.copy()
+    for u, v in g.edges:
+        g.edges[u, v].update(bandwidth_Bps=50 * GBps, latency_s=1e-6)
+    uniform = Topology("uniform", g, list(topology.ranks))
+    p = uniform.world_size
+    alpha = 2e-6 + STEP_OVERHEAD_S
+    expected = 0.0 if p == 1 else 2 * (p - 1) / p * size / (50 * GBps) + 2 * (p - 1) * alpha
+    result = collective_time(uniform, "all_reduce", size, algorithm="ring")
+    assert result.closed_form_s == pytest.approx(expected, rel=1e-9)
+    assert result.time_s == pytest.approx(expected, rel=1e-6)
+    assert (
+        plan_time(uniform, build_plan(uniform, "all_reduce", size, algorithm="ring")) == result.closed_form_s
+    )

@@ -1,0 +1,206 @@
+"""ComputeModel: the roofline, its efficiency curve, calibration override, optimizer and step time."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simcore.compute.roofline import OPTIMIZER_BYTES_PER_PARAM, ComputeModel, efficiency_curve
+from simcore.errors import TrainsimError
+from simcore.hardware import DeviceSpec, device_names, device_spec
+from simcore.workload.loader import load_workload
+from simcore.workload.types import Layer
+
+A100 = device_spec("a100-sxm-80gb")
+
+
+def _device(peak: float = 100e12, bandwidth: float = 1e12, name: str = "a100-test") -> DeviceSpec:
+    return DeviceSpec(name, "gpu", 80 * 2**30, bandwidth, MappingProxyType({"bf16": peak}), "test")
+
+
+@dataclass(frozen=True)
+class FakeProfile:
+    """Stands in for simcore.calibration.profile.CalibrationProfile (the two members ComputeModel reads)."""
+
+    rate_Bps: float | None
+    memory_bandwidth_Bps: float | None
+
+    def compute_rate(self, flops: float, dtype: str) -> float | None:
+        return self.rate_Bps if dtype == "bf16" else None
+
+
+def _matmul(flops: float, params: int = 0, moved: float = 0.0) -> Layer:
+    return Layer("mm", "linear", 0, params, flops, 2 * flops, 0.0, 0.0, moved)
+
+
+def test_every_known_device_has_an_efficiency_curve() -> None:
+    for name in device_names():
+        curve = efficiency_curve(device_spec(name))
+        assert 0 < curve.max_efficiency <= 1 and 0 < curve.memory_efficiency <= 1
+
+
+def test_large_matmul_runs_near_the_plateau_and_small_one_far_below() -> None:
+    model = ComputeModel(A100, "bf16")
+    curve = model.curve
+    big, small = 1e13, 1e8
+    big_rate = big / (model.layer_time_s(_matmul(big), 1, "fwd") - curve.kernel_overhead_s)
+    small_rate = small / (model.layer_time_s(_matmul(small), 1, "fwd") - curve.kernel_overhead_s)
+    assert big_rate == pytest.approx(312e12 * curve.max_efficiency, rel=0.01)
+    assert small_rate < 0.1 * big_rate
+
+
+def test_half_efficiency_point() -> None:
+    model = ComputeModel(A100, "bf16")
+    half_flops = 312e12 * model.curve.half_efficiency_time_s
+    rate = model.achieved_flops(half_flops)
+    assert float(rate) == pytest.approx(312e12 * model.curve.max_efficiency / 2)
+
+
+def test_memory_bound_layer_limited_by_bandwidth() -> None:
+    model = ComputeModel(A100, "bf16")
+    norm = Layer("norm", "norm", 0, 0, 0.0, 0.0, 0.0, 0.0, 1e9)
+    expected = (
+        1e9 / (A100.memory_bandwidth_Bps * model.curve.memory_efficiency) + model.curve.kernel_overhead_s
+    )
+    assert model.layer_time_s(norm, 1, "fwd") == pytest.approx(expected)
+
+
+def test_backward_twice_forward_for_matmuls_and_recompute_equals_forward() -> None:
+    model = ComputeModel(A100, "bf16")
+    layer = _matmul(1e12)
+    fwd = model.layer_time_s(layer, 4, "fwd")
+    overhead = model.curve.kernel_overhead_s
+    assert model.layer_time_s(layer, 4, "bwd") - 2 * overhead == pytest.approx(2 * (fwd - overhead))
+    assert model.layer_time_s(layer, 4, "recompute") == fwd
+
+
+def test_calibration_profile_replaces_defaults() -> None:
+    profile = FakeProfile(rate_Bps=50e12, memory_bandwidth_Bps=1e12)
+    model = ComputeModel(A100, "bf16", profile)  # type: ignore[arg-type]
+    overhead = model.curve.kernel_overhead_s
+    assert model.layer_time_s(_matmul(1e12), 1, "fwd") == pytest.approx(1e12 / 50e12 + overhead)
+    assert model.memory_bandwidth_Bps == 1e12
+    partial = ComputeModel(A100, "bf16", FakeProfile(rate_Bps=None, memory_bandwidth_Bps=None))  # type: ignore[arg-type]
+    assert partial.layer_time_s(_matmul(1e12), 1, "fwd") == ComputeModel(A100, "bf16").layer_time_s(
+        _matmul(1e12), 1, "fwd"
+    )
+
+
+def test_optimizer_time_is_memory_bound() -> None:
+    model = ComputeModel(A100, "bf16")
+    for optimizer, per_param in OPTIMIZER_BYTES_PER_PARAM.items():
+        expected = 1e9 * per_param / model.memory_bandwidth_Bps + model.curve.kernel_overhead_s
+        assert model.optimizer_time_s(10**9, optimizer) == pytest.approx(expected)
+    assert model.optimizer_time_s(10**9, "sgd") < model.optimizer_time_s(10**9, "sgd-momentum")
+    assert model.optimizer_time_s(10**9, "sgd-momentum") < model.optimizer_time_s(10**9, "adam")
+    assert model.optimizer_time_s(0, "adam") == 0.0
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda m: m.optimizer_time_s(10, "lamb"), "unknown optimizer 'lamb'; allowed: sgd"),
+        (lambda m: m.layer_time_s(_matmul(1.0), 1, "forward"), "unknown phase 'forward'; allowed: fwd"),
+        (lambda m: m.layer_time_s(_matmul(1.0), 0, "fwd"), "batch must be a positive integer"),
+    ],
+)
+def test_bad_arguments_are_user_errors(call, message) -> None:
+    with pytest.raises(TrainsimError, match=message):
+        call(ComputeModel(A100, "bf16"))
+
+
+def test_unsupported_dtype_names_allowed_ones() -> None:
+    with pytest.raises(TrainsimError, match="bf16"):
+        ComputeModel(device_spec("v100-sxm2-32gb"), "bf16")
+
+
+def test_vectorised_layer_times_match_per_layer_and_are_cached() -> None:
+    model = ComputeModel(A100, "bf16")
+    workload = load_workload("gpt2-small")
+    times = model.layer_times_s(workload, 8, "bwd")
+    assert times is model.layer_times_s(workload, 8, "bwd")
+    singles = [model.layer_time_s(layer, 8, "bwd") for layer in workload.layers]
+    np.testing.assert_allclose(times, singles, rtol=1e-12)
+    blocks = model.block_times_s(workload, 8, "bwd")
+    assert len(blocks) == 12 and blocks.sum() < times.sum()
+
+
+def test_step_compute_time_adds_phases_recompute_and_optimizer() -> None:
+    model = ComputeModel(A100, "bf16")
+    w = load_workload("llama2-7b")
+    plain = model.step_compute_time_s(w, 1)
+    assert plain == pytest.approx(model.phase_time_s(w, 1, "fwd") + model.phase_time_s(w, 1, "bwd"))
+    assert model.step_compute_time_s(w, 1, recompute=True) > plain
+    with_adam = model.step_compute_time_s(w, 1, optimizer="adam")
+    assert with_adam == pytest.approx(plain + model.optimizer_time_s(w.params, "adam"))
+    sharded = model.step_compute_time_s(w, 1, optimizer="adam", optimizer_params=w.params // 8)
+    assert plain < sharded < with_adam
+
+
+def test_llama2_7b_mfu_on_a100_is_plausible() -> None:
+    """Compute only: below the curve's plateau and above half of it (Narayanan et al. report ~52-57% end to end)."""
+    model = ComputeModel(A100, "bf16")
+    w = load_workload("llama2-7b")
+    mfu = 3 * w.fwd_flops_per_sample / model.step_compute_time_s(w, 1) / 312e12
+    assert 0.5 < mfu < model.curve.max_efficiency
+
+
+layer_st = st.builds(
+    _matmul,
+    flops=st.floats(1e3, 1e14),
+    params=st.integers(0, 10**9),
+    moved=st.floats(0, 1e10),
+)
+phase_st = st.sampled_from(["fwd", "bwd", "recompute"])
+
+
+@settings(max_examples=100, deadline=None)
+@given(layer_st, st.integers(1, 512), st.integers(1, 512), phase_st)
+def test_time_monotone_in_batch(layer: Layer, a: int, b: int, phase: str) -> None:
+    model = ComputeModel(_device(), "bf16")
+    small, large = sorted((a, b))
+    assert model.layer_time_s(layer, small, phase) <= model.layer_time_s(layer, large, phase)
+
+
+@settings(max_examples=100, deadline=None)
+@given(layer_st, st.floats(1.0, 100.0), st.integers(1, 64), phase_st)
+def test_time_monotone_in_flops(layer: Layer, factor: float, batch: int, phase: str) -> None:
+    model = ComputeModel(_device(), "bf16")
+    bigger = replace(layer, fwd_flops=layer.fwd_flops * factor, bwd_flops=layer.bwd_flops * factor)
+    assert model.layer_time_s(layer, batch, phase) <= model.layer_time_s(bigger, batch, phase) * (1 + 1e-12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(layer_st, st.floats(1.0, 10.0), st.floats(1.0, 10.0), st.integers(1, 64), phase_st)
+def test_faster_device_never_slower(layer: Layer, peak_x: float, bw_x: float, batch: int, phase: str) -> None:
+    slow = ComputeModel(_device(), "bf16")
+    fast = ComputeModel(_device(peak=100e12 * peak_x, bandwidth=1e12 * bw_x), "bf16")
+    assert fast.layer_time_s(layer, batch, phase) <= slow.layer_time_s(layer, batch, phase) * (1 + 1e-12)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.sampled_from(["gpt2-small", "resnet50", "bert-base"]), st.integers(1, 64))
+def test_recompute_adds_time(name: str, batch: int) -> None:
+    model = ComputeModel(A100, "bf16")
+    w = load_workload(name)
+    assert model.step_compute_time_s(w, batch, recompute=True) > model.step_compute_time_s(w, batch)
+    assert math.isfinite(model.step_compute_time_s(w, batch, recompute=True))
+
+
+def test_real_calibration_profile_drives_the_rate() -> None:
+    from simcore.calibration.profile import CalibrationProfile, ClusterDescription, ComputeCurve
+
+    cluster = ClusterDescription("nccl", "gpu", "a100-sxm-80gb", 8, 8, 1)
+    profile = CalibrationProfile(
+        cluster, compute={"bf16": ComputeCurve("bf16", 200e12, 1e9)}, memory_bandwidth_Bps=1.5e12
+    )
+    model = ComputeModel(A100, "bf16", profile)
+    layer = _matmul(1e9)
+    assert model.layer_time_s(layer, 1, "fwd") == pytest.approx(1e9 / 100e12 + model.curve.kernel_overhead_s)
+    assert model.memory_bandwidth_Bps == 1.5e12

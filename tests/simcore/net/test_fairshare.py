@@ -1,0 +1,80 @@
+"""Max-min fair rates: feasibility, the bottleneck characterisation, and known small cases."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simcore.net.fairshare import max_min_rates
+
+
+def incidence(routes: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    links = np.array([link for route in routes for link in route], dtype=np.intp)
+    flows = np.repeat(np.arange(len(routes)), [len(r) for r in routes])
+    return links, flows
+
+
+@st.composite
+def problems(draw: st.DrawFn) -> tuple[list[list[int]], np.ndarray]:
+    n_links = draw(st.integers(1, 8))
+    capacity = np.array(
+        draw(st.lists(st.sampled_from([1.0, 2.0, 3.0, 10.0, 25e9]), min_size=n_links, max_size=n_links))
+    )
+    routes = draw(
+        st.lists(
+            st.lists(st.integers(0, n_links - 1), min_size=1, max_size=4, unique=True),
+            min_size=1,
+            max_size=12,
+        )
+    )
+    return routes, capacity
+
+
+@settings(max_examples=200, deadline=None)
+@given(problems())
+def test_rates_are_max_min_fair(problem: tuple[list[list[int]], np.ndarray]) -> None:
+    """Feasible, and every flow has a saturated link on which no flow is faster (Bertsekas-Gallager)."""
+    routes, capacity = problem
+    links, flows = incidence(routes)
+    rates = max_min_rates(links, flows, len(routes), capacity)
+    load = np.bincount(links, weights=rates[flows], minlength=len(capacity))
+    assert np.all(rates > 0)
+    assert np.all(load <= capacity * (1 + 1e-9))
+    for f, route in enumerate(routes):
+        bottlenecks = [
+            link
+            for link in route
+            if load[link] >= capacity[link] * (1 - 1e-9)
+            and all(rates[g] <= rates[f] * (1 + 1e-9) for g, other in enumerate(routes) if link in other)
+        ]
+        assert bottlenecks, f"flow {f} could grow without slowing a flow that is no faster"
+
+
+@settings(max_examples=50, deadline=None)
+@given(k=st.integers(1, 5000), capacity=st.floats(1.0, 1e12))
+def test_k_flows_on_one_link_get_exactly_a_kth(k: int, capacity: float) -> None:
+    links, flows = incidence([[0]] * k)
+    rates = max_min_rates(links, flows, k, np.array([capacity]))
+    assert np.all(rates == capacity / k)
+
+
+def test_the_textbook_parking_lot() -> None:
+    """One long flow over links 0 and 1, one short flow on each: all get half (links of 2)."""
+    rates = max_min_rates(*incidence([[0, 1], [0], [1]]), 3, np.array([2.0, 2.0]))
+    assert rates.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_a_flow_limited_elsewhere_leaves_its_share_to_the_others() -> None:
+    """Flow 0 is capped at 1 by link 1, so flow 1 takes the remaining 9 of link 0."""
+    rates = max_min_rates(*incidence([[0, 1], [0]]), 2, np.array([10.0, 1.0]))
+    assert rates.tolist() == pytest.approx([1.0, 9.0])
+
+
+def test_thousands_of_ring_hops_of_two_kinds_get_two_rates() -> None:
+    """4096 ring hops of two kinds (fast inside servers, slow between) settle in two levels."""
+    routes = [[i] if i % 8 else [i, 4096 + i // 8] for i in range(4096)]
+    capacity = np.array([300e9] * 4096 + [25e9] * 512)
+    rates = max_min_rates(*incidence(routes), 4096, capacity)
+    assert sorted(set(rates.tolist())) == [25e9, 300e9]

@@ -1,0 +1,192 @@
+"""Model presets: parameter counts against the published ones, FLOPs and activation formulas."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simcore.workload.loader import load_workload, preset_names
+from simcore.workload.models.transformer import TransformerShape, build_layers
+
+# Published parameter counts. Exact figures where the architecture is fully determined (the
+# count of the reference implementation); the paper's rounded figure otherwise.
+PUBLISHED_PARAMS = {
+    # Hugging Face transformers (GPT2LMHeadModel with tied wte, BertModel with pooler, LlamaForCausalLM,
+    # MistralForCausalLM) on the model cards' configs, e.g. huggingface.co/openai-community/gpt2.
+    "gpt2-small": 124_439_808,
+    "gpt2-medium": 354_823_168,
+    "gpt2-large": 774_030_080,
+    "gpt2-xl": 1_557_611_200,
+    "bert-base": 109_482_240,  # Devlin et al. 2019 rounds to 110M
+    "bert-large": 335_141_888,  # Devlin et al. 2019 rounds to 340M (the paper's figure is 1.4% high)
+    "llama2-7b": 6_738_415_616,
+    "llama2-13b": 13_015_864_320,
+    "llama2-70b": 68_976_648_192,
+    "mistral-7b": 7_241_732_096,
+    # torchvision model tables (pytorch.org/vision/stable/models.html, "Params").
+    "resnet50": 25_557_032,
+    "vgg16": 138_357_544,
+    "densenet121": 7_978_856,
+    "efficientnetv2-s": 21_458_488,
+    "convnext-large": 197_767_336,
+    # CIFAR-10 ResNet-50 with the 3x3/1 stem and no max-pool (kuangliu/pytorch-cifar ResNet50).
+    "resnet50-cifar10": 23_520_842,
+}
+
+# The papers' rounded totals, checked within 1% (BERT-Large excepted, see above).
+ROUNDED_PARAMS = {
+    "gpt2-small": 124e6,
+    "gpt2-medium": 355e6,
+    "gpt2-large": 774e6,
+    "gpt2-xl": 1558e6,
+    "bert-base": 110e6,
+    "llama2-7b": 6.74e9,
+    "llama2-13b": 13.0e9,
+    "llama2-70b": 69.0e9,
+    "mistral-7b": 7.24e9,
+    "resnet50": 25.6e6,
+    "vgg16": 138.4e6,
+    "densenet121": 8.0e6,
+    "efficientnetv2-s": 21.5e6,
+    "convnext-large": 197.8e6,
+}
+
+# torchvision "GFLOPS" columns are multiply-accumulates at 224x224: FLOPs = 2 x GMACs.
+PUBLISHED_GMACS_224 = {
+    "resnet50": 4.09,
+    "vgg16": 15.47,
+    "densenet121": 2.83,
+    "convnext-large": 34.36,
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_PARAMS))
+def test_preset_params_match_reference_implementation_exactly(name: str) -> None:
+    assert load_workload(name).params == PUBLISHED_PARAMS[name]
+
+
+@pytest.mark.parametrize("name", sorted(ROUNDED_PARAMS))
+def test_preset_params_within_one_percent_of_paper(name: str) -> None:
+    assert load_workload(name).params == pytest.approx(ROUNDED_PARAMS[name], rel=0.01)
+
+
+def test_every_preset_has_a_source_and_cifar_variants_exist() -> None:
+    names = preset_names()
+    for base in ("resnet50", "vgg16", "densenet121", "efficientnetv2-s", "convnext-large"):
+        assert f"{base}-cifar10" in names
+    for name in names:
+        workload = load_workload(name)
+        assert workload.source
+        assert workload.block_names
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_GMACS_224))
+def test_cnn_forward_flops_match_torchvision_gmacs(name: str) -> None:
+    gmacs = load_workload(name).fwd_flops_per_sample / 2e9
+    assert gmacs == pytest.approx(PUBLISHED_GMACS_224[name], rel=0.01)
+
+
+def test_cifar_variants_have_ten_classes_and_small_inputs() -> None:
+    full, cifar = load_workload("vgg16"), load_workload("vgg16-cifar10")
+    assert full.params - cifar.params == 4097 * 990  # the last linear: 4096 weights + bias per class
+    assert load_workload("resnet50-cifar10").fwd_flops_per_sample == pytest.approx(2 * 1.30e9, rel=0.01)
+
+
+def test_gpt2_small_forward_flops_follow_kaplan() -> None:
+    """2 FLOPs per parameter per token (embedding table as the tied output projection) + 4*s*h per layer."""
+    w = load_workload("gpt2-small")
+    s, h, layers, positions = 1024, 768, 12, 1024 * 768
+    matmul_params = w.params - positions - 2 * 12 * 2 * h - 2 * h  # no FLOPs in position table, norms, biases
+    biases = layers * (3 * h + h + 4 * h + h)
+    expected = 2 * (matmul_params - biases) * s + layers * 4 * s * s * h
+    assert w.fwd_flops_per_sample == pytest.approx(expected, rel=1e-12)
+    assert w.bwd_flops_per_sample == pytest.approx(2 * w.fwd_flops_per_sample)
+
+
+def test_activation_bytes_match_korthikanti_without_flash_attention() -> None:
+    """Korthikanti et al. 2022: 34*s*h + 5*a*s^2 bytes per layer at 16-bit, with dropout."""
+    s, h, a = 512, 256, 8
+    shape = TransformerShape(
+        layers=1, hidden=h, heads=a, ffn=4 * h, vocab=100, seq_len=s, flash_attention=False
+    )
+    block = [layer for layer in build_layers(shape, "bf16") if layer.block == 0]
+    assert sum(layer.activation_bytes for layer in block) == 34 * s * h + 5 * a * s * s
+
+
+def test_flash_attention_drops_the_quadratic_term() -> None:
+    s, h, a = 512, 256, 8
+    shape = TransformerShape(layers=1, hidden=h, heads=a, ffn=4 * h, vocab=100, seq_len=s)
+    block = [layer for layer in build_layers(shape, "bf16") if layer.block == 0]
+    assert sum(layer.activation_bytes for layer in block) == 34 * s * h + 4 * a * s  # + fp32 log-sum-exp
+
+
+def test_seq_len_override_scales_tokens_and_keeps_params() -> None:
+    base, long = load_workload("llama2-7b"), load_workload("llama2-7b", seq_len=8192)
+    assert long.tokens_per_sample == 8192 and long.params == base.params
+    assert long.fwd_flops_per_sample > 2 * base.fwd_flops_per_sample  # attention grows with s^2
+
+
+def test_blocks_group_layers_contiguously() -> None:
+    w = load_workload("llama2-7b")
+    groups = w.block_layer_indices()
+    assert len(groups) == 32 and all(len(g) == 8 for g in groups)
+    assert all(g == tuple(range(g[0], g[-1] + 1)) for g in groups)
+    assert (
+        sum(layer.params for block in w.blocks() for layer in block)
+        + sum(layer.params for layer in w.outside_layers())
+        == w.params
+    )
+
+
+def test_dtype_scales_bytes_not_flops() -> None:
+    half, full = load_workload("gpt2-small", dtype="bf16"), load_workload("gpt2-small", dtype="fp32")
+    assert full.fwd_flops_per_sample == half.fwd_flops_per_sample
+    # Tensors double; 1-byte dropout masks and the fp32 loss logits do not.
+    assert (
+        half.activation_bytes_per_sample
+        < full.activation_bytes_per_sample
+        < 2 * half.activation_bytes_per_sample
+    )
+
+
+shapes = st.fixed_dictionaries(
+    {
+        "layers": st.integers(1, 6),
+        "heads": st.sampled_from([1, 2, 4]),
+        "head_dim": st.integers(1, 32),
+        "ffn": st.integers(1, 512),
+        "vocab": st.integers(1, 1000),
+        "seq_len": st.integers(1, 256),
+        "gated_ffn": st.booleans(),
+    }
+)
+
+
+def _shape(d: dict[str, int], **changes: int) -> TransformerShape:
+    merged = {**d, **changes}
+    return TransformerShape(
+        layers=merged["layers"],
+        hidden=merged["heads"] * merged["head_dim"],
+        heads=merged["heads"],
+        ffn=merged["ffn"],
+        vocab=merged["vocab"],
+        seq_len=merged["seq_len"],
+        gated_ffn=bool(merged["gated_ffn"]),
+    )
+
+
+def _totals(shape: TransformerShape) -> tuple[int, float, float]:
+    layers = build_layers(shape, "bf16")
+    return (
+        sum(x.params for x in layers),
+        sum(x.fwd_flops for x in layers),
+        sum(x.activation_bytes for x in layers),
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(shapes, st.sampled_from(["layers", "head_dim", "ffn", "vocab", "seq_len"]), st.integers(1, 8))
+def test_growing_any_dimension_never_shrinks_params_flops_or_activations(d, key, extra) -> None:
+    small, large = _totals(_shape(d)), _totals(_shape(d, **{key: d[key] + extra}))
+    assert all(big >= little for big, little in zip(large, small, strict=True))
