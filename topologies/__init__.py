@@ -16,10 +16,12 @@ from types import MappingProxyType
 
 from simcore.topology import Topology, TopologyError
 from topologies.builders import build_cluster, with_overrides
-from topologies.catalog import preset_names, preset_spec
+from topologies.catalog import parse_spec, preset_names, preset_spec
 from topologies.cpu import cpu_cluster
 from topologies.explicit import is_explicit, parse_explicit
-from topologies.spec import FABRIC_TYPES, ClusterSpec, FabricSpec, parse_cluster_spec, parse_oversubscription
+from topologies.nvsmi_graph import load_capture_spec
+from topologies.spec import FABRIC_TYPES, parse_oversubscription
+from topologies.spec_types import ClusterSpec, FabricSpec
 from topologies.yamlcheck import SpecError, read_yaml
 
 __all__ = ["cpu_cluster", "load_cluster", "mixed_cluster", "preset_names"]
@@ -52,14 +54,12 @@ def load_cluster(
     if text in preset_names():
         spec, preset = preset_spec(text), text
     elif Path(text).suffix.lower() in (".txt", ".topo", ".nvsmi"):
-        from topologies.nvsmi import load_capture_spec
-
         spec = load_capture_spec(text)
     elif Path(text).suffix.lower() in (".yaml", ".yml") or Path(text).exists():
         data = read_yaml(text)
         if is_explicit(data):
             return _explicit(data, text, gpus, nodes, fabric_type, ratio)
-        spec = parse_cluster_spec(data, text, default_name=Path(text).stem, base_dir=Path(text).parent)
+        spec = parse_spec(data, text, default_name=Path(text).stem, base_dir=Path(text).parent)
     else:
         raise SpecError(
             f"unknown topology {text!r}; presets: {', '.join(preset_names())}, "

@@ -28,7 +28,7 @@ from typing import Any
 import networkx as nx
 
 from simcore.topology import Topology
-from topologies.spec import ClusterSpec, FabricSpec, NodeType
+from topologies.spec_types import ClusterSpec, FabricSpec, NodeType
 from topologies.yamlcheck import SpecError
 
 __all__ = ["build_cluster", "plan_hosts"]

@@ -12,7 +12,7 @@ from types import MappingProxyType
 
 from simcore.topology import Topology
 from topologies.builders import build_cluster
-from topologies.spec import ClusterSpec, DeviceDecl, FabricSpec, LinkDecl, NodeType
+from topologies.spec_types import ClusterSpec, DeviceDecl, FabricSpec, LinkDecl, NodeType
 from topologies.yamlcheck import SpecError
 
 __all__ = ["cpu_cluster"]

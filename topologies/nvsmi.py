@@ -16,7 +16,7 @@ affinity cells. A pasted capture that lost a tab shows fused cells (``PXBNODE``)
 rejected with their line number rather than guessed. Lines such as ``GPU 0: NVIDIA A100-SXM4-80GB
 (UUID: ...)`` (``nvidia-smi -L``) before the matrix name the GPU model.
 
-:mod:`topologies.nvsmi_graph` turns a parsed capture into a node type.
+:mod:`topologies.nvsmi_graph` turns a parsed capture into a node type and a cluster spec.
 """
 
 from __future__ import annotations
@@ -24,14 +24,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from topologies.yamlcheck import SpecError, read_text_file
 
-if TYPE_CHECKING:
-    from topologies.spec import ClusterSpec
-
-__all__ = ["CONNECTIONS", "Capture", "load_capture_spec", "parse_capture", "read_capture"]
+__all__ = ["CONNECTIONS", "Capture", "parse_capture", "read_capture"]
 
 CONNECTIONS = ("X", "NV#", "PIX", "PXB", "PHB", "NODE", "SYS", "SOC")
 _CLASSES = {"PIX", "PXB", "PHB", "NODE", "SYS", "SOC"}
@@ -177,12 +173,3 @@ def read_capture(path: Path | str) -> Capture:
     """Parse the capture in ``path``."""
     path = Path(path)
     return parse_capture(read_text_file(path), str(path))
-
-
-def load_capture_spec(
-    path: Path | str, *, gpu: str | None = None, nic_port_Bps: float | None = None
-) -> ClusterSpec:
-    """A one-host cluster spec from the capture in ``path`` (see :mod:`topologies.nvsmi_graph`)."""
-    from topologies.nvsmi_graph import capture_cluster_spec
-
-    return capture_cluster_spec(read_capture(path), Path(path).stem, gpu=gpu, nic_port_Bps=nic_port_Bps)

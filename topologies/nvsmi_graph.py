@@ -21,13 +21,15 @@ ENA, for one, is not a PCIe peer of the GPUs): then one NIC is attached to the f
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from pathlib import Path
+from types import MappingProxyType
 
 from simcore.hardware import device_names, device_spec
-from topologies.nvsmi import Capture
-from topologies.spec import ClusterSpec, DeviceDecl, FabricSpec, LinkDecl, NodeType
+from topologies.nvsmi import Capture, read_capture
+from topologies.spec_types import ClusterSpec, DeviceDecl, FabricSpec, LinkDecl, NodeType
 from topologies.yamlcheck import SpecError
 
-__all__ = ["capture_cluster_spec", "capture_node_type", "infer_gpu"]
+__all__ = ["capture_cluster_spec", "capture_node_type", "infer_gpu", "load_capture_spec"]
 
 NVLINK_PER_LINK_BPS = 25e9
 _NVLINKS_PER_GPU = {"v100": 6, "a100": 12, "h100": 18, "h200": 18}
@@ -193,8 +195,6 @@ def capture_cluster_spec(
     capture: Capture, name: str, *, gpu: str | None = None, nic_port_Bps: float | None = None, nodes: int = 1
 ) -> ClusterSpec:
     """``nodes`` hosts like the captured one on a leaf-spine (InfiniBand if the capture lists NICs)."""
-    from types import MappingProxyType
-
     node_type = capture_node_type(capture, name, gpu=gpu, nic_port_Bps=nic_port_Bps)
     ib = bool(capture.nics)
     fabric = FabricSpec(
@@ -205,3 +205,10 @@ def capture_cluster_spec(
         source="assumed for a capture: non-blocking leaf-spine (estimates as in the presets)",
     )
     return ClusterSpec(name, MappingProxyType({name: node_type}), ((name, nodes),), fabric)
+
+
+def load_capture_spec(
+    path: Path | str, *, gpu: str | None = None, nic_port_Bps: float | None = None
+) -> ClusterSpec:
+    """A one-host cluster spec from the capture in ``path``."""
+    return capture_cluster_spec(read_capture(path), Path(path).stem, gpu=gpu, nic_port_Bps=nic_port_Bps)

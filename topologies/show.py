@@ -18,6 +18,7 @@ from simcore.topology import Topology
 from simcore.units import parse_bandwidth
 from topologies import load_cluster
 from topologies.builders import build_cluster, with_overrides
+from topologies.nvsmi_graph import load_capture_spec
 from topologies.spec import FABRIC_TYPES, parse_oversubscription
 from topologies.summary import TopologySummary, summarise
 
@@ -88,8 +89,6 @@ def _load(args: argparse.Namespace) -> Topology:
         else parse_oversubscription(args.oversubscription, "--oversubscription")
     )
     if args.gpu or args.nic_port:
-        from topologies.nvsmi import load_capture_spec
-
         port = parse_bandwidth(args.nic_port) if args.nic_port else None
         spec = load_capture_spec(args.topology, gpu=args.gpu, nic_port_Bps=port)
         fabric_type = "rail-optimised" if args.fabric == "rail-optimized" else args.fabric

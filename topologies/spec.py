@@ -1,4 +1,7 @@
-"""The cluster spec: node types (devices + links inside a server), how many of each, and the fabric.
+"""Reading the cluster spec: node types (devices + links inside a server), how many of each, the fabric.
+
+The parsed form is :mod:`topologies.spec_types`; node types a file names but does not declare are
+resolved by the caller (:func:`topologies.catalog.parse_spec` takes them from the presets).
 
 Presets (``topologies/presets/*.yaml``) and users' own cluster files share this format::
 
@@ -41,8 +44,7 @@ Every bandwidth must be > 0 and the graph connected; :meth:`Topology.validate` r
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -50,16 +52,14 @@ from typing import Any
 from simcore.hardware import device_names
 from simcore.topology import LINK_KINDS, NODE_KINDS
 from simcore.units import parse_bandwidth, parse_time
-from topologies.yamlcheck import SpecError, expand_braces, mapping, parse_quantity, read_yaml
+from topologies.nvsmi import read_capture
+from topologies.nvsmi_graph import capture_node_type
+from topologies.spec_types import ClusterSpec, DeviceDecl, FabricSpec, LinkDecl, NodeType
+from topologies.yamlcheck import SpecError, expand_braces, mapping, parse_quantity
 
 __all__ = [
     "FABRIC_TYPES",
-    "ClusterSpec",
-    "DeviceDecl",
-    "FabricSpec",
-    "LinkDecl",
-    "NodeType",
-    "load_spec_file",
+    "UndeclaredNodeType",
     "parse_cluster_spec",
     "parse_device",
     "parse_fabric",
@@ -73,69 +73,6 @@ FABRIC_LINK_KINDS = ("ib", "ethernet", "loopback")
 REDUCTIONS = ("", "nvls", "sharp")
 _MAX_OVERSUBSCRIPTION = 50.0  # beyond any real fabric; catches YAML reading unquoted 2:1 as 121
 _ALIASES = {"rail-optimized": "rail-optimised", "rail": "rail-optimised", "leafspine": "leaf-spine"}
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceDecl:
-    """One device inside a server, by its local name (``gpu3``, ``nvswitch``, ``nic0``)."""
-
-    local: str
-    kind: str
-    spec: str = ""  # device spec name (GPUs, CPU ranks)
-    port_Bps: float = 0.0  # NICs: network port speed, per direction
-    in_network_reduction: str = ""  # switches: "nvls" or "sharp"
-
-
-@dataclass(frozen=True, slots=True)
-class LinkDecl:
-    """One full-duplex link inside a server; ``bandwidth_Bps`` is per direction."""
-
-    a: str
-    b: str
-    link_class: str
-    kind: str
-    bandwidth_Bps: float
-    latency_s: float
-
-
-@dataclass(frozen=True, slots=True)
-class NodeType:
-    """A server model: its devices, internal links and which devices run ranks."""
-
-    name: str
-    devices: tuple[DeviceDecl, ...]
-    links: tuple[LinkDecl, ...]
-    ranks: tuple[str, ...]
-    source: str = ""
-
-    @property
-    def nics(self) -> tuple[DeviceDecl, ...]:
-        return tuple(d for d in self.devices if d.kind == "nic")
-
-
-@dataclass(frozen=True, slots=True)
-class FabricSpec:
-    """How servers are joined: switch layout, physical link kind, latencies, oversubscription."""
-
-    type: str = "leaf-spine"
-    link_kind: str = "ib"
-    nic_latency_s: float = 1e-6
-    switch_latency_s: float = 3e-7
-    oversubscription: float = 1.0
-    nics_per_leaf: int = 32
-    in_network_reduction: str = ""
-    source: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterSpec:
-    """Node types, how many servers of each (in host order), and the fabric joining them."""
-
-    name: str
-    node_types: Mapping[str, NodeType]
-    nodes: tuple[tuple[str, int], ...]
-    fabric: FabricSpec
-    description: str = ""
 
 
 def _choice(value: Any, allowed: tuple[str, ...], where: str) -> str:
@@ -223,9 +160,6 @@ def parse_links(
 
 def _capture_node_type(name: str, value: dict[str, Any], where: str, base_dir: Path | None) -> NodeType:
     """A node type read from an ``nvidia-smi topo -m`` capture (path relative to the spec file)."""
-    from topologies.nvsmi import read_capture
-    from topologies.nvsmi_graph import capture_node_type
-
     attrs = mapping(value, where, ("capture",), ("gpu", "nic_port", "source", "description"))
     path = Path(str(attrs["capture"]))
     if base_dir is not None and not path.is_absolute():
@@ -327,10 +261,24 @@ def parse_fabric(value: Any, where: str) -> FabricSpec:
     )
 
 
+UndeclaredNodeType = Callable[[str, tuple[str, ...], str], NodeType]
+"""How a spec resolves a node type its file does not declare: ``(name, declared, where) -> NodeType``,
+raising :class:`SpecError` when it cannot (:func:`topologies.catalog.preset_node_type` looks in
+the presets)."""
+
+
 def parse_cluster_spec(
-    data: Any, where: str, default_name: str = "", base_dir: Path | None = None
+    data: Any,
+    where: str,
+    *,
+    undeclared: UndeclaredNodeType,
+    default_name: str = "",
+    base_dir: Path | None = None,
 ) -> ClusterSpec:
-    """A whole cluster spec document; ``where`` (the file) prefixes every error."""
+    """A whole cluster spec document; ``where`` (the file) prefixes every error.
+
+    A node type the file does not declare is resolved by ``undeclared`` (see :data:`UndeclaredNodeType`).
+    """
     attrs = mapping(data, where, ("nodes", "fabric"), ("name", "description", "node_types"))
     declared = attrs.get("node_types", {})
     if not isinstance(declared, dict):
@@ -346,7 +294,7 @@ def parse_cluster_spec(
         item = mapping(item, at, ("type",), ("count",))
         tname = str(item["type"])
         if tname not in types:
-            types[tname] = _preset_node_type(tname, tuple(types), f"{at}.type")
+            types[tname] = undeclared(tname, tuple(types), f"{at}.type")
         count = item.get("count", 1)
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
             raise SpecError(f"{at}.count: {count!r} is not allowed; it must be an integer >= 1")
@@ -354,21 +302,3 @@ def parse_cluster_spec(
     fabric = parse_fabric(attrs["fabric"], f"{where}: fabric")
     name = str(attrs.get("name", default_name) or default_name)
     return ClusterSpec(name, MappingProxyType(types), tuple(nodes), fabric, str(attrs.get("description", "")))
-
-
-def _preset_node_type(name: str, declared: tuple[str, ...], where: str) -> NodeType:
-    """A node type not declared in the file, taken from the preset of that name."""
-    from topologies.catalog import preset_names, preset_spec  # the catalog itself parses specs
-
-    if name not in preset_names():
-        raise SpecError(
-            f"{where}: {name!r} is neither declared in node_types ({', '.join(declared) or 'none'}) "
-            f"nor a preset ({', '.join(preset_names())})"
-        )
-    return preset_spec(name).node_types[name]
-
-
-def load_spec_file(path: Path | str) -> ClusterSpec:
-    """Read and validate a cluster spec YAML file."""
-    path = Path(path)
-    return parse_cluster_spec(read_yaml(path), str(path), default_name=path.stem, base_dir=path.parent)

@@ -9,7 +9,8 @@ from simcore.errors import TrainsimError
 from tests.paths import TESTS
 from topologies import load_cluster
 from topologies.builders import build_cluster
-from topologies.nvsmi import load_capture_spec, parse_capture, read_capture
+from topologies.nvsmi import parse_capture, read_capture
+from topologies.nvsmi_graph import load_capture_spec
 
 TOPO = TESTS / "data" / "topo"
 
