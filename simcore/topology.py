@@ -18,13 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import networkx as nx
 
 from simcore.errors import TrainsimError
 
-__all__ = ["LINK_KINDS", "NODE_KINDS", "Link", "Topology", "TopologyError"]
+__all__ = ["LINK_KINDS", "NODE_KINDS", "ClusterLoader", "Link", "Topology", "TopologyError"]
 
 NODE_KINDS = ("gpu", "cpu", "nic", "switch", "pcie")
 LINK_KINDS = ("nvlink", "nvswitch", "pcie", "ib", "ethernet", "smp", "loopback", "memory")
@@ -141,3 +141,14 @@ class Topology:
             raise TopologyError(
                 f"topology {self.name!r} is disconnected: {missing[0]!r} cannot reach {self.ranks[0]!r}"
             )
+
+
+class ClusterLoader(Protocol):
+    """Builds a cluster by name: the first ``gpus`` ranks (adding servers as needed), ``nodes``
+    servers, or the cluster as its file gives it when neither is set.
+
+    simcore reads no cluster files: what runs clusters by name (the what-if, a parameter-server run
+    with dedicated server nodes) is handed a loader, ``topologies.load_cluster`` in practice.
+    """
+
+    def __call__(self, name: str, /, *, gpus: int | None = None, nodes: int | None = None) -> Topology: ...

@@ -16,6 +16,7 @@ from simcore.paramserver import (
 from simcore.strategies.base import TrainingConfig
 from simcore.topology import Topology
 from simcore.workload.types import Layer, Workload
+from topologies import load_cluster
 
 
 def uniform_workload(
@@ -37,7 +38,7 @@ def training(workers: int, micro_batch: int = 4) -> TrainingConfig:
 
 @cache
 def cluster(name: str, workers: int, placement: Placement) -> Topology:
-    return load_ps_cluster(name, workers, placement)
+    return load_ps_cluster(name, workers, placement, loader=load_cluster)
 
 
 def run(

@@ -43,9 +43,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from simcore.paramserver.config import MODES
+
 __all__ = ["HEADER", "PS_MODES", "PUSH", "SHUTDOWN", "PsLayout", "ServerStats", "run_server", "shard_ranges"]
 
-PS_MODES = ("sync", "async", "ssp")
+# Every simulated mode but the version-checking one (ps-mitigated), by its plain name.
+PS_MODES = tuple(rules.plain for rules in MODES.values() if not rules.check)
 PUSH, SHUTDOWN = 1.0, 2.0
 HEADER = 4  # both message kinds carry four header numbers before the tensor range
 

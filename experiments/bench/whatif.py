@@ -20,6 +20,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from simcore.whatif.sweep import DEFAULT_CONFIG, run_what_if
+from simcore.workload.loader import load_workload
+from topologies import load_cluster
+
 __all__ = ["WhatIfBenchRow", "format_whatif_table", "fsdp_step_rows", "what_if_cli_row"]
 
 
@@ -62,9 +66,6 @@ def fsdp_step_rows(
     repeats: int = 3,
 ) -> list[WhatIfBenchRow]:
     """One FSDP step of ``model`` on ``cluster`` per GPU count (median wall and CPU seconds)."""
-    from simcore.whatif.sweep import DEFAULT_CONFIG, run_what_if
-    from simcore.workload.loader import load_workload
-
     workload = load_workload(model, seq_len=DEFAULT_CONFIG.seq_len, dtype=DEFAULT_CONFIG.dtype)
     rows = []
     for gpus in gpu_counts:
@@ -73,7 +74,9 @@ def fsdp_step_rows(
         walls, cpus, step = [], [], None
         for _ in range(repeats):
             start_wall, start_cpu = time.perf_counter(), time.process_time()
-            result = run_what_if(workload, [cluster], [gpus], strategies=["fsdp"], config=config)
+            result = run_what_if(
+                workload, [cluster], [gpus], loader=load_cluster, strategies=["fsdp"], config=config
+            )
             walls.append(time.perf_counter() - start_wall)
             cpus.append(time.process_time() - start_cpu)
             step = next(r.step_time_s for r in result.reports if r.gpus == gpus)

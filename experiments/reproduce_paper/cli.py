@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from experiments.reproduce_paper.claims import (
     CLAIMS,
@@ -38,10 +38,19 @@ from experiments.reproduce_paper.hardware import (
     simulate_point,
 )
 from experiments.reproduce_paper.report import FORMATS, SUFFIX, render
+from simcore.compute.heterogeneity import Heterogeneity, Jitter, JitterSpec
 from simcore.errors import cli_entry
+from simcore.paramserver import (
+    PSConfig,
+    PSResult,
+    load_ps_cluster,
+    parse_placement,
+    simulate_parameter_server,
+    summarise,
+)
+from topologies import load_cluster, mixed_cluster
 
 if TYPE_CHECKING:
-    from simcore.paramserver import PSResult
     from simcore.report import StepReport
     from simcore.strategies.base import TrainingConfig
 
@@ -166,36 +175,25 @@ def _memory_ratio(setting: PaperSetting, model: str, gpus: int) -> float:
 # --- parameter servers -----------------------------------------------------------------------------
 
 
-def _heterogeneity(setting: PaperSetting, condition: str) -> Any:
-    from simcore.compute.heterogeneity import Heterogeneity
-
+def _heterogeneity(setting: PaperSetting, condition: str) -> Heterogeneity:
     if condition.endswith("-jitter"):
-        return Heterogeneity.from_strings(jitter=f"compute=lognormal:{setting.jitter_sigma:g}")
+        return Heterogeneity(jitter=JitterSpec(compute=Jitter("lognormal", setting.jitter_sigma)))
     return Heterogeneity()
 
 
 @cache
 def _ps_run(setting: PaperSetting, model: str, condition: str, mode: str) -> PSResult:
     """One parameter-server run of ``model`` under ``condition`` (see PaperSetting.ps_conditions)."""
-    from simcore.paramserver import (
-        PSConfig,
-        load_ps_cluster,
-        parse_placement,
-        simulate_parameter_server,
-        summarise,
-    )
-
     ps = PSConfig(mode=mode, placement=parse_placement(setting.ps_placement), steps=setting.ps_steps)
     if condition == "mixed":  # one server of each class as workers, an A100 server for the shards
-        from topologies import mixed_cluster
-
         topology = mixed_cluster(
             [(setting.a100_cluster, 1), (setting.a10g_cluster, 1), (setting.a100_cluster, 1)]
         )
         workers = len(topology.ranks_on_host(0)) + len(topology.ranks_on_host(1))
     else:
         cluster = setting.a100_cluster if condition.startswith("a100") else setting.a10g_cluster
-        topology, workers = load_ps_cluster(cluster, setting.gpus, ps.placement), setting.gpus
+        topology = load_ps_cluster(cluster, setting.gpus, ps.placement, loader=load_cluster)
+        workers = setting.gpus
     outcome = simulate_parameter_server(
         cached_workload(model),
         paper_config(setting, workers),

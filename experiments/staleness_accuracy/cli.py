@@ -53,12 +53,8 @@ from experiments.staleness_accuracy.simulated import (
 )
 from experiments.staleness_accuracy.trainer import Setting, SettingResult, TrainerConfig, run_settings
 from simcore.errors import TrainsimError, cli_entry
-from simcore.staleness.distribution import (
-    fixed_staleness,
-    load_measured_staleness,
-    normalize_ps_mode,
-    staleness_from_histogram,
-)
+from simcore.paramserver import normalize_ps_mode
+from simcore.staleness.distribution import fixed_staleness, load_measured_staleness, staleness_from_histogram
 from simcore.staleness.penalty import PenaltyObservation, fit_penalty_model
 
 __all__ = ["build_parser", "main", "run_penalty_study"]

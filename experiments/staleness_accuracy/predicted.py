@@ -7,10 +7,20 @@ trainer: one cached run per (cluster, mode, bound, GPUs, seed) on the what-if's 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from simcore.errors import TrainsimError
-from simcore.staleness.distribution import StalenessDistribution, normalize_ps_mode, staleness_from_histogram
+from simcore.paramserver import (
+    DEFAULT_PS_STEPS,
+    DEFAULT_STALENESS_BOUND,
+    PSConfig,
+    normalize_ps_mode,
+    run_parameter_server,
+)
+from simcore.staleness.distribution import StalenessDistribution, staleness_from_histogram
+from simcore.whatif.sweep import DEFAULT_CONFIG, DEFAULT_MODEL
+from simcore.workload.loader import load_workload
+from topologies import load_cluster
 
 # Steps per simulated run: 32 keeps the start-up ramp (the first W gradients, computed on fresh
 # parameters) to about 3% of the applied updates; past 16 GPUs the run is cut to about 512 gradients
@@ -21,8 +31,6 @@ PREDICTION_GRADIENTS = 512
 
 def prediction_steps(gpus: int) -> int:
     """Steps simulated for a prediction on ``gpus`` workers (each step is one gradient per worker)."""
-    from simcore.paramserver import DEFAULT_PS_STEPS
-
     return max(DEFAULT_PS_STEPS, min(PREDICTION_STEPS, PREDICTION_GRADIENTS // max(1, gpus)))
 
 
@@ -61,8 +69,6 @@ def predicted_parameter_server(
     :func:`prediction_steps` steps. An unknown cluster or mode, or a bad GPU count, is a
     :class:`TrainsimError`.
     """
-    from simcore.paramserver import DEFAULT_STALENESS_BOUND
-
     name = normalize_ps_mode(mode)
     bound = DEFAULT_STALENESS_BOUND if staleness_bound is None else staleness_bound
     if name in ("sync", "async"):
@@ -75,17 +81,11 @@ def predicted_parameter_server(
 @functools.lru_cache(maxsize=128)
 def _simulate(cluster: str, mode: str, bound: int, gpus: int, seed: int) -> PredictedRun:
     """One simulated run, summarised; cached because the CLI asks for it per setting and for times."""
-    from dataclasses import replace
-
-    from simcore.paramserver import PSConfig, run_parameter_server
-    from simcore.whatif.sweep import DEFAULT_CONFIG, DEFAULT_MODEL
-    from simcore.workload.loader import load_workload
-
     training = replace(DEFAULT_CONFIG, global_batch=gpus * DEFAULT_CONFIG.micro_batch)
     workload = load_workload(DEFAULT_MODEL, seq_len=training.seq_len, dtype=training.dtype)
     steps = prediction_steps(gpus)
     ps = PSConfig(mode=mode, staleness_bound=bound, steps=steps)
-    result = run_parameter_server(workload, cluster, gpus, ps, training, seed=seed)
+    result = run_parameter_server(workload, cluster, gpus, ps, training, loader=load_cluster, seed=seed)
     if result.gradients_applied < 1 or result.throughput_samples_per_s <= 0:
         raise TrainsimError(f"parameter-server simulation of {mode} on {cluster} applied no updates")
     basis = (

@@ -16,7 +16,7 @@ from experiments.staleness_accuracy.predicted import PredictedRun, predicted_par
 from experiments.staleness_accuracy.report import StepTimes
 from experiments.staleness_accuracy.trainer import Setting
 from simcore.errors import TrainsimError
-from simcore.staleness.distribution import normalize_ps_mode
+from simcore.paramserver import normalize_ps_mode
 from simcore.units import parse_time
 
 __all__ = [

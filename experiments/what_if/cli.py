@@ -27,7 +27,7 @@ from pathlib import Path
 
 from simcore.compute.heterogeneity import Heterogeneity
 from simcore.errors import TrainsimError, cli_entry
-from simcore.paramserver import DEFAULT_STALENESS_BOUND, PSOptions, PSResult, parse_placement
+from simcore.paramserver import DEFAULT_STALENESS_BOUND, PSConfig, PSResult, parse_placement
 from simcore.report import StepReport, records_to_csv, records_to_json
 from simcore.strategies.base import COMPUTE_DTYPES, OPTIMIZERS, TrainingConfig
 from simcore.units import parse_size
@@ -39,6 +39,7 @@ from simcore.whatif.sweep import (
     all_strategy_names,
     run_what_if,
 )
+from topologies import load_cluster
 
 PROGRESS_THRESHOLD = 24  # points; longer sweeps report progress on stderr
 STOCHASTIC_STEPS = (
@@ -75,7 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default=d.dtype, choices=list(COMPUTE_DTYPES))
     p.add_argument("--no-master-weights", action="store_true", help="pure bf16/fp16 (no fp32 master copy)")
     p.add_argument("--optimizer", default=d.optimizer, choices=list(OPTIMIZERS))
-    p.add_argument("--bucket-size", default="25MiB", help="DDP/ZeRO gradient bucket (e.g. 25MiB)")
+    p.add_argument(
+        "--bucket-size",
+        default=f"{d.bucket_size_bytes / 2**20:g}MiB",
+        help="DDP/ZeRO gradient bucket (default %(default)s)",
+    )
     p.add_argument("--prefetch", type=int, default=d.prefetch, help="FSDP prefetch depth in units")
     p.add_argument(
         "--wrap", default="per-block", help="FSDP wrap: per-block, every-N-layers, every-N-blocks, or indices"
@@ -117,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _config(args: argparse.Namespace) -> TrainingConfig:
+def _config(args: argparse.Namespace, heterogeneity: Heterogeneity) -> TrainingConfig:
     from simcore.strategies.wrap import parse_wrap
 
     return TrainingConfig(
@@ -132,18 +137,16 @@ def _config(args: argparse.Namespace) -> TrainingConfig:
         reshard_after_forward=not args.no_reshard_after_forward,
         wrap=parse_wrap(args.wrap),
         activation_checkpointing=args.checkpoint_activations,
-        steps=_steps(args),
+        steps=_steps(args, heterogeneity),
     )
 
 
-def _steps(args: argparse.Namespace) -> int:
+def _steps(args: argparse.Namespace, heterogeneity: Heterogeneity) -> int:
     if args.steps is not None:
         if args.steps < 1:
             raise TrainsimError(f"--steps must be >= 1, got {args.steps}")
         return int(args.steps)
-    return (
-        STOCHASTIC_STEPS if args.jitter and Heterogeneity.from_strings(jitter=args.jitter).stochastic else 1
-    )
+    return STOCHASTIC_STEPS if heterogeneity.stochastic else 1
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -232,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from simcore.workload.loader import load_workload
 
-    cfg = _config(args)
+    heterogeneity = Heterogeneity.from_strings(args.straggler, args.jitter)
+    cfg = _config(args, heterogeneity)
     clusters = [c.strip() for c in args.cluster.split(",") if c.strip()]
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     gpus = _int_list(args.gpus, "--gpus")
@@ -246,12 +250,16 @@ def main(argv: list[str] | None = None) -> int:
         calibration = load_profile(args.calibration)
     points = len(clusters) * len(strategies) * len(gpus)
     progress = (lambda line: print(line, file=sys.stderr)) if points > PROGRESS_THRESHOLD else None
-    heterogeneity = Heterogeneity.from_strings(args.straggler, args.jitter)
-    ps_options = PSOptions(args.ps_shards, parse_placement(args.ps_placement), args.staleness_bound)
+    ps_options = PSConfig(
+        shards=args.ps_shards,
+        placement=parse_placement(args.ps_placement),
+        staleness_bound=args.staleness_bound,
+    )
     result = run_what_if(
         workload,
         clusters,
         gpus,
+        loader=load_cluster,
         strategies=strategies,
         config=cfg,
         calibration=calibration,

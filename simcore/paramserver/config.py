@@ -1,9 +1,12 @@
 """How a parameter-server run is set up: mode, shards, server placement, staleness bound, length.
 
-Modes (:data:`PS_MODES`; see :mod:`simcore.paramserver.modes` for what each does):
-``ps-sync`` (barrier every step), ``ps-async`` (no barrier), ``ps-ssp`` (stale-synchronous with
-bound s, Ho et al. 2013) and ``ps-mitigated`` (asynchronous with a version check before every push
-and a re-pull and recompute when the gradient is more than s versions stale; Zhang et al. 2016).
+Modes (:data:`MODES`, the one table of them; see :mod:`simcore.paramserver.modes` for what each
+does): ``ps-sync`` (barrier every step), ``ps-async`` (no barrier), ``ps-ssp`` (stale-synchronous
+with bound s, Ho et al. 2013) and ``ps-mitigated`` (asynchronous with a version check before every
+push and a re-pull and recompute when the gradient is more than s versions stale; Zhang et al.
+2016). The what-if names them as strategies, with the ``ps-`` prefix (:data:`PS_MODES`,
+:func:`normalize_mode`); the staleness study and the real parameter-server job name them without
+it (:data:`PLAIN_PS_MODES`, :func:`normalize_ps_mode`). Both accept either spelling.
 
 Placement (:class:`Placement`, parsed from ``"colocated"``, ``"dedicated"`` or ``"dedicated:N"``):
 
@@ -11,30 +14,59 @@ Placement (:class:`Placement`, parsed from ``"colocated"``, ``"dedicated"`` or `
   workers and hence over the nodes), on that worker's GPU and NIC; a worker's own shard is local.
 - ``dedicated:N``: the servers run on N extra nodes of the cluster that hold no worker (default one
   node); shard j sits on server node ``j mod N``, device ``(j // N) mod devices-per-node`` of it,
-  so shards use distinct NICs where the node has several. :func:`load_ps_cluster` grows a cluster
-  of one server type (a preset or a one-type spec file) by those N nodes; a cluster file that mixes
-  server types must list them after the workers' nodes.
+  so shards use distinct NICs where the node has several. :func:`simcore.paramserver.layout.load_ps_cluster`
+  grows a cluster of one server type (a preset or a one-type spec file) by those N nodes; a cluster
+  file that mixes server types must list them after the workers' nodes.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from simcore.errors import TrainsimError
 
 __all__ = [
     "DEFAULT_PS_STEPS",
     "DEFAULT_STALENESS_BOUND",
+    "MODES",
     "PLACEMENTS",
+    "PLAIN_PS_MODES",
     "PS_MODES",
+    "ModeRules",
     "PSConfig",
-    "PSOptions",
     "Placement",
     "normalize_mode",
+    "normalize_ps_mode",
     "parse_placement",
 ]
 
-PS_MODES = ("ps-sync", "ps-async", "ps-ssp", "ps-mitigated")
+
+@dataclass(frozen=True, slots=True)
+class ModeRules:
+    """What a mode adds to the asynchronous worker loop."""
+
+    name: str  # "ps-async": the what-if's strategy name
+    barrier: bool  # ps-sync: push, wait for the shard's round, pull
+    gate: bool  # ps-ssp: block when too far ahead of the slowest worker
+    check: bool  # ps-mitigated: version check (and maybe re-pull + recompute) before pushing
+    description: str
+
+    @property
+    def plain(self) -> str:
+        """The name without the ``ps-`` prefix (``async``), as the staleness study writes it."""
+        return self.name.removeprefix("ps-")
+
+
+MODES: dict[str, ModeRules] = {
+    "ps-sync": ModeRules("ps-sync", True, False, False, "parameter server, barrier every step"),
+    "ps-async": ModeRules("ps-async", False, False, False, "parameter server, no barrier"),
+    "ps-ssp": ModeRules("ps-ssp", False, True, False, "parameter server, stale-synchronous (bound s)"),
+    "ps-mitigated": ModeRules(
+        "ps-mitigated", False, False, True, "parameter server, async with version check + recompute past s"
+    ),
+}
+PS_MODES = tuple(MODES)
+PLAIN_PS_MODES = tuple(rules.plain for rules in MODES.values())
 PLACEMENTS = ("colocated", "dedicated")
 # Ho et al. (2013) report SSP converging well for staleness bounds of a few clocks (their Fig. 4
 # uses s = 3..10); 3 is the small end, where blocking still shows.
@@ -42,13 +74,27 @@ DEFAULT_STALENESS_BOUND = 3
 DEFAULT_PS_STEPS = 8
 
 
+def _rules(mode: str) -> ModeRules | None:
+    name = str(mode).strip().lower()
+    return MODES.get(name if name.startswith("ps-") else f"ps-{name}")
+
+
 def normalize_mode(mode: str) -> str:
     """``ps-async`` from ``ps-async``, ``async`` or ``PS-Async``; a clear error otherwise."""
-    name = str(mode).strip().lower()
-    name = name if name.startswith("ps-") else f"ps-{name}"
-    if name not in PS_MODES:
+    rules = _rules(mode)
+    if rules is None:
         raise TrainsimError(f"unknown parameter-server mode {mode!r}; allowed: {', '.join(PS_MODES)}")
-    return name
+    return rules.name
+
+
+def normalize_ps_mode(mode: str) -> str:
+    """The plain mode name (``sync``/``async``/``ssp``/``mitigated``); a ``ps-`` prefix is accepted."""
+    rules = _rules(mode)
+    if rules is None:
+        raise TrainsimError(
+            f"unknown parameter-server mode {mode!r}; allowed: {', '.join(PLAIN_PS_MODES)} (or with 'ps-' prefix)"
+        )
+    return rules.plain
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +134,7 @@ def parse_placement(text: str) -> Placement:
 
 @dataclass(frozen=True, slots=True)
 class PSConfig:
-    """One parameter-server run.
+    """One parameter-server run, or the settings a sweep shares (which sets ``mode`` and ``steps`` per run).
 
     ``shards`` server shards (None: one per worker node when colocated, one per device of the
     server nodes when dedicated). ``steps``: the run stops after ``steps * workers`` gradients are applied
@@ -116,19 +162,3 @@ class PSConfig:
             raise TrainsimError(f"--steps must be >= 1, got {self.steps!r}")
         if self.version_check_bytes < 0:
             raise TrainsimError(f"version_check_bytes must be >= 0, got {self.version_check_bytes}")
-
-
-@dataclass(frozen=True, slots=True)
-class PSOptions:
-    """What the what-if's parameter-server flags set (``--ps-shards``, ``--ps-placement``, ``--staleness-bound``)."""
-
-    shards: int | None = None
-    placement: Placement = field(default_factory=Placement)
-    staleness_bound: int = DEFAULT_STALENESS_BOUND
-
-    def __post_init__(self) -> None:
-        PSConfig(shards=self.shards, placement=self.placement, staleness_bound=self.staleness_bound)
-
-    def config(self, mode: str, steps: int) -> PSConfig:
-        """The run settings of one mode."""
-        return PSConfig(mode, self.shards, self.placement, self.staleness_bound, steps)

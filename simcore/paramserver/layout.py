@@ -18,7 +18,7 @@ from simcore.errors import TrainsimError
 from simcore.paramserver.config import Placement
 
 if TYPE_CHECKING:
-    from simcore.topology import Topology
+    from simcore.topology import ClusterLoader, Topology
     from simcore.workload.types import Workload
 
 __all__ = ["ShardLayout", "default_shards", "load_ps_cluster", "server_devices", "shard_layers"]
@@ -58,7 +58,7 @@ def shard_layers(workload: Workload, shards: int) -> ShardLayout:
     return ShardLayout(tuple(layer_shard), tuple(loads))
 
 
-def load_ps_cluster(cluster: str, workers: int, placement: Placement) -> Topology:
+def load_ps_cluster(cluster: str, workers: int, placement: Placement, *, loader: ClusterLoader) -> Topology:
     """The cluster for ``workers`` workers, plus the server nodes a dedicated placement needs.
 
     Ranks ``0..workers-1`` are the workers; with ``dedicated:N`` the ranks after them are the
@@ -66,17 +66,15 @@ def load_ps_cluster(cluster: str, workers: int, placement: Placement) -> Topolog
     node type) grows to the nodes the workers fill plus N, however few workers there are: the
     server count comes from the type's own devices per server, never from a truncated cluster's. A
     cluster that mixes server types (or an explicit graph) cannot grow: its file must list the
-    server nodes after the workers' nodes.
+    server nodes after the workers' nodes. ``loader`` builds the cluster (``topologies.load_cluster``).
     """
-    from topologies import load_cluster
-
     if placement.kind == "colocated":
-        return load_cluster(cluster, gpus=workers)
-    as_given = load_cluster(cluster)
+        return loader(cluster, gpus=workers)
+    as_given = loader(cluster)
     per_server = _ranks_per_server(as_given)
     if per_server:
         worker_nodes = max(1, math.ceil(workers / per_server))
-        full = load_cluster(cluster, nodes=worker_nodes + placement.server_nodes)
+        full = loader(cluster, nodes=worker_nodes + placement.server_nodes)
     else:
         full = as_given
     if workers > full.world_size:

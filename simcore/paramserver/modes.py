@@ -1,5 +1,7 @@
 """The four parameter-server modes and the two protocol steps that set them apart.
 
+The modes' names and rules are one table, :data:`simcore.paramserver.config.MODES`.
+
 ``ps-sync``: bulk-synchronous. Every worker computes, pushes its gradient to every shard; a shard
 sums the W gradients, applies one update, and only then may the workers pull (the barrier). All
 staleness is 0; every step waits for the slowest worker.
@@ -53,33 +55,11 @@ delays, so only through the shared links and shards:
 from __future__ import annotations
 
 from collections.abc import Generator
-from dataclasses import dataclass
 from typing import Any
 
 from simcore.paramserver.state import PSRun
 
-__all__ = ["MODES", "ModeRules", "pull_all", "pull_shard", "ssp_gate", "version_check"]
-
-
-@dataclass(frozen=True, slots=True)
-class ModeRules:
-    """What a mode adds to the asynchronous worker loop."""
-
-    name: str
-    barrier: bool  # ps-sync: push, wait for the shard's round, pull
-    gate: bool  # ps-ssp: block when too far ahead of the slowest worker
-    check: bool  # ps-mitigated: version check (and maybe re-pull + recompute) before pushing
-    description: str
-
-
-MODES: dict[str, ModeRules] = {
-    "ps-sync": ModeRules("ps-sync", True, False, False, "parameter server, barrier every step"),
-    "ps-async": ModeRules("ps-async", False, False, False, "parameter server, no barrier"),
-    "ps-ssp": ModeRules("ps-ssp", False, True, False, "parameter server, stale-synchronous (bound s)"),
-    "ps-mitigated": ModeRules(
-        "ps-mitigated", False, False, True, "parameter server, async with version check + recompute past s"
-    ),
-}
+__all__ = ["pull_all", "pull_shard", "ssp_gate", "version_check"]
 
 
 def pull_all(run: PSRun, worker: int, pulled: list[int]) -> Generator[Any, Any, None]:

@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from simcore.compute.memory import MemoryPeak
+from simcore.paramserver.config import MODES
 from simcore.paramserver.footprint import activation_bytes, served_params_per_worker, server_peak, worker_peak
-from simcore.paramserver.modes import MODES
 from simcore.paramserver.simulate import PSOutcome
 from simcore.report import StepReport
 from simcore.strategies.runner import percentile  # linear, like numpy's default, without numpy.ma

@@ -1,8 +1,8 @@
 """Run one parameter-server configuration: build the shards and workers, simulate, collect.
 
 :func:`simulate_parameter_server` is the engine-level entry (a built topology, a training
-configuration); :func:`run_parameter_server` loads the cluster by name and returns the
-:class:`~simcore.paramserver.report.PSResult` the what-if prints.
+configuration); :func:`simcore.paramserver.run.run_parameter_server` loads the cluster by name and
+returns the :class:`~simcore.paramserver.report.PSResult` the what-if prints.
 """
 
 from __future__ import annotations
@@ -14,27 +14,19 @@ from simcore.compute.heterogeneity import NO_HETEROGENEITY, Heterogeneity, rank_
 from simcore.engine import Simulation
 from simcore.errors import TrainsimError
 from simcore.net.network import Network, link_name
-from simcore.paramserver.config import PSConfig
-from simcore.paramserver.layout import (
-    ShardLayout,
-    default_shards,
-    load_ps_cluster,
-    server_devices,
-    shard_layers,
-)
-from simcore.paramserver.modes import MODES
+from simcore.paramserver.config import MODES, PSConfig
+from simcore.paramserver.layout import ShardLayout, default_shards, server_devices, shard_layers
 from simcore.paramserver.server import ACCUMULATOR_BYTES, ShardServer
 from simcore.paramserver.state import PSRun, Records
 from simcore.paramserver.worker import async_worker, sync_worker
 
 if TYPE_CHECKING:
     from simcore.calibration.profile import CalibrationProfile
-    from simcore.paramserver.report import PSResult
     from simcore.strategies.base import TrainingConfig
     from simcore.topology import Topology
     from simcore.workload.types import Workload
 
-__all__ = ["PSOutcome", "run_parameter_server", "simulate_parameter_server"]
+__all__ = ["PSOutcome", "simulate_parameter_server"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,31 +195,3 @@ def simulate_parameter_server(
         bottleneck,
         utilisation,
     )
-
-
-def run_parameter_server(
-    workload: Workload,
-    cluster: str,
-    workers: int,
-    ps: PSConfig,
-    training: TrainingConfig,
-    *,
-    heterogeneity: Heterogeneity = NO_HETEROGENEITY,
-    calibration: CalibrationProfile | None = None,
-    seed: int = 0,
-) -> PSResult:
-    """Load ``cluster`` for ``workers`` workers (plus server nodes if dedicated), simulate, summarise."""
-    from simcore.paramserver.report import summarise
-
-    topology = load_ps_cluster(cluster, workers, ps.placement)
-    outcome = simulate_parameter_server(
-        workload,
-        training,
-        topology,
-        ps,
-        workers=workers,
-        heterogeneity=heterogeneity,
-        calibration=calibration,
-        seed=seed,
-    )
-    return summarise(outcome, cluster=cluster)

@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from simcore.compute.heterogeneity import NO_HETEROGENEITY, Heterogeneity
-from simcore.paramserver.config import PSOptions, normalize_mode
+from simcore.paramserver.config import PSConfig, normalize_mode
 from simcore.paramserver.report import PSResult, summarise
 from simcore.paramserver.simulate import simulate_parameter_server
 
@@ -38,7 +38,7 @@ def run_modes(
     training: TrainingConfig,
     topology: Topology,
     modes: Sequence[str],
-    options: PSOptions,
+    options: PSConfig,
     *,
     cluster: str,
     workers: int,
@@ -47,7 +47,10 @@ def run_modes(
     calibration: CalibrationProfile | None = None,
     seed: int = 0,
 ) -> dict[str, PSResult]:
-    """Each of ``modes`` on ``topology`` (built for ``options.placement``), by mode name."""
+    """Each of ``modes`` on ``topology`` (built for ``options.placement``), by mode name.
+
+    Every run takes ``options`` with its own mode and ``steps`` (the options' own mode and steps
+    are not used)."""
     wanted = [normalize_mode(m) for m in modes]
     order = sorted(wanted, key=lambda m: m != "ps-async")  # async first: ssp may reuse it
     results: dict[str, PSResult] = {}
@@ -60,7 +63,7 @@ def run_modes(
             workload,
             training,
             topology,
-            options.config(mode, steps),
+            replace(options, mode=mode, steps=steps),
             workers=workers,
             heterogeneity=heterogeneity,
             calibration=calibration,

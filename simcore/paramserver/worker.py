@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
-from simcore.paramserver.modes import MODES, pull_shard, ssp_gate, version_check
+from simcore.paramserver.config import MODES
+from simcore.paramserver.modes import pull_shard, ssp_gate, version_check
 from simcore.paramserver.server import ShardServer
 from simcore.paramserver.state import PSRun
 

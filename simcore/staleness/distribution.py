@@ -29,28 +29,12 @@ import numpy as np
 from simcore.errors import TrainsimError
 
 __all__ = [
-    "PS_MODES",
     "StalenessDistribution",
     "fixed_staleness",
     "load_measured_staleness",
-    "normalize_ps_mode",
     "staleness_from_histogram",
     "staleness_from_samples",
 ]
-
-PS_MODES = ("sync", "async", "ssp", "mitigated")
-"""Parameter-server modes: barrier each step, no barrier, bounded staleness, and staleness damping."""
-
-
-def normalize_ps_mode(mode: str) -> str:
-    """The plain mode name (``sync``/``async``/``ssp``/``mitigated``); a ``ps-`` prefix is accepted."""
-    name = str(mode).strip().lower().removeprefix("ps-")
-    if name not in PS_MODES:
-        allowed = ", ".join(PS_MODES)
-        raise TrainsimError(
-            f"unknown parameter-server mode {mode!r}; allowed: {allowed} (or with 'ps-' prefix)"
-        )
-    return name
 
 
 @dataclass(frozen=True, slots=True)

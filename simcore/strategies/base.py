@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from simcore.dtypes import DTYPE_BYTES
 from simcore.errors import TrainsimError
 
 if TYPE_CHECKING:
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COMPUTE_DTYPES",
+    "DDP_BUCKET_BYTES",
+    "DDP_FIRST_BUCKET_BYTES",
     "DEFAULT_COMM_COMPUTE_SLOWDOWN",
     "OPTIMIZERS",
     "CommCost",
@@ -40,8 +43,14 @@ __all__ = [
 MiB = 1024**2
 GiB = 1024**3
 
-# Bytes of one element per compute dtype.
-COMPUTE_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}
+# Bytes of one element per dtype a step can compute in (from the one dtype table). tf32 is a
+# matmul mode of fp32 tensors, not a storage dtype, and fp8 training needs scaling recipes the
+# strategies do not model.
+COMPUTE_DTYPES = {name: DTYPE_BYTES[name] for name in ("fp32", "bf16", "fp16")}
+# torch DDP's bucket sizes: bucket_cap_mb=25 and the first bucket's dist._DEFAULT_FIRST_BUCKET_BYTES
+# (1 MiB; torch/nn/parallel/distributed.py). The only place trainsim states them.
+DDP_BUCKET_BYTES = 25 * MiB
+DDP_FIRST_BUCKET_BYTES = 1 * MiB
 # fp32 optimizer state bytes per parameter, master weights excluded (ZeRO paper, section 3.1).
 OPTIMIZERS = {"sgd": 0, "sgd-momentum": 4, "adam": 8, "adamw": 8}
 # While a collective kernel runs, concurrent compute is this much slower. Our estimate, not a
@@ -74,8 +83,8 @@ class TrainingConfig:
     dtype: str = "bf16"
     optimizer: str = "adamw"
     master_weights: bool = True
-    bucket_size_bytes: int = 25 * MiB  # torch DDP bucket_cap_mb default
-    first_bucket_bytes: int = 1 * MiB  # torch DDP first bucket (dist._DEFAULT_FIRST_BUCKET_BYTES)
+    bucket_size_bytes: int = DDP_BUCKET_BYTES
+    first_bucket_bytes: int = DDP_FIRST_BUCKET_BYTES
     gradient_as_bucket_view: bool = False  # torch DDP default: buckets are a copy of the gradients
     prefetch: int = 1
     reshard_after_forward: bool = True

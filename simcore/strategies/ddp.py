@@ -2,7 +2,8 @@
 
 As torch.nn.parallel.DistributedDataParallel does it (PyTorch "DDP notes" and Li et al., "PyTorch
 Distributed: Experiences on Accelerating Data Parallel Training", VLDB 2020): parameters are
-assigned to buckets in reverse order (the first bucket capped at 1 MiB, the others at 25 MiB); a
+assigned to buckets in reverse order (the first bucket capped at ``first_bucket_bytes``, the
+others at ``bucket_size_bytes``: torch's defaults, :data:`simcore.strategies.base.DDP_BUCKET_BYTES`); a
 bucket is all-reduced as soon as backward has produced all its gradients, on a communication
 stream that overlaps the rest of backward; the optimizer steps after the last bucket. With gradient
 accumulation, all micro-batches but the last run under ``no_sync()`` (no communication). Bucket

@@ -40,12 +40,12 @@ from typing import TYPE_CHECKING
 
 from simcore.compute.heterogeneity import NO_HETEROGENEITY, Heterogeneity, sync_compute_scale
 from simcore.errors import TrainsimError
-from simcore.paramserver import PS_MODES, PSOptions, PSResult, load_ps_cluster, run_modes
+from simcore.paramserver import PS_MODES, PSConfig, PSResult, load_ps_cluster, run_modes
 from simcore.report import StepReport
 from simcore.strategies import get_strategy, strategy_names
 from simcore.strategies.base import Strategy, TrainingConfig
 from simcore.strategies.runner import StepResult, gating_device, make_context, report_step, simulate_step
-from simcore.topology import Topology
+from simcore.topology import ClusterLoader, Topology
 from simcore.whatif.recommend import Recommendation, UnevenHardware, recommend
 
 if TYPE_CHECKING:
@@ -114,17 +114,21 @@ def run_what_if(
     clusters: Sequence[str],
     gpus: Sequence[int],
     *,
+    loader: ClusterLoader,
     strategies: Sequence[str] | None = None,
     config: TrainingConfig = DEFAULT_CONFIG,
     calibration: CalibrationProfile | None = None,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
-    ps_options: PSOptions | None = None,
+    ps_options: PSConfig | None = None,
     heterogeneity: Heterogeneity = NO_HETEROGENEITY,
 ) -> WhatIfResult:
-    """Simulate every (cluster, strategy, gpus) point; reports are ordered cluster, strategy, gpus."""
-    from topologies import load_cluster
+    """Simulate every (cluster, strategy, gpus) point; reports are ordered cluster, strategy, gpus.
 
+    ``loader`` builds each cluster by name (``topologies.load_cluster``). ``ps_options``: the
+    parameter servers' shards, placement and staleness bound (each mode and its steps are set per
+    point).
+    """
     names = list(strategies) if strategies else all_strategy_names()
     chosen, ps_modes = _check_names(names)
     counts = sorted(set(gpus))
@@ -142,7 +146,7 @@ def run_what_if(
             progress(f"[{done[0]}/{total}] {line}")
 
     for cluster in clusters:
-        topologies = {n: load_cluster(cluster, gpus=n) for n in sorted({1, *counts})}
+        topologies = {n: loader(cluster, gpus=n) for n in sorted({1, *counts})}
         result.topologies.update({(cluster, n): t for n, t in topologies.items()})
         if calibration is not None:
             calibration.check_against(topologies[counts[-1]], strict=False)
@@ -153,7 +157,7 @@ def run_what_if(
             by_point.update(
                 _simulate_ps_cluster(
                     result, cluster, topologies, ps_modes, workload, config, calibration, seed, tick,
-                    ps_options or PSOptions(), heterogeneity,
+                    ps_options or PSConfig(), heterogeneity, loader,
                 )
             )  # fmt: skip
         for name in names:
@@ -232,8 +236,9 @@ def _simulate_ps_cluster(
     calibration: CalibrationProfile | None,
     seed: int,
     tick: Callable[[str], None],
-    options: PSOptions,
+    options: PSConfig,
     heterogeneity: Heterogeneity,
+    loader: ClusterLoader,
 ) -> dict[tuple[str, int], StepReport]:
     """Every parameter-server mode at every GPU count of one cluster (per-rank simulation)."""
     by_point: dict[tuple[str, int], StepReport] = {}
@@ -241,7 +246,9 @@ def _simulate_ps_cluster(
         uneven = heterogeneity.stochastic or heterogeneity.uneven(topo)
         steps = max(config.steps, UNEVEN_PS_STEPS if uneven else MIN_PS_STEPS)
         ps_topology = (
-            topo if options.placement.kind == "colocated" else load_ps_cluster(cluster, n, options.placement)
+            topo
+            if options.placement.kind == "colocated"
+            else load_ps_cluster(cluster, n, options.placement, loader=loader)
         )
         results = run_modes(
             workload, config, ps_topology, modes, options, cluster=cluster, workers=n, steps=steps,

@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from simcore.compute.heterogeneity import Heterogeneity, Straggler
-from simcore.paramserver import Placement
+from simcore.paramserver import Placement, PSConfig
 from simcore.paramserver.advice import uneven_hardware_advice
-from simcore.paramserver.config import PSOptions
 from simcore.paramserver.sweep import run_modes
 from tests.paramserver_helpers import cluster, run, training, uniform_workload
 
@@ -16,7 +15,7 @@ WORKLOAD = uniform_workload(params=250_000, fwd_flops=2e10)
 
 def test_ssp_reuses_async_only_when_the_gate_would_never_have_closed() -> None:
     topo = cluster("g5.12xlarge", 8, Placement())
-    options = PSOptions(staleness_bound=2)
+    options = PSConfig(staleness_bound=2)
     shared = run_modes(
         WORKLOAD,
         training(8),
@@ -37,7 +36,7 @@ def test_ssp_reuses_async_only_when_the_gate_would_never_have_closed() -> None:
         training(8),
         topo,
         ["ps-async", "ps-ssp"],
-        PSOptions(staleness_bound=0),
+        PSConfig(staleness_bound=0),
         cluster="g5.12xlarge",
         workers=8,
         steps=4,

@@ -8,10 +8,14 @@ from hypothesis import strategies as st
 
 from simcore.errors import TrainsimError
 from simcore.paramserver import (
+    MODES,
+    PLAIN_PS_MODES,
+    PS_MODES,
     Placement,
     PSConfig,
     load_ps_cluster,
     normalize_mode,
+    normalize_ps_mode,
     parse_placement,
     shard_layers,
 )
@@ -20,6 +24,7 @@ from simcore.workload.loader import load_workload
 from simcore.workload.types import Layer, Workload
 from tests.paramserver_helpers import uniform_workload
 from tests.paths import REPO
+from topologies import load_cluster
 
 
 def _workload(sizes: list[int]) -> Workload:
@@ -53,19 +58,21 @@ def test_greedy_sharding_conserves_parameters_and_stays_within_one_layer(
 
 
 def test_colocated_shards_spread_over_the_worker_nodes() -> None:
-    topo = load_ps_cluster("g5.12xlarge", 8, Placement())
+    topo = load_ps_cluster("g5.12xlarge", 8, Placement(), loader=load_cluster)
     assert default_shards(topo, 8, Placement()) == 2
     assert server_devices(topo, 8, 2, Placement()) == ("h0/gpu0", "h1/gpu0")
     assert server_devices(topo, 8, 3, Placement()) == ("h0/gpu0", "h0/gpu2", "h1/gpu1")
 
 
 def test_dedicated_servers_get_nodes_of_their_own() -> None:
-    topo = load_ps_cluster("g5.12xlarge", 8, Placement("dedicated", 2))
+    topo = load_ps_cluster("g5.12xlarge", 8, Placement("dedicated", 2), loader=load_cluster)
     assert topo.world_size == 16 and len(topo.hosts) == 4
     devices = server_devices(topo, 8, 4, Placement("dedicated", 2))
     assert devices == ("h2/gpu0", "h3/gpu0", "h2/gpu1", "h3/gpu1")
     assert default_shards(topo, 8, Placement("dedicated", 2)) == 8
-    lone = load_ps_cluster("dgx-a100", 1, Placement("dedicated", 1))  # a one-GPU baseline still gets a node
+    lone = load_ps_cluster(
+        "dgx-a100", 1, Placement("dedicated", 1), loader=load_cluster
+    )  # a one-GPU baseline still gets a node
     assert lone.world_size == 9 and server_devices(lone, 1, 2, Placement("dedicated", 1)) == (
         "h1/gpu0",
         "h1/gpu1",
@@ -76,7 +83,7 @@ def test_dedicated_servers_get_nodes_of_their_own() -> None:
 def test_fewer_workers_than_a_server_holds_still_get_a_whole_server_node(cluster: str) -> None:
     """Regression: 4 workers on an 8-GPU server type; the server node has all 8 devices."""
     path = str(REPO / cluster) if cluster.endswith(".yaml") else cluster
-    topo = load_ps_cluster(path, 4, Placement("dedicated", 1))
+    topo = load_ps_cluster(path, 4, Placement("dedicated", 1), loader=load_cluster)
     assert topo.world_size == 12 and len(topo.hosts) == 2
     assert {topo.host_of_rank(r) for r in range(4)} == {0}
     assert default_shards(topo, 4, Placement("dedicated", 1)) == 8
@@ -85,18 +92,22 @@ def test_fewer_workers_than_a_server_holds_still_get_a_whole_server_node(cluster
 
 def test_a_one_type_cluster_file_grows_by_its_server_nodes() -> None:
     path = REPO / "topologies" / "examples" / "two-g5-like.yaml"
-    topo = load_ps_cluster(str(path), 8, Placement("dedicated", 1))  # both listed nodes hold workers
+    topo = load_ps_cluster(
+        str(path), 8, Placement("dedicated", 1), loader=load_cluster
+    )  # both listed nodes hold workers
     assert topo.world_size == 12 and len(topo.hosts) == 3
     loopback = REPO / "topologies" / "examples" / "cpu-loopback.yaml"
     with pytest.raises(TrainsimError, match="needs 1 node"):  # no fabric: nothing joins a second node
-        load_ps_cluster(str(loopback), 1, Placement("dedicated", 1))
+        load_ps_cluster(str(loopback), 1, Placement("dedicated", 1), loader=load_cluster)
 
 
 def test_a_cluster_file_without_spare_nodes_cannot_host_dedicated_servers() -> None:
     path = REPO / "topologies" / "examples" / "mixed-dgx-g5.yaml"
     with pytest.raises(TrainsimError, match="needs 1 node"):
-        load_ps_cluster(str(path), 24, Placement("dedicated", 1))
-    topo = load_ps_cluster(str(path), 16, Placement("dedicated", 1))  # the first g5 node serves
+        load_ps_cluster(str(path), 24, Placement("dedicated", 1), loader=load_cluster)
+    topo = load_ps_cluster(
+        str(path), 16, Placement("dedicated", 1), loader=load_cluster
+    )  # the first g5 node serves
     assert server_devices(topo, 16, 1, Placement("dedicated", 1)) == ("h2/gpu0",)
 
 
@@ -112,3 +123,15 @@ def test_settings_are_checked_at_the_boundary() -> None:
     for kwargs in ({"shards": 0}, {"staleness_bound": -1}, {"steps": 0}):
         with pytest.raises(TrainsimError):
             PSConfig(**kwargs)  # type: ignore[arg-type]
+
+
+def test_modes_accept_the_ps_prefix_and_reject_unknown_ones() -> None:
+    for rules in MODES.values():  # one table: both spellings name the same mode either way
+        for spelling in (rules.name, rules.plain, rules.name.upper()):
+            assert (normalize_mode(spelling), normalize_ps_mode(spelling)) == (rules.name, rules.plain)
+    assert PS_MODES == ("ps-sync", "ps-async", "ps-ssp", "ps-mitigated")
+    assert PLAIN_PS_MODES == ("sync", "async", "ssp", "mitigated")
+    assert normalize_ps_mode("ps-SSP") == "ssp"
+    assert normalize_ps_mode("mitigated") == "mitigated"
+    with pytest.raises(TrainsimError, match="allowed: sync, async, ssp, mitigated"):
+        normalize_ps_mode("hogwild")
