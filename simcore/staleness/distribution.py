@@ -1,18 +1,17 @@
-"""Gradient staleness as data: distributions, seeded sampling, loading, and the accuracy estimate.
+"""Gradient staleness as data: distributions, seeded sampling and loading.
 
 Staleness of one applied update is the server's parameter version when the update is applied minus
-the version the gradient was computed from (issue 4's definition): 0 is synchronous SGD, an
-asynchronous parameter server with W equal workers gives about W-1, stale-synchronous training
-with bound s never more than s.
+the version the gradient was computed from: 0 is synchronous SGD, an asynchronous parameter server
+with W equal workers gives about W-1, stale-synchronous training with bound s never more than s.
 
 A :class:`StalenessDistribution` is a discrete distribution over non-negative integer delays. It
 comes from a fixed delay, from measured samples (the ``staleness`` lists that real asynchronous
-parameter-server runs write into their step records), from a histogram, or from the
-parameter-server simulation (:func:`predicted_parameter_server`, which also gives the simulated
-time per update).
-:func:`estimate_accuracy_penalty` turns a distribution's mean and p99 into an estimated accuracy
-cost, fitted from the delayed-gradient study in ``experiments.staleness_accuracy`` (the penalty model
-lives in :mod:`simcore.staleness.penalty`; its names are re-exported here).
+parameter-server runs write into their step records), or from a histogram (such as a simulated
+run's :attr:`simcore.paramserver.PSResult.staleness_histogram`, which the staleness study turns
+into distributions in ``experiments.staleness_accuracy.predicted``).
+:func:`simcore.staleness.penalty.estimate_accuracy_penalty` turns a distribution's mean and p99
+into an estimated accuracy cost, fitted from the delayed-gradient study in
+``experiments.staleness_accuracy``.
 """
 
 from __future__ import annotations
