@@ -81,7 +81,7 @@ def first_known(names: Sequence[str], known: Callable[[], Iterable[str]]) -> str
 
 
 def missing_name(what: str, names: Sequence[str], description: str = "") -> str:
-    """The reason for a preset or spec that does not exist yet, naming what it would be called."""
-    wanted = " / ".join(repr(n) for n in names) if names else "none named yet"
+    """The reason for a preset or spec that does not exist yet, with the names the row accepts."""
     detail = f" for {description}" if description else ""
-    return f"no {what}{detail} ({wanted})"
+    looked = f" (looked for {' / '.join(repr(n) for n in names)})" if names else ""
+    return f"no {what}{detail}{looked}"

@@ -131,7 +131,7 @@ def test_a_missing_preset_is_a_reason_naming_it() -> None:
     entry = {"topology": ["no-such-cluster"], "gpus": 16, "nodes": 2, "model": ["resnet50"],
              "strategy": "ddp", "dtype": "fp32", "micro_batch": 32, "optimizer": "sgd-momentum"}  # fmt: skip
     reasons = parse_step(entry, "test", "a cluster nobody built").missing()
-    assert reasons == ["no topology preset for a cluster nobody built ('no-such-cluster')"]
+    assert reasons == ["no topology preset for a cluster nobody built (looked for 'no-such-cluster')"]
 
 
 def test_a_step_on_a_preset_predicts_consistent_metrics() -> None:
