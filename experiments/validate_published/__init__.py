@@ -1,0 +1,1 @@
+"""experiments.validate_published: trainsim's predictions against published GPU measurements."""

@@ -1,0 +1,5 @@
+"""``python -m experiments.validate_published``."""
+
+from experiments.validate_published.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,345 @@
+"""Training rows: a data-parallel step (``step``) or a parameter-server mode (``ps``).
+
+``step`` runs :func:`simcore.strategies.runner.simulate_step` for one representative rank, as the
+what-if does for a homogeneous cluster (:func:`simcore.whatif.sweep.run_what_if`): the strategy's
+plan on the topology preset's ranks, the comm/compute slowdown default, seed 0. The global batch is
+``micro_batch x gpus`` (the rows state a per-GPU batch; no accumulation). ``strategy: none`` is a
+one-GPU step without a DDP wrapper: DDP's plan with nothing to reduce and bucket views (no copies).
+A one-GPU row needs only its device, so ``single_gpu`` names a device spec instead of a preset.
+Scaling efficiency compares with the same per-GPU batch on one GPU of the same preset.
+
+``ps`` runs :func:`simcore.whatif.sweep.run_what_if` for one parameter-server mode (per-worker
+processes, incast on the server's links) and reads its throughput and scaling efficiency.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from experiments.validate_published.base import (
+    Prediction,
+    first_known,
+    missing_name,
+    name_list,
+    positive_int,
+)
+from simcore.errors import TrainsimError
+from simcore.strategies.base import COMPUTE_DTYPES, OPTIMIZERS, MiB, TrainingConfig
+from simcore.topology import Topology
+
+__all__ = [
+    "PS_KEYS",
+    "PS_METRICS",
+    "STEP_KEYS",
+    "STEP_METRICS",
+    "PSSetup",
+    "StepSetup",
+    "parse_ps",
+    "parse_step",
+    "single_gpu_cluster",
+]
+
+STEP_KEYS = (
+    "topology",
+    "single_gpu",
+    "gpus",
+    "nodes",
+    "model",
+    "strategy",
+    "dtype",
+    "micro_batch",
+    "seq_len",
+    "image_size",
+    "optimizer",
+    "bucket_mb",
+    "activation_checkpointing",
+)
+STEP_METRICS = ("step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "scaling_efficiency")
+PS_KEYS = ("topology", "gpus", "model", "mode", "dtype", "micro_batch", "seq_len", "image_size", "optimizer")
+PS_METRICS = ("samples_per_s_per_worker", "scaling_efficiency")
+
+
+def _presets() -> list[str]:
+    from topologies import preset_names
+
+    return preset_names()
+
+
+def _models() -> list[str]:
+    from simcore.workload.loader import preset_names
+
+    return preset_names()
+
+
+def _devices() -> list[str]:
+    from simcore.hardware import device_names
+
+    return device_names()
+
+
+@functools.lru_cache(maxsize=16)
+def single_gpu_cluster(device: str) -> Topology:
+    """One rank on one ``device``, nothing else: a one-GPU step needs no links or fabric."""
+    from topologies.builders import build_cluster
+    from topologies.spec import ClusterSpec, DeviceDecl, FabricSpec, NodeType
+
+    node = NodeType("single-gpu", (DeviceDecl("gpu0", "gpu", spec=device),), (), ("gpu0",), "one device")
+    fabric = FabricSpec(type="none", source="one device: no fabric")
+    spec = ClusterSpec(
+        f"single-{device}", MappingProxyType({"single-gpu": node}), (("single-gpu", 1),), fabric
+    )
+    return build_cluster(spec)
+
+
+@functools.lru_cache(maxsize=32)
+def _cluster(preset: str, gpus: int, nodes: int | None) -> Topology:
+    from topologies import load_cluster
+
+    return load_cluster(preset, gpus=gpus, nodes=nodes)
+
+
+@dataclass(frozen=True, slots=True)
+class _Common:
+    """What a training row fixes whatever runs it: model, precision, batch, optimizer."""
+
+    models: tuple[str, ...]
+    dtype: str
+    micro_batch: int
+    seq_len: int | None
+    image_size: int | None
+    optimizer: str
+
+    def missing(self) -> list[str]:
+        reasons = []
+        if first_known(self.models, _models) is None:
+            reasons.append(missing_name("model preset", self.models))
+        if self.dtype not in COMPUTE_DTYPES:
+            reasons.append(
+                f"training precision {self.dtype} not modelled (allowed: {', '.join(COMPUTE_DTYPES)})"
+            )
+        if self.optimizer not in OPTIMIZERS:
+            reasons.append(f"optimizer {self.optimizer} not modelled (allowed: {', '.join(OPTIMIZERS)})")
+        return reasons
+
+    def model(self) -> str:
+        return first_known(self.models, _models) or self.models[0]
+
+    def workload(self) -> Any:
+        from simcore.workload.loader import load_workload
+
+        return load_workload(self.model(), seq_len=self.seq_len, image_size=self.image_size, dtype=self.dtype)
+
+    def describe(self, gpus: int) -> str:
+        shape = f" seq {self.seq_len}" if self.seq_len else ""
+        shape += f" {self.image_size}px" if self.image_size else ""
+        precision = self.dtype if self.dtype == "fp32" else f"{self.dtype} + fp32 master weights"
+        return (
+            f"{self.model()}{shape}, {precision}, batch {self.micro_batch}/GPU "
+            f"(global {self.micro_batch * gpus}), {self.optimizer}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class StepSetup:
+    """A synchronous data-parallel step (DDP, FSDP, ZeRO, HSDP) on a preset or one device."""
+
+    hardware: str
+    topologies: tuple[str, ...]
+    single_gpu: tuple[str, ...]
+    gpus: int
+    nodes: int
+    strategy: str
+    common: _Common
+    bucket_mb: int
+    recompute: bool
+
+    def missing(self) -> list[str]:
+        from simcore.strategies import strategy_names
+
+        reasons = []
+        if self.single_gpu:
+            if first_known(self.single_gpu, _devices) is None:
+                reasons.append(missing_name("device spec", self.single_gpu, self.hardware))
+        elif first_known(self.topologies, _presets) is None:
+            reasons.append(missing_name("topology preset", self.topologies, self.hardware))
+        if self.strategy != "none" and self.strategy not in strategy_names():
+            reasons.append(f"strategy {self.strategy} not modelled")
+        return reasons + self.common.missing()
+
+    def _where(self) -> str:
+        if self.single_gpu:
+            return f"one {first_known(self.single_gpu, _devices) or self.single_gpu[0]}"
+        preset = first_known(self.topologies, _presets) or (self.topologies or ("?",))[0]
+        return f"{preset}, {self.gpus} GPUs / {self.nodes} node(s)"
+
+    def describe(self) -> str:
+        how = "no DDP wrapper" if self.strategy == "none" else self.strategy
+        extras = f", DDP buckets {self.bucket_mb} MiB" if self.strategy in ("ddp", "none") else ""
+        extras += ", full recompute" if self.recompute else ""
+        return f"{how} on {self._where()}: {self.common.describe(self.gpus)}{extras}"
+
+    def _topology(self, gpus: int) -> Topology:
+        if self.single_gpu:
+            return single_gpu_cluster(first_known(self.single_gpu, _devices) or self.single_gpu[0])
+        preset = first_known(self.topologies, _presets) or self.topologies[0]
+        return _cluster(preset, gpus, self.nodes if gpus == self.gpus else None)
+
+    def _samples_per_s(self, gpus: int) -> tuple[float, float, bool]:
+        """(samples/s, step seconds, fits in memory) of the step on ``gpus`` GPUs."""
+        from simcore.strategies import get_strategy
+        from simcore.strategies.runner import make_context, simulate_step
+
+        c = self.common
+        config = TrainingConfig(
+            global_batch=c.micro_batch * gpus,
+            micro_batch=c.micro_batch,
+            seq_len=c.seq_len,
+            dtype=c.dtype,
+            optimizer=c.optimizer,
+            bucket_size_bytes=self.bucket_mb * MiB,
+            gradient_as_bucket_view=self.strategy == "none",
+            activation_checkpointing=self.recompute,
+        )
+        ctx = make_context(c.workload(), config, self._topology(gpus))
+        strategy = get_strategy("ddp" if self.strategy == "none" else self.strategy)
+        step = simulate_step(strategy, ctx, seed=0, slowdown=config.slowdown(None))
+        seconds = step.step_times_s[0]
+        return config.global_batch / seconds, seconds, bool(step.run.memory.peak().fits)
+
+    def predict(self, metric: str) -> Prediction:
+        from simcore.strategies.base import model_flops_per_step
+
+        rate, seconds, fits = self._samples_per_s(self.gpus)
+        if metric == "step_time_s":
+            value = seconds
+        elif metric == "tokens_per_s_per_gpu":
+            value = rate * self.common.workload().tokens_per_sample / self.gpus
+        elif metric == "tflops_per_gpu":
+            flops = model_flops_per_step(self.common.workload(), self.common.micro_batch * self.gpus)
+            value = flops / seconds / self.gpus / 1e12
+        else:
+            value = 100.0 * rate / (self.gpus * self._samples_per_s(1)[0])
+        warning = "" if fits else "the simulated peak memory exceeds the device (out-of-memory verdict)"
+        return Prediction(value, self.describe(), warning=warning)
+
+
+@dataclass(frozen=True, slots=True)
+class PSSetup:
+    """A parameter-server mode (``ps-sync``, ``ps-async``, ...) with one worker per GPU."""
+
+    hardware: str
+    topologies: tuple[str, ...]
+    gpus: int
+    mode: str
+    common: _Common
+
+    def missing(self) -> list[str]:
+        from simcore.paramserver import PS_MODES
+
+        reasons = []
+        if first_known(self.topologies, _presets) is None:
+            reasons.append(missing_name("topology preset", self.topologies, self.hardware))
+        if self.mode not in PS_MODES:
+            reasons.append(f"parameter-server mode {self.mode} not modelled (allowed: {', '.join(PS_MODES)})")
+        return reasons + self.common.missing()
+
+    def describe(self) -> str:
+        preset = first_known(self.topologies, _presets) or (self.topologies or ("?",))[0]
+        return f"{self.mode} on {preset}, {self.gpus} workers: {self.common.describe(self.gpus)}"
+
+    def predict(self, metric: str) -> Prediction:
+        from simcore.whatif.sweep import run_what_if
+
+        c = self.common
+        config = TrainingConfig(
+            global_batch=c.micro_batch * self.gpus,
+            micro_batch=c.micro_batch,
+            seq_len=c.seq_len,
+            dtype=c.dtype,
+            optimizer=c.optimizer,
+        )
+        preset = first_known(self.topologies, _presets) or self.topologies[0]
+        result = run_what_if(
+            c.workload(), [preset], [self.gpus], strategies=[self.mode], config=config, **_what_if_loader()
+        )
+        report = next(r for r in result.reports if r.gpus == self.gpus)
+        if metric == "samples_per_s_per_worker":
+            return Prediction(report.samples_per_s / self.gpus, self.describe())
+        return Prediction(100.0 * float(report.scaling_efficiency or 0.0), self.describe())
+
+
+def _what_if_loader() -> dict[str, Any]:
+    """``loader=topologies.load_cluster`` where the what-if takes its cluster loader as an argument
+    (simcore does not import topologies); older what-ifs load clusters themselves."""
+    import inspect
+
+    from simcore.whatif.sweep import run_what_if
+    from topologies import load_cluster
+
+    return {"loader": load_cluster} if "loader" in inspect.signature(run_what_if).parameters else {}
+
+
+def _optional_int(entry: Mapping[str, Any], key: str, where: str) -> int | None:
+    return positive_int(entry, key, where) if entry.get(key) is not None else None
+
+
+def _common(entry: Mapping[str, Any], where: str) -> _Common:
+    for key in ("dtype", "optimizer"):
+        if not isinstance(entry.get(key), str):
+            raise TrainsimError(f"{where}: {key!r} is required (a name)")
+    return _Common(
+        name_list(entry, "model", where),
+        str(entry["dtype"]),
+        positive_int(entry, "micro_batch", where),
+        _optional_int(entry, "seq_len", where),
+        _optional_int(entry, "image_size", where),
+        str(entry["optimizer"]),
+    )
+
+
+def parse_step(entry: Mapping[str, Any], where: str, hardware: str) -> StepSetup:
+    """The setup of a ``kind: step`` entry (a preset list in ``topology`` or devices in ``single_gpu``)."""
+    single = name_list(entry, "single_gpu", where, required=False)
+    presets = name_list(entry, "topology", where, required=not single)
+    if single and presets:
+        raise TrainsimError(f"{where}: give 'topology' or 'single_gpu', not both")
+    gpus = positive_int(entry, "gpus", where)
+    if single and gpus != 1:
+        raise TrainsimError(f"{where}: 'single_gpu' is for one-GPU rows, got gpus {gpus}")
+    recompute = entry.get("activation_checkpointing", False)
+    if not isinstance(recompute, bool):
+        raise TrainsimError(f"{where}: 'activation_checkpointing' must be true or false")
+    strategy = entry.get("strategy")
+    if not isinstance(strategy, str):
+        raise TrainsimError(f"{where}: 'strategy' is required (ddp, fsdp, zero1..3, hsdp or none)")
+    if strategy == "none" and gpus != 1:
+        raise TrainsimError(f"{where}: strategy 'none' (no DDP wrapper) is for one GPU")
+    return StepSetup(
+        hardware,
+        presets,
+        single,
+        gpus,
+        positive_int(entry, "nodes", where),
+        strategy,
+        _common(entry, where),
+        positive_int(entry, "bucket_mb", where, default=25),
+        recompute,
+    )
+
+
+def parse_ps(entry: Mapping[str, Any], where: str, hardware: str) -> PSSetup:
+    """The setup of a ``kind: ps`` entry."""
+    mode = entry.get("mode")
+    if not isinstance(mode, str):
+        raise TrainsimError(f"{where}: 'mode' is required (a parameter-server mode)")
+    return PSSetup(
+        hardware,
+        name_list(entry, "topology", where),
+        positive_int(entry, "gpus", where),
+        mode,
+        _common(entry, where),
+    )
