@@ -253,6 +253,7 @@ class PSSetup:
 
     def predict(self, metric: str) -> Prediction:
         from simcore.whatif.sweep import run_what_if
+        from topologies import load_cluster
 
         c = self.common
         config = TrainingConfig(
@@ -264,23 +265,12 @@ class PSSetup:
         )
         preset = first_known(self.topologies, _presets) or self.topologies[0]
         result = run_what_if(
-            c.workload(), [preset], [self.gpus], strategies=[self.mode], config=config, **_what_if_loader()
+            c.workload(), [preset], [self.gpus], loader=load_cluster, strategies=[self.mode], config=config
         )
         report = next(r for r in result.reports if r.gpus == self.gpus)
         if metric == "samples_per_s_per_worker":
             return Prediction(report.samples_per_s / self.gpus, self.describe())
         return Prediction(100.0 * float(report.scaling_efficiency or 0.0), self.describe())
-
-
-def _what_if_loader() -> dict[str, Any]:
-    """``loader=topologies.load_cluster`` where the what-if takes its cluster loader as an argument
-    (simcore does not import topologies); older what-ifs load clusters themselves."""
-    import inspect
-
-    from simcore.whatif.sweep import run_what_if
-    from topologies import load_cluster
-
-    return {"loader": load_cluster} if "loader" in inspect.signature(run_what_if).parameters else {}
 
 
 def _optional_int(entry: Mapping[str, Any], key: str, where: str) -> int | None:
