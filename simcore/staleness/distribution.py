@@ -1,7 +1,7 @@
 """Gradient staleness as data: distributions, seeded sampling, loading, and the accuracy estimate.
 
 Staleness of one applied update is the server's parameter version when the update is applied minus
-the version the gradient was computed from (issue 4's definition): 0 is synchronous SGD, an
+the version the gradient was computed from (the parameter server's definition): 0 is synchronous SGD, an
 asynchronous parameter server with W equal workers gives about W-1, stale-synchronous training
 with bound s never more than s.
 
