@@ -1,7 +1,7 @@
 """Training data made on the spot, deterministic by seed, with a difficulty we know.
 
 Why synthetic rather than shipped: calibration runs on clusters without internet and in CI, so the
-data must need no download and no file; and the staleness study (issue 7) needs tasks whose
+data must need no download and no file; and the staleness study (experiments.staleness_accuracy) needs tasks whose
 difficulty is *known*, so an accuracy penalty can be told apart from a task that is simply too
 hard or too easy.
 

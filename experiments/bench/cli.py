@@ -12,7 +12,7 @@ run (the collector stays on during it, so the run's own collection cost counts).
 tiny version (for tests); ``--format json`` prints records; ``--profile`` prints where the time of
 the largest run goes (cProfile, by cumulative time).
 
-Target (issue 2): under 0.5 s for one 1 GiB all_reduce over 4096 GPUs, on one core.
+Target: under 0.5 s for one 1 GiB all_reduce over 4096 GPUs, on one core.
 
 A second table (``--what-if``, on by default, off with ``--quick``) times the training-step model:
 the default ``python -m experiments.what_if --gpus 16`` in a fresh interpreter, and one FSDP step

@@ -1,6 +1,6 @@
 """Benchmark rows for the training-step model: the default what-if and FSDP steps at scale.
 
-Two measurements (issue 3's targets, on one core of a 2-core machine):
+Two measurements (with their targets, on one core of a 2-core machine):
 
 - ``what_if default``: wall time of ``python -m experiments.what_if --gpus 16`` as a user runs it,
   interpreter start and imports included (target: under 1.5 s), median of ``repeats`` runs;

@@ -2,10 +2,13 @@
 
     python -m experiments.check_shards --model llama2-7b --gpus 16 --wrap every-3-layers
 
-The seed paper's lesson: a shard boundary that splits a transformer block costs an extra round
-trip (the unit that starts inside the block cannot be prefetched, so its all-gather is exposed in
-forward and again in backward). This reports which blocks the plan splits and simulates one FSDP
-step with the plan and with the aligned per-block plan on the same cluster.
+The lesson of the seed study, as its author reports it (M. S. I. Ovi, "Performance Characterization
+of Distributed Deep Learning Strategies: A Quantitative Evaluation of DDP, FSDP, and Parameter
+Server Architectures on GPU Clusters", arXiv 2505.12832, 2025): a shard boundary that splits a
+transformer block costs an extra round trip (the unit that starts inside the block cannot be
+prefetched, so its all-gather is exposed in forward and again in backward). This reports which
+blocks the plan splits and simulates one FSDP step with the plan and with the aligned per-block plan
+on the same cluster.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""How a seed claim is tested: the :class:`Claim` record, its rule, and the verdict it computes.
+"""How a claim of the seed study or the article is tested: the :class:`Claim` record, its rule, and
+the verdict it computes.
+
+The sources are listed in :mod:`experiments.reproduce_paper.claims` (the study: Ovi, arXiv
+2505.12832, 2025).
 
 :func:`judge` applies a claim's rule to its *evidence* (the simulated numbers), so a verdict is
 always computed, never written down: ``agrees``, ``partly`` or ``disagrees``, or ``untestable``
@@ -50,11 +54,11 @@ RULES = ("range", "up-to", "negated", "checks")
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """One statement of a seed and how the simulator tests it."""
+    """One statement of a source and how the simulator tests it."""
 
     id: str
     source: str
-    statement: str  # the seed's words
+    statement: str  # the source's words
     reading: str  # what we compare, against which baseline, and why that reading
     rule: str  # one of RULES
     low: float = 0.0  # range: L; up-to: X; checks / negated: unused

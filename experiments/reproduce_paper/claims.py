@@ -1,6 +1,11 @@
-"""The seed paper's and the seed article's claims as data, the setting that tests them, and results.
+"""The claims of the seed study and the hardware article as data, the setting that tests them, results.
 
-Each :class:`Claim` holds what the seed states (quoted), how we read it (which ratio, against which
+The study: M. S. I. Ovi, "Performance Characterization of Distributed Deep Learning Strategies: A
+Quantitative Evaluation of DDP, FSDP, and Parameter Server Architectures on GPU Clusters",
+arXiv 2505.12832, 2025.
+The article: "Understanding Distributed Training Strategies and Hardware Effects".
+
+Each :class:`Claim` holds what the source states (quoted), how we read it (which ratio, against which
 baseline), the rule that turns simulated numbers into a verdict, and the assumptions behind the
 reading. :func:`judge` applies the rule to a claim's *evidence* (the simulated numbers), so a
 verdict is always computed, never written down: ``agrees``, ``partly`` or ``disagrees``, or
@@ -9,7 +14,7 @@ verdict is always computed, never written down: ``agrees``, ``partly`` or ``disa
 The rules (``range``, ``up-to``, ``negated``, ``checks``) and the verdicts are defined in
 :mod:`experiments.reproduce_paper.claim_rules` (its names are re-exported here).
 
-The seeds give neither GPU counts nor batch sizes; :class:`PaperSetting` fixes our reading of the
+The sources give neither GPU counts nor batch sizes; :class:`PaperSetting` fixes our reading of the
 setting (``FULL_SETTING`` for the report, ``QUICK_SETTING`` for CI) and every row states it.
 """
 
@@ -33,6 +38,7 @@ from experiments.reproduce_paper.claim_rules import (
 
 __all__ = [
     "AGREES",
+    "ARTICLE_TITLE",
     "CLAIMS",
     "DISAGREES",
     "FULL_SETTING",
@@ -40,6 +46,7 @@ __all__ = [
     "PARTLY",
     "QUICK_SETTING",
     "RULES",
+    "STUDY",
     "UNTESTABLE",
     "Claim",
     "ClaimResult",
@@ -50,9 +57,13 @@ __all__ = [
 ]
 
 
-PAPER = "paper abstract (seed paper_abstract.txt)"
-NOTES = "paper notes (seed paper_notes.txt)"
-ARTICLE = "hardware article (seed hardware_article.txt)"
+STUDY = (
+    'M. S. I. Ovi, "Performance Characterization of Distributed Deep Learning Strategies: A Quantitative '
+    'Evaluation of DDP, FSDP, and Parameter Server Architectures on GPU Clusters", arXiv 2505.12832, 2025'
+)
+ARTICLE_TITLE = '"Understanding Distributed Training Strategies and Hardware Effects"'
+PAPER = "Ovi, arXiv 2505.12832 (2025), abstract"  # where a claim of the study is quoted from
+ARTICLE = f"article {ARTICLE_TITLE}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +111,7 @@ class ClaimResult:
 
 @dataclass(frozen=True, slots=True)
 class PaperSetting:
-    """Our reading of the seeds' setting: clusters, models, batch, PS conditions, hardware sweeps."""
+    """Our reading of the sources' setting: clusters, models, batch, PS conditions, hardware sweeps."""
 
     a100_cluster: str = "dgx-a100"  # 8x A100 SXM 80GB on NVSwitch, InfiniBand between servers
     a10g_cluster: str = "g5.48xlarge"  # 8x A10G 24GB on PCIe, 100 Gb/s Ethernet between servers
@@ -160,8 +171,8 @@ QUICK_SETTING = PaperSetting(
     fabric_gpus=(2, 4, 8),
 )
 
-_SETTING = "setting: our reading (the seeds give no GPU count or batch size); see the report header"
-_CNN = "models: the seed paper's CNNs on CIFAR-10 (32x32) as trainsim workload presets"
+_SETTING = "setting: our reading (the sources give no GPU count or batch size); see the report header"
+_CNN = "models: the seed study's CNNs on CIFAR-10 (32x32) as trainsim workload presets"
 _PS = (
     "parameter server: dedicated server node (8 shards, one per GPU and NIC), training time = time to "
     "apply the same number of gradients (samples); conditions: each cluster homogeneous, with lognormal "
@@ -182,7 +193,7 @@ CLAIMS: dict[str, Claim] = {
             PAPER,
             "DDP achieves a 2-3x speedup in training throughput for standard architectures",
             "primary reading: DDP throughput / FSDP throughput on the same cluster and GPUs. The abstract "
-            "pairs it with FSDP's memory reduction (also against DDP), and the notes say DDP was 'the "
+            "pairs it with FSDP's memory reduction (also against DDP), and the study's author adds that DDP was 'the "
             "fastest option ... and it was not close' for models that fit",
             "range",
             2.0,

@@ -1,16 +1,21 @@
-"""The seed paper's and the seed article's claims against the simulator, claim by claim.
+"""The claims of the seed study and of the hardware article against the simulator, claim by claim.
+
+The study: M. S. I. Ovi, "Performance Characterization of Distributed Deep Learning Strategies: A
+Quantitative Evaluation of DDP, FSDP, and Parameter Server Architectures on GPU Clusters",
+arXiv 2505.12832, 2025.
+The article: "Understanding Distributed Training Strategies and Hardware Effects".
 
     python -m experiments.reproduce_paper                 # the full setting (tens of seconds)
     python -m experiments.reproduce_paper --quick         # the CI setting (a few seconds)
     python -m experiments.reproduce_paper --format markdown --out report/
 
-Simulates the paper's setting (an A100 cluster and an A10G cluster, its CNNs on CIFAR-10; DDP,
-FSDP, synchronous and asynchronous parameter servers and the staleness-mitigating variant) and the
-article's hardware comparisons (:mod:`experiments.reproduce_paper.hardware`), then prints, per claim of
-:mod:`experiments.reproduce_paper.claims`, what the seed states, what the simulator predicts, the verdict the
-claim's rule computes from those numbers, and the assumptions behind the row. Where the simulator
-disagrees the table says so; nothing here is tuned to agree. The report's text (table, markdown,
-JSON) is rendered by :mod:`experiments.reproduce_paper.report`.
+Simulates the paper's setting (an A100 cluster and an A10G cluster, its CNNs on CIFAR-10; DDP, FSDP,
+synchronous and asynchronous parameter servers and the staleness-mitigating variant) and the
+article's hardware comparisons (:mod:`experiments.reproduce_paper.hardware`), then prints, per claim
+of :mod:`experiments.reproduce_paper.claims`, what the source states, what the simulator predicts,
+the verdict the claim's rule computes from those numbers, and the assumptions behind the row. Where
+the simulator disagrees the table says so; nothing here is tuned to agree. The report's text (table,
+markdown, JSON) is rendered by :mod:`experiments.reproduce_paper.report`.
 """
 
 from __future__ import annotations
@@ -306,14 +311,14 @@ def _ps_claims(setting: PaperSetting) -> list[ClaimResult]:
 
 
 def paper_claims(setting: PaperSetting) -> list[ClaimResult]:
-    """The paper's claims (abstract and notes), in table order."""
+    """The seed study's claims, in table order."""
     found = [evaluate_ddp_vs_fsdp(setting), evaluate_ddp_vs_one_gpu(setting), evaluate_fsdp_memory(setting)]
     by_id = {r.claim_id: r for r in (*found, *_ps_claims(setting))}
     return [by_id[c] for c in CLAIMS if c in by_id]
 
 
 def run_claims(setting: PaperSetting) -> list[ClaimResult]:
-    """Every claim of both seeds, paper first."""
+    """Every claim of both sources, the study first."""
     return [*paper_claims(setting), *hardware_claims(setting)]
 
 

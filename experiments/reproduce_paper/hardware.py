@@ -1,4 +1,5 @@
-"""The seed article's hardware comparisons, simulated: NVLink vs forced PCIe, fabric scaling, ZeRO stages.
+"""The hardware comparisons of the article "Understanding Distributed Training Strategies and
+Hardware Effects", simulated: NVLink vs forced PCIe, fabric scaling, ZeRO stages.
 
 - :func:`forced_pcie` is a preset with its NVLink and NVSwitch links removed, so peer traffic takes
   the PCIe switches and host bridges, as when NCCL is kept off NVLink;

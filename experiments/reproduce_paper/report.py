@@ -11,7 +11,14 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from experiments.reproduce_paper.claims import CLAIMS, ClaimResult, PaperSetting, describe_rule
+from experiments.reproduce_paper.claims import (
+    ARTICLE_TITLE,
+    CLAIMS,
+    STUDY,
+    ClaimResult,
+    PaperSetting,
+    describe_rule,
+)
 
 __all__ = ["FORMATS", "SCHEMA", "SUFFIX", "render"]
 
@@ -22,7 +29,8 @@ SUFFIX = {"table": "txt", "json": "json", "markdown": "md"}
 
 def _header(setting: PaperSetting, quick: bool) -> list[str]:
     return [
-        f"Seed claims vs trainsim ({'quick' if quick else 'full'} setting)",
+        f"Claims of the seed study and the hardware article vs trainsim ({'quick' if quick else 'full'} setting)",
+        f"Sources: {STUDY}; the article {ARTICLE_TITLE}.",
         f"Paper setting: {setting.describe()}.",
         f"PS conditions: {', '.join(setting.ps_conditions)} (jitter = lognormal sigma {setting.jitter_sigma:g}); "
         f"article comparisons: {setting.article_model}, {setting.gpus} GPUs.",
@@ -32,7 +40,7 @@ def _header(setting: PaperSetting, quick: bool) -> list[str]:
 def _sections(r: ClaimResult) -> list[tuple[str, str]]:
     claim = CLAIMS[r.claim_id]
     return [
-        ("seed", f'{claim.source}: "{claim.statement}"'),
+        ("source", f'{claim.source}: "{claim.statement}"'),
         ("reading", claim.reading),
         ("rule", describe_rule(claim)),
         ("predicted", r.predicted),
@@ -47,7 +55,7 @@ def _table(results: Sequence[ClaimResult], setting: PaperSetting, quick: bool) -
     lines = [
         *_header(setting, quick),
         "",
-        f"{'claim':24s} {'seed states':16s} {'verdict':11s} simulator predicts",
+        f"{'claim':24s} {'source states':16s} {'verdict':11s} simulator predicts",
     ]
     lines.append("-" * 110)
     lines += [
@@ -66,7 +74,7 @@ def _markdown(results: Sequence[ClaimResult], setting: PaperSetting, quick: bool
         "",
         *head[1:],
         "",
-        "| claim | seed states | verdict | simulator predicts |",
+        "| claim | source states | verdict | simulator predicts |",
         "|---|---|---|---|",
     ]
     lines += [

@@ -11,10 +11,14 @@ error) with gradients applied ``d`` server versions late, ``d`` drawn from (a) f
 (c) staleness measured in real asynchronous runs (calibrate.train JSONL). Time to accuracy is
 updates to the target times the time per update: with ``--cluster``, each mode's simulated seconds
 per applied gradient on that cluster (SSP per bound); ``--step-time MODE=TIME`` overrides a mode;
-with neither, the seed paper's ratios. The output states which basis it used. Prints the results
-table, the verdict per PS mode on the cluster and per setting, and the seed paper's figures beside
+with neither, the seed study's ratios. The output states which basis it used. Prints the results
+table, the verdict per PS mode on the cluster and per setting, and the seed study's figures beside
 ours; ``--out`` adds a markdown report and seaborn plots. ``--fit-penalty FILE`` runs the penalty
 study behind :func:`simcore.staleness.penalty.estimate_accuracy_penalty` and writes its coefficients.
+
+The seed study: M. S. I. Ovi, "Performance Characterization of Distributed Deep Learning Strategies: A
+Quantitative Evaluation of DDP, FSDP, and Parameter Server Architectures on GPU Clusters",
+arXiv 2505.12832, 2025.
 """
 
 from __future__ import annotations
@@ -321,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(rows, target, step_times))
     cluster = f"{args.cluster}, {args.gpus} GPUs" if args.cluster else ""
     print(format_verdicts(rows, cluster))
-    print("seed paper beside this study:")
+    print("the seed study (Ovi, arXiv 2505.12832, 2025) beside this one:")
     for quantity, paper, ours in paper_comparison(rows, step_times):
         print(f"  {quantity}: paper {paper}; here {ours}")
     for note in notes:

@@ -3,6 +3,10 @@
 Accuracy penalty is in accuracy percentage points against the synchronous (zero-staleness) setting,
 mean over seeds. Time to target = server updates until test accuracy first reaches the target,
 times the simulated (or given) time per update of the setting's parameter-server mode.
+
+The seed study the report compares with: M. S. I. Ovi, "Performance Characterization of Distributed Deep Learning Strategies: A
+Quantitative Evaluation of DDP, FSDP, and Parameter Server Architectures on GPU Clusters",
+arXiv 2505.12832, 2025.
 """
 
 from __future__ import annotations
@@ -208,7 +212,7 @@ def _range(values: Sequence[float], spec: str) -> str:
 
 
 def paper_comparison(rows: Sequence[SummaryRow], step_times: StepTimes) -> list[tuple[str, str, str]]:
-    """(quantity, seed paper, this study) lines: the paper's headline figures beside ours."""
+    """(quantity, seed study, this study) lines: the seed study's headline figures beside ours."""
     sync = next(row for row in rows if row.family == "sync")
     stale_async = [r for r in rows if r.mode in ("async", "ssp") and r.mean_staleness > 0]
     mitigated = [r for r in rows if r.mode == "mitigated"]
@@ -277,7 +281,7 @@ def _markdown_verdicts(rows: Sequence[SummaryRow], sync: SummaryRow, cluster: st
 
 
 def markdown_report(rows: Sequence[SummaryRow], context: ReportContext) -> str:
-    """The full report as markdown: setup, results, verdicts, the seed paper beside ours, notes."""
+    """The full report as markdown: setup, results, verdicts, the seed study beside ours, notes."""
     sync = next(row for row in rows if row.family == "sync")
     results = [
         [
@@ -328,9 +332,13 @@ def markdown_report(rows: Sequence[SummaryRow], context: ReportContext) -> str:
         "",
         *_markdown_verdicts(rows, sync, context.cluster),
         "",
-        "## The seed paper beside this study",
+        "## The seed study beside this one",
+        "",
+        'M. S. I. Ovi, "Performance Characterization of Distributed Deep Learning Strategies: A Quantitative'
+        ' Evaluation of DDP, FSDP, and Parameter Server Architectures on GPU Clusters", arXiv 2505.12832, 2025.',
+        "",
         *_markdown_table(
-            ["quantity", "seed paper", "this study"],
+            ["quantity", "seed study", "this study"],
             [list(x) for x in paper_comparison(rows, context.step_times)],
         ),
         "",

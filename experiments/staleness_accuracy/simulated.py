@@ -4,8 +4,12 @@ For a cluster and GPU count, each parameter-server mode is simulated once
 (:func:`experiments.staleness_accuracy.predicted.predicted_parameter_server`, cached): its staleness histogram becomes a
 trained setting, and its simulated seconds per applied gradient become that mode's time per update,
 so time to accuracy is updates to the target times simulated time. ``--step-time MODE=TIME``
-overrides a whole mode. Without a cluster and without ``--step-time`` the seed paper's ratios are
+overrides a whole mode. Without a cluster and without ``--step-time`` the seed study's ratios are
 the only basis, in units of one synchronous update.
+
+The seed study: M. S. I. Ovi, "Performance Characterization of Distributed Deep Learning Strategies: A
+Quantitative Evaluation of DDP, FSDP, and Parameter Server Architectures on GPU Clusters",
+arXiv 2505.12832, 2025.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ __all__ = [
     "time_basis",
 ]
 
-# Time per update when neither --step-time nor the simulator gives one: the seed paper's ratios
+# Time per update when neither --step-time nor the simulator gives one: the seed study's ratios
 # (async PS "reduced training time by up to 28%"; the mitigating protocol's overhead "negated
 # throughput gains"), relative to one synchronous update. SSP has no figure there.
 PAPER_RELATIVE_STEP_TIMES = {"sync": 1.0, "async": 0.72, "mitigated": 1.0}
@@ -113,8 +117,9 @@ def time_basis(
     return StepTimes(
         PAPER_RELATIVE_STEP_TIMES,
         "x sync update",
-        f"the seed paper's ratios ({ratios} x sync); give --cluster or --step-time for seconds",
-        label="seed paper ratios",
+        f"the seed study's ratios ({ratios} x sync; Ovi, arXiv 2505.12832, 2025); "
+        "give --cluster or --step-time for seconds",
+        label="seed study ratios",
     )
 
 

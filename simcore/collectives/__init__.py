@@ -1,6 +1,6 @@
 """Collectives as algorithms over the topology graph, with closed forms and discrete-event runs.
 
-Public API (see INTERFACES in the project docs)::
+Public API::
 
     collective_time(topology, op, size_bytes, group=None, *, algorithm=None, calibration=None,
                     mode="aggregate", root=None, servers=None) -> CollectiveResult

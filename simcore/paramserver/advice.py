@@ -1,7 +1,8 @@
 """The parameter server in the what-if: its options, and the uneven-hardware branch of the advice.
 
-The seed notes' decision framework ends with "if your hardware is uneven, the old parameter server
-design solves a problem the newer methods do not even try to solve". :func:`uneven_hardware_advice`
+The decision framework of the seed study (Ovi, arXiv 2505.12832, 2025), as its author sums it
+up, ends with "if your hardware is uneven, the old parameter server design solves a problem the
+newer methods do not even try to solve". :func:`uneven_hardware_advice`
 checks that claim against the simulated numbers of one (cluster, GPU count) point: it compares the
 fastest parameter-server mode that fits with the fastest synchronous strategy that fits, by mean
 throughput over the simulated steps (a straggler's slow steps count in full, not just the p50), and

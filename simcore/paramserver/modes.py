@@ -28,8 +28,8 @@ order); if the gradient is more than s versions stale, it re-pulls every shard a
 gradient, then pushes without checking again (one retry, so nothing livelocks). The applied update
 is damped by 1 / (1 + staleness), Zhang, Gupta, Lian & Liu, "Staleness-aware Async-SGD for
 Distributed Deep Learning", IJCAI 2016 - free in time, so not simulated. The check's round trip
-every step and the recomputes are the synchronisation overhead the seed paper found to cancel the
-asynchronous gain; the run reports both.
+every step and the recomputes are the synchronisation overhead the seed study (Ovi, arXiv
+2505.12832, 2025) found to cancel the asynchronous gain; the run reports both.
 
 When can ps-mitigated apply gradients faster than ps-async? Its worker loop is ps-async's plus
 delays, so only through the shared links and shards:

@@ -1,8 +1,9 @@
 """Gradient staleness as data: distributions, seeded sampling and loading.
 
 Staleness of one applied update is the server's parameter version when the update is applied minus
-the version the gradient was computed from: 0 is synchronous SGD, an asynchronous parameter server
-with W equal workers gives about W-1, stale-synchronous training with bound s never more than s.
+the version the gradient was computed from (the parameter server's definition): 0 is synchronous SGD, an
+asynchronous parameter server with W equal workers gives about W-1, stale-synchronous training
+with bound s never more than s.
 
 A :class:`StalenessDistribution` is a discrete distribution over non-negative integer delays. It
 comes from a fixed delay, from measured samples (the ``staleness`` lists that real asynchronous

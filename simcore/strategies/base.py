@@ -10,7 +10,8 @@ Bytes per parameter follow the ZeRO paper (Rajbhandari et al., "ZeRO: Memory Opt
 Training Trillion Parameter Models", SC 2020, section 3.1): mixed-precision Adam holds 2 bytes of
 fp16/bf16 parameters, 2 bytes of fp16/bf16 gradients and K = 12 bytes of optimizer state (fp32
 master weights, momentum and variance): 16 bytes per parameter. Without fp32 master weights (pure
-bf16 training, as in the seed article's Mistral-7B example) Adam's state is 8 bytes per parameter.
+bf16 training, as in the Mistral-7B example of the article "Understanding Distributed Training
+Strategies and Hardware Effects") Adam's state is 8 bytes per parameter.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ is placed on the compute stream (on CPU ranks everything runs on the training th
 reduce-scatter copy-in runs on its own stream, which this slightly overstates). The shard's
 copy-in before an all-gather (1/N of the unit) is left out.
 
-The shard-boundary rule (the seed paper's notes): FSDP issues prefetches per unit from its hooks,
+The shard-boundary rule (the seed study, Ovi, arXiv 2505.12832, 2025): FSDP issues prefetches per unit from its hooks,
 in the order units were recorded, so a unit whose boundary falls *inside* a transformer block
 cannot be prefetched: its all-gather starts only when compute reaches it, an exposed round trip
 in the middle of the block's forward and again in its backward. DeepSpeed ZeRO-3 gathers in traced

@@ -110,7 +110,7 @@ def gating_device(topology: Topology, dtype: str) -> DeviceSpec:
 
     On a homogeneous cluster that is every rank's device. On a mixed one every synchronous rank
     waits for the slowest, so it stands for all; its memory is also the tightest when the slower
-    device is the smaller one (per-rank devices arrive with issue 4's per-rank processes).
+    device is the smaller one (each rank on its own device needs per-rank processes).
     """
     from simcore.hardware import device_spec
 

@@ -7,7 +7,7 @@ stream: one blocked operation holds back the ones queued behind it.
 
 Stream names: ``compute`` and ``comm`` are the representative rank's; ``"<rank>/compute"``,
 ``"<rank>/comm"`` (any prefix, e.g. ``"rank3"`` or ``"server0"``) are the streams of another
-process, for the per-rank plans of stragglers and parameter servers (issue 4). A stream whose
+process, for the per-rank plans of stragglers and parameter servers. A stream whose
 last name part is ``comm`` communicates; every other stream computes.
 
 While a communication operation of a rank runs, that rank's compute progresses at 1/slowdown of

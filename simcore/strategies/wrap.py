@@ -12,7 +12,8 @@ FSDP's root module does. Policies:
   layers outside blocks stay in the root).
 
 A unit whose first (forward) or last (backward) layer sits inside a block, rather than on the
-block's edge, *splits* the block: the seed paper's shard-boundary lesson.
+block's edge, *splits* the block: the shard-boundary lesson of the seed
+study (Ovi, arXiv 2505.12832, 2025), as its author reports it.
 """
 
 from __future__ import annotations

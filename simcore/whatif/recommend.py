@@ -1,6 +1,7 @@
 """Which strategy to pick at one (cluster, GPU count) point: the seed study's decision framework.
 
-The framework (M. S. I. Ovi, "Performance Characterization of Distributed Deep Learning Strategies",
+The framework (M. S. I. Ovi, "Performance Characterization of Distributed Deep Learning Strategies: A
+Quantitative Evaluation of DDP, FSDP, and Parameter Server Architectures on GPU Clusters",
 arXiv 2505.12832, 2025), applied by :func:`recommend` to the reports of one point:
 
 1. uneven hardware (mixed devices or stragglers) -> parameter server, when the simulated numbers
@@ -25,8 +26,9 @@ from simcore.report import StepReport
 
 __all__ = ["DDP_TOLERANCE", "Recommendation", "UnevenHardware", "recommend"]
 
-# DDP is kept when it is within this fraction of the fastest strategy that fits: the seed notes'
-# "if the model fits, use DDP" (simplest, no sharding round trips) unless the numbers disagree.
+# DDP is kept when it is within this fraction of the fastest strategy that fits: the seed study's
+# author's advice, "if the model fits, use DDP" (simplest, no sharding round trips), unless the
+# numbers disagree.
 DDP_TOLERANCE = 0.05
 
 

@@ -2,8 +2,10 @@
 
 :func:`run_what_if` simulates one step per point with :mod:`simcore.strategies` and returns
 :class:`~simcore.report.StepReport` records with the scaling efficiency filled in against the same
-strategy on one GPU of the same cluster. :func:`recommend` applies the seed paper's decision
-framework to the largest GPU count of each cluster:
+strategy on one GPU of the same cluster. :func:`recommend` applies the decision framework of
+the seed study (M. S. I. Ovi, "Performance Characterization of Distributed Deep Learning Strategies: A
+Quantitative Evaluation of DDP, FSDP, and Parameter Server Architectures on GPU Clusters",
+arXiv 2505.12832, 2025) to the largest GPU count of each cluster:
 
 1. uneven hardware (mixed devices or stragglers) -> parameter server, when the simulated numbers
    say so (:func:`simcore.paramserver.advice.uneven_hardware_advice`); otherwise the synchronous
@@ -16,7 +18,7 @@ framework to the largest GPU count of each cluster:
 Defaults (the main job, ``python -m experiments.what_if --gpus 16``): GPT-2 XL (1.56 B parameters,
 sequence 1024, bf16 with fp32 master weights and AdamW, 16 bytes/parameter = 25 GB of model state:
 it fits a replica on an 80 GB A100 but not on a 24 GB A10G, so the answer differs per cluster) on
-the seed paper's two cluster classes: ``dgx-a100`` (8 NVSwitch A100s per node) and ``g5.48xlarge``
+the seed study's two cluster classes: ``dgx-a100`` (8 NVSwitch A100s per node) and ``g5.48xlarge``
 (8 PCIe A10Gs per node). Both give 16 GPUs on 2 nodes, so the comparison changes the GPU and the
 wires but not the node shape, as the paper's A100-vs-A10G comparison intends ("to isolate the
 impact of communication bandwidth"). Global batch 64 and micro-batch 4 (one micro-batch per GPU at

@@ -1,4 +1,8 @@
-"""The seed paper's CNN architectures, traced by :class:`simcore.workload.models.netbuilder.NetBuilder`.
+"""The seed study's CNN architectures, traced by :class:`simcore.workload.models.netbuilder.NetBuilder`.
+
+The study: M. S. I. Ovi, "Performance Characterization of Distributed Deep Learning Strategies: A
+Quantitative Evaluation of DDP, FSDP, and Parameter Server Architectures on GPU Clusters",
+arXiv 2505.12832, 2025.
 
 The architectures follow torchvision's definitions (cited per function) so parameter counts
 match the published ones exactly. CIFAR-10 variants (``classes=10`` at 32x32): ResNet-50 uses

@@ -12,7 +12,8 @@ of operators and records one :class:`~simcore.workload.types.Layer` per operator
   tensor that one operator already saved is not counted again when the next saves it too (a ReLU
   output is also the next convolution's saved input: one tensor in memory, as autograd keeps it).
 
-:mod:`simcore.workload.models.cnn` builds the seed paper's architectures with it (and re-exports it);
+:mod:`simcore.workload.models.cnn` builds the CNNs of the seed study (Ovi, arXiv 2505.12832, 2025)
+with it (and re-exports it);
 :mod:`simcore.workload.shapefile` builds shape files' layer lists.
 """
 

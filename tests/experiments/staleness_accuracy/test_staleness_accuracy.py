@@ -93,7 +93,7 @@ def test_step_time_overrides_a_simulated_mode(capsys: pytest.CaptureFixture[str]
 
 def test_time_basis_without_cluster_is_the_paper_or_the_given_times() -> None:
     paper = time_basis(None, 8, [], {})
-    assert paper.unit == "x sync update" and paper.label == "seed paper ratios"
+    assert paper.unit == "x sync update" and paper.label == "seed study ratios"
     given = time_basis(None, 8, [], {"sync": 0.1})
     assert (given.unit, given.of("sync"), given.of("async")) == ("s", 0.1, None)
 
@@ -158,7 +158,12 @@ def test_out_writes_report_results_and_plots(capsys, tmp_path) -> None:
     ]
     run_cli(capsys, *args)
     report = (tmp_path / "report.md").read_text(encoding="utf-8")
-    assert "## The seed paper beside this study" in report and "up to 28%" in report and "4% to 17%" in report
+    assert (
+        "## The seed study beside this one" in report
+        and "arXiv 2505.12832" in report
+        and "up to 28%" in report
+        and "4% to 17%" in report
+    )
     assert "Bayes error" in report
     rows = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))["rows"]
     assert [r["name"] for r in rows] == ["sync", "async d=3", "mitigated d=3"]

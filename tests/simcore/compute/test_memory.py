@@ -1,4 +1,8 @@
-"""The per-rank memory model: the seed article's Mistral-7B figures, ZeRO's ordering, the timeline."""
+"""The per-rank memory model: a published Mistral-7B example, ZeRO's ordering, the timeline.
+
+The Mistral-7B figures are the article "Understanding Distributed Training Strategies and Hardware
+Effects".
+"""
 
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ from tests.simcore.strategies.test_strategies_support import toy_context
 GB = 1e9
 
 
-def test_mistral_7b_adam_bf16_matches_the_seed_article() -> None:
+def test_mistral_7b_adam_bf16_matches_the_hardware_article() -> None:
     # "Fine-tuning a Mistral-7B model with Adam in BF16 requires approximately: parameters 14 GB,
     # gradients 14 GB, optimizer states (Adam) ~58 GB, total ~87 GB per GPU" (pure bf16: the
     # article counts Adam's two fp32 moments, no fp32 master copy).
