@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 
 from calibrate.common import dist as cdist
-from calibrate.common.records import RecordWriter, done_keys, drop_torn_tail, provenance
+from calibrate.common.records import RecordWriter, drop_torn_tail, provenance, resume_keys
 from calibrate.nccl_tests.parser import (
     COLLECTIVE_FIELDS,
     collective_row,
@@ -267,8 +267,8 @@ def _sweep_op(ctx: cdist.DistContext, args: argparse.Namespace, op: str, shape: 
 
 
 def _resume_keys(ctx: cdist.DistContext, path: Path, resume: bool) -> set[tuple[Any, ...]]:
-    """Rank 0 reads what is done; every rank gets the same set, so all skip the same sizes."""
-    keys = [done_keys(path, _RESUME_KEY) if resume and ctx.is_main else set()]
+    """Rank 0 reads what is done (and says so); every rank gets the same set, so all skip the same sizes."""
+    keys = [resume_keys(path, _RESUME_KEY) if resume and ctx.is_main else set()]
     if ctx.world_size > 1:
         dist.broadcast_object_list(keys, src=0)
     return keys[0]

@@ -55,6 +55,7 @@ from simcore.calibration.profile import (
 )
 from simcore.calibration.profile_json import profile_to_json
 from simcore.errors import TrainsimError, cli_entry
+from topologies import load_cluster
 
 __all__ = ["fit_linear_relative", "fit_op_overhead", "fit_profile", "load_rows", "main"]
 
@@ -275,8 +276,6 @@ def format_report(profile: CalibrationProfile) -> str:
 
 
 def _check_topology(profile: CalibrationProfile, spec: str) -> None:
-    from topologies import load_cluster  # the simulator's side; imported only when asked to check
-
     topology = load_cluster(spec, gpus=profile.cluster.world_size)
     profile.check_against(topology)
 
