@@ -223,8 +223,12 @@ class _Output:
             self.csv.close()
 
 
+def _device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
 def _device_lines(shape: GroupShape, hosts: Sequence[str], pids: Sequence[int], device: torch.device) -> str:
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    name = _device_name(device)
     return "\n".join(
         f"#  Rank {i:2d} Group  0 Pid {pids[r]:6d} on {hosts[r]:>10} device {r % shape.ranks_per_node:2d} [{device.type}] {name}"
         for i, r in enumerate(shape.ranks)
@@ -255,7 +259,7 @@ def _sweep_op(ctx: cdist.DistContext, args: argparse.Namespace, op: str, shape: 
             row = collective_row(
                 op=op, size_bytes=size, ranks=shape.size, ranks_per_node=shape.ranks_per_node, group=shape.name,
                 count=size // elem, dtype=args.dtype, backend=ctx.backend, in_place=op in _IN_PLACE,
-                iters=args.iters, repeat=repeat, **stats,
+                iters=args.iters, repeat=repeat, device=_device_name(ctx.device), **stats,
             )  # fmt: skip
             if out is not None:
                 out.write(row)

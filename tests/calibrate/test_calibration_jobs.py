@@ -68,7 +68,9 @@ def _one_host_two_cpus() -> Topology:
 
 
 @pytest.mark.slow
-def test_two_rank_jobs_fit_into_a_profile_the_simulator_accepts(tmp_path: Path) -> None:
+def test_two_rank_jobs_fit_into_a_profile_the_simulator_accepts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     runs = tmp_path / "runs"
     collectives = _torchrun("calibrate.collectives", ["--out", str(runs), "--csv", *TINY_COLLECTIVES])
     _torchrun("calibrate.compute", ["--out", str(runs), *TINY_COMPUTE])
@@ -93,11 +95,17 @@ def test_two_rank_jobs_fit_into_a_profile_the_simulator_accepts(tmp_path: Path) 
     assert all(r["threads"] == 1 for r in compute if r["kind"] != "provenance")
 
     profile_path = tmp_path / "profile.json"
+    capsys.readouterr()
     assert fit.main([str(runs), "-o", str(profile_path)]) == 0
-    profile = load_profile(profile_path)
-    for op in ops:
-        alpha_s, busbw_Bps = profile.collective_alpha_beta(op, 2, "intra_node") or (-1.0, -1.0)
-        assert alpha_s >= 0 and busbw_Bps > 0
+    profile = load_profile(profile_path)  # every number in its physical range
+    # Messages of 8 B .. 4 KiB over loopback are latency-bound: a fit whose bandwidth they cannot
+    # determine is left out, with a warning naming it; every op is either fitted or named.
+    left_out = [line for line in capsys.readouterr().err.splitlines() if "left out of the profile" in line]
+    fitted = [op for op in ops if profile.collective_alpha_beta(op, 2, "intra_node") is not None]
+    assert sorted(
+        fitted + [op for op in ops if any(line.startswith(f"warning: {op}/2/") for line in left_out)]
+    ) == sorted(ops)
+    assert len(left_out) == len(ops) - len(fitted)
     assert profile.compute_rate(1e6, "fp32") is not None
     assert profile.memory_bandwidth_Bps and profile.memory_bandwidth_Bps > 0
     assert profile.comm_compute_slowdown and profile.comm_compute_slowdown >= 1
