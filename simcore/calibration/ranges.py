@@ -37,7 +37,7 @@ class PhysicalRange:
         """``value`` if finite and within the range; ProfileError naming range and source otherwise."""
         if not (math.isfinite(value) and self.low <= value <= self.high):
             raise ProfileError(
-                f"{where}: {value!r} {self.unit} is outside the physical range {self.low:g} .. {self.high:g} "
+                f"{where}: {value:g} {self.unit} is outside the physical range {self.low:g} .. {self.high:g} "
                 f"{self.unit} ({self.source}; {DATA_FILE})"
             )
         return value
