@@ -60,8 +60,8 @@ def read_capture(path: str | Path) -> str:
         if data.startswith(bom):
             return _decode(data[len(bom) :], codec, p, f"starts with a {codec} byte-order mark")
     if b"\x00" in data:
-        codec = _utf16_without_bom(data)
-        if codec is None:
+        utf16 = _utf16_without_bom(data)
+        if utf16 is None:
             raise TrainsimError(f"{p}: a binary file (NUL bytes), not nccl-tests text output or -J JSON")
-        return _decode(data, codec, p, f"looks like {codec} text without a byte-order mark")
+        return _decode(data, utf16, p, f"looks like {utf16} text without a byte-order mark")
     return data.decode("utf-8", errors="replace")

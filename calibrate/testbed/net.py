@@ -197,7 +197,8 @@ def list_namespaces() -> list[str]:
 def testbed_namespaces(names: Sequence[str] | None = None) -> tuple[list[str], list[str]]:
     """Testbed namespaces (``trainsim-<pid>-...``) split into those whose testbed is gone (stale)
     and those whose testbed still runs."""
-    stale, live = [], []
+    stale: list[str] = []
+    live: list[str] = []
     for name in list_namespaces() if names is None else names:
         parts = name.split("-")
         if len(parts) >= 3 and parts[0] == "trainsim" and parts[1].isdigit():

@@ -41,8 +41,10 @@ def _check_efficiency(profile: CalibrationProfile, spec_name: str, topology_name
     """Measured peaks at most the ``efficiency`` range's share of the device's datasheet figures."""
     spec = device_spec(spec_name)
     limit = physical_range("efficiency")
-    measured = [(f"compute.dtypes.{d}.peak_flops", c.peak_flops, spec.peak_flops.get(d), "FLOP/s")
-                for d, c in profile.compute.items()]  # fmt: skip
+    measured: list[tuple[str, float | None, float | None, str]] = [
+        (f"compute.dtypes.{d}.peak_flops", c.peak_flops, spec.peak_flops.get(d), "FLOP/s")
+        for d, c in profile.compute.items()
+    ]
     measured.append(
         ("compute.memory_bandwidth_Bps", profile.memory_bandwidth_Bps, spec.memory_bandwidth_Bps, "B/s")
     )
