@@ -9,7 +9,8 @@ from ``-b`` to ``-e`` by factor ``-f``: ``--warmup`` untimed iterations, then ``
 it). Rank 0 prints nccl-tests' table as it goes (the same columns and busbw factors, so it can be
 diffed with ``all_reduce_perf`` or read back by :mod:`calibrate.nccl_tests`) and appends one tidy
 row per (op, size, group, repeat) to ``<out>/collectives.jsonl`` (``--csv`` adds a CSV copy),
-flushed as it arrives, after a provenance record. ``--resume`` skips rows already in the file.
+flushed as it arrives, after a provenance record. ``--resume`` skips rows already in the file,
+saying on stderr how many (and any torn row a killed run left, which it drops and measures again).
 
 Sizes follow nccl-tests: for all_gather / reduce_scatter / alltoall the size is the whole
 concatenated buffer, rounded down to a multiple of ranks x element size.

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from simcore.calibration.profile import busbw_factor
 from simcore.errors import TrainsimError
 
-__all__ = ["Bandwidths", "candidate_ops", "half_unit", "infer_op"]
+__all__ = ["OPS", "Bandwidths", "candidate_ops", "half_unit", "infer_op"]
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "reduce", "send_recv")
 _ROOTED = frozenset({"broadcast", "reduce"})

@@ -33,7 +33,9 @@ number in force is in the provenance (``threads_per_rank``).
 
 ``--resume`` continues the last run in ``--out`` with the same configuration from its newest
 checkpoint (written every ``--checkpoint-every`` steps beside the output); steps recorded after that
-checkpoint are run again, so readers keep the last record per ``(run_id, rank, step)``.
+checkpoint are run again, so readers keep the last record per ``(run_id, rank, step)``. It says on
+stderr what it found (the run, its step records, the checkpoint it continues from) and any torn
+record a killed run left, which it drops before appending.
 """
 
 from __future__ import annotations
