@@ -9,7 +9,8 @@ from ``-b`` to ``-e`` by factor ``-f``: ``--warmup`` untimed iterations, then ``
 it). Rank 0 prints nccl-tests' table as it goes (the same columns and busbw factors, so it can be
 diffed with ``all_reduce_perf`` or read back by :mod:`calibrate.nccl_tests`) and appends one tidy
 row per (op, size, group, repeat) to ``<out>/collectives.jsonl`` (``--csv`` adds a CSV copy),
-flushed as it arrives, after a provenance record. ``--resume`` skips rows already in the file.
+flushed as it arrives, after a provenance record. ``--resume`` skips rows already in the file,
+saying on stderr how many (and any torn row a killed run left, which it drops and measures again).
 
 Sizes follow nccl-tests: for all_gather / reduce_scatter / alltoall the size is the whole
 concatenated buffer, rounded down to a multiple of ranks x element size.
@@ -29,7 +30,7 @@ import torch
 import torch.distributed as dist
 
 from calibrate.common import dist as cdist
-from calibrate.common.records import RecordWriter, done_keys, drop_torn_tail, provenance
+from calibrate.common.records import RecordWriter, drop_torn_tail, provenance, resume_keys
 from calibrate.nccl_tests.parser import (
     COLLECTIVE_FIELDS,
     collective_row,
@@ -223,8 +224,12 @@ class _Output:
             self.csv.close()
 
 
+def _device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
 def _device_lines(shape: GroupShape, hosts: Sequence[str], pids: Sequence[int], device: torch.device) -> str:
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    name = _device_name(device)
     return "\n".join(
         f"#  Rank {i:2d} Group  0 Pid {pids[r]:6d} on {hosts[r]:>10} device {r % shape.ranks_per_node:2d} [{device.type}] {name}"
         for i, r in enumerate(shape.ranks)
@@ -255,7 +260,7 @@ def _sweep_op(ctx: cdist.DistContext, args: argparse.Namespace, op: str, shape: 
             row = collective_row(
                 op=op, size_bytes=size, ranks=shape.size, ranks_per_node=shape.ranks_per_node, group=shape.name,
                 count=size // elem, dtype=args.dtype, backend=ctx.backend, in_place=op in _IN_PLACE,
-                iters=args.iters, repeat=repeat, **stats,
+                iters=args.iters, repeat=repeat, device=_device_name(ctx.device), **stats,
             )  # fmt: skip
             if out is not None:
                 out.write(row)
@@ -267,8 +272,8 @@ def _sweep_op(ctx: cdist.DistContext, args: argparse.Namespace, op: str, shape: 
 
 
 def _resume_keys(ctx: cdist.DistContext, path: Path, resume: bool) -> set[tuple[Any, ...]]:
-    """Rank 0 reads what is done; every rank gets the same set, so all skip the same sizes."""
-    keys = [done_keys(path, _RESUME_KEY) if resume and ctx.is_main else set()]
+    """Rank 0 reads what is done (and says so); every rank gets the same set, so all skip the same sizes."""
+    keys = [resume_keys(path, _RESUME_KEY) if resume and ctx.is_main else set()]
     if ctx.world_size > 1:
         dist.broadcast_object_list(keys, src=0)
     return keys[0]

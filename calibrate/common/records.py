@@ -2,7 +2,9 @@
 
 Every calibration job writes JSONL (one record per line) and optionally CSV through
 :class:`RecordWriter`, so a job killed mid-run keeps everything but the measurement in flight, and
-``--resume`` can skip what is already there (:func:`read_records`, :func:`done_keys`).
+``--resume`` can skip what is already there (:func:`resume_keys`, :func:`read_records`). A
+half-written last line (the job died writing it) is dropped before anything is appended, with a
+warning on stderr naming the file and line; ``--resume`` says on stderr what it skips.
 """
 
 from __future__ import annotations
@@ -16,13 +18,23 @@ import platform
 import socket
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
 from simcore.errors import TrainsimError
 
-__all__ = ["RecordWriter", "atomic_write_json", "done_keys", "drop_torn_tail", "provenance", "read_records"]
+__all__ = [
+    "RecordWriter",
+    "atomic_write_json",
+    "describe_done",
+    "done_keys",
+    "drop_torn_tail",
+    "provenance",
+    "read_records",
+    "resume_keys",
+]
 
 _ENV_KNOBS = (
     "OMP_NUM_THREADS",
@@ -73,12 +85,17 @@ def provenance(extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
 class RecordWriter:
     """Append records to ``path`` (``.jsonl`` or ``.csv``), flushing and fsyncing each one."""
 
-    def __init__(self, path: str | os.PathLike[str], fieldnames: Iterable[str] | None = None) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], fieldnames: Iterable[str] | None = None, *, drop_torn: bool = True
+    ) -> None:
+        """``drop_torn=False`` where several processes append to one file: only one of them may cut
+        a torn line, before the others open it (else it could cut a line another is writing)."""
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._csv = self.path.suffix == ".csv"
         self._fieldnames = list(fieldnames) if fieldnames is not None else None
-        drop_torn_tail(self.path)  # a job killed mid-write left half a line: never append onto it
+        if drop_torn:
+            drop_torn_tail(self.path)  # a job killed mid-write left half a line: never append onto it
         new = not self.path.exists() or self.path.stat().st_size == 0
         self._fh: TextIO = self.path.open("a", encoding="utf-8", newline="")
         self._writer: csv.DictWriter[str] | None = None
@@ -134,9 +151,29 @@ def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
 
 def done_keys(path: str | os.PathLike[str], keys: Iterable[str]) -> set[tuple[Any, ...]]:
-    """The key tuples already measured in ``path``, for ``--resume``."""
+    """The key tuples already measured in ``path`` (records that carry every key), for ``--resume``."""
     names = list(keys)
-    return {tuple(r.get(k) for k in names) for r in read_records(path)}
+    rows = (tuple(r.get(k) for k in names) for r in read_records(path))
+    return {row for row in rows if None not in row}
+
+
+def describe_done(path: str | os.PathLike[str], done: set[tuple[Any, ...]]) -> str:
+    """One line for ``--resume``: how many measurements ``path`` holds, by kind (the first key up
+    to its first ``/``), all of them skipped."""
+    if not done:
+        return f"resume: {path} holds no measurements yet; measuring everything"
+    kinds = Counter(str(key[0]).split("/")[0] for key in done)
+    by_kind = ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items()))
+    return f"resume: {path} already holds {len(done)} measurement(s) ({by_kind}); skipping them"
+
+
+def resume_keys(path: str | os.PathLike[str], keys: Iterable[str]) -> set[tuple[Any, ...]]:
+    """For ``--resume``: drop a torn last record (with a warning), then the keys already measured,
+    saying on stderr how many are skipped."""
+    drop_torn_tail(path)
+    done = done_keys(path, keys)
+    print(describe_done(path, done), file=sys.stderr, flush=True)
+    return done
 
 
 def atomic_write_json(path: str | os.PathLike[str], data: Any) -> None:
@@ -156,10 +193,11 @@ def atomic_write_json(path: str | os.PathLike[str], data: Any) -> None:
         raise
 
 
-def drop_torn_tail(path: str | os.PathLike[str]) -> int:
+def drop_torn_tail(path: str | os.PathLike[str], *, warn: bool = True) -> int:
     """Cut a torn last line (a job killed mid-write) so appending starts on a fresh line.
 
-    Returns the number of bytes removed. Call before reopening a record file for appending.
+    Returns the number of bytes removed and, with ``warn``, says on stderr which line of which file
+    it dropped. Call before reopening a record file for appending.
     """
     p = Path(path)
     if not p.exists() or p.stat().st_size == 0:
@@ -170,4 +208,9 @@ def drop_torn_tail(path: str | os.PathLike[str]) -> int:
             return 0
         keep = data.rfind(b"\n") + 1
         fh.truncate(keep)
-        return len(data) - keep
+    removed = len(data) - keep
+    if warn:
+        line = data.count(b"\n", 0, keep) + 1
+        print(f"warning: {p}:{line}: dropped a torn record ({removed} bytes, half-written when the job "
+              "was killed); it is measured again", file=sys.stderr, flush=True)  # fmt: skip
+    return removed

@@ -33,15 +33,14 @@ import torch
 import torch.distributed as dist
 
 from calibrate.common import dist as cdist
-from calibrate.common.records import RecordWriter, done_keys, drop_torn_tail, provenance
+from calibrate.common.records import RecordWriter, provenance, resume_keys
+from calibrate.compute.dtypes import DTYPES
 from calibrate.compute.layers import LAYERS, layer_benchmarks, op_overhead_benchmarks
 from simcore.errors import TrainsimError, cli_entry
 from simcore.units import parse_size
 
-__all__ = ["DTYPES", "main", "time_calls_s"]
+__all__ = ["main", "time_calls_s"]
 
-# Profile dtype names (as simcore.hardware's peak_flops keys) -> torch dtypes.
-DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 _RESUME_KEY = ("item", "repeat")
 
 
@@ -203,12 +202,10 @@ def run_compute(args: argparse.Namespace) -> int:
         threads = cdist.set_threads(args.threads)
         args.dtypes = _dtypes(args.dtypes, ctx.device)
         path = Path(args.out) / "compute.jsonl"
-        keys = [done_keys(path, _RESUME_KEY) if args.resume and ctx.is_main else set()]
+        keys = [resume_keys(path, _RESUME_KEY) if args.resume and ctx.is_main else set()]
         if ctx.world_size > 1:
             dist.broadcast_object_list(keys, src=0)
-        if ctx.is_main:
-            drop_torn_tail(path)  # a killed run's half-written row: measure it again
-        writer = RecordWriter(path) if ctx.is_main else None
+        writer = RecordWriter(path) if ctx.is_main else None  # drops a killed run's half-written row
         common = {
             "threads": threads,
             "device": str(ctx.device),

@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from calibrate.compute.dtypes import DTYPES
+
 __all__ = ["LAYERS", "LayerBench", "layer_benchmarks", "op_overhead_benchmarks"]
 
 
@@ -95,8 +97,6 @@ def layer_benchmarks(
     names: list[str], dtypes: list[str], device: torch.device, scale: int = 1
 ) -> Iterator[tuple[str, dict[str, Any], Callable[[], Any]]]:
     """``(item, row info, call)`` for the forward and the backward of each layer in each dtype."""
-    from calibrate.compute.cli import DTYPES
-
     for name in names:
         for dtype_name in dtypes:
             bench = LAYERS[name](scale)

@@ -34,6 +34,7 @@ import argparse
 import contextlib
 import datetime as _dt
 import statistics
+import sys
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -44,7 +45,9 @@ from numpy.typing import ArrayLike
 from scipy.optimize import least_squares
 
 from calibrate.common.records import atomic_write_json, read_records
+from calibrate.fit.physical import keep_physical
 from calibrate.nccl_tests import parser as nccl_tests
+from simcore.calibration.compat import check_profile_for
 from simcore.calibration.profile import (
     CalibrationProfile,
     ClusterDescription,
@@ -55,8 +58,17 @@ from simcore.calibration.profile import (
 )
 from simcore.calibration.profile_json import profile_to_json
 from simcore.errors import TrainsimError, cli_entry
+from topologies import load_cluster
 
-__all__ = ["fit_linear_relative", "fit_op_overhead", "fit_profile", "load_rows", "main"]
+__all__ = [
+    "device_sources",
+    "fit_linear_relative",
+    "fit_op_overhead",
+    "fit_profile",
+    "load_rows",
+    "main",
+    "warn_mixed_devices",
+]
 
 _RECORD_SUFFIXES = (".jsonl", ".csv")
 
@@ -217,6 +229,31 @@ def _cluster(rows: list[dict[str, Any]]) -> ClusterDescription:
     return ClusterDescription("gloo", "cpu", "", 1, 1, 1)
 
 
+def device_sources(rows: Iterable[dict[str, Any]]) -> dict[str, set[str]]:
+    """Device name -> where it was named: nccl-tests captures (their rows' ``device``) and our
+    jobs (their provenance's ``devices``, their collective rows' ``device``)."""
+    seen: dict[str, set[str]] = defaultdict(set)
+    for row in rows:
+        if row["kind"] == "collective" and row.get("device"):
+            source = str(row.get("source") or "")
+            for name in str(row["device"]).split(" + "):
+                seen[name].add("calibrate.collectives" if source in ("", "trainsim") else source)
+        elif row["kind"] == "provenance" and isinstance(row.get("devices"), list):
+            for name in row["devices"]:
+                seen[str(name)].add(str(row.get("job") or "a calibration job"))
+    return seen
+
+
+def warn_mixed_devices(rows: Iterable[dict[str, Any]]) -> None:
+    """One line on stderr when the measurements come from more than one device type: a profile
+    describes one cluster, and the fits would average devices of different speeds."""
+    seen = device_sources(rows)
+    if len(seen) > 1:
+        named = "; ".join(f"{name} ({', '.join(sorted(where))})" for name, where in sorted(seen.items()))
+        print(f"warning: one profile mixes {len(seen)} device types: {named}; fit each device's measurements "
+              "into a profile of its own", file=sys.stderr, flush=True)  # fmt: skip
+
+
 def fit_profile(rows: list[dict[str, Any]], sources: Sequence[str] = (), *,
                 max_mape: float = 0.25, min_r2: float = 0.9) -> CalibrationProfile:  # fmt: skip
     """Fit every model the rows support; TrainsimError if they support none."""
@@ -275,10 +312,9 @@ def format_report(profile: CalibrationProfile) -> str:
 
 
 def _check_topology(profile: CalibrationProfile, spec: str) -> None:
-    from topologies import load_cluster  # the simulator's side; imported only when asked to check
-
     topology = load_cluster(spec, gpus=profile.cluster.world_size)
-    profile.check_against(topology)
+    profile.check_against(topology)  # the exact shape measured, then what every simulator checks
+    check_profile_for(profile, topology)
 
 
 @cli_entry
@@ -292,7 +328,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--min-r2", type=float, default=0.9, help="flag fits below this R² (default 0.9)")
     args = parser.parse_args(argv)
-    profile = fit_profile(load_rows(args.results), args.results, max_mape=args.max_mape, min_r2=args.min_r2)
+    rows = load_rows(args.results)
+    warn_mixed_devices(rows)
+    profile = keep_physical(fit_profile(rows, args.results, max_mape=args.max_mape, min_r2=args.min_r2))
     if args.topology:
         _check_topology(profile, args.topology)
     atomic_write_json(args.out, profile_to_json(profile))

@@ -47,6 +47,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from calibrate.common.records import RecordWriter, provenance
 from calibrate.memory_truth.models import (
     MODELS,
     ModelSpec,
@@ -312,8 +313,6 @@ def measure_grid(
     progress: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Measure every (model, strategy, world size); append each record to ``out`` (JSONL) as it arrives."""
-    from calibrate.common.records import RecordWriter, provenance
-
     unknown = [m for m in models if m not in MODELS]
     if unknown:
         raise TrainsimError(f"unknown model {unknown[0]!r}; known: {', '.join(MODELS)}")

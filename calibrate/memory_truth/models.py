@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from simcore.workload.torch_import import resolve_factory
+
 _MODULE = "calibrate.memory_truth"  # the factories' recorded import path (re-exported there)
 
 __all__ = [
@@ -213,8 +215,6 @@ class ModelSpec:
 
 
 def _import_factory(spec: str) -> Callable[[], nn.Module]:
-    from simcore.workload.torch_import import resolve_factory
-
     return resolve_factory(spec)
 
 

@@ -9,8 +9,10 @@ torchrun would set (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK=0``, ``LOCAL_WORLD_SI
 ``MASTER_ADDR`` = node 0's address, ``MASTER_PORT``) and ``GLOO_SOCKET_IFNAME=eth0``, so each rank
 is a node of its own and every collective crosses the emulated fabric. Rank 0 prints to this
 terminal; the other ranks' output is shown if the job fails. The namespaces are always removed
-afterwards: on success, on failure, on timeout, on Ctrl-C and on SIGTERM/SIGHUP.
-``--cleanup`` removes namespaces left by a testbed that was killed with SIGKILL.
+afterwards: on success, on failure, on timeout, on Ctrl-C and on SIGTERM/SIGHUP. A testbed killed
+with SIGKILL cannot clean up: its ranks die with it (each asks Linux for SIGKILL when the testbed
+exits, ``PR_SET_PDEATHSIG``), and ``--cleanup`` kills whatever still runs in the namespaces it left,
+removes them, and says what it removed and what it could not (with the processes still inside).
 
 Needs root and iproute2. Only private addresses (10.213.0.x) are used, and only inside the
 namespaces the testbed creates.
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import signal
 import subprocess
@@ -30,11 +33,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 
-from calibrate.testbed.net import LinkShape, Testbed, TestbedError, can_create_namespaces, stale_namespaces
+from calibrate.common.procs import die_with_parent
+from calibrate.testbed.net import (
+    LinkShape,
+    NamespaceCleanup,
+    Testbed,
+    TestbedError,
+    can_create_namespaces,
+    clean_namespace,
+    testbed_namespaces,
+)
 from simcore.errors import cli_entry
 from simcore.units import parse_bandwidth, parse_time
 
-__all__ = ["main", "rank_environment", "run_job"]
+__all__ = ["cleanup", "main", "rank_environment", "run_job"]
 
 _LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                   "GROUP_RANK", "TORCHELASTIC_RUN_ID")  # fmt: skip
@@ -88,9 +100,12 @@ def run_job(testbed: Testbed, job: list[str], *, port: int, threads: int, timeou
             for rank in range(testbed.nodes):
                 log = (logs / f"rank{rank}.log").open("wb")
                 command = ["ip", "netns", "exec", testbed.namespace(rank), sys.executable, "-m", *job]
+                # A session of its own (a terminal's Ctrl-C reaches only the testbed, which stops the ranks
+                # in order), and death with the testbed should it be killed without a chance to stop them.
                 processes.append(subprocess.Popen(
                     command, env=rank_environment(testbed, rank, port, threads), start_new_session=True,
                     stdout=None if rank == 0 else log, stderr=log,
+                    preexec_fn=functools.partial(die_with_parent, os.getpid()),
                 ))  # fmt: skip
                 log.close()
             status = _wait(processes, timeout_s)
@@ -155,6 +170,39 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _cleanup_line(result: NamespaceCleanup) -> str:
+    killed = (
+        f"; killed {len(result.killed)} process(es) inside: {_pids(result.killed)}" if result.killed else ""
+    )
+    if result.ok:
+        return f"removed {result.name}{killed}"
+    left = f"; still inside: {_pids(result.left)}" if result.left else ""
+    why = result.error or "its name is gone but processes keep the namespace alive"
+    return f"could not remove {result.name}: {why}{killed}{left}"
+
+
+def _pids(pids: tuple[int, ...]) -> str:
+    return "pid " + ", ".join(str(p) for p in pids)
+
+
+def cleanup() -> int:
+    """Remove the namespaces of testbeds that are gone, killing what still runs inside; 0 when all
+    went, 1 when some could not be removed (each named, with the processes still inside)."""
+    stale, live = testbed_namespaces()
+    results = [clean_namespace(name) for name in stale]
+    for result in results:
+        print(_cleanup_line(result), file=sys.stdout if result.ok else sys.stderr)
+    owners = sorted({name.split("-")[1] for name in live})
+    if owners:
+        print(f"left {len(live)} namespace(s) of running testbed(s) alone (pid {', '.join(owners)})")
+    failed = [r for r in results if not r.ok]
+    if not stale:
+        print("no namespaces of stopped testbeds (trainsim-<pid>-*) found; nothing to remove")
+    else:
+        print(f"removed {len(results) - len(failed)} of {len(results)} stale namespace(s)")
+    return 1 if failed else 0
+
+
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
@@ -162,11 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     if reason is not None:
         raise TestbedError(reason)
     if args.cleanup:
-        stale = stale_namespaces()
-        for name in stale:
-            subprocess.run(["ip", "netns", "del", name], check=False, timeout=30)
-        print(f"removed {len(stale)} stale namespace(s)")
-        return 0
+        return cleanup()
     testbed = Testbed(args.nodes, LinkShape(parse_bandwidth(args.bandwidth), parse_time(args.delay)))
     print(f"testbed: {args.nodes} nodes, {args.bandwidth} links, delay {args.delay}, namespaces {testbed.tag}-*",
           flush=True)  # fmt: skip

@@ -11,26 +11,37 @@ never touched)::
 Each link is shaped in both directions (egress of ``eth<i>`` and of ``p<i>``): ``tbf`` limits the
 rate, and ``netem`` adds the one-way delay when asked for one (kernels without
 ``CONFIG_NET_SCH_NETEM`` cannot delay; :func:`netem_available` tells). Deleting the namespaces
-removes every interface, bridge and qdisc with them.
+removes every interface, bridge and qdisc with them; a namespace whose name is deleted lives on
+while a process runs inside it, so :func:`clean_namespace` kills those first.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from simcore.errors import TrainsimError
 
 __all__ = [
     "LinkShape",
+    "NamespaceCleanup",
     "Testbed",
     "TestbedError",
     "can_create_namespaces",
+    "clean_namespace",
+    "list_namespaces",
+    "namespace_pids",
     "netem_available",
     "shaping_commands",
+    "stale_namespaces",
+    "testbed_namespaces",
 ]
 
 SUBNET = "10.213.0"  # private addresses, only ever configured inside our own namespaces
@@ -177,24 +188,79 @@ class Testbed:
         return failed
 
 
+def list_namespaces() -> list[str]:
+    """Names of every named network namespace (``ip netns list``)."""
+    listing = _ip("netns", "list", check=False).stdout
+    return [line.split()[0] for line in listing.splitlines() if line.strip()]
+
+
+def testbed_namespaces(names: Sequence[str] | None = None) -> tuple[list[str], list[str]]:
+    """Testbed namespaces (``trainsim-<pid>-...``) split into those whose testbed is gone (stale)
+    and those whose testbed still runs."""
+    stale: list[str] = []
+    live: list[str] = []
+    for name in list_namespaces() if names is None else names:
+        parts = name.split("-")
+        if len(parts) >= 3 and parts[0] == "trainsim" and parts[1].isdigit():
+            (live if alive(int(parts[1])) else stale).append(name)
+    return stale, live
+
+
 def stale_namespaces(names: Sequence[str] | None = None) -> list[str]:
     """Namespaces left by testbeds whose process is gone (``trainsim-<pid>-...``), for cleanup."""
-    if names is None:
-        listing = _ip("netns", "list", check=False).stdout
-        names = [line.split()[0] for line in listing.splitlines() if line.strip()]
-    stale = []
-    for name in names:
-        parts = name.split("-")
-        if len(parts) >= 3 and parts[0] == "trainsim" and parts[1].isdigit() and not _alive(int(parts[1])):
-            stale.append(name)
-    return stale
+    return testbed_namespaces(names)[0]
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, dead but not yet reaped by its parent, does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no procfs: trust the signal probe
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
+def namespace_pids(name: str) -> list[int]:
+    """Processes running inside network namespace ``name`` (``ip netns pids``)."""
+    listing = _ip("netns", "pids", name, check=False).stdout
+    return sorted(int(tok) for tok in listing.split() if tok.isdigit())
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceCleanup:
+    """What cleaning one stale namespace did: processes killed inside, processes still inside after
+    that (they keep the namespace alive even when its name is gone), and the name's removal."""
+
+    name: str
+    removed: bool
+    killed: tuple[int, ...] = ()
+    left: tuple[int, ...] = ()
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.removed and not self.left
+
+
+def clean_namespace(name: str, grace_s: float = 5.0) -> NamespaceCleanup:
+    """SIGKILL every process inside ``name`` (again for any it started meanwhile) until none is left
+    or ``grace_s`` passed, then delete the name."""
+    killed: set[int] = set()
+    deadline = time.monotonic() + grace_s
+    inside = namespace_pids(name)
+    while inside and time.monotonic() < deadline:
+        for pid in inside:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            killed.add(pid)
+        time.sleep(0.05)
+        inside = [pid for pid in namespace_pids(name) if alive(pid)]
+    result = _ip("netns", "del", name, check=False)
+    gone = tuple(sorted(killed - set(inside)))
+    return NamespaceCleanup(name, result.returncode == 0, gone, tuple(inside), result.stderr.strip())

@@ -33,7 +33,9 @@ number in force is in the provenance (``threads_per_rank``).
 
 ``--resume`` continues the last run in ``--out`` with the same configuration from its newest
 checkpoint (written every ``--checkpoint-every`` steps beside the output); steps recorded after that
-checkpoint are run again, so readers keep the last record per ``(run_id, rank, step)``.
+checkpoint are run again, so readers keep the last record per ``(run_id, rank, step)``. It says on
+stderr what it found (the run, its step records, the checkpoint it continues from) and any torn
+record a killed run left, which it drops before appending.
 """
 
 from __future__ import annotations
@@ -46,53 +48,14 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
-from dataclasses import asdict, dataclass, fields
+from dataclasses import fields
 from pathlib import Path
-from typing import Any
 
+from calibrate.common.procs import die_with_parent
+from calibrate.train.config import ALL_STRATEGIES, TrainConfig, check_config
 from simcore.errors import TrainsimError, cli_entry
 
-__all__ = ["ALL_STRATEGIES", "TrainConfig", "config_from_args", "launch_local", "main", "run_training"]
-
-ALL_STRATEGIES = ("ddp", "fsdp", "zero1", "zero2", "ps-sync", "ps-async", "ps-ssp")
-
-
-@dataclass(frozen=True, slots=True)
-class TrainConfig:
-    """One training run (sizes per worker; times in seconds)."""
-
-    out: str
-    model: str = "cnn"
-    strategy: str = "ddp"
-    steps: int = 20
-    batch: int = 16
-    lr: float = 0.1
-    momentum: float = 0.9
-    seed: int = 0
-    width: int = 16
-    depth: int = 2
-    heads: int = 2
-    seq_len: int = 32
-    vocab: int = 64
-    image_size: int = 16
-    num_classes: int = 10
-    noise: float = 1.0
-    threads: int | None = None
-    staleness_bound: int = 2
-    ps_ranks: int = 1
-    slow_rank: int = -1
-    slow_factor: float = 1.0
-    eval_every: int = 10
-    warmup: int = 2
-    checkpoint_every: int = 10
-    backend: str | None = None
-    timeout_s: float = 900.0
-    resume: bool = False
-
-    def identity(self) -> dict[str, Any]:
-        """What makes two runs the same run (everything but how it was started)."""
-        return {k: v for k, v in asdict(self).items() if k not in ("resume", "timeout_s")}
+__all__ = ["config_from_args", "launch_local", "main", "run_training"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -152,65 +115,26 @@ def config_from_args(argv: list[str] | None) -> TrainConfig:
     args = vars(_parser().parse_args(argv))
     args["slow_rank"], args["slow_factor"] = _slow(args.pop("slow_rank"))
     config = TrainConfig(**{f.name: args[f.name] for f in fields(TrainConfig) if f.name in args})
-    _check(config)
+    check_config(config)
     return config
-
-
-def _check(config: TrainConfig) -> None:
-    from calibrate.train.models import MODEL_NAMES
-
-    if config.strategy not in ALL_STRATEGIES:
-        raise TrainsimError(f"unknown strategy {config.strategy!r}; allowed: {', '.join(ALL_STRATEGIES)}")
-    if config.model not in MODEL_NAMES:
-        raise TrainsimError(f"unknown model {config.model!r}; allowed: {', '.join(MODEL_NAMES)}")
-    for name in ("steps", "batch", "width", "depth", "heads", "seq_len", "vocab", "image_size", "ps_ranks"):
-        if getattr(config, name) < 1:
-            raise TrainsimError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(config, name)}")
-    for name in ("staleness_bound", "eval_every", "warmup", "checkpoint_every"):
-        if getattr(config, name) < 0:
-            raise TrainsimError(f"--{name.replace('_', '-')} must not be negative")
-    if config.lr <= 0 or not 0 <= config.momentum < 1 or config.timeout_s <= 0:
-        raise TrainsimError("--lr and --timeout-s must be positive and --momentum in [0, 1)")
-    if config.threads is not None and config.threads < 1:
-        raise TrainsimError(f"--threads must be at least 1, got {config.threads}")
-    if config.model == "cnn" and config.num_classes < 2:
-        raise TrainsimError("--num-classes must be at least 2")
-
-
-def _check_world(config: TrainConfig, world: int) -> None:
-    if config.strategy.startswith("ps-") and world <= config.ps_ranks:
-        raise TrainsimError(
-            f"{config.strategy} with --ps-ranks {config.ps_ranks} needs at least {config.ps_ranks + 1} "
-            f"processes (servers + at least one worker); got {world}; run under torchrun --nproc-per-node"
-        )
-    if config.slow_rank >= world:
-        raise TrainsimError(f"--slow-rank {config.slow_rank} is not a rank of a world of {world}")
 
 
 def run_training(config: TrainConfig) -> Path:
     """Run ``config`` on this process's rank (call on every rank) and return the output path."""
-    from calibrate.train.loop import run
+    from calibrate.train.loop import run  # imports torch: only once the options are known to be good
 
     return run(config)
 
 
 def _die_with_launcher() -> None:
-    """Under torchrun, ask Linux to SIGKILL this worker when the launcher dies.
+    """Under torchrun, have Linux SIGKILL this worker when the launcher dies.
 
     torchrun starts each worker in a session of its own, so killing the launcher's process group
     (a timeout, a scheduler's kill) would otherwise leave workers running, possibly blocked in a
     collective forever.
     """
-    if "TORCHELASTIC_RUN_ID" not in os.environ or not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    parent = os.getppid()
-    pr_set_pdeathsig = 1
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
-    if os.getppid() != parent:  # the launcher died before we asked
-        os._exit(1)
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        die_with_parent(os.getppid())
 
 
 @cli_entry
@@ -301,11 +225,6 @@ def _wait_or_kill(procs: list[subprocess.Popen[bytes]], timeout_s: float) -> int
                 os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     return status
-
-
-def new_run_id(config: TrainConfig, world: int) -> str:
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    return f"{config.model}-{config.strategy}-w{world}-{stamp}-{uuid.uuid4().hex[:6]}"
 
 
 if __name__ == "__main__":

@@ -1,32 +1,32 @@
 """The body of ``calibrate.train`` on one rank: set up, resume, step, record, summarise.
 
-Kept apart from the command line (:mod:`calibrate.train`) so the CLI module stays a thin, torch-free
-parser. Checkpoints live in ``<out without suffix>.ckpt/<run_id>/step<N>.rank<R>.pt``; the newest
-two per rank are kept, so a rank killed while writing never leaves its peers without a common step.
+Kept apart from the command line (:mod:`calibrate.train.cli`) so the CLI module stays a thin,
+torch-free parser; checkpoints are :mod:`calibrate.train.checkpoint`'s.
 """
 
 from __future__ import annotations
 
-import os
+import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
 from calibrate.common.dist import DistContext, init_distributed, set_threads, shutdown
-from calibrate.common.records import RecordWriter, provenance, read_records
+from calibrate.common.records import RecordWriter, drop_torn_tail, provenance, read_records
+from calibrate.train.checkpoint import checkpoint_dir, checkpoint_path, common_step
+from calibrate.train.config import TrainConfig, check_world, new_run_id
+from calibrate.train.data import ImageTask, TokenTask
+from calibrate.train.models import build_model, describe
+from calibrate.train.runners import build_runner
+from calibrate.train.strategies import STRATEGY_NOTES
 
-if TYPE_CHECKING:
-    from calibrate.train.cli import TrainConfig
-
-__all__ = ["run", "run_steps", "save_checkpoint"]
+__all__ = ["run", "run_steps"]
 
 
 def _task(config: TrainConfig) -> Any:
-    from calibrate.train.data import ImageTask, TokenTask
-
     if config.model == "cnn":
         return ImageTask(
             seed=config.seed, num_classes=config.num_classes, image_size=config.image_size, noise=config.noise
@@ -35,8 +35,6 @@ def _task(config: TrainConfig) -> Any:
 
 
 def _model(config: TrainConfig) -> torch.nn.Module:
-    from calibrate.train.models import build_model
-
     torch.manual_seed(config.seed)  # identical initial parameters on every rank
     return build_model(
         config.model,
@@ -69,49 +67,35 @@ def _previous_run(config: TrainConfig, world: int) -> tuple[str | None, bool]:
     return run_id, finished
 
 
-def _checkpoint_dir(config: TrainConfig, run_id: str) -> Path:
-    out = Path(config.out.replace("{rank}", "all"))
-    return out.with_suffix(".ckpt") / run_id
-
-
-def _saved_steps(directory: Path, rank: int) -> list[int]:
-    if not directory.is_dir():
-        return []
-    suffix = f".rank{rank}.pt"
-    return sorted(int(p.name[4 : -len(suffix)]) for p in directory.glob(f"step*{suffix}"))
-
-
-def save_checkpoint(directory: Path, rank: int, step: int, state: Any) -> None:
-    """Write this rank's ``state`` for ``step`` (atomic rename), keeping the newest two."""
-    directory.mkdir(parents=True, exist_ok=True)
-    target = directory / f"step{step}.rank{rank}.pt"
-    tmp = target.with_suffix(".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, target)
-    for old in _saved_steps(directory, rank)[:-2]:
-        (directory / f"step{old}.rank{rank}.pt").unlink(missing_ok=True)
-
-
-def _common_step(directory: Path, ctx: DistContext, has_state: bool) -> int:
-    """Newest step every stateful rank has a checkpoint of (0 when none)."""
-    mine = _saved_steps(directory, ctx.rank) if has_state else None
-    everyone: list[Any] = [None] * ctx.world_size
-    dist.all_gather_object(everyone, mine)
-    sets = [set(steps) for steps in everyone if steps is not None]
-    common = set.intersection(*sets) if sets else set()
-    return max(common, default=0)
-
-
 def _agree_run(config: TrainConfig, ctx: DistContext) -> tuple[str, bool]:
     """Rank 0 decides the run id (new, or the one to resume) and whether it is already finished."""
-    from calibrate.train.cli import new_run_id
-
     decision: list[Any] = [None]
     if ctx.rank == 0:
         run_id, finished = _previous_run(config, ctx.world_size) if config.resume else (None, False)
+        if config.resume and run_id is None:
+            print(f"resume: no earlier run of this configuration on {ctx.world_size} process(es) in "
+                  f"{config.out}; starting a new run", file=sys.stderr, flush=True)  # fmt: skip
         decision = [(run_id or new_run_id(config, ctx.world_size), finished)]
     dist.broadcast_object_list(decision, src=0)
     return decision[0]
+
+
+def _resume_note(config: TrainConfig, world: int, run_id: str, start: int) -> str | None:
+    """What ``--resume`` found done and what it runs again, for rank 0 to print (None: nothing)."""
+    paths = sorted({_out_path(config, rank) for rank in range(world)})
+    steps = [
+        r for p in paths for r in read_records(p) if r.get("kind") == "step" and r.get("run_id") == run_id
+    ]
+    if not steps:
+        return None
+    last = {
+        rank: max((r["step"] for r in steps if r.get("rank") == rank), default=-1) for rank in range(world)
+    }
+    done = ", ".join(f"rank {rank} to step {step}" for rank, step in last.items() if step >= 0) or "no step"
+    again = max(last.values()) - start + 1
+    where = f"the checkpoint after step {start - 1}" if start else "step 0 (no checkpoint yet)"
+    return (f"resume: run {run_id}: {len(steps)} step record(s) already in {config.out} ({done}); "
+            f"continuing from {where}; {max(again, 0)} step(s) after it run again (readers keep the last)")  # fmt: skip
 
 
 def run_steps(path: Path, run_id: str, rank: int) -> list[dict[str, Any]]:
@@ -148,14 +132,14 @@ def _summary(records: list[dict[str, Any]], base: dict[str, Any]) -> dict[str, A
 
 
 def run(config: TrainConfig) -> Path:
-    from calibrate.train.cli import _check_world
-
     ctx = init_distributed(config.backend, timeout_s=config.timeout_s)
     try:
-        _check_world(config, ctx.world_size)
+        check_world(config, ctx.world_size)
         threads = set_threads(config.threads if config.threads else (1 if ctx.world_size > 1 else None))
-        run_id, finished = _agree_run(config, ctx)
         path = _out_path(config, ctx.rank)
+        if ctx.rank == 0 or "{rank}" in config.out:  # one process cuts a torn line, before others open
+            drop_torn_tail(path)
+        run_id, finished = _agree_run(config, ctx)
         if finished:
             if ctx.rank == 0:
                 print(f"run {run_id} in {path} is already complete; nothing to resume")
@@ -169,8 +153,6 @@ def run(config: TrainConfig) -> Path:
 def _provenance(
     config: TrainConfig, ctx: DistContext, run_id: str, threads: int, start: int, description: dict[str, Any]
 ) -> dict[str, Any]:
-    from calibrate.train.strategies import STRATEGY_NOTES
-
     note = STRATEGY_NOTES.get(config.strategy, "parameter server: see calibrate.train.param_server")
     return provenance(
         {
@@ -191,19 +173,19 @@ def _provenance(
 
 
 def _run_rank(config: TrainConfig, ctx: DistContext, run_id: str, threads: int, path: Path) -> None:
-    from calibrate.train.models import describe
-    from calibrate.train.runners import build_runner
-
     task = _task(config)
     test_inputs, test_targets = task.test_set()
     model = _model(config)
     description = describe(model, test_inputs)  # before any wrapper shards the model
     trainer, role, has_state = build_runner(config, ctx, model)
-    directory = _checkpoint_dir(config, run_id)
-    start = _common_step(directory, ctx, has_state) if config.resume else 0
+    directory = checkpoint_dir(config, run_id)
+    start = common_step(directory, ctx, has_state) if config.resume else 0
+    note = _resume_note(config, ctx.world_size, run_id, start) if config.resume and ctx.rank == 0 else None
+    if note:
+        print(note, file=sys.stderr, flush=True)
     if start:
-        trainer.load(torch.load(directory / f"step{start}.rank{ctx.rank}.pt") if has_state else None, start)
-    with RecordWriter(path) as writer:
+        trainer.load(torch.load(checkpoint_path(directory, start, ctx.rank)) if has_state else None, start)
+    with RecordWriter(path, drop_torn=False) as writer:  # torn lines were cut in run(), before any opened
         if ctx.rank == 0:
             writer.write(_provenance(config, ctx, run_id, threads, start, description))
         dist.barrier()

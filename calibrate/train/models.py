@@ -23,11 +23,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from calibrate.train.config import MODEL_NAMES
 from simcore.errors import TrainsimError
 
 __all__ = ["MODEL_NAMES", "SmallCNN", "TinyTransformer", "build_model", "describe"]
-
-MODEL_NAMES = ("cnn", "transformer")
 
 
 class SmallCNN(nn.Module):

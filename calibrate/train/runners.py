@@ -10,16 +10,18 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from calibrate.common.dist import DistContext
 from calibrate.common.records import RecordWriter
-
-if TYPE_CHECKING:
-    from calibrate.train.cli import TrainConfig
+from calibrate.train.checkpoint import save_checkpoint
+from calibrate.train.config import TrainConfig
+from calibrate.train.param_server import PsLayout, run_server, shard_ranges
+from calibrate.train.param_server_worker import PsWorker, flat_parameters
+from calibrate.train.strategies import loss_for, make_trainer
 
 __all__ = ["build_runner"]
 
@@ -83,8 +85,6 @@ class _StepLoop:
         writer: RecordWriter,
         directory: Path,
     ) -> list[dict[str, Any]]:
-        from calibrate.train.loop import save_checkpoint
-
         slow = config.slow_factor if self.ctx.rank == config.slow_rank else 1.0
         last, records = config.steps - 1, []
         for step in range(start, config.steps):
@@ -114,8 +114,6 @@ class _StepLoop:
 
 class CollectiveRunner(_StepLoop):
     def __init__(self, config: TrainConfig, ctx: DistContext, model: torch.nn.Module) -> None:
-        from calibrate.train.strategies import make_trainer
-
         super().__init__(ctx)
         self.trainer = make_trainer(
             config.strategy,
@@ -135,9 +133,6 @@ class PsWorkerRunner(_StepLoop):
     def __init__(
         self, config: TrainConfig, ctx: DistContext, model: torch.nn.Module, layout: Any, group: Any
     ) -> None:
-        from calibrate.train.param_server_worker import PsWorker
-        from calibrate.train.strategies import loss_for
-
         super().__init__(ctx)
         self.trainer = PsWorker(model, layout, loss_for(config.model), ctx.device, group)
         self.shard, self.num_shards = layout.worker_index(ctx.rank), len(layout.workers)
@@ -157,9 +152,6 @@ class PsServerRunner:
     def __init__(
         self, config: TrainConfig, ctx: DistContext, model: torch.nn.Module, layout: Any, group: Any
     ) -> None:
-        from calibrate.train.param_server import shard_ranges
-        from calibrate.train.param_server_worker import flat_parameters
-
         self.ctx, self.layout, self.group = ctx, layout, group
         flat = flat_parameters(model)
         lo, hi = shard_ranges(flat.numel(), layout.servers)[ctx.rank]
@@ -180,8 +172,6 @@ class PsServerRunner:
         writer: RecordWriter,
         directory: Path,
     ) -> list[dict[str, Any]]:
-        from calibrate.train.param_server import run_server
-
         records: list[dict[str, Any]] = []
         on_round = self._on_round(config, start, base, writer, directory, records)
         run_server(
@@ -209,8 +199,6 @@ class PsServerRunner:
         directory: Path,
         records: list[dict[str, Any]],
     ) -> Callable[..., None]:
-        from calibrate.train.loop import save_checkpoint
-
         seen = {"updates": 0, "holds": 0, "time": time.perf_counter()}
 
         def on_round(clock: int, stats: Any, state: Any) -> None:
@@ -250,8 +238,6 @@ def build_runner(config: TrainConfig, ctx: DistContext, model: torch.nn.Module) 
     """The runner for this rank, its role ("worker" or "server") and whether it has state to save."""
     if not config.strategy.startswith("ps-"):
         return CollectiveRunner(config, ctx, model), "worker", True
-    from calibrate.train.param_server import PsLayout
-
     layout = PsLayout(world_size=ctx.world_size, servers=config.ps_ranks)
     group = dist.new_group(backend="gloo") if ctx.backend != "gloo" else None
     if layout.is_server(ctx.rank):

@@ -32,6 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from simcore.calibration.compat import check_profile_for
+from simcore.calibration.profile_json import load_profile
 from simcore.collectives import ALGORITHMS, OPS, CollectiveResult, busbw_factor, collective_time
 from simcore.errors import TrainsimError, cli_entry
 from simcore.topology import Topology
@@ -320,10 +322,8 @@ def main(argv: list[str] | None = None) -> int:
         raise TrainsimError(f"--root {args.root} is not a rank; allowed 0..{topology.world_size - 1}")
     calibration = None
     if args.calibration is not None:
-        from simcore.calibration.profile_json import load_profile
-
         calibration = load_profile(args.calibration)
-        calibration.check_against(topology)
+        check_profile_for(calibration, topology)
     rows = rows_for(
         topology,
         args.op,

@@ -25,6 +25,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from simcore.calibration.compat import check_profile_for
+from simcore.calibration.profile_json import load_profile
 from simcore.compute.heterogeneity import Heterogeneity
 from simcore.errors import TrainsimError, cli_entry
 from simcore.paramserver import DEFAULT_STALENESS_BOUND, PSConfig, PSResult, parse_placement
@@ -245,9 +247,9 @@ def main(argv: list[str] | None = None) -> int:
     workload = load_workload(args.model, seq_len=cfg.seq_len, dtype=cfg.dtype)
     calibration = None
     if args.calibration:
-        from simcore.calibration.profile_json import load_profile
-
         calibration = load_profile(args.calibration)
+        for cluster in clusters:  # before the sweep: a mismatch is reported at once
+            check_profile_for(calibration, load_cluster(cluster, gpus=max(gpus)))
     points = len(clusters) * len(strategies) * len(gpus)
     progress = (lambda line: print(line, file=sys.stderr)) if points > PROGRESS_THRESHOLD else None
     ps_options = PSConfig(

@@ -74,6 +74,7 @@ __all__ = [
     "FitQuality",
     "ProfileError",
     "busbw_factor",
+    "same_gpu_model",
 ]
 
 FORMAT = "trainsim-profile"
@@ -208,7 +209,7 @@ def _check_cluster(cluster: ClusterDescription, topology: Topology, strict: bool
     if kind != cluster.device_kind:
         raise ProfileError(f"{where} does not fit topology {topology.name!r}: its ranks are {kind} devices")
     gpu = topology.gpu_spec_name(0)
-    if kind == "gpu" and gpu and cluster.device_name and not _same_gpu_model(gpu, cluster.device_name):
+    if kind == "gpu" and gpu and cluster.device_name and not same_gpu_model(gpu, cluster.device_name):
         raise ProfileError(
             f"{where} was measured on {cluster.device_name!r}; topology {topology.name!r} has {gpu!r}"
         )
@@ -225,7 +226,7 @@ def _check_cluster(cluster: ClusterDescription, topology: Topology, strict: bool
         )
 
 
-def _same_gpu_model(spec_name: str, device_name: str) -> bool:
+def same_gpu_model(spec_name: str, device_name: str) -> bool:
     """Whether a spec name (``a100-sxm-80gb``) and a driver name (``NVIDIA A100-SXM4-80GB``) agree."""
     model = spec_name.split("-")[0].lower()
     squashed = re.sub(r"[^a-z0-9]", "", device_name.lower())

@@ -2,7 +2,9 @@
 as the ``trainsim-profile`` document and validating a parsed document back into one.
 
 The format itself is described in :mod:`simcore.calibration.profile`; this module holds the public
-entry points ``load_profile``, ``profile_from_json`` and ``profile_to_json``.
+entry points ``load_profile``, ``profile_from_json`` and ``profile_to_json``. Reading checks every
+calibrated number against its physical range (:mod:`simcore.calibration.ranges`): finite, and
+inside bounds whose reasons ``simcore/data/calibration_ranges.yaml`` gives.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from simcore.calibration.profile import (
     FitQuality,
     ProfileError,
 )
+from simcore.calibration.ranges import physical_range
 
 __all__ = ["load_profile", "profile_from_json", "profile_to_json"]
 
@@ -100,20 +103,31 @@ class _Reader:
             raise ProfileError(f"{self.where}: missing key {key!r}")
         return _Reader(value, f"{self.where}.{key}")
 
-    def number(self, key: str, *, positive: bool = True, optional: bool = False) -> float | None:
+    def finite(self, key: str) -> float:
+        """A finite number (no physical range: fit statistics)."""
         value = self.data.get(key)
-        if value is None and optional:
-            return None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise ProfileError(f"{self.where}.{key}: expected a finite number, got {value!r}")
-        if value < 0 or (positive and value == 0):
-            raise ProfileError(f"{self.where}.{key}: {value!r} must be {'> 0' if positive else '>= 0'}")
-        return float(value)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ProfileError(f"{self.where}.{key}: expected a finite number, got {str(value)[:40]!r}")
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number):
+            raise ProfileError(f"{self.where}.{key}: expected a finite number, got {str(value)[:40]!r}")
+        return number
 
-    def integer(self, key: str) -> int:
+    def number(self, key: str, within: str) -> float:
+        """A finite number inside the physical range called ``within``."""
+        return physical_range(within).check(self.finite(key), f"{self.where}.{key}")
+
+    def optional(self, key: str, within: str) -> float | None:
+        return None if self.data.get(key) is None else self.number(key, within)
+
+    def integer(self, key: str, within: str = "ranks") -> int:
         value = self.data.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ProfileError(f"{self.where}.{key}: expected a positive integer, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ProfileError(f"{self.where}.{key}: expected a whole number, got {str(value)[:40]!r}")
+        physical_range(within).check(float(min(value, 2**63)), f"{self.where}.{key}")
         return value
 
     def text(self, key: str, allowed: tuple[str, ...] | None = None, default: str | None = None) -> str:
@@ -127,12 +141,12 @@ class _Reader:
         if "fit" not in self.data:
             return None
         q = self.sub("fit")
-        return FitQuality(
-            points=int(q.number("points", positive=False) or 0),
-            mape=float(q.number("mape", positive=False) or 0.0),
-            r2=float(q.data.get("r2", float("nan"))),
-            poor=bool(q.data.get("poor", False)),
-        )
+        points, mape, r2 = q.data.get("points"), q.finite("mape"), q.finite("r2")
+        if isinstance(points, bool) or not isinstance(points, int) or points < 0:
+            raise ProfileError(f"{q.where}.points: expected a whole number >= 0, got {str(points)[:40]!r}")
+        if mape < 0 or r2 > 1:
+            raise ProfileError(f"{q.where}: mape {mape!r} must be >= 0 and r2 {r2!r} at most 1")
+        return FitQuality(points=points, mape=mape, r2=r2, poor=q.data.get("poor") is True)
 
 
 def _cluster_from_json(r: _Reader) -> ClusterDescription:
@@ -163,8 +177,8 @@ def _collectives_from_json(entries: Any, where: str) -> dict[tuple[str, int, str
             op=r.text("op", tuple(_BUSBW_FACTORS)),
             ranks=r.integer("ranks"),
             scope=r.text("scope", SCOPES),
-            alpha_s=float(r.number("alpha_s", positive=False) or 0.0),
-            busbw_Bps=float(r.number("busbw_Bps") or 0.0),
+            alpha_s=r.number("alpha_s", "latency_s"),
+            busbw_Bps=r.number("busbw_Bps", "bandwidth_Bps"),
             quality=r.quality(),
         )
         key = (fit.op, fit.ranks, fit.scope)
@@ -189,30 +203,26 @@ def profile_from_json(data: Any, where: str = "profile") -> CalibrationProfile:
     compute = r.sub("compute", {})
     dtypes = compute.sub("dtypes", {})
     curves = {}
-    for dtype in sorted(dtypes.data):
+    for dtype in sorted(dtypes.data, key=str):
         d = dtypes.sub(dtype)
-        curves[dtype] = ComputeCurve(
-            dtype,
-            float(d.number("peak_flops") or 0.0),
-            float(d.number("half_flops", positive=False) or 0.0),
+        curves[str(dtype)] = ComputeCurve(
+            str(dtype),
+            d.number("peak_flops", "peak_flops"),
+            d.number("half_flops", "half_flops"),
             d.quality(),
         )
-    slowdown = compute.number("comm_compute_slowdown", optional=True)
-    if slowdown is not None and slowdown < 1:
-        raise ProfileError(f"{where}.compute.comm_compute_slowdown: {slowdown} must be >= 1")
-    threads = compute.data.get("threads")
     sources = r.data.get("sources", [])
     overheads = compute.sub("op_overhead_s", {})
     op_overhead = {
-        phase: float(overheads.number(phase) or 0.0) for phase in OP_PHASES if phase in overheads.data
+        phase: overheads.number(phase, "op_overhead_s") for phase in OP_PHASES if phase in overheads.data
     }
     return CalibrationProfile(
         cluster=_cluster_from_json(r.sub("cluster")),
         collectives=_collectives_from_json(r.data.get("collectives", []), where),
         compute=curves,
-        memory_bandwidth_Bps=compute.number("memory_bandwidth_Bps", optional=True),
-        comm_compute_slowdown=slowdown,
-        threads=threads if isinstance(threads, int) and not isinstance(threads, bool) else None,
+        memory_bandwidth_Bps=compute.optional("memory_bandwidth_Bps", "bandwidth_Bps"),
+        comm_compute_slowdown=compute.optional("comm_compute_slowdown", "comm_compute_slowdown"),
+        threads=None if compute.data.get("threads") is None else compute.integer("threads", "threads"),
         sources=tuple(str(s) for s in sources) if isinstance(sources, list) else (),
         created=str(r.data.get("created", "")),
         op_overhead_s=op_overhead,
@@ -226,6 +236,8 @@ def load_profile(path: str | Path) -> CalibrationProfile:
         data = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ProfileError(f"{p}: no such calibration profile") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ProfileError(f"{p}: not a JSON calibration profile ({exc})") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ProfileError(
+            f"{p}: not a JSON calibration profile ({str(exc) or 'nested too deeply'})"
+        ) from None
     return profile_from_json(data, str(p))

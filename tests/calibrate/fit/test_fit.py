@@ -93,6 +93,20 @@ def test_cli_fits_captures_into_a_loadable_profile(
     assert "all_reduce/8/intra_node" in report and f"wrote {out}" in report
 
 
+def test_a_profile_mixing_device_types_is_warned_about_on_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a100, h100 = DATA / "all_reduce_perf_8xa100.txt", DATA / "all_gather_perf_16xh100.txt"
+    assert fit.main([str(a100), str(DATA / "sendrecv_perf_8xa100.txt"), "-o", str(tmp_path / "a.json")]) == 0
+    assert capsys.readouterr().err == ""  # one device type: nothing to say
+    assert fit.main([str(a100), str(h100), "-o", str(tmp_path / "p.json")]) == 0
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (
+        f"warning: one profile mixes 2 device types: NVIDIA A100-SXM4-80GB ({a100}); "
+        f"NVIDIA H100 80GB HBM3 ({h100}); fit each device's measurements into a profile of its own"
+    )
+
+
 def test_cli_reads_our_records_and_csv(tmp_path: Path) -> None:
     rows = _synthetic_rows("broadcast", 2, 50e-6, 1e9, noise=0.01)
     csv_file = tmp_path / "runs" / "collectives.csv"

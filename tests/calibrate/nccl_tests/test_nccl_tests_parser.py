@@ -82,7 +82,6 @@ def test_json_report_matches_its_fields() -> None:
 @pytest.mark.parametrize(
     ("name", "message"),
     [
-        ("garbled_all_reduce_perf_short_row.txt", r"short_row.txt:20: 7 fields, the header announced 13"),
         ("garbled_all_reduce_perf_bad_number.txt", r"bad_number.txt:19: time '11.7x' is not a number"),
         ("garbled_reduce_scatter_perf_fused_rows.txt", r"fused_rows.txt:20: 22 fields"),
         ("garbled_sendrecv_perf_no_header.txt", r"no_header.txt:1: a data row before any column header"),
@@ -95,12 +94,90 @@ def test_malformed_captures_name_file_and_line(name: str, message: str) -> None:
         parse_file(DATA / name)
 
 
-def test_unknown_collective_must_be_named(tmp_path: Path) -> None:
-    capture = tmp_path / "capture.txt"
-    capture.write_text((DATA / "sendrecv_perf_8xa100.txt").read_text())
-    with pytest.raises(TrainsimError, match="cannot tell which collective"):
+@pytest.mark.parametrize(
+    ("capture", "op"),
+    [
+        ("all_reduce_perf_8xa100.txt", "all_reduce"),  # busbw = 1.75 algbw on 8 ranks
+        ("reduce_scatter_perf_8xa100.txt", "reduce_scatter"),  # 0.875, and a reduction
+        ("sendrecv_perf_8xa100.txt", "send_recv"),  # 1, no root
+        ("broadcast_perf_8xa100.txt", "broadcast"),  # 1, root 0, no reduction
+        ("all_reduce_perf_v100_old.txt", "all_reduce"),  # 2018 layout: no root column; 1.5 on 4 ranks
+        ("all_gather_perf_16xh100.txt", "all_gather"),  # v2.17 names itself in its header
+        ("all_reduce_perf_8xh100.json", "all_reduce"),  # -J JSON, args[0] removed below
+    ],
+)
+def test_a_slurm_output_file_is_read_by_what_its_log_says(capture: str, op: str, tmp_path: Path) -> None:
+    """``slurm-1234.out`` names no program: the header or the rows tell which collective it is."""
+    text = (DATA / capture).read_text()
+    if capture.endswith(".json"):
+        data = json.loads(text)
+        data["args"] = []
+        text = json.dumps(data)
+    slurm = tmp_path / "slurm-1234.out"
+    slurm.write_text(text)
+    rows = parse_file(slurm)
+    assert {r["op"] for r in rows} == {op}
+    assert len(rows) == len(parse_file(DATA / capture))
+
+
+def test_a_log_that_fits_two_collectives_must_be_named(tmp_path: Path) -> None:
+    text = (DATA / "all_gather_perf_16xh100.txt").read_text()
+    slurm = tmp_path / "slurm-1234.out"
+    slurm.write_text(text.replace("# Collective test starting: all_gather_perf\n", ""))
+    # all_gather and alltoall print the same: (n-1)/n, root -1, no reduction
+    with pytest.raises(
+        TrainsimError, match=r"slurm-1234.out:\d+: .* fit all_gather or alltoall; name the file"
+    ):
+        parse_file(slurm)
+    assert {r["op"] for r in parse_file(slurm, op="all_gather")} == {"all_gather"}
+    two_ranks = (DATA / "all_reduce_perf_2node_ethernet.txt").read_text()
+    slurm.write_text(two_ranks)  # on 2 ranks all_reduce's factor is 1, as sendrecv's
+    with pytest.raises(TrainsimError, match="fit all_reduce or send_recv"):
+        parse_file(slurm)
+
+
+def test_a_log_cut_mid_row_keeps_its_complete_rows(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    cut = DATA / "all_reduce_perf_cut_by_time_limit.txt"
+    rows = parse_file(cut)
+    assert [r["size_bytes"] for r in rows] == [8, 8, 16, 16, 32, 32]
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"warning: {cut}:20: dropped the last row, cut short (7 of 13 fields)")
+    # Slurm appends its own message to the half-written row
+    glued = (
+        cut.read_text().rstrip("\n")
+        + "slurmstepd: error: *** JOB 1234 ON n1 CANCELLED DUE TO TIME LIMIT ***\n"
+    )
+    (tmp_path / "slurm-1234.out").write_text(glued)
+    assert len(parse_file(tmp_path / "slurm-1234.out", op="all_reduce")) == 6
+    assert "cut short (text glued onto field 7: '1.40slurmstepd:" in capsys.readouterr().err
+    # a short row with rows after it is no cut: an error
+    mid = tmp_path / "all_reduce_perf.txt"
+    lines = cut.read_text().splitlines()
+    mid.write_text("\n".join([*lines, lines[-2]]))
+    with pytest.raises(TrainsimError, match=r"all_reduce_perf.txt:20: 7 fields, the header announced 13"):
+        parse_file(mid)
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-8-sig", "utf-32"])
+def test_a_powershell_capture_is_decoded(encoding: str, tmp_path: Path) -> None:
+    """Windows PowerShell's ``>`` writes UTF-16 LE with a byte-order mark; without one it is still
+    recognised by the zero high bytes of ASCII text."""
+    source = DATA / "sendrecv_perf_8xa100.txt"
+    capture = tmp_path / "sendrecv_perf.txt"
+    capture.write_bytes(source.read_text().replace("\n", "\r\n").encode(encoding))
+    assert parse_file(capture) == [{**r, "source": str(capture)} for r in parse_file(source)]
+
+
+def test_a_binary_file_is_one_clear_error(tmp_path: Path) -> None:
+    capture = tmp_path / "all_reduce_perf.txt"
+    capture.write_bytes(bytes(range(256)) * 4)
+    with pytest.raises(TrainsimError, match=r"all_reduce_perf.txt: a binary file \(NUL bytes\)"):
         parse_file(capture)
-    assert parse_file(capture, op="send_recv")[0]["op"] == "send_recv"
+    capture.write_bytes(b"\xff\xfe" + b"\x00\xd8" * 3)  # a UTF-16 mark, then a lone surrogate
+    with pytest.raises(TrainsimError, match="is not valid utf-16-le text"):
+        parse_file(capture)
 
 
 def test_wrong_rank_count_is_caught(tmp_path: Path) -> None:

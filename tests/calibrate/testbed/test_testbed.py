@@ -16,12 +16,16 @@ from calibrate.common.records import read_records
 from calibrate.testbed import cli as testbed
 from calibrate.testbed.net import (
     LinkShape,
+    NamespaceCleanup,
     Testbed,
     TestbedError,
+    alive,
     can_create_namespaces,
+    namespace_pids,
     shaping_commands,
     stale_namespaces,
 )
+from calibrate.testbed.net import testbed_namespaces as find_testbed_namespaces
 
 ROOT_REASON = can_create_namespaces()
 needs_root = pytest.mark.skipif(ROOT_REASON is not None, reason=ROOT_REASON or "")
@@ -142,4 +146,108 @@ def test_interrupt_tears_down(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130
+    assert _our_namespaces(proc.pid) == []
+
+
+def test_cleanup_names_what_it_could_not_remove_and_the_processes_inside(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stale = ["trainsim-999999999-0", "trainsim-999999999-sw"]
+    outcomes = {
+        stale[0]: NamespaceCleanup(stale[0], removed=True, killed=(4101,)),
+        stale[1]: NamespaceCleanup(stale[1], removed=True, killed=(4102,), left=(4103,)),
+    }
+    monkeypatch.setattr(testbed, "can_create_namespaces", lambda: None)
+    monkeypatch.setattr(testbed, "testbed_namespaces", lambda: (stale, [f"trainsim-{os.getpid()}-0"]))
+    monkeypatch.setattr(testbed, "clean_namespace", outcomes.__getitem__)
+    assert testbed.main(["--cleanup"]) == 1
+    out, err = capsys.readouterr()
+    assert out.splitlines() == [
+        "removed trainsim-999999999-0; killed 1 process(es) inside: pid 4101",
+        f"left 1 namespace(s) of running testbed(s) alone (pid {os.getpid()})",
+        "removed 1 of 2 stale namespace(s)",
+    ]
+    assert err.splitlines() == [
+        "could not remove trainsim-999999999-sw: its name is gone but processes keep the namespace alive; "
+        "killed 1 process(es) inside: pid 4102; still inside: pid 4103"
+    ]
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs procfs")
+def test_a_zombie_is_not_alive() -> None:
+    """A testbed killed but not yet reaped by its parent is gone: its namespaces are stale."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    stat = Path(f"/proc/{child.pid}/stat")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and stat.read_text().rpartition(")")[2].split()[0] != "Z":
+        time.sleep(0.02)
+    try:
+        assert not alive(child.pid) and alive(os.getpid())
+    finally:
+        child.wait()
+
+
+@needs_root
+@pytest.mark.root
+def test_cleanup_kills_what_runs_inside_and_removes_the_namespace(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name = "trainsim-999999999-0"  # above Linux's largest pid (2^22): its testbed is surely gone
+    subprocess.run(["ip", "netns", "add", name], check=True, timeout=30)
+    inside = subprocess.Popen(["ip", "netns", "exec", name, "sleep", "600"], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and inside.pid not in namespace_pids(name):
+            time.sleep(0.05)
+        # only this test's namespace: others on the machine belong to other testbeds
+        monkeypatch.setattr(testbed, "testbed_namespaces", lambda: find_testbed_namespaces([name]))
+        assert testbed.main(["--cleanup"]) == 0
+        assert inside.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        if inside.poll() is None:
+            inside.kill()
+        subprocess.run(["ip", "netns", "del", name], check=False, capture_output=True, timeout=30)
+    assert capsys.readouterr().out.splitlines() == [
+        f"removed {name}; killed 1 process(es) inside: pid {inside.pid}",
+        "removed 1 of 1 stale namespace(s)",
+    ]
+    assert name not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+
+
+@needs_root
+@pytest.mark.root
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="runs a torch job")
+def test_ranks_die_with_a_killed_testbed_and_cleanup_removes_its_namespaces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    job = ["--ops", "all_reduce", "-b", "4M", "-e", "4M", "-n", "1000", "-w", "0", "--repeats", "1"]
+    proc = subprocess.Popen(
+        _testbed_command(tmp_path, *job), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (tmp_path / "collectives.jsonl").exists():
+            time.sleep(0.1)  # rank 0 wrote its provenance: every rank is up
+        names = _our_namespaces(proc.pid)
+        ranks = [pid for name in names for pid in namespace_pids(name)]
+        assert len(names) == 3 and len(ranks) == 2, (names, ranks)
+        assert proc.poll() is None, "the job ended before the testbed was killed"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(alive(pid) for pid in ranks):
+            time.sleep(0.05)
+        assert not any(alive(pid) for pid in ranks), "ranks outlived their testbed"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    monkeypatch.setattr(testbed, "testbed_namespaces", lambda: find_testbed_namespaces(names))
+    assert testbed.main(["--cleanup"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        *(f"removed {name}" for name in names),
+        "removed 3 of 3 stale namespace(s)",
+    ]
     assert _our_namespaces(proc.pid) == []

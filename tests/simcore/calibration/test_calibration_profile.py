@@ -94,7 +94,24 @@ def test_compute_rate_grows_with_size_and_stays_below_peak(small: float, large: 
         (lambda d: d["collectives"][0].update(scope="rack"), "allowed: intra_node, inter_node"),
         (lambda d: d["collectives"].append(dict(d["collectives"][0])), "a second fit"),
         (lambda d: d["compute"]["dtypes"]["bf16"].update(peak_flops="fast"), "peak_flops"),
-        (lambda d: d["compute"].update(comm_compute_slowdown=0.5), "must be >= 1"),
+        (
+            lambda d: d["compute"].update(comm_compute_slowdown=0.5),
+            r"outside the physical range 1 \.\. 100 x",
+        ),
+        (
+            lambda d: d["collectives"][0].update(alpha_s=12),
+            r"alpha_s: 12 s is outside the physical range 0 \.\. 10 s",
+        ),
+        (
+            lambda d: d["compute"]["dtypes"]["bf16"].update(peak_flops=float("inf")),
+            "expected a finite number",
+        ),
+        (lambda d: d["compute"].update(threads=0), r"threads: 0 threads is outside"),
+        (
+            lambda d: d["cluster"].update(world_size=10**400),
+            r"world_size: .* ranks is outside the physical range",
+        ),
+        (lambda d: d["collectives"][0]["fit"].update(r2=float("nan")), r"fit.r2: expected a finite number"),
     ],
 )
 def test_bad_profiles_name_the_key(tmp_path: Path, edit, message: str) -> None:
