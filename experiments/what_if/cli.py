@@ -25,78 +25,95 @@ import argparse
 import sys
 from pathlib import Path
 
+from experiments.common.args import MAX_BATCH, add_batch, add_strategies
+from experiments.common.finite import require_finite
+from experiments.common.progress import bar, note, warn
+from simcore.cliargs import (
+    Parser,
+    add_format,
+    add_model,
+    add_out,
+    add_quiet,
+    int_range,
+    output_dir,
+    size_bytes,
+)
 from simcore.compute.heterogeneity import Heterogeneity
 from simcore.errors import TrainsimError, cli_entry
-from simcore.paramserver import DEFAULT_STALENESS_BOUND, PSOptions, PSResult, parse_placement
+from simcore.paramserver import (
+    DEFAULT_STALENESS_BOUND,
+    PS_MODES,
+    PSOptions,
+    PSResult,
+    Placement,
+    parse_placement,
+)
 from simcore.report import StepReport, records_to_csv, records_to_json
 from simcore.strategies.base import COMPUTE_DTYPES, OPTIMIZERS, TrainingConfig
-from simcore.units import parse_size
 from simcore.whatif.sweep import (
     DEFAULT_CLUSTERS,
     DEFAULT_CONFIG,
     DEFAULT_MODEL,
+    UNEVEN_PS_STEPS,
     WhatIfResult,
     all_strategy_names,
     run_what_if,
 )
+from simcore.workload.types import Workload
+from topologies.cliargs import MAX_GPUS, MAX_NODES, add_cluster, add_gpus
 
-PROGRESS_THRESHOLD = 24  # points; longer sweeps report progress on stderr
 STOCHASTIC_STEPS = (
     20  # steps simulated with jitter when --steps is not given: enough for a p99 to mean something
 )
-
-
-def _int_list(text: str, what: str) -> list[int]:
-    try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise TrainsimError(f"{what}: expected a number or a comma list of numbers, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise TrainsimError(f"{what}: expected positive numbers, got {text!r}")
-    return values
+MAX_STEPS = 10_000
+# Micro-steps (one forward/backward of one micro-batch on one simulated rank) a run may simulate:
+# about 0.4 ms and 12 KB each on one core (GPT-2 XL, what_if --global-batch 8192), so the bound
+# is ~40 s and ~1 GB; past NOTE_MICRO_STEPS (~2 s) the command says how much it will simulate.
+MAX_MICRO_STEPS = 100_000
+NOTE_MICRO_STEPS = 5_000
 
 
 def build_parser() -> argparse.ArgumentParser:
     d = DEFAULT_CONFIG
-    p = argparse.ArgumentParser(prog="python -m experiments.what_if", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="python -m experiments.what_if", description=__doc__.split("\n\n")[0])
+    add_model(p, DEFAULT_MODEL)
+    add_cluster(p, ",".join(DEFAULT_CLUSTERS), several=True)
+    add_strategies(p, ",".join(all_strategy_names()))
+    add_gpus(p, "16", several=True, help="a GPU count or a comma list (a scaling sweep)")
+    add_batch(p, global_batch=d.global_batch, micro_batch=d.micro_batch)
     p.add_argument(
-        "--model", default=DEFAULT_MODEL, help="preset name, shape file (YAML/JSON) or module:factory"
-    )
-    p.add_argument(
-        "--cluster", default=",".join(DEFAULT_CLUSTERS), help="preset name(s), comma-separated, or YAML path"
-    )
-    p.add_argument(
-        "--strategies", default=",".join(all_strategy_names()), help="comma list (default: all): %(default)s"
-    )
-    p.add_argument("--gpus", default="16", help="a GPU count or a comma list (a scaling sweep)")
-    p.add_argument("--global-batch", type=int, default=d.global_batch)
-    p.add_argument("--micro-batch", type=int, default=d.micro_batch)
-    p.add_argument("--seq-len", type=int, default=d.seq_len)
-    p.add_argument("--dtype", default=d.dtype, choices=list(COMPUTE_DTYPES))
+        "--seq-len", type=int_range(1, 2**20), default=None,
+        help=f"sequence length of a language model (default {d.seq_len}); vision models have none",
+    )  # fmt: skip
+    p.add_argument("--dtype", default=d.dtype, choices=list(COMPUTE_DTYPES), help="compute dtype")
     p.add_argument("--no-master-weights", action="store_true", help="pure bf16/fp16 (no fp32 master copy)")
-    p.add_argument("--optimizer", default=d.optimizer, choices=list(OPTIMIZERS))
-    p.add_argument("--bucket-size", default="25MiB", help="DDP/ZeRO gradient bucket (e.g. 25MiB)")
-    p.add_argument("--prefetch", type=int, default=d.prefetch, help="FSDP prefetch depth in units")
+    p.add_argument("--optimizer", default=d.optimizer, choices=list(OPTIMIZERS), help="optimizer")
+    p.add_argument(
+        "--bucket-size", type=size_bytes(allow_zero=False, high=2**40), default="25MiB",
+        help="DDP/ZeRO gradient bucket",
+    )  # fmt: skip
+    p.add_argument("--prefetch", type=int_range(0, 1024), default=d.prefetch, help="FSDP prefetch depth in units")
     p.add_argument(
         "--wrap", default="per-block", help="FSDP wrap: per-block, every-N-layers, every-N-blocks, or indices"
     )
-    p.add_argument("--no-reshard-after-forward", action="store_true")
-    p.add_argument("--checkpoint-activations", action="store_true")
+    p.add_argument("--no-reshard-after-forward", action="store_true", help="FSDP keeps gathered parameters")
+    p.add_argument("--checkpoint-activations", action="store_true", help="recompute activations in backward")
     p.add_argument(
         "--steps",
-        type=int,
+        type=int_range(1, MAX_STEPS),
         help=f"steps to simulate for p50/p99 (default {d.steps}, {STOCHASTIC_STEPS} with --jitter; "
         "parameter servers at least 2, 8 on uneven hardware)",
     )
     p.add_argument(
         "--staleness-bound",
-        type=int,
+        type=int_range(0, 1000),
         default=DEFAULT_STALENESS_BOUND,
-        help="ps-ssp's bound s and ps-mitigated's threshold, in versions (default %(default)s)",
+        help="ps-ssp's bound s and ps-mitigated's threshold, in versions",
     )
     p.add_argument(
-        "--ps-shards", type=int, help="server shards (default: one per worker node when colocated)"
-    )
+        "--ps-shards", type=int_range(1, MAX_GPUS),
+        help="server shards (default: one per worker node when colocated)",
+    )  # fmt: skip
     p.add_argument(
         "--ps-placement",
         default="colocated",
@@ -110,40 +127,86 @@ def build_parser() -> argparse.ArgumentParser:
         help="rank RANK computes FACTOR times slower (repeatable)",
     )
     p.add_argument("--jitter", help="seeded jitter, e.g. compute=lognormal:0.1,link=lognormal:0.05")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int_range(0, 2**32 - 1), default=0, help="seed of the jitter draws")
     p.add_argument("--calibration", help="calibration profile JSON (calibrate.fit)")
-    p.add_argument("--format", default="table", choices=["table", "json", "csv"])
-    p.add_argument("--out", help="directory for plots and a Chrome trace")
+    add_format(p, ("table", "json", "csv"))
+    add_out(p, "plots and a Chrome trace", default_new=False)
+    add_quiet(p)
     return p
 
 
-def _config(args: argparse.Namespace) -> TrainingConfig:
+def _config(args: argparse.Namespace, heterogeneity: Heterogeneity) -> TrainingConfig:
     from simcore.strategies.wrap import parse_wrap
 
+    d = DEFAULT_CONFIG
     return TrainingConfig(
         global_batch=args.global_batch,
         micro_batch=args.micro_batch,
-        seq_len=args.seq_len,
+        seq_len=args.seq_len or d.seq_len,
         dtype=args.dtype,
         optimizer=args.optimizer,
         master_weights=not args.no_master_weights,
-        bucket_size_bytes=parse_size(args.bucket_size, allow_zero=False),
+        bucket_size_bytes=args.bucket_size,
         prefetch=args.prefetch,
         reshard_after_forward=not args.no_reshard_after_forward,
         wrap=parse_wrap(args.wrap),
         activation_checkpointing=args.checkpoint_activations,
-        steps=_steps(args),
+        steps=args.steps if args.steps is not None else (STOCHASTIC_STEPS if heterogeneity.stochastic else 1),
     )
 
 
-def _steps(args: argparse.Namespace) -> int:
-    if args.steps is not None:
-        if args.steps < 1:
-            raise TrainsimError(f"--steps must be >= 1, got {args.steps}")
-        return int(args.steps)
-    return (
-        STOCHASTIC_STEPS if args.jitter and Heterogeneity.from_strings(jitter=args.jitter).stochastic else 1
-    )
+def _placement(text: str) -> Placement:
+    placement = parse_placement(text)
+    if placement.server_nodes > MAX_NODES:
+        raise TrainsimError(f"--ps-placement {text!r}: at most {MAX_NODES} server nodes")
+    return placement
+
+
+def micro_steps(cfg: TrainingConfig, gpus: list[int], strategies: list[str], clusters: int) -> int:
+    """Micro-steps the run simulates: one rank per synchronous point, every worker of a parameter server.
+
+    Also checks that the global batch divides at every GPU count (one GPU included: the scaling
+    baseline), so that error comes before any work.
+    """
+    counts = sorted({*gpus, 1}, key=lambda n: (n == 1, n))
+    per_count = {n: cfg.accumulation_steps(n) for n in counts}
+    ps = sum(1 for s in strategies if s in PS_MODES)
+    sync = len(strategies) - ps
+    ps_steps = max(cfg.steps, UNEVEN_PS_STEPS)
+    total = sum(acc * (sync * cfg.steps + ps * n * ps_steps) for n, acc in per_count.items())
+    return clusters * total
+
+
+def _check_work(cfg: TrainingConfig, gpus: list[int], strategies: list[str], clusters: int, quiet: bool) -> None:
+    work = micro_steps(cfg, gpus, strategies, clusters)
+    if work > MAX_MICRO_STEPS:
+        raise TrainsimError(
+            f"this would simulate {_count(work)} micro-steps (global batch {cfg.global_batch} / micro-batch "
+            f"{cfg.micro_batch} = {_count(cfg.global_batch // cfg.micro_batch)} on the one-GPU scaling "
+            f"baseline, x {cfg.steps} step(s), {len(strategies)} strateg(ies), {clusters} cluster(s)); "
+            f"at most {_count(MAX_MICRO_STEPS)}: raise --micro-batch, lower --global-batch or --steps"
+        )
+    if work > NOTE_MICRO_STEPS:
+        note(f"this simulates {_count(work)} micro-steps", quiet=quiet)
+
+
+def _count(n: float) -> str:
+    for size, suffix in ((1e9, " G"), (1e6, " M"), (1e3, " k")):
+        if n >= size:
+            return f"{n / size:.1f}{suffix}"
+    return f"{n:.0f}"
+
+
+def _warn_friction(args: argparse.Namespace, workload: Workload) -> None:
+    """Flags that are allowed but do nothing for this model."""
+    if args.seq_len is not None and workload.tokens_per_sample == 0:
+        warn(f"--seq-len {args.seq_len} is ignored: {workload.name} is a vision model without a sequence")
+    layers = len(workload.layers)
+    if args.ps_shards is not None and args.ps_shards > layers and set(args.strategies) & set(PS_MODES):
+        warn(
+            f"--ps-shards {args.ps_shards} is more than {workload.name}'s {layers} layers: a layer is never "
+            f"split, so {args.ps_shards - layers} shard(s) hold nothing"
+        )
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -230,58 +293,68 @@ def _header(workload_name: str, params: int, cfg: TrainingConfig, heterogeneity:
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    out = output_dir(args.out, force=args.force)
     from simcore.workload.loader import load_workload
 
-    cfg = _config(args)
+    heterogeneity = Heterogeneity.from_strings(args.straggler, args.jitter)
+    cfg = _config(args, heterogeneity)
     clusters = [c.strip() for c in args.cluster.split(",") if c.strip()]
-    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
-    gpus = _int_list(args.gpus, "--gpus")
-    if not clusters or not strategies:
-        raise TrainsimError("--cluster and --strategies need at least one name")
+    strategies, gpus = args.strategies, args.gpus
+    if not clusters:
+        raise TrainsimError("--cluster needs at least one name")
+    ps_options = PSOptions(args.ps_shards, _placement(args.ps_placement), args.staleness_bound)
+    _check_work(cfg, gpus, strategies, len(clusters), args.quiet)
     workload = load_workload(args.model, seq_len=cfg.seq_len, dtype=cfg.dtype)
+    _warn_friction(args, workload)
     calibration = None
     if args.calibration:
         from simcore.calibration.profile_json import load_profile
 
         calibration = load_profile(args.calibration)
-    points = len(clusters) * len(strategies) * len(gpus)
-    progress = (lambda line: print(line, file=sys.stderr)) if points > PROGRESS_THRESHOLD else None
-    heterogeneity = Heterogeneity.from_strings(args.straggler, args.jitter)
-    ps_options = PSOptions(args.ps_shards, parse_placement(args.ps_placement), args.staleness_bound)
-    result = run_what_if(
-        workload,
-        clusters,
-        gpus,
-        strategies=strategies,
-        config=cfg,
-        calibration=calibration,
-        seed=args.seed,
-        progress=progress,
-        ps_options=ps_options,
-        heterogeneity=heterogeneity,
-    )
+    points = len(clusters) * len(strategies) * (len(gpus) + (1 not in gpus))
+    with bar(points, "what-if", quiet=args.quiet, unit="point") as progress:
+        result = run_what_if(
+            workload,
+            clusters,
+            gpus,
+            strategies=strategies,
+            config=cfg,
+            calibration=calibration,
+            seed=args.seed,
+            progress=lambda _line: progress.update(1),
+            ps_options=ps_options,
+            heterogeneity=heterogeneity,
+        )
     records = result.records()
+    recommendations = [r.to_record() for r in result.recommendations]
+    require_finite(records, "the what-if")
+    require_finite(recommendations, "the recommendation")
     if args.format == "json":
-        print(records_to_json(records, recommendations=[r.to_record() for r in result.recommendations]))
+        print(records_to_json(records, recommendations=recommendations))
     elif args.format == "csv":
         print(records_to_csv(records), end="")
     else:
         print(format_table(result, _header(workload.name, workload.params, cfg, heterogeneity)), end="")
-    if args.out:
-        _write_outputs(result, Path(args.out))
+    if out is not None:
+        _write_outputs(result, out, args.quiet)
     return 0
 
 
-def _write_outputs(result: WhatIfResult, out: Path) -> None:
+def _write_outputs(result: WhatIfResult, out: Path, quiet: bool) -> None:
     from experiments.what_if.plots import plot_staleness, plot_what_if, write_step_trace
 
     out.mkdir(parents=True, exist_ok=True)
-    written = plot_what_if(result.reports, out)
-    if result.ps_results:
-        written.append(plot_staleness(list(result.ps_results.values()), out / "staleness.png"))
-    written.append(write_step_trace(result, out / "step_trace.json"))
+    with bar(3, "plots", quiet=quiet, unit="file") as progress:
+        written = plot_what_if(result.reports, out)
+        progress.update(1)
+        if result.ps_results:
+            written.append(plot_staleness(list(result.ps_results.values()), out / "staleness.png"))
+        progress.update(1)
+        trace, traced = write_step_trace(result, out / "step_trace.json")
+        progress.update(1)
     for path in written:
         print(f"wrote {path}", file=sys.stderr)
+    print(f"wrote {trace}: {traced}", file=sys.stderr)
 
 
 if __name__ == "__main__":
