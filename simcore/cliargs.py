@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import contextvars
 import datetime as dt
-import os
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -248,15 +248,19 @@ def output_dir(out: str | None, *, force: bool, command: str | None = None) -> P
 
 
 def _check_writable(path: Path, given: str | None) -> None:
-    """The nearest existing ancestor must be a folder this process can write into."""
+    """The nearest existing ancestor must be a folder this process can create a folder in.
+
+    Tried, not inferred from permission bits (root passes ``os.access`` on read-only mounts): a
+    hidden folder is made there and removed at once.
+    """
     probe = path
-    while not probe.exists():
-        parent = probe.parent
-        if parent == probe:
-            break
-        probe = parent
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
     shown = given if given is not None else str(path)
-    if probe.exists() and not probe.is_dir():
+    if not probe.is_dir():
         raise TrainsimError(f"--out {shown!r}: {str(probe)!r} is a file, so the folder cannot be made")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise TrainsimError(f"--out {shown!r}: {str(probe)!r} is not writable")
+    try:
+        with tempfile.TemporaryDirectory(prefix=".trainsim-write-check-", dir=probe):
+            pass
+    except OSError as exc:
+        raise TrainsimError(f"--out {shown!r}: cannot write in {str(probe)!r} ({exc.strerror})") from None

@@ -23,7 +23,7 @@ def first_non_finite(value: Any, path: str = "") -> tuple[str, float] | None:
     if isinstance(value, Mapping):
         items: Any = ((f"{path}.{k}" if path else str(k), v) for k, v in value.items())
     elif isinstance(value, (list, tuple)):
-        items = ((f"{path}[{i}]", v) for i, v in enumerate(value))
+        items = ((f"{path}[{_name(v, i)}]", v) for i, v in enumerate(value))
     else:
         return None
     for where, inner in items:
@@ -31,6 +31,15 @@ def first_non_finite(value: Any, path: str = "") -> tuple[str, float] | None:
         if found is not None:
             return found
     return None
+
+
+def _name(item: Any, index: int) -> str:
+    """A record's name in an error: its strategy and cluster where it has them, else its index."""
+    if isinstance(item, Mapping) and "strategy" in item:
+        where = f" on {item['cluster']}" if item.get("cluster") else ""
+        gpus = f" at {item['gpus']} GPUs" if item.get("gpus") else ""
+        return f"{item['strategy']}{where}{gpus}"
+    return str(index)
 
 
 def require_finite(value: Any, what: str) -> None:

@@ -25,9 +25,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from experiments.common.args import MAX_BATCH, add_batch, add_strategies
+from experiments.common.args import add_batch, add_strategies, check_micro_steps, count_text
 from experiments.common.finite import require_finite
-from experiments.common.progress import bar, note, warn
+from experiments.common.progress import bar, warn
 from simcore.cliargs import (
     Parser,
     add_format,
@@ -54,6 +54,7 @@ from simcore.whatif.sweep import (
     DEFAULT_CLUSTERS,
     DEFAULT_CONFIG,
     DEFAULT_MODEL,
+    MIN_PS_STEPS,
     UNEVEN_PS_STEPS,
     WhatIfResult,
     all_strategy_names,
@@ -66,11 +67,6 @@ STOCHASTIC_STEPS = (
     20  # steps simulated with jitter when --steps is not given: enough for a p99 to mean something
 )
 MAX_STEPS = 10_000
-# Micro-steps (one forward/backward of one micro-batch on one simulated rank) a run may simulate:
-# about 0.4 ms and 12 KB each on one core (GPT-2 XL, what_if --global-batch 8192), so the bound
-# is ~40 s and ~1 GB; past NOTE_MICRO_STEPS (~2 s) the command says how much it will simulate.
-MAX_MICRO_STEPS = 100_000
-NOTE_MICRO_STEPS = 5_000
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -162,7 +158,9 @@ def _placement(text: str) -> Placement:
     return placement
 
 
-def micro_steps(cfg: TrainingConfig, gpus: list[int], strategies: list[str], clusters: int) -> int:
+def micro_steps(
+    cfg: TrainingConfig, gpus: list[int], strategies: list[str], clusters: int, *, uneven: bool = False
+) -> int:
     """Micro-steps the run simulates: one rank per synchronous point, every worker of a parameter server.
 
     Also checks that the global batch divides at every GPU count (one GPU included: the scaling
@@ -172,29 +170,21 @@ def micro_steps(cfg: TrainingConfig, gpus: list[int], strategies: list[str], clu
     per_count = {n: cfg.accumulation_steps(n) for n in counts}
     ps = sum(1 for s in strategies if s in PS_MODES)
     sync = len(strategies) - ps
-    ps_steps = max(cfg.steps, UNEVEN_PS_STEPS)
+    ps_steps = max(cfg.steps, UNEVEN_PS_STEPS if uneven else MIN_PS_STEPS)
     total = sum(acc * (sync * cfg.steps + ps * n * ps_steps) for n, acc in per_count.items())
     return clusters * total
 
 
-def _check_work(cfg: TrainingConfig, gpus: list[int], strategies: list[str], clusters: int, quiet: bool) -> None:
-    work = micro_steps(cfg, gpus, strategies, clusters)
-    if work > MAX_MICRO_STEPS:
-        raise TrainsimError(
-            f"this would simulate {_count(work)} micro-steps (global batch {cfg.global_batch} / micro-batch "
-            f"{cfg.micro_batch} = {_count(cfg.global_batch // cfg.micro_batch)} on the one-GPU scaling "
-            f"baseline, x {cfg.steps} step(s), {len(strategies)} strateg(ies), {clusters} cluster(s)); "
-            f"at most {_count(MAX_MICRO_STEPS)}: raise --micro-batch, lower --global-batch or --steps"
-        )
-    if work > NOTE_MICRO_STEPS:
-        note(f"this simulates {_count(work)} micro-steps", quiet=quiet)
-
-
-def _count(n: float) -> str:
-    for size, suffix in ((1e9, " G"), (1e6, " M"), (1e3, " k")):
-        if n >= size:
-            return f"{n / size:.1f}{suffix}"
-    return f"{n:.0f}"
+def _check_work(
+    cfg: TrainingConfig, gpus: list[int], strategies: list[str], clusters: int, args: argparse.Namespace
+) -> None:
+    work = micro_steps(cfg, gpus, strategies, clusters, uneven=bool(args.straggler or args.jitter))
+    why = (
+        f"global batch {cfg.global_batch} / micro-batch {cfg.micro_batch} = "
+        f"{count_text(cfg.global_batch // cfg.micro_batch)} on the one-GPU scaling baseline, {cfg.steps} "
+        f"step(s), {len(strategies)} strategies, {clusters} cluster(s)"
+    )
+    check_micro_steps(work, why, quiet=args.quiet)
 
 
 def _warn_friction(args: argparse.Namespace, workload: Workload) -> None:
@@ -303,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     if not clusters:
         raise TrainsimError("--cluster needs at least one name")
     ps_options = PSOptions(args.ps_shards, _placement(args.ps_placement), args.staleness_bound)
-    _check_work(cfg, gpus, strategies, len(clusters), args.quiet)
+    _check_work(cfg, gpus, strategies, len(clusters), args)
     workload = load_workload(args.model, seq_len=cfg.seq_len, dtype=cfg.dtype)
     _warn_friction(args, workload)
     calibration = None
