@@ -34,12 +34,14 @@ def add_cluster(
     several: bool = False,
     topology_alias: bool = False,
     required: bool = False,
+    dest: str = "cluster",
+    help: str | None = None,
 ) -> None:
     """``--cluster`` (``--topology`` too where a command took that before); value kept as given."""
     flags = ("--cluster", "--topology") if topology_alias else ("--cluster",)
     parser.add_argument(
-        *flags, dest="cluster", default=default, required=required, metavar="CLUSTER",
-        help=cluster_help(several),
+        *flags, dest=dest, default=default, required=required, metavar="CLUSTER",
+        help=help or cluster_help(several),
     )  # fmt: skip
 
 

@@ -16,7 +16,6 @@ Malformed input raises :class:`TrainsimError` naming the file and line.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -26,6 +25,7 @@ from typing import Any
 
 from calibrate.common.records import RecordWriter
 from simcore.calibration.profile import busbw_factor
+from simcore.cliargs import Parser
 from simcore.errors import TrainsimError, cli_entry
 
 __all__ = [
@@ -356,9 +356,7 @@ def write_rows(rows: Iterable[Mapping[str, Any]], out: str | Path) -> int:
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m calibrate.nccl_tests", description=__doc__.split("\n")[0]
-    )
+    parser = Parser(prog="python -m calibrate.nccl_tests", description=__doc__.split("\n")[0])
     parser.add_argument("captures", nargs="+", help="nccl-tests stdout captures or -J JSON files")
     parser.add_argument("-o", "--out", required=True, help="tidy rows to append to (.jsonl or .csv)")
     parser.add_argument(

@@ -51,6 +51,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from simcore.cliargs import Parser
 from simcore.errors import TrainsimError, cli_entry
 
 __all__ = ["ALL_STRATEGIES", "TrainConfig", "config_from_args", "launch_local", "main", "run_training"]
@@ -95,13 +96,8 @@ class TrainConfig:
         return {k: v for k, v in asdict(self).items() if k not in ("resume", "timeout_s")}
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise TrainsimError(message)
-
-
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m calibrate.train", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="python -m calibrate.train", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="JSONL file the records are appended to")
     p.add_argument("--model", default="cnn", help="cnn | transformer")
     p.add_argument("--strategy", default="ddp", help=" | ".join(ALL_STRATEGIES))

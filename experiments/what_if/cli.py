@@ -43,9 +43,9 @@ from simcore.errors import TrainsimError, cli_entry
 from simcore.paramserver import (
     DEFAULT_STALENESS_BOUND,
     PS_MODES,
+    Placement,
     PSOptions,
     PSResult,
-    Placement,
     parse_placement,
 )
 from simcore.report import StepReport, records_to_csv, records_to_json
