@@ -166,15 +166,15 @@ def name_list(
         if bad:
             raise TrainsimError(f"unknown {what} {bad[0]!r}; allowed: {', '.join(choices)}")
         if not names:
-            raise TrainsimError(f"expected a comma list of {what}s, got {text!r}; allowed: {', '.join(choices)}")
+            raise TrainsimError(
+                f"expected a comma list of {what}s, got {text!r}; allowed: {', '.join(choices)}"
+            )
         return list(dict.fromkeys(names))
 
     return _type("name list", convert)
 
 
-def size_bytes(
-    *, allow_zero: bool = True, high: float = MAX_MESSAGE_BYTES
-) -> Callable[[str], int]:
+def size_bytes(*, allow_zero: bool = True, high: float = MAX_MESSAGE_BYTES) -> Callable[[str], int]:
     """A size such as ``8``, ``1K``, ``25MiB`` (nccl-tests' suffixes), at most ``high`` bytes."""
 
     def convert(text: str) -> int:

@@ -24,7 +24,9 @@ def cluster_help(several: bool = False) -> str:
     from topologies.catalog import preset_names
 
     names = "preset name(s), comma-separated," if several else "preset name"
-    return f"{names} or a cluster file (YAML, or nvidia-smi topo -m .txt); presets: {', '.join(preset_names())}"
+    return (
+        f"{names} or a cluster file (YAML, or nvidia-smi topo -m .txt); presets: {', '.join(preset_names())}"
+    )
 
 
 def add_cluster(
@@ -45,7 +47,9 @@ def add_cluster(
     )  # fmt: skip
 
 
-def add_gpus(parser: argparse.ArgumentParser, default: str | None, *, several: bool = False, help: str) -> None:
+def add_gpus(
+    parser: argparse.ArgumentParser, default: str | None, *, several: bool = False, help: str
+) -> None:
     """``--gpus N`` (or ``N,M,...`` when ``several``), 1..:data:`MAX_GPUS` each."""
     kind = int_list(1, MAX_GPUS) if several else int_range(1, MAX_GPUS)
     parser.add_argument("--gpus", type=kind, default=default, help=help)

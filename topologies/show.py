@@ -87,10 +87,14 @@ def _parser() -> argparse.ArgumentParser:
 def _cluster(args: argparse.Namespace) -> str:
     """The cluster named positionally or with --cluster (one of the two, not both)."""
     if args.topology is not None and args.cluster is not None and args.topology != args.cluster:
-        raise TrainsimError(f"two clusters given ({args.topology!r} and --cluster {args.cluster!r}); give one")
+        raise TrainsimError(
+            f"two clusters given ({args.topology!r} and --cluster {args.cluster!r}); give one"
+        )
     name = args.topology if args.topology is not None else args.cluster
     if name is None:
-        raise TrainsimError("no cluster given: name a preset or file, e.g. python -m topologies.show dgx-a100")
+        raise TrainsimError(
+            "no cluster given: name a preset or file, e.g. python -m topologies.show dgx-a100"
+        )
     return str(name)
 
 

@@ -263,7 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     gpus = args.gpus or list(QUICK_GPUS if args.quick else DEFAULT_GPUS)
     if args.algo not in ALGORITHMS["all_reduce"] or args.algo not in ALGORITHMS["all_gather"]:
         both = sorted(set(ALGORITHMS["all_reduce"]) & set(ALGORITHMS["all_gather"]))
-        raise TrainsimError(f"--algo {args.algo!r} does not run both all_reduce and all_gather; allowed: {', '.join(both)}")
+        raise TrainsimError(
+            f"--algo {args.algo!r} does not run both all_reduce and all_gather; allowed: {', '.join(both)}"
+        )
     repeats = 1 if args.quick else args.repeats
     what_if = not args.quick if args.what_if is None else args.what_if
     total = len(gpus) * (len(DEFAULT_OPS) + 1) + (1 + len(FSDP_GPUS) if what_if else 0)

@@ -27,12 +27,15 @@ def strategy_names() -> list[str]:
     return all_strategy_names()
 
 
-def add_strategies(parser: argparse.ArgumentParser, default: str) -> None:
+def add_strategies(parser: argparse.ArgumentParser, default: str | None) -> None:
+    """``--strategies``; ``default`` None means every strategy (left None, so a command can tell)."""
     parser.add_argument(
         "--strategies",
         type=name_list(strategy_names, what="strategy"),
         default=default,
-        help="comma list of strategies: " + ", ".join(strategy_names()),
+        help="comma list of strategies: "
+        + ", ".join(strategy_names())
+        + ("" if default else " (default: all)"),
     )
 
 

@@ -94,13 +94,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "-f", "--stepfactor", type=int_range(1, 2**20), default=1, help="multiply the size by this per step"
     )
-    p.add_argument("-i", "--stepbytes", type=size_bytes(), default="1M", help="add this per step when -f is 1")
+    p.add_argument(
+        "-i", "--stepbytes", type=size_bytes(), default="1M", help="add this per step when -f is 1"
+    )
     p.add_argument("-d", "--datatype", default="float", choices=list(DATATYPES), help="element type")
     p.add_argument(
         "-r", "--root", type=int_range(0, MAX_GPUS), default=0, help="root rank for broadcast/reduce"
     )
     p.add_argument("--algo", default=None, choices=ALGO_CHOICES, help="pin the algorithm, as NCCL_ALGO")
-    p.add_argument("--mode", default="aggregate", choices=("aggregate", "per-step"), help="how flows are simulated")
+    p.add_argument(
+        "--mode", default="aggregate", choices=("aggregate", "per-step"), help="how flows are simulated"
+    )
     p.add_argument("--calibration", default=None, help="calibration profile JSON (alpha-beta per collective)")
     add_format(p, ("table", "json"))
     add_quiet(p)
@@ -346,7 +350,10 @@ def main(argv: list[str] | None = None) -> int:
         calibration = load_profile(args.calibration)
         calibration.check_against(topology)
     if len(sizes) * topology.world_size > NOTE_RANK_SIZES:
-        note(f"this simulates {len(sizes)} size(s) of {args.op} over {topology.world_size} ranks", quiet=args.quiet)
+        note(
+            f"this simulates {len(sizes)} size(s) of {args.op} over {topology.world_size} ranks",
+            quiet=args.quiet,
+        )
     with bar(len(sizes), "sizes", quiet=args.quiet, unit="size") as progress:
         rows = rows_for(
             topology, args.op, sizes, datatype=args.datatype, algorithm=args.algo, mode=args.mode,

@@ -294,7 +294,11 @@ def evaluate_mitigated(setting: PaperSetting) -> ClaimResult:
 
 PS_CLAIMS = ("ddp-vs-ps", "async-time", "async-accuracy", "mitigated-negates")
 Evaluator = Callable[[PaperSetting], ClaimResult]
-PAPER_EVALUATORS: tuple[Evaluator, ...] = (evaluate_ddp_vs_fsdp, evaluate_ddp_vs_one_gpu, evaluate_fsdp_memory)
+PAPER_EVALUATORS: tuple[Evaluator, ...] = (
+    evaluate_ddp_vs_fsdp,
+    evaluate_ddp_vs_one_gpu,
+    evaluate_fsdp_memory,
+)
 PS_EVALUATORS: tuple[Evaluator, ...] = (
     evaluate_ddp_vs_ps, evaluate_async_time, evaluate_async_accuracy, evaluate_mitigated,
 )  # fmt: skip
@@ -311,7 +315,10 @@ def _ps_evaluators() -> list[Evaluator]:
 
 
 def _evaluate(evaluators: Sequence[Evaluator], setting: PaperSetting, quiet: bool) -> list[ClaimResult]:
-    return [evaluate(setting) for evaluate in track(evaluators, len(evaluators), "claims", quiet=quiet, unit="claim")]
+    return [
+        evaluate(setting)
+        for evaluate in track(evaluators, len(evaluators), "claims", quiet=quiet, unit="claim")
+    ]
 
 
 def _paper_order(results: Sequence[ClaimResult]) -> list[ClaimResult]:

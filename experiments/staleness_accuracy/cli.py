@@ -88,7 +88,9 @@ NORMAL = StudySize("0,1,2,4,8,16", seeds=5, epochs=20)
 QUICK = StudySize("0,2,8", seeds=2, epochs=6)
 TARGET_FRACTION_OF_SYNC = 0.97
 MAX_DELAY = 1000  # server versions; the penalty study's largest delay is 32
-MAX_WORKERS = 1024  # workers of the simulated parameter server, one simulated process each
+# Workers of the simulated parameter server: simulated per rank, its cost grows ~x11 per doubling
+# past 64 (one ps-async run of GPT-2 XL: 1.5 s at 64 workers, 19 s at 128, 216 s at 256).
+MAX_WORKERS = 128
 # SGD updates of the small MLP, about 0.7 ms each on one core (the default study: ~70 k in ~50 s):
 # the bound is about an hour; past NOTE_UPDATES (~2 s) the command says how much it trains.
 MAX_UPDATES = 5_000_000
@@ -149,7 +151,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--ps-modes", type=name_list(("async", "ssp", "mitigated"), what="mode", normalize=_mode),
         default="async,ssp,mitigated", help="(b) simulated modes: async, ssp, mitigated",
     )  # fmt: skip
-    add("--staleness-bounds", type=int_list(0, MAX_DELAY, max_items=16), default="1,2,4", help="(b) SSP bounds")
+    add(
+        "--staleness-bounds",
+        type=int_list(0, MAX_DELAY, max_items=16),
+        default="1,2,4",
+        help="(b) SSP bounds",
+    )
     add("--seeds", type=int_range(1, 100), help=f"seeds per setting (default {NORMAL.seeds})")
     add("--epochs", type=int_range(1, 1000), help=f"passes over the training set (default {NORMAL.epochs})")
     add("--lr", type=positive_float, default=0.1, help="SGD learning rate")
@@ -285,7 +292,13 @@ def _fit_mode(rows: Sequence[SummaryRow]) -> dict[str, object]:
 
 
 def run_penalty_study(
-    path: Path, dataset: Dataset, config: TrainerConfig, seeds: int, argv: list[str] | None, *, quiet: bool = True
+    path: Path,
+    dataset: Dataset,
+    config: TrainerConfig,
+    seeds: int,
+    argv: list[str] | None,
+    *,
+    quiet: bool = True,
 ) -> int:
     """Train the study's settings, fit the penalty model per mode, write it with its provenance."""
     settings = _penalty_study_settings()
@@ -359,6 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     dataset = load_dataset(args.dataset)
     runs = []
     if args.cluster:
+        if args.gpus > 64:
+            note(f"simulating the parameter server with {args.gpus} workers takes a while", quiet=args.quiet)
         runs = simulated_runs(args.cluster, args.gpus, args.ps_modes, args.staleness_bounds)
         notes += [predicted_source(args.cluster, args.gpus, runs), *ssp_notes(args.cluster, args.gpus, runs)]
     else:

@@ -178,7 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--world-sizes", type=int_list(1, 4096, max_items=16), default=None,
         help="comma list (default 1,2,4,8,16,32,64)",
     )  # fmt: skip
-    parser.add_argument("--optimizer", default="adamw", choices=("adamw", "sgd", "sgd-momentum"), help="optimizer")
+    parser.add_argument(
+        "--optimizer", default="adamw", choices=("adamw", "sgd", "sgd-momentum"), help="optimizer"
+    )
     parser.add_argument(
         "--sources", type=name_list(SOURCES, what="source"), default="import,preset",
         help="simulator workloads: import, preset",

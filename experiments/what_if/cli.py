@@ -27,7 +27,7 @@ from pathlib import Path
 
 from experiments.common.args import add_batch, add_strategies, check_micro_steps, count_text
 from experiments.common.finite import require_finite
-from experiments.common.progress import bar, warn
+from experiments.common.progress import bar, note, warn
 from simcore.cliargs import (
     Parser,
     add_format,
@@ -67,6 +67,15 @@ STOCHASTIC_STEPS = (
     20  # steps simulated with jitter when --steps is not given: enough for a p99 to mean something
 )
 MAX_STEPS = 10_000
+# Parameter-server modes are simulated per rank, and their cost grows steeply with the workers:
+# one ps-async run of 2 steps (GPT-2 XL, dgx-a100, one core) took 1.5 s at 64 GPUs, 19 s at 128
+# and 216 s at 256, about x11 per doubling (GPUs^3.5). The estimate below uses that curve for
+# every mode (ps-sync is cheaper: 5 s at 256), refuses a run estimated past MAX_PS_SECONDS and
+# states the estimate past NOTE_PS_SECONDS.
+PS_SECONDS_PER_STEP_AT_64 = 0.75
+PS_GROWTH_EXPONENT = 3.5
+MAX_PS_SECONDS = 120.0
+NOTE_PS_SECONDS = 2.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="python -m experiments.what_if", description=__doc__.split("\n\n")[0])
     add_model(p, DEFAULT_MODEL)
     add_cluster(p, ",".join(DEFAULT_CLUSTERS), several=True)
-    add_strategies(p, ",".join(all_strategy_names()))
+    add_strategies(p, None)
     add_gpus(p, "16", several=True, help="a GPU count or a comma list (a scaling sweep)")
     add_batch(p, global_batch=d.global_batch, micro_batch=d.micro_batch)
     p.add_argument(
@@ -88,7 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--bucket-size", type=size_bytes(allow_zero=False, high=2**40), default="25MiB",
         help="DDP/ZeRO gradient bucket",
     )  # fmt: skip
-    p.add_argument("--prefetch", type=int_range(0, 1024), default=d.prefetch, help="FSDP prefetch depth in units")
+    p.add_argument(
+        "--prefetch", type=int_range(0, 1024), default=d.prefetch, help="FSDP prefetch depth in units"
+    )
     p.add_argument(
         "--wrap", default="per-block", help="FSDP wrap: per-block, every-N-layers, every-N-blocks, or indices"
     )
@@ -187,12 +198,49 @@ def _check_work(
     check_micro_steps(work, why, quiet=args.quiet)
 
 
+def ps_seconds(cfg: TrainingConfig, gpus: list[int], modes: int, clusters: int, *, uneven: bool) -> float:
+    """Rough single-core seconds of the parameter-server modes (see PS_SECONDS_PER_STEP_AT_64)."""
+    steps = max(cfg.steps, UNEVEN_PS_STEPS if uneven else MIN_PS_STEPS)
+    per_step = sum(PS_SECONDS_PER_STEP_AT_64 * (n / 64) ** PS_GROWTH_EXPONENT for n in {*gpus, 1})
+    return modes * clusters * steps * per_step
+
+
+def _ps_strategies(
+    args: argparse.Namespace, cfg: TrainingConfig, gpus: list[int], clusters: int
+) -> list[str]:
+    """The strategies to run: parameter-server modes dropped (with a warning) when they would take
+    too long and were not asked for by name; refused when they were."""
+    given = args.strategies is not None
+    strategies = list(args.strategies) if given else all_strategy_names()
+    modes = [s for s in strategies if s in PS_MODES]
+    if not modes:
+        return strategies
+    uneven = bool(args.straggler or args.jitter)
+    seconds = ps_seconds(cfg, gpus, len(modes), clusters, uneven=uneven)
+    if seconds > MAX_PS_SECONDS:
+        why = (
+            f"the parameter-server modes ({', '.join(modes)}) at {max(gpus)} GPUs would take roughly "
+            f"{seconds / 60:.0f} min (they are simulated per rank; at most {MAX_PS_SECONDS:.0f} s)"
+        )
+        if given:
+            raise TrainsimError(f"{why}: leave them out of --strategies or use fewer --gpus or --steps")
+        warn(f"{why}: left out; name them in --strategies with fewer --gpus to run them")
+        return [s for s in strategies if s not in PS_MODES]
+    if seconds > NOTE_PS_SECONDS:
+        note(f"the parameter-server modes take roughly {seconds:.0f} s at {max(gpus)} GPUs", quiet=args.quiet)
+    return strategies
+
+
 def _warn_friction(args: argparse.Namespace, workload: Workload) -> None:
     """Flags that are allowed but do nothing for this model."""
     if args.seq_len is not None and workload.tokens_per_sample == 0:
         warn(f"--seq-len {args.seq_len} is ignored: {workload.name} is a vision model without a sequence")
     layers = len(workload.layers)
-    if args.ps_shards is not None and args.ps_shards > layers and set(args.strategies) & set(PS_MODES):
+    if (
+        args.ps_shards is not None
+        and args.ps_shards > layers
+        and set(args.strategies or PS_MODES) & set(PS_MODES)
+    ):
         warn(
             f"--ps-shards {args.ps_shards} is more than {workload.name}'s {layers} layers: a layer is never "
             f"split, so {args.ps_shards - layers} shard(s) hold nothing"
@@ -289,9 +337,10 @@ def main(argv: list[str] | None = None) -> int:
     heterogeneity = Heterogeneity.from_strings(args.straggler, args.jitter)
     cfg = _config(args, heterogeneity)
     clusters = [c.strip() for c in args.cluster.split(",") if c.strip()]
-    strategies, gpus = args.strategies, args.gpus
+    gpus = args.gpus
     if not clusters:
         raise TrainsimError("--cluster needs at least one name")
+    strategies = _ps_strategies(args, cfg, gpus, len(clusters))
     ps_options = PSOptions(args.ps_shards, _placement(args.ps_placement), args.staleness_bound)
     _check_work(cfg, gpus, strategies, len(clusters), args)
     workload = load_workload(args.model, seq_len=cfg.seq_len, dtype=cfg.dtype)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tomllib
 
 import pytest
 
@@ -85,6 +84,7 @@ def test_bad_input_is_one_error_line(capsys: pytest.CaptureFixture[str]) -> None
 
 
 def test_pyproject_installs_the_console_script() -> None:
+    tomllib = pytest.importorskip("tomllib")
     project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     assert project["scripts"] == {"trainsim": "experiments.console:main"}
 

@@ -73,7 +73,9 @@ def _fake_measured(directory: Path) -> None:
 
 
 def _tree(directory: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()
+    }
 
 
 def test_measured_mode_writes_the_report_elsewhere_with_the_mape_headline(tmp_path, capsys):
@@ -115,7 +117,9 @@ def test_measuring_without_torch_touches_nothing(tmp_path, capsys, monkeypatch):
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a)
+    )
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exit_info:
         main(["--quick"])

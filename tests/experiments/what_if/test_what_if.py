@@ -199,7 +199,9 @@ def test_unknown_strategy_is_refused_before_any_work(capsys: pytest.CaptureFixtu
         main(["--gpus", "16", "--strategies", "nope"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: --strategies: unknown strategy 'nope'; allowed: ddp") and err.count("\n") == 1
+    assert (
+        err.startswith("error: --strategies: unknown strategy 'nope'; allowed: ddp") and err.count("\n") == 1
+    )
 
 
 @pytest.mark.slow
