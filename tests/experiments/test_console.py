@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -96,3 +98,35 @@ def test_python_m_of_the_console_module_runs_a_subcommand() -> None:
         cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert result.returncode == 0 and result.stdout.startswith("topology: dgx-a100")
+
+
+def _parser_of(command: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The parser a subcommand builds (caught as it starts to parse ``--help``)."""
+    from simcore import cliargs
+
+    built: list[cliargs.Parser] = []
+
+    def capture(self: cliargs.Parser, args: Any = None, namespace: Any = None) -> Any:
+        built.append(self)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(cliargs.Parser, "parse_args", capture)
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    return built[0]
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_help_shows_every_default(command: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    if command.startswith("calibrate-") and command not in ("calibrate-fit", "calibrate-nccl-tests"):
+        pytest.importorskip("torch")
+    parser = _parser_of(command, monkeypatch)
+    formatter = parser._get_formatter()
+    for action in parser._actions:
+        default = action.default
+        if not action.option_strings or default is None or default is False or default == []:
+            continue
+        if default == argparse.SUPPRESS:
+            continue
+        shown = formatter._get_help_string(action) or ""
+        assert action.help and "default" in shown.lower(), f"{command} {action.option_strings}: {shown!r}"
