@@ -20,7 +20,10 @@ the simulated algorithm per size range and the bottleneck link of the largest si
                   "time_us": float, "algbw_GBps": float, "busbw_GBps": float,
                   "algorithm": str, "bottleneck_link": str, "closed_form_us": float}, ...]}
 
-GB/s are 1e9 bytes/s. Bad input prints one ``error:`` line and exits with status 2.
+GB/s are 1e9 bytes/s. ``--cluster`` and ``--topology`` name the same flag. Bad input prints one
+``error:`` line and exits with status 2; so does a ladder of more than :data:`MAX_SIZES` sizes, a
+size over 1 PiB or more than 32,768 GPUs. A run over many ranks says what it simulates and shows
+a progress bar per size on stderr (a terminal only; ``--quiet`` turns both off).
 """
 
 from __future__ import annotations

@@ -11,8 +11,17 @@ scaling efficiency against one GPU, MFU, exposed communication and per-GPU peak 
 out-of-memory verdict, the parameter-server modes' staleness, then a recommendation (see
 :mod:`simcore.whatif.sweep`). ``--format json`` prints the stable schema documented in
 :mod:`simcore.report` (parameter-server records add ``staleness`` and the fields of
-:mod:`simcore.paramserver.report`); ``--out DIR`` also writes plots, the staleness histogram and a
-Chrome trace of one step per strategy (open it in ui.perfetto.dev).
+:mod:`simcore.paramserver.report`); ``--format csv`` has the fixed columns documented there.
+``--out DIR`` also writes plots, the staleness histogram and a Chrome trace of one step per
+(cluster, synchronous strategy) (open it in ui.perfetto.dev; :mod:`experiments.what_if.plots`),
+and names each file it wrote on stderr; DIR must be new or empty (``--force`` writes into it), and
+that is checked before anything is simulated.
+
+Bounds: the run is refused, before any work, when it would simulate more than
+:data:`~experiments.common.args.MAX_MICRO_STEPS` micro-steps (e.g. ``--global-batch 1000000000``)
+or when the parameter-server modes would take minutes (they are left out, with a warning, when
+they were not named in ``--strategies``); a long but allowed run says how much it simulates and
+shows a progress bar on stderr (a terminal only; ``--quiet`` turns both off).
 
 Uneven hardware: ``--straggler RANK:FACTOR`` (repeatable), ``--jitter
 compute=lognormal:0.1,link=lognormal:0.05``, or a heterogeneous cluster YAML. With jitter and no
