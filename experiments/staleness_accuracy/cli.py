@@ -141,8 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="(c) staleness file (calibrate.train JSONL or JSON list)",
     )
-    add_cluster(parser, None)
-    parser.set_defaults(cluster=None)
+    add_cluster(
+        parser, None,
+        help="(b) cluster preset or file for the parameter-server simulation; also sets the time per update",
+    )  # fmt: skip
     add(
         "--gpus", type=int_range(1, MAX_WORKERS), default=8,
         help="(b) number of workers of the parameter-server simulation",
