@@ -43,6 +43,16 @@ bottleneck_link        the link limiting the collectives that took the most time
 
 Parameter-server records (``ps-*``) carry these fields first, then ``staleness`` {mean, p50, p99,
 max}, ``staleness_histogram`` and the other fields documented in :mod:`simcore.paramserver.report`.
+
+CSV (``--format csv``, :data:`CSV_COLUMNS`): one row per record with the same columns in every run,
+whatever the strategies, clusters or links: the scalar fields above in that order, then
+``memory_breakdown.<category>`` for each memory category (params, grads, optimizer, activations,
+buffers, temp, overhead), then the parameter server's scalars (``mode``, ``ps_shards``,
+``ps_placement``, ``staleness_bound``, ``staleness.mean``/``.p50``/``.p99``/``.max``,
+``recomputes``, ``clock_lag_max``, ``shard_imbalance``, ``server_busy``,
+``throughput_samples_per_s``, ``bottleneck_utilisation``, ``gradients_applied``), empty for the
+synchronous strategies. Variable-length data (``link_utilisation``, ``staleness_histogram``,
+``busiest_links``, per-worker lists) is in the JSON only.
 """
 
 from __future__ import annotations
@@ -54,7 +64,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["RECORD_FIELDS", "SCHEMA", "SCHEMA_VERSION", "StepReport", "records_to_csv", "records_to_json"]
+from simcore.compute.memory import CATEGORIES
+
+__all__ = [
+    "CSV_COLUMNS",
+    "RECORD_FIELDS",
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "StepReport",
+    "records_to_csv",
+    "records_to_json",
+]
 
 SCHEMA = "trainsim-what-if"
 SCHEMA_VERSION = 1
@@ -109,23 +129,34 @@ def records_to_json(records: Sequence[Mapping[str, Any]], **extra: Any) -> str:
     return json.dumps(document, indent=2, sort_keys=False)
 
 
+_NESTED = ("memory_breakdown", "link_utilisation")
+_PS_COLUMNS = (
+    "mode", "ps_shards", "ps_placement", "staleness_bound", "staleness.mean", "staleness.p50",
+    "staleness.p99", "staleness.max", "recomputes", "clock_lag_max", "shard_imbalance", "server_busy",
+    "throughput_samples_per_s", "bottleneck_utilisation", "gradients_applied",
+)  # fmt: skip
+CSV_COLUMNS = (
+    *(name for name in RECORD_FIELDS if name not in _NESTED),
+    *(f"memory_breakdown.{category}" for category in CATEGORIES),
+    *_PS_COLUMNS,
+)
+
+
+def _cell(record: Mapping[str, Any], column: str) -> Any:
+    head, _, sub = column.partition(".")
+    value = record.get(column, record.get(head) if sub else None)
+    if sub and isinstance(value, Mapping):
+        value = value.get(sub)
+    if isinstance(value, (Mapping, list, tuple)):
+        return json.dumps(value, sort_keys=True)
+    return "" if value is None else value
+
+
 def records_to_csv(records: Sequence[Mapping[str, Any]]) -> str:
-    """One CSV row per record; nested fields flattened as ``memory_breakdown.params`` etc."""
-    rows = []
-    for record in records:
-        row: dict[str, Any] = {}
-        for key, value in record.items():
-            if isinstance(value, Mapping):
-                for sub, inner in value.items():
-                    row[f"{key}.{sub}"] = inner
-            else:
-                row[key] = value
-        rows.append(row)
-    columns: list[str] = []
-    for row in rows:
-        columns.extend(c for c in row if c not in columns)
+    """One CSV row per record with the fixed :data:`CSV_COLUMNS` (see the module docstring)."""
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for record in records:
+        writer.writerow([_cell(record, column) for column in CSV_COLUMNS])
     return out.getvalue()

@@ -3,6 +3,7 @@
 Examples::
 
     python -m topologies.show dgx-a100 --nodes 2
+    python -m topologies.show --cluster dgx-a100 --nodes 2            # the same
     python -m topologies.show hgx-h100 --gpus 64 --fabric leaf-spine --oversubscription 2
     python -m topologies.show my_cluster.yaml --png cluster.png
     python -m topologies.show topo.txt --gpu a10g --nic-port 40Gb/s --nodes 2   # nvidia-smi topo -m
@@ -13,13 +14,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from simcore.errors import cli_entry
+from simcore.cliargs import Parser
+from simcore.errors import TrainsimError, cli_entry
 from simcore.topology import Topology
 from simcore.units import parse_bandwidth
 from topologies import load_cluster
 from topologies.builders import build_cluster, with_overrides
+from topologies.cliargs import add_cluster, add_fabric, add_gpus, add_nodes
 from topologies.nvsmi_graph import load_capture_spec
-from topologies.spec import FABRIC_TYPES, parse_oversubscription
+from topologies.spec import parse_oversubscription
 from topologies.summary import TopologySummary, summarise
 
 __all__ = ["format_summary", "main"]
@@ -66,20 +69,34 @@ def format_summary(s: TopologySummary) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m topologies.show", description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m topologies.show", description=__doc__.splitlines()[0])
     parser.add_argument(
-        "topology", help="preset name, cluster spec .yaml, or nvidia-smi topo -m .txt capture"
-    )
-    parser.add_argument("--gpus", type=int, help="ranks to place (adds servers as needed)")
-    parser.add_argument("--nodes", type=int, help="number of servers")
-    parser.add_argument(
-        "--fabric", choices=(*FABRIC_TYPES, "rail-optimized"), help="override the fabric layout"
-    )
+        "topology", nargs="?", default=None, metavar="CLUSTER",
+        help="preset name, cluster spec .yaml, or nvidia-smi topo -m .txt capture (or give --cluster)",
+    )  # fmt: skip
+    add_cluster(parser, None)
+    add_gpus(parser, None, help="ranks to place (adds servers as needed)")
+    add_nodes(parser)
+    add_fabric(parser)
     parser.add_argument("--oversubscription", help="leaf downlink:uplink ratio, e.g. 2 or 2:1")
     parser.add_argument("--gpu", help="GPU model of a topo -m capture (device spec name)")
     parser.add_argument("--nic-port", help="NIC speed for a topo -m capture, e.g. 40Gb/s")
     parser.add_argument("--png", type=Path, help="also draw the graph to this PNG file")
     return parser
+
+
+def _cluster(args: argparse.Namespace) -> str:
+    """The cluster named positionally or with --cluster (one of the two, not both)."""
+    if args.topology is not None and args.cluster is not None and args.topology != args.cluster:
+        raise TrainsimError(
+            f"two clusters given ({args.topology!r} and --cluster {args.cluster!r}); give one"
+        )
+    name = args.topology if args.topology is not None else args.cluster
+    if name is None:
+        raise TrainsimError(
+            "no cluster given: name a preset or file, e.g. python -m topologies.show dgx-a100"
+        )
+    return str(name)
 
 
 def _load(args: argparse.Namespace) -> Topology:
@@ -90,19 +107,21 @@ def _load(args: argparse.Namespace) -> Topology:
     )
     if args.gpu or args.nic_port:
         port = parse_bandwidth(args.nic_port) if args.nic_port else None
-        spec = load_capture_spec(args.topology, gpu=args.gpu, nic_port_Bps=port)
+        spec = load_capture_spec(_cluster(args), gpu=args.gpu, nic_port_Bps=port)
         fabric_type = "rail-optimised" if args.fabric == "rail-optimized" else args.fabric
         return build_cluster(
             spec, gpus=args.gpus, nodes=args.nodes, fabric=with_overrides(spec.fabric, fabric_type, ratio)
         )
     return load_cluster(
-        args.topology, gpus=args.gpus, nodes=args.nodes, fabric=args.fabric, oversubscription=ratio
+        _cluster(args), gpus=args.gpus, nodes=args.nodes, fabric=args.fabric, oversubscription=ratio
     )
 
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.png is not None and args.png.is_dir():
+        raise TrainsimError(f"--png {str(args.png)!r} is a folder; give the PNG file to write")
     topo = _load(args)
     print(format_summary(summarise(topo)))
     if args.png:

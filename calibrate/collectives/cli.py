@@ -38,6 +38,7 @@ from calibrate.nccl_tests.parser import (
     format_table_row,
     program_name,
 )
+from simcore.cliargs import Parser, name_list
 from simcore.errors import TrainsimError, cli_entry
 from simcore.units import parse_size
 
@@ -171,13 +172,15 @@ def _effective_size(op: str, size: int, ranks: int, elem: int) -> int:
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m calibrate.collectives", description=__doc__.split("\n")[0])
+    p = Parser(prog="python -m calibrate.collectives", description=__doc__.split("\n")[0])
     p.add_argument("--out", default="runs", help="directory for collectives.jsonl (default: runs)")
     p.add_argument("-b", "--minbytes", default="8", help="smallest size, nccl-tests units (8, 1K, 1M)")
     p.add_argument("-e", "--maxbytes", default="1M", help="largest size (default 1M)")
     p.add_argument("-f", "--stepfactor", type=int, default=2, help="size multiplier (default 2)")
-    p.add_argument("--ops", default=",".join(DEFAULT_OPS), help=f"comma-separated, from {', '.join(OPS)}")
-    p.add_argument("--groups", default="world,intra,inter", help="comma-separated, from world, intra, inter")
+    p.add_argument("--ops", type=name_list(OPS, what="op"), default=",".join(DEFAULT_OPS),
+                   help=f"comma-separated, from {', '.join(OPS)}")  # fmt: skip
+    p.add_argument("--groups", type=name_list(GROUPS, what="group"), default="world,intra,inter",
+                   help="comma-separated, from world, intra, inter")  # fmt: skip
     p.add_argument("-n", "--iters", type=int, default=20, help="timed iterations per repeat")
     p.add_argument("-w", "--warmup", type=int, default=5, help="untimed iterations per size")
     p.add_argument("--repeats", type=int, default=3, help="repeats of the timed iterations")
@@ -189,19 +192,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--csv", action="store_true", help="also write collectives.csv")
     p.add_argument("--resume", action="store_true", help="skip (op, size, group, repeat) already measured")
     args = p.parse_args(argv)
-    args.ops = _choices(args.ops, OPS, "--ops")
-    args.groups = _choices(args.groups, GROUPS, "--groups")
     if args.iters < 1 or args.warmup < 0 or args.repeats < 1:
         raise TrainsimError("--iters and --repeats must be >= 1 and --warmup >= 0")
     return args
-
-
-def _choices(text: str, allowed: Sequence[str], flag: str) -> list[str]:
-    items = [t.strip() for t in text.split(",") if t.strip()]
-    bad = [t for t in items if t not in allowed]
-    if bad or not items:
-        raise TrainsimError(f"{flag}: unknown {bad or text!r}; allowed: {', '.join(allowed)}")
-    return items
 
 
 class _Output:

@@ -36,6 +36,7 @@ from calibrate.common import dist as cdist
 from calibrate.common.records import RecordWriter, provenance, resume_keys
 from calibrate.compute.dtypes import DTYPES
 from calibrate.compute.layers import LAYERS, layer_benchmarks, op_overhead_benchmarks
+from simcore.cliargs import Parser
 from simcore.errors import TrainsimError, cli_entry
 from simcore.units import parse_size
 
@@ -137,7 +138,7 @@ def _slowdown_rows(args: argparse.Namespace, ctx: cdist.DistContext) -> Iterator
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m calibrate.compute", description=__doc__.split("\n")[0])
+    p = Parser(prog="python -m calibrate.compute", description=__doc__.split("\n")[0])
     p.add_argument("--out", default="runs", help="directory for compute.jsonl (default: runs)")
     p.add_argument(
         "--threads", type=int, default=None, help="torch threads per rank (default: CPUs / local ranks)"

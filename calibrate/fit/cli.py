@@ -30,7 +30,6 @@ is written atomically. Bad inputs (no rows, garbled files) give one ``error:`` l
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime as _dt
 import statistics
@@ -57,8 +56,10 @@ from simcore.calibration.profile import (
     busbw_factor,
 )
 from simcore.calibration.profile_json import profile_to_json
+from simcore.cliargs import Parser
 from simcore.errors import TrainsimError, cli_entry
 from topologies import load_cluster
+from topologies.cliargs import add_cluster
 
 __all__ = [
     "device_sources",
@@ -319,10 +320,11 @@ def _check_topology(profile: CalibrationProfile, spec: str) -> None:
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m calibrate.fit", description=__doc__.split("\n")[0])
+    parser = Parser(prog="python -m calibrate.fit", description=__doc__.split("\n")[0])
     parser.add_argument("results", nargs="+", help="record files or directories, nccl-tests captures")
     parser.add_argument("-o", "--out", required=True, help="profile JSON to write")
-    parser.add_argument("--topology", help="preset name or topology file the profile must describe")
+    add_cluster(parser, None, topology_alias=True, dest="topology",
+                help="preset name or cluster file the profile must describe")  # fmt: skip
     parser.add_argument(
         "--max-mape", type=float, default=0.25, help="flag fits above this MAPE (default 0.25)"
     )

@@ -58,6 +58,7 @@ from calibrate.memory_truth.models import (
     resnet50,
     resnet_tiny,
 )
+from simcore.cliargs import Parser
 from simcore.errors import TrainsimError, cli_entry
 
 __all__ = [
@@ -363,9 +364,7 @@ def parse_world_sizes(text: str) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m calibrate.memory_truth", description=__doc__.splitlines()[0]
-    )
+    parser = Parser(prog="python -m calibrate.memory_truth", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--models", default="gpt2-tiny,resnet-tiny", help=f"comma list of {', '.join(MODELS)}"
     )

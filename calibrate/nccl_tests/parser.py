@@ -16,7 +16,6 @@ naming the file and line, status 2.
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -37,6 +36,7 @@ from calibrate.nccl_tests.table import (
     program_name,
 )
 from calibrate.nccl_tests.text_log import parse_text
+from simcore.cliargs import Parser
 from simcore.errors import TrainsimError, cli_entry
 
 __all__ = [
@@ -82,9 +82,7 @@ def write_rows(rows: Iterable[Mapping[str, Any]], out: str | Path) -> int:
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m calibrate.nccl_tests", description=__doc__.split("\n")[0]
-    )
+    parser = Parser(prog="python -m calibrate.nccl_tests", description=__doc__.split("\n")[0])
     parser.add_argument("captures", nargs="+", help="nccl-tests stdout captures or -J JSON files")
     parser.add_argument("-o", "--out", required=True, help="tidy rows to append to (.jsonl or .csv)")
     parser.add_argument("--op", choices=sorted(OPS), help="the collective, if the file does not say")

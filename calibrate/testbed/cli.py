@@ -43,6 +43,7 @@ from calibrate.testbed.net import (
     clean_namespace,
     testbed_namespaces,
 )
+from simcore.cliargs import Parser
 from simcore.errors import cli_entry
 from simcore.units import parse_bandwidth, parse_time
 
@@ -145,7 +146,7 @@ def _signals_unwind() -> Iterator[None]:
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m calibrate.testbed", description=__doc__.split("\n")[0],
+    p = Parser(prog="python -m calibrate.testbed", description=__doc__.split("\n")[0],
                                 usage="%(prog)s --nodes N --bandwidth RATE [--delay TIME] -- JOB_MODULE [JOB ARGS...]")  # fmt: skip
     p.add_argument("--nodes", type=int, default=2, help="namespaces, one rank each (default 2)")
     p.add_argument(

@@ -53,18 +53,14 @@ from pathlib import Path
 
 from calibrate.common.procs import die_with_parent
 from calibrate.train.config import ALL_STRATEGIES, TrainConfig, check_config
+from simcore.cliargs import Parser
 from simcore.errors import TrainsimError, cli_entry
 
 __all__ = ["config_from_args", "launch_local", "main", "run_training"]
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise TrainsimError(message)
-
-
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m calibrate.train", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="python -m calibrate.train", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="JSONL file the records are appended to")
     p.add_argument("--model", default="cnn", help="cnn | transformer")
     p.add_argument("--strategy", default="ddp", help=" | ".join(ALL_STRATEGIES))

@@ -32,15 +32,20 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import simpy
 
+from experiments.common.finite import require_finite
+from experiments.common.progress import bar
+from simcore.cliargs import Parser, add_format, add_quiet, int_list, int_range, size_bytes
+from simcore.collectives import ALGORITHMS
 from simcore.engine import Simulation
 from simcore.errors import TrainsimError, cli_entry
 from simcore.net.network import Network
 from simcore.topology import Topology
-from simcore.units import format_bytes, parse_size
+from simcore.units import format_bytes
+from topologies.cliargs import MAX_GPUS
 
 if TYPE_CHECKING:
     from simcore.collectives import CollectiveResult
@@ -51,6 +56,8 @@ DEFAULT_GPUS = (8, 64, 512, 4096)
 QUICK_GPUS = (8, 16)
 DEFAULT_OPS = ("all_reduce", "all_gather")
 WARM_UP_GPUS = 8
+FSDP_GPUS = (16, 128, 1024)
+ALGO_CHOICES = sorted(set(ALGORITHMS["all_reduce"]) | set(ALGORITHMS["all_gather"]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,8 +165,12 @@ def collective_bench_rows(
     repeats: int = 3,
     network_rows: bool = True,
     topology_for: Callable[[int], Topology] = dgx_leaf_spine,
+    progress: Any = None,
 ) -> list[BenchRow]:
-    """Benchmark rows: each op over each GPU count, plus bare-network ``ring_flows`` rows."""
+    """Benchmark rows: each op over each GPU count, plus bare-network ``ring_flows`` rows.
+
+    ``progress`` (a tqdm bar or None) advances by one per row.
+    """
     if repeats < 1:
         raise TrainsimError(f"--repeats must be >= 1, got {repeats}")
     if ops and gpu_counts:  # untimed warm-up (first-call imports) on a small cluster
@@ -177,6 +188,7 @@ def collective_bench_rows(
                     repeats,
                 )
             )
+            _tick(progress)
         if network_rows:
             rows.append(
                 _measure(
@@ -187,7 +199,13 @@ def collective_bench_rows(
                     repeats,
                 )
             )
+            _tick(progress)
     return rows
+
+
+def _tick(progress: Any) -> None:
+    if progress is not None:
+        progress.update(1)
 
 
 def format_table(rows: Sequence[BenchRow]) -> str:
@@ -214,27 +232,19 @@ def profile_largest(gpus: int, size_bytes: float, algorithm: str, top: int = 20)
     return out.getvalue()
 
 
-def _gpu_list(text: str) -> list[int]:
-    try:
-        counts = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise TrainsimError(
-            f"--gpus takes comma-separated whole numbers such as 8,64, got {text!r}"
-        ) from None
-    if not counts or any(c < 1 for c in counts):
-        raise TrainsimError(f"--gpus needs GPU counts >= 1, got {text!r}")
-    return counts
-
-
-@cli_entry
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m experiments.bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--gpus", default=None, help="comma-separated GPU counts (default 8,64,512,4096)")
-    parser.add_argument("--size", default="1GiB", help="collective size (default 1GiB)")
-    parser.add_argument("--algo", default="ring", help="collective algorithm (default ring)")
-    parser.add_argument("--repeats", type=int, default=3, help="runs per row; the median is reported")
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="python -m experiments.bench", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--gpus", type=int_list(1, MAX_GPUS, max_items=16), default=None,
+        help="comma-separated GPU counts (default 8,64,512,4096)",
+    )  # fmt: skip
+    parser.add_argument("--size", type=size_bytes(), default="1GiB", help="collective size")
+    parser.add_argument("--algo", default="ring", choices=ALGO_CHOICES, help="collective algorithm")
+    parser.add_argument(
+        "--repeats", type=int_range(1, 100), default=3, help="runs per row; the median is reported"
+    )
     parser.add_argument("--quick", action="store_true", help="tiny sizes and one repeat (for tests)")
-    parser.add_argument("--format", choices=("table", "json"), default="table")
+    add_format(parser, ("table", "json"))
     parser.add_argument("--profile", action="store_true", help="also profile the largest all_reduce")
     parser.add_argument(
         "--what-if",
@@ -243,19 +253,37 @@ def main(argv: list[str] | None = None) -> int:
         help="also time the default what-if and Llama-2-7B FSDP steps at 16/128/1024 GPUs "
         "(default: on, off with --quick)",
     )
-    args = parser.parse_args(argv)
-    gpus = _gpu_list(args.gpus) if args.gpus else list(QUICK_GPUS if args.quick else DEFAULT_GPUS)
-    size = parse_size(args.size)
-    repeats = 1 if args.quick else args.repeats
-    rows = collective_bench_rows(gpus, size_bytes=size, algorithm=args.algo, repeats=repeats)
-    what_if = not args.quick if args.what_if is None else args.what_if
-    step_rows = []
-    if what_if:
-        from experiments.bench.whatif import fsdp_step_rows, what_if_cli_row
+    add_quiet(parser)
+    return parser
 
-        step_rows = [what_if_cli_row(repeats=repeats), *fsdp_step_rows(repeats=repeats)]
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    gpus = args.gpus or list(QUICK_GPUS if args.quick else DEFAULT_GPUS)
+    if args.algo not in ALGORITHMS["all_reduce"] or args.algo not in ALGORITHMS["all_gather"]:
+        both = sorted(set(ALGORITHMS["all_reduce"]) & set(ALGORITHMS["all_gather"]))
+        raise TrainsimError(
+            f"--algo {args.algo!r} does not run both all_reduce and all_gather; allowed: {', '.join(both)}"
+        )
+    repeats = 1 if args.quick else args.repeats
+    what_if = not args.quick if args.what_if is None else args.what_if
+    total = len(gpus) * (len(DEFAULT_OPS) + 1) + (1 + len(FSDP_GPUS) if what_if else 0)
+    with bar(total, "bench", quiet=args.quiet, unit="row") as progress:
+        rows = collective_bench_rows(
+            gpus, size_bytes=args.size, algorithm=args.algo, repeats=repeats, progress=progress
+        )
+        step_rows = []
+        if what_if:
+            from experiments.bench.whatif import fsdp_step_rows, what_if_cli_row
+
+            step_rows = [what_if_cli_row(repeats=repeats)]
+            progress.update(1)
+            step_rows += fsdp_step_rows(FSDP_GPUS, repeats=repeats, progress=progress)
+    records = [asdict(r) for r in rows] + [asdict(r) for r in step_rows]
+    require_finite(records, "the benchmark")
     if args.format == "json":
-        print(json.dumps([asdict(r) for r in rows] + [asdict(r) for r in step_rows], indent=1))
+        print(json.dumps(records, indent=1))
     else:
         print(format_table(rows))
         if step_rows:
@@ -264,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
             print()
             print(format_whatif_table(step_rows))
     if args.profile:
-        print(profile_largest(max(gpus), size, args.algo))
+        print(profile_largest(max(gpus), args.size, args.algo))
     return 0
 
 

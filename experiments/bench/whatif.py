@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from simcore.whatif.sweep import DEFAULT_CONFIG, run_what_if
 from simcore.workload.loader import load_workload
@@ -64,8 +65,12 @@ def fsdp_step_rows(
     model: str = "llama2-7b",
     cluster: str = "dgx-a100",
     repeats: int = 3,
+    progress: Any = None,
 ) -> list[WhatIfBenchRow]:
-    """One FSDP step of ``model`` on ``cluster`` per GPU count (median wall and CPU seconds)."""
+    """One FSDP step of ``model`` on ``cluster`` per GPU count (median wall and CPU seconds).
+
+    ``progress`` (a tqdm bar or None) advances by one per GPU count.
+    """
     workload = load_workload(model, seq_len=DEFAULT_CONFIG.seq_len, dtype=DEFAULT_CONFIG.dtype)
     rows = []
     for gpus in gpu_counts:
@@ -85,6 +90,8 @@ def fsdp_step_rows(
                 f"fsdp step {model}", gpus, statistics.median(walls), statistics.median(cpus), step, repeats
             )
         )
+        if progress is not None:
+            progress.update(1)
     return rows
 
 

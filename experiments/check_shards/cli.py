@@ -18,6 +18,9 @@ import json
 from dataclasses import replace
 from typing import Any
 
+from experiments.common.args import add_batch, check_micro_steps
+from experiments.common.finite import require_finite
+from simcore.cliargs import Parser, add_format, add_model, int_range
 from simcore.errors import TrainsimError, cli_entry
 from simcore.strategies.base import TrainingConfig
 from simcore.strategies.fsdp import FSDPStrategy
@@ -25,25 +28,25 @@ from simcore.strategies.runner import make_context, simulate_step
 from simcore.strategies.wrap import UnitPlan, parse_wrap, wrap_units
 from simcore.topology import Topology
 from simcore.workload.types import Workload
+from topologies.cliargs import add_cluster, add_gpus
 
 LISTED = 6  # split blocks named in the table before "..."
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m experiments.check_shards", description=__doc__.split("\n\n")[0]
-    )
-    p.add_argument("--model", default="llama2-7b", help="preset name, shape file or module:factory")
-    p.add_argument("--cluster", default="dgx-a100", help="preset name or YAML path")
-    p.add_argument("--gpus", type=int, default=16)
+    p = Parser(prog="python -m experiments.check_shards", description=__doc__.split("\n\n")[0])
+    add_model(p, "llama2-7b")
+    add_cluster(p, "dgx-a100")
+    add_gpus(p, "16", help="data-parallel ranks")
     p.add_argument(
         "--wrap", default="per-block", help="per-block, every-N-layers, every-N-blocks, or layer indices"
     )
-    p.add_argument("--global-batch", type=int, default=32)
-    p.add_argument("--micro-batch", type=int, default=1)
-    p.add_argument("--seq-len", type=int, default=None)
-    p.add_argument("--prefetch", type=int, default=1)
-    p.add_argument("--format", default="table", choices=["table", "json"])
+    add_batch(p, global_batch=32, micro_batch=1)
+    p.add_argument(
+        "--seq-len", type=int_range(1, 2**20), default=None, help="sequence length (default: the model's)"
+    )
+    p.add_argument("--prefetch", type=int_range(0, 1024), default=1, help="FSDP prefetch depth in units")
+    add_format(p, ("table", "json"))
     return p
 
 
@@ -95,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         prefetch=args.prefetch,
         wrap=wrap,
     )
-    config.accumulation_steps(args.gpus)
+    accumulation = config.accumulation_steps(args.gpus)
+    check_micro_steps(2 * accumulation, f"two FSDP steps of {accumulation} micro-batches each", quiet=False)
     workload = load_workload(args.model, seq_len=args.seq_len, dtype=config.dtype)
     if not workload.block_names:
         raise TrainsimError(f"model {workload.name!r} has no blocks to align units with")
@@ -120,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         "exposed_comm_s": plan_exposed,
         "aligned_exposed_comm_s": aligned_exposed,
     }
+    require_finite(record, "the shard check")
     if args.format == "json":
         print(json.dumps(record, indent=2))
     else:

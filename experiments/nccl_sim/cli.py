@@ -20,7 +20,10 @@ the simulated algorithm per size range and the bottleneck link of the largest si
                   "time_us": float, "algbw_GBps": float, "busbw_GBps": float,
                   "algorithm": str, "bottleneck_link": str, "closed_form_us": float}, ...]}
 
-GB/s are 1e9 bytes/s. Bad input prints one ``error:`` line and exits with status 2.
+GB/s are 1e9 bytes/s. ``--cluster`` and ``--topology`` name the same flag. Bad input prints one
+``error:`` line and exits with status 2; so does a ladder of more than :data:`MAX_SIZES` sizes, a
+size over 1 PiB or more than 32,768 GPUs. A run over many ranks says what it simulates and shows
+a progress bar per size on stderr (a terminal only; ``--quiet`` turns both off).
 """
 
 from __future__ import annotations
@@ -29,15 +32,18 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, NoReturn
+from dataclasses import asdict, dataclass
+from typing import Any
 
+from experiments.common.finite import require_finite
+from experiments.common.progress import bar, note
 from simcore.calibration.compat import check_profile_for
 from simcore.calibration.profile_json import load_profile
+from simcore.cliargs import Parser, add_format, add_quiet, int_range, size_bytes
 from simcore.collectives import ALGORITHMS, OPS, CollectiveResult, busbw_factor, collective_time
 from simcore.errors import TrainsimError, cli_entry
 from simcore.topology import Topology
-from simcore.units import parse_size
+from topologies.cliargs import MAX_GPUS, add_cluster, add_fabric, add_gpus, add_nodes
 
 __all__ = ["NcclRow", "main", "rows_for", "size_ladder"]
 
@@ -58,6 +64,10 @@ _REDOP = {"all_reduce": "sum", "reduce": "sum", "reduce_scatter": "sum", "ps_pus
 _ROOTED = ("broadcast", "reduce")
 _PER_RANK_COUNT = ("all_gather", "reduce_scatter")
 ALGO_CHOICES = sorted({name for algos in ALGORITHMS.values() for name in algos})
+MAX_SIZES = 1024
+# Sizes x ranks above which the run says what it will simulate and shows progress: one size of
+# an all_reduce over 16,384 ranks takes ~16 s on one core (python -m experiments.nccl_sim --gpus 16384).
+NOTE_RANK_SIZES = 8192
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,35 +87,53 @@ class NcclRow:
     closed_form_us: float
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise TrainsimError(message)
-
-
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m experiments.nccl_sim", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="python -m experiments.nccl_sim", description=__doc__.split("\n\n")[0])
+    add_cluster(p, "dgx-a100", topology_alias=True)
+    add_gpus(p, None, help="ranks to place (default: one node of the preset)")
+    add_nodes(p)
+    add_fabric(p)
+    p.add_argument("--op", default="all_reduce", choices=list(OPS), help="collective")
+    p.add_argument("-b", "--minbytes", type=size_bytes(), default="32M", help="smallest size")
+    p.add_argument("-e", "--maxbytes", type=size_bytes(), default="32M", help="largest size")
     p.add_argument(
-        "--topology", default="dgx-a100", help="preset name or cluster spec file (default dgx-a100)"
+        "-f", "--stepfactor", type=int_range(1, 2**20), default=1, help="multiply the size by this per step"
     )
-    p.add_argument("--gpus", type=int, default=None, help="ranks to place (default: one node of the preset)")
-    p.add_argument("--nodes", type=int, default=None, help="number of nodes of the preset")
-    p.add_argument("--fabric", default=None, help="fabric override: leaf-spine, rail-optimised, none")
-    p.add_argument("--op", default="all_reduce", help=f"collective: {', '.join(OPS)}")
-    p.add_argument("-b", "--minbytes", default="32M", help="smallest size (default 32M)")
-    p.add_argument("-e", "--maxbytes", default="32M", help="largest size (default 32M)")
-    p.add_argument("-f", "--stepfactor", type=int, default=1, help="multiply the size by this per step")
-    p.add_argument("-i", "--stepbytes", default="1M", help="add this per step when -f is 1 (default 1M)")
-    p.add_argument("-d", "--datatype", default="float", help=f"element type: {', '.join(DATATYPES)}")
-    p.add_argument("-r", "--root", type=int, default=0, help="root rank for broadcast/reduce (default 0)")
-    p.add_argument("--algo", default=None, help=f"pin the algorithm, as NCCL_ALGO: {', '.join(ALGO_CHOICES)}")
-    p.add_argument("--mode", default="aggregate", help="aggregate (default) or per-step")
+    p.add_argument(
+        "-i", "--stepbytes", type=size_bytes(), default="1M", help="add this per step when -f is 1"
+    )
+    p.add_argument("-d", "--datatype", default="float", choices=list(DATATYPES), help="element type")
+    p.add_argument(
+        "-r", "--root", type=int_range(0, MAX_GPUS), default=0, help="root rank for broadcast/reduce"
+    )
+    p.add_argument("--algo", default=None, choices=ALGO_CHOICES, help="pin the algorithm, as NCCL_ALGO")
+    p.add_argument(
+        "--mode", default="aggregate", choices=("aggregate", "per-step"), help="how flows are simulated"
+    )
     p.add_argument("--calibration", default=None, help="calibration profile JSON (alpha-beta per collective)")
-    p.add_argument("--format", default="table", help="table (default) or json")
+    add_format(p, ("table", "json"))
+    add_quiet(p)
     return p
 
 
+def ladder_length(min_bytes: int, max_bytes: int, factor: int, step_bytes: int) -> int:
+    """How many sizes :func:`size_ladder` visits, without listing them."""
+    if min_bytes == max_bytes:
+        return 1
+    if factor > 1:
+        count, size = 1, min_bytes
+        while size * factor <= max_bytes:
+            size *= factor
+            count += 1
+        return count
+    return (max_bytes - min_bytes) // step_bytes + 1
+
+
 def size_ladder(min_bytes: int, max_bytes: int, factor: int, step_bytes: int) -> list[int]:
-    """The sizes nccl-tests visits: min, min*f, ... <= max (or min, min+i, ... when f is 1)."""
+    """The sizes nccl-tests visits: min, min*f, ... <= max (or min, min+i, ... when f is 1).
+
+    At most :data:`MAX_SIZES` sizes (nccl-tests' own default ladder, 8 B to 128 MB by 2, is 25).
+    """
     if min_bytes > max_bytes:
         raise TrainsimError(
             f"-b {min_bytes} is larger than -e {max_bytes}; the smallest size must not exceed the largest"
@@ -116,6 +144,12 @@ def size_ladder(min_bytes: int, max_bytes: int, factor: int, step_bytes: int) ->
         raise TrainsimError("-b must be > 0 when -f multiplies the size")
     if factor == 1 and step_bytes <= 0 and min_bytes != max_bytes:
         raise TrainsimError("-i must be > 0 when -f is 1")
+    count = ladder_length(min_bytes, max_bytes, factor, step_bytes)
+    if count > MAX_SIZES:
+        raise TrainsimError(
+            f"-b {min_bytes} -e {max_bytes} with -f {factor} / -i {step_bytes} gives {count} sizes; at most "
+            f"{MAX_SIZES}: use a larger -f or -i"
+        )
     sizes = [min_bytes]
     while True:
         nxt = sizes[-1] * factor if factor > 1 else sizes[-1] + step_bytes
@@ -155,8 +189,12 @@ def rows_for(
     mode: str = "aggregate",
     root: int = 0,
     calibration: Any = None,
+    progress: Any = None,
 ) -> list[NcclRow]:
-    """Simulate ``op`` at every size (rounded to whole elements, per rank where nccl-tests does)."""
+    """Simulate ``op`` at every size (rounded to whole elements, per rank where nccl-tests does).
+
+    ``progress`` (a tqdm bar or None) is advanced by one per size.
+    """
     if op not in OPS:
         raise TrainsimError(f"unknown op {op!r}; allowed: {', '.join(OPS)}")
     if datatype not in DATATYPES:
@@ -180,6 +218,8 @@ def rows_for(
             root=root if op in _ROOTED else None,
         )
         rows.append(_row(op, size, word, datatype, ranks, root, result))
+        if progress is not None:
+            progress.update(1)
     return rows
 
 
@@ -294,29 +334,17 @@ def format_json(topology: Topology, op: str, datatype: str, mode: str, rows: Seq
 def _load_topology(args: argparse.Namespace) -> Topology:
     from topologies import load_cluster
 
-    for flag in ("gpus", "nodes"):
-        value = getattr(args, flag)
-        if value is not None and value < 1:
-            raise TrainsimError(f"--{flag} must be >= 1, got {value}")
-    return load_cluster(args.topology, gpus=args.gpus, nodes=args.nodes, fabric=args.fabric)
+    return load_cluster(args.cluster, gpus=args.gpus, nodes=args.nodes, fabric=args.fabric)
 
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.format not in ("table", "json"):
-        raise TrainsimError(f"unknown --format {args.format!r}; allowed: table, json")
-    if args.mode not in ("aggregate", "per-step"):
-        raise TrainsimError(f"unknown --mode {args.mode!r}; allowed: aggregate, per-step")
-    if args.op not in OPS:
-        raise TrainsimError(f"unknown --op {args.op!r}; allowed: {', '.join(OPS)}")
     if args.algo is not None and args.algo not in ALGORITHMS[args.op]:
         raise TrainsimError(
             f"--algo {args.algo!r} does not implement {args.op}; allowed: {', '.join(ALGORITHMS[args.op])}"
         )
-    sizes = size_ladder(
-        parse_size(args.minbytes), parse_size(args.maxbytes), args.stepfactor, parse_size(args.stepbytes)
-    )
+    sizes = size_ladder(args.minbytes, args.maxbytes, args.stepfactor, args.stepbytes)
     topology = _load_topology(args)
     if args.op in _ROOTED and not 0 <= args.root < topology.world_size:
         raise TrainsimError(f"--root {args.root} is not a rank; allowed 0..{topology.world_size - 1}")
@@ -324,23 +352,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.calibration is not None:
         calibration = load_profile(args.calibration)
         check_profile_for(calibration, topology)
-    rows = rows_for(
-        topology,
-        args.op,
-        sizes,
-        datatype=args.datatype,
-        algorithm=args.algo,
-        mode=args.mode,
-        root=args.root,
-        calibration=calibration,
-    )
+    if len(sizes) * topology.world_size > NOTE_RANK_SIZES:
+        note(
+            f"this simulates {len(sizes)} size(s) of {args.op} over {topology.world_size} ranks",
+            quiet=args.quiet,
+        )
+    with bar(len(sizes), "sizes", quiet=args.quiet, unit="size") as progress:
+        rows = rows_for(
+            topology, args.op, sizes, datatype=args.datatype, algorithm=args.algo, mode=args.mode,
+            root=args.root, calibration=calibration, progress=progress,
+        )  # fmt: skip
+    require_finite([asdict(r) for r in rows], f"the simulated {args.op}")
     if args.format == "json":
         sys.stdout.write(format_json(topology, args.op, args.datatype, args.mode, rows))
     else:
         sys.stdout.write(
-            format_table(
-                topology, args.op, rows, sizes, args.stepfactor, parse_size(args.stepbytes), args.mode
-            )
+            format_table(topology, args.op, rows, sizes, args.stepfactor, args.stepbytes, args.mode)
         )
     return 0
 

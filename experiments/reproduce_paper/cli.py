@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import cache
-from pathlib import Path
 from typing import TYPE_CHECKING
 
+from experiments.common.progress import track
 from experiments.reproduce_paper.claims import (
     CLAIMS,
     FULL_SETTING,
@@ -37,12 +38,13 @@ from experiments.reproduce_paper.claims import (
     PaperSetting,
 )
 from experiments.reproduce_paper.hardware import (
+    HARDWARE_EVALUATORS,
     cached_cluster,
     cached_workload,
-    hardware_claims,
     simulate_point,
 )
 from experiments.reproduce_paper.report import FORMATS, SUFFIX, render
+from simcore.cliargs import Parser, add_format, add_out, add_quiet, output_dir
 from simcore.compute.heterogeneity import Heterogeneity, Jitter, JitterSpec
 from simcore.errors import cli_entry
 from simcore.paramserver import (
@@ -294,57 +296,73 @@ def evaluate_mitigated(setting: PaperSetting) -> ClaimResult:
 
 
 PS_CLAIMS = ("ddp-vs-ps", "async-time", "async-accuracy", "mitigated-negates")
+Evaluator = Callable[[PaperSetting], ClaimResult]
+PAPER_EVALUATORS: tuple[Evaluator, ...] = (
+    evaluate_ddp_vs_fsdp,
+    evaluate_ddp_vs_one_gpu,
+    evaluate_fsdp_memory,
+)
+PS_EVALUATORS: tuple[Evaluator, ...] = (
+    evaluate_ddp_vs_ps, evaluate_async_time, evaluate_async_accuracy, evaluate_mitigated,
+)  # fmt: skip
 
 
-def _ps_claims(setting: PaperSetting) -> list[ClaimResult]:
+def _ps_evaluators() -> list[Evaluator]:
+    """The parameter-server claims' evaluators, or ones that say why they were not simulated."""
     try:
         import simcore.paramserver  # noqa: F401
     except ImportError as exc:
         reason = f"the parameter-server simulation (simcore.paramserver) is not available: {exc}"
-        return [ClaimResult(c, NOT_SIMULATED, reason, (), ()) for c in PS_CLAIMS]
+        return [lambda _s, c=c: ClaimResult(c, NOT_SIMULATED, reason, (), ()) for c in PS_CLAIMS]  # type: ignore[misc]
+    return list(PS_EVALUATORS)
+
+
+def _evaluate(evaluators: Sequence[Evaluator], setting: PaperSetting, quiet: bool) -> list[ClaimResult]:
     return [
-        evaluate_ddp_vs_ps(setting),
-        evaluate_async_time(setting),
-        evaluate_async_accuracy(setting),
-        evaluate_mitigated(setting),
+        evaluate(setting)
+        for evaluate in track(evaluators, len(evaluators), "claims", quiet=quiet, unit="claim")
     ]
 
 
-def paper_claims(setting: PaperSetting) -> list[ClaimResult]:
-    """The seed study's claims, in table order."""
-    found = [evaluate_ddp_vs_fsdp(setting), evaluate_ddp_vs_one_gpu(setting), evaluate_fsdp_memory(setting)]
-    by_id = {r.claim_id: r for r in (*found, *_ps_claims(setting))}
+def _paper_order(results: Sequence[ClaimResult]) -> list[ClaimResult]:
+    by_id = {r.claim_id: r for r in results}
     return [by_id[c] for c in CLAIMS if c in by_id]
 
 
-def run_claims(setting: PaperSetting) -> list[ClaimResult]:
-    """Every claim of both sources, the study first."""
-    return [*paper_claims(setting), *hardware_claims(setting)]
+def paper_claims(setting: PaperSetting, *, quiet: bool = True) -> list[ClaimResult]:
+    """The seed study's claims, in table order."""
+    return _paper_order(_evaluate([*PAPER_EVALUATORS, *_ps_evaluators()], setting, quiet))
+
+
+def run_claims(setting: PaperSetting, *, quiet: bool = True) -> list[ClaimResult]:
+    """Every claim of both sources, the study first (a progress bar on stderr unless ``quiet``)."""
+    paper = [*PAPER_EVALUATORS, *_ps_evaluators()]
+    results = _evaluate([*paper, *HARDWARE_EVALUATORS], setting, quiet)
+    return [*_paper_order(results[: len(paper)]), *results[len(paper) :]]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m experiments.reproduce_paper", description=__doc__.split("\n\n")[0]
-    )
+    parser = Parser(prog="python -m experiments.reproduce_paper", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="the small CI setting (a few seconds)")
-    parser.add_argument("--format", default="table", choices=FORMATS)
-    parser.add_argument("--out", help="directory to write the report to in every format")
+    add_format(parser, FORMATS)
+    add_out(parser, "the report in every format", default_new=False)
+    add_quiet(parser)
     return parser
 
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    out = output_dir(args.out, force=args.force)
     setting = QUICK_SETTING if args.quick else FULL_SETTING
-    results = run_claims(setting)
+    results = run_claims(setting, quiet=args.quiet)
     print(render(results, setting, args.format, quick=args.quick), end="")
-    if args.out:
-        out = Path(args.out)
+    if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         for fmt in FORMATS:
-            (out / f"reproduce_paper.{SUFFIX[fmt]}").write_text(
-                render(results, setting, fmt, quick=args.quick), encoding="utf-8"
-            )
+            path = out / f"reproduce_paper.{SUFFIX[fmt]}"
+            path.write_text(render(results, setting, fmt, quick=args.quick), encoding="utf-8")
+            print(f"wrote {path}", file=sys.stderr)
     return 0
 
 

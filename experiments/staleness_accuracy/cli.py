@@ -35,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.common.finite import require_finite
+from experiments.common.progress import note
 from experiments.staleness_accuracy.data import DATASETS, Dataset, load_dataset
 from experiments.staleness_accuracy.report import (
     ReportContext,
@@ -56,10 +58,19 @@ from experiments.staleness_accuracy.simulated import (
     time_basis,
 )
 from experiments.staleness_accuracy.trainer import Setting, SettingResult, TrainerConfig, run_settings
+from simcore.cliargs import (
+    Parser,
+    add_out,
+    add_quiet,
+    int_list,
+    int_range,
+    name_list,
+    output_dir,
+)
 from simcore.errors import TrainsimError, cli_entry
-from simcore.paramserver import normalize_ps_mode
 from simcore.staleness.distribution import fixed_staleness, load_measured_staleness, staleness_from_histogram
 from simcore.staleness.penalty import PenaltyObservation, fit_penalty_model
+from topologies.cliargs import add_cluster
 
 __all__ = ["build_parser", "main", "run_penalty_study"]
 
@@ -76,35 +87,53 @@ class StudySize:
 NORMAL = StudySize("0,1,2,4,8,16", seeds=5, epochs=20)
 QUICK = StudySize("0,2,8", seeds=2, epochs=6)
 TARGET_FRACTION_OF_SYNC = 0.97
+MAX_DELAY = 1000  # server versions; the penalty study's largest delay is 32
+# Workers of the simulated parameter server: simulated per rank, its cost grows ~x11 per doubling
+# past 64 (one ps-async run of GPT-2 XL: 1.5 s at 64 workers, 19 s at 128, 216 s at 256).
+MAX_WORKERS = 128
+# SGD updates of the small MLP, about 0.7 ms each on one core (the default study: ~70 k in ~50 s):
+# the bound is about an hour; past NOTE_UPDATES (~2 s) the command says how much it trains.
+MAX_UPDATES = 5_000_000
+NOTE_UPDATES = 3_000
 
 
-def _int_list(text: str, what: str) -> list[int]:
+def positive_float(text: str) -> float:
     try:
-        values = [int(part) for part in text.split(",") if part.strip()]
+        value = float(text)
     except ValueError:
-        raise TrainsimError(f"{what}: expected comma-separated integers, got {text!r}") from None
-    if not values or any(v < 0 for v in values):
-        raise TrainsimError(f"{what}: expected non-negative integers, got {text!r}")
-    return values
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (0 < value < 1e6):
+        raise argparse.ArgumentTypeError(f"expected a number > 0 and < 1e6, got {text!r}")
+    return value
 
 
-def _modes(text: str, allowed: Sequence[str], what: str) -> list[str]:
-    modes = [normalize_ps_mode(part) for part in text.split(",") if part.strip()]
-    bad = [m for m in modes if m not in allowed]
-    if not modes or bad:
-        raise TrainsimError(f"{what}: allowed modes are {', '.join(allowed)}, got {text!r}")
-    return list(dict.fromkeys(modes))
+def fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"expected an accuracy between 0 and 1, got {text!r}")
+    return value
+
+
+def _mode(text: str) -> str:
+    return text.strip().lower().removeprefix("ps-")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m experiments.staleness_accuracy", description=__doc__.split("\n")[0]
-    )
+    parser = Parser(prog="python -m experiments.staleness_accuracy", description=__doc__.split("\n")[0])
     add = parser.add_argument
     add("--quick", action="store_true", help="small setting for CI: delays 0,2,8, 2 seeds, 6 epochs")
-    add("--dataset", default="digits", help=f"one of {', '.join(DATASETS)} (default digits)")
-    add("--delays", help="(a) fixed delays, comma-separated (default 0,1,2,4,8,16)")
-    add("--modes", default="async,mitigated", help="modes for fixed and measured delays: async, mitigated")
+    add("--dataset", default="digits", choices=list(DATASETS), help="training task")
+    add(
+        "--delays", type=int_list(0, MAX_DELAY), default=None,
+        help=f"(a) fixed delays in server versions, comma-separated (default {NORMAL.delays})",
+    )  # fmt: skip
+    add(
+        "--modes", type=name_list(("async", "mitigated"), what="mode", normalize=_mode),
+        default="async,mitigated", help="modes for fixed and measured delays: async, mitigated",
+    )  # fmt: skip
     add(
         "--measured",
         action="append",
@@ -112,22 +141,33 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="(c) staleness file (calibrate.train JSONL or JSON list)",
     )
-    add(
-        "--cluster",
+    add_cluster(
+        parser, None,
         help="(b) cluster preset or file for the parameter-server simulation; also sets the time per update",
+    )  # fmt: skip
+    add(
+        "--gpus", type=int_range(1, MAX_WORKERS), default=8,
+        help="(b) number of workers of the parameter-server simulation",
+    )  # fmt: skip
+    add(
+        "--ps-modes", type=name_list(("async", "ssp", "mitigated"), what="mode", normalize=_mode),
+        default="async,ssp,mitigated", help="(b) simulated modes: async, ssp, mitigated",
+    )  # fmt: skip
+    add(
+        "--staleness-bounds",
+        type=int_list(0, MAX_DELAY, max_items=16),
+        default="1,2,4",
+        help="(b) SSP bounds",
     )
-    add("--gpus", type=int, default=8, help="(b) number of workers (default 8)")
-    add("--ps-modes", default="async,ssp,mitigated", help="(b) simulated modes: async, ssp, mitigated")
-    add("--staleness-bounds", default="1,2,4", help="(b) SSP bounds (default 1,2,4)")
-    add("--seeds", type=int, help="seeds per setting (default 5)")
-    add("--epochs", type=int, help="passes over the training set (default 20)")
-    add("--lr", type=float, default=0.1, help="SGD learning rate (default 0.1)")
-    add("--batch-size", type=int, default=32, help="samples per server update (default 32)")
-    add("--hidden", type=int, default=32, help="hidden units; 0 = softmax regression (default 32)")
+    add("--seeds", type=int_range(1, 100), help=f"seeds per setting (default {NORMAL.seeds})")
+    add("--epochs", type=int_range(1, 1000), help=f"passes over the training set (default {NORMAL.epochs})")
+    add("--lr", type=positive_float, default=0.1, help="SGD learning rate")
+    add("--batch-size", type=int_range(1, 65536), default=32, help="samples per server update")
+    add("--hidden", type=int_range(0, 4096), default=32, help="hidden units; 0 = softmax regression")
     add(
         "--target",
-        type=float,
-        help=f"target test accuracy (default {100 * TARGET_FRACTION_OF_SYNC:.0f}%% of sync's final)",
+        type=fraction,
+        help=f"target test accuracy, 0..1 (default {100 * TARGET_FRACTION_OF_SYNC:.0f}%% of sync's final)",
     )
     add(
         "--step-time",
@@ -136,13 +176,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MODE=TIME",
         help="time per server update of a mode, e.g. async=72ms (overrides the simulated time of --cluster)",
     )
-    add("--out", type=Path, help="write report.md, plots and results.json here")
+    add_out(parser, "report.md, plots and results.json", default_new=False)
     add(
         "--fit-penalty",
         type=Path,
         metavar="FILE",
-        help="run the penalty study and write its coefficients JSON",
+        help="run the penalty study and write its coefficients JSON (an existing file needs --force)",
     )
+    add_quiet(parser)
     return parser
 
 
@@ -163,18 +204,29 @@ def _measured_settings(paths: Sequence[str], modes: Sequence[str]) -> list[Setti
 
 def _resolve(args: argparse.Namespace) -> tuple[list[int], int, int]:
     defaults = QUICK if args.quick else NORMAL
-    delays = _int_list(args.delays or defaults.delays, "--delays")
+    delays = args.delays or [int(d) for d in defaults.delays.split(",")]
     seeds = args.seeds if args.seeds is not None else defaults.seeds
     epochs = args.epochs if args.epochs is not None else defaults.epochs
-    if seeds < 1:
-        raise TrainsimError(f"--seeds must be >= 1, got {seeds}")
     return delays, seeds, epochs
 
 
+def _check_work(dataset: Dataset, config: TrainerConfig, runs: int, quiet: bool) -> None:
+    """Refuse more than :data:`MAX_UPDATES` SGD updates in all; say how many when it takes a while."""
+    per_run = config.epochs * -(-len(dataset.y_train) // config.batch_size)
+    updates = runs * per_run
+    why = f"{runs} training runs x {per_run} updates"
+    if updates > MAX_UPDATES:
+        raise TrainsimError(
+            f"this would train {updates:,} SGD updates ({why}); at most {MAX_UPDATES:,}: "
+            "use fewer --delays, --seeds or --epochs, or a larger --batch-size"
+        )
+    if updates > NOTE_UPDATES:
+        note(f"this trains {updates:,} SGD updates ({why})", quiet=quiet)
+
+
 def _write_outputs(
-    args: argparse.Namespace, results: list[SettingResult], rows: list[SummaryRow], context: ReportContext
+    out: Path, results: list[SettingResult], rows: list[SummaryRow], context: ReportContext
 ) -> None:
-    out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.md").write_text(markdown_report(rows, context), encoding="utf-8")
     payload = {
@@ -188,7 +240,9 @@ def _write_outputs(
         "rows": [asdict(row) for row in rows],
     }
     (out / "results.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
-    for path in write_plots(out, results, rows, context.target, context.step_times.unit):
+    written = [out / "report.md", out / "results.json"]
+    written += write_plots(out, results, rows, context.target, context.step_times.unit)
+    for path in written:
         print(f"wrote {path}", file=sys.stderr)
 
 
@@ -240,10 +294,18 @@ def _fit_mode(rows: Sequence[SummaryRow]) -> dict[str, object]:
 
 
 def run_penalty_study(
-    path: Path, dataset: Dataset, config: TrainerConfig, seeds: int, argv: list[str] | None
+    path: Path,
+    dataset: Dataset,
+    config: TrainerConfig,
+    seeds: int,
+    argv: list[str] | None,
+    *,
+    quiet: bool = True,
 ) -> int:
     """Train the study's settings, fit the penalty model per mode, write it with its provenance."""
-    results = run_settings(dataset, config, _penalty_study_settings(), seeds)
+    settings = _penalty_study_settings()
+    _check_work(dataset, config, len(settings) * seeds, quiet)
+    results = run_settings(dataset, config, settings, seeds, quiet=quiet)
     sync_accuracy = float(results[0].final_accuracies.mean())
     target = round(TARGET_FRACTION_OF_SYNC * sync_accuracy, 3)
     rows = summarize(results, sync_accuracy, target, StepTimes())
@@ -287,6 +349,15 @@ def run_penalty_study(
     return 0
 
 
+def _fit_penalty_path(args: argparse.Namespace) -> Path:
+    path: Path = args.fit_penalty
+    if path.is_dir():
+        raise TrainsimError(f"--fit-penalty {str(path)!r} is a folder; give the JSON file to write")
+    if path.exists() and not args.force:
+        raise TrainsimError(f"--fit-penalty {str(path)!r} exists; add --force to replace it")
+    return path
+
+
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
@@ -295,27 +366,32 @@ def main(argv: list[str] | None = None) -> int:
         hidden=args.hidden, learning_rate=args.lr, batch_size=args.batch_size, epochs=epochs
     )
     if args.fit_penalty:
-        return run_penalty_study(args.fit_penalty, load_dataset(args.dataset), config, seeds, argv)
-    modes = _modes(args.modes, ("async", "mitigated"), "--modes")
+        path = _fit_penalty_path(args)
+        return run_penalty_study(path, load_dataset(args.dataset), config, seeds, argv, quiet=args.quiet)
+    out = output_dir(args.out, force=args.force)
     notes: list[str] = []
     given_times = parse_step_times(args.step_time)
+    dataset = load_dataset(args.dataset)
     runs = []
     if args.cluster:
-        ps_modes = _modes(args.ps_modes, ("async", "ssp", "mitigated"), "--ps-modes")
-        bounds = _int_list(args.staleness_bounds, "--staleness-bounds")
-        runs = simulated_runs(args.cluster, args.gpus, ps_modes, bounds)
+        if args.gpus > 64:
+            note(f"simulating the parameter server with {args.gpus} workers takes a while", quiet=args.quiet)
+        runs = simulated_runs(args.cluster, args.gpus, args.ps_modes, args.staleness_bounds)
         notes += [predicted_source(args.cluster, args.gpus, runs), *ssp_notes(args.cluster, args.gpus, runs)]
     else:
         notes.append("(b) simulator-predicted staleness not run: give --cluster NAME --gpus N")
     settings = (
-        _fixed_settings(delays, modes) + predicted_settings(runs) + _measured_settings(args.measured, modes)
+        _fixed_settings(delays, args.modes)
+        + predicted_settings(runs)
+        + _measured_settings(args.measured, args.modes)
     )
+    _check_work(dataset, config, len(settings) * seeds, args.quiet)
     step_times = time_basis(args.cluster, args.gpus, runs, given_times)
-    dataset = load_dataset(args.dataset)
-    results = run_settings(dataset, config, settings, seeds)
+    results = run_settings(dataset, config, settings, seeds, quiet=args.quiet)
     sync_accuracy = float(results[0].final_accuracies.mean())
     target = args.target if args.target is not None else round(TARGET_FRACTION_OF_SYNC * sync_accuracy, 3)
     rows = summarize(results, sync_accuracy, target, step_times)
+    require_finite([asdict(row) for row in rows], "the staleness study")
     print(f"dataset: {dataset.description}")
     print(
         f"model: MLP hidden={config.hidden}, SGD lr={config.learning_rate}, batch {config.batch_size}, "
@@ -328,9 +404,9 @@ def main(argv: list[str] | None = None) -> int:
     print("the seed study (Ovi, arXiv 2505.12832, 2025) beside this one:")
     for quantity, paper, ours in paper_comparison(rows, step_times):
         print(f"  {quantity}: paper {paper}; here {ours}")
-    for note in notes:
-        print(f"note: {note}")
-    if args.out:
+    for note_line in notes:
+        print(f"note: {note_line}")
+    if out is not None:
         command = "python -m experiments.staleness_accuracy " + " ".join(
             argv if argv is not None else sys.argv[1:]
         )
@@ -339,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
             f"batch {config.batch_size} per update, {epochs} epochs, seeds 0..{seeds - 1}"
         )
         _write_outputs(
-            args,
+            out,
             results,
             rows,
             ReportContext(

@@ -278,16 +278,17 @@ class SettingResult:
 
 
 def run_settings(
-    dataset: Dataset, config: TrainerConfig, settings: Sequence[Setting], seeds: int
+    dataset: Dataset, config: TrainerConfig, settings: Sequence[Setting], seeds: int, *, quiet: bool = True
 ) -> list[SettingResult]:
-    """Train every setting with seeds 0..seeds-1, in the given order."""
-    return [
-        SettingResult(
-            s,
-            tuple(
-                train_with_staleness(dataset, config, s.distribution, seed, damped=s.damped)
-                for seed in range(seeds)
-            ),
-        )
-        for s in settings
-    ]
+    """Train every setting with seeds 0..seeds-1, in the given order (a progress bar unless ``quiet``)."""
+    from experiments.common.progress import bar
+
+    results = []
+    with bar(len(settings) * seeds, "training", quiet=quiet, unit="run") as progress:
+        for s in settings:
+            runs = []
+            for seed in range(seeds):
+                runs.append(train_with_staleness(dataset, config, s.distribution, seed, damped=s.damped))
+                progress.update(1)
+            results.append(SettingResult(s, tuple(runs)))
+    return results

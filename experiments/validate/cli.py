@@ -1,6 +1,6 @@
 """Predicted against measured step time, on real training runs of this machine.
 
-    python -m experiments.validate [--quick] [--out DIR] [--measured DIR] [--no-testbed]
+    python -m experiments.validate [--quick] [--out DIR [--force]] [--measured DIR] [--no-testbed]
 
 1. Calibrates the machine with the microbenchmark jobs only (``calibrate.collectives`` at each
    world size of the grid, ``calibrate.compute`` on two ranks: matmuls, memory copy, the layer
@@ -15,16 +15,20 @@
 4. Writes ``report.md`` (headline: overall step-time MAPE), ``comparison.csv``, plots and
    ``provenance.json`` (:mod:`experiments.validate.report`).
 
-``--measured DIR`` skips steps 1-2 and re-predicts the measurements already in DIR (its
-``profile.json``, ``runs.jsonl`` and ``runs/``). ``--quick`` (CI) runs two processes, a tiny CNN,
-DDP and synchronous PS, a few steps, no testbed. Every job runs under a timeout; a run that fails
-is reported as such and never replaced by a number.
+Everything goes to a new folder, ``runs/validate-<time>/`` (``--out DIR``: that folder, which must
+be new or empty unless ``--force``), so no run overwrites an earlier one or the committed
+``experiments/results/validation``. ``--measured DIR`` skips steps 1-2 and re-predicts the
+measurements already in DIR (its ``profile.json``, ``runs.jsonl`` and ``runs/``), reading DIR only
+and writing the report to the output folder. ``--quick`` (CI) runs two processes, a tiny CNN, DDP
+and synchronous PS, a few steps, no testbed. torch is checked before anything is written; every
+job runs under a timeout; a run that fails is reported as such and never replaced by a number.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import os
 import platform
 import shutil
@@ -40,11 +44,12 @@ from typing import Any
 from calibrate.common.records import RecordWriter, atomic_write_json, read_records
 from experiments.validate.grid import RunSpec, full_grid, quick_grid, train_argv
 from simcore.calibration.profile_json import profile_to_json
+from simcore.cliargs import Parser, add_out, output_dir
 from simcore.errors import TrainsimError, cli_entry
 
 __all__ = ["calibrate_machine", "launch_module", "main", "measure_runs", "testbed_reason"]
 
-DEFAULT_OUT = "experiments/results/validation"
+COMMITTED = "experiments/results/validation"  # the committed full run: read by --measured, never written
 
 
 def _free_port() -> int:
@@ -225,14 +230,15 @@ def _portable(argv: list[str]) -> list[str]:
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m experiments.validate", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="python -m experiments.validate", description=__doc__.split("\n\n")[0])
     p.add_argument(
         "--quick", action="store_true", help="CI: 2 processes, tiny CNN, DDP + PS sync, no testbed"
     )
+    add_out(p, "the calibration, the runs and the report", default_new=True)
     p.add_argument(
-        "--out", default=None, help=f"output directory (default: {DEFAULT_OUT}, quick: a temp dir)"
-    )
-    p.add_argument("--measured", default=None, help="re-predict the measurements in this directory")
+        "--measured", default=None, metavar="DIR",
+        help=f"re-predict the measurements in DIR (read only), e.g. {COMMITTED}",
+    )  # fmt: skip
     p.add_argument("--no-testbed", action="store_true", help="skip the emulated-node runs")
     p.add_argument("--notes", default=None, help="markdown file of analysis to put in the report")
     args = p.parse_args(argv)
@@ -240,37 +246,56 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _check_prerequisites(args: argparse.Namespace) -> None:
+    """What a run needs, checked before anything is written."""
+    if args.measured is not None:
+        measured = Path(args.measured)
+        if not (measured / "runs.jsonl").is_file():
+            raise TrainsimError(
+                f"--measured {args.measured!r}: no runs.jsonl there; measure first (python -m experiments.validate)"
+            )
+    elif importlib.util.find_spec("torch") is None:
+        raise TrainsimError(
+            "measuring needs torch (pip install torch, or the calibrate extra); "
+            f"--measured {COMMITTED} re-predicts the committed measurements without it"
+        )
+    if args.notes is not None and not Path(args.notes).is_file():
+        raise TrainsimError(f"--notes {args.notes!r}: no such file")
+
+
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     from experiments.validate.report import load_measured, write_report
 
     args = _parse_args(argv)
+    _check_prerequisites(args)
+    out = output_dir(args.out, force=args.force, command="validate-quick" if args.quick else "validate")
+    assert out is not None  # a command with a default folder always gets one
     started, load_start = time.monotonic(), list(os.getloadavg())
-    out = Path(args.out or args.measured or ("runs/validate-quick" if args.quick else DEFAULT_OUT))
-    out.mkdir(parents=True, exist_ok=True)
+    source = Path(args.measured) if args.measured is not None else out
     if args.measured is None:
+        out.mkdir(parents=True, exist_ok=True)
+        print(f"validate: writing to {out}", file=sys.stderr, flush=True)
         reason = "skipped (--quick or --no-testbed)" if args.quick or args.no_testbed else testbed_reason()
         specs = quick_grid() if args.quick else full_grid(testbed=reason is None)
         worlds = sorted({s.world for s in specs if s.network == "loopback"})
         calibrate_machine(out, worlds, quick=args.quick)
         measure_runs(specs, out)
         atomic_write_json(out / "provenance.json", _machine(out, args, reason or "used", started, load_start))
-    elif Path(args.measured).resolve() != out.resolve():
-        raise TrainsimError(
-            "--measured writes its report into the measured directory; do not also give --out"
-        )
-    runs, provenance = load_measured(out)
+    runs, provenance = load_measured(source)
     if args.measured is not None:
         provenance = {
             **provenance,
-            "report_command": " ".join(["python -m experiments.validate", *args.argv]),
+            "report_command": " ".join(["python -m experiments.validate", *_portable(args.argv)]),
         }
     cores = int(provenance.get("cores_available") or len(os.sched_getaffinity(0)))
     notes = Path(args.notes).read_text(encoding="utf-8") if args.notes else ""
+    out.mkdir(parents=True, exist_ok=True)
     summary = write_report(
-        runs, out, cores=cores, provenance=provenance, plots=not args.quick, analysis=notes
+        runs, out, cores=cores, provenance=provenance, plots=not args.quick, analysis=notes, source=source
     )
     print(summary)
+    print(f"wrote {out / 'report.md'}, comparison.csv, comparison.json and plots in {out}", file=sys.stderr)
     return 0
 
 

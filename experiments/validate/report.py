@@ -145,9 +145,15 @@ def _orders_md(orders: Sequence[dict[str, Any]]) -> str:
 
 
 def write_report(runs: Sequence[tuple[RunSpec, MeasuredRun | None, str]], out: Path, *, cores: int,
-                 provenance: dict[str, Any], plots: bool = True, analysis: str = "") -> str:  # fmt: skip
-    """Predict, then write comparison.csv/json, report.md and (``plots``) PNGs; return the summary."""
-    rows = compare(runs, out, cores)
+                 provenance: dict[str, Any], plots: bool = True, analysis: str = "",
+                 source: Path | None = None) -> str:  # fmt: skip
+    """Predict, then write comparison.csv/json, report.md and (``plots``) PNGs; return the summary.
+
+    The profile and calibration records are read from ``source`` (default ``out``): a report of
+    measurements made earlier goes to a folder of its own and leaves theirs untouched.
+    """
+    source = out if source is None else source
+    rows = compare(runs, source, cores)
     orders = strategy_order(rows)
     records = [r.record() for r in rows]
     buffer = io.StringIO()
@@ -159,7 +165,7 @@ def write_report(runs: Sequence[tuple[RunSpec, MeasuredRun | None, str]], out: P
                                          encoding="utf-8")  # fmt: skip
     summary = summary_text(rows, orders)
     figures = _plots(rows, out) if plots else []
-    text = report_markdown(summary, rows, orders, provenance, figures, analysis, _calibration_md(out))
+    text = report_markdown(summary, rows, orders, provenance, figures, analysis, _calibration_md(source))
     (out / "report.md").write_text(text, encoding="utf-8")
     return summary
 

@@ -43,6 +43,7 @@ rendering live in :mod:`experiments.validate_memory.report`).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -57,6 +58,7 @@ from experiments.validate_memory.report import (
     summary,
     write_plots,
 )
+from simcore.cliargs import Parser, add_out, int_list, name_list, output_dir
 from simcore.errors import TrainsimError, cli_entry
 
 __all__ = [
@@ -163,21 +165,30 @@ def compare(records: Sequence[Mapping[str, Any]], sources: Sequence[str] = SOURC
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m experiments.validate_memory", description=__doc__.splitlines()[0]
-    )
+    parser = Parser(prog="python -m experiments.validate_memory", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--quick", action="store_true", help=f"models {','.join(QUICK_MODELS)} at W = 1, 2, 4 (CI)"
     )
     parser.add_argument("--models", help=f"comma list (default {','.join(FULL_MODELS)})")
-    parser.add_argument("--strategies", default="ddp,fsdp", help="comma list of ddp, fsdp")
-    parser.add_argument("--world-sizes", help="comma list (default 1,2,4,8,16,32,64)")
-    parser.add_argument("--optimizer", default="adamw", choices=("adamw", "sgd", "sgd-momentum"))
-    parser.add_argument("--sources", default="import,preset", help="simulator workloads: import, preset")
+    parser.add_argument(
+        "--strategies", type=name_list(("ddp", "fsdp"), what="strategy"), default="ddp,fsdp",
+        help="comma list of ddp, fsdp",
+    )  # fmt: skip
+    parser.add_argument(
+        "--world-sizes", type=int_list(1, 4096, max_items=16), default=None,
+        help="comma list (default 1,2,4,8,16,32,64)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--optimizer", default="adamw", choices=("adamw", "sgd", "sgd-momentum"), help="optimizer"
+    )
+    parser.add_argument(
+        "--sources", type=name_list(SOURCES, what="source"), default="import,preset",
+        help="simulator workloads: import, preset",
+    )  # fmt: skip
     parser.add_argument(
         "--measured", help="JSONL of calibrate.memory_truth records instead of measuring here"
     )
-    parser.add_argument("--out", help="directory for the records, comparison, markdown report and plots")
+    add_out(parser, "the records, comparison, markdown report and plots", default_new=False)
     return parser
 
 
@@ -185,12 +196,14 @@ def _measure(args: argparse.Namespace, out_dir: Path | None) -> list[dict[str, A
     from calibrate.memory_truth import cli as memory_truth
 
     models = args.models or ",".join(QUICK_MODELS if args.quick else FULL_MODELS)
-    worlds = args.world_sizes or ",".join(map(str, QUICK_WORLD_SIZES if args.quick else FULL_WORLD_SIZES))
+    worlds = args.world_sizes or list(QUICK_WORLD_SIZES if args.quick else FULL_WORLD_SIZES)
     out = str(out_dir / "memory_truth.jsonl") if out_dir else None
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
     return memory_truth.measure_grid(
         memory_truth.parse_list(models, list(memory_truth.MODELS), "--models"),
-        memory_truth.parse_list(args.strategies, memory_truth.STRATEGIES, "--strategies"),
-        memory_truth.parse_world_sizes(worlds),
+        args.strategies,
+        worlds,
         optimizer=args.optimizer,
         out=out,
     )
@@ -199,17 +212,18 @@ def _measure(args: argparse.Namespace, out_dir: Path | None) -> list[dict[str, A
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    sources = [s.strip() for s in args.sources.split(",") if s.strip()]
-    if not sources or any(s not in SOURCES for s in sources):
-        raise TrainsimError(f"--sources: {args.sources!r} not allowed; choose from {', '.join(SOURCES)}")
-    out_dir = Path(args.out) if args.out else None
-    if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
+    sources = args.sources
+    if args.measured:
+        if not Path(args.measured).is_file():
+            raise TrainsimError(f"--measured: no such file {args.measured!r}")
+    elif importlib.util.find_spec("torch") is None:
+        raise TrainsimError(
+            "measuring needs torch (pip install torch); --measured FILE compares records measured elsewhere"
+        )
+    out_dir = output_dir(args.out, force=args.force)
     if args.measured:
         from calibrate.common.records import read_records
 
-        if not Path(args.measured).is_file():
-            raise TrainsimError(f"--measured: no such file {args.measured!r}")
         records = [r for r in read_records(args.measured) if r.get("kind") == "memory_truth"]
         if not records:
             raise TrainsimError(f"--measured: {args.measured!r} holds no memory_truth records")
@@ -221,14 +235,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(format_table(rows))
     for source, s in summary(rows).items():
+        forward = s.get("forward_activation_mape")
         print(
             f"{source}: peak within {PEAK_GOAL:.0%} on {s['within_goal']:.0f}/{s['configurations']:.0f}; "
             f"MAPE {s['peak_mape']:.1%}; max |error| {s['peak_max_abs_error']:.1%}; "
-            f"end-of-forward activations MAPE {s.get('forward_activation_mape', float('nan')):.1%}"
+            f"end-of-forward activations MAPE {'n/a' if forward is None else format(forward, '.1%')}"
         )
     if out_dir is not None:
         from calibrate.common.records import atomic_write_json
 
+        out_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_json(
             out_dir / "memory_comparison.json",
             {"rows": [asdict(r) | {"peak_error": r.peak_error} for r in rows], "summary": summary(rows)},

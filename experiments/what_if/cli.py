@@ -11,8 +11,17 @@ scaling efficiency against one GPU, MFU, exposed communication and per-GPU peak 
 out-of-memory verdict, the parameter-server modes' staleness, then a recommendation (see
 :mod:`simcore.whatif.sweep`). ``--format json`` prints the stable schema documented in
 :mod:`simcore.report` (parameter-server records add ``staleness`` and the fields of
-:mod:`simcore.paramserver.report`); ``--out DIR`` also writes plots, the staleness histogram and a
-Chrome trace of one step per strategy (open it in ui.perfetto.dev).
+:mod:`simcore.paramserver.report`); ``--format csv`` has the fixed columns documented there.
+``--out DIR`` also writes plots, the staleness histogram and a Chrome trace of one step per
+(cluster, synchronous strategy) (open it in ui.perfetto.dev; :mod:`experiments.what_if.plots`),
+and names each file it wrote on stderr; DIR must be new or empty (``--force`` writes into it), and
+that is checked before anything is simulated.
+
+Bounds: the run is refused, before any work, when it would simulate more than
+:data:`~experiments.common.args.MAX_MICRO_STEPS` micro-steps (e.g. ``--global-batch 1000000000``)
+or when the parameter-server modes would take minutes (they are left out, with a warning, when
+they were not named in ``--strategies``); a long but allowed run says how much it simulates and
+shows a progress bar on stderr (a terminal only; ``--quiet`` turns both off).
 
 Uneven hardware: ``--straggler RANK:FACTOR`` (repeatable), ``--jitter
 compute=lognormal:0.1,link=lognormal:0.05``, or a heterogeneous cluster YAML. With jitter and no
@@ -25,85 +34,105 @@ import argparse
 import sys
 from pathlib import Path
 
+from experiments.common.args import add_batch, add_strategies, check_micro_steps, count_text
+from experiments.common.finite import require_finite
+from experiments.common.progress import bar, note, warn
 from simcore.calibration.compat import check_profile_for
 from simcore.calibration.profile_json import load_profile
+from simcore.cliargs import (
+    Parser,
+    add_format,
+    add_model,
+    add_out,
+    add_quiet,
+    int_range,
+    output_dir,
+    size_bytes,
+)
 from simcore.compute.heterogeneity import Heterogeneity
 from simcore.errors import TrainsimError, cli_entry
-from simcore.paramserver import DEFAULT_STALENESS_BOUND, PSConfig, PSResult, parse_placement
+from simcore.paramserver import (
+    DEFAULT_STALENESS_BOUND,
+    PS_MODES,
+    Placement,
+    PSConfig,
+    PSResult,
+    parse_placement,
+)
 from simcore.report import StepReport, records_to_csv, records_to_json
 from simcore.strategies.base import COMPUTE_DTYPES, OPTIMIZERS, TrainingConfig
-from simcore.units import parse_size
 from simcore.whatif.sweep import (
     DEFAULT_CLUSTERS,
     DEFAULT_CONFIG,
     DEFAULT_MODEL,
+    MIN_PS_STEPS,
+    UNEVEN_PS_STEPS,
     WhatIfResult,
     all_strategy_names,
     run_what_if,
 )
+from simcore.workload.types import Workload
 from topologies import load_cluster
+from topologies.cliargs import MAX_GPUS, MAX_NODES, add_cluster, add_gpus
 
-PROGRESS_THRESHOLD = 24  # points; longer sweeps report progress on stderr
 STOCHASTIC_STEPS = (
     20  # steps simulated with jitter when --steps is not given: enough for a p99 to mean something
 )
-
-
-def _int_list(text: str, what: str) -> list[int]:
-    try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise TrainsimError(f"{what}: expected a number or a comma list of numbers, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise TrainsimError(f"{what}: expected positive numbers, got {text!r}")
-    return values
+MAX_STEPS = 10_000
+# Parameter-server modes are simulated per rank, and their cost grows steeply with the workers:
+# one ps-async run of 2 steps (GPT-2 XL, dgx-a100, one core) took 1.5 s at 64 GPUs, 19 s at 128
+# and 216 s at 256, about x11 per doubling (GPUs^3.5). The estimate below uses that curve for
+# every mode (ps-sync is cheaper: 5 s at 256), refuses a run estimated past MAX_PS_SECONDS and
+# states the estimate past NOTE_PS_SECONDS.
+PS_SECONDS_PER_STEP_AT_64 = 0.75
+PS_GROWTH_EXPONENT = 3.5
+MAX_PS_SECONDS = 120.0
+NOTE_PS_SECONDS = 2.0
 
 
 def build_parser() -> argparse.ArgumentParser:
     d = DEFAULT_CONFIG
-    p = argparse.ArgumentParser(prog="python -m experiments.what_if", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="python -m experiments.what_if", description=__doc__.split("\n\n")[0])
+    add_model(p, DEFAULT_MODEL)
+    add_cluster(p, ",".join(DEFAULT_CLUSTERS), several=True)
+    add_strategies(p, None)
+    add_gpus(p, "16", several=True, help="a GPU count or a comma list (a scaling sweep)")
+    add_batch(p, global_batch=d.global_batch, micro_batch=d.micro_batch)
     p.add_argument(
-        "--model", default=DEFAULT_MODEL, help="preset name, shape file (YAML/JSON) or module:factory"
-    )
-    p.add_argument(
-        "--cluster", default=",".join(DEFAULT_CLUSTERS), help="preset name(s), comma-separated, or YAML path"
-    )
-    p.add_argument(
-        "--strategies", default=",".join(all_strategy_names()), help="comma list (default: all): %(default)s"
-    )
-    p.add_argument("--gpus", default="16", help="a GPU count or a comma list (a scaling sweep)")
-    p.add_argument("--global-batch", type=int, default=d.global_batch)
-    p.add_argument("--micro-batch", type=int, default=d.micro_batch)
-    p.add_argument("--seq-len", type=int, default=d.seq_len)
-    p.add_argument("--dtype", default=d.dtype, choices=list(COMPUTE_DTYPES))
+        "--seq-len", type=int_range(1, 2**20), default=None,
+        help=f"sequence length of a language model (default {d.seq_len}); vision models have none",
+    )  # fmt: skip
+    p.add_argument("--dtype", default=d.dtype, choices=list(COMPUTE_DTYPES), help="compute dtype")
     p.add_argument("--no-master-weights", action="store_true", help="pure bf16/fp16 (no fp32 master copy)")
-    p.add_argument("--optimizer", default=d.optimizer, choices=list(OPTIMIZERS))
+    p.add_argument("--optimizer", default=d.optimizer, choices=list(OPTIMIZERS), help="optimizer")
     p.add_argument(
-        "--bucket-size",
-        default=f"{d.bucket_size_bytes / 2**20:g}MiB",
-        help="DDP/ZeRO gradient bucket (default %(default)s)",
+        "--bucket-size", type=size_bytes(allow_zero=False, high=2**40), default=f"{d.bucket_size_bytes / 2**20:g}MiB",
+        help="DDP/ZeRO gradient bucket",
+    )  # fmt: skip
+    p.add_argument(
+        "--prefetch", type=int_range(0, 1024), default=d.prefetch, help="FSDP prefetch depth in units"
     )
-    p.add_argument("--prefetch", type=int, default=d.prefetch, help="FSDP prefetch depth in units")
     p.add_argument(
         "--wrap", default="per-block", help="FSDP wrap: per-block, every-N-layers, every-N-blocks, or indices"
     )
-    p.add_argument("--no-reshard-after-forward", action="store_true")
-    p.add_argument("--checkpoint-activations", action="store_true")
+    p.add_argument("--no-reshard-after-forward", action="store_true", help="FSDP keeps gathered parameters")
+    p.add_argument("--checkpoint-activations", action="store_true", help="recompute activations in backward")
     p.add_argument(
         "--steps",
-        type=int,
+        type=int_range(1, MAX_STEPS),
         help=f"steps to simulate for p50/p99 (default {d.steps}, {STOCHASTIC_STEPS} with --jitter; "
         "parameter servers at least 2, 8 on uneven hardware)",
     )
     p.add_argument(
         "--staleness-bound",
-        type=int,
+        type=int_range(0, 1000),
         default=DEFAULT_STALENESS_BOUND,
-        help="ps-ssp's bound s and ps-mitigated's threshold, in versions (default %(default)s)",
+        help="ps-ssp's bound s and ps-mitigated's threshold, in versions",
     )
     p.add_argument(
-        "--ps-shards", type=int, help="server shards (default: one per worker node when colocated)"
-    )
+        "--ps-shards", type=int_range(1, MAX_GPUS),
+        help="server shards (default: one per worker node when colocated)",
+    )  # fmt: skip
     p.add_argument(
         "--ps-placement",
         default="colocated",
@@ -117,38 +146,117 @@ def build_parser() -> argparse.ArgumentParser:
         help="rank RANK computes FACTOR times slower (repeatable)",
     )
     p.add_argument("--jitter", help="seeded jitter, e.g. compute=lognormal:0.1,link=lognormal:0.05")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int_range(0, 2**32 - 1), default=0, help="seed of the jitter draws")
     p.add_argument("--calibration", help="calibration profile JSON (calibrate.fit)")
-    p.add_argument("--format", default="table", choices=["table", "json", "csv"])
-    p.add_argument("--out", help="directory for plots and a Chrome trace")
+    add_format(p, ("table", "json", "csv"))
+    add_out(p, "plots and a Chrome trace", default_new=False)
+    add_quiet(p)
     return p
 
 
 def _config(args: argparse.Namespace, heterogeneity: Heterogeneity) -> TrainingConfig:
     from simcore.strategies.wrap import parse_wrap
 
+    d = DEFAULT_CONFIG
     return TrainingConfig(
         global_batch=args.global_batch,
         micro_batch=args.micro_batch,
-        seq_len=args.seq_len,
+        seq_len=args.seq_len or d.seq_len,
         dtype=args.dtype,
         optimizer=args.optimizer,
         master_weights=not args.no_master_weights,
-        bucket_size_bytes=parse_size(args.bucket_size, allow_zero=False),
+        bucket_size_bytes=args.bucket_size,
         prefetch=args.prefetch,
         reshard_after_forward=not args.no_reshard_after_forward,
         wrap=parse_wrap(args.wrap),
         activation_checkpointing=args.checkpoint_activations,
-        steps=_steps(args, heterogeneity),
+        steps=args.steps if args.steps is not None else (STOCHASTIC_STEPS if heterogeneity.stochastic else 1),
     )
 
 
-def _steps(args: argparse.Namespace, heterogeneity: Heterogeneity) -> int:
-    if args.steps is not None:
-        if args.steps < 1:
-            raise TrainsimError(f"--steps must be >= 1, got {args.steps}")
-        return int(args.steps)
-    return STOCHASTIC_STEPS if heterogeneity.stochastic else 1
+def _placement(text: str) -> Placement:
+    placement = parse_placement(text)
+    if placement.server_nodes > MAX_NODES:
+        raise TrainsimError(f"--ps-placement {text!r}: at most {MAX_NODES} server nodes")
+    return placement
+
+
+def micro_steps(
+    cfg: TrainingConfig, gpus: list[int], strategies: list[str], clusters: int, *, uneven: bool = False
+) -> int:
+    """Micro-steps the run simulates: one rank per synchronous point, every worker of a parameter server.
+
+    Also checks that the global batch divides at every GPU count (one GPU included: the scaling
+    baseline), so that error comes before any work.
+    """
+    counts = sorted({*gpus, 1}, key=lambda n: (n == 1, n))
+    per_count = {n: cfg.accumulation_steps(n) for n in counts}
+    ps = sum(1 for s in strategies if s in PS_MODES)
+    sync = len(strategies) - ps
+    ps_steps = max(cfg.steps, UNEVEN_PS_STEPS if uneven else MIN_PS_STEPS)
+    total = sum(acc * (sync * cfg.steps + ps * n * ps_steps) for n, acc in per_count.items())
+    return clusters * total
+
+
+def _check_work(
+    cfg: TrainingConfig, gpus: list[int], strategies: list[str], clusters: int, args: argparse.Namespace
+) -> None:
+    work = micro_steps(cfg, gpus, strategies, clusters, uneven=bool(args.straggler or args.jitter))
+    why = (
+        f"global batch {cfg.global_batch} / micro-batch {cfg.micro_batch} = "
+        f"{count_text(cfg.global_batch // cfg.micro_batch)} on the one-GPU scaling baseline, {cfg.steps} "
+        f"step(s), {len(strategies)} strategies, {clusters} cluster(s)"
+    )
+    check_micro_steps(work, why, quiet=args.quiet)
+
+
+def ps_seconds(cfg: TrainingConfig, gpus: list[int], modes: int, clusters: int, *, uneven: bool) -> float:
+    """Rough single-core seconds of the parameter-server modes (see PS_SECONDS_PER_STEP_AT_64)."""
+    steps = max(cfg.steps, UNEVEN_PS_STEPS if uneven else MIN_PS_STEPS)
+    per_step = sum(PS_SECONDS_PER_STEP_AT_64 * (n / 64) ** PS_GROWTH_EXPONENT for n in {*gpus, 1})
+    return modes * clusters * steps * per_step
+
+
+def _ps_strategies(
+    args: argparse.Namespace, cfg: TrainingConfig, gpus: list[int], clusters: int
+) -> list[str]:
+    """The strategies to run: parameter-server modes dropped (with a warning) when they would take
+    too long and were not asked for by name; refused when they were."""
+    given = args.strategies is not None
+    strategies = list(args.strategies) if given else all_strategy_names()
+    modes = [s for s in strategies if s in PS_MODES]
+    if not modes:
+        return strategies
+    uneven = bool(args.straggler or args.jitter)
+    seconds = ps_seconds(cfg, gpus, len(modes), clusters, uneven=uneven)
+    if seconds > MAX_PS_SECONDS:
+        why = (
+            f"the parameter-server modes ({', '.join(modes)}) at {max(gpus)} GPUs would take roughly "
+            f"{seconds / 60:.0f} min (they are simulated per rank; at most {MAX_PS_SECONDS:.0f} s)"
+        )
+        if given:
+            raise TrainsimError(f"{why}: leave them out of --strategies or use fewer --gpus or --steps")
+        warn(f"{why}: left out; name them in --strategies with fewer --gpus to run them")
+        return [s for s in strategies if s not in PS_MODES]
+    if seconds > NOTE_PS_SECONDS:
+        note(f"the parameter-server modes take roughly {seconds:.0f} s at {max(gpus)} GPUs", quiet=args.quiet)
+    return strategies
+
+
+def _warn_friction(args: argparse.Namespace, workload: Workload) -> None:
+    """Flags that are allowed but do nothing for this model."""
+    if args.seq_len is not None and workload.tokens_per_sample == 0:
+        warn(f"--seq-len {args.seq_len} is ignored: {workload.name} is a vision model without a sequence")
+    layers = len(workload.layers)
+    if (
+        args.ps_shards is not None
+        and args.ps_shards > layers
+        and set(args.strategies or PS_MODES) & set(PS_MODES)
+    ):
+        warn(
+            f"--ps-shards {args.ps_shards} is more than {workload.name}'s {layers} layers: a layer is never "
+            f"split, so {args.ps_shards - layers} shard(s) hold nothing"
+        )
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -235,63 +343,72 @@ def _header(workload_name: str, params: int, cfg: TrainingConfig, heterogeneity:
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    out = output_dir(args.out, force=args.force)
     from simcore.workload.loader import load_workload
 
     heterogeneity = Heterogeneity.from_strings(args.straggler, args.jitter)
     cfg = _config(args, heterogeneity)
     clusters = [c.strip() for c in args.cluster.split(",") if c.strip()]
-    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
-    gpus = _int_list(args.gpus, "--gpus")
-    if not clusters or not strategies:
-        raise TrainsimError("--cluster and --strategies need at least one name")
+    gpus = args.gpus
+    if not clusters:
+        raise TrainsimError("--cluster needs at least one name")
+    strategies = _ps_strategies(args, cfg, gpus, len(clusters))
+    ps_options = PSConfig(
+        shards=args.ps_shards, placement=_placement(args.ps_placement), staleness_bound=args.staleness_bound
+    )
+    _check_work(cfg, gpus, strategies, len(clusters), args)
     workload = load_workload(args.model, seq_len=cfg.seq_len, dtype=cfg.dtype)
+    _warn_friction(args, workload)
     calibration = None
     if args.calibration:
         calibration = load_profile(args.calibration)
         for cluster in clusters:  # before the sweep: a mismatch is reported at once
             check_profile_for(calibration, load_cluster(cluster, gpus=max(gpus)))
-    points = len(clusters) * len(strategies) * len(gpus)
-    progress = (lambda line: print(line, file=sys.stderr)) if points > PROGRESS_THRESHOLD else None
-    ps_options = PSConfig(
-        shards=args.ps_shards,
-        placement=parse_placement(args.ps_placement),
-        staleness_bound=args.staleness_bound,
-    )
-    result = run_what_if(
-        workload,
-        clusters,
-        gpus,
-        loader=load_cluster,
-        strategies=strategies,
-        config=cfg,
-        calibration=calibration,
-        seed=args.seed,
-        progress=progress,
-        ps_options=ps_options,
-        heterogeneity=heterogeneity,
-    )
+    points = len(clusters) * len(strategies) * (len(gpus) + (1 not in gpus))
+    with bar(points, "what-if", quiet=args.quiet, unit="point") as progress:
+        result = run_what_if(
+            workload,
+            clusters,
+            gpus,
+            loader=load_cluster,
+            strategies=strategies,
+            config=cfg,
+            calibration=calibration,
+            seed=args.seed,
+            progress=lambda _line: progress.update(1),
+            ps_options=ps_options,
+            heterogeneity=heterogeneity,
+        )
     records = result.records()
+    recommendations = [r.to_record() for r in result.recommendations]
+    require_finite(records, "the what-if")
+    require_finite(recommendations, "the recommendation")
     if args.format == "json":
-        print(records_to_json(records, recommendations=[r.to_record() for r in result.recommendations]))
+        print(records_to_json(records, recommendations=recommendations))
     elif args.format == "csv":
         print(records_to_csv(records), end="")
     else:
         print(format_table(result, _header(workload.name, workload.params, cfg, heterogeneity)), end="")
-    if args.out:
-        _write_outputs(result, Path(args.out))
+    if out is not None:
+        _write_outputs(result, out, args.quiet)
     return 0
 
 
-def _write_outputs(result: WhatIfResult, out: Path) -> None:
+def _write_outputs(result: WhatIfResult, out: Path, quiet: bool) -> None:
     from experiments.what_if.plots import plot_staleness, plot_what_if, write_step_trace
 
     out.mkdir(parents=True, exist_ok=True)
-    written = plot_what_if(result.reports, out)
-    if result.ps_results:
-        written.append(plot_staleness(list(result.ps_results.values()), out / "staleness.png"))
-    written.append(write_step_trace(result, out / "step_trace.json"))
+    with bar(3, "plots", quiet=quiet, unit="file") as progress:
+        written = plot_what_if(result.reports, out)
+        progress.update(1)
+        if result.ps_results:
+            written.append(plot_staleness(list(result.ps_results.values()), out / "staleness.png"))
+        progress.update(1)
+        trace, traced = write_step_trace(result, out / "step_trace.json")
+        progress.update(1)
     for path in written:
         print(f"wrote {path}", file=sys.stderr)
+    print(f"wrote {trace}: {traced}", file=sys.stderr)
 
 
 if __name__ == "__main__":

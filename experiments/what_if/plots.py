@@ -1,13 +1,19 @@
 """Plots and the step trace of a what-if run (seaborn/matplotlib imported only when called).
 
 - ``throughput.png``: samples/s per strategy and cluster at the largest GPU count;
-- ``memory.png``: per-GPU peak memory by category per strategy, with each device's capacity;
+- ``memory.png``: per-GPU peak memory (GiB, as the table) by category per strategy, with each
+  device's capacity;
 - ``scaling.png``: samples/s against GPUs per strategy (only when several GPU counts were run);
 - ``staleness.png``: the parameter-server modes' staleness histograms at the largest GPU count, one
   panel per cluster (share of applied gradients per staleness in server versions);
-- ``step_trace.json``: one step per strategy at the largest GPU count of the first cluster, as a
-  Chrome trace (open in ui.perfetto.dev): a track per strategy, lanes ``compute`` and ``comm``,
-  and a memory counter.
+- ``step_trace.json``: one step of every synchronous strategy on every cluster at the largest GPU
+  count, as a Chrome trace (open in ui.perfetto.dev): a track per (cluster, strategy) named
+  ``<cluster> / <strategy> (<N> GPUs)``, lanes ``compute`` and ``comm``, and a memory counter in
+  GiB. Parameter-server modes are simulated per rank without an operation timeline, so they have
+  no track (the console line that names the file says so).
+
+Strategy names are long beside a bar: labels are rotated and the figures widen with the number of
+strategies, so they stay readable with any number of them.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from typing import TYPE_CHECKING
 
 from simcore.compute.memory import CATEGORIES
 from simcore.report import StepReport
+
+GIB = 2**30  # bytes; memory is in GiB everywhere the what-if shows it
 
 if TYPE_CHECKING:
     from simcore.paramserver import PSResult
@@ -38,8 +46,9 @@ def plot_what_if(reports: Sequence[StepReport], out: Path) -> list[Path]:
     frame = pd.DataFrame([r.to_record() for r in reports])
     top = frame[frame["gpus"] == frame["gpus"].max()]
     written = []
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, ax = plt.subplots(figsize=(_width(top["strategy"].nunique(), 1), 4))
     sns.barplot(data=top, x="strategy", y="samples_per_s", hue="cluster", ax=ax)
+    _rotate(ax)
     ax.set_ylabel("samples/s")
     ax.set_title(f"throughput at {int(top['gpus'].iloc[0])} GPUs")
     written.append(_save(fig, out / "throughput.png"))
@@ -62,26 +71,45 @@ def plot_what_if(reports: Sequence[StepReport], out: Path) -> list[Path]:
     return written
 
 
+def _width(labels: int, panels: int) -> float:
+    """Figure width in inches: room for ``labels`` rotated bar labels in each of ``panels`` panels."""
+    return max(6.0, panels * max(4.0, 0.45 * labels + 1.5))
+
+
+def _rotate(ax: object) -> None:
+    """Bar labels at 45 degrees, anchored at their end, so long strategy names never overlap."""
+    for label in ax.get_xticklabels():  # type: ignore[attr-defined]
+        label.set_rotation(45)
+        label.set_horizontalalignment("right")
+        label.set_rotation_mode("anchor")
+
+
 def _memory_plot(reports: Sequence[StepReport], gpus: int, path: Path) -> Path:
-    """Stacked per-GPU peak memory by category per strategy, one panel per cluster, capacity dashed."""
+    """Stacked per-GPU peak memory (GiB) by category per strategy, one panel per cluster, capacity dashed."""
     import matplotlib.pyplot as plt
     import pandas as pd
     import seaborn as sns
 
     chosen = [r for r in reports if r.gpus == gpus]
     clusters = list(dict.fromkeys(r.cluster for r in chosen))
+    strategies = len({r.strategy for r in chosen})
     colours = sns.color_palette(n_colors=len(CATEGORIES))
-    fig, axes = plt.subplots(1, len(clusters), figsize=(5 * len(clusters), 4), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(
+        1, len(clusters), figsize=(_width(strategies, len(clusters)), 4.5), squeeze=False, sharey=True
+    )
     for ax, cluster in zip(axes[0], clusters, strict=True):
         rows = [r for r in chosen if r.cluster == cluster]
         table = pd.DataFrame(
-            [{c: r.memory_breakdown.get(c, 0.0) / 1e9 for c in CATEGORIES} for r in rows],
+            [{c: r.memory_breakdown.get(c, 0.0) / GIB for c in CATEGORIES} for r in rows],
             index=[r.strategy for r in rows],
         )
-        table.plot.bar(stacked=True, ax=ax, color=colours, legend=ax is axes[0][-1], rot=0)
-        ax.axhline(rows[0].memory_capacity_bytes / 1e9, color="black", linestyle="--", linewidth=1)
+        table.plot.bar(stacked=True, ax=ax, color=colours, legend=ax is axes[0][-1])
+        _rotate(ax)
+        ax.axhline(rows[0].memory_capacity_bytes / GIB, color="black", linestyle="--", linewidth=1)
         ax.set_title(f"{cluster}: peak memory per GPU at {gpus} GPUs")
-        ax.set_ylabel("GB")
+        ax.set_ylabel("GiB")
+    if axes[0][-1].get_legend() is not None:
+        axes[0][-1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
     return _save(fig, path)
 
 
@@ -133,17 +161,21 @@ def _save(fig: object, path: Path) -> Path:
     return path
 
 
-def write_step_trace(result: WhatIfResult, path: Path) -> Path:
-    """A Chrome trace of one simulated step per strategy (first cluster, largest GPU count)."""
+def write_step_trace(result: WhatIfResult, path: Path) -> tuple[Path, str]:
+    """A Chrome trace of one step per (cluster, synchronous strategy) at the largest GPU count.
+
+    Returns the path and one line saying what it holds (for the console).
+    """
     from simcore.net.trace import TraceRecorder
 
     recorder = TraceRecorder()
-    cluster = result.recommendations[0].cluster
-    gpus = result.recommendations[0].gpus
-    for (name, strategy, count), step in result.steps.items():
-        if name != cluster or count != gpus:
+    gpus = max(rec.gpus for rec in result.recommendations)
+    tracks = []
+    for (cluster, strategy, count), step in result.steps.items():
+        if count != gpus:
             continue
-        track = f"{strategy} ({count} GPUs)"
+        track = f"{cluster} / {strategy} ({count} GPUs)"
+        tracks.append(track)
         for span in step.run.spans:
             recorder.slice(
                 track,
@@ -154,5 +186,9 @@ def write_step_trace(result: WhatIfResult, path: Path) -> Path:
                 {"bytes": span.bytes} if span.bytes else None,
             )
         for time_s, total, _phase in step.run.memory.samples:
-            recorder.counter(track, "memory", time_s, {"GB": total / 1e9})
-    return recorder.write(path)
+            recorder.counter(track, "memory", time_s, {"GiB": total / GIB})
+    untraced = sorted({ps.mode for ps in result.ps_results.values()})
+    what = f"one step of {len(tracks)} (cluster, strategy) pair(s) at {gpus} GPUs, a track each"
+    if untraced:
+        what += f"; {', '.join(untraced)} not traced (simulated per rank, without an operation timeline)"
+    return recorder.write(path), what

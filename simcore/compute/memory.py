@@ -60,15 +60,15 @@ class MemoryPeak:
 
     def verdict(self) -> str:
         """One line: fits with headroom, or out of memory by how much and where."""
-        gb = 1e9
+        gib = 2**30  # the unit of the what-if table and plots (a "80 GB" A100 holds 80 GiB)
         if self.fits:
             return (
-                f"fits: peak {self.peak_bytes / gb:.1f} GB of {self.capacity_bytes / gb:.1f} GB "
+                f"fits: peak {self.peak_bytes / gib:.1f} GiB of {self.capacity_bytes / gib:.1f} GiB "
                 f"({self.phase})"
             )
         return (
-            f"OOM: peak {self.peak_bytes / gb:.1f} GB exceeds {self.capacity_bytes / gb:.1f} GB by "
-            f"{(self.peak_bytes - self.capacity_bytes) / gb:.1f} GB during {self.phase}"
+            f"OOM: peak {self.peak_bytes / gib:.1f} GiB exceeds {self.capacity_bytes / gib:.1f} GiB by "
+            f"{(self.peak_bytes - self.capacity_bytes) / gib:.1f} GiB during {self.phase}"
         )
 
 

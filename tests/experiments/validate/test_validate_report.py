@@ -72,24 +72,74 @@ def _fake_measured(directory: Path) -> None:
     (directory / "provenance.json").write_text(json.dumps({"cores_available": 2}))
 
 
-def test_measured_mode_writes_the_report_with_the_mape_headline(tmp_path, capsys):
-    _fake_measured(tmp_path)
-    assert main(["--measured", str(tmp_path)]) == 0
-    report = (tmp_path / "report.md").read_text()
+def _tree(directory: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()
+    }
+
+
+def test_measured_mode_writes_the_report_elsewhere_with_the_mape_headline(tmp_path, capsys):
+    measured, out = tmp_path / "measured", tmp_path / "report"
+    _fake_measured(measured)
+    before = _tree(measured)
+    assert main(["--measured", str(measured), "--out", str(out)]) == 0
+    assert _tree(measured) == before  # the measurements are read, never written
+    report = (out / "report.md").read_text()
     assert report.splitlines()[2].startswith("**Overall step-time MAPE: ")
-    rows = (tmp_path / "comparison.csv").read_text().splitlines()
+    rows = (out / "comparison.csv").read_text().splitlines()
     assert len(rows) == 4
     assert "run failed (exit status 1)" in rows[3]
     assert "Overall step-time MAPE" in capsys.readouterr().out
     for name in ("step_vs_world.png", "predicted_vs_measured.png"):
-        assert (tmp_path / name).stat().st_size > 1000
+        assert (out / name).stat().st_size > 1000
 
 
 def test_measured_mode_without_measurements_is_a_clean_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        main(["--measured", str(tmp_path)])
+        main(["--measured", str(tmp_path), "--out", str(tmp_path / "report")])
     assert exit_info.value.code == 2
-    assert capsys.readouterr().err.startswith("error: ")
+    assert capsys.readouterr().err.startswith("error: --measured")
+    assert not (tmp_path / "report").exists()
+
+
+def test_default_output_is_a_new_folder_under_runs(tmp_path, capsys, monkeypatch):
+    measured = tmp_path / "measured"
+    _fake_measured(measured)
+    monkeypatch.chdir(tmp_path)
+    assert main(["--measured", str(measured)]) == 0
+    assert main(["--measured", str(measured)]) == 0
+    folders = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    assert len(folders) == 2 and all(f.startswith("validate-") for f in folders)
+    assert all((tmp_path / "runs" / f / "report.md").is_file() for f in folders)
+
+
+def test_measuring_without_torch_touches_nothing(tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a)
+    )
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--quick"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: measuring needs torch") and err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_non_empty_out_is_refused_without_force(tmp_path, capsys):
+    measured, out = tmp_path / "measured", tmp_path / "report"
+    _fake_measured(measured)
+    out.mkdir()
+    (out / "report.md").write_text("an earlier report\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--measured", str(measured), "--out", str(out)])
+    assert exit_info.value.code == 2
+    assert "--force" in capsys.readouterr().err
+    assert (out / "report.md").read_text() == "an earlier report\n"
+    assert main(["--measured", str(measured), "--out", str(out), "--force"]) == 0
 
 
 def test_committed_run_repredicts_to_the_golden_summary(tmp_path):

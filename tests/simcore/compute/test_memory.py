@@ -77,7 +77,9 @@ def test_timeline_tracks_peak_phase_and_breakdown() -> None:
     timeline.apply([("buffers", 60.0)], "optimizer step", 3.0)
     late = timeline.peak()
     assert not late.fits and late.phase == "optimizer step"
-    assert late.verdict().startswith("OOM: peak 0.0 GB exceeds") and "during optimizer step" in late.verdict()
+    assert (
+        late.verdict().startswith("OOM: peak 0.0 GiB exceeds") and "during optimizer step" in late.verdict()
+    )
 
 
 def test_timeline_rejects_unknown_category() -> None:

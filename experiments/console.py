@@ -1,0 +1,119 @@
+"""``trainsim``: one console script whose subcommands are the ``python -m`` entry points.
+
+    trainsim what-if --gpus 16              # = python -m experiments.what_if --gpus 16
+    trainsim nccl-sim --cluster dgx-a100    # = python -m experiments.nccl_sim --cluster dgx-a100
+    trainsim calibrate-fit runs/ -o profile.json
+
+The rule: ``python -m experiments.X_Y`` is ``trainsim X-Y``, ``python -m calibrate.X_Y`` is
+``trainsim calibrate-X-Y`` and ``python -m topologies.show`` is ``trainsim show``. A subcommand
+takes the same flags and prints the same output as its module (only the usage line names
+``trainsim``). ``trainsim --help`` lists them without importing any: a subcommand's module is
+imported only when it runs, so the list shows at once.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import cast
+
+__all__ = ["COMMANDS", "Command", "main"]
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """One subcommand: the ``python -m`` module it mirrors, where its ``main`` is, one line of help."""
+
+    module: str
+    main_module: str
+    summary: str
+
+
+COMMANDS: dict[str, Command] = {
+    "what-if": Command("experiments.what_if", "experiments.what_if.cli",
+                       "which data-parallel strategy for a model on a cluster, and why (the main job)"),
+    "nccl-sim": Command("experiments.nccl_sim", "experiments.nccl_sim.cli",
+                        "simulated collectives, printed like nccl-tests"),
+    "show": Command("topologies.show", "topologies.show",
+                    "what a cluster preset or file contains: devices, links, bandwidths"),
+    "check-shards": Command("experiments.check_shards", "experiments.check_shards.cli",
+                            "whether FSDP wrapping units split transformer blocks, and the cost"),
+    "staleness-accuracy": Command("experiments.staleness_accuracy", "experiments.staleness_accuracy.cli",
+                                  "what stale gradients cost in accuracy and time to accuracy"),
+    "validate": Command("experiments.validate", "experiments.validate.cli",
+                        "predicted against measured step time on real training runs"),
+    "validate-memory": Command("experiments.validate_memory", "experiments.validate_memory.cli",
+                               "the memory model against PyTorch's own accounting"),
+    "reproduce-paper": Command("experiments.reproduce_paper", "experiments.reproduce_paper.cli",
+                               "the seed paper's claims against the simulator, one by one"),
+    "bench": Command("experiments.bench", "experiments.bench.cli",
+                     "wall time and event counts of the simulator itself"),
+    "calibrate-collectives": Command("calibrate.collectives", "calibrate.collectives.cli",
+                                     "measure collectives (torchrun job, nccl-tests-like sweep)"),
+    "calibrate-compute": Command("calibrate.compute", "calibrate.compute.cli",
+                                 "measure matmuls, memory copies and layers (torchrun job)"),
+    "calibrate-fit": Command("calibrate.fit", "calibrate.fit.cli",
+                             "fit measurements and nccl-tests logs into a calibration profile"),
+    "calibrate-nccl-tests": Command("calibrate.nccl_tests", "calibrate.nccl_tests.parser",
+                                    "import nccl-tests logs as tidy rows"),
+    "calibrate-memory-truth": Command("calibrate.memory_truth", "calibrate.memory_truth.cli",
+                                      "per-rank memory of real DDP/FSDP2 steps under torch's trackers"),
+    "calibrate-train": Command("calibrate.train", "calibrate.train.cli",
+                               "real DDP, FSDP2, ZeRO and parameter-server training to validate against"),
+    "calibrate-testbed": Command("calibrate.testbed", "calibrate.testbed.cli",
+                                 "emulate a multi-node cluster on one Linux machine (root)"),
+}  # fmt: skip
+
+
+def _help() -> str:
+    width = max(map(len, COMMANDS))
+    lines = [
+        "usage: trainsim COMMAND [ARGS...]     (trainsim COMMAND --help for its flags)",
+        "",
+        "Predict distributed deep-learning training before paying for a cluster.",
+        "",
+        "commands (each is also python -m MODULE):",
+    ]
+    lines += [f"  {name:<{width}}  {c.summary}" for name, c in COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"trainsim {version('trainsim')}"
+    except PackageNotFoundError:
+        return "trainsim (not installed)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``trainsim COMMAND ARGS...``: the subcommand's own ``main(ARGS)``, or the list of commands."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args:
+        print(_help(), file=sys.stderr)
+        return 2
+    if args[0] in ("-h", "--help", "help"):
+        print(_help())
+        return 0
+    if args[0] == "--version":
+        print(_version())
+        return 0
+    command = COMMANDS.get(args[0])
+    if command is None:
+        print(f"error: unknown command {args[0]!r}; choose from {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    from simcore.cliargs import PROG
+
+    token = PROG.set(f"trainsim {args[0]}")
+    try:
+        run = cast("Callable[[list[str]], int]", importlib.import_module(command.main_module).main)
+        return int(run(args[1:]) or 0)
+    finally:
+        PROG.reset(token)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,266 @@
+"""Command-line pieces every entry point shares: the parser, argparse types, and the ``--out`` policy.
+
+Each ``python -m`` command (``experiments.*``, ``topologies.show``, ``calibrate.*``) builds its
+parser from these, so one flag means one thing everywhere:
+
+- :class:`Parser`: argparse whose errors are one ``error: ...`` line with exit status 2 (through
+  :func:`simcore.errors.cli_entry`) and whose ``--help`` shows every default;
+- comma-separated lists as argparse types (``--gpus 1,8,64``: :func:`int_list`;
+  ``--strategies ddp,fsdp``: :func:`name_list`), bounded whole numbers (:func:`int_range`) and sizes
+  (:func:`size_bytes`), so a bad value is refused before anything runs;
+- ``--model``, ``--format``, ``--quiet`` and ``--out``/``--force`` (:func:`add_out`,
+  :func:`output_dir`): nothing a command writes by default can overwrite earlier results; output
+  goes to a new ``runs/<command>-<timestamp>/`` folder unless ``--out`` names one, a non-empty
+  ``--out`` needs ``--force``, and an ``--out`` that is a file or cannot be written is reported
+  before any simulation starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextvars
+import datetime as dt
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from simcore.errors import TrainsimError
+from simcore.units import format_bytes, parse_size
+
+__all__ = [
+    "MAX_MESSAGE_BYTES",
+    "PROG",
+    "RUNS_DIR",
+    "Parser",
+    "add_format",
+    "add_model",
+    "add_out",
+    "add_quiet",
+    "int_list",
+    "int_range",
+    "name_list",
+    "new_run_dir",
+    "output_dir",
+    "positive_int",
+    "size_bytes",
+]
+
+# The console script (``trainsim what-if``) sets this so a command's usage line names how it was run.
+PROG: contextvars.ContextVar[str | None] = contextvars.ContextVar("trainsim_prog", default=None)
+RUNS_DIR = Path("runs")  # relative to the working directory; ignored by git
+# 1 PiB: no collective buffer of a real job comes near it (a 141 GB H200 x 4096 GPUs is 0.5 PiB in all).
+MAX_MESSAGE_BYTES = 2**50
+
+
+def _no_default(default: object) -> bool:
+    """No default worth showing: None, a flag's False, or suppressed (0 is a default: not ``in``)."""
+    return default is None or default is False or default is argparse.SUPPRESS
+
+
+class _DefaultsFormatter(argparse.HelpFormatter):
+    """Appends ``(default: X)`` to every option's help that has a default and does not say it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            "%(default)" in text
+            or "default" in text.lower()
+            or _no_default(default)
+            or (not action.option_strings and action.nargs in (None, "+"))
+            or isinstance(default, list)
+        ):
+            return text
+        return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``argparse.ArgumentParser`` for trainsim commands.
+
+    Errors raise :class:`TrainsimError` (one ``error:`` line, exit 2 under ``cli_entry``) instead of
+    printing the usage; ``--help`` shows defaults; ``prog`` is replaced by :data:`PROG` when the
+    console script set it.
+    """
+
+    def __init__(self, prog: str, description: str | None = None, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _DefaultsFormatter)
+        super().__init__(prog=PROG.get() or prog, description=description, **kwargs)
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        # argparse prints nothing, default included, for an option without help: give it one.
+        default = kwargs.get("default")
+        if kwargs.get("help") is None and not _no_default(default):
+            kwargs["help"] = "(default: %(default)s)"
+        return super().add_argument(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        # argparse says "argument --gpus: ..."; the flag alone reads better on one line.
+        raise TrainsimError(message.removeprefix("argument "))
+
+
+def _type(name: str, convert: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse type whose errors keep their message (argparse hides a ValueError's)."""
+
+    def parse(text: str) -> Any:
+        try:
+            return convert(text)
+        except TrainsimError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse.__name__ = name
+    return parse
+
+
+def _int(text: str, low: int, high: int | None) -> int:
+    try:
+        value = int(text.strip().replace("_", ""))
+    except ValueError:
+        raise TrainsimError(f"expected a whole number, got {text!r}") from None
+    if value < low or (high is not None and value > high):
+        allowed = f"{low}..{high}" if high is not None else f">= {low}"
+        raise TrainsimError(f"{value} is out of range; allowed {allowed}")
+    return value
+
+
+def int_range(low: int, high: int | None = None) -> Callable[[str], int]:
+    """A whole number in ``low..high`` (``high`` None: no upper bound)."""
+    return _type("int", lambda text: _int(text, low, high))
+
+
+def positive_int(text: str) -> int:
+    """A whole number >= 1."""
+    return int_range(1)(text)
+
+
+def int_list(low: int = 1, high: int | None = None, *, max_items: int = 64) -> Callable[[str], list[int]]:
+    """``8`` or ``1,8,64``: whole numbers in ``low..high``, at most ``max_items``, duplicates dropped."""
+
+    def convert(text: str) -> list[int]:
+        parts = [part for part in text.split(",") if part.strip()]
+        if not parts:
+            raise TrainsimError(f"expected a number or a comma list of numbers, got {text!r}")
+        if len(parts) > max_items:
+            raise TrainsimError(f"{len(parts)} values given; at most {max_items}")
+        values = [_int(part, low, high) for part in parts]
+        return list(dict.fromkeys(values))
+
+    return _type("int list", convert)
+
+
+def name_list(
+    allowed: Sequence[str] | Callable[[], Sequence[str]],
+    *,
+    what: str = "name",
+    normalize: Callable[[str], str] = str.strip,
+) -> Callable[[str], list[str]]:
+    """``ddp,fsdp``: names from ``allowed`` (a list, or a function giving it lazily), duplicates dropped.
+
+    ``what`` names one item in the error (``unknown strategy 'zero4'; allowed: ...``).
+    """
+
+    def convert(text: str) -> list[str]:
+        names = [normalize(part.strip()) for part in text.split(",") if part.strip()]
+        choices = list(allowed() if callable(allowed) else allowed)
+        bad = [name for name in names if name not in choices]
+        if bad:
+            raise TrainsimError(f"unknown {what} {bad[0]!r}; allowed: {', '.join(choices)}")
+        if not names:
+            raise TrainsimError(
+                f"expected a comma list of {what}s, got {text!r}; allowed: {', '.join(choices)}"
+            )
+        return list(dict.fromkeys(names))
+
+    return _type("name list", convert)
+
+
+def size_bytes(*, allow_zero: bool = True, high: float = MAX_MESSAGE_BYTES) -> Callable[[str], int]:
+    """A size such as ``8``, ``1K``, ``25MiB`` (nccl-tests' suffixes), at most ``high`` bytes."""
+
+    def convert(text: str) -> int:
+        value = parse_size(text, allow_zero=allow_zero)
+        if value > high:
+            raise TrainsimError(f"size {text!r} is larger than the {format_bytes(high)} allowed")
+        return int(value)
+
+    return _type("size", convert)
+
+
+def add_model(parser: argparse.ArgumentParser, default: str) -> None:
+    parser.add_argument(
+        "--model",
+        default=default,
+        help="preset name (e.g. llama2-7b), shape file (YAML/JSON) or package.module:factory",
+    )
+
+
+def add_format(parser: argparse.ArgumentParser, choices: Sequence[str], default: str = "table") -> None:
+    parser.add_argument("--format", default=default, choices=list(choices), help="output format")
+
+
+def add_quiet(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--quiet", "-q", action="store_true", help="no progress bar or notes on stderr (errors still show)"
+    )
+
+
+def add_out(parser: argparse.ArgumentParser, what: str, *, default_new: bool) -> None:
+    """``--out DIR`` and ``--force``; ``default_new``: without ``--out`` a new runs/ folder is used."""
+    where = f"a new {RUNS_DIR}/<command>-<time> folder" if default_new else "nothing is written"
+    parser.add_argument("--out", metavar="DIR", help=f"folder for {what} (default: {where})")
+    parser.add_argument(
+        "--force", action="store_true", help="write into --out even when it already holds files"
+    )
+
+
+def new_run_dir(command: str, *, now: dt.datetime | None = None) -> Path:
+    """``runs/<command>-<YYYYmmdd-HHMMSS>`` that does not exist yet (``-2``, ``-3``... if taken)."""
+    stamp = (now or dt.datetime.now()).strftime("%Y%m%d-%H%M%S")
+    base = RUNS_DIR / f"{command}-{stamp}"
+    candidate, n = base, 1
+    while candidate.exists():
+        n += 1
+        candidate = base.with_name(f"{base.name}-{n}")
+    return candidate
+
+
+def output_dir(out: str | None, *, force: bool, command: str | None = None) -> Path | None:
+    """Check ``--out`` before any work: the folder a command may write, or None for no files.
+
+    ``out`` None gives :func:`new_run_dir` of ``command`` (None when the command writes nothing
+    by default). Refused, with one error line: an existing file, a folder that already holds files
+    (unless ``force``), and a place this user cannot write.
+    """
+    if out is None:
+        if command is None:
+            return None
+        path = new_run_dir(command)
+    else:
+        path = Path(out)
+        if path.exists() and not path.is_dir():
+            raise TrainsimError(f"--out {out!r} is an existing file; give a folder (new or empty)")
+        if path.is_dir() and not force and any(path.iterdir()):
+            raise TrainsimError(
+                f"--out {out!r} already holds files; choose a new folder, or add --force to write into it"
+            )
+    _check_writable(path, out)
+    return path
+
+
+def _check_writable(path: Path, given: str | None) -> None:
+    """The nearest existing ancestor must be a folder this process can create a folder in.
+
+    Tried, not inferred from permission bits (root passes ``os.access`` on read-only mounts): a
+    hidden folder is made there and removed at once.
+    """
+    probe = path
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    shown = given if given is not None else str(path)
+    if not probe.is_dir():
+        raise TrainsimError(f"--out {shown!r}: {str(probe)!r} is a file, so the folder cannot be made")
+    try:
+        with tempfile.TemporaryDirectory(prefix=".trainsim-write-check-", dir=probe):
+            pass
+    except OSError as exc:
+        raise TrainsimError(f"--out {shown!r}: cannot write in {str(probe)!r} ({exc.strerror})") from None
