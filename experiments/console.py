@@ -46,6 +46,8 @@ COMMANDS: dict[str, Command] = {
                         "predicted against measured step time on real training runs"),
     "validate-memory": Command("experiments.validate_memory", "experiments.validate_memory.cli",
                                "the memory model against PyTorch's own accounting"),
+    "validate-published": Command("experiments.validate_published", "experiments.validate_published.cli",
+                                  "every published GPU measurement it can express, predicted vs measured"),
     "reproduce-paper": Command("experiments.reproduce_paper", "experiments.reproduce_paper.cli",
                                "the seed paper's claims against the simulator, one by one"),
     "bench": Command("experiments.bench", "experiments.bench.cli",

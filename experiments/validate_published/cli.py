@@ -41,12 +41,13 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from experiments.validate_published.evaluate import RowResult, evaluate, summarise
 from experiments.validate_published.mapping import CATEGORIES, MAPPING_PATH, RowPlan, load_mapping
 from experiments.validate_published.published import CSV_PATH, content_sha256
 from experiments.validate_published.report import format_csv, format_json, format_markdown, format_text
+from simcore.cliargs import Parser
 from simcore.errors import TrainsimError, cli_entry
 
 __all__ = ["FORMATS", "OUT_FILES", "check_out", "main", "provenance", "select", "write_out"]
@@ -57,17 +58,16 @@ _REPO = Path(__file__).resolve().parents[2]
 _VERSIONED = ("numpy", "scipy", "simpy", "networkx", "PyYAML")
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise TrainsimError(message)
-
-
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m experiments.validate_published", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="python -m experiments.validate_published", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="only the small subset of rows CI runs")
     p.add_argument("--category", default=None, help=f"comma-separated categories: {', '.join(CATEGORIES)}")
-    p.add_argument("--format", default="text", help="text (default), json or md")
-    p.add_argument("--out", default=None, help="write report.md, comparison.json/.csv, provenance.json here")
+    p.add_argument("--format", default="text", choices=FORMATS, help="output format")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="write report.md, comparison.json/.csv, provenance.json here (default: print only, write nothing)",
+    )
     p.add_argument("--force", action="store_true", help="write into a non-empty --out directory")
     p.add_argument("--progress", action="store_true", help="one line per row on stderr")
     return p

@@ -405,15 +405,21 @@ def test_flags_that_do_nothing_for_the_model_warn(capsys: pytest.CaptureFixture[
 
 
 def test_a_non_finite_result_is_an_internal_error_not_a_table(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    profile = json.loads(_profile(tmp_path, "NVIDIA A100-SXM4-80GB").read_text())
-    profile["collectives"][0]["busbw_Bps"] = 1e-300
-    path = tmp_path / "tiny.json"
-    path.write_text(json.dumps(profile))
-    argv = ["--gpus", "16", "--cluster", "dgx-a100", "--strategies", "ddp", "--calibration", str(path)]
+    """Profiles with absurd numbers are refused when read, so a NaN is injected after the sweep."""
+    from simcore.whatif import sweep
+
+    real = sweep.WhatIfResult.records
+
+    def poisoned(self: sweep.WhatIfResult) -> list[dict[str, object]]:
+        records = real(self)
+        records[0]["step_time_s"] = float("nan")
+        return records
+
+    monkeypatch.setattr(sweep.WhatIfResult, "records", poisoned)
     with pytest.raises(SystemExit) as exit_info:
-        main(argv)
+        main(["--gpus", "16", "--cluster", "dgx-a100", "--strategies", "ddp"])
     captured = capsys.readouterr()
     assert exit_info.value.code == 2 and captured.out == ""
     assert captured.err.startswith("error: internal error: the what-if has a non-finite")
@@ -424,11 +430,12 @@ def test_step_trace_has_a_named_track_per_cluster_and_strategy(tmp_path: Path) -
     from experiments.what_if.plots import write_step_trace
     from simcore.whatif.sweep import DEFAULT_CONFIG, run_what_if
     from simcore.workload.loader import load_workload
+    from topologies import load_cluster
 
     config = type(DEFAULT_CONFIG)(global_batch=8, micro_batch=4, seq_len=128)
     result = run_what_if(
         load_workload("gpt2-small", seq_len=128), ["dgx-a100", "g5.12xlarge"], [2],
-        strategies=["ddp", "fsdp", "ps-sync"], config=config,
+        loader=load_cluster, strategies=["ddp", "fsdp", "ps-sync"], config=config,
     )  # fmt: skip
     path, what = write_step_trace(result, tmp_path / "step_trace.json")
     trace = json.loads(path.read_text())
