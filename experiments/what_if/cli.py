@@ -119,7 +119,49 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--calibration", help="calibration profile JSON (calibrate.fit)")
     p.add_argument("--format", default="table", choices=["table", "json", "csv"])
     p.add_argument("--out", help="directory for plots and a Chrome trace")
+    _add_parallel_flags(p)
     return p
+
+
+def _add_parallel_flags(p: argparse.ArgumentParser) -> None:
+    """Model-parallel layouts (simcore.parallel): any of these runs the what-if over layouts."""
+    from simcore.parallel import CP_KINDS, OFFLOAD_MODES, PIPELINE_SCHEDULES
+
+    g = p.add_argument_group("parallel layout (tensor, pipeline, context, expert parallelism)")
+    for flag, what in (("tp", "tensor"), ("pp", "pipeline"), ("cp", "context"), ("ep", "expert")):
+        g.add_argument(f"--{flag}", help=f"{what}-parallel degree, or a comma list (a layout sweep)")
+    g.add_argument("--vpp", help="virtual pipeline stages per rank (interleaved 1F1B), or a comma list")
+    g.add_argument("--recompute", help="none, selective, full or every-K (every K-th block)")
+    g.add_argument(
+        "--offload", choices=list(OFFLOAD_MODES), help="CPU offload of optimizer state, params or activations"
+    )
+    g.add_argument("--schedule", choices=list(PIPELINE_SCHEDULES), help="pipeline schedule (default 1f1b)")
+    g.add_argument(
+        "--sequence-parallel", action="store_true", default=None, help="Megatron sequence parallelism"
+    )
+    g.add_argument("--cp-kind", choices=list(CP_KINDS), help="context parallelism: ring attention or Ulysses")
+    g.add_argument(
+        "--expert-load", type=float, help="MoE: tokens on the busiest expert rank / the mean (>= 1)"
+    )
+    g.add_argument(
+        "--capacity-factor", type=float, help="MoE: expert capacity / mean tokens (default dropless)"
+    )
+
+
+PARALLEL_FLAGS = (
+    "tp",
+    "pp",
+    "cp",
+    "ep",
+    "vpp",
+    "recompute",
+    "offload",
+    "schedule",
+    "sequence_parallel",
+    "cp_kind",
+    "expert_load",
+    "capacity_factor",
+)
 
 
 def _config(args: argparse.Namespace, heterogeneity: Heterogeneity) -> TrainingConfig:
@@ -165,12 +207,14 @@ def format_table(result: WhatIfResult, header: str) -> str:
             f"cluster {rec.cluster}: {rec.gpus} x {first.device} on {len(topo.hosts)} node(s), "
             f"{first.memory_capacity_bytes / 2**30:.1f} GiB per GPU",
         ]
+        width = max(12, *(len(_label(r)) for r in rows))
         lines.append(
-            f"  {'strategy':12} {'gpus':>4} {'step s':>8} {'p99 s':>8} {'samples/s':>10} {'tokens/s':>10} "
+            f"  {'strategy':{width}} {'gpus':>4} {'step s':>8} {'p99 s':>8} {'samples/s':>10} {'tokens/s':>10} "
             f"{'scaling':>7} {'MFU':>5} {'exposed s':>9} {'peak GiB':>8}  memory"
         )
         for r in rows:
-            lines.append(_row(r))
+            lines.append(_row(r, width))
+        lines += _stage_lines(rows)
         lines += _ps_lines(result, rec.cluster, rec.gpus)
         lines.append(f"  recommendation: {rec.strategy or 'none'}: {rec.reason}")
     return "\n".join(lines) + "\n"
@@ -206,14 +250,35 @@ def _ps_detail(ps: PSResult) -> str:
     return text + (f"; busiest link {link} ({ps.bottleneck_utilisation * 100:.0f}%)" if link else "")
 
 
-def _row(r: StepReport) -> str:
+def _stage_lines(rows: list[StepReport]) -> list[str]:
+    """Per-stage peak memory of the pipelined rows of a layout what-if."""
+    from simcore.parallel.report import ParallelStepReport
+    from simcore.parallel.sweep import point_label
+
+    return [
+        f"  stage peaks GiB {point_label(r)} ({r.gpus}): "
+        + " ".join(f"{b / 2**30:.1f}" for b in r.stage_peak_memory_bytes)
+        + f"; bubble {r.pipeline_bubble_fraction:.2f}"
+        for r in rows
+        if isinstance(r, ParallelStepReport) and r.pp > 1
+    ]
+
+
+def _label(r: StepReport) -> str:
+    from simcore.parallel.report import ParallelStepReport
+    from simcore.parallel.sweep import point_label
+
+    return point_label(r) if isinstance(r, ParallelStepReport) else r.strategy
+
+
+def _row(r: StepReport, width: int = 12) -> str:
     verdict = "fits" if r.fits else "OOM"
     tokens = _fmt(r.tokens_per_s, ".0f")
     scaling = _fmt(r.scaling_efficiency, ".2f")
     if r.baseline_fits is False:
         scaling += "*"
     return (
-        f"  {r.strategy:12} {r.gpus:>4} {r.step_time_s:>8.3f} {r.step_time_p99_s:>8.3f} {r.samples_per_s:>10.1f} "
+        f"  {_label(r):{width}} {r.gpus:>4} {r.step_time_s:>8.3f} {r.step_time_p99_s:>8.3f} {r.samples_per_s:>10.1f} "
         f"{tokens:>10} {scaling:>7} {r.mfu:>5.2f} {r.exposed_comm_s:>9.3f} {r.peak_memory_bytes / 2**30:>8.1f}  {verdict}"
     )
 
@@ -250,6 +315,12 @@ def main(argv: list[str] | None = None) -> int:
         calibration = load_profile(args.calibration)
     points = len(clusters) * len(strategies) * len(gpus)
     progress = (lambda line: print(line, file=sys.stderr)) if points > PROGRESS_THRESHOLD else None
+    if any(getattr(args, flag) is not None for flag in PARALLEL_FLAGS):
+        from experiments.what_if.layouts import run_layouts
+
+        result = run_layouts(args, workload, clusters, gpus, cfg, heterogeneity, calibration, progress)
+        _print(args, result, _header(workload.name, workload.params, cfg, heterogeneity))
+        return 0
     ps_options = PSConfig(
         shards=args.ps_shards,
         placement=parse_placement(args.ps_placement),
@@ -268,16 +339,20 @@ def main(argv: list[str] | None = None) -> int:
         ps_options=ps_options,
         heterogeneity=heterogeneity,
     )
+    _print(args, result, _header(workload.name, workload.params, cfg, heterogeneity))
+    return 0
+
+
+def _print(args: argparse.Namespace, result: WhatIfResult, header: str) -> None:
     records = result.records()
     if args.format == "json":
         print(records_to_json(records, recommendations=[r.to_record() for r in result.recommendations]))
     elif args.format == "csv":
         print(records_to_csv(records), end="")
     else:
-        print(format_table(result, _header(workload.name, workload.params, cfg, heterogeneity)), end="")
+        print(format_table(result, header), end="")
     if args.out:
         _write_outputs(result, Path(args.out))
-    return 0
 
 
 def _write_outputs(result: WhatIfResult, out: Path) -> None:
