@@ -53,6 +53,7 @@ __all__ = [
     "ParallelStepResult",
     "StagePrediction",
     "active_params",
+    "compose_parallel_step",
     "simulate_parallel_step",
 ]
 
@@ -175,10 +176,43 @@ def simulate_parallel_step(
         return ParallelStepResult(
             replace(report, mfu=_mfu(workload, config, gpus, peak_flops, report.step_time_s)), step, [stage]
         )
-    composer = _Composer(
-        workload, config, topology, chosen.name, layout, options, calibration, seed, slowdown
+    return compose_parallel_step(
+        workload,
+        config,
+        topology,
+        strategy,
+        layout,
+        options,
+        calibration=calibration,
+        cluster=cluster,
+        seed=seed,
     )
-    return composer.run(cluster or topology.name, device.name, peak_flops)
+
+
+def compose_parallel_step(
+    workload: Workload,
+    config: TrainingConfig,
+    topology: Topology,
+    strategy: str,
+    layout: ParallelLayout,
+    options: ParallelOptions = ParallelOptions(),  # noqa: B008 - frozen, shared safely
+    *,
+    calibration: CalibrationProfile | None = None,
+    cluster: str = "",
+    seed: int = 0,
+) -> ParallelStepResult:
+    """The composed step (stages, data-parallel runs, pipeline) for any valid layout.
+
+    :func:`simulate_parallel_step` hands pure data parallelism to the what-if's own step instead;
+    for that layout the two agree exactly (a property test keeps them so).
+    """
+    check_layout(layout, topology.world_size, workload, cp_kind=options.cp_kind)
+    device = gating_device(topology, config.dtype)
+    slowdown = config.slowdown(calibration.comm_compute_slowdown if calibration else None)
+    composer = _Composer(
+        workload, config, topology, get_strategy(strategy).name, layout, options, calibration, seed, slowdown
+    )
+    return composer.run(cluster or topology.name, device.name, device.flops(config.dtype))
 
 
 def _wrap(
@@ -230,6 +264,7 @@ class _StageRun:
     times: list[StageTimes]
     tail_s: float
     offload: OffloadEffect
+    last_backward_s: float  # end of the run's last backward (what follows is the tail)
 
 
 class _Composer:
@@ -247,6 +282,8 @@ class _Composer:
         seed: int,
         slowdown: float,
     ) -> None:
+        if config.activation_checkpointing and options.recompute == "none":
+            options = replace(options, recompute="full")  # --checkpoint-activations is full recompute
         self.workload, self.config, self.topology = workload, config, topology
         self.strategy, self.layout, self.options = strategy, layout, options
         self.seed, self.slowdown = seed, slowdown
@@ -346,7 +383,7 @@ class _Composer:
                 )
             )
         tail = (result.run.step_time_s - last_bwd if pipelined else 0.0) + effect.tail_s
-        return _StageRun(model, ctx, result, times, max(0.0, tail), effect)
+        return _StageRun(model, ctx, result, times, max(0.0, tail), effect, last_bwd)
 
     def _w_share(self, model: StageModel, chunk: int) -> float:
         """Weight-gradient seconds of a chunk's backward (the half of each linear layer's backward)."""
@@ -478,23 +515,18 @@ class _Composer:
         out = []
         mb = self.config.micro_batch
         for r, run in enumerate(per_rank):
-            peak = run.result.run.memory.peak()
-            breakdown = dict(peak.breakdown)
             held_one = sum(run.model.held_per_sample) * mb
             in_flight = pipeline.peak_in_flight[r] if pipeline is not None else held_one
             extra = max(0.0, in_flight - held_one) + run.model.transient_per_sample * mb
-            breakdown["activations"] = breakdown.get("activations", 0.0) + extra
-            for category, delta in run.offload.memory_delta.items():
-                breakdown[category] = max(0.0, breakdown.get(category, 0.0) + delta)
-            flight_mb = in_flight / held_one if held_one else 1.0
+            peak, breakdown, phase = _stage_peak(run, extra)
             out.append(
                 StagePrediction(
                     r,
                     len(run.model.workload.block_names),
-                    math.fsum(breakdown.values()),
+                    peak,
                     breakdown,
-                    peak.phase,
-                    flight_mb,
+                    phase,
+                    in_flight / held_one if held_one else 1.0,
                     run.tail_s,
                     dict(run.model.comm_s),
                     run.offload.host_bytes,
@@ -572,6 +604,30 @@ class _Composer:
             report = replace(report, sequence_parallel=spec.sequence_parallel)
         step = _trace_step(first.result, pipeline, step_s) if pipeline is not None else first.result
         return ParallelStepResult(report, step, stages, pipeline)
+
+
+def _stage_peak(run: _StageRun, extra: float) -> tuple[float, dict[str, float], str]:
+    """A stage's peak: the run's timeline, with ``extra`` activations (micro-batches in flight beyond
+    the run's one, blocks being recomputed) while the passes run and the offload's changes."""
+    timeline = run.result.run.memory
+    peak = timeline.peak()
+    cut = run.last_backward_s * (1 + 1e-12)
+    passes = max((total for t, total, _ in timeline.samples if t <= cut), default=0.0)
+    after = max((total for t, total, _ in timeline.samples if t > cut), default=0.0)
+    delta = run.offload.memory_delta
+    held_all_step = math.fsum(v for k, v in delta.items() if k != "activations")
+    during = passes + extra + math.fsum(delta.values())
+    total = max(during, after + held_all_step)
+    breakdown = dict(peak.breakdown)
+    for category, change in delta.items():
+        breakdown[category] = max(0.0, breakdown.get(category, 0.0) + change)
+    breakdown["activations"] = max(
+        0.0, breakdown.get("activations", 0.0) + total - math.fsum(breakdown.values())
+    )
+    phase = peak.phase
+    if extra > 0 and during >= total:
+        phase = f"{phase}, with {extra / 2**30:.1f} GiB more activations in flight"
+    return total, breakdown, phase
 
 
 def _pass_spans(run: PlanRun) -> tuple[float, float, float]:
