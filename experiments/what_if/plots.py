@@ -36,6 +36,7 @@ def plot_what_if(reports: Sequence[StepReport], out: Path) -> list[Path]:
     import seaborn as sns
 
     frame = pd.DataFrame([r.to_record() for r in reports])
+    frame["strategy"] = [_label(r) for r in reports]  # "<strategy> <layout>" for parallel layouts
     top = frame[frame["gpus"] == frame["gpus"].max()]
     written = []
     fig, ax = plt.subplots(figsize=(8, 4))
@@ -76,13 +77,20 @@ def _memory_plot(reports: Sequence[StepReport], gpus: int, path: Path) -> Path:
         rows = [r for r in chosen if r.cluster == cluster]
         table = pd.DataFrame(
             [{c: r.memory_breakdown.get(c, 0.0) / 1e9 for c in CATEGORIES} for r in rows],
-            index=[r.strategy for r in rows],
+            index=[_label(r) for r in rows],
         )
         table.plot.bar(stacked=True, ax=ax, color=colours, legend=ax is axes[0][-1], rot=0)
         ax.axhline(rows[0].memory_capacity_bytes / 1e9, color="black", linestyle="--", linewidth=1)
         ax.set_title(f"{cluster}: peak memory per GPU at {gpus} GPUs")
         ax.set_ylabel("GB")
     return _save(fig, path)
+
+
+def _label(report: StepReport) -> str:
+    from simcore.parallel.report import ParallelStepReport
+    from simcore.parallel.sweep import point_label
+
+    return point_label(report) if isinstance(report, ParallelStepReport) else report.strategy
 
 
 def plot_staleness(results: Sequence[PSResult], path: Path) -> Path:
