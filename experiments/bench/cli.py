@@ -240,8 +240,8 @@ def main(argv: list[str] | None = None) -> int:
         "--what-if",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="also time the default what-if and Llama-2-7B FSDP steps at 16/128/1024 GPUs "
-        "(default: on, off with --quick)",
+        help="also time the default what-if, Llama-2-7B FSDP steps at 16/128/1024 GPUs and a 3-D "
+        "parallel Llama-2-70B step on 1024 GPUs (default: on, off with --quick)",
     )
     args = parser.parse_args(argv)
     gpus = _gpu_list(args.gpus) if args.gpus else list(QUICK_GPUS if args.quick else DEFAULT_GPUS)
@@ -251,9 +251,13 @@ def main(argv: list[str] | None = None) -> int:
     what_if = not args.quick if args.what_if is None else args.what_if
     step_rows = []
     if what_if:
-        from experiments.bench.whatif import fsdp_step_rows, what_if_cli_row
+        from experiments.bench.whatif import fsdp_step_rows, parallel_step_row, what_if_cli_row
 
-        step_rows = [what_if_cli_row(repeats=repeats), *fsdp_step_rows(repeats=repeats)]
+        step_rows = [
+            what_if_cli_row(repeats=repeats),
+            *fsdp_step_rows(repeats=repeats),
+            parallel_step_row(repeats=repeats),
+        ]
     if args.format == "json":
         print(json.dumps([asdict(r) for r in rows] + [asdict(r) for r in step_rows], indent=1))
     else:

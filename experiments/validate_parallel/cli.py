@@ -34,6 +34,7 @@ from simcore.parallel import ParallelLayout, ParallelOptions, simulate_parallel_
 from simcore.strategies.base import TrainingConfig
 from simcore.topology import ClusterLoader
 from simcore.workload.models.transformer import TransformerShape, build_workload
+from simcore.workload.types import Workload
 from topologies import load_cluster
 
 __all__ = ["DATA", "PredictedRow", "load_rows", "main", "mape", "paper_flops", "predict_row"]
@@ -74,7 +75,7 @@ def paper_flops(row: Mapping[str, str]) -> float:
     return 72 * b * s * n * h * h * (1 + s / (6 * h) + v / (12 * n * h))
 
 
-def _workload(row: Mapping[str, str]):  # type: ignore[no-untyped-def]
+def _workload(row: Mapping[str, str]) -> Workload:
     h = int(row["hidden"])
     shape = TransformerShape(
         layers=int(row["layers"]),

@@ -25,8 +25,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from experiments.what_if.layouts import run_layouts
 from simcore.compute.heterogeneity import Heterogeneity
 from simcore.errors import TrainsimError, cli_entry
+from simcore.parallel import CP_KINDS, OFFLOAD_MODES, PIPELINE_SCHEDULES
+from simcore.parallel.report import ParallelStepReport
+from simcore.parallel.sweep import point_label
 from simcore.paramserver import DEFAULT_STALENESS_BOUND, PSConfig, PSResult, parse_placement
 from simcore.report import StepReport, records_to_csv, records_to_json
 from simcore.strategies.base import COMPUTE_DTYPES, OPTIMIZERS, TrainingConfig
@@ -125,8 +129,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_parallel_flags(p: argparse.ArgumentParser) -> None:
     """Model-parallel layouts (simcore.parallel): any of these runs the what-if over layouts."""
-    from simcore.parallel import CP_KINDS, OFFLOAD_MODES, PIPELINE_SCHEDULES
-
     g = p.add_argument_group("parallel layout (tensor, pipeline, context, expert parallelism)")
     for flag, what in (("tp", "tensor"), ("pp", "pipeline"), ("cp", "context"), ("ep", "expert")):
         g.add_argument(f"--{flag}", help=f"{what}-parallel degree, or a comma list (a layout sweep)")
@@ -252,9 +254,6 @@ def _ps_detail(ps: PSResult) -> str:
 
 def _stage_lines(rows: list[StepReport]) -> list[str]:
     """Per-stage peak memory of the pipelined rows of a layout what-if."""
-    from simcore.parallel.report import ParallelStepReport
-    from simcore.parallel.sweep import point_label
-
     return [
         f"  stage peaks GiB {point_label(r)} ({r.gpus}): "
         + " ".join(f"{b / 2**30:.1f}" for b in r.stage_peak_memory_bytes)
@@ -265,9 +264,6 @@ def _stage_lines(rows: list[StepReport]) -> list[str]:
 
 
 def _label(r: StepReport) -> str:
-    from simcore.parallel.report import ParallelStepReport
-    from simcore.parallel.sweep import point_label
-
     return point_label(r) if isinstance(r, ParallelStepReport) else r.strategy
 
 
@@ -316,8 +312,6 @@ def main(argv: list[str] | None = None) -> int:
     points = len(clusters) * len(strategies) * len(gpus)
     progress = (lambda line: print(line, file=sys.stderr)) if points > PROGRESS_THRESHOLD else None
     if any(getattr(args, flag) is not None for flag in PARALLEL_FLAGS):
-        from experiments.what_if.layouts import run_layouts
-
         result = run_layouts(args, workload, clusters, gpus, cfg, heterogeneity, calibration, progress)
         _print(args, result, _header(workload.name, workload.params, cfg, heterogeneity))
         return 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from simcore.calibration.profile import CalibrationProfile
 from simcore.compute.heterogeneity import Heterogeneity
 from simcore.errors import TrainsimError
 from simcore.parallel import ParallelOptions
@@ -53,7 +54,7 @@ def run_layouts(
     gpus: list[int],
     config: TrainingConfig,
     heterogeneity: Heterogeneity,
-    calibration: object,
+    calibration: CalibrationProfile | None,
     progress: Callable[[str], None] | None,
 ) -> WhatIfResult:
     """The what-if over every layout the flags list (synchronous strategies only)."""
@@ -80,5 +81,5 @@ def run_layouts(
         config=config,
         calibration=calibration,
         seed=args.seed,
-        progress=progress,  # type: ignore[arg-type]
+        progress=progress,
     )

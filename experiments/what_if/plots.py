@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from simcore.compute.memory import CATEGORIES
+from simcore.parallel.report import ParallelStepReport
+from simcore.parallel.sweep import point_label
 from simcore.report import StepReport
 
 if TYPE_CHECKING:
@@ -87,9 +89,6 @@ def _memory_plot(reports: Sequence[StepReport], gpus: int, path: Path) -> Path:
 
 
 def _label(report: StepReport) -> str:
-    from simcore.parallel.report import ParallelStepReport
-    from simcore.parallel.sweep import point_label
-
     return point_label(report) if isinstance(report, ParallelStepReport) else report.strategy
 
 
