@@ -250,8 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--what-if",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="also time the default what-if and Llama-2-7B FSDP steps at 16/128/1024 GPUs "
-        "(default: on, off with --quick)",
+        help="also time the default what-if, Llama-2-7B FSDP steps at 16/128/1024 GPUs and a 3-D "
+        "parallel Llama-2-70B step on 1024 GPUs (default: on, off with --quick)",
     )
     add_quiet(parser)
     return parser
@@ -268,18 +268,20 @@ def main(argv: list[str] | None = None) -> int:
         )
     repeats = 1 if args.quick else args.repeats
     what_if = not args.quick if args.what_if is None else args.what_if
-    total = len(gpus) * (len(DEFAULT_OPS) + 1) + (1 + len(FSDP_GPUS) if what_if else 0)
+    total = len(gpus) * (len(DEFAULT_OPS) + 1) + (2 + len(FSDP_GPUS) if what_if else 0)
     with bar(total, "bench", quiet=args.quiet, unit="row") as progress:
         rows = collective_bench_rows(
             gpus, size_bytes=args.size, algorithm=args.algo, repeats=repeats, progress=progress
         )
         step_rows = []
         if what_if:
-            from experiments.bench.whatif import fsdp_step_rows, what_if_cli_row
+            from experiments.bench.whatif import fsdp_step_rows, parallel_step_row, what_if_cli_row
 
             step_rows = [what_if_cli_row(repeats=repeats)]
             progress.update(1)
             step_rows += fsdp_step_rows(FSDP_GPUS, repeats=repeats, progress=progress)
+            step_rows.append(parallel_step_row(repeats=repeats))
+            progress.update(1)
     records = [asdict(r) for r in rows] + [asdict(r) for r in step_rows]
     require_finite(records, "the benchmark")
     if args.format == "json":

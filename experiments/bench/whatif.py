@@ -7,7 +7,11 @@ Two measurements (with their targets, on one core of a 2-core machine):
 - ``fsdp step llama2-7b``: one FSDP step of Llama-2-7B on dgx-a100 at 16, 128 and 1024 GPUs,
   timed in-process, median of ``repeats`` runs (later runs may reuse caches of loaded presets and
   priced collectives, as a sweep does; target: under 2 s at 1024 GPUs, and nearly flat in GPU
-  count, since identical ranks are simulated once).
+  count, since identical ranks are simulated once);
+- ``3d step llama2-70b``: one step of Llama-2-70B as tp8 x pp8 x dp16 (interleaved, 2 virtual
+  stages, ZeRO-1 on the data-parallel axis, sequence parallelism) on 1024 GPUs of dgx-a100, global
+  batch 1024 of sequence 4096, on a fresh topology each run (nothing cached from an earlier run;
+  building the topology is not timed). Target: under 1 s (one representative rank per stage).
 """
 
 from __future__ import annotations
@@ -21,11 +25,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from simcore.parallel import ParallelLayout, ParallelOptions, simulate_parallel_step
+from simcore.strategies.base import TrainingConfig
+from simcore.topology import Topology
 from simcore.whatif.sweep import DEFAULT_CONFIG, run_what_if
 from simcore.workload.loader import load_workload
 from topologies import load_cluster
 
-__all__ = ["WhatIfBenchRow", "format_whatif_table", "fsdp_step_rows", "what_if_cli_row"]
+__all__ = ["WhatIfBenchRow", "format_whatif_table", "fsdp_step_rows", "parallel_step_row", "what_if_cli_row"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +100,26 @@ def fsdp_step_rows(
         if progress is not None:
             progress.update(1)
     return rows
+
+
+def parallel_step_row(*, gpus: int = 1024, repeats: int = 3) -> WhatIfBenchRow:
+    """One 3-D parallel step of Llama-2-70B (see the module docstring), median wall and CPU seconds."""
+    workload = load_workload("llama2-70b", seq_len=4096, dtype="bf16")
+    config = TrainingConfig(global_batch=1024, micro_batch=1, seq_len=4096)
+    layout = ParallelLayout(tp=8, pp=8, vpp=2)
+    options = ParallelOptions(sequence_parallel=True)
+    built = load_cluster("dgx-a100", gpus=gpus)
+    walls, cpus, step = [], [], None
+    for _ in range(repeats):
+        topology = Topology(built.name, built.graph, list(built.ranks), dict(built.metadata))
+        start_wall, start_cpu = time.perf_counter(), time.process_time()
+        result = simulate_parallel_step(workload, config, topology, "zero1", layout, options)
+        walls.append(time.perf_counter() - start_wall)
+        cpus.append(time.process_time() - start_cpu)
+        step = result.report.step_time_s
+    return WhatIfBenchRow(
+        "3d step llama2-70b", gpus, statistics.median(walls), statistics.median(cpus), step, repeats
+    )
 
 
 def format_whatif_table(rows: Sequence[WhatIfBenchRow]) -> str:

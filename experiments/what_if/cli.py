@@ -37,6 +37,7 @@ from pathlib import Path
 from experiments.common.args import add_batch, add_strategies, check_micro_steps, count_text
 from experiments.common.finite import require_finite
 from experiments.common.progress import bar, note, warn
+from experiments.what_if.layouts import run_layouts
 from simcore.calibration.compat import check_profile_for
 from simcore.calibration.profile_json import load_profile
 from simcore.cliargs import (
@@ -51,6 +52,9 @@ from simcore.cliargs import (
 )
 from simcore.compute.heterogeneity import Heterogeneity
 from simcore.errors import TrainsimError, cli_entry
+from simcore.parallel import CP_KINDS, OFFLOAD_MODES, PIPELINE_SCHEDULES
+from simcore.parallel.report import ParallelStepReport
+from simcore.parallel.sweep import point_label
 from simcore.paramserver import (
     DEFAULT_STALENESS_BOUND,
     PS_MODES,
@@ -151,7 +155,47 @@ def build_parser() -> argparse.ArgumentParser:
     add_format(p, ("table", "json", "csv"))
     add_out(p, "plots and a Chrome trace", default_new=False)
     add_quiet(p)
+    _add_parallel_flags(p)
     return p
+
+
+def _add_parallel_flags(p: argparse.ArgumentParser) -> None:
+    """Model-parallel layouts (simcore.parallel): any of these runs the what-if over layouts."""
+    g = p.add_argument_group("parallel layout (tensor, pipeline, context, expert parallelism)")
+    for flag, what in (("tp", "tensor"), ("pp", "pipeline"), ("cp", "context"), ("ep", "expert")):
+        g.add_argument(f"--{flag}", help=f"{what}-parallel degree, or a comma list (a layout sweep)")
+    g.add_argument("--vpp", help="virtual pipeline stages per rank (interleaved 1F1B), or a comma list")
+    g.add_argument("--recompute", help="none, selective, full or every-K (every K-th block)")
+    g.add_argument(
+        "--offload", choices=list(OFFLOAD_MODES), help="CPU offload of optimizer state, params or activations"
+    )
+    g.add_argument("--schedule", choices=list(PIPELINE_SCHEDULES), help="pipeline schedule (default 1f1b)")
+    g.add_argument(
+        "--sequence-parallel", action="store_true", default=None, help="Megatron sequence parallelism"
+    )
+    g.add_argument("--cp-kind", choices=list(CP_KINDS), help="context parallelism: ring attention or Ulysses")
+    g.add_argument(
+        "--expert-load", type=float, help="MoE: tokens on the busiest expert rank / the mean (>= 1)"
+    )
+    g.add_argument(
+        "--capacity-factor", type=float, help="MoE: expert capacity / mean tokens (default dropless)"
+    )
+
+
+PARALLEL_FLAGS = (
+    "tp",
+    "pp",
+    "cp",
+    "ep",
+    "vpp",
+    "recompute",
+    "offload",
+    "schedule",
+    "sequence_parallel",
+    "cp_kind",
+    "expert_load",
+    "capacity_factor",
+)
 
 
 def _config(args: argparse.Namespace, heterogeneity: Heterogeneity) -> TrainingConfig:
@@ -275,12 +319,14 @@ def format_table(result: WhatIfResult, header: str) -> str:
             f"cluster {rec.cluster}: {rec.gpus} x {first.device} on {len(topo.hosts)} node(s), "
             f"{first.memory_capacity_bytes / 2**30:.1f} GiB per GPU",
         ]
+        width = max(12, *(len(_label(r)) for r in rows))
         lines.append(
-            f"  {'strategy':12} {'gpus':>4} {'step s':>8} {'p99 s':>8} {'samples/s':>10} {'tokens/s':>10} "
+            f"  {'strategy':{width}} {'gpus':>4} {'step s':>8} {'p99 s':>8} {'samples/s':>10} {'tokens/s':>10} "
             f"{'scaling':>7} {'MFU':>5} {'exposed s':>9} {'peak GiB':>8}  memory"
         )
         for r in rows:
-            lines.append(_row(r))
+            lines.append(_row(r, width))
+        lines += _stage_lines(rows)
         lines += _ps_lines(result, rec.cluster, rec.gpus)
         lines.append(f"  recommendation: {rec.strategy or 'none'}: {rec.reason}")
     return "\n".join(lines) + "\n"
@@ -316,14 +362,29 @@ def _ps_detail(ps: PSResult) -> str:
     return text + (f"; busiest link {link} ({ps.bottleneck_utilisation * 100:.0f}%)" if link else "")
 
 
-def _row(r: StepReport) -> str:
+def _stage_lines(rows: list[StepReport]) -> list[str]:
+    """Per-stage peak memory of the pipelined rows of a layout what-if."""
+    return [
+        f"  stage peaks GiB {point_label(r)} ({r.gpus}): "
+        + " ".join(f"{b / 2**30:.1f}" for b in r.stage_peak_memory_bytes)
+        + f"; bubble {r.pipeline_bubble_fraction:.2f}"
+        for r in rows
+        if isinstance(r, ParallelStepReport) and r.pp > 1
+    ]
+
+
+def _label(r: StepReport) -> str:
+    return point_label(r) if isinstance(r, ParallelStepReport) else r.strategy
+
+
+def _row(r: StepReport, width: int = 12) -> str:
     verdict = "fits" if r.fits else "OOM"
     tokens = _fmt(r.tokens_per_s, ".0f")
     scaling = _fmt(r.scaling_efficiency, ".2f")
     if r.baseline_fits is False:
         scaling += "*"
     return (
-        f"  {r.strategy:12} {r.gpus:>4} {r.step_time_s:>8.3f} {r.step_time_p99_s:>8.3f} {r.samples_per_s:>10.1f} "
+        f"  {_label(r):{width}} {r.gpus:>4} {r.step_time_s:>8.3f} {r.step_time_p99_s:>8.3f} {r.samples_per_s:>10.1f} "
         f"{tokens:>10} {scaling:>7} {r.mfu:>5.2f} {r.exposed_comm_s:>9.3f} {r.peak_memory_bytes / 2**30:>8.1f}  {verdict}"
     )
 
@@ -364,21 +425,39 @@ def main(argv: list[str] | None = None) -> int:
         calibration = load_profile(args.calibration)
         for cluster in clusters:  # before the sweep: a mismatch is reported at once
             check_profile_for(calibration, load_cluster(cluster, gpus=max(gpus)))
+    header = _header(workload.name, workload.params, cfg, heterogeneity)
     points = len(clusters) * len(strategies) * (len(gpus) + (1 not in gpus))
     with bar(points, "what-if", quiet=args.quiet, unit="point") as progress:
-        result = run_what_if(
-            workload,
-            clusters,
-            gpus,
-            loader=load_cluster,
-            strategies=strategies,
-            config=cfg,
-            calibration=calibration,
-            seed=args.seed,
-            progress=lambda _line: progress.update(1),
-            ps_options=ps_options,
-            heterogeneity=heterogeneity,
-        )
+        if any(getattr(args, flag) is not None for flag in PARALLEL_FLAGS):
+            result = run_layouts(
+                args,
+                workload,
+                clusters,
+                gpus,
+                cfg,
+                heterogeneity,
+                calibration,
+                lambda _line: progress.update(1),
+            )
+        else:
+            result = run_what_if(
+                workload,
+                clusters,
+                gpus,
+                loader=load_cluster,
+                strategies=strategies,
+                config=cfg,
+                calibration=calibration,
+                seed=args.seed,
+                progress=lambda _line: progress.update(1),
+                ps_options=ps_options,
+                heterogeneity=heterogeneity,
+            )
+    _print(args, result, header, out)
+    return 0
+
+
+def _print(args: argparse.Namespace, result: WhatIfResult, header: str, out: Path | None) -> None:
     records = result.records()
     recommendations = [r.to_record() for r in result.recommendations]
     require_finite(records, "the what-if")
@@ -388,10 +467,9 @@ def main(argv: list[str] | None = None) -> int:
     elif args.format == "csv":
         print(records_to_csv(records), end="")
     else:
-        print(format_table(result, _header(workload.name, workload.params, cfg, heterogeneity)), end="")
+        print(format_table(result, header), end="")
     if out is not None:
         _write_outputs(result, out, args.quiet)
-    return 0
 
 
 def _write_outputs(result: WhatIfResult, out: Path, quiet: bool) -> None:

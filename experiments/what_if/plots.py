@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from simcore.compute.memory import CATEGORIES
+from simcore.parallel.report import ParallelStepReport
+from simcore.parallel.sweep import point_label
 from simcore.report import StepReport
 
 GIB = 2**30  # bytes; memory is in GiB everywhere the what-if shows it
@@ -44,6 +46,7 @@ def plot_what_if(reports: Sequence[StepReport], out: Path) -> list[Path]:
     import seaborn as sns
 
     frame = pd.DataFrame([r.to_record() for r in reports])
+    frame["strategy"] = [_label(r) for r in reports]  # "<strategy> <layout>" for parallel layouts
     top = frame[frame["gpus"] == frame["gpus"].max()]
     written = []
     fig, ax = plt.subplots(figsize=(_width(top["strategy"].nunique(), 1), 4))
@@ -101,7 +104,7 @@ def _memory_plot(reports: Sequence[StepReport], gpus: int, path: Path) -> Path:
         rows = [r for r in chosen if r.cluster == cluster]
         table = pd.DataFrame(
             [{c: r.memory_breakdown.get(c, 0.0) / GIB for c in CATEGORIES} for r in rows],
-            index=[r.strategy for r in rows],
+            index=[_label(r) for r in rows],
         )
         table.plot.bar(stacked=True, ax=ax, color=colours, legend=ax is axes[0][-1])
         _rotate(ax)
@@ -111,6 +114,10 @@ def _memory_plot(reports: Sequence[StepReport], gpus: int, path: Path) -> Path:
     if axes[0][-1].get_legend() is not None:
         axes[0][-1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
     return _save(fig, path)
+
+
+def _label(report: StepReport) -> str:
+    return point_label(report) if isinstance(report, ParallelStepReport) else report.strategy
 
 
 def plot_staleness(results: Sequence[PSResult], path: Path) -> Path:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from simcore.dtypes import DTYPE_BYTES
 from simcore.errors import TrainsimError
 
-__all__ = ["Layer", "ParameterTie", "Workload"]
+__all__ = ["Layer", "MoEDims", "ParameterTie", "TransformerDims", "Workload"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +57,53 @@ class ParameterTie:
 
 
 @dataclass(frozen=True, slots=True)
+class MoEDims:
+    """The mixture-of-experts feed-forward of a transformer (Shazeer et al. 2017; Fedus et al. 2021).
+
+    Each token is routed to ``top_k`` of ``experts`` feed-forward experts of width ``expert_ffn``;
+    ``shared_experts`` more of that width see every token (DeepSeekMoE, Dai et al. 2024); the first
+    ``dense_layers`` blocks keep the dense feed-forward of the transformer's ``ffn`` width.
+    """
+
+    experts: int
+    top_k: int
+    expert_ffn: int
+    shared_experts: int = 0
+    dense_layers: int = 0
+
+    def is_moe_block(self, block: int) -> bool:
+        """Whether block ``block`` has the expert feed-forward (not one of the first dense ones)."""
+        return block >= self.dense_layers
+
+
+@dataclass(frozen=True, slots=True)
+class TransformerDims:
+    """The shape a transformer workload was built from: what model parallelism splits.
+
+    Layer names follow :mod:`simcore.workload.models.transformer` (``block3.attn_qkv`` ...), so a
+    layer's role in tensor parallelism (column- or row-parallel, replicated) is its name's suffix.
+    """
+
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn: int
+    vocab: int
+    seq_len: int
+    gated_ffn: bool
+    tied_embeddings: bool
+    dropout: bool
+    flash_attention: bool
+    bias: bool = True
+    moe: MoEDims | None = None
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+
+@dataclass(frozen=True, slots=True)
 class Workload:
     """A model as the simulator sees it: ordered layers grouped into named blocks."""
 
@@ -67,6 +114,7 @@ class Workload:
     tokens_per_sample: int  # sequence length for language models, 0 for vision models
     source: str  # where the architecture (and its published parameter count) comes from
     ties: tuple[ParameterTie, ...] = ()  # parameters shared by several layers
+    dims: TransformerDims | None = None  # the transformer shape, when built from one
 
     def __post_init__(self) -> None:
         for tie in self.ties:

@@ -25,9 +25,16 @@ from typing import Any
 from simcore.dtypes import DTYPE_BYTES
 from simcore.errors import TrainsimError
 from simcore.workload.models import check_keys, get_bool, get_choice, get_nonnegative_int, get_positive_int
-from simcore.workload.types import Layer, ParameterTie, Workload
+from simcore.workload.types import Layer, MoEDims, ParameterTie, TransformerDims, Workload
 
-__all__ = ["SHAPE_KEYS_OPTIONAL", "SHAPE_KEYS_REQUIRED", "TransformerShape", "build_layers", "build_workload"]
+__all__ = [
+    "SHAPE_KEYS_OPTIONAL",
+    "SHAPE_KEYS_REQUIRED",
+    "TransformerShape",
+    "build_layers",
+    "build_workload",
+    "transformer_dims",
+]
 
 SHAPE_KEYS_REQUIRED = ("layers", "hidden", "heads", "ffn", "vocab", "seq_len")
 SHAPE_KEYS_OPTIONAL = (
@@ -44,7 +51,10 @@ SHAPE_KEYS_OPTIONAL = (
     "pooler",
     "dropout",
     "flash_attention",
+    "moe",
 )
+MOE_KEYS_REQUIRED = ("experts", "top_k", "expert_ffn")
+MOE_KEYS_OPTIONAL = ("shared_experts", "dense_layers")
 
 LOSS_BYTES_PER_LOGIT = 4  # cross entropy keeps fp32 log-softmax of the logits (Korthikanti 2022, sec. 4.3)
 
@@ -72,8 +82,18 @@ class TransformerShape:
     pooler: bool = False  # BERT's pooler (hidden x hidden linear on the first token)
     dropout: bool = True  # dropout layers present (1-byte masks saved for backward)
     flash_attention: bool = True  # attention scores never materialised (no s^2 activation term)
+    moe: MoEDims | None = None  # mixture-of-experts feed-forward (see MoEDims)
 
     def __post_init__(self) -> None:
+        if self.moe is not None:
+            if self.moe.top_k > self.moe.experts:
+                raise TrainsimError(
+                    f"transformer: moe top_k ({self.moe.top_k}) must be at most experts ({self.moe.experts})"
+                )
+            if self.moe.dense_layers > self.layers:
+                raise TrainsimError(
+                    f"transformer: moe dense_layers ({self.moe.dense_layers}) exceeds layers ({self.layers})"
+                )
         if self.hidden % self.heads:
             raise TrainsimError(
                 f"transformer: hidden ({self.hidden}) must be a multiple of heads ({self.heads})"
@@ -122,6 +142,7 @@ class TransformerShape:
             pooler=get_bool(m, "pooler", where, False),
             dropout=get_bool(m, "dropout", where, True),
             flash_attention=get_bool(m, "flash_attention", where, True),
+            moe=_moe_from_mapping(m["moe"], f"{where}: moe") if "moe" in m else None,
         )
         try:
             return cls(**sizes, **options)
@@ -134,6 +155,17 @@ class TransformerShape:
         fields["max_positions"] = self.position_table
         fields["seq_len"] = seq_len
         return TransformerShape(**fields)
+
+
+def _moe_from_mapping(data: object, where: str) -> MoEDims:
+    m = check_keys(data, MOE_KEYS_REQUIRED, MOE_KEYS_OPTIONAL, where)
+    return MoEDims(
+        experts=get_positive_int(m, "experts", where),
+        top_k=get_positive_int(m, "top_k", where),
+        expert_ffn=get_positive_int(m, "expert_ffn", where),
+        shared_experts=get_nonnegative_int(m, "shared_experts", where, 0),
+        dense_layers=get_nonnegative_int(m, "dense_layers", where, 0),
+    )
 
 
 def _norm_params(shape: TransformerShape) -> int:
@@ -188,16 +220,71 @@ def _block_layers(shape: TransformerShape, block: int, e: int) -> list[Layer]:
     up_out = f * (2 if shape.gated_ffn else 1)
     act_saved = e * s * f * (3 if shape.gated_ffn else 1)
     p = f"block{block}"
-    return [
+    attention = [
         _elementwise(f"{p}.norm1", "norm", block, norm_p, e * s * h, e * s * h, 2.0 * e * s * h),
         _matmul(f"{p}.attn_qkv", block, s, h, qkv_out, shape.bias, e, 0.0),
         _attention_core(shape, block, e),
         _matmul(f"{p}.attn_out", block, s, h, h, shape.bias, e, mask),
         _elementwise(f"{p}.norm2", "norm", block, norm_p, e * s * h, e * s * h, 2.0 * e * s * h),
+    ]
+    if shape.moe is not None and shape.moe.is_moe_block(block):
+        return [*attention, *_moe_ffn_layers(shape, shape.moe, block, e)]
+    return [
+        *attention,
         _matmul(f"{p}.mlp_in", block, s, h, up_out, shape.bias, e, 0.0),
         _elementwise(f"{p}.mlp_act", "activation", block, 0, act_saved, e * s * f, e * s * (up_out + f)),
         _matmul(f"{p}.mlp_out", block, s, f, h, shape.bias, e, mask),
     ]
+
+
+def _moe_ffn_layers(shape: TransformerShape, moe: MoEDims, block: int, e: int) -> list[Layer]:
+    """Router, shared experts (if any) and routed experts of one MoE block (per sequence).
+
+    The router is a linear layer to ``experts`` logits (no bias, as Mixtral and DeepSeekMoE). The
+    routed experts hold ``experts`` feed-forwards of width ``expert_ffn`` but each token passes
+    through ``top_k`` of them: their FLOPs, saved inputs and intermediates are ``top_k`` times a
+    dense feed-forward of that width (GShard, Lepikhin et al. 2020, sec. 2). Shared experts see
+    every token, as one dense feed-forward of width ``shared_experts * expert_ffn``.
+    """
+    s, h, k, f = shape.seq_len, shape.hidden, moe.top_k, moe.expert_ffn
+    mask = float(s * h) if shape.dropout else 0.0
+    up = f * (2 if shape.gated_ffn else 1)
+    act_width = f * (3 if shape.gated_ffn else 1)
+    p = f"block{block}"
+    router = _matmul(f"{p}.moe_router", block, s, h, moe.experts, False, e, 0.0)
+    layers = [router]
+    if moe.shared_experts:
+        fs = f * moe.shared_experts
+        up_s = fs * (2 if shape.gated_ffn else 1)
+        layers += [
+            _matmul(f"{p}.shared_in", block, s, h, up_s, shape.bias, e, 0.0),
+            _elementwise(
+                f"{p}.shared_act",
+                "activation",
+                block,
+                0,
+                e * s * act_width * moe.shared_experts,
+                e * s * fs,
+                e * s * (up_s + fs),
+            ),
+            _matmul(f"{p}.shared_out", block, s, fs, h, shape.bias, e, 0.0),
+        ]
+    expert_in = _matmul(f"{p}.experts_in", block, k * s, h, up, shape.bias, e, 0.0)
+    expert_out = _matmul(f"{p}.experts_out", block, k * s, f, h, shape.bias, e, mask)
+    layers += [
+        replace(expert_in, params=moe.experts * expert_in.params),
+        _elementwise(
+            f"{p}.experts_act",
+            "activation",
+            block,
+            0,
+            e * k * s * act_width,
+            e * k * s * f,
+            e * k * s * (up + f),
+        ),
+        replace(expert_out, params=moe.experts * expert_out.params, output_bytes=e * s * h),
+    ]
+    return layers
 
 
 def _embedding(shape: TransformerShape, e: int) -> list[Layer]:
@@ -259,6 +346,26 @@ def build_workload(
         tokens_per_sample=shape.seq_len,
         source=source,
         ties=ties,
+        dims=transformer_dims(shape),
+    )
+
+
+def transformer_dims(shape: TransformerShape) -> TransformerDims:
+    """What model parallelism needs to know of ``shape`` (see :class:`TransformerDims`)."""
+    return TransformerDims(
+        layers=shape.layers,
+        hidden=shape.hidden,
+        heads=shape.heads,
+        kv_heads=shape.n_kv_heads,
+        ffn=shape.ffn,
+        vocab=shape.vocab,
+        seq_len=shape.seq_len,
+        gated_ffn=shape.gated_ffn,
+        tied_embeddings=shape.tied_embeddings,
+        dropout=shape.dropout,
+        flash_attention=shape.flash_attention,
+        bias=shape.bias,
+        moe=shape.moe,
     )
 
 

@@ -87,3 +87,11 @@ def test_what_if_rows_time_the_step_model_at_several_sizes() -> None:
     assert all(isinstance(r, WhatIfBenchRow) and r.wall_s > 0 and r.step_time_s for r in rows)
     table = format_whatif_table(rows).splitlines()
     assert table[0].split()[:3] == ["case", "gpus", "wall_s"] and len(table) == 3
+
+
+def test_parallel_step_row_reports_a_3d_step() -> None:
+    from experiments.bench.whatif import parallel_step_row
+
+    row = parallel_step_row(gpus=64, repeats=1)
+    assert row.case == "3d step llama2-70b" and row.gpus == 64 and row.repeats == 1
+    assert row.wall_s > 0 and row.step_time_s is not None and row.step_time_s > 0

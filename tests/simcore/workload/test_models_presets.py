@@ -24,6 +24,9 @@ PUBLISHED_PARAMS = {
     "llama2-13b": 13_015_864_320,
     "llama2-70b": 68_976_648_192,
     "mistral-7b": 7_241_732_096,
+    # Mixture-of-experts (MixtralForCausalLM, DeepseekForCausalLM on their configs).
+    "mixtral-8x7b": 46_702_792_704,
+    "deepseek-moe-16b": 16_375_728_128,
     # torchvision model tables (pytorch.org/vision/stable/models.html, "Params").
     "resnet50": 25_557_032,
     "vgg16": 138_357_544,
@@ -45,6 +48,8 @@ ROUNDED_PARAMS = {
     "llama2-13b": 13.0e9,
     "llama2-70b": 69.0e9,
     "mistral-7b": 7.24e9,
+    "mixtral-8x7b": 46.7e9,  # Jiang et al. 2024: "47B"
+    "deepseek-moe-16b": 16.4e9,  # Dai et al. 2024
     "resnet50": 25.6e6,
     "vgg16": 138.4e6,
     "densenet121": 8.0e6,
@@ -190,3 +195,34 @@ def _totals(shape: TransformerShape) -> tuple[int, float, float]:
 def test_growing_any_dimension_never_shrinks_params_flops_or_activations(d, key, extra) -> None:
     small, large = _totals(_shape(d)), _totals(_shape(d, **{key: d[key] + extra}))
     assert all(big >= little for big, little in zip(large, small, strict=True))
+
+
+def test_moe_presets_route_top_k_experts_per_token() -> None:
+    """FLOPs per token count top_k experts (Mixtral: 2 of 8), parameters all of them."""
+    mixtral = load_workload("mixtral-8x7b", seq_len=1024)
+    dims = mixtral.dims
+    assert dims is not None and dims.moe is not None and (dims.moe.experts, dims.moe.top_k) == (8, 2)
+    experts = [layer for layer in mixtral.layers if layer.name.endswith("experts_in")]
+    assert len(experts) == 32
+    one_expert_in = 4096 * 2 * 14336  # gate and up projections of one SwiGLU expert
+    assert experts[0].params == 8 * one_expert_in
+    assert experts[0].fwd_flops == 2 * 2 * 1024 * one_expert_in
+    deepseek = load_workload("deepseek-moe-16b")
+    assert [layer.name for layer in deepseek.layers if layer.block == 0][
+        -1
+    ] == "block0.mlp_out"  # first block dense
+    assert any(layer.name == "block1.shared_in" for layer in deepseek.layers)
+
+
+def test_moe_shape_errors_name_the_key() -> None:
+    from simcore.errors import TrainsimError
+
+    base = {"layers": 2, "hidden": 64, "heads": 4, "ffn": 128, "vocab": 100, "seq_len": 16}
+    with pytest.raises(TrainsimError, match=r"moe top_k \(3\) must be at most experts \(2\)"):
+        TransformerShape.from_mapping(
+            {**base, "moe": {"experts": 2, "top_k": 3, "expert_ffn": 32}}, where="t"
+        )
+    with pytest.raises(TrainsimError, match="unknown key 'shared'"):
+        TransformerShape.from_mapping(
+            {**base, "moe": {"experts": 2, "top_k": 1, "expert_ffn": 32, "shared": 1}}, where="t"
+        )

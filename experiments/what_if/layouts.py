@@ -1,0 +1,85 @@
+"""The what-if's layout flags (``--tp --pp --vpp --cp --ep --recompute --offload`` ...): parse them
+and run :func:`simcore.parallel.sweep.run_parallel_what_if`."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+from simcore.calibration.profile import CalibrationProfile
+from simcore.compute.heterogeneity import Heterogeneity
+from simcore.errors import TrainsimError
+from simcore.parallel import ParallelOptions
+from simcore.parallel.sweep import layouts_from_lists, run_parallel_what_if
+from simcore.paramserver import PS_MODES
+from simcore.strategies import strategy_names
+from simcore.strategies.base import TrainingConfig
+from simcore.whatif.sweep import WhatIfResult
+from simcore.workload.types import Workload
+from topologies import load_cluster
+
+__all__ = ["parallel_options", "run_layouts"]
+
+
+def _degrees(text: str | None, flag: str) -> list[int]:
+    if text is None:
+        return [1]
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise TrainsimError(f"--{flag}: expected a number or a comma list of numbers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise TrainsimError(f"--{flag}: expected positive numbers, got {text!r}")
+    return values
+
+
+def parallel_options(args: argparse.Namespace) -> ParallelOptions:
+    """The run options the flags give (defaults: :class:`ParallelOptions`'s)."""
+    given = {
+        "schedule": args.schedule,
+        "sequence_parallel": args.sequence_parallel,
+        "cp_kind": args.cp_kind,
+        "recompute": args.recompute,
+        "offload": args.offload,
+        "expert_load": args.expert_load,
+        "capacity_factor": args.capacity_factor,
+    }
+    return ParallelOptions(**{k: v for k, v in given.items() if v is not None})
+
+
+def run_layouts(
+    args: argparse.Namespace,
+    workload: Workload,
+    clusters: list[str],
+    gpus: list[int],
+    config: TrainingConfig,
+    heterogeneity: Heterogeneity,
+    calibration: CalibrationProfile | None,
+    progress: Callable[[str], None] | None,
+) -> WhatIfResult:
+    """The what-if over every layout the flags list (synchronous strategies only)."""
+    if heterogeneity.describe() != "none":
+        raise TrainsimError("--straggler and --jitter are not supported with parallel layouts")
+    chosen = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    if set(chosen) == set(strategy_names()) | set(PS_MODES):
+        chosen = strategy_names()  # the default list: layouts apply to the synchronous strategies
+    layouts = layouts_from_lists(
+        _degrees(args.tp, "tp"),
+        _degrees(args.pp, "pp"),
+        _degrees(args.cp, "cp"),
+        _degrees(args.ep, "ep"),
+        _degrees(args.vpp, "vpp"),
+    )
+    return run_parallel_what_if(
+        workload,
+        clusters,
+        gpus,
+        loader=load_cluster,
+        layouts=layouts,
+        options=parallel_options(args),
+        strategies=chosen,
+        config=config,
+        calibration=calibration,
+        seed=args.seed,
+        progress=progress,
+    )

@@ -1,0 +1,80 @@
+"""How a parallel layout is run: pipeline schedule, sequence and context parallelism flavours,
+recompute, offload and the mixture-of-experts routing figures.
+
+Defaults are Megatron-LM's: the 1F1B schedule (interleaved when ``vpp > 1``), sequence parallelism
+off unless asked for (``--sequence-parallel``; it is required, and so switched on, for expert
+parallelism combined with tensor parallelism, as Megatron-Core enforces), ring attention for
+context parallelism (Megatron-Core's ``p2p`` ``cp_comm_type``), no recompute, no offload, and
+dropless routing with perfectly balanced experts (``expert_load`` 1).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from simcore.errors import TrainsimError
+from simcore.parallel.pp import PIPELINE_SCHEDULES
+
+__all__ = ["CP_KINDS", "OFFLOAD_MODES", "RECOMPUTE_MODES", "ParallelOptions", "parse_recompute"]
+
+RECOMPUTE_MODES = ("none", "selective", "full", "every-K")
+OFFLOAD_MODES = ("none", "optimizer", "params", "activations")
+CP_KINDS = ("ring", "ulysses")
+_EVERY = re.compile(r"every-(\d+)")
+
+
+def parse_recompute(text: str) -> tuple[str, int]:
+    """(mode, K): ``none``, ``selective``, ``full`` or ``every-K`` (every K-th block; every-1 = full)."""
+    text = text.strip()
+    if text in ("none", "selective", "full"):
+        return text, 1
+    match = _EVERY.fullmatch(text)
+    if not match or int(match[1]) < 1:
+        raise TrainsimError(
+            f"recompute {text!r} not understood; allowed: none, selective, full, every-K (K >= 1)"
+        )
+    k = int(match[1])
+    return ("full", 1) if k == 1 else ("every", k)
+
+
+@dataclass(frozen=True, slots=True)
+class ParallelOptions:
+    """Run options of a parallel layout (see the module docstring for the defaults)."""
+
+    schedule: str = "1f1b"
+    sequence_parallel: bool = False
+    cp_kind: str = "ring"
+    recompute: str = "none"  # none | selective | full | every-K
+    offload: str = "none"  # none | optimizer | params | activations
+    expert_load: float = 1.0  # tokens on the busiest expert rank / the mean
+    capacity_factor: float | None = None  # tokens an expert keeps / the mean (None: dropless)
+
+    def __post_init__(self) -> None:
+        if self.schedule not in PIPELINE_SCHEDULES:
+            raise TrainsimError(
+                f"pipeline schedule {self.schedule!r} unknown; allowed: {', '.join(PIPELINE_SCHEDULES)}"
+            )
+        if self.cp_kind not in CP_KINDS:
+            raise TrainsimError(
+                f"context parallelism {self.cp_kind!r} unknown; allowed: {', '.join(CP_KINDS)}"
+            )
+        parse_recompute(self.recompute)
+        if self.offload not in OFFLOAD_MODES:
+            raise TrainsimError(f"offload {self.offload!r} unknown; allowed: {', '.join(OFFLOAD_MODES)}")
+        if not self.expert_load >= 1.0:
+            raise TrainsimError(f"expert load imbalance must be >= 1 (1 = balanced), got {self.expert_load}")
+        if self.capacity_factor is not None and not self.capacity_factor > 0:
+            raise TrainsimError(f"capacity factor must be > 0, got {self.capacity_factor}")
+
+    @property
+    def recompute_mode(self) -> tuple[str, int]:
+        return parse_recompute(self.recompute)
+
+    @property
+    def effective_expert_load(self) -> float:
+        """The busiest expert rank's load: the imbalance, cut at the capacity factor (tokens beyond
+        an expert's capacity are dropped: Fedus et al. 2021, "Switch Transformers", sec. 2.2)."""
+        if self.capacity_factor is None:
+            return self.expert_load
+        return min(self.expert_load, self.capacity_factor)

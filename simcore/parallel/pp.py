@@ -1,0 +1,280 @@
+"""Pipeline parallelism: stages by layer, the schedules, and when each stage finishes.
+
+**Stages.** Transformer blocks are split evenly over ``pp x vpp`` virtual stages (the first
+``layers % stages`` get one block more); the embedding (and anything before the first block) sits
+on the first stage, the final norm and the output head on the last, as in Megatron-LM. Virtual
+stage ``c * pp + r`` is chunk ``c`` of pipeline rank ``r`` (Narayanan et al. 2021, sec. 2.2.2).
+
+**Schedules** (per rank, the order of forward ``F``, backward ``B`` and weight-gradient ``W``
+passes of each micro-batch and chunk):
+
+- ``gpipe`` (Huang et al. 2019): all forwards, then all backwards; keeps all ``m`` micro-batches'
+  activations.
+- ``1f1b`` (PipeDream-Flush, Narayanan et al. 2021, sec. 2.2.1): rank ``r`` runs ``pp - r - 1``
+  warm-up forwards, then alternates one forward and one backward; it keeps at most ``pp - r``
+  micro-batches in flight. With ``vpp > 1`` it is Megatron's interleaved 1F1B: warm-up
+  ``2 (pp - r - 1) + (vpp - 1) pp`` chunk forwards, chunk order as
+  ``megatron/core/pipeline_parallel/schedules.py`` (``get_model_chunk_id``); the first rank keeps
+  ``pp + (pp - 1)/vpp`` micro-batches of activations (Korthikanti et al. 2022, sec. 4.2.3).
+- ``zb-h1`` (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", arXiv 2401.10241, ZB-H1): 1F1B
+  with each backward split into ``B`` (input gradients, on the critical path) and ``W`` (weight
+  gradients), a rank running a pending ``W`` whenever its next ``F``/``B`` is not ready yet, with
+  1F1B's in-flight limit. The ``W`` share is the weight-gradient half of the linear layers' backward.
+
+**Timing.** :func:`run_pipeline` list-schedules these orders: an operation starts when its rank is
+free and its input has arrived (the previous virtual stage's ``F``, or the next one's ``B``, plus
+the point-to-point time between the two ranks). The result is exact for the given per-stage times;
+the bubble fraction is the busiest rank's idle share of the makespan.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from simcore.errors import TrainsimError
+from simcore.workload.types import Workload
+
+__all__ = [
+    "PIPELINE_SCHEDULES",
+    "PipelineOp",
+    "PipelineRun",
+    "StageTimes",
+    "partition_stages",
+    "rank_orders",
+    "run_pipeline",
+]
+
+PIPELINE_SCHEDULES = ("1f1b", "gpipe", "zb-h1")
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineOp:
+    """One pass of one micro-batch through one chunk: kind ``F``, ``B`` or ``W``."""
+
+    kind: str
+    chunk: int
+    micro: int
+
+
+@dataclass(frozen=True, slots=True)
+class StageTimes:
+    """Seconds of one micro-batch's passes through one chunk of one rank (``b`` includes ``w``)."""
+
+    f: float
+    b: float
+    w: float = 0.0
+
+
+def partition_stages(workload: Workload, stages: int) -> list[tuple[int, ...]]:
+    """Layer indices of each of ``stages`` virtual stages (blocks split evenly, see module doc)."""
+    blocks = workload.block_layer_indices()
+    if stages < 1 or stages > len(blocks):
+        raise TrainsimError(f"cannot cut {len(blocks)} blocks into {stages} pipeline stages")
+    base, extra = divmod(len(blocks), stages)
+    out: list[list[int]] = []
+    start = 0
+    for stage in range(stages):
+        count = base + (1 if stage < extra else 0)
+        out.append([i for block in blocks[start : start + count] for i in block])
+        start += count
+    first_block_layer = blocks[0][0]
+    last_block_layer = blocks[-1][-1]
+    before = [
+        i for i in range(len(workload.layers)) if workload.layers[i].block == -1 and i < first_block_layer
+    ]
+    after = [
+        i for i in range(len(workload.layers)) if workload.layers[i].block == -1 and i > last_block_layer
+    ]
+    out[0] = before + out[0]
+    out[-1] = out[-1] + after
+    return [tuple(stage) for stage in out]
+
+
+def _interleaved_chunk(k: int, pp: int, vpp: int, forward: bool) -> tuple[int, int]:
+    """(chunk, micro-batch) of a rank's k-th forward or backward in Megatron's interleaved order."""
+    group = k // (pp * vpp)
+    chunk = (k // pp) % vpp
+    return (chunk if forward else vpp - 1 - chunk), group * pp + k % pp
+
+
+def rank_orders(schedule: str, pp: int, vpp: int, micro: int) -> list[list[PipelineOp]]:
+    """Each rank's F/B order (``W`` passes of ``zb-h1`` are scheduled on the fly)."""
+    if schedule not in PIPELINE_SCHEDULES:
+        raise TrainsimError(
+            f"pipeline schedule {schedule!r} unknown; allowed: {', '.join(PIPELINE_SCHEDULES)}"
+        )
+    if vpp > 1 and schedule != "1f1b":
+        raise TrainsimError(
+            f"virtual stages (vpp {vpp}) need the 1f1b schedule (interleaved), not {schedule}"
+        )
+    if vpp > 1 and micro % pp:
+        raise TrainsimError(
+            f"the interleaved schedule needs micro-batches per step ({micro}) divisible by pp ({pp}); "
+            "change the global batch or the micro-batch size"
+        )
+    orders = []
+    for rank in range(pp):
+        if schedule == "gpipe":
+            orders.append(
+                [PipelineOp("F", 0, i) for i in range(micro)] + [PipelineOp("B", 0, i) for i in range(micro)]
+            )
+            continue
+        total = micro * vpp
+        # Megatron's warm-up: pp - r - 1 forwards; interleaved, 2 (pp - r - 1) + (vpp - 1) pp chunks
+        warm = min((pp - rank - 1) * (1 if vpp == 1 else 2) + (vpp - 1) * pp, total)
+        fwd = [PipelineOp("F", *_interleaved_chunk(k, pp, vpp, True)) for k in range(total)]
+        bwd = [PipelineOp("B", *_interleaved_chunk(k, pp, vpp, False)) for k in range(total)]
+        order = fwd[:warm]
+        for k in range(total - warm):
+            order += [fwd[warm + k], bwd[k]]
+        order += bwd[total - warm :]
+        orders.append(order)
+    return orders
+
+
+@dataclass(slots=True)
+class PipelineRun:
+    """When every pass of every rank ran, and what follows from it."""
+
+    makespan_s: float
+    spans: list[tuple[int, PipelineOp, float, float]] = field(default_factory=list)  # rank, op, start, end
+    busy_s: list[float] = field(default_factory=list)
+    last_backward_end_s: list[float] = field(default_factory=list)
+    peak_in_flight: list[float] = field(default_factory=list)  # activation units held at most, per rank
+
+    @property
+    def bubble_fraction(self) -> float:
+        """The busiest rank's idle share of the pipeline's makespan."""
+        if self.makespan_s <= 0:
+            return 0.0
+        return max(0.0, 1.0 - max(self.busy_s) / self.makespan_s)
+
+
+class _Scheduler:
+    """List scheduling of the rank orders (see the module docstring)."""
+
+    def __init__(
+        self,
+        orders: list[list[PipelineOp]],
+        times: Sequence[Sequence[StageTimes]],
+        p2p: Callable[[int, int], float],
+        split_w: bool,
+    ) -> None:
+        self.orders, self.times, self.p2p, self.split_w = orders, times, p2p, split_w
+        self.pp = len(orders)
+        self.vpp = len(times[0])
+        self.end: dict[tuple[int, PipelineOp], float] = {}
+        self.pos = [0] * self.pp
+        self.free = [0.0] * self.pp
+        self.pending_w: list[deque[PipelineOp]] = [deque() for _ in range(self.pp)]
+        self.waiting: dict[tuple[int, PipelineOp], list[int]] = {}
+        self.run = PipelineRun(0.0, busy_s=[0.0] * self.pp, last_backward_end_s=[0.0] * self.pp)
+
+    def _duration(self, rank: int, op: PipelineOp) -> float:
+        t = self.times[rank][op.chunk]
+        if op.kind == "F":
+            return t.f
+        if op.kind == "W":
+            return t.w
+        return t.b - t.w if self.split_w else t.b
+
+    def _dependency(self, rank: int, op: PipelineOp) -> tuple[int, PipelineOp] | None:
+        stage = op.chunk * self.pp + rank
+        last = self.pp * self.vpp - 1
+        if op.kind == "F":
+            if stage == 0:
+                return None
+            prev = stage - 1
+            return prev % self.pp, PipelineOp("F", prev // self.pp, op.micro)
+        if stage == last:
+            return rank, PipelineOp("F", op.chunk, op.micro)
+        nxt = stage + 1
+        return nxt % self.pp, PipelineOp("B", nxt // self.pp, op.micro)
+
+    def _ready(self, rank: int, op: PipelineOp) -> float | None:
+        dep = self._dependency(rank, op)
+        if dep is None:
+            return 0.0
+        done = self.end.get(dep)
+        if done is None:
+            return None
+        return done + (self.p2p(dep[0], rank) if dep[0] != rank else 0.0)
+
+    def _execute(self, rank: int, op: PipelineOp, start: float, heap: list[tuple[float, int]]) -> None:
+        end = start + self._duration(rank, op)
+        self.end[(rank, op)] = end
+        self.free[rank] = end
+        self.run.spans.append((rank, op, start, end))
+        self.run.busy_s[rank] += end - start
+        if op.kind == "B" and self.split_w:
+            self.pending_w[rank].append(PipelineOp("W", op.chunk, op.micro))
+        if op.kind in ("B", "W"):
+            self.run.last_backward_end_s[rank] = max(self.run.last_backward_end_s[rank], end)
+        for waiter in self.waiting.pop((rank, op), []):
+            heapq.heappush(heap, (self.free[waiter], waiter))
+        heapq.heappush(heap, (end, rank))
+
+    def step(self, rank: int, now: float, heap: list[tuple[float, int]]) -> None:
+        order = self.orders[rank]
+        if self.pos[rank] >= len(order):
+            if self.pending_w[rank]:
+                self._execute(rank, self.pending_w[rank].popleft(), now, heap)
+            return
+        op = order[self.pos[rank]]
+        ready = self._ready(rank, op)
+        if (ready is None or ready > now) and self.pending_w[rank]:
+            self._execute(rank, self.pending_w[rank].popleft(), now, heap)
+            return
+        if ready is None:
+            dep = self._dependency(rank, op)
+            assert dep is not None  # a pass without a dependency is always ready
+            self.waiting.setdefault(dep, []).append(rank)
+            return
+        self.pos[rank] += 1
+        self._execute(rank, op, max(now, ready), heap)
+
+
+def run_pipeline(
+    orders: list[list[PipelineOp]],
+    times: Sequence[Sequence[StageTimes]],
+    p2p: Callable[[int, int], float],
+    *,
+    split_w: bool = False,
+    activation_weights: Sequence[Sequence[float]] | None = None,
+) -> PipelineRun:
+    """List-schedule ``orders`` with ``times[rank][chunk]``; ``p2p(src, dst)`` is the send time.
+
+    ``activation_weights[rank][chunk]`` weighs a chunk's in-flight activations (default 1 each):
+    ``peak_in_flight`` is the most a rank holds at once in those units.
+    """
+    scheduler = _Scheduler(orders, times, p2p, split_w)
+    heap = [(0.0, rank) for rank in range(len(orders))]
+    heapq.heapify(heap)
+    while heap:
+        now, rank = heapq.heappop(heap)
+        if now < scheduler.free[rank]:
+            continue  # a stale entry: the rank was rescheduled later
+        scheduler.step(rank, now, heap)
+    total = sum(len(order) for order in orders)
+    done = sum(1 for (_, op) in scheduler.end if op.kind != "W")
+    if done != total:
+        raise TrainsimError(f"pipeline schedule deadlocked after {done} of {total} passes")
+    run = scheduler.run
+    run.makespan_s = max(scheduler.free)
+    run.peak_in_flight = _in_flight(orders, activation_weights)
+    return run
+
+
+def _in_flight(orders: list[list[PipelineOp]], weights: Sequence[Sequence[float]] | None) -> list[float]:
+    peaks = []
+    for rank, order in enumerate(orders):
+        held = peak = 0.0
+        for op in order:
+            weight = weights[rank][op.chunk] if weights is not None else 1.0
+            held += weight if op.kind == "F" else -weight
+            peak = max(peak, held)
+        peaks.append(peak)
+    return peaks

@@ -1,0 +1,88 @@
+"""Activation recomputation: what a rank keeps from forward to backward, and what it recomputes.
+
+- ``selective`` (Korthikanti et al. 2022, sec. 5): only the attention core is recomputed; its
+  saved tensors (scores, softmax, dropout: the ``5as/h`` term) are dropped and its inputs Q, K, V
+  kept; backward first reruns the core's forward.
+- ``full`` (Chen et al. 2016; Megatron's ``--recompute-granularity full``): every block keeps
+  only its input and reruns its forward (with the forward's tensor-parallel collectives) before its
+  backward; run by the data-parallel step plan's activation checkpointing
+  (:mod:`simcore.strategies.passes`), which also holds the recomputed block's activations while its
+  backward runs.
+- ``every-K``: the same for every K-th block only (blocks 0, K, 2K ... of the model), the others
+  keep all their activations.
+
+:func:`apply_recompute` rewrites the saved bytes of a rank's (sharded) layers for ``selective``
+and ``every-K`` and says which forwards each backward reruns; ``full`` and ``none`` leave them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from simcore.workload.types import Layer
+
+__all__ = ["RecomputePlan", "apply_recompute", "held_bytes"]
+
+
+@dataclass(frozen=True, slots=True)
+class RecomputePlan:
+    """Layers with their saved bytes after recompute, and the forwards rerun before each backward.
+
+    ``rerun[i]`` lists the layers whose forward runs again just before layer ``i``'s backward;
+    ``transient_bytes`` is the largest set of activations rematerialised at once, per sample.
+    """
+
+    layers: tuple[Layer, ...]
+    rerun: tuple[tuple[int, ...], ...]
+    transient_bytes: float
+
+
+def apply_recompute(
+    layers: Sequence[Layer], global_blocks: Sequence[int], mode: str, every: int
+) -> RecomputePlan:
+    """The rank's ``layers`` (``global_blocks[i]``: layer i's block in the whole model) under ``mode``."""
+    out = list(layers)
+    rerun: list[tuple[int, ...]] = [()] * len(out)
+    transient = 0.0
+    if mode == "selective":
+        for i, layer in enumerate(out):
+            if layer.name.endswith("attn_core") and i > 0:
+                keep = out[i - 1].output_bytes  # Q, K, V: the qkv projection's output
+                transient = max(transient, layer.activation_bytes - keep)
+                out[i] = replace(layer, activation_bytes=min(layer.activation_bytes, keep))
+                rerun[i] = (i,)
+    elif mode == "every":
+        for members in _blocks(out, global_blocks):
+            if global_blocks[members[0]] % every:
+                continue
+            first = members[0]
+            kept = out[first - 1].output_bytes if first > 0 else out[first].output_bytes
+            saved = sum(out[i].activation_bytes for i in members)
+            transient = max(transient, saved - kept)
+            for i in members:
+                out[i] = replace(out[i], activation_bytes=kept if i == first else 0.0)
+            rerun[members[-1]] = tuple(members)
+    return RecomputePlan(tuple(out), tuple(rerun), max(0.0, transient))
+
+
+def _blocks(layers: Sequence[Layer], global_blocks: Sequence[int]) -> list[list[int]]:
+    groups: dict[int, list[int]] = {}
+    for i, layer in enumerate(layers):
+        if layer.block >= 0:
+            groups.setdefault(global_blocks[i], []).append(i)
+    return [groups[b] for b in sorted(groups)]
+
+
+def held_bytes(layers: Sequence[Layer], full: bool) -> float:
+    """Bytes per sample a rank holds from forward to backward (``full``: block inputs only, as
+    the step plan's activation checkpointing keeps them)."""
+    if not full:
+        return float(sum(layer.activation_bytes for layer in layers))
+    total = 0.0
+    for i, layer in enumerate(layers):
+        if layer.block < 0:
+            total += layer.activation_bytes
+        elif i == 0 or layers[i - 1].block != layer.block:
+            total += layers[i - 1].output_bytes if i > 0 else layer.output_bytes
+    return total

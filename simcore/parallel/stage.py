@@ -1,0 +1,246 @@
+"""One pipeline rank's share of the model: its sharded layers, their times with the exposed
+tensor-, context- and expert-parallel communication, and what it keeps per micro-batch.
+
+A :class:`StageModel` is built for the representative rank (tensor, context and data coordinate
+0) of each pipeline rank; every other rank of that stage does the same work. Its ``workload`` is
+a :class:`~simcore.workload.types.Workload` of the rank's layers (all its chunks, in chunk order,
+blocks renumbered) as one rank computes them (:func:`simcore.parallel.shard.shard_layer`), so the
+data-parallel strategies of :mod:`simcore.strategies` plan on it unchanged; its ``timer`` adds each
+layer's exposed communication to the compute model's layer times.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from simcore.compute.roofline import PHASES
+from simcore.parallel.comm import GroupPricer, sharing_groups
+from simcore.parallel.cp import context_parallel_exposed_s
+from simcore.parallel.ep import expert_parallel_exposed_s
+from simcore.parallel.layout import ParallelLayout, Placement
+from simcore.parallel.options import ParallelOptions
+from simcore.parallel.recompute import apply_recompute, held_bytes
+from simcore.parallel.shard import ShardSpec, shard_layer
+from simcore.parallel.tp import tensor_parallel_collectives
+from simcore.workload.types import Layer, ParameterTie, TransformerDims, Workload
+
+if TYPE_CHECKING:
+    from simcore.compute.roofline import ComputeModel
+
+__all__ = ["StageModel", "StageTimer", "build_stage", "shard_spec"]
+
+Group = tuple[int, ...]
+
+
+class StageTimer:
+    """A compute model's per-layer times plus fixed extra seconds per layer and phase."""
+
+    def __init__(self, base: ComputeModel, extra: dict[str, np.ndarray]) -> None:
+        self.base = base
+        self.extra = extra
+        self.device = base.device
+        self.memory_bandwidth_Bps = base.memory_bandwidth_Bps
+
+    def layer_times_s(self, workload: Workload, batch: int, phase: str) -> np.ndarray:
+        return self.base.layer_times_s(workload, batch, phase) + self.extra[phase]
+
+    def layer_time_s(self, layer: Layer, batch: int, phase: str) -> float:
+        return self.base.layer_time_s(layer, batch, phase)
+
+    def optimizer_time_s(self, params: int, optimizer: str) -> float:
+        return self.base.optimizer_time_s(params, optimizer)
+
+    def optimizer_dispatch_s(self, tensors: int, optimizer: str) -> float:
+        return self.base.optimizer_dispatch_s(tensors, optimizer)
+
+
+@dataclass(slots=True)
+class StageModel:
+    """What one pipeline rank runs (see the module docstring); per-chunk figures in chunk order."""
+
+    rank: int
+    chunks: tuple[tuple[int, ...], ...]  # layer indices of the whole model, per chunk
+    workload: Workload
+    chunk_slices: tuple[range, ...]  # indices into ``workload.layers`` per chunk
+    timer: StageTimer
+    held_per_sample: tuple[float, ...]  # bytes kept from forward to backward per sample, per chunk
+    transient_per_sample: float  # rematerialised at once during recompute (selective, every-K)
+    comm_s: dict[str, float]  # exposed seconds per micro-batch by axis (tp, cp, ep)
+    tied_copy_params: int = 0  # a tied embedding duplicated on this (last) stage
+
+    def chunk_time_s(self, chunk: int, phase: str, batch: int) -> float:
+        times = self.timer.layer_times_s(self.workload, batch, phase)
+        return float(times[list(self.chunk_slices[chunk])].sum())
+
+
+def shard_spec(layout: ParallelLayout, options: ParallelOptions, dims: TransformerDims) -> ShardSpec:
+    """The split of a layer; sequence parallelism forced on for experts x tensor parallelism."""
+    forced = dims.moe is not None and layout.ep > 1 and layout.tp > 1
+    return ShardSpec(
+        tp=layout.tp,
+        cp=layout.cp,
+        ep=layout.ep,
+        sequence_parallel=(options.sequence_parallel or forced) and layout.tp > 1,
+        expert_load=options.effective_expert_load,
+    )
+
+
+def _stage_workload(
+    workload: Workload, order: Sequence[int], layers: Sequence[Layer], rank: int, tp: int, tied_copy: int
+) -> Workload:
+    """The rank's sharded ``layers`` (model layers ``order``) as a workload: blocks renumbered in
+    order, a tie kept when all its layers are local (its table split over ``tp``)."""
+    renumber: dict[int, int] = {}
+    names: list[str] = []
+    out = []
+    for g, layer in zip(order, layers, strict=True):
+        if layer.block >= 0:
+            if layer.block not in renumber:
+                renumber[layer.block] = len(renumber)
+                names.append(workload.block_names[workload.layers[g].block])
+            layer = replace(layer, block=renumber[layer.block])
+        out.append(layer)
+    if tied_copy:
+        head = next(i for i, layer in enumerate(out) if layer.name == "lm_head")
+        out[head] = replace(out[head], params=tied_copy)
+    position = {g: i for i, g in enumerate(order)}
+    ties = tuple(
+        ParameterTie(round(tie.params / tp), tuple(position[i] for i in tie.layers))
+        for tie in workload.ties
+        if all(i in position for i in tie.layers)
+    )
+    return Workload(
+        name=workload.name
+        if rank == 0 and len(order) == len(workload.layers)
+        else f"{workload.name} [stage {rank}]",
+        layers=tuple(out),
+        block_names=tuple(names),
+        dtype=workload.dtype,
+        tokens_per_sample=workload.tokens_per_sample,
+        source=workload.source,
+        ties=ties,
+        dims=workload.dims,
+    )
+
+
+def build_stage(
+    workload: Workload,
+    rank: int,
+    chunks: Sequence[tuple[int, ...]],
+    *,
+    layout: ParallelLayout,
+    options: ParallelOptions,
+    placement: Placement,
+    pricer: GroupPricer,
+    timer: ComputeModel,
+    micro_batch: int,
+) -> StageModel:
+    """The :class:`StageModel` of pipeline rank ``rank`` holding ``chunks``."""
+    dims = workload.dims
+    assert dims is not None  # check_layout rejects model parallelism without a transformer shape
+    spec = shard_spec(layout, options, dims)
+    elem = workload.dtype_bytes
+    order = [i for chunk in chunks for i in chunk]
+    sharded = [shard_layer(workload.layers[i], dims, spec, elem) for i in order]
+    mode, every = options.recompute_mode
+    plan = apply_recompute(sharded, [workload.layers[i].block for i in order], mode, every)
+    tied_copy = 0
+    if (
+        workload.ties
+        and layout.pp > 1
+        and 0 not in order
+        and any(workload.layers[i].name == "lm_head" for i in order)
+    ):
+        tied_copy = round(dims.vocab * dims.hidden / layout.tp)  # Megatron's copy of the word embedding
+    stage_wl = _stage_workload(workload, order, plan.layers, rank, layout.tp, tied_copy)
+    base = {phase: np.asarray(timer.layer_times_s(stage_wl, micro_batch, phase)) for phase in PHASES}
+    fwd_comm, bwd_comm, by_axis = _exposed_comm(
+        [workload.layers[i] for i in order],
+        dims,
+        spec,
+        options,
+        placement,
+        pricer,
+        rank,
+        micro_batch,
+        elem,
+        base,
+    )
+    bwd_rerun = np.array([sum(base["fwd"][j] + fwd_comm[j] for j in rerun) for rerun in plan.rerun])
+    extra = {"fwd": fwd_comm, "bwd": bwd_comm + bwd_rerun, "recompute": fwd_comm}
+    slices, start = [], 0
+    for chunk in chunks:
+        slices.append(range(start, start + len(chunk)))
+        start += len(chunk)
+    full = mode == "full"
+    held = tuple(held_bytes([stage_wl.layers[i] for i in s], full) for s in slices)
+    return StageModel(
+        rank,
+        tuple(tuple(c) for c in chunks),
+        stage_wl,
+        tuple(slices),
+        StageTimer(timer, extra),
+        held,
+        plan.transient_bytes,
+        by_axis,
+        tied_copy,
+    )
+
+
+def _exposed_comm(
+    layers: Sequence[Layer],
+    dims: TransformerDims,
+    spec: ShardSpec,
+    options: ParallelOptions,
+    placement: Placement,
+    pricer: GroupPricer,
+    rank: int,
+    micro_batch: int,
+    elem: int,
+    base: dict[str, np.ndarray],
+) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
+    """Exposed forward and backward seconds per layer, and their per-axis totals."""
+    fwd = np.zeros(len(layers))
+    bwd = np.zeros(len(layers))
+    totals = {"tp": 0.0, "cp": 0.0, "ep": 0.0}
+    price = {axis: _axis_price(placement, pricer, axis, rank) for axis in ("tp", "cp", "ep")}
+    for i, layer in enumerate(layers):
+        for coll in tensor_parallel_collectives(layer, dims, spec, micro_batch, elem):
+            seconds = price["tp"](coll.op, coll.size_bytes)
+            (fwd if coll.phase == "fwd" else bwd)[i] += seconds
+            totals["tp"] += seconds
+        f, b = context_parallel_exposed_s(
+            layer,
+            dims,
+            spec,
+            micro_batch=micro_batch,
+            elem=elem,
+            kind=options.cp_kind,
+            attention_s=(float(base["fwd"][i]), float(base["bwd"][i])),
+            price=price["cp"],
+        )
+        g, h = expert_parallel_exposed_s(
+            layer, dims, spec, micro_batch=micro_batch, elem=elem, price=price["ep"]
+        )
+        fwd[i] += f + g
+        bwd[i] += b + h
+        totals["cp"] += f + b
+        totals["ep"] += g + h
+    return fwd, bwd, totals
+
+
+def _axis_price(
+    placement: Placement, pricer: GroupPricer, axis: str, rank: int
+) -> Callable[[str, float], float]:
+    groups = placement.axis_groups(axis, rank) if getattr(placement.layout, axis) > 1 else [()]
+    group = groups[0]
+    siblings = sharing_groups(pricer.topology, group, groups[1:])
+
+    def price(op: str, size_bytes: float) -> float:
+        return pricer.price(op, size_bytes, group, siblings).time_s
+
+    return price

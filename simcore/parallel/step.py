@@ -1,0 +1,658 @@
+"""The composed training step of a DP x TP x PP x CP x EP layout, one representative rank per stage.
+
+For each distinct pipeline rank (ranks holding the same layers are priced once) a
+:class:`~simcore.parallel.stage.StageModel` gives its sharded layers and their times with the
+exposed tensor-, context- and expert-parallel communication. The data-parallel strategy
+(``ddp``, ``zero1``/``zero2``/``zero3``, ``fsdp``, ``hsdp`` from :mod:`simcore.strategies`) then
+plans and runs that stage's step exactly as it does for pure data parallelism, over the stage's
+data x context-parallel group, with collectives priced while the sibling groups on the same hosts
+run theirs (:class:`~simcore.parallel.comm.GroupPricer`):
+
+- without pipelining that run *is* the step (gradient accumulation included);
+- with pipelining the stage runs one micro-batch: its forward and backward durations give the
+  per-micro-batch pass times (pure compute for DDP and ZeRO-1, which communicate only after the
+  last micro-batch; the measured passes for ZeRO-2/3, FSDP and HSDP, which gather or reduce every
+  micro-batch), what follows its last backward (gradient reduction not hidden, optimizer step) is
+  the stage's tail, and its memory timeline the state and one micro-batch. The pipeline schedule
+  (:func:`simcore.parallel.pp.run_pipeline`) places every pass; the step ends when the last stage
+  to finish its backward has run its tail. A stage's peak adds the micro-batches its schedule keeps
+  in flight beyond the one the run held.
+
+A layout of all ones with no recompute (or full recompute) and no offload is today's data-parallel
+step, run by the same code path as the what-if always ran (:func:`simcore.strategies.runner.simulate_step`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from simcore.compute.roofline import ComputeModel
+from simcore.errors import TrainsimError
+from simcore.parallel.comm import GroupPricer, sharing_groups
+from simcore.parallel.layout import ParallelLayout, Placement, check_layout
+from simcore.parallel.offload import OffloadEffect, offload_effect
+from simcore.parallel.options import ParallelOptions
+from simcore.parallel.pp import PipelineRun, StageTimes, partition_stages, rank_orders, run_pipeline
+from simcore.parallel.report import ParallelStepReport
+from simcore.parallel.stage import StageModel, build_stage, shard_spec
+from simcore.report import StepReport
+from simcore.strategies import get_strategy
+from simcore.strategies.base import CommCost, StepContext, TrainingConfig
+from simcore.strategies.runner import StepResult, gating_device, make_context, report_step, simulate_step
+from simcore.strategies.schedule import PlanRun, Span
+
+if TYPE_CHECKING:
+    from simcore.calibration.profile import CalibrationProfile
+    from simcore.topology import Topology
+    from simcore.workload.types import Workload
+
+__all__ = [
+    "COMMUNICATES_EVERY_MICROBATCH",
+    "ParallelStepResult",
+    "StagePrediction",
+    "active_params",
+    "compose_parallel_step",
+    "simulate_parallel_step",
+]
+
+# Strategies whose communication runs in every micro-batch (so it shapes each pipeline pass);
+# DDP and ZeRO-1 communicate only after the last micro-batch (no_sync / one reduction).
+COMMUNICATES_EVERY_MICROBATCH = {
+    "ddp": False,
+    "zero1": False,
+    "zero2": True,
+    "zero3": True,
+    "fsdp": True,
+    "hsdp": True,
+}
+
+
+@dataclass(slots=True)
+class StagePrediction:
+    """One pipeline rank's share of a parallel step."""
+
+    rank: int
+    blocks: int
+    peak_memory_bytes: float
+    memory_breakdown: dict[str, float]
+    peak_phase: str
+    in_flight_microbatches: float
+    tail_s: float
+    comm_s: dict[str, float]
+    host_memory_bytes: float = 0.0
+
+
+@dataclass(slots=True)
+class ParallelStepResult:
+    """A parallel layout's step: its report, a step result for traces, stages and the pipeline run."""
+
+    report: ParallelStepReport
+    step: StepResult
+    stages: list[StagePrediction] = field(default_factory=list)
+    pipeline: PipelineRun | None = None
+
+
+def active_params(workload: Workload) -> int:
+    """Parameters one token passes through: all of a dense model, ``top_k`` (+ shared) experts of
+    each MoE block (the MFU numerator's parameter count)."""
+    dims = workload.dims
+    if dims is None or dims.moe is None:
+        return workload.params
+    moe = dims.moe
+    idle = sum(
+        layer.params * (moe.experts - moe.top_k) // moe.experts
+        for layer in workload.layers
+        if layer.name.endswith(("experts_in", "experts_out"))
+    )
+    return workload.params - idle
+
+
+def _mfu(workload: Workload, config: TrainingConfig, gpus: int, peak_flops: float, step_s: float) -> float:
+    tokens = workload.tokens_per_sample or 0
+    if tokens:
+        flops = 6.0 * active_params(workload) * tokens * config.global_batch
+    else:
+        flops = (workload.fwd_flops_per_sample + workload.bwd_flops_per_sample) * config.global_batch
+    return flops / (gpus * peak_flops * step_s)
+
+
+def _delegates(layout: ParallelLayout, options: ParallelOptions) -> bool:
+    return layout.is_trivial and options.recompute in ("none", "full") and options.offload == "none"
+
+
+def simulate_parallel_step(
+    workload: Workload,
+    config: TrainingConfig,
+    topology: Topology,
+    strategy: str,
+    layout: ParallelLayout,
+    options: ParallelOptions = ParallelOptions(),  # noqa: B008 - frozen, shared safely
+    *,
+    calibration: CalibrationProfile | None = None,
+    cluster: str = "",
+    seed: int = 0,
+) -> ParallelStepResult:
+    """One training step of ``workload`` under ``layout`` with ``strategy`` on the data-parallel axis."""
+    gpus = topology.world_size
+    check_layout(layout, gpus, workload, cp_kind=options.cp_kind)
+    chosen = get_strategy(strategy)
+    device = gating_device(topology, config.dtype)
+    peak_flops = device.flops(config.dtype)
+    slowdown = config.slowdown(calibration.comm_compute_slowdown if calibration else None)
+    if _delegates(layout, options):
+        cfg = replace(
+            config, activation_checkpointing=config.activation_checkpointing or options.recompute == "full"
+        )
+        ctx = make_context(workload, cfg, topology, calibration=calibration)
+        step = simulate_step(chosen, ctx, seed=seed, slowdown=slowdown)
+        base = report_step(
+            step, ctx, cluster=cluster or topology.name, device=device.name, peak_flops=peak_flops
+        )
+        report = _wrap(
+            base,
+            layout,
+            options,
+            gpus,
+            cfg.accumulation_steps(gpus),
+            0.0,
+            (base.peak_memory_bytes,),
+            {},
+            0.0,
+            0.0,
+            (),
+        )
+        stage = StagePrediction(
+            0,
+            len(workload.block_names),
+            base.peak_memory_bytes,
+            dict(base.memory_breakdown),
+            base.peak_phase,
+            1.0,
+            0.0,
+            {},
+        )
+        return ParallelStepResult(
+            replace(report, mfu=_mfu(workload, config, gpus, peak_flops, report.step_time_s)), step, [stage]
+        )
+    return compose_parallel_step(
+        workload,
+        config,
+        topology,
+        strategy,
+        layout,
+        options,
+        calibration=calibration,
+        cluster=cluster,
+        seed=seed,
+    )
+
+
+def compose_parallel_step(
+    workload: Workload,
+    config: TrainingConfig,
+    topology: Topology,
+    strategy: str,
+    layout: ParallelLayout,
+    options: ParallelOptions = ParallelOptions(),  # noqa: B008 - frozen, shared safely
+    *,
+    calibration: CalibrationProfile | None = None,
+    cluster: str = "",
+    seed: int = 0,
+) -> ParallelStepResult:
+    """The composed step (stages, data-parallel runs, pipeline) for any valid layout.
+
+    :func:`simulate_parallel_step` hands pure data parallelism to the what-if's own step instead;
+    for that layout the two agree exactly (a property test keeps them so).
+    """
+    check_layout(layout, topology.world_size, workload, cp_kind=options.cp_kind)
+    device = gating_device(topology, config.dtype)
+    slowdown = config.slowdown(calibration.comm_compute_slowdown if calibration else None)
+    composer = _Composer(
+        workload, config, topology, get_strategy(strategy).name, layout, options, calibration, seed, slowdown
+    )
+    return composer.run(cluster or topology.name, device.name, device.flops(config.dtype))
+
+
+def _wrap(
+    base: StepReport,
+    layout: ParallelLayout,
+    options: ParallelOptions,
+    gpus: int,
+    microbatches: int,
+    bubble: float,
+    stage_peaks: tuple[float, ...],
+    comm: dict[str, float],
+    p2p_s: float,
+    host_bytes: float,
+    notes: tuple[str, ...],
+) -> ParallelStepReport:
+    fields = {name: getattr(base, name) for name in StepReport.__dataclass_fields__}
+    return ParallelStepReport(
+        **fields,
+        layout=layout.label(gpus),
+        dp=layout.dp(gpus),
+        tp=layout.tp,
+        pp=layout.pp,
+        cp=layout.cp,
+        ep=layout.ep,
+        vpp=layout.vpp,
+        schedule=options.schedule,
+        sequence_parallel=options.sequence_parallel and layout.tp > 1,
+        recompute=options.recompute,
+        offload=options.offload,
+        microbatches=microbatches,
+        pipeline_bubble_fraction=bubble,
+        stage_peak_memory_bytes=stage_peaks,
+        tp_comm_s=comm.get("tp", 0.0),
+        cp_comm_s=comm.get("cp", 0.0),
+        ep_comm_s=comm.get("ep", 0.0),
+        p2p_comm_s=p2p_s,
+        host_memory_bytes=host_bytes,
+        placement_notes=notes,
+    )
+
+
+@dataclass(slots=True)
+class _StageRun:
+    """A stage's data-parallel step run and what the pipeline needs of it."""
+
+    model: StageModel
+    ctx: StepContext
+    result: StepResult
+    times: list[StageTimes]
+    tail_s: float
+    offload: OffloadEffect
+    last_backward_s: float  # end of the run's last backward (what follows is the tail)
+
+
+class _Composer:
+    """Builds and runs every distinct stage, then the pipeline (see the module docstring)."""
+
+    def __init__(
+        self,
+        workload: Workload,
+        config: TrainingConfig,
+        topology: Topology,
+        strategy: str,
+        layout: ParallelLayout,
+        options: ParallelOptions,
+        calibration: CalibrationProfile | None,
+        seed: int,
+        slowdown: float,
+    ) -> None:
+        if config.activation_checkpointing and options.recompute == "none":
+            options = replace(options, recompute="full")  # --checkpoint-activations is full recompute
+        self.workload, self.config, self.topology = workload, config, topology
+        self.strategy, self.layout, self.options = strategy, layout, options
+        self.seed, self.slowdown = seed, slowdown
+        self.gpus = topology.world_size
+        self.dp = layout.dp(self.gpus)
+        per_step = self.dp * config.micro_batch
+        if config.global_batch % per_step:
+            raise TrainsimError(
+                f"global batch {config.global_batch} is not divisible by dp x micro-batch = {self.dp} x "
+                f"{config.micro_batch} = {per_step}; choose a global batch that is a multiple of {per_step}"
+            )
+        self.micro = config.global_batch // per_step
+        self.placement = Placement(layout, self.gpus)
+        self.pricer = GroupPricer(topology, calibration)
+        self.device = gating_device(topology, config.dtype)
+        self.timer = ComputeModel(self.device, config.dtype, calibration)
+        self.mode, _ = options.recompute_mode
+        self._collective_memo: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
+
+    # -- stages --------------------------------------------------------------------------------------
+    def _chunks(self) -> list[list[tuple[int, ...]]]:
+        lay = self.layout
+        virtual = partition_stages(self.workload, lay.pp * lay.vpp)
+        return [[virtual[c * lay.pp + r] for c in range(lay.vpp)] for r in range(lay.pp)]
+
+    def _signature(self, chunks: list[tuple[int, ...]]) -> tuple[object, ...]:
+        layers = self.workload.layers
+        return tuple(
+            tuple((layers[i].kind, layers[i].params, layers[i].name.rsplit(".", 1)[-1]) for i in c)
+            for c in chunks
+        )
+
+    def _collective(self, op: str, size_bytes: float, group: tuple[int, ...]) -> CommCost:
+        siblings = self._collective_memo.get(group)
+        if siblings is None:
+            shifted = [tuple(r + t for r in group) for t in range(1, self.layout.tp)]
+            siblings = self._collective_memo[group] = sharing_groups(self.topology, group, shifted)
+        return self.pricer.price(op, size_bytes, group, siblings)
+
+    def _context(self, model: StageModel, accumulation: int) -> StepContext:
+        stage = model.rank
+        world = self.placement.dp_cp_group(stage)
+        host = self.topology.host_of_rank(world[0])
+        node = tuple(r for r in world if self.topology.host_of_rank(r) == host)
+        first_on_host: dict[int, int] = {}
+        for r in world:
+            first_on_host.setdefault(self.topology.host_of_rank(r), r)
+        n = len(world)
+        cfg = replace(
+            self.config,
+            global_batch=n * self.config.micro_batch * accumulation,
+            activation_checkpointing=self.mode == "full",
+            steps=1,
+            compute_jitter_sigma=0.0,
+        )
+        return StepContext(
+            model.workload,
+            cfg,
+            n,
+            model.timer,
+            self._collective,
+            world,
+            node,
+            tuple(first_on_host.values()),
+            self.device.memory_bytes,
+        )
+
+    def _run_stage(self, model: StageModel) -> _StageRun:
+        pipelined = self.layout.pp > 1
+        ctx = self._context(model, 1 if pipelined else self.micro)
+        result = simulate_step(get_strategy(self.strategy), ctx, seed=self.seed, slowdown=self.slowdown)
+        mb = self.config.micro_batch
+        pure = [
+            (
+                model.chunk_time_s(c, "fwd", mb),
+                model.chunk_time_s(c, "bwd", mb)
+                + (model.chunk_time_s(c, "recompute", mb) if self.mode == "full" else 0.0),
+            )
+            for c in range(len(model.chunks))
+        ]
+        fwd_span, bwd_span, last_bwd = _pass_spans(result.run)
+        scale_f = scale_b = 1.0
+        if COMMUNICATES_EVERY_MICROBATCH[self.strategy] and pipelined:
+            total_f, total_b = sum(p[0] for p in pure), sum(p[1] for p in pure)
+            scale_f = max(1.0, fwd_span / total_f) if total_f else 1.0
+            scale_b = max(1.0, bwd_span / total_b) if total_b else 1.0
+        effect = self._offload(model, ctx, result, sum(p[0] for p in pure), sum(p[1] for p in pure))
+        times = []
+        for c, (f, b) in enumerate(pure):
+            share_f = f / sum(p[0] for p in pure) if f else 0.0
+            share_b = b / sum(p[1] for p in pure) if b else 0.0
+            times.append(
+                StageTimes(
+                    f * scale_f + effect.per_micro_fwd_s * share_f,
+                    b * scale_b + effect.per_micro_bwd_s * share_b,
+                    self._w_share(model, c),
+                )
+            )
+        tail = (result.run.step_time_s - last_bwd if pipelined else 0.0) + effect.tail_s
+        return _StageRun(model, ctx, result, times, max(0.0, tail), effect, last_bwd)
+
+    def _w_share(self, model: StageModel, chunk: int) -> float:
+        """Weight-gradient seconds of a chunk's backward (the half of each linear layer's backward)."""
+        if self.options.schedule != "zb-h1":
+            return 0.0
+        base = self.timer.layer_times_s(model.workload, self.config.micro_batch, "bwd")
+        return float(
+            sum(base[i] / 2.0 for i in model.chunk_slices[chunk] if model.workload.layers[i].kind == "linear")
+        )
+
+    def _offload(
+        self, model: StageModel, ctx: StepContext, result: StepResult, fwd_s: float, bwd_s: float
+    ) -> OffloadEffect:
+        if self.options.offload == "none":
+            return OffloadEffect()
+        breakdown = dict(result.run.memory.peak().breakdown)
+        initial = result.plan.initial_memory
+        opt_per_param = self.config.optimizer_bytes or 1
+        local = float(initial.get("optimizer", 0.0)) / opt_per_param
+        mb = self.config.micro_batch
+        layers = model.workload.layers
+        return offload_effect(
+            self.options.offload,
+            topology=self.topology,
+            rank=self.placement.rank(pp=model.rank),
+            breakdown=breakdown,
+            optimizer=self.config.optimizer,
+            optimizer_params=local,
+            gpu_optimizer_s=ctx.optimizer_step_s(round(local)),
+            param_bytes=model.workload.params * self.config.param_bytes,
+            micro_fwd_s=fwd_s,
+            micro_bwd_s=bwd_s,
+            activations_per_micro=sum(model.held_per_sample) * mb,
+            largest_layer_params=max((layer.params for layer in layers), default=0),
+            largest_layer_activations=max((layer.activation_bytes for layer in layers), default=0.0) * mb,
+            param_bytes_per_param=self.config.param_bytes,
+        )
+
+    # -- the step ------------------------------------------------------------------------------------
+    def run(self, cluster: str, device: str, peak_flops: float) -> ParallelStepResult:
+        chunks = self._chunks()
+        runs: dict[tuple[object, ...], _StageRun] = {}
+        per_rank: list[_StageRun] = []
+        for rank, rank_chunks in enumerate(chunks):
+            key = (self._signature(rank_chunks), rank == 0, rank == len(chunks) - 1)
+            if key not in runs:
+                model = build_stage(
+                    self.workload,
+                    rank,
+                    rank_chunks,
+                    layout=self.layout,
+                    options=self.options,
+                    placement=self.placement,
+                    pricer=self.pricer,
+                    timer=self.timer,
+                    micro_batch=self.config.micro_batch,
+                )
+                runs[key] = self._run_stage(model)
+            per_rank.append(runs[key])
+        pipeline, p2p_s = self._pipeline(per_rank) if self.layout.pp > 1 else (None, 0.0)
+        step_s = self._step_time(per_rank, pipeline)
+        stages = self._stage_predictions(per_rank, pipeline)
+        return self._result(per_rank, stages, pipeline, step_s, p2p_s, cluster, device, peak_flops)
+
+    def _p2p_bytes(self) -> float:
+        dims = self.workload.dims
+        assert dims is not None
+        return (
+            self.config.micro_batch
+            * dims.seq_len
+            / self.layout.cp
+            * dims.hidden
+            * self.workload.dtype_bytes
+            / self.layout.tp
+        )
+
+    def _pipeline(self, per_rank: list[_StageRun]) -> tuple[PipelineRun, float]:
+        lay = self.layout
+        size = self._p2p_bytes()
+        memo: dict[tuple[int, int], float] = {}
+        stage_size = self.gpus // lay.pp
+
+        def p2p(src: int, dst: int) -> float:
+            if (src, dst) not in memo:
+                a, b = self.placement.rank(pp=src), self.placement.rank(pp=dst)
+                pairs = [(a + o, b + o) for o in range(1, stage_size)]
+                memo[(src, dst)] = self.pricer.price(
+                    "send_recv", size, (a, b), sharing_groups(self.topology, (a, b), pairs)
+                ).time_s
+            return memo[(src, dst)]
+
+        orders = rank_orders(self.options.schedule, lay.pp, lay.vpp, self.micro)
+        weights = [
+            [run.model.held_per_sample[c] * self.config.micro_batch for c in range(lay.vpp)]
+            for run in per_rank
+        ]
+        times = [run.times for run in per_rank]
+        pipeline = run_pipeline(
+            orders, times, p2p, split_w=self.options.schedule == "zb-h1", activation_weights=weights
+        )
+        sends = 2 * self.micro * lay.vpp  # a forward and a backward send per micro-batch and chunk
+        return pipeline, sends * p2p(0, 1 % lay.pp)
+
+    def _step_time(self, per_rank: list[_StageRun], pipeline: PipelineRun | None) -> float:
+        if pipeline is None:
+            run = per_rank[0]
+            extra = self.micro * (run.offload.per_micro_fwd_s + run.offload.per_micro_bwd_s)
+            return run.result.run.step_time_s + extra + run.tail_s
+        tied = self._tied_embedding_sync_s()
+        ends = [
+            pipeline.last_backward_end_s[r] + run.tail_s + (tied if r in (0, len(per_rank) - 1) else 0.0)
+            for r, run in enumerate(per_rank)
+        ]
+        return max(ends)
+
+    def _tied_embedding_sync_s(self) -> float:
+        """Megatron all-reduces the gradients of the two copies of a tied word embedding between
+        the first and the last stage after the pipeline flush."""
+        dims = self.workload.dims
+        if not self.workload.ties or dims is None:
+            return 0.0
+        group = (self.placement.rank(pp=0), self.placement.rank(pp=self.layout.pp - 1))
+        size = dims.vocab * dims.hidden / self.layout.tp * self.config.grad_bytes
+        return self.pricer.price("all_reduce", size, group).time_s
+
+    def _stage_predictions(
+        self, per_rank: list[_StageRun], pipeline: PipelineRun | None
+    ) -> list[StagePrediction]:
+        out = []
+        mb = self.config.micro_batch
+        for r, run in enumerate(per_rank):
+            held_one = sum(run.model.held_per_sample) * mb
+            in_flight = pipeline.peak_in_flight[r] if pipeline is not None else held_one
+            extra = max(0.0, in_flight - held_one) + run.model.transient_per_sample * mb
+            peak, breakdown, phase = _stage_peak(run, extra)
+            out.append(
+                StagePrediction(
+                    r,
+                    len(run.model.workload.block_names),
+                    peak,
+                    breakdown,
+                    phase,
+                    in_flight / held_one if held_one else 1.0,
+                    run.tail_s,
+                    dict(run.model.comm_s),
+                    run.offload.host_bytes,
+                )
+            )
+        return out
+
+    def _result(
+        self,
+        per_rank: list[_StageRun],
+        stages: list[StagePrediction],
+        pipeline: PipelineRun | None,
+        step_s: float,
+        p2p_s: float,
+        cluster: str,
+        device: str,
+        peak_flops: float,
+    ) -> ParallelStepResult:
+        worst = max(stages, key=lambda s: (s.peak_memory_bytes, -s.rank))
+        first = per_rank[0]
+        base = report_step(first.result, first.ctx, cluster=cluster, device=device, peak_flops=peak_flops)
+        busy = max(pipeline.busy_s) if pipeline is not None else base.compute_s
+        compute_s = busy if pipeline is not None else base.compute_s
+        comm = {
+            axis: max(run.model.comm_s.get(axis, 0.0) for run in per_rank) * self.micro
+            for axis in ("tp", "cp", "ep")
+        }
+        capacity = float(self.device.memory_bytes)
+        fits = all(s.peak_memory_bytes <= capacity for s in stages)
+        verdict = (
+            f"fits: peak {worst.peak_memory_bytes / 1e9:.1f} GB of {capacity / 1e9:.1f} GB (stage {worst.rank})"
+            if fits
+            else f"OOM: stage {worst.rank} peaks at {worst.peak_memory_bytes / 1e9:.1f} GB, "
+            f"{(worst.peak_memory_bytes - capacity) / 1e9:.1f} GB over {capacity / 1e9:.1f} GB during {worst.peak_phase}"
+        )
+        samples_per_s = self.config.global_batch / step_s
+        tokens = self.workload.tokens_per_sample
+        merged = replace(
+            base,
+            model=self.workload.name,
+            gpus=self.gpus,
+            global_batch=self.config.global_batch,
+            accumulation_steps=self.micro,
+            step_time_s=step_s,
+            step_time_p99_s=step_s,
+            samples_per_s=samples_per_s,
+            tokens_per_s=samples_per_s * tokens if tokens else None,
+            mfu=_mfu(self.workload, self.config, self.gpus, peak_flops, step_s),
+            compute_s=compute_s,
+            exposed_comm_s=max(0.0, step_s - compute_s),
+            comm_s=base.comm_s + sum(comm.values()) + p2p_s,
+            peak_memory_bytes=worst.peak_memory_bytes,
+            peak_phase=f"stage {worst.rank}: {worst.peak_phase}",
+            memory_breakdown=worst.memory_breakdown,
+            memory_capacity_bytes=capacity,
+            fits=fits,
+            oom_verdict=verdict,
+        )
+        notes = tuple(self.placement.notes(self.topology))
+        report = _wrap(
+            merged,
+            self.layout,
+            self.options,
+            self.gpus,
+            self.micro,
+            pipeline.bubble_fraction if pipeline is not None else 0.0,
+            tuple(s.peak_memory_bytes for s in stages),
+            comm,
+            p2p_s,
+            max(s.host_memory_bytes for s in stages),
+            notes,
+        )
+        if self.workload.dims is not None:
+            spec = shard_spec(self.layout, self.options, self.workload.dims)
+            report = replace(report, sequence_parallel=spec.sequence_parallel)
+        step = _trace_step(first.result, pipeline, step_s) if pipeline is not None else first.result
+        return ParallelStepResult(report, step, stages, pipeline)
+
+
+def _stage_peak(run: _StageRun, extra: float) -> tuple[float, dict[str, float], str]:
+    """A stage's peak: the run's timeline, with ``extra`` activations (micro-batches in flight beyond
+    the run's one, blocks being recomputed) while the passes run and the offload's changes."""
+    timeline = run.result.run.memory
+    peak = timeline.peak()
+    cut = run.last_backward_s * (1 + 1e-12)
+    passes = max((total for t, total, _ in timeline.samples if t <= cut), default=0.0)
+    after = max((total for t, total, _ in timeline.samples if t > cut), default=0.0)
+    delta = run.offload.memory_delta
+    held_all_step = math.fsum(v for k, v in delta.items() if k != "activations")
+    during = passes + extra + math.fsum(delta.values())
+    total = max(during, after + held_all_step)
+    breakdown = dict(peak.breakdown)
+    for category, change in delta.items():
+        breakdown[category] = max(0.0, breakdown.get(category, 0.0) + change)
+    breakdown["activations"] = max(
+        0.0, breakdown.get("activations", 0.0) + total - math.fsum(breakdown.values())
+    )
+    phase = peak.phase
+    if extra > 0 and during >= total:
+        phase = f"{phase}, with {extra / 2**30:.1f} GiB more activations in flight"
+    return total, breakdown, phase
+
+
+def _pass_spans(run: PlanRun) -> tuple[float, float, float]:
+    """(forward duration, backward duration, end of the last backward) of one run's compute."""
+    fwd = [s for s in run.spans if s.stream == "compute" and s.kind == "fwd"]
+    bwd = [s for s in run.spans if s.stream == "compute" and s.kind in ("bwd", "recompute")]
+    if not fwd or not bwd:
+        return 0.0, 0.0, run.step_time_s
+    f = max(s.end_s for s in fwd) - min(s.start_s for s in fwd)
+    end = max(s.end_s for s in bwd)
+    return f, end - min(s.start_s for s in bwd), end
+
+
+def _trace_step(first: StepResult, pipeline: PipelineRun, step_s: float) -> StepResult:
+    """A step result whose spans are the pipeline's passes, one lane per stage (Chrome trace)."""
+    names = {"F": "forward", "B": "backward", "W": "weight gradients"}
+    spans = [
+        Span(
+            f"stage{rank}/compute",
+            f"{names[op.kind]} mb{op.micro}" + (f" chunk{op.chunk}" if op.chunk else ""),
+            op.kind,
+            start,
+            end,
+        )
+        for rank, op, start, end in pipeline.spans
+    ]
+    run = PlanRun(step_s, sorted(spans, key=lambda s: (s.start_s, s.end_s)), first.run.memory)
+    return StepResult(first.plan, run, [step_s])

@@ -1,0 +1,218 @@
+"""The composed step: pure data parallelism is today's step exactly; recompute trades time for
+memory and never the other way; stage memories add up to the model; bad layouts are refused."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simcore.errors import TrainsimError
+from simcore.parallel import ParallelLayout, ParallelOptions, simulate_parallel_step
+from simcore.parallel.step import active_params, compose_parallel_step
+from simcore.strategies import get_strategy, strategy_names
+from simcore.strategies.base import TrainingConfig
+from simcore.strategies.runner import make_context, report_step, simulate_step
+from simcore.workload.loader import load_workload
+from tests.simcore.parallel.support import cluster, small_gpt
+
+NUMBERS = (
+    "step_time_s",
+    "compute_s",
+    "exposed_comm_s",
+    "comm_s",
+    "comm_bytes",
+    "peak_memory_bytes",
+    "fits",
+    "mfu",
+)
+
+
+def _today(workload, config, topology, strategy):  # type: ignore[no-untyped-def]
+    ctx = make_context(workload, config, topology)
+    step = simulate_step(get_strategy(strategy), ctx, slowdown=config.slowdown(None))
+    device = "a100-sxm-80gb"
+    return report_step(step, ctx, cluster=topology.name, device=device, peak_flops=312e12)
+
+
+@settings(max_examples=24, deadline=None)
+@given(
+    strategy=st.sampled_from(strategy_names()),
+    gpus=st.sampled_from([1, 2, 8, 16]),
+    accumulation=st.integers(1, 3),
+    micro_batch=st.integers(1, 2),
+    checkpoint=st.booleans(),
+)
+def test_pure_data_parallelism_reproduces_todays_step_exactly(
+    strategy: str, gpus: int, accumulation: int, micro_batch: int, checkpoint: bool
+) -> None:
+    workload = small_gpt()
+    topology = cluster("dgx-a100", gpus)
+    config = TrainingConfig(
+        global_batch=gpus * micro_batch * accumulation,
+        micro_batch=micro_batch,
+        activation_checkpointing=checkpoint,
+    )
+    today = _today(workload, config, topology, strategy)
+    composed = compose_parallel_step(workload, config, topology, strategy, ParallelLayout()).report
+    delegated = simulate_parallel_step(workload, config, topology, strategy, ParallelLayout()).report
+    for name in NUMBERS:
+        assert getattr(composed, name) == getattr(today, name), name
+        assert getattr(delegated, name) == getattr(today, name), name
+    assert dict(composed.memory_breakdown) == dict(today.memory_breakdown)
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    strategy=st.sampled_from(["ddp", "zero1", "fsdp"]),
+    tp=st.sampled_from([1, 2]),
+    pp=st.sampled_from([1, 2, 4]),
+    vpp=st.sampled_from([1, 2]),
+    sp=st.booleans(),
+    recompute=st.sampled_from(["selective", "full", "every-2", "every-3"]),
+    flash=st.booleans(),
+)
+def test_recompute_never_raises_peak_memory_nor_lowers_step_time(
+    strategy: str, tp: int, pp: int, vpp: int, sp: bool, recompute: str, flash: bool
+) -> None:
+    if pp == 1:
+        vpp = 1
+    workload = small_gpt(flash=flash)
+    topology = cluster("dgx-a100", 16)
+    config = TrainingConfig(global_batch=64, micro_batch=2)
+    layout = ParallelLayout(tp=tp, pp=pp, vpp=vpp)
+    plain = simulate_parallel_step(
+        workload, config, topology, strategy, layout, ParallelOptions(sequence_parallel=sp)
+    )
+    saved = simulate_parallel_step(
+        workload,
+        config,
+        topology,
+        strategy,
+        layout,
+        ParallelOptions(sequence_parallel=sp, recompute=recompute),
+    )
+    assert saved.report.peak_memory_bytes <= plain.report.peak_memory_bytes * (1 + 1e-9)
+    assert saved.report.step_time_s >= plain.report.step_time_s * (1 - 1e-9)
+    for before, after in zip(plain.stages, saved.stages, strict=True):
+        assert after.peak_memory_bytes <= before.peak_memory_bytes * (1 + 1e-9)
+
+
+@pytest.mark.parametrize(("tp", "pp"), [(1, 2), (2, 2), (4, 4), (8, 1), (2, 8)])
+def test_ddp_stage_parameters_add_up_to_the_model(tp: int, pp: int) -> None:
+    """Each stage's parameter bytes (one rank), spread back over its tensor shards, sum to the model's
+    (a tied embedding counted once more: Megatron keeps a copy on the last stage)."""
+    workload = small_gpt(tied=False)
+    topology = cluster("dgx-a100", 16)
+    config = TrainingConfig(global_batch=64, micro_batch=1)
+    result = simulate_parallel_step(workload, config, topology, "ddp", ParallelLayout(tp=tp, pp=pp))
+    from simcore.parallel.memory import stage_states
+    from simcore.parallel.pp import partition_stages
+    from simcore.parallel.shard import ShardSpec
+
+    states = stage_states(workload, partition_stages(workload, pp), ShardSpec(tp=tp))
+    total = 0.0
+    for stage, state in zip(result.stages, states, strict=True):
+        per_rank = stage.memory_breakdown["params"] / config.param_bytes
+        assert per_rank == pytest.approx(state.per_rank_params, rel=1e-9)
+        total += (per_rank - state.whole_params) * tp + state.whole_params
+    assert total == pytest.approx(workload.params, rel=1e-9)
+
+
+def test_pipelining_keeps_more_micro_batches_on_the_first_stage() -> None:
+    workload = small_gpt()
+    topology = cluster("dgx-a100", 8)
+    config = TrainingConfig(global_batch=64, micro_batch=1)
+    result = simulate_parallel_step(workload, config, topology, "ddp", ParallelLayout(pp=4))
+    flight = [s.in_flight_microbatches for s in result.stages]
+    assert flight == pytest.approx([4, 3, 2, 1])
+    assert result.report.pipeline_bubble_fraction > 0
+    assert result.report.microbatches == 32
+    assert len(result.report.stage_peak_memory_bytes) == 4
+
+
+def test_tensor_parallel_ranks_hold_a_share_of_the_work() -> None:
+    workload = load_workload("llama2-7b", seq_len=2048)
+    topology = cluster("dgx-a100", 8)
+    config = TrainingConfig(global_batch=8, micro_batch=1, seq_len=2048)
+    one = simulate_parallel_step(workload, config, topology, "zero1", ParallelLayout()).report
+    eight = simulate_parallel_step(workload, config, topology, "zero1", ParallelLayout(tp=8)).report
+    assert eight.peak_memory_bytes < one.peak_memory_bytes / 2
+    assert eight.tp_comm_s > 0 and one.tp_comm_s == 0
+    assert eight.step_time_s > one.step_time_s  # the same batch on the same GPUs, plus TP communication
+
+
+def test_moe_layout_counts_active_parameters_and_expert_traffic() -> None:
+    workload = load_workload("mixtral-8x7b", seq_len=1024)
+    assert active_params(workload) == pytest.approx(12.9e9, rel=0.02)  # Jiang et al. 2024: 12.9B active
+    topology = cluster("hgx-h100", 32)
+    config = TrainingConfig(global_batch=32, micro_batch=1, seq_len=1024)
+    report = simulate_parallel_step(
+        workload, config, topology, "zero1", ParallelLayout(tp=2, pp=2, ep=8)
+    ).report
+    skewed = simulate_parallel_step(
+        workload,
+        config,
+        topology,
+        "zero1",
+        ParallelLayout(tp=2, pp=2, ep=8),
+        ParallelOptions(expert_load=1.5),
+    ).report
+    assert report.ep_comm_s > 0 and report.sequence_parallel
+    assert skewed.step_time_s > report.step_time_s
+
+
+def test_context_parallelism_splits_the_activations() -> None:
+    workload = load_workload("llama2-7b", seq_len=8192)
+    topology = cluster("dgx-a100", 8)
+    config = TrainingConfig(global_batch=8, micro_batch=1, seq_len=8192)
+    for kind in ("ring", "ulysses"):
+        one = simulate_parallel_step(workload, config, topology, "fsdp", ParallelLayout(tp=2)).report
+        two = simulate_parallel_step(
+            workload, config, topology, "fsdp", ParallelLayout(tp=2, cp=2), ParallelOptions(cp_kind=kind)
+        ).report
+        assert two.memory_breakdown["activations"] < one.memory_breakdown["activations"]
+
+
+def test_offload_moves_state_off_the_gpu_and_costs_time() -> None:
+    workload = load_workload("llama2-7b", seq_len=2048)
+    topology = cluster("dgx-a100", 8)
+    config = TrainingConfig(global_batch=16, micro_batch=1, seq_len=2048)
+    base = simulate_parallel_step(workload, config, topology, "zero1", ParallelLayout(tp=2))
+    for mode in ("optimizer", "params", "activations"):
+        off = simulate_parallel_step(
+            workload, config, topology, "zero1", ParallelLayout(tp=2), ParallelOptions(offload=mode)
+        )
+        assert off.report.peak_memory_bytes < base.report.peak_memory_bytes, mode
+        assert off.report.step_time_s >= base.report.step_time_s, mode
+        assert off.report.host_memory_bytes > 0, mode
+
+
+def test_global_batch_must_fill_the_data_parallel_ranks() -> None:
+    with pytest.raises(TrainsimError, match=r"global batch 12 is not divisible by dp x micro-batch = 8 x 1"):
+        simulate_parallel_step(
+            small_gpt(),
+            TrainingConfig(global_batch=12, micro_batch=1),
+            cluster("dgx-a100", 16),
+            "ddp",
+            ParallelLayout(tp=2),
+        )
+
+
+def test_report_record_carries_the_layout_fields() -> None:
+    report = simulate_parallel_step(
+        small_gpt(),
+        TrainingConfig(global_batch=16, micro_batch=1),
+        cluster("dgx-a100", 16),
+        "ddp",
+        ParallelLayout(tp=2, pp=2),
+    ).report
+    record = report.to_record()
+    assert (
+        record["layout"] == "dp4 tp2 pp2"
+        and record["stage_peak_memory_bytes"]
+        and record["microbatches"] == 4
+    )
+    assert replace(report).strategy == "ddp"
