@@ -48,6 +48,8 @@ COMMANDS: dict[str, Command] = {
                                "the memory model against PyTorch's own accounting"),
     "validate-published": Command("experiments.validate_published", "experiments.validate_published.cli",
                                   "every published GPU measurement it can express, predicted vs measured"),
+    "validate-parallel": Command("experiments.validate_parallel", "experiments.validate_parallel.cli",
+                                 "tensor/pipeline/3-D layouts against Megatron-LM's published runs"),
     "reproduce-paper": Command("experiments.reproduce_paper", "experiments.reproduce_paper.cli",
                                "the seed paper's claims against the simulator, one by one"),
     "bench": Command("experiments.bench", "experiments.bench.cli",

@@ -21,7 +21,6 @@ time, so the comparison is of step times. :func:`predict_row` is the interface f
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import math
@@ -29,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from simcore.cliargs import Parser, add_format
 from simcore.errors import TrainsimError, cli_entry
 from simcore.parallel import ParallelLayout, ParallelOptions, simulate_parallel_step
 from simcore.strategies.base import TrainingConfig
@@ -143,11 +143,11 @@ def format_table(rows: Sequence[PredictedRow]) -> str:
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m experiments.validate_parallel", description=__doc__.split("\n\n")[0]
+    parser = Parser(prog="python -m experiments.validate_parallel", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--only", default="", help="keep rows whose config starts with this prefix (default: all)"
     )
-    parser.add_argument("--only", default="", help="keep rows whose config starts with this prefix")
-    parser.add_argument("--format", default="table", choices=["table", "json"])
+    add_format(parser, ("table", "json"))
     args = parser.parse_args(argv)
     rows = [r for r in load_rows() if r["config"].startswith(args.only)]
     if not rows:

@@ -413,11 +413,14 @@ def main(argv: list[str] | None = None) -> int:
     gpus = args.gpus
     if not clusters:
         raise TrainsimError("--cluster needs at least one name")
-    strategies = _ps_strategies(args, cfg, gpus, len(clusters))
+    layouts = any(getattr(args, flag) is not None for flag in PARALLEL_FLAGS)
+    # With a parallel layout the layout sweep checks its own batch split (data-parallel size, not GPUs).
+    strategies = list(args.strategies or []) if layouts else _ps_strategies(args, cfg, gpus, len(clusters))
     ps_options = PSConfig(
         shards=args.ps_shards, placement=_placement(args.ps_placement), staleness_bound=args.staleness_bound
     )
-    _check_work(cfg, gpus, strategies, len(clusters), args)
+    if not layouts:
+        _check_work(cfg, gpus, strategies, len(clusters), args)
     workload = load_workload(args.model, seq_len=cfg.seq_len, dtype=cfg.dtype)
     _warn_friction(args, workload)
     calibration = None
@@ -426,9 +429,9 @@ def main(argv: list[str] | None = None) -> int:
         for cluster in clusters:  # before the sweep: a mismatch is reported at once
             check_profile_for(calibration, load_cluster(cluster, gpus=max(gpus)))
     header = _header(workload.name, workload.params, cfg, heterogeneity)
-    points = len(clusters) * len(strategies) * (len(gpus) + (1 not in gpus))
+    points = len(clusters) * max(1, len(strategies)) * (len(gpus) + (1 not in gpus))
     with bar(points, "what-if", quiet=args.quiet, unit="point") as progress:
-        if any(getattr(args, flag) is not None for flag in PARALLEL_FLAGS):
+        if layouts:
             result = run_layouts(
                 args,
                 workload,

@@ -11,7 +11,6 @@ from simcore.compute.heterogeneity import Heterogeneity
 from simcore.errors import TrainsimError
 from simcore.parallel import ParallelOptions
 from simcore.parallel.sweep import layouts_from_lists, run_parallel_what_if
-from simcore.paramserver import PS_MODES
 from simcore.strategies import strategy_names
 from simcore.strategies.base import TrainingConfig
 from simcore.whatif.sweep import WhatIfResult
@@ -60,9 +59,8 @@ def run_layouts(
     """The what-if over every layout the flags list (synchronous strategies only)."""
     if heterogeneity.describe() != "none":
         raise TrainsimError("--straggler and --jitter are not supported with parallel layouts")
-    chosen = [s.strip() for s in args.strategies.split(",") if s.strip()]
-    if set(chosen) == set(strategy_names()) | set(PS_MODES):
-        chosen = strategy_names()  # the default list: layouts apply to the synchronous strategies
+    # The default list (none given): layouts apply to the synchronous strategies.
+    chosen = list(args.strategies) if args.strategies is not None else strategy_names()
     layouts = layouts_from_lists(
         _degrees(args.tp, "tp"),
         _degrees(args.pp, "pp"),
