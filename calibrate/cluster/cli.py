@@ -96,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
             raise ClusterError(reason)
         print(f"removed {len(cleanup())} stale namespace(s)")
         return 0
+    if args.timeout < 0:
+        raise ClusterError(f"--timeout must not be negative, got {args.timeout:g}")
     reason = cluster_unavailable()
     if reason is not None:
         raise ClusterError(reason)

@@ -4,22 +4,21 @@ interrupted (Ctrl-C, SIGTERM) or killed (SIGKILL, then ``--cleanup``)."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
 from calibrate.cluster.emulated import NETNS_ETC, cluster_unavailable
+from tests.calibrate.cluster.leftovers import namespace_inodes, processes_in
 
 REASON = cluster_unavailable()
 pytestmark = [pytest.mark.skipif(REASON is not None, reason=f"real Slurm: {REASON}"), pytest.mark.root,
               pytest.mark.slow]  # fmt: skip
-
-NETNS_RUN = Path("/run/netns")
 
 
 def _cluster(*argv: str) -> list[str]:
@@ -29,19 +28,6 @@ def _cluster(*argv: str) -> list[str]:
 def _namespaces(pid: int) -> list[str]:
     listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30).stdout
     return [line.split()[0] for line in listing.splitlines() if line.startswith(f"trainsim-{pid}-slurm")]
-
-
-def _processes_in(namespace_inodes: set[int]) -> list[int]:
-    """PIDs of processes inside any of these network namespaces (deleted ones included)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if os.stat(proc / "ns" / "net").st_ino in namespace_inodes:
-                    found.append(int(proc.name))
-            except OSError:
-                continue
-    return found
 
 
 def _daemons(pid: int) -> list[int]:
@@ -58,8 +44,8 @@ def _daemons(pid: int) -> list[int]:
 
 
 def _leftovers(pid: int, inodes: set[int]) -> list[object]:
-    files = [*NETNS_ETC.glob(f"trainsim-{pid}-*"), *Path("/tmp").glob(f"trainsim-{pid}-slurm*")]
-    return [*_namespaces(pid), *_processes_in(inodes), *_daemons(pid), *files]
+    files = [*NETNS_ETC.glob(f"trainsim-{pid}-*"), *Path(tempfile.gettempdir()).glob(f"trainsim-{pid}-slurm*")]
+    return [*_namespaces(pid), *processes_in(inodes), *_daemons(pid), *files]
 
 
 def _start(tmp_path: Path, command: str) -> tuple[subprocess.Popen[str], set[int]]:
@@ -71,7 +57,7 @@ def _start(tmp_path: Path, command: str) -> tuple[subprocess.Popen[str], set[int
     while time.monotonic() < deadline and not ready.exists() and proc.poll() is None:
         time.sleep(0.1)
     assert ready.exists(), proc.communicate(timeout=30)
-    return proc, {os.stat(NETNS_RUN / name).st_ino for name in _namespaces(proc.pid)}
+    return proc, namespace_inodes(_namespaces(proc.pid))
 
 
 def test_command_runs_on_the_cluster_and_everything_goes_with_it(tmp_path: Path) -> None:
@@ -98,12 +84,12 @@ def test_interrupt_tears_down(tmp_path: Path, sig: signal.Signals) -> None:
 
 
 def test_failed_start_shows_the_daemons_logs_and_tears_down() -> None:
-    proc = subprocess.Popen(_cluster("--nodes", "2", "--timeout", "0.001", "--", "true"), stdout=subprocess.PIPE,
+    proc = subprocess.Popen(_cluster("--nodes", "2", "--timeout", "0", "--", "true"), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 2
     first, *logs = err.splitlines()
-    assert first.startswith("error: the nodes did not all become idle within 0.001 s")
+    assert first.startswith("error: the nodes did not all become idle within 0 s")
     assert "--- slurmctld.log (last lines) ---" in logs
     assert _namespaces(proc.pid) == [] and _daemons(proc.pid) == []
 

@@ -11,13 +11,15 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from calibrate.cluster.emulated import NETNS_ETC, SlurmCluster, cluster_unavailable, slurm_cluster
+from calibrate.testbed.cli import signals_unwind
 from calibrate.testbed.net import LinkShape
+from tests.calibrate.cluster.leftovers import namespace_inodes, processes_in
 from tests.paths import REPO
 
 SLURM_REASON = cluster_unavailable()
@@ -42,7 +44,7 @@ class RealSlurm:
 
     cluster: SlurmCluster
     work: Path
-    time_limited: dict[str, str] = field(default_factory=dict)
+    time_limited_job: str = ""
 
     def job_env(self, out: Path, job: str, job_args: str, **extra: str) -> dict[str, str]:
         env = self.cluster.env(PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
@@ -58,9 +60,11 @@ class RealSlurm:
                 *TEMPLATE_OPTIONS[template], *options, str(SLURM / template)]  # fmt: skip
         return self.cluster.submit(args, env=env, cwd=REPO)
 
-    def run(self, template: str, env: Mapping[str, str], **kwargs: object) -> tuple[dict[str, str], str]:
+    def run(
+        self, template: str, env: Mapping[str, str], *, nodes: str = "node[0-1]"
+    ) -> tuple[dict[str, str], str]:
         """Submit, wait, and return the job's final record and its output file's text."""
-        info = self.cluster.wait(self.submit(template, env, **kwargs), timeout_s=240)  # type: ignore[arg-type]
+        info = self.cluster.wait(self.submit(template, env, nodes=nodes), timeout_s=240)
         return info, Path(info["StdOut"]).read_text(errors="replace")
 
 
@@ -74,17 +78,18 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealSlurm]:
     if SLURM_REASON is not None:
         pytest.skip(f"real Slurm: {SLURM_REASON}")
     work = tmp_path_factory.mktemp("slurm")
-    with slurm_cluster(4) as cluster:
+    with signals_unwind(), slurm_cluster(4) as cluster:  # SIGTERM tears down as Ctrl-C does
         real = RealSlurm(cluster, work)
         for node in (2, 3):
             cluster.shape(node, SLOW_LINK)
         env = real.job_env(work / "time-limited", "calibrate.collectives", TIME_LIMITED_ARGS)
-        real.time_limited["id"] = real.submit("srun_per_gpu.sbatch", env, nodes=TIME_LIMITED_NODES,
+        real.time_limited_job = real.submit("srun_per_gpu.sbatch", env, nodes=TIME_LIMITED_NODES,
                                               options=["--time=1"])  # fmt: skip
         daemons = [d.process for d in cluster.daemons]
+        inodes = namespace_inodes(our_namespaces(cluster))
         yield real
-    # Teardown left nothing: daemons gone, namespaces and their files deleted, state removed.
-    assert all(proc.poll() is not None for proc in daemons)
+    # Teardown left nothing: daemons and job processes gone, namespaces and their files deleted, state removed.
+    assert all(proc.poll() is not None for proc in daemons) and processes_in(inodes) == []
     assert our_namespaces(cluster) == []
     assert not list(NETNS_ETC.glob(cluster.testbed.tag + "-*"))
     assert cluster.layout is not None and not cluster.layout.state_dir.exists()

@@ -31,7 +31,7 @@ from tests.paths import REPO
 
 pytestmark = [needs_slurm, pytest.mark.root, pytest.mark.integration, pytest.mark.slow]
 
-TINY_SWEEP = "--ops all_reduce,send_recv -b 8 -e 64K -f 8 -n 3 -w 1 --repeats 2"
+TINY_SWEEP = "--ops all_reduce,send_recv -b 8 -e 4K -f 8 -n 3 -w 1 --repeats 2"
 TINY_COMPUTE = ("--matmul-sizes 16,32,64 --mem-bytes 256K -n 2 -w 1 --repeats 1 --layers linear,conv2d "
                 "--slowdown-bytes 64K --dtypes fp32 --op-chains 4,16")  # fmt: skip
 TINY_TRAIN = (
@@ -55,10 +55,8 @@ def test_every_slurmd_runs_in_its_node_namespace_and_jobs_see_node_names(slurm: 
     for node, name in enumerate(cluster.node_names):
         daemon = next(d for d in cluster.daemons if d.name == f"slurmd-{name}")
         assert daemon.process.pid in namespace_pids(cluster.namespace(node))
-        assert (
-            f"NodeAddr={cluster.testbed.address(node)} "
-            in cluster.run(["scontrol", "show", "node", name]).stdout
-        )
+        shown = cluster.run(["scontrol", "show", "node", name]).stdout
+        assert f"NodeAddr={cluster.testbed.address(node)} " in shown
     step = cluster.run(["srun", "--nodelist=node[0-1]", "--nodes=2", "sh", "-c",
                         "echo $(hostname) $(getent hosts node1 | cut -d' ' -f1)"])  # fmt: skip
     assert sorted(step.stdout.split("\n")[:2]) == ["node0 10.213.0.2", "node1 10.213.0.2"]
@@ -66,8 +64,8 @@ def test_every_slurmd_runs_in_its_node_namespace_and_jobs_see_node_names(slurm: 
 
 def test_torchrun_template_meets_at_a_c10d_rendezvous_across_two_nodes(slurm: RealSlurm) -> None:
     out = slurm.work / "torchrun"
-    info, text = slurm.run("torchrun_per_node.sbatch", slurm.job_env(out, "calibrate.collectives", TINY_SWEEP,
-                                                                     GPUS_PER_NODE="2"))  # fmt: skip
+    env = slurm.job_env(out, "calibrate.collectives", TINY_SWEEP, GPUS_PER_NODE="2")
+    info, text = slurm.run("torchrun_per_node.sbatch", env)
     assert info["JobState"] == "COMPLETED", text[-3000:]
     assert "rendezvous node0:29500" in text
     records = read_records(out / "collectives.jsonl")
@@ -90,7 +88,7 @@ def test_srun_template_runs_one_task_per_rank(slurm: RealSlurm, measured: Path) 
     rows = _collectives(measured / "collectives.jsonl")
     assert {(r["op"], r["ranks"], r["nodes"], r["scope"]) for r in rows} == {
         ("all_reduce", 2, 2, "inter_node"), ("send_recv", 2, 2, "inter_node")}  # fmt: skip
-    assert len(rows) == 2 * 5 * 2  # ops x sizes (8 B..32 KiB) x repeats
+    assert len(rows) == 2 * 4 * 2  # ops x sizes (8 B..4 KiB) x repeats
     assert Counter(_keys(rows)).most_common(1)[0][1] == 1
     compute = read_records(measured / "compute.jsonl")
     assert (compute[0]["hostname"], compute[0]["env"]["SLURM_NNODES"]) == ("node0", "2")
@@ -128,8 +126,8 @@ def test_fit_then_what_if_on_the_matching_cpu_cluster(
 def test_scancel_mid_job_leaves_no_process_behind(slurm: RealSlurm) -> None:
     cluster, out = slurm.cluster, slurm.work / "cancelled"
     endless = "--ops all_reduce -b 1M -e 1M -n 20 -w 1 --repeats 100000"
-    job = slurm.submit("torchrun_per_node.sbatch", slurm.job_env(out, "calibrate.collectives", endless,
-                                                                 GPUS_PER_NODE="2"))  # fmt: skip
+    env = slurm.job_env(out, "calibrate.collectives", endless, GPUS_PER_NODE="1")
+    job = slurm.submit("torchrun_per_node.sbatch", env)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not _collectives(out / "collectives.jsonl"):
         time.sleep(0.5)
@@ -166,7 +164,7 @@ def test_bad_job_or_arguments_fail_with_the_jobs_own_error_line(
 
 def test_time_limit_keeps_what_was_measured_and_resume_completes_it(slurm: RealSlurm) -> None:
     cluster, out = slurm.cluster, slurm.work / "time-limited"
-    info = cluster.wait(slurm.time_limited["id"], timeout_s=180)
+    info = cluster.wait(slurm.time_limited_job, timeout_s=180)
     text = Path(info["StdOut"]).read_text(errors="replace")
     assert info["JobState"] == "TIMEOUT" and "DUE TO TIME LIMIT" in text, text[-2000:]
     first = _collectives(out / "collectives.jsonl")
