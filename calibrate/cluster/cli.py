@@ -81,9 +81,13 @@ def _run(cluster: SlurmCluster, command: list[str], interactive: bool) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
-        if proc.poll() is None:  # interrupted: what it started is stopped with the cluster
-            proc.terminate()
-            proc.wait(timeout=30)
+        if proc.poll() is None:  # interrupted; what it started is stopped with the cluster
+            proc.send_signal(signal.SIGHUP)  # as a closed terminal: a shell ignores SIGTERM, not this
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
     return status if status >= 0 else 128 - status
 
 

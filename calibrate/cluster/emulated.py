@@ -71,7 +71,7 @@ class SlurmCluster:
             raise ClusterError(f"--nodes must be between 1 and 64, got {nodes}")
         if cpus_per_node < 1:
             raise ClusterError(f"--cpus must be at least 1, got {cpus_per_node}")
-        tag = f"trainsim-{os.getpid()}-slurm{next(_serial)}"  # testbed --cleanup finds it if we are killed
+        tag = f"trainsim-{os.getpid()}-slurm{next(_serial)}"  # what --cleanup looks for once we are gone
         self.testbed = Testbed(nodes + 1, shape, tag=tag)
         self.nodes, self.cpus_per_node, self.start_timeout_s = nodes, cpus_per_node, start_timeout_s
         self.node_names = tuple(f"node{i}" for i in range(nodes))
@@ -185,15 +185,12 @@ class SlurmCluster:
         return self._last_states
 
     def logs(self) -> str:
-        """The last lines of every daemon's log and output, for error messages."""
+        """The last lines of every daemon's log, and of the output of those that exited, for errors."""
         if self.layout is None:
             return ""
-        state = self.layout.state_dir
-        return "\n".join(
-            t
-            for t in (log_tail(f) for f in [*sorted(state.glob("*.log")), *sorted(state.glob("*.out"))])
-            if t
-        )
+        files = [self.layout.log(d.name) for d in self.daemons]
+        files += [d.log for d in self.daemons if not d.alive() or not self.layout.log(d.name).exists()]
+        return "\n".join(tail for tail in map(log_tail, files) if tail)
 
     # -- use ---------------------------------------------------------------------------------------
 
