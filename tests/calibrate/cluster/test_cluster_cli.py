@@ -44,7 +44,10 @@ def _daemons(pid: int) -> list[int]:
 
 
 def _leftovers(pid: int, inodes: set[int]) -> list[object]:
-    files = [*NETNS_ETC.glob(f"trainsim-{pid}-*"), *Path(tempfile.gettempdir()).glob(f"trainsim-{pid}-slurm*")]
+    files = [
+        *NETNS_ETC.glob(f"trainsim-{pid}-*"),
+        *Path(tempfile.gettempdir()).glob(f"trainsim-{pid}-slurm*"),
+    ]
     return [*_namespaces(pid), *processes_in(inodes), *_daemons(pid), *files]
 
 
