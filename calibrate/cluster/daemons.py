@@ -30,12 +30,14 @@ __all__ = [
     "log_tail",
     "missing_binaries",
     "namespace_pids",
+    "search_path",
     "stop_namespaces",
 ]
 
 # The daemons and clients the cluster runs, and the Debian packages that ship them.
 BINARIES = {"munged": "munge", "slurmctld": "slurm-wlm", "slurmd": "slurm-wlm", "sinfo": "slurm-wlm",
-            "sbatch": "slurm-wlm", "scontrol": "slurm-wlm", "srun": "slurm-wlm"}  # fmt: skip
+            "sbatch": "slurm-wlm", "scontrol": "slurm-wlm", "srun": "slurm-wlm", "unshare": "util-linux",
+            "nsenter": "util-linux"}  # fmt: skip
 _PR_SET_PDEATHSIG = 1
 _TIMEOUT_S = 30
 
@@ -44,9 +46,15 @@ class ClusterError(TrainsimError):
     """The emulated Slurm cluster could not be built, started, or did not do what was asked."""
 
 
+def search_path() -> str:
+    """``PATH`` with the sbin directories the daemons live in, which a user's PATH may lack."""
+    dirs = os.environ.get("PATH", os.defpath).split(os.pathsep)
+    return os.pathsep.join(dirs + [d for d in ("/usr/local/sbin", "/usr/sbin", "/sbin") if d not in dirs])
+
+
 def missing_binaries() -> str | None:
     """None when every Slurm and munge program is installed, else one line naming the apt packages."""
-    missing = [name for name in BINARIES if shutil.which(name) is None]
+    missing = [name for name in BINARIES if shutil.which(name, path=search_path()) is None]
     if not missing:
         return None
     packages = sorted({BINARIES[name] for name in missing})
@@ -60,7 +68,7 @@ def die_with_parent(sig: int = signal.SIGTERM) -> None:  # pragma: no cover - ru
     libc.prctl(_PR_SET_PDEATHSIG, int(sig))
 
 
-@dataclass
+@dataclass(frozen=True)
 class Daemon:
     """One foreground daemon we started, its output going to ``log``."""
 

@@ -40,6 +40,7 @@ from calibrate.cluster.daemons import (
     log_tail,
     missing_binaries,
     namespace_pids,
+    search_path,
     stop_namespaces,
 )
 from calibrate.testbed.net import LinkShape, Testbed, can_create_namespaces, shaping_commands
@@ -128,7 +129,7 @@ class SlurmCluster:
 
     def _start_daemons(self, layout: ClusterLayout) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-        env["SLURM_CONF"] = str(layout.conf_path)
+        env.update(SLURM_CONF=str(layout.conf_path), PATH=search_path())
         s, conf = layout.state_dir, str(layout.conf_path)
         self.daemons.append(Daemon.start("munged", [
             "munged", "-F", f"--socket={layout.munge_socket}", f"--key-file={s / 'munge.key'}",

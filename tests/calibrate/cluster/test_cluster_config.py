@@ -46,11 +46,13 @@ def test_hosts_file_keeps_the_machines_entries_and_adds_the_nodes() -> None:
 
 
 def test_missing_programs_name_the_debian_packages(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(daemons.shutil, "which", lambda name: None if name in ("munged", "slurmd") else "/x")
+    monkeypatch.setattr(
+        daemons.shutil, "which", lambda name, path=None: None if name in ("munged", "slurmd") else "/x"
+    )
     message = daemons.missing_binaries()
     assert message is not None and "\n" not in message
     assert "munged, slurmd" in message and "apt-get install -y munge slurm-wlm" in message
-    monkeypatch.setattr(daemons.shutil, "which", lambda name: "/x")
+    monkeypatch.setattr(daemons.shutil, "which", lambda name, path=None: "/x")
     assert daemons.missing_binaries() is None
 
 
@@ -64,7 +66,7 @@ def test_cluster_size_is_checked(nodes: int, cpus: int, match: str) -> None:
 def test_cli_without_slurm_is_one_error_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(daemons.shutil, "which", lambda name: None)
+    monkeypatch.setattr(daemons.shutil, "which", lambda name, path=None: None)
     with pytest.raises(SystemExit) as exc:
         cli.main(["--nodes", "2", "--", "true"])
     assert exc.value.code == 2
