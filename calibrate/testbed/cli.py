@@ -47,7 +47,7 @@ from simcore.cliargs import Parser
 from simcore.errors import cli_entry
 from simcore.units import parse_bandwidth, parse_time
 
-__all__ = ["cleanup", "main", "rank_environment", "run_job"]
+__all__ = ["cleanup", "main", "rank_environment", "run_job", "signals_unwind"]
 
 _LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                   "GROUP_RANK", "TORCHELASTIC_RUN_ID")  # fmt: skip
@@ -131,7 +131,7 @@ def _wait(processes: list[subprocess.Popen[bytes]], timeout_s: float) -> int:
 
 
 @contextlib.contextmanager
-def _signals_unwind() -> Iterator[None]:
+def signals_unwind() -> Iterator[None]:
     """Turn SIGTERM and SIGHUP into an exception, so teardown in ``finally`` runs as on Ctrl-C."""
 
     def handler(signum: int, frame: FrameType | None) -> None:
@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     testbed = Testbed(args.nodes, LinkShape(parse_bandwidth(args.bandwidth), parse_time(args.delay)))
     print(f"testbed: {args.nodes} nodes, {args.bandwidth} links, delay {args.delay}, namespaces {testbed.tag}-*",
           flush=True)  # fmt: skip
-    with _signals_unwind():
+    with signals_unwind():
         try:
             testbed.create()
             return run_job(testbed, args.job, port=args.port, threads=args.threads, timeout_s=args.timeout)

@@ -1,0 +1,1 @@
+"""calibrate.cluster: a real Slurm cluster on one Linux machine, one node per network namespace."""
