@@ -68,6 +68,8 @@ COMMANDS: dict[str, Command] = {
                                "real DDP, FSDP2, ZeRO and parameter-server training to validate against"),
     "calibrate-testbed": Command("calibrate.testbed", "calibrate.testbed.cli",
                                  "emulate a multi-node cluster on one Linux machine (root)"),
+    "calibrate-cluster": Command("calibrate.cluster", "calibrate.cluster.cli",
+                                 "a real Slurm cluster of emulated nodes on one Linux machine (root)"),
 }  # fmt: skip
 
 

@@ -30,6 +30,7 @@ from calibrate.cluster.daemons import ClusterError, die_with_parent, stop_namesp
 from calibrate.cluster.emulated import NETNS_ETC, SlurmCluster, cluster_unavailable, slurm_cluster
 from calibrate.testbed.cli import signals_unwind
 from calibrate.testbed.net import LinkShape, can_create_namespaces, stale_namespaces
+from simcore.cliargs import Parser, int_range
 from simcore.errors import cli_entry
 from simcore.units import parse_bandwidth
 
@@ -37,16 +38,12 @@ __all__ = ["cleanup", "main"]
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m calibrate.cluster", description=__doc__.split("\n")[0],
+    p = Parser(prog="python -m calibrate.cluster", description=__doc__.split("\n")[0],
                                 usage="%(prog)s [--nodes N] [--cpus N] [--bandwidth RATE] [-- COMMAND...]")  # fmt: skip
-    p.add_argument("--nodes", type=int, default=2, help="emulated nodes, one slurmd each (default 2)")
-    p.add_argument("--cpus", type=int, default=2, help="CPUs= of every node in slurm.conf (default 2)")
-    p.add_argument(
-        "--bandwidth", default="1Gbit/s", help="rate of each node's link, each direction (default 1Gbit/s)"
-    )
-    p.add_argument(
-        "--timeout", type=float, default=60.0, help="seconds to wait for the nodes to be idle (default 60)"
-    )
+    p.add_argument("--nodes", type=int, default=2, help="emulated nodes, one slurmd each (1..64)")
+    p.add_argument("--cpus", type=int_range(1, 1024), default=2, help="CPUs= of every node in slurm.conf")
+    p.add_argument("--bandwidth", default="1Gbit/s", help="rate of each node's link, each direction")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the nodes to be idle")
     p.add_argument("--cleanup", action="store_true", help="only remove what killed clusters left, then exit")
     p.add_argument("command", nargs=argparse.REMAINDER, help="after --: the command to run on the login node")
     args = p.parse_args(argv)
