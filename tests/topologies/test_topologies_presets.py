@@ -102,7 +102,7 @@ def test_preferred_intra_node_route_is_nvlink():
         ({"gpus": 20, "nodes": 2}, "hold 1..16"),
         ({"nodes": 0}, "nodes=0"),
         ({"fabric": "torus"}, "allowed: leaf-spine, rail-optimised, none"),
-        ({"oversubscription": 0.5}, "must be between 1 and 50"),
+        ({"oversubscription": 0.5}, "outside the physical range 1 to 50"),
         ({"nodes": 2, "fabric": "none"}, "joins nothing"),
     ],
 )
