@@ -62,6 +62,14 @@ class Bound:
             )
         return count
 
+    def check_each(self, value: int, where: str, name: str) -> int:
+        """``value`` if within the bound, for bounds on one value (``what`` reads "for one ...")."""
+        if value > self.limit:
+            raise TrainsimError(
+                f"{where}: {name} is {value:,}; at most {self.limit:,} is allowed {self.what}: {self.why}"
+            )
+        return value
+
 
 # --- cluster size ---------------------------------------------------------------------------------
 GPUS_PER_CLUSTER = Bound(
@@ -95,16 +103,18 @@ LINKS_PER_CLUSTER = Bound(
 # --- models (shape files) ---------------------------------------------------------------------------
 MODEL_BLOCKS = Bound(
     "transformer blocks (layers)",
-    10_000,
-    "the deepest published transformers have ~100-200 blocks: GPT-3 96, PaLM 118, Llama 3 405B 126",
+    2_048,
+    "the deepest published transformers have ~100 blocks in production (GPT-3 96, Llama 3 405B "
+    "126) and 1,000 in research (DeepNet, Wang et al. 2022); 2,048 blocks already take ~10 s per "
+    "strategy to simulate",
 )
 MODEL_OPERATORS = Bound(
     "operators in one model",
-    100_000,
-    "a ResNet-152 has ~500 operators and a 10,000-block transformer ~80,000",
+    20_000,
+    "a ResNet-1001, the deepest published CNN, has ~3,000 operators and a 2,048-block transformer ~16,000",
 )
 MODEL_DIMENSION = Bound(
-    "as one size of a model (a width, a count, a length)",
+    "for one size of a model (a width, a count, a length)",
     2**24,
     "16,777,216 is above any published width, vocabulary (~256k) or context length (~10M tokens)",
 )

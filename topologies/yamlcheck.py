@@ -91,7 +91,7 @@ def shown(value: Any, most: int = 60) -> str:
     if isinstance(value, dict | list) and len(value) > 8:
         return f"<{_kind(value)} of {len(value)} items>"
     text = repr(value)
-    return text if len(text) <= most else text[: most - 5] + "...'" + text[-1]
+    return text if len(text) <= most else text[: most - 4] + "..." + text[-1]
 
 
 def _kind(value: Any) -> str:

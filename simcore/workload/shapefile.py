@@ -51,13 +51,13 @@ def _read_mapping(path: Path) -> Any:
     if path.suffix != ".json":
         return load_yaml(text, str(path))
     try:
-        return check_nesting(json.loads(text, parse_constant=_no_constant), str(path))
-    except TrainsimError:
-        raise
+        data = json.loads(text, parse_constant=_no_constant)
     except RecursionError:
         raise TrainsimError(f"{path}: not valid JSON: nested too deeply") from None
-    except ValueError as exc:
-        raise TrainsimError(f"{path}: not valid JSON: {str(exc).splitlines()[0]}") from None
+    except ValueError as exc:  # also our TrainsimError for NaN and Infinity
+        reason = "a number has too many digits" if "digits" in str(exc) else str(exc).splitlines()[0]
+        raise TrainsimError(f"{path}: not valid JSON: {reason}") from None
+    return check_nesting(data, str(path))
 
 
 def _no_constant(name: str) -> Any:
@@ -66,7 +66,9 @@ def _no_constant(name: str) -> Any:
 
 def _text(data: Mapping[str, Any], key: str, where: str, default: str) -> str:
     """A free-text field (name, source): bounded text, numbers read as text."""
-    value = data.get(key, default)
+    value = data.get(key)
+    if value is None:
+        return default
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise TrainsimError(f"{where}: key {key!r} must be text, got {type(value).__name__}")
     text = str(value)
@@ -87,6 +89,9 @@ def load_shape_file(
     from simcore.workload.models import check_keys
 
     where = str(path)
+    for value, what in ((seq_len, "seq_len"), (image_size, "image_size")):
+        if value is not None:
+            MODEL_DIMENSION.check_each(value, where, what)
     data = check_keys(_read_mapping(path), (), _TOP_KEYS, where)
     name = _text(data, "name", where, path.stem)
     chosen = dtype or data.get("dtype", "bf16")
@@ -109,7 +114,10 @@ def load_shape_file(
         if isinstance(blocks, int) and not isinstance(blocks, bool):
             MODEL_BLOCKS.check(blocks, f"{where}: transformer", "key 'layers'")
         shape = transformer.TransformerShape.from_mapping(body, where=f"{where}: transformer")
-        workload = transformer.build_workload(name, shape, seq_len=seq_len, dtype=chosen, source=source)
+        try:  # seq_len from the caller may not fit the model's learned positions
+            workload = transformer.build_workload(name, shape, seq_len=seq_len, dtype=chosen, source=source)
+        except TrainsimError as exc:
+            raise TrainsimError(f"{where}: {exc}") from None
     else:
         workload = _layer_list_workload(data, where, name, chosen, source, image_size)
     return _check_finite(workload, where)
@@ -147,7 +155,7 @@ def _layer_list_workload(
             f"integers, got {_shown(shape)}"
         )
     for size in shape:
-        MODEL_DIMENSION.check(size, f"{where}: key 'input'", f"{size:,}")
+        MODEL_DIMENSION.check_each(size, where, "a size in key 'input'")
     if image_size is not None and len(shape) == 3:
         shape = [shape[0], image_size, image_size]
     net = NetBuilder(tuple(shape), dtype)

@@ -41,7 +41,7 @@ def get_positive_int(mapping: Mapping[str, Any], key: str, where: str, default: 
     value = mapping.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise TrainsimError(f"{where}: key {key!r} must be a positive integer, got {_shown(value)}")
-    MODEL_DIMENSION.check(value, where, f"key {key!r} = {value:,}")
+    MODEL_DIMENSION.check_each(value, where, f"key {key!r}")
     return value
 
 
@@ -50,7 +50,7 @@ def get_nonnegative_int(mapping: Mapping[str, Any], key: str, where: str, defaul
     value = mapping.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise TrainsimError(f"{where}: key {key!r} must be an integer >= 0, got {_shown(value)}")
-    MODEL_DIMENSION.check(value, where, f"key {key!r} = {value:,}")
+    MODEL_DIMENSION.check_each(value, where, f"key {key!r}")
     return value
 
 
