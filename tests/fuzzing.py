@@ -45,7 +45,7 @@ _COMMON = dict(
     ],
 )
 FUZZ = settings(max_examples=30, **_COMMON)  # type: ignore[arg-type]
-FUZZ_SLOW = settings(max_examples=400, **_COMMON)  # type: ignore[arg-type]
+FUZZ_SLOW = settings(max_examples=500, **_COMMON)  # type: ignore[arg-type]
 
 # Values that have broken readers before, or sit at a bound: units at the edges of the physical
 # ranges, brace ranges far past the device bounds, YAML-ish text, sizes around the bounds.

@@ -14,7 +14,9 @@ Cells, nearest first: ``X`` (self), ``NV#`` (# bonded NVLinks), ``PIX`` (one PCI
 drivers name NIC columns ``mlx5_0`` and print no NIC legend or NUMA column; NIC rows have empty
 affinity cells. A pasted capture that lost a tab shows fused cells (``PXBNODE``): those are
 rejected with their line number rather than guessed. Lines such as ``GPU 0: NVIDIA A100-SXM4-80GB
-(UUID: ...)`` (``nvidia-smi -L``) before the matrix name the GPU model.
+(UUID: ...)`` (``nvidia-smi -L``) before the matrix name the GPU model. The file may be UTF-8 or
+carry a byte-order mark (Windows PowerShell 5's ``>`` writes UTF-16); an ``NV#`` cell above 18, the
+most NVLinks any GPU has (H100 SXM), is refused with that range and its source.
 
 :mod:`topologies.nvsmi_graph` turns a parsed capture into a node type and a cluster spec.
 """

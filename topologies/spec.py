@@ -40,6 +40,10 @@ Kinds: devices gpu|cpu|nic|switch|pcie; links nvlink|nvswitch|pcie|ib|ethernet|s
 A CPU-only cluster gives its rank devices ``kind: cpu`` and ``spec: cpu`` and joins them with a
 ``loopback`` link class (processes on one machine) or an Ethernet fabric (several machines).
 Every bandwidth must be > 0 and the graph connected; :meth:`Topology.validate` rejects the rest.
+Sizes are bounded (:mod:`simcore.limits`: GPUs per cluster, devices and links per node, checked
+before a brace range or a node count is expanded, in :mod:`topologies.sizes`), every number must
+lie in its physical range (``simcore/data/physical_ranges.yaml``, with sources), and names and free
+text (``name``, ``description``, ``source``) must be short text.
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ from types import MappingProxyType
 from typing import Any
 
 from simcore.hardware import device_names
-from simcore.limits import DEVICES_PER_NODE, LINKS_PER_NODE, Bound, physical_range
+from simcore.limits import DEVICES_PER_NODE, LINKS_PER_NODE, Bound
 from simcore.topology import LINK_KINDS, NODE_KINDS
 from simcore.units import parse_bandwidth, parse_time
 from topologies.nvsmi import read_capture
@@ -277,8 +281,7 @@ def parse_fabric(value: Any, where: str) -> FabricSpec:
         raise SpecError(
             f"{where}.nics_per_leaf: {shown(nics_per_leaf)} is not allowed; it must be an integer >= 1"
         )
-    limit = physical_range("nics_per_leaf")
-    physical_quantity(float, nics_per_leaf, f"{where}.nics_per_leaf", limit.name)
+    physical_quantity(float, nics_per_leaf, f"{where}.nics_per_leaf", "nics_per_leaf")
     return FabricSpec(
         type=ftype,
         link_kind=_choice(attrs.get("link_kind", default.link_kind), FABRIC_LINK_KINDS, f"{where}.link_kind"),
