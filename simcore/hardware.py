@@ -14,9 +14,9 @@ from importlib import resources
 from types import MappingProxyType
 from typing import Any
 
-import yaml
-
 from simcore.errors import TrainsimError
+from simcore.inputs import load_yaml
+from simcore.limits import NAME_LENGTH, TEXT_LENGTH, check_physical
 from simcore.units import parse_bandwidth, parse_flops, parse_size
 
 __all__ = ["DEVICE_KINDS", "DTYPES", "DeviceSpec", "device_names", "device_spec", "load_device_specs"]
@@ -51,7 +51,7 @@ class DeviceSpec:
 def _parse_entry(name: str, entry: Any, where: str) -> DeviceSpec:
     if not isinstance(entry, dict):
         raise TrainsimError(f"{where}: entry {name!r} must be a mapping with keys {', '.join(_ENTRY_KEYS)}")
-    unknown = sorted(set(entry) - set(_ENTRY_KEYS))
+    unknown = sorted((set(entry) - set(_ENTRY_KEYS)), key=str)
     if unknown:
         raise TrainsimError(
             f"{where}: {name}.{unknown[0]} is not a known key; allowed: {', '.join(_ENTRY_KEYS)}"
@@ -69,30 +69,57 @@ def _parse_entry(name: str, entry: Any, where: str) -> DeviceSpec:
             raise TrainsimError(
                 f"{where}: {name}.peak_flops.{dtype} is not a known dtype; allowed: {', '.join(DTYPES)}"
             )
-    if not str(entry["source"]).strip():
-        raise TrainsimError(f"{where}: {name}.source is empty; every figure needs its source")
+    source = entry["source"]
+    if not isinstance(source, str) or not source.strip():
+        raise TrainsimError(f"{where}: {name}.source must be text naming where the figures come from")
+    TEXT_LENGTH.check(len(source), f"{where}: {name}.source")
+    kind = str(entry["kind"])
     try:
         return DeviceSpec(
             name=name,
-            kind=str(entry["kind"]),
-            memory_bytes=parse_size(entry["memory"], allow_zero=False),
-            memory_bandwidth_Bps=parse_bandwidth(entry["memory_bandwidth"]),
-            peak_flops=MappingProxyType({d: parse_flops(v) for d, v in flops.items()}),
-            source=str(entry["source"]),
+            kind=kind,
+            memory_bytes=int(_ranged(parse_size, entry["memory"], f"{kind}_memory", f"{name}.memory")),
+            memory_bandwidth_Bps=_ranged(
+                parse_bandwidth,
+                entry["memory_bandwidth"],
+                f"{kind}_memory_bandwidth",
+                f"{name}.memory_bandwidth",
+            ),
+            peak_flops=MappingProxyType(
+                {d: _ranged(parse_flops, v, "peak_flops", f"{name}.peak_flops.{d}") for d, v in flops.items()}
+            ),
+            source=source,
         )
     except TrainsimError as exc:
-        raise TrainsimError(f"{where}: entry {name!r}: {exc}") from None
+        raise TrainsimError(f"{where}: {exc}") from None
+
+
+def _ranged(parse: Any, value: Any, quantity: str, where: str) -> float:
+    """``parse(value)`` within the physical range ``quantity`` (:mod:`simcore.limits`)."""
+    if isinstance(value, str):
+        NAME_LENGTH.check(len(value), where)
+    try:
+        number = float(parse(value))
+    except TrainsimError as exc:
+        raise TrainsimError(f"{where}: {exc}") from None
+    return check_physical(quantity, number, where, value)
 
 
 def load_device_specs(text: str, where: str) -> dict[str, DeviceSpec]:
-    """Parse a devices YAML document; ``where`` names it in error messages."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise TrainsimError(f"{where}: not valid YAML: {exc}") from None
+    """Parse a devices YAML document; ``where`` names it in error messages.
+
+    Every figure is checked against its physical range (``simcore/data/physical_ranges.yaml``).
+    """
+    data = load_yaml(text, where)
     if not isinstance(data, dict):
         raise TrainsimError(f"{where}: expected a mapping of device name -> spec")
-    return {str(name): _parse_entry(str(name), entry, where) for name, entry in data.items()}
+    specs = {}
+    for key, entry in data.items():
+        if isinstance(key, bool) or not isinstance(key, str | int) or not str(key).strip():
+            raise TrainsimError(f"{where}: device names must be text, got {key!r}")
+        NAME_LENGTH.check(len(str(key)), f"{where}: a device name")
+        specs[str(key)] = _parse_entry(str(key), entry, where)
+    return specs
 
 
 @functools.cache

@@ -28,6 +28,7 @@ from typing import Any
 import networkx as nx
 
 from simcore.topology import Topology
+from topologies.sizes import check_cluster_size
 from topologies.spec_types import ClusterSpec, FabricSpec, NodeType
 from topologies.yamlcheck import SpecError
 
@@ -112,6 +113,7 @@ def build_cluster(
 ) -> Topology:
     """The validated topology for ``spec``; ranks are the first ``gpus`` rank devices in host order."""
     fabric = fabric or spec.fabric
+    check_cluster_size(spec, spec.name, gpus=gpus, nodes=nodes)  # before laying out any server
     hosts = plan_hosts(spec, gpus, nodes)
     graph = nx.DiGraph()
     ranks: list[str] = []

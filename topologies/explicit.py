@@ -29,9 +29,10 @@ from typing import Any
 
 import networkx as nx
 
+from simcore.limits import DEVICES_PER_CLUSTER, GPUS_PER_CLUSTER, LINKS_PER_CLUSTER
 from simcore.topology import Topology
 from topologies.spec import parse_device, parse_link_classes, parse_links
-from topologies.yamlcheck import SpecError, expand_braces, mapping
+from topologies.yamlcheck import SpecError, check_bound, expand_braces, mapping, name_field, shown, text_field
 
 __all__ = ["is_explicit", "parse_explicit"]
 
@@ -53,9 +54,11 @@ def _devices(value: Any, where: str) -> dict[str, dict[str, Any]]:
         raise SpecError(f"{where}: expected a mapping of device name -> {{kind, ...}}")
     nodes: dict[str, dict[str, Any]] = {}
     for pattern, attrs in value.items():
-        for name in expand_braces(str(pattern), where):
+        names = expand_braces(pattern, where, DEVICES_PER_CLUSTER)
+        check_bound(DEVICES_PER_CLUSTER, len(nodes) + len(names), where, "the devices up to here")
+        for name in names:
             if name in nodes:
-                raise SpecError(f"{where}: device {name!r} is listed twice")
+                raise SpecError(f"{where}: device {shown(name)} is listed twice")
             dev = parse_device(name, attrs, f"{where}.{pattern}")
             node: dict[str, Any] = {"kind": dev.kind, "host": _host_of(name), "host_type": ""}
             if dev.spec:
@@ -71,10 +74,14 @@ def _devices(value: Any, where: str) -> dict[str, dict[str, Any]]:
 def parse_explicit(data: Any, where: str, default_name: str = "") -> Topology:
     """The validated topology of a ``graph:`` spec document."""
     top = mapping(data, where, ("graph",), ("name", "description"))
+    name = name_field(top["name"], f"{where}: name") if top.get("name") is not None else default_name
+    text_field(top.get("description"), f"{where}: description")
     body = mapping(top["graph"], f"{where}: graph", ("devices", "links"), ("link_classes", "ranks"))
     nodes = _devices(body["devices"], f"{where}: graph.devices")
     classes = parse_link_classes(body.get("link_classes"), f"{where}: graph.link_classes")
-    links = parse_links(body["links"], classes, set(nodes), f"{where}: graph.links")
+    links = parse_links(
+        body["links"], classes, set(nodes), f"{where}: graph.links", (DEVICES_PER_CLUSTER, LINKS_PER_CLUSTER)
+    )
     graph = nx.DiGraph()
     graph.add_nodes_from(nodes.items())
     for link in links:
@@ -99,16 +106,24 @@ def parse_explicit(data: Any, where: str, default_name: str = "") -> Topology:
         "preset": "",
         "nodes": len(hosts),
     }
-    return Topology(str(top.get("name") or default_name), graph, ranks, metadata)
+    return Topology(name or default_name, graph, ranks, metadata)
 
 
 def _ranks(value: Any, nodes: dict[str, dict[str, Any]], where: str) -> list[str]:
     if value is None:
+        order = {n: i for i, n in enumerate(nodes)}
         with_spec = [n for n, a in nodes.items() if "gpu" in a]
-        return sorted(with_spec, key=lambda n: (nodes[n]["host"], list(nodes).index(n)))
+        if not with_spec:
+            raise SpecError(f"{where}: no rank devices; add a gpu, or a cpu with 'spec: cpu'")
+        return sorted(with_spec, key=lambda n: (nodes[n]["host"], order[n]))
     patterns = value if isinstance(value, list) else [value]
-    ranks = [r for p in patterns for r in expand_braces(str(p), where)]
+    ranks = [r for p in patterns for r in expand_braces(p, where, GPUS_PER_CLUSTER)]
+    check_bound(GPUS_PER_CLUSTER, len(ranks), where)
+    if not ranks:
+        raise SpecError(f"{where}: no rank devices listed")
     for rank in ranks:
         if rank not in nodes or "gpu" not in nodes[rank]:
-            raise SpecError(f"{where}: {rank!r} is not a device with a spec (gpu, or cpu with spec: cpu)")
+            raise SpecError(
+                f"{where}: {shown(rank)} is not a device with a spec (gpu, or cpu with spec: cpu)"
+            )
     return ranks

@@ -14,7 +14,9 @@ Cells, nearest first: ``X`` (self), ``NV#`` (# bonded NVLinks), ``PIX`` (one PCI
 drivers name NIC columns ``mlx5_0`` and print no NIC legend or NUMA column; NIC rows have empty
 affinity cells. A pasted capture that lost a tab shows fused cells (``PXBNODE``): those are
 rejected with their line number rather than guessed. Lines such as ``GPU 0: NVIDIA A100-SXM4-80GB
-(UUID: ...)`` (``nvidia-smi -L``) before the matrix name the GPU model.
+(UUID: ...)`` (``nvidia-smi -L``) before the matrix name the GPU model. The file may be UTF-8 or
+carry a byte-order mark (Windows PowerShell 5's ``>`` writes UTF-16); an ``NV#`` cell above 18, the
+most NVLinks any GPU has (H100 SXM), is refused with that range and its source.
 
 :mod:`topologies.nvsmi_graph` turns a parsed capture into a node type and a cluster spec.
 """
@@ -25,7 +27,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from topologies.yamlcheck import SpecError, read_text_file
+from simcore.errors import TrainsimError
+from simcore.limits import DEVICES_PER_NODE, physical_range
+from topologies.yamlcheck import SpecError, check_bound, name_field, read_text_file, shown
 
 __all__ = ["CONNECTIONS", "Capture", "parse_capture", "read_capture"]
 
@@ -88,9 +92,10 @@ def _header(lines: list[str], where: str) -> tuple[int, list[str], list[str]]:
         if affinity or " " in cell or cell in _MULTIWORD:
             affinity.append(cell)
         elif cell:
-            devices.append(cell)
+            devices.append(name_field(cell, f"{where}: line {i + 1}: a device column"))
     if len(set(devices)) != len(devices):
         raise SpecError(f"{where}: line {i + 1}: a device column is repeated")
+    check_bound(DEVICES_PER_NODE, len(devices), f"{where}: line {i + 1}", "the header")
     return i, devices, affinity
 
 
@@ -98,10 +103,15 @@ def _cell(raw: str, row: str, col: str, where: str) -> str:
     token = raw.strip()
     if row == col:
         if token != "X":
-            raise SpecError(f"{where}: row {row}, column {col} is {token!r}; the diagonal must be X")
+            raise SpecError(f"{where}: row {row}, column {col} is {shown(token)}; the diagonal must be X")
         return "X"
-    if _NVLINK.fullmatch(token):
-        return token
+    match = _NVLINK.fullmatch(token)
+    if match:
+        try:
+            physical_range("nvlinks").check(int(match[1]), f"{where}: row {row}, column {col}", token)
+        except TrainsimError as exc:
+            raise SpecError(str(exc)) from None
+        return f"NV{int(match[1])}"
     if token in _CLASSES:
         return "SYS" if token == "SOC" else token
     fused = any(token.startswith(c) and token != c for c in (*_CLASSES, "NV"))
@@ -111,7 +121,7 @@ def _cell(raw: str, row: str, col: str, where: str) -> str:
         else ""
     )
     raise SpecError(
-        f"{where}: row {row}, column {col}: {token!r} is not a connection; "
+        f"{where}: row {row}, column {col}: {shown(token)} is not a connection; "
         f"allowed: {', '.join(CONNECTIONS)}{hint}"
     )
 
@@ -130,7 +140,7 @@ def _rows(
             break
         at = f"{where}: line {i + 1}"
         if name not in devices:
-            raise SpecError(f"{at}: row {name!r} is not a column of the header ({', '.join(devices)})")
+            raise SpecError(f"{at}: row {shown(name)} is not a column of the header ({', '.join(devices)})")
         row = parts[1:]
         for col, raw in zip(devices, row[:n], strict=False):
             cells[name, col] = _cell(raw, name, col, at)
@@ -141,7 +151,7 @@ def _rows(
             )
         extra = dict(zip(affinity, (c.strip() for c in row[n:]), strict=False))
         numa_text = extra.get("NUMA Affinity", "")
-        numa[name] = int(numa_text) if numa_text.isdigit() else None
+        numa[name] = int(numa_text) if re.fullmatch(r"[0-9]{1,9}", numa_text) else None
         seen.append(name)
     missing = [d for d in devices if d not in seen]
     if missing:
@@ -172,4 +182,4 @@ def parse_capture(text: str, where: str) -> Capture:
 def read_capture(path: Path | str) -> Capture:
     """Parse the capture in ``path``."""
     path = Path(path)
-    return parse_capture(read_text_file(path), str(path))
+    return parse_capture(read_text_file(path, "an nvidia-smi topo -m capture (text)"), str(path))

@@ -24,14 +24,18 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import MappingProxyType
 
+from simcore.errors import TrainsimError
 from simcore.hardware import device_names, device_spec
+from simcore.limits import physical_range
 from topologies.nvsmi import Capture, read_capture
+from topologies.sizes import check_node_counts
 from topologies.spec_types import ClusterSpec, DeviceDecl, FabricSpec, LinkDecl, NodeType
-from topologies.yamlcheck import SpecError
+from topologies.yamlcheck import SpecError, shown
 
 __all__ = ["capture_cluster_spec", "capture_node_type", "infer_gpu", "load_capture_spec"]
 
 NVLINK_PER_LINK_BPS = 25e9
+# NVLinks per GPU (datasheets: V100 SXM2 6, A100 SXM4 12, H100/H200 SXM 18); no pair shares more.
 _NVLINKS_PER_GPU = {"v100": 6, "a100": 12, "h100": 18, "h200": 18}
 _PCIE_X16_BPS = {"v100": 15.75e9, "a100": 31.5e9, "a10g": 31.5e9, "h100": 63e9, "h200": 63e9}
 _SMP_BPS = 100e9
@@ -57,12 +61,12 @@ def infer_gpu(capture: Capture, gpu: str | None = None) -> str:
     """The device spec for the capture's GPUs: ``gpu`` if given, else the ``nvidia-smi -L`` line."""
     if gpu:
         if gpu not in device_names():
-            raise SpecError(f"{capture.source}: unknown GPU {gpu!r}; known: {', '.join(device_names())}")
+            raise SpecError(f"{capture.source}: unknown GPU {shown(gpu)}; known: {', '.join(device_names())}")
         return gpu
     for product, spec in _PRODUCTS:
         if product.lower() in capture.gpu_product.lower():
             return spec
-    found = f" ({capture.gpu_product!r} is not recognised)" if capture.gpu_product else ""
+    found = f" ({shown(capture.gpu_product)} is not recognised)" if capture.gpu_product else ""
     raise SpecError(
         f"{capture.source}: cannot tell the GPU model{found}; pass it (--gpu / gpu:), one of "
         f"{', '.join(n for n in device_names() if device_spec(n).kind == 'gpu')}"
@@ -143,6 +147,13 @@ def _nvlink_structure(capture: Capture, gpu: str) -> tuple[list[DeviceDecl], lis
     if not any(any(c) for c in counts.values()):
         return [], []
     per_gpu = _NVLINKS_PER_GPU.get(_family(gpu), 18)
+    for a in gpus:
+        for b in gpus:
+            if capture.nvlinks(a, b) > per_gpu:
+                raise SpecError(
+                    f"{capture.source}: {a} -> {b} is {capture.cells[a, b]}, but a {gpu} GPU has "
+                    f"{per_gpu} NVLinks in all (NVIDIA datasheet); is the capture from another GPU model?"
+                )
     if any(sum(c) > per_gpu for c in counts.values()):
         widest = max(max(c) for c in counts.values())
         reduction = "nvls" if _family(gpu) in ("h100", "h200") else ""
@@ -176,6 +187,11 @@ def capture_node_type(
 ) -> NodeType:
     """The node type a capture describes; ``nic_port_Bps`` defaults by GPU generation (see module doc)."""
     spec = infer_gpu(capture, gpu)
+    if nic_port_Bps is not None:
+        try:
+            physical_range("nic_port").check(nic_port_Bps, f"{capture.source}: NIC port")
+        except TrainsimError as exc:
+            raise SpecError(str(exc)) from None
     pcie_bw = _PCIE_X16_BPS.get(_family(spec), 31.5e9)
     port = nic_port_Bps or {"h100": 50e9, "h200": 50e9, "a100": 25e9}.get(_family(spec), 12.5e9)
     devices = [DeviceDecl(_local(g, capture), "gpu", spec=spec) for g in capture.gpus]
@@ -196,6 +212,7 @@ def capture_cluster_spec(
 ) -> ClusterSpec:
     """``nodes`` hosts like the captured one on a leaf-spine (InfiniBand if the capture lists NICs)."""
     node_type = capture_node_type(capture, name, gpu=gpu, nic_port_Bps=nic_port_Bps)
+    check_node_counts({name: node_type}, [(name, nodes)], f"{capture.source}: nodes={nodes}")
     ib = bool(capture.nics)
     fabric = FabricSpec(
         type="leaf-spine",

@@ -40,6 +40,10 @@ Kinds: devices gpu|cpu|nic|switch|pcie; links nvlink|nvswitch|pcie|ib|ethernet|s
 A CPU-only cluster gives its rank devices ``kind: cpu`` and ``spec: cpu`` and joins them with a
 ``loopback`` link class (processes on one machine) or an Ethernet fabric (several machines).
 Every bandwidth must be > 0 and the graph connected; :meth:`Topology.validate` rejects the rest.
+Sizes are bounded (:mod:`simcore.limits`: GPUs per cluster, devices and links per node, checked
+before a brace range or a node count is expanded, in :mod:`topologies.sizes`), every number must
+lie in its physical range (``simcore/data/physical_ranges.yaml``, with sources), and names and free
+text (``name``, ``description``, ``source``) must be short text.
 """
 
 from __future__ import annotations
@@ -50,12 +54,23 @@ from types import MappingProxyType
 from typing import Any
 
 from simcore.hardware import device_names
+from simcore.limits import DEVICES_PER_NODE, LINKS_PER_NODE, Bound
 from simcore.topology import LINK_KINDS, NODE_KINDS
 from simcore.units import parse_bandwidth, parse_time
 from topologies.nvsmi import read_capture
 from topologies.nvsmi_graph import capture_node_type
+from topologies.sizes import check_node_counts
 from topologies.spec_types import ClusterSpec, DeviceDecl, FabricSpec, LinkDecl, NodeType
-from topologies.yamlcheck import SpecError, expand_braces, mapping, parse_quantity
+from topologies.yamlcheck import (
+    SpecError,
+    check_bound,
+    expand_braces,
+    mapping,
+    name_field,
+    physical_quantity,
+    shown,
+    text_field,
+)
 
 __all__ = [
     "FABRIC_TYPES",
@@ -71,24 +86,23 @@ __all__ = [
 FABRIC_TYPES = ("leaf-spine", "rail-optimised", "none")
 FABRIC_LINK_KINDS = ("ib", "ethernet", "loopback")
 REDUCTIONS = ("", "nvls", "sharp")
-_MAX_OVERSUBSCRIPTION = 50.0  # beyond any real fabric; catches YAML reading unquoted 2:1 as 121
 _ALIASES = {"rail-optimized": "rail-optimised", "rail": "rail-optimised", "leafspine": "leaf-spine"}
 
 
 def _choice(value: Any, allowed: tuple[str, ...], where: str) -> str:
-    text = "" if value is None else str(value)
-    if text not in allowed:
-        shown = ", ".join(repr(a) if a == "" else a for a in allowed)
-        raise SpecError(f"{where}: {value!r} is not allowed; allowed: {shown}")
+    text = "" if value is None else value
+    if not isinstance(text, str) or text not in allowed:
+        listed = ", ".join(repr(a) if a == "" else a for a in allowed)
+        raise SpecError(f"{where}: {shown(value)} is not allowed; allowed: {listed}")
     return text
 
 
 def parse_device(local: str, value: Any, where: str) -> DeviceDecl:
     attrs = mapping(value, where, ("kind",), ("spec", "port", "in_network_reduction"))
     kind = _choice(attrs["kind"], NODE_KINDS, f"{where}.kind")
-    spec = str(attrs.get("spec", ""))
+    spec = name_field(attrs["spec"], f"{where}.spec") if "spec" in attrs else ""
     if spec and spec not in device_names():
-        raise SpecError(f"{where}.spec: unknown device {spec!r}; known: {', '.join(device_names())}")
+        raise SpecError(f"{where}.spec: unknown device {shown(spec)}; known: {', '.join(device_names())}")
     if spec and kind not in ("gpu", "cpu"):
         raise SpecError(f"{where}.spec: only gpu and cpu devices take a spec, not {kind}")
     if kind == "gpu" and not spec:
@@ -97,7 +111,7 @@ def parse_device(local: str, value: Any, where: str) -> DeviceDecl:
     if kind == "nic":
         if "port" not in attrs:
             raise SpecError(f"{where}: a nic needs 'port' (its network speed, e.g. 200Gb/s)")
-        port = parse_quantity(parse_bandwidth, attrs["port"], f"{where}.port")
+        port = physical_quantity(parse_bandwidth, attrs["port"], f"{where}.port", "nic_port")
     elif "port" in attrs:
         raise SpecError(f"{where}.port: only nic devices have a port speed")
     reduction = _choice(attrs.get("in_network_reduction", ""), REDUCTIONS, f"{where}.in_network_reduction")
@@ -110,47 +124,55 @@ def parse_link_classes(value: Any, where: str) -> dict[str, tuple[str, float, fl
     if not isinstance(value, dict) or not value:
         raise SpecError(f"{where}: expected a mapping of class name -> {{kind, bandwidth, latency}}")
     classes = {}
-    for name, attrs in value.items():
+    for key, attrs in value.items():
+        name = name_field(key, f"{where}: a link class name")
         at = f"{where}.{name}"
         attrs = mapping(attrs, at, ("kind", "bandwidth", "latency"), ("source",))
         kind = _choice(attrs["kind"], LINK_KINDS, f"{at}.kind")
-        classes[str(name)] = (
+        text_field(attrs.get("source"), f"{at}.source")
+        classes[name] = (
             kind,
-            parse_quantity(parse_bandwidth, attrs["bandwidth"], f"{at}.bandwidth"),
-            parse_quantity(parse_time, attrs["latency"], f"{at}.latency"),
+            physical_quantity(parse_bandwidth, attrs["bandwidth"], f"{at}.bandwidth", "link_bandwidth"),
+            physical_quantity(parse_time, attrs["latency"], f"{at}.latency", "link_latency"),
         )
     return classes
 
 
 def parse_links(
-    value: Any, classes: dict[str, tuple[str, float, float]], known: set[str], where: str
+    value: Any,
+    classes: dict[str, tuple[str, float, float]],
+    known: set[str],
+    where: str,
+    bounds: tuple[Bound, Bound] = (DEVICES_PER_NODE, LINKS_PER_NODE),
 ) -> list[LinkDecl]:
+    """The ``links`` list; ``bounds`` caps the names one pattern stands for and the links in all."""
     if not isinstance(value, list):
         raise SpecError(f"{where}: expected a list of {{between: [a, b], class: name}}")
-    links = []
+    links: list[LinkDecl] = []
     for i, item in enumerate(value):
         at = f"{where}[{i}]"
         item = mapping(item, at, ("between", "class"))
         ends = item["between"]
         if not isinstance(ends, list) or len(ends) != 2:
             raise SpecError(f"{at}.between: expected two device names, e.g. [gpu{{0..7}}, nvswitch]")
-        side_a, side_b = (expand_braces(str(e), f"{at}.between") for e in ends)
+        side_a, side_b = (expand_braces(e, f"{at}.between", bounds[0]) for e in ends)
         if len(side_a) != len(side_b) and 1 not in (len(side_a), len(side_b)):
             raise SpecError(
                 f"{at}.between: {len(side_a)} and {len(side_b)} names cannot pair up; "
                 "use equal lengths or a single name on one side"
             )
         n = max(len(side_a), len(side_b))
+        check_bound(bounds[1], len(links) + n, at, "the links up to here")
         side_a, side_b = (s * n if len(s) == 1 else s for s in (side_a, side_b))
-        cls = str(item["class"])
+        cls = name_field(item["class"], f"{at}.class")
         if cls not in classes:
-            raise SpecError(f"{at}.class: unknown link class {cls!r}; defined: {', '.join(classes)}")
+            raise SpecError(f"{at}.class: unknown link class {shown(cls)}; defined: {', '.join(classes)}")
         kind, bandwidth, latency = classes[cls]
         for a, b in zip(side_a, side_b, strict=True):
             for end in (a, b):
                 if end not in known:
                     raise SpecError(
-                        f"{at}.between: unknown device {end!r}; devices: {', '.join(sorted(known))}"
+                        f"{at}.between: unknown device {shown(end)}; devices: {_listed(sorted(known))}"
                     )
             if a == b:
                 raise SpecError(f"{at}.between: a link from {a!r} to itself")
@@ -161,15 +183,18 @@ def parse_links(
 def _capture_node_type(name: str, value: dict[str, Any], where: str, base_dir: Path | None) -> NodeType:
     """A node type read from an ``nvidia-smi topo -m`` capture (path relative to the spec file)."""
     attrs = mapping(value, where, ("capture",), ("gpu", "nic_port", "source", "description"))
-    path = Path(str(attrs["capture"]))
+    path = Path(text_field(attrs["capture"], f"{where}.capture"))
     if base_dir is not None and not path.is_absolute():
         path = base_dir / path
     port = (
-        parse_quantity(parse_bandwidth, attrs["nic_port"], f"{where}.nic_port")
+        physical_quantity(parse_bandwidth, attrs["nic_port"], f"{where}.nic_port", "nic_port")
         if "nic_port" in attrs
         else None
     )
-    return capture_node_type(read_capture(path), name, gpu=attrs.get("gpu"), nic_port_Bps=port)
+    gpu = name_field(attrs["gpu"], f"{where}.gpu") if attrs.get("gpu") is not None else None
+    for key in ("source", "description"):
+        text_field(attrs.get(key), f"{where}.{key}")
+    return capture_node_type(read_capture(path), name, gpu=gpu, nic_port_Bps=port)
 
 
 def parse_node_type(name: str, value: Any, where: str, base_dir: Path | None = None) -> NodeType:
@@ -181,47 +206,55 @@ def parse_node_type(name: str, value: Any, where: str, base_dir: Path | None = N
         raise SpecError(f"{where}.devices: expected a mapping of device name -> {{kind, ...}}")
     devices: dict[str, DeviceDecl] = {}
     for pattern, dev in attrs["devices"].items():
-        for local in expand_braces(str(pattern), f"{where}.devices"):
+        names = expand_braces(pattern, f"{where}.devices")
+        check_bound(DEVICES_PER_NODE, len(devices) + len(names), f"{where}.devices", "the devices up to here")
+        for local in names:
             if local in devices or "/" in local:
-                raise SpecError(f"{where}.devices: device name {local!r} is repeated or contains '/'")
+                raise SpecError(f"{where}.devices: device name {shown(local)} is repeated or contains '/'")
             devices[local] = parse_device(local, dev, f"{where}.devices.{pattern}")
     classes = parse_link_classes(attrs.get("link_classes"), f"{where}.link_classes") if attrs["links"] else {}
     links = parse_links(attrs["links"], classes, set(devices), f"{where}.links")
+    for key in ("source", "description"):
+        text_field(attrs.get(key), f"{where}.{key}")
     if "ranks" in attrs:
-        ranks = tuple(r for p in _as_list(attrs["ranks"]) for r in expand_braces(str(p), f"{where}.ranks"))
+        ranks = tuple(r for p in _as_list(attrs["ranks"]) for r in expand_braces(p, f"{where}.ranks"))
+        check_bound(DEVICES_PER_NODE, len(ranks), f"{where}.ranks")
         bad = [r for r in ranks if r not in devices or not devices[r].spec]
         if bad:
             raise SpecError(
-                f"{where}.ranks: {bad[0]!r} is not a device with a spec (gpu, or cpu with spec: cpu)"
+                f"{where}.ranks: {shown(bad[0])} is not a device with a spec (gpu, or cpu with spec: cpu)"
             )
     else:
         gpus = tuple(d.local for d in devices.values() if d.kind == "gpu")
         ranks = gpus or tuple(d.local for d in devices.values() if d.kind == "cpu" and d.spec)
     if not ranks:
         raise SpecError(f"{where}: no rank devices; add a gpu, or a cpu with 'spec: cpu'")
-    return NodeType(name, tuple(devices.values()), tuple(links), ranks, str(attrs.get("source", "")))
+    return NodeType(
+        name, tuple(devices.values()), tuple(links), ranks, text_field(attrs.get("source"), where)
+    )
 
 
 def _as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
+def _listed(names: list[str], most: int = 12) -> str:
+    return ", ".join(names[:most]) + (f", ... ({len(names)} in all)" if len(names) > most else "")
+
+
 def parse_oversubscription(value: Any, where: str) -> float:
-    """``2``, ``2.0`` or ``"2:1"`` -> 2.0 (downlink : uplink capacity at a leaf), at least 1."""
+    """``2``, ``2.0`` or ``"2:1"`` -> 2.0 (downlink : uplink capacity at a leaf), within its physical range."""
     try:
+        if isinstance(value, bool) or (isinstance(value, str) and len(value) > 64):
+            raise TypeError
         if isinstance(value, str) and ":" in value:
             down, up = value.split(":", 1)
             ratio = float(down) / float(up)
         else:
             ratio = float(value)
-    except (TypeError, ValueError, ZeroDivisionError):
-        raise SpecError(f"{where}: {value!r} is not a ratio; use e.g. 1, 2, 4 or '2:1'") from None
-    if not ratio >= 1.0 or ratio > _MAX_OVERSUBSCRIPTION:
-        raise SpecError(
-            f"{where}: {value!r} is not allowed; oversubscription must be between 1 and "
-            f"{_MAX_OVERSUBSCRIPTION:g} (in YAML quote ratios: '2:1'; unquoted, 2:1 reads as 121)"
-        )
-    return ratio
+    except (TypeError, ValueError, ZeroDivisionError, OverflowError):
+        raise SpecError(f"{where}: {shown(value)} is not a ratio; use e.g. 1, 2, 4 or '2:1'") from None
+    return physical_quantity(lambda _: ratio, value, where, "oversubscription")
 
 
 def parse_fabric(value: Any, where: str) -> FabricSpec:
@@ -236,19 +269,27 @@ def parse_fabric(value: Any, where: str) -> FabricSpec:
         "source",
     )
     attrs = mapping(value, where, ("type",), keys)
-    ftype = _choice(_ALIASES.get(str(attrs["type"]), attrs["type"]), FABRIC_TYPES, f"{where}.type")
+    raw_type = attrs["type"]
+    ftype = _choice(
+        _ALIASES.get(raw_type, raw_type) if isinstance(raw_type, str) else raw_type,
+        FABRIC_TYPES,
+        f"{where}.type",
+    )
     default = FabricSpec()
     nics_per_leaf = attrs.get("nics_per_leaf", default.nics_per_leaf)
     if not isinstance(nics_per_leaf, int) or isinstance(nics_per_leaf, bool) or nics_per_leaf < 1:
         raise SpecError(
-            f"{where}.nics_per_leaf: {nics_per_leaf!r} is not allowed; it must be an integer >= 1"
+            f"{where}.nics_per_leaf: {shown(nics_per_leaf)} is not allowed; it must be an integer >= 1"
         )
+    physical_quantity(float, nics_per_leaf, f"{where}.nics_per_leaf", "nics_per_leaf")
     return FabricSpec(
         type=ftype,
         link_kind=_choice(attrs.get("link_kind", default.link_kind), FABRIC_LINK_KINDS, f"{where}.link_kind"),
-        nic_latency_s=parse_quantity(parse_time, attrs.get("nic_latency", "1us"), f"{where}.nic_latency"),
-        switch_latency_s=parse_quantity(
-            parse_time, attrs.get("switch_latency", "300ns"), f"{where}.switch_latency"
+        nic_latency_s=physical_quantity(
+            parse_time, attrs.get("nic_latency", "1us"), f"{where}.nic_latency", "link_latency"
+        ),
+        switch_latency_s=physical_quantity(
+            parse_time, attrs.get("switch_latency", "300ns"), f"{where}.switch_latency", "link_latency"
         ),
         oversubscription=parse_oversubscription(
             attrs.get("oversubscription", 1), f"{where}.oversubscription"
@@ -257,7 +298,7 @@ def parse_fabric(value: Any, where: str) -> FabricSpec:
         in_network_reduction=_choice(
             attrs.get("in_network_reduction", ""), REDUCTIONS, f"{where}.in_network_reduction"
         ),
-        source=str(attrs.get("source", "")),
+        source=text_field(attrs.get("source"), f"{where}.source"),
     )
 
 
@@ -283,22 +324,25 @@ def parse_cluster_spec(
     declared = attrs.get("node_types", {})
     if not isinstance(declared, dict):
         raise SpecError(f"{where}: node_types: expected a mapping of node type name -> {{devices, links}}")
-    types = {
-        str(n): parse_node_type(str(n), v, f"{where}: node_types.{n}", base_dir) for n, v in declared.items()
-    }
+    types: dict[str, NodeType] = {}
+    for key, value in declared.items():
+        name = name_field(key, f"{where}: node_types: a node type name")
+        types[name] = parse_node_type(name, value, f"{where}: node_types.{name}", base_dir)
     if not isinstance(attrs["nodes"], list) or not attrs["nodes"]:
         raise SpecError(f"{where}: nodes: expected a list of {{type: NAME, count: N}}")
-    nodes = []
+    nodes: list[tuple[str, int]] = []
     for i, item in enumerate(attrs["nodes"]):
         at = f"{where}: nodes[{i}]"
         item = mapping(item, at, ("type",), ("count",))
-        tname = str(item["type"])
+        tname = name_field(item["type"], f"{at}.type")
         if tname not in types:
             types[tname] = undeclared(tname, tuple(types), f"{at}.type")
         count = item.get("count", 1)
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            raise SpecError(f"{at}.count: {count!r} is not allowed; it must be an integer >= 1")
+            raise SpecError(f"{at}.count: {shown(count)} is not allowed; it must be an integer >= 1")
+        check_node_counts(types, [*nodes, (tname, count)], f"{at}.count")
         nodes.append((tname, count))
     fabric = parse_fabric(attrs["fabric"], f"{where}: fabric")
-    name = str(attrs.get("name", default_name) or default_name)
-    return ClusterSpec(name, MappingProxyType(types), tuple(nodes), fabric, str(attrs.get("description", "")))
+    name = name_field(attrs["name"], f"{where}: name") if attrs.get("name") is not None else default_name
+    description = text_field(attrs.get("description"), f"{where}: description")
+    return ClusterSpec(name, MappingProxyType(types), tuple(nodes), fabric, description)

@@ -9,12 +9,15 @@ or ``input: [...]`` plus ``layers: [...]`` (operators ``conv``, ``linear``, ``no
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from simcore.dtypes import DTYPE_BYTES
 from simcore.errors import TrainsimError
+from simcore.inputs import check_nesting, load_yaml, read_text
+from simcore.limits import MODEL_BLOCKS, MODEL_DIMENSION, MODEL_OPERATORS, NAME_LENGTH, TEXT_LENGTH
 
 if TYPE_CHECKING:
     from simcore.workload.types import Workload
@@ -36,22 +39,43 @@ _ACTIVATIONS = ("relu", "gelu", "silu", "sigmoid", "tanh")
 
 
 def _read_mapping(path: Path) -> Any:
+    """The document in a shape file: bounded size, text only, no alias bombs, no NaN/Infinity."""
     import json
 
-    import yaml
-
-    if not path.is_file():
+    if not path.exists():
         raise TrainsimError(
             f"model file {str(path)!r} does not exist (expected a preset name, a .yaml/.json "
             "shape file or 'module:factory')"
         )
-    text = path.read_text(encoding="utf-8")
+    text = read_text(path, "a shape file (YAML or JSON)")
+    if path.suffix != ".json":
+        return load_yaml(text, str(path))
     try:
-        return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as exc:
-        raise TrainsimError(
-            f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}"
-        ) from None
+        data = json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        raise TrainsimError(f"{path}: not valid JSON: nested too deeply") from None
+    except ValueError as exc:  # also our TrainsimError for NaN and Infinity
+        reason = "a number has too many digits" if "digits" in str(exc) else str(exc).splitlines()[0]
+        raise TrainsimError(f"{path}: not valid JSON: {reason}") from None
+    return check_nesting(data, str(path))
+
+
+def _no_constant(name: str) -> Any:
+    raise TrainsimError(f"JSON constant {name} is not a number a shape file may hold")
+
+
+def _text(data: Mapping[str, Any], key: str, where: str, default: str) -> str:
+    """A free-text field (name, source): bounded text, numbers read as text."""
+    value = data.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise TrainsimError(f"{where}: key {key!r} must be text, got {type(value).__name__}")
+    text = str(value)
+    (NAME_LENGTH if key == "name" else TEXT_LENGTH).check(len(text), f"{where}: key {key!r}")
+    if key == "name" and (not text.strip() or any(c < " " for c in text)):
+        raise TrainsimError(f"{where}: key 'name' must be a one-line name, got {text[:40]!r}")
+    return text
 
 
 def load_shape_file(
@@ -65,14 +89,17 @@ def load_shape_file(
     from simcore.workload.models import check_keys
 
     where = str(path)
+    for value, what in ((seq_len, "seq_len"), (image_size, "image_size")):
+        if value is not None:
+            MODEL_DIMENSION.check_each(value, where, what)
     data = check_keys(_read_mapping(path), (), _TOP_KEYS, where)
-    name = str(data.get("name", path.stem))
+    name = _text(data, "name", where, path.stem)
     chosen = dtype or data.get("dtype", "bf16")
-    if chosen not in DTYPE_BYTES:
+    if not isinstance(chosen, str) or chosen not in DTYPE_BYTES:
         raise TrainsimError(
-            f"{where}: key 'dtype' must be one of {', '.join(sorted(DTYPE_BYTES))}; got {chosen!r}"
+            f"{where}: key 'dtype' must be one of {', '.join(sorted(DTYPE_BYTES))}; got {_shown(chosen)}"
         )
-    source = str(data.get("source", f"shape file {path.name}"))
+    source = _text(data, "source", where, f"shape file {path.name}")
     if ("transformer" in data) == ("layers" in data):
         raise TrainsimError(
             f"{where}: give exactly one of 'transformer' (a shape) or 'input' + 'layers' (a layer list)"
@@ -82,9 +109,34 @@ def load_shape_file(
             raise TrainsimError(f"{where}: key 'input' belongs to a layer list, not to a transformer")
         from simcore.workload.models import transformer
 
-        shape = transformer.TransformerShape.from_mapping(data["transformer"], where=f"{where}: transformer")
-        return transformer.build_workload(name, shape, seq_len=seq_len, dtype=chosen, source=source)
-    return _layer_list_workload(data, where, name, chosen, source, image_size)
+        body = data["transformer"]
+        blocks = body.get("layers") if isinstance(body, Mapping) else None
+        if isinstance(blocks, int) and not isinstance(blocks, bool):
+            MODEL_BLOCKS.check(blocks, f"{where}: transformer", "key 'layers'")
+        shape = transformer.TransformerShape.from_mapping(body, where=f"{where}: transformer")
+        try:  # seq_len from the caller may not fit the model's learned positions
+            workload = transformer.build_workload(name, shape, seq_len=seq_len, dtype=chosen, source=source)
+        except TrainsimError as exc:
+            raise TrainsimError(f"{where}: {exc}") from None
+    else:
+        workload = _layer_list_workload(data, where, name, chosen, source, image_size)
+    return _check_finite(workload, where)
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:55] + "..."
+
+
+def _check_finite(workload: Workload, where: str) -> Workload:
+    """Every figure of every layer is a finite number (sizes are bounded, so this is a safeguard)."""
+    for layer in workload.layers:
+        figures = (layer.fwd_flops, layer.bwd_flops, layer.activation_bytes, layer.output_bytes)
+        if not all(math.isfinite(v) for v in (*figures, layer.memory_bytes, float(layer.params))):
+            raise TrainsimError(
+                f"{where}: layer {layer.name!r} has a non-finite size; the shape is too large to simulate"
+            )
+    return workload
 
 
 def _layer_list_workload(
@@ -100,8 +152,10 @@ def _layer_list_workload(
     ):
         raise TrainsimError(
             f"{where}: key 'input' must be [channels, height, width] or [features] of positive "
-            f"integers, got {shape!r}"
+            f"integers, got {_shown(shape)}"
         )
+    for size in shape:
+        MODEL_DIMENSION.check_each(size, where, "a size in key 'input'")
     if image_size is not None and len(shape) == 3:
         shape = [shape[0], image_size, image_size]
     net = NetBuilder(tuple(shape), dtype)
@@ -117,13 +171,14 @@ def _add_ops(net: Any, ops: object, where: str, in_block: bool) -> None:
         raise TrainsimError(f"{where}: expected a non-empty list of operators ({', '.join(_OP_KEYS)})")
     for index, item in enumerate(ops):
         here = f"{where}[{index}]"
+        MODEL_OPERATORS.check(len(net.layers) + 1, here, "the operators up to here")
         if not isinstance(item, Mapping) or len(item) != 1:
             raise TrainsimError(
                 f"{here}: each entry is a mapping with one operator key: {', '.join(_OP_KEYS)}"
             )
         ((op, args),) = item.items()
-        if op not in _OP_KEYS:
-            raise TrainsimError(f"{here}: unknown operator {op!r}; allowed: {', '.join(_OP_KEYS)}")
+        if not isinstance(op, str) or op not in _OP_KEYS:
+            raise TrainsimError(f"{here}: unknown operator {_shown(op)}; allowed: {', '.join(_OP_KEYS)}")
         if isinstance(args, str) and op in ("act", "norm"):
             args = {"kind": args}
         _add_op(net, op, args or {}, f"{here}.{op}", in_block)
@@ -172,7 +227,7 @@ def _add_op(net: Any, op: str, args: object, where: str, in_block: bool) -> None
     elif op == "block":
         if in_block:
             raise TrainsimError(f"{where}: blocks cannot be nested")
-        net.begin_block(str(a["name"]))
+        net.begin_block(_text(a, "name", where, ""))
         _add_ops(net, a["layers"], f"{where}.layers", in_block=True)
         net.end_block()
     else:  # residual

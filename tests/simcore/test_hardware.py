@@ -52,7 +52,7 @@ def test_unknown_device_lists_known_names():
         device_spec("tpu-v9")
 
 
-GOOD = "x:\n  kind: gpu\n  memory: 1GiB\n  memory_bandwidth: 1GB/s\n  peak_flops: {fp32: 1TFLOP/s}\n  source: s\n"
+GOOD = "x:\n  kind: gpu\n  memory: 1GiB\n  memory_bandwidth: 100GB/s\n  peak_flops: {fp32: 1TFLOP/s}\n  source: s\n"
 
 
 @pytest.mark.parametrize(
@@ -62,7 +62,7 @@ GOOD = "x:\n  kind: gpu\n  memory: 1GiB\n  memory_bandwidth: 1GB/s\n  peak_flops
         (GOOD + "  colour: red\n", r"x\.colour is not a known key"),
         (GOOD.replace("kind: gpu", "kind: tpu"), "allowed: gpu, cpu"),
         (GOOD.replace("fp32: 1TFLOP/s", "fp64: 1TFLOP/s"), "fp64 is not a known dtype"),
-        (GOOD.replace("1GB/s", "fast"), "entry 'x'"),
+        (GOOD.replace("100GB/s", "fast"), r"x\.memory_bandwidth: .*cannot parse 'fast'"),
         ("[1, 2", "not valid YAML"),
     ],
 )
@@ -74,3 +74,32 @@ def test_malformed_entries_name_file_and_key(text, message):
 
 def test_a_well_formed_entry_parses():
     assert load_device_specs(GOOD, "f.yaml")["x"].flops("fp32") == 1e12
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (("1GiB", "8000GiB"), r"x\.memory: 8000GiB is outside the physical range 1GiB to 512GiB"),
+        (("100GB/s", "1e-300GB/s"), r"x\.memory_bandwidth: 1e-300GB/s is outside the physical range 50GB/s"),
+        (
+            ("1TFLOP/s", "1e30"),
+            r"x\.peak_flops\.fp32: 1e30 is outside the physical range 1GFLOP/s to 10PFLOP/s",
+        ),
+        (("kind: gpu", "kind: cpu"), None),  # a CPU rank: 1 GiB and 100 GB/s are inside the cpu ranges
+    ],
+)
+def test_device_figures_must_lie_in_their_physical_ranges(change, message):
+    text = GOOD.replace(*change)
+    if message is None:
+        assert load_device_specs(text, "mine.yaml")["x"].kind == "cpu"
+        return
+    with pytest.raises(TrainsimError, match=message) as info:
+        load_device_specs(text, "mine.yaml")
+    assert str(info.value).startswith("mine.yaml: ") and "(source: " in str(info.value)
+
+
+def test_device_spec_files_refuse_alias_bombs():
+    lines = ["x: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1]"]
+    lines += [f"x{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]
+    with pytest.raises(TrainsimError, match="aliases are expanded"):
+        load_device_specs("\n".join(lines), "mine.yaml")

@@ -6,6 +6,7 @@ import pytest
 
 from simcore.errors import TrainsimError
 from simcore.hardware import device_spec
+from simcore.limits import check_physical
 from topologies import load_cluster, preset_names
 
 PRESETS = ["dgx-a100", "hgx-h100", "hgx-h200", "g5.12xlarge", "g5.48xlarge", "pcie-nvl-pairs"]
@@ -102,7 +103,7 @@ def test_preferred_intra_node_route_is_nvlink():
         ({"gpus": 20, "nodes": 2}, "hold 1..16"),
         ({"nodes": 0}, "nodes=0"),
         ({"fabric": "torus"}, "allowed: leaf-spine, rail-optimised, none"),
-        ({"oversubscription": 0.5}, "must be between 1 and 50"),
+        ({"oversubscription": 0.5}, "outside the physical range 1 to 50"),
         ({"nodes": 2, "fabric": "none"}, "joins nothing"),
     ],
 )
@@ -114,3 +115,12 @@ def test_bad_overrides_are_user_errors(kwargs, message):
 def test_unknown_preset_lists_presets():
     with pytest.raises(TrainsimError, match="presets: dgx-a100"):
         load_cluster("dgx-z100")
+
+
+@pytest.mark.parametrize("preset", preset_names())
+def test_shipped_presets_lie_inside_their_physical_ranges(preset):
+    topo = load_cluster(preset, nodes=2)
+    for _, _, attrs in topo.graph.edges(data=True):
+        if attrs["link_class"] != "fabric-uplink":  # derived: the sum of a leaf's NIC ports
+            check_physical("link_bandwidth", attrs["bandwidth_Bps"], preset)
+        check_physical("link_latency", attrs["latency_s"], preset)

@@ -69,7 +69,7 @@ def test_png_is_written(tmp_path, capsys):
         ([], "no cluster given"),
         (["dgx-a100", "--fabric", "torus"], "--fabric: invalid choice: 'torus'"),
         (["dgx-a100", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
-        (["dgx-a100", "--oversubscription", "0.5"], "must be between 1 and 50"),
+        (["dgx-a100", "--oversubscription", "0.5"], "outside the physical range 1 to 50"),
         ([str(TOPO / "bad-fused-pxbnode.txt"), "--gpu", "a100-sxm-80gb"], "line 4"),
         ([str(TOPO / "dgx-h100.txt")], "cannot tell the GPU model"),
     ],

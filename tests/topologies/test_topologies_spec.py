@@ -94,7 +94,7 @@ BAD = [
     (_set(["node_types", "box", "links", 0, "between"], ["gpu7", "cpu0"]), "unknown device 'gpu7'"),
     (_set(["nodes", 0, "type"], "dgx-z100"), "neither declared in node_types"),
     (_set(["nodes", 0, "count"], 0), "count: 0 is not allowed"),
-    (_set(["fabric", "oversubscription"], 121), "between 1 and 50"),
+    (_set(["fabric", "oversubscription"], 121), "outside the physical range 1 to 50"),
     (_set(["node_types", "box", "devices", "nic0"], {"kind": "nic"}), "a nic needs 'port'"),
 ]
 

@@ -13,10 +13,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from simcore.errors import TrainsimError
+from simcore.limits import MODEL_DIMENSION
 
-"""Bytes per element of each dtype trainsim knows (tf32 is stored as fp32)."""
-
-__all__ = ["check_keys", "get_bool", "get_choice", "get_positive_int"]
+__all__ = ["check_keys", "get_bool", "get_choice", "get_nonnegative_int", "get_positive_int"]
 
 
 def check_keys(
@@ -29,7 +28,7 @@ def check_keys(
         raise TrainsimError(f"{where}: expected a mapping with keys {allowed}, got {type(mapping).__name__}")
     unknown = [key for key in mapping if key not in required and key not in optional]
     if unknown:
-        raise TrainsimError(f"{where}: unknown key {unknown[0]!r}; allowed keys: {allowed}")
+        raise TrainsimError(f"{where}: unknown key {_shown(unknown[0])}; allowed keys: {allowed}")
     missing = [key for key in required if key not in mapping]
     if missing:
         raise TrainsimError(f"{where}: missing key {missing[0]!r}; required keys: {', '.join(required)}")
@@ -37,26 +36,35 @@ def check_keys(
 
 
 def get_positive_int(mapping: Mapping[str, Any], key: str, where: str, default: int | None = None) -> int:
-    """``mapping[key]`` as a positive integer (``default`` when absent and a default is given)."""
+    """``mapping[key]`` as a positive integer (``default`` when absent and a default is given),
+    at most :data:`simcore.limits.MODEL_DIMENSION`."""
     value = mapping.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise TrainsimError(f"{where}: key {key!r} must be a positive integer, got {value!r}")
+        raise TrainsimError(f"{where}: key {key!r} must be a positive integer, got {_shown(value)}")
+    MODEL_DIMENSION.check_each(value, where, f"key {key!r}")
     return value
 
 
 def get_nonnegative_int(mapping: Mapping[str, Any], key: str, where: str, default: int) -> int:
-    """``mapping[key]`` as an integer >= 0 (``default`` when absent)."""
+    """``mapping[key]`` as an integer >= 0 (``default`` when absent), at most the model bound."""
     value = mapping.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise TrainsimError(f"{where}: key {key!r} must be an integer >= 0, got {value!r}")
+        raise TrainsimError(f"{where}: key {key!r} must be an integer >= 0, got {_shown(value)}")
+    MODEL_DIMENSION.check_each(value, where, f"key {key!r}")
     return value
+
+
+def _shown(value: object) -> str:
+    """``repr(value)`` cut short enough for one error line."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:55] + "..."
 
 
 def get_bool(mapping: Mapping[str, Any], key: str, where: str, default: bool) -> bool:
     """``mapping[key]`` as a boolean (``default`` when absent)."""
     value = mapping.get(key, default)
     if not isinstance(value, bool):
-        raise TrainsimError(f"{where}: key {key!r} must be true or false, got {value!r}")
+        raise TrainsimError(f"{where}: key {key!r} must be true or false, got {_shown(value)}")
     return value
 
 
@@ -65,6 +73,6 @@ def get_choice(
 ) -> str:
     """``mapping[key]`` as one of ``choices`` (``default`` when absent)."""
     value = mapping.get(key, default)
-    if value not in choices:
-        raise TrainsimError(f"{where}: key {key!r} must be one of {', '.join(choices)}; got {value!r}")
+    if not isinstance(value, str) or value not in choices:
+        raise TrainsimError(f"{where}: key {key!r} must be one of {', '.join(choices)}; got {_shown(value)}")
     return str(value)
