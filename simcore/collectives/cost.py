@@ -101,10 +101,13 @@ def _steps(op: str, ranks: int) -> int:
 
 
 def _net_hop_us(hops: Hops, proto: str, info: GroupInfo) -> float:
+    """One node-crossing hop: NCCL's network hop latency plus the fabric's own latency, which
+    Simple pays twice (NCCL: "Also add the flush extra latency" - a GPUDirect flush read)."""
     # With one rank per node the network latency cannot hide behind intra-node steps: NCCL then
     # takes the tree's network latency for every algorithm.
-    pattern = "tree" if info.ppn == 1 and proto in protocols_of("tree") and hops.pattern != "pat" else hops.pattern
-    return hop_latency_us("net", pattern, proto) + hops.fabric_s * 1e6
+    pattern = "tree" if info.ppn == 1 and hops.pattern != "pat" else hops.pattern
+    fabric = hops.fabric_s * 1e6 * (2 if proto == "Simple" else 1)
+    return hop_latency_us("net", pattern, proto) + fabric
 
 
 def latency_s(hops: Hops, proto: str, info: GroupInfo, op: str, size: float) -> float:

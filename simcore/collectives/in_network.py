@@ -33,7 +33,6 @@ from simcore.collectives.plan import (
     Phase,
     PlanContext,
     Transfer,
-    concurrent,
     edge_table,
     empty_phase,
     hops_for,
@@ -204,8 +203,7 @@ def collnet_direct_all_reduce(ctx: PlanContext, size_bytes: float) -> tuple[Phas
         intra_node_phase(ctx, "intra-node reduce_scatter", blocks, size_bytes),
         intra_node_phase(ctx, "intra-node all_gather", blocks, size_bytes),
     ]
-    merged = concurrent("collnet_direct all_reduce", [p for p in inner if p.transfers])
-    transfers = (*merged.transfers, *rails) if inner[0].transfers else tuple(rails)
+    transfers = (*(t for p in inner for t in p.transfers), *rails)
     arity = float(latency_param("collnet_arity_us")) * 1e-6
     hops = hops_for(ctx, "collnet_direct", transfers, 2 * min(1, g - 1), 1, 2 * (g - 1) * arity)
     hops = replace(hops, fabric_s=max(hops.fabric_s, depth))
