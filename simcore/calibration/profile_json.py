@@ -24,6 +24,7 @@ from simcore.calibration.profile import (
     ComputeCurve,
     FitQuality,
     ProfileError,
+    ProtocolFit,
 )
 
 __all__ = ["load_profile", "profile_from_json", "profile_to_json"]
@@ -50,6 +51,14 @@ def profile_to_json(profile: CalibrationProfile) -> dict[str, Any]:
         }
         if f.quality is not None:
             entry["fit"] = _quality_json(f.quality)
+        if f.protocols:
+            simple = f.protocols.get("Simple")
+            entry["protocols"] = {
+                name: {"alpha_s": p.alpha_s, "busbw_Bps": p.busbw_Bps}
+                | ({"efficiency": p.busbw_Bps / simple.busbw_Bps} if simple else {})
+                for name, p in f.protocols.items()
+            }
+            entry["undetermined"] = list(f.undetermined)
         collectives.append(entry)
     dtypes: dict[str, dict[str, Any]] = {}
     for dtype in sorted(profile.compute):
@@ -166,12 +175,29 @@ def _collectives_from_json(entries: Any, where: str) -> dict[tuple[str, int, str
             alpha_s=float(r.number("alpha_s", positive=False) or 0.0),
             busbw_Bps=float(r.number("busbw_Bps") or 0.0),
             quality=r.quality(),
+            protocols=_protocols_from_json(r),
+            undetermined=tuple(str(p) for p in r.data.get("undetermined", []) if str(p).split(" ")[0] in _PROTOCOLS),
         )
         key = (fit.op, fit.ranks, fit.scope)
         if key in fits:
             raise ProfileError(f"{r.where}: a second fit for {fit.op} on {fit.ranks} ranks ({fit.scope})")
         fits[key] = fit
     return fits
+
+
+_PROTOCOLS = ("LL", "LL128", "Simple")
+
+
+def _protocols_from_json(r: _Reader) -> dict[str, ProtocolFit]:
+    """The optional per-protocol lines of a collective fit (NCCL's LL, LL128, Simple)."""
+    lines = r.sub("protocols", {})
+    out = {}
+    for name in sorted(lines.data):
+        if name not in _PROTOCOLS:
+            raise ProfileError(f"{lines.where}: unknown protocol {name!r}; allowed: {', '.join(_PROTOCOLS)}")
+        line = lines.sub(name)
+        out[name] = ProtocolFit(float(line.number("alpha_s", positive=False) or 0.0), float(line.number("busbw_Bps") or 0.0))
+    return out
 
 
 def profile_from_json(data: Any, where: str = "profile") -> CalibrationProfile:

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 import simpy
 
-from simcore.collectives.busbw import busbw_factor
 from simcore.collectives.cost import PhaseCost, link_time_per_byte, materialize, plan_cost
 from simcore.collectives.gc_pause import gc_paused
 from simcore.collectives.group import GroupInfo, group_info
@@ -331,12 +330,11 @@ def _calibrated(
     topology: Topology, op: str, size: float, group: tuple[int, ...], calibration: CalibrationProfile
 ) -> CollectiveResult | None:
     scope = "intra_node" if len(set(rank_hosts(topology, group))) == 1 else "inter_node"
-    fit = calibration.collective_alpha_beta(op, len(group), scope)
+    fit = calibration.collective_fit(op, len(group), scope)
     if fit is None:
         return None
-    alpha_s, busbw_Bps = fit
-    t = alpha_s + busbw_factor(op, len(group)) * size / busbw_Bps
-    return CollectiveResult(op, "calibrated", size, group, t, t, None, 0)
+    t, protocol = fit.protocol_time(size)
+    return CollectiveResult(op, "calibrated", size, group, t, t, None, 0, protocol)
 
 
 def collective_time(

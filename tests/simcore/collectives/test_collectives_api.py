@@ -22,6 +22,7 @@ from simcore.collectives import (
     price,
     start_collective,
 )
+from simcore.calibration.profile import CalibrationProfile, ClusterDescription, CollectiveFit, ProtocolFit
 from simcore.collectives.plan import PlanContext
 from simcore.collectives.ring import ring_moves
 from simcore.engine import Simulation
@@ -159,21 +160,27 @@ def test_custom_group_order_is_respected(dgx: Topology) -> None:
     ]
 
 
-class _Profile:
-    def __init__(self, fits: dict[tuple[str, int, str], tuple[float, float]]) -> None:
-        self.fits = fits
-
-    def collective_alpha_beta(self, op: str, ranks: int, scope: str) -> tuple[float, float] | None:
-        return self.fits.get((op, ranks, scope))
+def _profile(fits: dict[tuple[str, int, str], CollectiveFit]) -> CalibrationProfile:
+    return CalibrationProfile(ClusterDescription("nccl", "gpu", "", 8, 8, 1), fits)
 
 
 def test_calibrated_alpha_beta_replaces_the_simulation_where_measured(dgx: Topology) -> None:
-    profile = _Profile({("all_reduce", 8, "intra_node"): (20e-6, 200e9)})
-    result = collective_time(dgx, "all_reduce", GiB, calibration=profile)  # type: ignore[arg-type]
+    profile = _profile({("all_reduce", 8, "intra_node"): CollectiveFit("all_reduce", 8, "intra_node", 20e-6, 200e9)})
+    result = collective_time(dgx, "all_reduce", GiB, calibration=profile)
     assert result.algorithm == "calibrated"
     assert result.time_s == pytest.approx(20e-6 + 2 * 7 / 8 * GiB / 200e9)
-    other = collective_time(dgx, "all_gather", GiB, calibration=profile)  # type: ignore[arg-type]
+    other = collective_time(dgx, "all_gather", GiB, calibration=profile)
     assert other.algorithm == "ring"
+
+
+def test_calibrated_protocol_lines_answer_with_the_fastest(dgx: Topology) -> None:
+    lines = {"LL": ProtocolFit(10e-6, 50e9), "Simple": ProtocolFit(40e-6, 220e9)}
+    fit = CollectiveFit("all_reduce", 8, "intra_node", 40e-6, 220e9, protocols=lines, undetermined=("LL128",))
+    profile = _profile({("all_reduce", 8, "intra_node"): fit})
+    small = collective_time(dgx, "all_reduce", 1024, calibration=profile)
+    large = collective_time(dgx, "all_reduce", GiB, calibration=profile)
+    assert (small.protocol, large.protocol) == ("LL", "Simple")
+    assert small.time_s == pytest.approx(10e-6 + 2 * 7 / 8 * 1024 / 50e9)
 
 
 def test_start_collective_reports_the_contended_time(dgx: Topology) -> None:
