@@ -29,8 +29,8 @@ from typing import Any
 
 import networkx as nx
 
-from simcore.topology import Topology
 from simcore.net.achievable import achievable_fraction
+from simcore.topology import Topology
 from topologies.spec import parse_device, parse_link_classes, parse_links
 from topologies.yamlcheck import SpecError, expand_braces, mapping
 

@@ -360,7 +360,9 @@ def parse_fabric(value: Any, where: str) -> FabricSpec:
         ),
         source=str(attrs.get("source", "")),
         collnet=collnet,
-        efficiency=parse_efficiency(attrs["efficiency"], f"{where}.efficiency") if "efficiency" in attrs else None,
+        efficiency=parse_efficiency(attrs["efficiency"], f"{where}.efficiency")
+        if "efficiency" in attrs
+        else None,
     )
 
 

@@ -90,6 +90,7 @@ def _labels(runs: list[tuple[float, float]], first: float, last: float) -> tuple
         return ("LL",)
     return ()
 
+
 _RECORD_SUFFIXES = (".jsonl", ".csv")
 
 
@@ -166,7 +167,7 @@ def fit_protocols(bus_bytes: ArrayLike, times: ArrayLike) -> tuple[dict[str, Pro
         found[name] = ProtocolFit(alpha, 1.0 / per_byte)
     missing = [p for p in _PROTOCOLS if p not in found]
     # a run whose sizes leave one term under 10% of every time in it determines only the other term
-    for (name, line), (a, b) in zip(found.items(), itertools.pairwise(best[2]), strict=True):  # noqa: B007
+    for (name, line), (a, b) in zip(found.items(), itertools.pairwise(best[2]), strict=True):
         if x[b - 1] / line.busbw_Bps < 0.1 * line.alpha_s:
             missing.append(f"{name} bandwidth")
         if line.alpha_s < 0.1 * x[a] / line.busbw_Bps:
@@ -214,7 +215,9 @@ def fit_collectives(
         if nccl.get(key) and len(set(bus_bytes.tolist())) >= _MIN_PROTOCOL_SIZES:
             protocols, undetermined = fit_protocols(bus_bytes, times)
         if protocols:
-            predicted = np.array([min(p.alpha_s + b / p.busbw_Bps for p in protocols.values()) for b in bus_bytes])
+            predicted = np.array(
+                [min(p.alpha_s + b / p.busbw_Bps for p in protocols.values()) for b in bus_bytes]
+            )
         else:
             predicted = alpha + inverse_bw * bus_bytes
         quality = _quality(predicted, times, max_mape, min_r2)
@@ -368,7 +371,9 @@ def format_report(profile: CalibrationProfile) -> str:
             lines.append(f"  {'protocol ' + name:<32} {'':>6} {line.alpha_s * 1e6:>14.2f} us "
                          f"{line.busbw_Bps / 1e9:>12.3f} GB/s{eff}")  # fmt: skip
         if fit.undetermined:
-            lines.append(f"  not determined by the data: {', '.join(fit.undetermined)} (the simulator keeps its defaults)")
+            lines.append(
+                f"  not determined by the data: {', '.join(fit.undetermined)} (the simulator keeps its defaults)"
+            )
     for curve in profile.compute.values():
         q = curve.quality or FitQuality(0, float("nan"), float("nan"), False)
         flag = "  POOR" if q.poor else ""

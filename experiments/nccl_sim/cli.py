@@ -118,9 +118,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-i", "--stepbytes", default="1M", help="add this per step when -f is 1 (default 1M)")
     p.add_argument("-d", "--datatype", default="float", help=f"element type: {', '.join(DATATYPES)}")
     p.add_argument("-r", "--root", type=int, default=0, help="root rank for broadcast/reduce (default 0)")
-    p.add_argument("--algo", default=None, help=f"pin the algorithm (NCCL spellings too): {', '.join(ALGO_CHOICES)}")
+    p.add_argument(
+        "--algo", default=None, help=f"pin the algorithm (NCCL spellings too): {', '.join(ALGO_CHOICES)}"
+    )
     p.add_argument("--proto", default=None, help=f"pin NCCL's protocol: {', '.join(PROTOCOLS)}")
-    p.add_argument("--skew", type=float, default=1.0, help="all_to_allv: receive skew across ranks (default 1)")
+    p.add_argument(
+        "--skew", type=float, default=1.0, help="all_to_allv: receive skew across ranks (default 1)"
+    )
     p.add_argument("--mode", default="aggregate", help="aggregate (default) or per-step")
     p.add_argument("--calibration", default=None, help="calibration profile JSON (alpha-beta per collective)")
     p.add_argument("--format", default="table", help="table (default) or json")

@@ -176,7 +176,9 @@ def _collectives_from_json(entries: Any, where: str) -> dict[tuple[str, int, str
             busbw_Bps=float(r.number("busbw_Bps") or 0.0),
             quality=r.quality(),
             protocols=_protocols_from_json(r),
-            undetermined=tuple(str(p) for p in r.data.get("undetermined", []) if str(p).split(" ")[0] in _PROTOCOLS),
+            undetermined=tuple(
+                str(p) for p in r.data.get("undetermined", []) if str(p).split(" ")[0] in _PROTOCOLS
+            ),
         )
         key = (fit.op, fit.ranks, fit.scope)
         if key in fits:
@@ -196,7 +198,9 @@ def _protocols_from_json(r: _Reader) -> dict[str, ProtocolFit]:
         if name not in _PROTOCOLS:
             raise ProfileError(f"{lines.where}: unknown protocol {name!r}; allowed: {', '.join(_PROTOCOLS)}")
         line = lines.sub(name)
-        out[name] = ProtocolFit(float(line.number("alpha_s", positive=False) or 0.0), float(line.number("busbw_Bps") or 0.0))
+        out[name] = ProtocolFit(
+            float(line.number("alpha_s", positive=False) or 0.0), float(line.number("busbw_Bps") or 0.0)
+        )
     return out
 
 

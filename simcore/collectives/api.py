@@ -23,7 +23,14 @@ from simcore.collectives.registry import ALGORITHMS, OPS
 from simcore.collectives.result import CollectiveResult, LinkRef, link_ref
 from simcore.collectives.ring import node_contiguous
 from simcore.collectives.runner import RunCounter, check_mode, run_plan
-from simcore.collectives.selection import REPRESENTATIVE_NODES, Unit, as_whole, best_protocol, check_algorithm, choose
+from simcore.collectives.selection import (
+    REPRESENTATIVE_NODES,
+    Unit,
+    as_whole,
+    best_protocol,
+    check_algorithm,
+    choose,
+)
 from simcore.collectives.tuning import PROTOCOLS
 from simcore.engine import Simulation
 from simcore.errors import TrainsimError
@@ -204,7 +211,7 @@ def _representative(ctx: PlanContext) -> PlanContext:
         return ctx
     keep = tuple(r for b in blocks[:REPRESENTATIVE_NODES] for r in b)
     root = ctx.root if ctx.root in keep else keep[0]
-    splits = ()
+    splits: tuple[tuple[float, ...], ...] = ()
     if ctx.splits:
         index = [ctx.group.index(r) for r in keep]
         splits = tuple(tuple(ctx.splits[i][j] for j in index) for i in index)
@@ -254,7 +261,9 @@ def _price(
         with gc_paused():
             plan = materialize(unit[0], costs, chosen, size, info)
     key = (op, size, ctx.group, algo, chosen, ctx.root, ctx.servers, ctx.splits, options)
-    return Priced(op, algo, chosen, size, ctx.group, tuple(costs), closed, link_ref(ctx.topology, edge), info, plan, key)
+    return Priced(
+        op, algo, chosen, size, ctx.group, tuple(costs), closed, link_ref(ctx.topology, edge), info, plan, key
+    )
 
 
 def runnable_plan(topology: Topology, priced: Priced) -> Plan:
@@ -437,4 +446,3 @@ def start_collective(
         return _result(priced, elapsed, counter.events)
 
     return sim.env.process(body())
-

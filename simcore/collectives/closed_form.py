@@ -62,6 +62,8 @@ def merged_time(topology: Topology, plans: Sequence[Plan]) -> float:
     """Time of phase-aligned plans run together (same algorithm on same-shape groups): per phase,
     the latest latency plus the longer of the summed-load link time and the protocol floor."""
     total = 0.0
-    for phases, (link_s, _) in zip(zip(*(p.phases for p in plans), strict=True), merged_link_times(topology, plans), strict=True):
+    for phases, (link_s, _) in zip(
+        zip(*(p.phases for p in plans), strict=True), merged_link_times(topology, plans), strict=True
+    ):
         total += max(p.latency_s for p in phases) + max(link_s, max(p.engine_s for p in phases))
     return total

@@ -50,8 +50,12 @@ def concurrent_collective_time(
     if not groups:
         raise TrainsimError("concurrent_collective_time needs at least one group")
     if len({len(g) for g in groups}) != 1:
-        raise TrainsimError(f"concurrent groups must have the same size, got {sorted({len(g) for g in groups})}")
-    first = price(topology, op, size_bytes, groups[0], algorithm=algorithm, protocol=protocol, options=options)
+        raise TrainsimError(
+            f"concurrent groups must have the same size, got {sorted({len(g) for g in groups})}"
+        )
+    first = price(
+        topology, op, size_bytes, groups[0], algorithm=algorithm, protocol=protocol, options=options
+    )
     pin = {"algorithm": first.algorithm, "protocol": first.protocol or None, "options": options}
     members = list(groups) if first.plan is not None else [_first_nodes(topology, g) for g in groups]
     plans = []

@@ -128,9 +128,9 @@ def latency_s(hops: Hops, proto: str, info: GroupInfo, op: str, size: float) -> 
         lat += hops.inter * _net_hop_us(hops, proto, info)
     plateau = latency_param("ring_plateau")
     per_channel = size / max(1, info.channels * info.ranks)
-    if pattern == "ring" and proto == "Simple" and info.multi_node and op == "all_reduce":
-        if per_channel >= float(plateau["min_bytes_per_rank_channel"]):
-            lat *= float(plateau["volta_factor"] if info.arch == "volta" else plateau["factor"])
+    ring_all_reduce = pattern == "ring" and proto == "Simple" and info.multi_node and op == "all_reduce"
+    if ring_all_reduce and per_channel >= float(plateau["min_bytes_per_rank_channel"]):
+        lat *= float(plateau["volta_factor"] if info.arch == "volta" else plateau["factor"])
     return max(lat, float(latency_param("launch_floor_us"))) * 1e-6
 
 

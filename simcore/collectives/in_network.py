@@ -39,7 +39,7 @@ from simcore.collectives.plan import (
     merged_transfers,
     route_latency,
 )
-from simcore.collectives.striping import host_nics, nic_owners, striped_moves
+from simcore.collectives.striping import nic_owners, striped_moves
 from simcore.collectives.tree import _tree_edges, dtree_depth
 from simcore.collectives.tuning import arch_of, arch_param, latency_param
 
@@ -196,16 +196,17 @@ def collnet_direct_all_reduce(ctx: PlanContext, size_bytes: float) -> tuple[Phas
     depth = 0.0
     for j in range(g):
         members = [ctx.device(b[j]) for b in blocks]
-        transfers, rail_depth = _sharp_rail(replace(ctx, group=tuple(b[j] for b in blocks)), members, size_bytes / g)
+        transfers, rail_depth = _sharp_rail(
+            replace(ctx, group=tuple(b[j] for b in blocks)), members, size_bytes / g
+        )
         rails += transfers
         depth = max(depth, rail_depth)
     inner = [
         intra_node_phase(ctx, "intra-node reduce_scatter", blocks, size_bytes),
         intra_node_phase(ctx, "intra-node all_gather", blocks, size_bytes),
     ]
-    transfers = (*(t for p in inner for t in p.transfers), *rails)
+    merged = (*(t for p in inner for t in p.transfers), *rails)
     arity = float(latency_param("collnet_arity_us")) * 1e-6
-    hops = hops_for(ctx, "collnet_direct", transfers, 2 * min(1, g - 1), 1, 2 * (g - 1) * arity)
+    hops = hops_for(ctx, "collnet_direct", merged, 2 * min(1, g - 1), 1, 2 * (g - 1) * arity)
     hops = replace(hops, fabric_s=max(hops.fabric_s, depth))
-    return (Phase("collnet_direct all_reduce", tuple(transfers), hops, 2),)
-
+    return (Phase("collnet_direct all_reduce", merged, hops, 2),)

@@ -65,7 +65,9 @@ def _parse_list(value: str, what: str, known: Mapping[str, tuple[str, ...]], all
     for item in items:
         names = known.get(item.lower())
         if names is None:
-            raise TrainsimError(f"{what}={value!r}: unknown {item!r}; allowed: {allowed} (or ^list to exclude)")
+            raise TrainsimError(
+                f"{what}={value!r}: unknown {item!r}; allowed: {allowed} (or ^list to exclude)"
+            )
         chosen.update(names)
     every = {n for names in known.values() for n in names}
     return frozenset(every - chosen if negate else chosen)

@@ -12,7 +12,15 @@ from __future__ import annotations
 
 import math
 
-from simcore.collectives.plan import AlgorithmUnavailable, Move, Phase, PlanContext, empty_phase, hops_for, merged_transfers
+from simcore.collectives.plan import (
+    AlgorithmUnavailable,
+    Move,
+    Phase,
+    PlanContext,
+    empty_phase,
+    hops_for,
+    merged_transfers,
+)
 from simcore.collectives.striping import host_nics, striped_moves
 from simcore.collectives.tuning import latency_param
 
@@ -28,7 +36,9 @@ def pat_counts(ranks: int, nodes: int) -> tuple[float, float]:
 def _pat(ctx: PlanContext, label: str, size_bytes: float, towards: int) -> tuple[Phase, ...]:
     blocks = ctx.hosts_in_order(ctx.group)
     if any(len(b) > 1 for b in blocks):
-        raise AlgorithmUnavailable(f"pat needs one rank per node; this group has up to {max(map(len, blocks))}")
+        raise AlgorithmUnavailable(
+            f"pat needs one rank per node; this group has up to {max(map(len, blocks))}"
+        )
     p = len(ctx.group)
     if p <= 1:
         return (empty_phase(label, "pat"),)
@@ -45,7 +55,9 @@ def _pat(ctx: PlanContext, label: str, size_bytes: float, towards: int) -> tuple
         distance *= 2
     transfers = merged_transfers(ctx, moves)
     inter, extra = pat_counts(p, len(blocks))
-    return (Phase(label, transfers, hops_for(ctx, "pat", transfers, 0, inter, extra), math.ceil(math.log2(p))),)
+    return (
+        Phase(label, transfers, hops_for(ctx, "pat", transfers, 0, inter, extra), math.ceil(math.log2(p))),
+    )
 
 
 def all_gather(ctx: PlanContext, size_bytes: float) -> tuple[Phase, ...]:

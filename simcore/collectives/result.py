@@ -33,7 +33,9 @@ def link_ref(topology: Topology, edge: tuple[str, str] | None) -> LinkRef | None
     if edge is None:
         return None
     attrs = topology.graph.edges[edge]
-    return LinkRef(edge[0], edge[1], str(attrs["kind"]), float(attrs["bandwidth_Bps"]), effective_bandwidth(attrs))
+    return LinkRef(
+        edge[0], edge[1], str(attrs["kind"]), float(attrs["bandwidth_Bps"]), effective_bandwidth(attrs)
+    )
 
 
 def describe_link(link: LinkRef | None) -> str:

@@ -89,8 +89,15 @@ def _run_step(
     largest = max((t.size_bytes for t in started), default=1.0)
     with gc_paused():  # never across a yield: the pause must not outlive this burst
         events = [
-            transfer(t.src, t.dst, t.size_bytes / steps, route=t.route, tag=tag,
-                     weight=t.size_bytes / largest, arrival=False)  # fmt: skip
+            transfer(
+                t.src,
+                t.dst,
+                t.size_bytes / steps,
+                route=t.route,
+                tag=tag,
+                weight=t.size_bytes / largest,
+                arrival=False,
+            )
             for t in started
         ]
     count.flows += len(events)

@@ -30,7 +30,15 @@ from simcore.collectives.ring import ring_counts
 from simcore.collectives.tree import dtree_depth
 from simcore.errors import TrainsimError
 
-__all__ = ["REPRESENTATIVE_NODES", "as_whole", "best_protocol", "candidates", "check_algorithm", "choose", "extrapolate"]
+__all__ = [
+    "REPRESENTATIVE_NODES",
+    "as_whole",
+    "best_protocol",
+    "candidates",
+    "check_algorithm",
+    "choose",
+    "extrapolate",
+]
 
 REPRESENTATIVE_NODES = 8
 
@@ -39,7 +47,12 @@ Unit = tuple[Plan, list[tuple[float, Edge | None]]]
 
 def candidates(op: str, info: GroupInfo, options: NcclOptions) -> tuple[str, ...]:
     """The algorithms NCCL would weigh for ``op`` on this group under ``options``."""
-    available = {"nvls": info.nvls, "nvls_tree": info.nvls_tree, "collnet_direct": info.collnet, "pat": info.pat}
+    available = {
+        "nvls": info.nvls,
+        "nvls_tree": info.nvls_tree,
+        "collnet_direct": info.collnet,
+        "pat": info.pat,
+    }
     names = [n for n in AUTO[op] if n in ALGORITHMS[op] and available.get(n, True)]
     if info.backend != "nccl":
         names = [n for n in names if n not in available]

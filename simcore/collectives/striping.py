@@ -74,7 +74,9 @@ def _gateways(ctx: PlanContext, devices: list[str]) -> list[Gateway]:
     members = set(devices)
     mine = {nic: d for d in devices for nic in owned.get(d, [])}
     if not mine:  # the members own no NIC: use the ones nearest to them
-        mine = {nic: next(d for d in devices if d in nearest[nic]) for nic in nics if members & set(nearest[nic])}
+        mine = {
+            nic: next(d for d in devices if d in nearest[nic]) for nic in nics if members & set(nearest[nic])
+        }
     return [(mine[nic], nic) for nic in nics if nic in mine]
 
 

@@ -52,7 +52,9 @@ def _check(data: Any) -> Mapping[str, Any]:
         table = data["latency"]["hop_us"][cls]
         for pattern, row in base.items():
             if set(table[pattern]) != set(row):
-                raise TrainsimError(f"{_WHERE}: hop_us.{cls}.{pattern} must give the protocols of base_us.{pattern}")
+                raise TrainsimError(
+                    f"{_WHERE}: hop_us.{cls}.{pattern} must give the protocols of base_us.{pattern}"
+                )
     for pattern, row in data["bandwidth"]["efficiency"].items():
         for proto, value in row.items():
             if proto not in PROTOCOLS or not 0 < float(value) <= 1:

@@ -56,7 +56,9 @@ def max_min_rates(
         newly[live_flow[tight[live_link]]] = True
         rates[newly] = level * weight[newly]
         leaving = newly[live_flow]
-        spare -= level * np.bincount(live_link[leaving], weights=weight[live_flow[leaving]], minlength=n_links)
+        spare -= level * np.bincount(
+            live_link[leaving], weights=weight[live_flow[leaving]], minlength=n_links
+        )
         np.maximum(spare, 0.0, out=spare)
         live_link, live_flow = live_link[~leaving], live_flow[~leaving]
     return rates

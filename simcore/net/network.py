@@ -125,7 +125,9 @@ class _ActiveFlows:
             self.flows.extend(new_flows)
         self.alive = np.ones(len(self.flows), dtype=bool)
         weighted = self.weight if len(self.weight) and bool((self.weight != 1.0).any()) else None
-        self.rates = max_min_rates(self.entry_link, self.entry_flow, len(self.flows), links.capacity, weighted)
+        self.rates = max_min_rates(
+            self.entry_link, self.entry_flow, len(self.flows), links.capacity, weighted
+        )
         counts = np.bincount(self.entry_link, minlength=len(links))
         self.links = np.flatnonzero(counts)
         self.counts = counts[self.links]

@@ -61,7 +61,9 @@ def rank_groups(topology: Topology) -> tuple[tuple[int, ...], tuple[int, ...], t
     return world, node, cross
 
 
-def _interpolated(simulated: Callable[[str, float, Any], CommCost], exact: bool) -> Callable[[str, float, Any], CommCost]:
+def _interpolated(
+    simulated: Callable[[str, float, Any], CommCost], exact: bool
+) -> Callable[[str, float, Any], CommCost]:
     """Price a size by linear interpolation between the two powers of two around it."""
 
     def price(op: str, size_bytes: float, group: Any) -> CommCost:

@@ -173,7 +173,9 @@ def test_one_chain_length_fits_no_overhead() -> None:
     assert fit.fit_op_overhead(rows) == {}
 
 
-def _protocol_rows(lines: dict[str, tuple[float, float]], sizes: list[int], backend: str = "nccl") -> list[dict]:
+def _protocol_rows(
+    lines: dict[str, tuple[float, float]], sizes: list[int], backend: str = "nccl"
+) -> list[dict]:
     factor = busbw_factor("all_reduce", 8)
     rows = []
     for size in sizes:
@@ -189,7 +191,7 @@ def test_per_protocol_lines_are_recovered_from_a_sweep() -> None:
     rows = _protocol_rows(truth, [2**k for k in range(3, 33)])
     got = fit.fit_collectives(rows, max_mape=0.25, min_r2=0.9)[("all_reduce", 8, "intra_node")]
     assert set(got.protocols) == set(truth)
-    for name, (alpha, bw) in truth.items():
+    for name, (_, bw) in truth.items():
         assert got.protocols[name].busbw_Bps == pytest.approx(bw, rel=0.05), name
     assert got.protocols["LL"].alpha_s == pytest.approx(8e-6, rel=0.05)
     assert got.quality is not None and got.quality.mape < 0.02

@@ -135,7 +135,9 @@ def test_json_records_carry_the_documented_fields(capsys: pytest.CaptureFixture[
             "bottleneck",
         }
         assert r["algorithm"] == "direct" and r["count"] == r["size_bytes"] // 4 // 8
-        assert r["bottleneck"]["kind"] == "nvswitch" and r["bottleneck"]["usable_GBps"] == pytest.approx(240.0)
+        assert r["bottleneck"]["kind"] == "nvswitch" and r["bottleneck"]["usable_GBps"] == pytest.approx(
+            240.0
+        )
         assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"] * 7 / 8)
 
 

@@ -6,6 +6,7 @@ from typing import cast
 
 import pytest
 
+from simcore.calibration.profile import CalibrationProfile, ClusterDescription, CollectiveFit, ProtocolFit
 from simcore.collectives import (
     ALGORITHMS,
     AUTO,
@@ -22,7 +23,6 @@ from simcore.collectives import (
     price,
     start_collective,
 )
-from simcore.calibration.profile import CalibrationProfile, ClusterDescription, CollectiveFit, ProtocolFit
 from simcore.collectives.plan import PlanContext
 from simcore.collectives.ring import ring_moves
 from simcore.engine import Simulation
@@ -165,7 +165,9 @@ def _profile(fits: dict[tuple[str, int, str], CollectiveFit]) -> CalibrationProf
 
 
 def test_calibrated_alpha_beta_replaces_the_simulation_where_measured(dgx: Topology) -> None:
-    profile = _profile({("all_reduce", 8, "intra_node"): CollectiveFit("all_reduce", 8, "intra_node", 20e-6, 200e9)})
+    profile = _profile(
+        {("all_reduce", 8, "intra_node"): CollectiveFit("all_reduce", 8, "intra_node", 20e-6, 200e9)}
+    )
     result = collective_time(dgx, "all_reduce", GiB, calibration=profile)
     assert result.algorithm == "calibrated"
     assert result.time_s == pytest.approx(20e-6 + 2 * 7 / 8 * GiB / 200e9)

@@ -140,7 +140,10 @@ def test_protocol_choice_is_never_slower_than_a_fixed_protocol(topology: Topolog
 def test_algorithm_choice_is_the_fastest_candidate(topology: Topology, size: int) -> None:
     for op in ("all_reduce", "all_gather", "reduce_scatter"):
         info = price(topology, op, size).info
-        best = min(price(topology, op, size, algorithm=a).closed_form_s for a in candidates(op, info, DEFAULT_OPTIONS))
+        best = min(
+            price(topology, op, size, algorithm=a).closed_form_s
+            for a in candidates(op, info, DEFAULT_OPTIONS)
+        )
         assert price(topology, op, size).closed_form_s == pytest.approx(best, rel=1e-12)
 
 
@@ -182,7 +185,11 @@ def test_link_bytes_are_what_the_plan_moves(topology: Topology, op: str) -> None
     plan = build_plan(topology, op, 1 << 24)
     sim = Simulation(0)
     network = Network(sim.env, topology)
-    sim.run(start_collective(sim, network, op, 1 << 24, plan.group, algorithm=plan.algorithm, protocol=plan.protocol))
+    sim.run(
+        start_collective(
+            sim, network, op, 1 << 24, plan.group, algorithm=plan.algorithm, protocol=plan.protocol
+        )
+    )
     expected: dict[tuple[str, str], float] = {}
     for phase in plan.phases:
         for edge, load in phase.link_loads().items():
