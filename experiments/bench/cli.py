@@ -16,8 +16,9 @@ Target (issue 2): under 0.5 s for one 1 GiB all_reduce over 4096 GPUs, on one co
 
 A second table (``--what-if``, on by default, off with ``--quick``) times the training-step model:
 the default ``python -m experiments.what_if --gpus 16`` in a fresh interpreter, and one FSDP step
-of Llama-2-7B on 16, 128 and 1024 GPUs (see :mod:`experiments.bench.whatif`); in JSON those
-records follow the collective ones and carry ``case`` instead of ``op``.
+of Llama-2-7B on 16, 128 and 1024 GPUs (see :mod:`experiments.bench.whatif`), and the simulated
+nccl-tests CLI at 8 and 4096 GPUs (:mod:`experiments.bench.nccl_sim`; target: 4096 at most 0.5 s
+more than 8); in JSON those records follow the collective ones and carry ``case`` instead of ``op``.
 """
 
 from __future__ import annotations
@@ -251,9 +252,11 @@ def main(argv: list[str] | None = None) -> int:
     what_if = not args.quick if args.what_if is None else args.what_if
     step_rows = []
     if what_if:
+        from experiments.bench.nccl_sim import nccl_sim_cli_rows
         from experiments.bench.whatif import fsdp_step_rows, what_if_cli_row
 
         step_rows = [what_if_cli_row(repeats=repeats), *fsdp_step_rows(repeats=repeats)]
+        step_rows += nccl_sim_cli_rows(repeats=repeats)
     if args.format == "json":
         print(json.dumps([asdict(r) for r in rows] + [asdict(r) for r in step_rows], indent=1))
     else:
