@@ -31,7 +31,9 @@ def _timed(command: list[str], repeats: int) -> tuple[float, float]:
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL, timeout=300)
         walls.append(time.perf_counter() - start)
         after = os.times()
-        cpus.append((after.children_user - before.children_user) + (after.children_system - before.children_system))
+        cpus.append(
+            (after.children_user - before.children_user) + (after.children_system - before.children_system)
+        )
     return statistics.median(walls), statistics.median(cpus)
 
 

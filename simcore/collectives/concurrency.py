@@ -7,7 +7,7 @@ expert parallelism, or any set of concurrent communicators, are the same case. P
 time hides that contention.
 
 :func:`concurrent_collective_time` prices them together: the groups run the first group's algorithm
-and protocol (same shape, same choice), and per phase their bytes add up on shared links. Groups on
+(same shape, same choice; each its best protocol), and per phase their bytes add up on shared links. Groups on
 at most :data:`~simcore.collectives.selection.REPRESENTATIVE_NODES` nodes are priced exactly. Larger
 ones through symmetry: every node of such groups sees the same contention, so the slowdown of each
 phase's link time is measured on the groups' first nodes (all groups' loads summed, against the
@@ -56,11 +56,12 @@ def concurrent_collective_time(
     first = price(
         topology, op, size_bytes, groups[0], algorithm=algorithm, protocol=protocol, options=options
     )
-    pin = {"algorithm": first.algorithm, "protocol": first.protocol or None, "options": options}
     members = list(groups) if first.plan is not None else [_first_nodes(topology, g) for g in groups]
     plans = []
     for g in members:
-        plan = price(topology, op, size_bytes, g, **pin).plan  # type: ignore[arg-type]
+        # the first group's algorithm; each group's own protocol (a GPU whose NIC sits behind the
+        # CPU may not run LL128 where the first group's can)
+        plan = price(topology, op, size_bytes, g, algorithm=first.algorithm, options=options).plan
         if plan is None:
             raise TrainsimError(f"concurrent {op} groups could not be laid out on their first nodes")
         plans.append(plan)
