@@ -41,7 +41,8 @@ def plan_time(topology: Topology, plan: Plan) -> float:
 
 
 def merged_link_times(topology: Topology, plans: Sequence[Plan]) -> list[tuple[float, Edge | None]]:
-    """Per phase of phase-aligned plans run together: the summed loads' link time and its link."""
+    """Per phase of phase-aligned plans run together: the link time of the first plan's links under
+    everyone's summed loads, and the link that sets it."""
     succ = topology.graph._succ
     out: list[tuple[float, Edge | None]] = []
     for phases in zip(*(p.phases for p in plans), strict=True):
@@ -50,8 +51,8 @@ def merged_link_times(topology: Topology, plans: Sequence[Plan]) -> list[tuple[f
             for edge, load in phase.link_loads().items():
                 loads[edge] = loads.get(edge, 0.0) + load
         worst, worst_edge = 0.0, None
-        for (u, v), load in loads.items():
-            t = load / effective_bandwidth(succ[u][v])
+        for u, v in phases[0].link_loads():
+            t = loads[u, v] / effective_bandwidth(succ[u][v])
             if t > worst:
                 worst, worst_edge = t, (u, v)
         out.append((worst, worst_edge))
@@ -59,8 +60,8 @@ def merged_link_times(topology: Topology, plans: Sequence[Plan]) -> list[tuple[f
 
 
 def merged_time(topology: Topology, plans: Sequence[Plan]) -> float:
-    """Time of phase-aligned plans run together (same algorithm on same-shape groups): per phase,
-    the latest latency plus the longer of the summed-load link time and the protocol floor."""
+    """Time of the first of phase-aligned plans run together (same algorithm on same-shape groups):
+    per phase, the latest latency plus the longer of the summed-load link time and the floor."""
     total = 0.0
     for phases, (link_s, _) in zip(
         zip(*(p.phases for p in plans), strict=True), merged_link_times(topology, plans), strict=True
