@@ -243,6 +243,17 @@ def test_concurrent_groups_share_only_the_links_they_have_in_common() -> None:
         assert (together > 4 * alone) if shared else together == pytest.approx(alone, rel=1e-9)
 
 
+def test_gpus_without_peer_to_peer_stage_through_host_memory() -> None:
+    """AWS g5: no GPU P2P, so NCCL's SHM transport copies through the CPU's memory, at 70% of the
+    PCIe path's achievable rate, and pays the host round trip as latency."""
+    g5 = load_cluster("g5.12xlarge")
+    plan = build_plan(g5, "all_reduce", GiB, algorithm="ring", protocol="Simple")
+    assert all(any(g5.node(v)["kind"] == "cpu" for _, v in t.route) for t in plan.phases[0].transfers)
+    result = collective_time(g5, "all_reduce", GiB, algorithm="ring", protocol="Simple")
+    busbw = 2 * 3 / 4 * GiB / result.time_s
+    assert busbw == pytest.approx(31.5e9 * 0.762 * 0.7, rel=0.02)
+
+
 def test_large_groups_are_priced_through_a_representative() -> None:
     """Beyond the representative's nodes the closed form comes from the first nodes' layout with
     the whole group's latency counts; laid out in full, the group gives the same time."""
