@@ -9,14 +9,16 @@ Contract (topologies/ builds it, simcore reads it):
   ``""`` for fabric), ``gpu`` (GPU spec name, GPUs only), ``in_network_reduction`` (``"nvls"``,
   ``"sharp"`` or ``""``, switches only).
 - Edges are directed; a full-duplex physical link is two edges. Edge attributes:
-  ``bandwidth_Bps`` (>0), ``latency_s`` (>=0), ``kind`` (one of :data:`LINK_KINDS`).
+  ``bandwidth_Bps`` (>0, the datasheet rate per direction), ``latency_s`` (>=0), ``kind`` (one of
+  :data:`LINK_KINDS`), optional ``efficiency`` (0 < e <= 1, default 1: the fraction of the rate
+  software reaches, see :func:`effective_bandwidth`).
 - ``ranks`` lists GPU (or CPU, for CPU clusters) node names in rank order: rank r runs on
   ``ranks[r]``; ranks fill hosts in order (rank = host * gpus_per_host + local index).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -24,10 +26,27 @@ import networkx as nx
 
 from simcore.errors import TrainsimError
 
-__all__ = ["LINK_KINDS", "NODE_KINDS", "ClusterLoader", "Link", "Topology", "TopologyError"]
+__all__ = [
+    "LINK_KINDS",
+    "NODE_KINDS",
+    "ClusterLoader",
+    "Link",
+    "Topology",
+    "TopologyError",
+    "effective_bandwidth",
+]
 
 NODE_KINDS = ("gpu", "cpu", "nic", "switch", "pcie")
-LINK_KINDS = ("nvlink", "nvswitch", "pcie", "ib", "ethernet", "smp", "loopback", "memory")
+LINK_KINDS = ("nvlink", "nvswitch", "pcie", "ib", "roce", "efa", "ethernet", "smp", "loopback", "memory")
+
+
+def effective_bandwidth(attrs: Mapping[str, Any]) -> float:
+    """A link's usable rate (B/s): its datasheet ``bandwidth_Bps`` times its ``efficiency`` (default 1).
+
+    Topology builders stamp ``efficiency`` from the achievable-bandwidth table
+    (``simcore/data/links.yaml``); the network and the collective closed forms both use this rate.
+    """
+    return float(attrs["bandwidth_Bps"]) * float(attrs.get("efficiency", 1.0))
 
 
 class TopologyError(TrainsimError):
@@ -116,6 +135,11 @@ class Topology:
             if not isinstance(lat, (int, float)) or lat < 0:
                 raise TopologyError(
                     f"topology {self.name!r}: link {u} -> {v} has latency {lat!r}; it must be >= 0"
+                )
+            eff = attrs.get("efficiency", 1.0)
+            if not isinstance(eff, (int, float)) or not 0 < eff <= 1:
+                raise TopologyError(
+                    f"topology {self.name!r}: link {u} -> {v} has efficiency {eff!r}; it must be in (0, 1]"
                 )
             if attrs.get("kind") not in LINK_KINDS:
                 raise TopologyError(

@@ -15,6 +15,11 @@ Fabrics (switch names carry no host prefix, ``host = -1``):
 
 Heterogeneous clusters simply list several node types; every NIC keeps its own port speed, so the
 path between a fast and a slow server is limited by the slow server's NIC, as in reality.
+
+Achievable bandwidth: every link of a GPU server, and every fabric link of a cluster with GPUs,
+gets an ``efficiency`` (the fraction of its datasheet rate NCCL reaches) from the spec's link class
+or fabric when stated there, else from :mod:`simcore.net.achievable`. CPU-only (gloo) clusters
+keep the plain rates; calibration measures them.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import Any
 
 import networkx as nx
 
+from simcore.net.achievable import achievable_fraction
 from simcore.topology import Topology
 from topologies.sizes import check_cluster_size
 from topologies.spec_types import ClusterSpec, FabricSpec, NodeType
@@ -45,15 +51,21 @@ class _Template:
     edges: tuple[Edge, ...]
     ranks: tuple[str, ...]
     nics: tuple[tuple[str, float], ...]
+    has_gpus: bool
 
 
 @functools.lru_cache(maxsize=64)
 def _template(node_type: NodeType) -> _Template:
     nodes = []
+    gpu_of = {d.local: d.spec for d in node_type.devices if d.kind == "gpu"}
     for dev in node_type.devices:
         attrs: dict[str, Any] = {"kind": dev.kind, "host_type": node_type.name}
         if dev.spec:
             attrs["gpu"] = dev.spec
+        if dev.kind == "gpu" and not node_type.p2p:
+            attrs["p2p"] = False
+        if dev.kind == "cpu" and dev.vendor:
+            attrs["vendor"] = dev.vendor
         if dev.kind == "switch":
             attrs["in_network_reduction"] = dev.in_network_reduction
         if dev.kind == "nic":
@@ -67,10 +79,15 @@ def _template(node_type: NodeType) -> _Template:
             "kind": link.kind,
             "link_class": link.link_class,
         }
+        if link.efficiency is not None:
+            attrs["efficiency"] = link.efficiency
+        elif gpu_of:
+            ends = [gpu_of[e] for e in (link.a, link.b) if e in gpu_of]
+            attrs["efficiency"] = achievable_fraction(link.kind, ends)
         edges.append((link.a, link.b, attrs))
         edges.append((link.b, link.a, attrs))
     nics = tuple((d.local, d.port_Bps) for d in node_type.nics)
-    return _Template(tuple(nodes), tuple(edges), node_type.ranks, nics)
+    return _Template(tuple(nodes), tuple(edges), node_type.ranks, nics, bool(gpu_of))
 
 
 def plan_hosts(spec: ClusterSpec, gpus: int | None, nodes: int | None) -> list[str]:
@@ -127,6 +144,8 @@ def build_cluster(
         nics.append([(prefix + nic, port) for nic, port in tmpl.nics])
     if len(hosts) > 1 or fabric.type == "none":  # one server needs no fabric switches
         _FABRICS[fabric.type](graph, nics, fabric)
+        if any(_template(spec.node_types[t]).has_gpus for t in set(hosts)):
+            _stamp_fabric(graph, fabric)
     if gpus is not None:
         ranks = ranks[:gpus]
     placed_per_host: dict[int, int] = {}
@@ -141,6 +160,7 @@ def build_cluster(
         "oversubscription": fabric.oversubscription,
         "preset": preset,
         "nodes": len(hosts),
+        "collnet": bool(fabric.collnet and fabric.in_network_reduction == "sharp" and len(hosts) > 1),
     }
     name = f"{preset}-x{len(hosts)}" if preset and len(hosts) > 1 else spec.name
     return Topology(name, graph, ranks, metadata)
@@ -154,6 +174,14 @@ def with_overrides(fabric: FabricSpec, fabric_type: str | None, oversubscription
     if oversubscription is not None:
         changes["oversubscription"] = oversubscription
     return replace(fabric, **changes) if changes else fabric
+
+
+def _stamp_fabric(graph: nx.DiGraph, fabric: FabricSpec) -> None:
+    """Fabric links of a GPU cluster run at the NICs' achievable rate (spec's figure, else the table's)."""
+    fraction = fabric.efficiency if fabric.efficiency is not None else achievable_fraction(fabric.link_kind)
+    for _, _, attrs in graph.edges(data=True):
+        if attrs.get("link_class") in ("fabric-access", "fabric-uplink"):
+            attrs["efficiency"] = fraction
 
 
 def _switch(graph: nx.DiGraph, name: str, fabric: FabricSpec) -> None:

@@ -30,6 +30,7 @@ from typing import Any
 import networkx as nx
 
 from simcore.limits import DEVICES_PER_CLUSTER, GPUS_PER_CLUSTER, LINKS_PER_CLUSTER
+from simcore.net.achievable import achievable_fraction
 from simcore.topology import Topology
 from topologies.spec import parse_device, parse_link_classes, parse_links
 from topologies.yamlcheck import SpecError, check_bound, expand_braces, mapping, name_field, shown, text_field
@@ -84,13 +85,19 @@ def parse_explicit(data: Any, where: str, default_name: str = "") -> Topology:
     )
     graph = nx.DiGraph()
     graph.add_nodes_from(nodes.items())
+    has_gpus = any(n.get("kind") == "gpu" for n in nodes.values())
     for link in links:
-        attrs = {
+        attrs: dict[str, Any] = {
             "bandwidth_Bps": link.bandwidth_Bps,
             "latency_s": link.latency_s,
             "kind": link.kind,
             "link_class": link.link_class,
         }
+        if link.efficiency is not None:
+            attrs["efficiency"] = link.efficiency
+        elif has_gpus:  # a GPU cluster's links run at their achievable rate (simcore/data/links.yaml)
+            ends = [str(nodes[e]["gpu"]) for e in (link.a, link.b) if nodes[e].get("kind") == "gpu"]
+            attrs["efficiency"] = achievable_fraction(link.kind, ends)
         graph.add_edges_from([(link.a, link.b, attrs), (link.b, link.a, dict(attrs))])
     ranks = _ranks(body.get("ranks"), nodes, f"{where}: graph.ranks")
     per_host: dict[int, int] = {}

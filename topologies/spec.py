@@ -12,14 +12,19 @@ Presets (``topologies/presets/*.yaml``) and users' own cluster files share this 
         source: where the figures come from
         devices:                    # local device name (brace ranges allowed) -> attributes
           gpu{0..3}: {kind: gpu, spec: a10g}     # spec: a name from simcore.hardware.device_names()
-          cpu0: {kind: cpu}
+          cpu0: {kind: cpu, vendor: amd}          # vendor (optional): intel | amd | arm
           nic0: {kind: nic, port: 40Gb/s}         # port: the NIC's network speed (per direction)
           nvswitch: {kind: switch, in_network_reduction: nvls}
         link_classes:               # per-direction bandwidth, one-way latency, physical kind
           pcie-gen4-x16: {kind: pcie, bandwidth: 31.5GB/s, latency: 0.6us, source: "..."}
+          # optional per class: efficiency (0-1], the measured fraction of the rate software
+          # reaches; default: the achievable-bandwidth table (simcore/data/links.yaml)
         links:                      # full-duplex links; equal-length lists pair up, one name broadcasts
           - {between: [gpu{0..3}, cpu0], class: pcie-gen4-x16}
         ranks: gpu{0..3}            # optional: rank devices in order (default: GPUs, else CPUs with a spec)
+        p2p: false                  # optional (default true): GPUs cannot reach each other peer-to-peer
+                                    # over PCIe (VMs without P2P, GeForce cards), so NCCL stages
+                                    # their traffic through host memory (SHM)
       from-capture:                 # or: a node type read from an `nvidia-smi topo -m` capture
         capture: topo.txt           # path relative to this file (see topologies/nvsmi_graph.py)
         gpu: a10g                   # device spec (optional if the capture has `nvidia-smi -L` lines)
@@ -28,15 +33,17 @@ Presets (``topologies/presets/*.yaml``) and users' own cluster files share this 
       - {type: g5-like, count: 2}   # node type, so mixed clusters can say {type: dgx-a100, count: 2}
     fabric:                         # how the servers' NICs are joined (see FABRIC_TYPES)
       type: leaf-spine              # leaf-spine | rail-optimised | none (single server only)
-      link_kind: ethernet           # ib | ethernet | loopback
+      link_kind: ethernet           # ib | roce | efa | ethernet | loopback
       nic_latency: 10us             # NIC <-> leaf/rail link, one way
       switch_latency: 1us           # leaf/rail <-> spine link, one way
       oversubscription: 1           # leaf downlink : uplink capacity, e.g. 1, 2, 4 or "2:1" (quoted!)
       nics_per_leaf: 32             # leaf-spine only: NIC ports per leaf
       in_network_reduction: ""      # "sharp" where the switches reduce in the network
+      collnet: false                # NCCL_COLLNET_ENABLE=1 and the SHARP plugin are set up (default off)
+      efficiency: 0.9               # optional: measured fraction of the NIC rate (default: links.yaml)
       source: "..."
 
-Kinds: devices gpu|cpu|nic|switch|pcie; links nvlink|nvswitch|pcie|ib|ethernet|smp|loopback|memory.
+Kinds: devices gpu|cpu|nic|switch|pcie; links nvlink|nvswitch|pcie|ib|roce|efa|ethernet|smp|loopback|memory.
 A CPU-only cluster gives its rank devices ``kind: cpu`` and ``spec: cpu`` and joins them with a
 ``loopback`` link class (processes on one machine) or an Ethernet fabric (several machines).
 Every bandwidth must be > 0 and the graph connected; :meth:`Topology.validate` rejects the rest.
@@ -77,6 +84,7 @@ __all__ = [
     "UndeclaredNodeType",
     "parse_cluster_spec",
     "parse_device",
+    "parse_efficiency",
     "parse_fabric",
     "parse_link_classes",
     "parse_links",
@@ -84,7 +92,8 @@ __all__ = [
 ]
 
 FABRIC_TYPES = ("leaf-spine", "rail-optimised", "none")
-FABRIC_LINK_KINDS = ("ib", "ethernet", "loopback")
+FABRIC_LINK_KINDS = ("ib", "roce", "efa", "ethernet", "loopback")
+CPU_VENDORS = ("", "intel", "amd", "arm")
 REDUCTIONS = ("", "nvls", "sharp")
 _ALIASES = {"rail-optimized": "rail-optimised", "rail": "rail-optimised", "leafspine": "leaf-spine"}
 
@@ -98,7 +107,7 @@ def _choice(value: Any, allowed: tuple[str, ...], where: str) -> str:
 
 
 def parse_device(local: str, value: Any, where: str) -> DeviceDecl:
-    attrs = mapping(value, where, ("kind",), ("spec", "port", "in_network_reduction"))
+    attrs = mapping(value, where, ("kind",), ("spec", "port", "in_network_reduction", "vendor"))
     kind = _choice(attrs["kind"], NODE_KINDS, f"{where}.kind")
     spec = name_field(attrs["spec"], f"{where}.spec") if "spec" in attrs else ""
     if spec and spec not in device_names():
@@ -117,30 +126,41 @@ def parse_device(local: str, value: Any, where: str) -> DeviceDecl:
     reduction = _choice(attrs.get("in_network_reduction", ""), REDUCTIONS, f"{where}.in_network_reduction")
     if reduction and kind != "switch":
         raise SpecError(f"{where}.in_network_reduction: only switch devices reduce in the network")
-    return DeviceDecl(local, kind, spec, port, reduction)
+    vendor = _choice(attrs.get("vendor", ""), CPU_VENDORS, f"{where}.vendor")
+    if vendor and kind != "cpu":
+        raise SpecError(f"{where}.vendor: only cpu devices have a vendor")
+    return DeviceDecl(local, kind, spec, port, reduction, vendor)
 
 
-def parse_link_classes(value: Any, where: str) -> dict[str, tuple[str, float, float]]:
+def parse_efficiency(value: Any, where: str) -> float:
+    """A measured fraction of a link's rate: a number in (0, 1]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise SpecError(f"{where}: {value!r} is not allowed; efficiency must be a number in (0, 1]")
+    return float(value)
+
+
+def parse_link_classes(value: Any, where: str) -> dict[str, tuple[str, float, float, float | None]]:
     if not isinstance(value, dict) or not value:
         raise SpecError(f"{where}: expected a mapping of class name -> {{kind, bandwidth, latency}}")
     classes = {}
     for key, attrs in value.items():
         name = name_field(key, f"{where}: a link class name")
         at = f"{where}.{name}"
-        attrs = mapping(attrs, at, ("kind", "bandwidth", "latency"), ("source",))
+        attrs = mapping(attrs, at, ("kind", "bandwidth", "latency"), ("source", "efficiency"))
         kind = _choice(attrs["kind"], LINK_KINDS, f"{at}.kind")
         text_field(attrs.get("source"), f"{at}.source")
         classes[name] = (
             kind,
             physical_quantity(parse_bandwidth, attrs["bandwidth"], f"{at}.bandwidth", "link_bandwidth"),
             physical_quantity(parse_time, attrs["latency"], f"{at}.latency", "link_latency"),
+            parse_efficiency(attrs["efficiency"], f"{at}.efficiency") if "efficiency" in attrs else None,
         )
     return classes
 
 
 def parse_links(
     value: Any,
-    classes: dict[str, tuple[str, float, float]],
+    classes: dict[str, tuple[str, float, float, float | None]],
     known: set[str],
     where: str,
     bounds: tuple[Bound, Bound] = (DEVICES_PER_NODE, LINKS_PER_NODE),
@@ -167,7 +187,7 @@ def parse_links(
         cls = name_field(item["class"], f"{at}.class")
         if cls not in classes:
             raise SpecError(f"{at}.class: unknown link class {shown(cls)}; defined: {', '.join(classes)}")
-        kind, bandwidth, latency = classes[cls]
+        kind, bandwidth, latency, efficiency = classes[cls]
         for a, b in zip(side_a, side_b, strict=True):
             for end in (a, b):
                 if end not in known:
@@ -176,7 +196,7 @@ def parse_links(
                     )
             if a == b:
                 raise SpecError(f"{at}.between: a link from {a!r} to itself")
-            links.append(LinkDecl(a, b, cls, kind, bandwidth, latency))
+            links.append(LinkDecl(a, b, cls, kind, bandwidth, latency, efficiency))
     return links
 
 
@@ -201,7 +221,9 @@ def parse_node_type(name: str, value: Any, where: str, base_dir: Path | None = N
     """One entry of ``node_types``: devices and links, or ``capture:`` an nvidia-smi topo -m file."""
     if isinstance(value, dict) and "capture" in value:
         return _capture_node_type(name, value, where, base_dir)
-    attrs = mapping(value, where, ("devices", "links"), ("link_classes", "ranks", "source", "description"))
+    attrs = mapping(
+        value, where, ("devices", "links"), ("link_classes", "ranks", "source", "description", "p2p")
+    )
     if not isinstance(attrs["devices"], dict) or not attrs["devices"]:
         raise SpecError(f"{where}.devices: expected a mapping of device name -> {{kind, ...}}")
     devices: dict[str, DeviceDecl] = {}
@@ -229,8 +251,11 @@ def parse_node_type(name: str, value: Any, where: str, base_dir: Path | None = N
         ranks = gpus or tuple(d.local for d in devices.values() if d.kind == "cpu" and d.spec)
     if not ranks:
         raise SpecError(f"{where}: no rank devices; add a gpu, or a cpu with 'spec: cpu'")
+    p2p = attrs.get("p2p", True)
+    if not isinstance(p2p, bool):
+        raise SpecError(f"{where}.p2p: {p2p!r} is not allowed; use true or false")
     return NodeType(
-        name, tuple(devices.values()), tuple(links), ranks, text_field(attrs.get("source"), where)
+        name, tuple(devices.values()), tuple(links), ranks, text_field(attrs.get("source"), where), p2p
     )
 
 
@@ -267,8 +292,13 @@ def parse_fabric(value: Any, where: str) -> FabricSpec:
         "nics_per_leaf",
         "in_network_reduction",
         "source",
+        "collnet",
+        "efficiency",
     )
     attrs = mapping(value, where, ("type",), keys)
+    collnet = attrs.get("collnet", False)
+    if not isinstance(collnet, bool):
+        raise SpecError(f"{where}.collnet: {collnet!r} is not allowed; use true or false")
     raw_type = attrs["type"]
     ftype = _choice(
         _ALIASES.get(raw_type, raw_type) if isinstance(raw_type, str) else raw_type,
@@ -299,6 +329,10 @@ def parse_fabric(value: Any, where: str) -> FabricSpec:
             attrs.get("in_network_reduction", ""), REDUCTIONS, f"{where}.in_network_reduction"
         ),
         source=text_field(attrs.get("source"), f"{where}.source"),
+        collnet=collnet,
+        efficiency=parse_efficiency(attrs["efficiency"], f"{where}.efficiency")
+        if "efficiency" in attrs
+        else None,
     )
 
 

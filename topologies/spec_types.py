@@ -21,6 +21,7 @@ class DeviceDecl:
     spec: str = ""  # device spec name (GPUs, CPU ranks)
     port_Bps: float = 0.0  # NICs: network port speed, per direction
     in_network_reduction: str = ""  # switches: "nvls" or "sharp"
+    vendor: str = ""  # CPUs: "intel", "amd", "arm" (NCCL's network overheads differ by vendor)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +34,7 @@ class LinkDecl:
     kind: str
     bandwidth_Bps: float
     latency_s: float
+    efficiency: float | None = None  # measured fraction of the rate; None: the links.yaml default
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +46,7 @@ class NodeType:
     links: tuple[LinkDecl, ...]
     ranks: tuple[str, ...]
     source: str = ""
+    p2p: bool = True  # GPUs reach each other peer-to-peer (else NCCL stages through host memory)
 
     @property
     def nics(self) -> tuple[DeviceDecl, ...]:
@@ -62,6 +65,8 @@ class FabricSpec:
     nics_per_leaf: int = 32
     in_network_reduction: str = ""
     source: str = ""
+    collnet: bool = False  # NCCL CollNet (SHARP) enabled on this fabric
+    efficiency: float | None = None  # measured fraction of the NIC rate; None: the links.yaml default
 
 
 @dataclass(frozen=True, slots=True)

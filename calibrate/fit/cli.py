@@ -15,6 +15,15 @@ Fits:
   everything and leave alpha meaningless; relative residuals give each size an equal say, so the
   latency comes from small messages and the bandwidth from large ones. (Fitting log t instead
   would do the same but the model is not linear in log space.)
+- **per NCCL protocol** (GPU sweeps of six or more sizes): NCCL runs LL for small messages, LL128
+  in between and Simple for large ones, each with its own latency and bus bandwidth (its
+  efficiency). The sizes are split into at most three contiguous runs, one α–β line each, labelled
+  LL, LL128, Simple from small to large (two runs: LL and Simple when the sweep reaches 16 MiB of
+  bus bytes, else LL and LL128; one run: Simple above 16 MiB, LL below 64 KiB - where NCCL's tuning
+  runs them); the split with the best Bayesian information criterion wins, and only splits whose
+  latency and bandwidth both grow from run to run (as the protocols' do) count. A protocol left without a run of two or more sizes is reported as
+  *not determined by the data*, and so is a run's bandwidth (latency) where it stays under 10% of
+  every time in the run; the simulator then keeps its defaults there.
 - **compute efficiency per dtype** from the matmul sweep: ``achieved(F) = peak * F / (F + half)``
   is the same line in disguise, ``t(F) = half / peak + F / peak``, fitted the same way.
 - **per-operator overhead** per phase (fwd, bwd) from the op-overhead chains:
@@ -32,6 +41,8 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import itertools
+import math
 import statistics
 import sys
 from collections import defaultdict
@@ -53,6 +64,7 @@ from simcore.calibration.profile import (
     CollectiveFit,
     ComputeCurve,
     FitQuality,
+    ProtocolFit,
     busbw_factor,
 )
 from simcore.calibration.profile_json import profile_to_json
@@ -66,10 +78,32 @@ __all__ = [
     "fit_linear_relative",
     "fit_op_overhead",
     "fit_profile",
+    "fit_protocols",
     "load_rows",
     "main",
     "warn_mixed_devices",
 ]
+
+_PROTOCOLS = ("LL", "LL128", "Simple")
+_MIN_PROTOCOL_SIZES = 6  # fewer sizes cannot tell protocols apart
+# Where NCCL's tuning runs the protocols on every system its model covers: LL below ~64 KiB of bus
+# bytes, Simple above ~16 MiB (src/graph/tuning.cc's latencies and bandwidths; LL128 in between).
+_LL_MAX_BYTES = 64 * 1024
+_SIMPLE_MIN_BYTES = 16 * 1024 * 1024
+
+
+def _labels(runs: list[tuple[float, float]], first: float, last: float) -> tuple[str, ...]:
+    """Protocol names for contiguous runs over bus bytes first..last (empty: cannot tell)."""
+    if len(runs) == 3:
+        return _PROTOCOLS
+    if len(runs) == 2:
+        return ("LL", "Simple") if last >= _SIMPLE_MIN_BYTES else ("LL", "LL128")
+    if first >= _SIMPLE_MIN_BYTES:
+        return ("Simple",)
+    if last <= _LL_MAX_BYTES:
+        return ("LL",)
+    return ()
+
 
 _RECORD_SUFFIXES = (".jsonl", ".csv")
 
@@ -94,6 +128,67 @@ def fit_linear_relative(x: ArrayLike, t: ArrayLike) -> tuple[float, float]:
     return float(result.x[0] * scale[0]), float(result.x[1] * scale[1])
 
 
+def _segment_fit(x: np.ndarray, t: np.ndarray) -> tuple[float, float, float] | None:
+    """(alpha, seconds per byte, relative squared error) of one run of sizes; None if under-determined
+    or unphysical. Unconstrained relative least squares (one small solve), for the split search."""
+    if len(set(x.tolist())) < 2:
+        return None
+    design = np.column_stack([1.0 / t, x / t])
+    (alpha, per_byte), *_ = np.linalg.lstsq(design, np.ones_like(t), rcond=None)
+    if alpha < -1e-3 * float(t.min()) or per_byte <= 0:
+        return None
+    return float(max(alpha, 0.0)), float(per_byte), float(np.sum(((alpha + per_byte * x) - t) ** 2 / t**2))
+
+
+def _splits(n: int, runs: int) -> list[tuple[int, ...]]:
+    """Cut points splitting ``n`` sorted points into ``runs`` contiguous runs of 2 or more."""
+    if runs == 1:
+        return [()]
+    if runs == 2:
+        return [(i,) for i in range(2, n - 1)]
+    return [(i, j) for i in range(2, n - 3) for j in range(i + 2, n - 1)]
+
+
+def fit_protocols(bus_bytes: ArrayLike, times: ArrayLike) -> tuple[dict[str, ProtocolFit], tuple[str, ...]]:
+    """NCCL's protocols as contiguous α–β runs over the sizes; (lines by protocol, undetermined ones)."""
+    order = np.argsort(np.asarray(bus_bytes, dtype=float), kind="stable")
+    x, t = np.asarray(bus_bytes, dtype=float)[order], np.asarray(times, dtype=float)[order]
+    n = len(x)
+    best: tuple[float, list[tuple[float, float]], list[int]] | None = None
+    for runs in (1, 2, 3):
+        for cuts in _splits(n, runs):
+            bounds = [0, *cuts, n]
+            fits = [_segment_fit(x[a:b], t[a:b]) for a, b in itertools.pairwise(bounds)]
+            if any(f is None for f in fits):
+                continue
+            lines = [(f[0], f[1]) for f in fits if f is not None]
+            # the protocols' latency grows and their bus bandwidth grows (seconds per byte falls)
+            if any(a2 < a1 or b2 > b1 for (a1, b1), (a2, b2) in itertools.pairwise(lines)):
+                continue
+            sse = sum(f[2] for f in fits if f is not None)
+            # relative errors below 1e-4 (timer resolution) count as exact, so noise-free data stays one line
+            bic = n * math.log(max(sse / n, 1e-8)) + 2 * runs * math.log(n)
+            if best is None or bic < best[0]:
+                best = (bic, lines, bounds)
+    if best is None:
+        return {}, _PROTOCOLS
+    labels = _labels(best[1], float(x[0]), float(x[-1]))
+    if not labels:
+        return {}, _PROTOCOLS
+    found = {}
+    for name, (a, b) in zip(labels, itertools.pairwise(best[2]), strict=True):
+        alpha, per_byte = fit_linear_relative(x[a:b], t[a:b])  # the chosen runs refitted, bounded >= 0
+        found[name] = ProtocolFit(alpha, 1.0 / per_byte)
+    missing = [p for p in _PROTOCOLS if p not in found]
+    # a run whose sizes leave one term under 10% of every time in it determines only the other term
+    for (name, line), (a, b) in zip(found.items(), itertools.pairwise(best[2]), strict=True):
+        if x[b - 1] / line.busbw_Bps < 0.1 * line.alpha_s:
+            missing.append(f"{name} bandwidth")
+        if line.alpha_s < 0.1 * x[a] / line.busbw_Bps:
+            missing.append(f"{name} latency")
+    return found, tuple(missing)
+
+
 def _quality(predicted: np.ndarray, measured: np.ndarray, max_mape: float, min_r2: float) -> FitQuality:
     mape = float(np.mean(np.abs(predicted - measured) / measured))
     spread = float(np.sum((measured - measured.mean()) ** 2))
@@ -114,9 +209,11 @@ def fit_collectives(
 ) -> dict[tuple[str, int, str], CollectiveFit]:
     """One α–β fit per (op, ranks, scope) that has measurements at two or more sizes."""
     groups: dict[tuple[str, int, str], list[tuple[float, float]]] = defaultdict(list)
+    nccl: dict[tuple[str, int, str], bool] = {}
     for row in rows:
         key = (str(row["op"]), int(row["ranks"]), str(row["scope"]))
         groups[key].append((float(row["size_bytes"]), _row_time_s(row)))
+        nccl[key] = str(row.get("backend") or "nccl") != "gloo"  # gloo has no protocols
     fits = {}
     for key in sorted(groups):
         op, ranks, scope = key
@@ -127,8 +224,18 @@ def fit_collectives(
         bus_bytes = np.array([factor * s for s, _ in points])
         times = np.array([t for _, t in points])
         alpha, inverse_bw = fit_linear_relative(bus_bytes, times)
-        quality = _quality(alpha + inverse_bw * bus_bytes, times, max_mape, min_r2)
-        fits[key] = CollectiveFit(op, ranks, scope, alpha, 1.0 / inverse_bw, quality)
+        protocols: dict[str, ProtocolFit] = {}
+        undetermined: tuple[str, ...] = ()
+        if nccl.get(key) and len(set(bus_bytes.tolist())) >= _MIN_PROTOCOL_SIZES:
+            protocols, undetermined = fit_protocols(bus_bytes, times)
+        if protocols:
+            predicted = np.array(
+                [min(p.alpha_s + b / p.busbw_Bps for p in protocols.values()) for b in bus_bytes]
+            )
+        else:
+            predicted = alpha + inverse_bw * bus_bytes
+        quality = _quality(predicted, times, max_mape, min_r2)
+        fits[key] = CollectiveFit(op, ranks, scope, alpha, 1.0 / inverse_bw, quality, protocols, undetermined)
     return fits
 
 
@@ -297,6 +404,15 @@ def format_report(profile: CalibrationProfile) -> str:
         flag = "  POOR" if q.poor else ""
         lines.append(f"{fit.op + '/' + str(fit.ranks) + '/' + fit.scope:<34} {q.points:>6} {fit.alpha_s * 1e6:>14.2f} us "
                      f"{fit.busbw_Bps / 1e9:>12.3f} GB/s {q.mape:>7.1%} {q.r2:>7.3f}{flag}")  # fmt: skip
+        simple = fit.protocols.get("Simple")
+        for name, line in fit.protocols.items():
+            eff = f"  efficiency {line.busbw_Bps / simple.busbw_Bps:.2f}" if simple else ""
+            lines.append(f"  {'protocol ' + name:<32} {'':>6} {line.alpha_s * 1e6:>14.2f} us "
+                         f"{line.busbw_Bps / 1e9:>12.3f} GB/s{eff}")  # fmt: skip
+        if fit.undetermined:
+            lines.append(
+                f"  not determined by the data: {', '.join(fit.undetermined)} (the simulator keeps its defaults)"
+            )
     for curve in profile.compute.values():
         q = curve.quality or FitQuality(0, float("nan"), float("nan"), False)
         flag = "  POOR" if q.poor else ""

@@ -16,8 +16,9 @@ Target: under 0.5 s for one 1 GiB all_reduce over 4096 GPUs, on one core.
 
 A second table (``--what-if``, on by default, off with ``--quick``) times the training-step model:
 the default ``python -m experiments.what_if --gpus 16`` in a fresh interpreter, and one FSDP step
-of Llama-2-7B on 16, 128 and 1024 GPUs (see :mod:`experiments.bench.whatif`); in JSON those
-records follow the collective ones and carry ``case`` instead of ``op``.
+of Llama-2-7B on 16, 128 and 1024 GPUs (see :mod:`experiments.bench.whatif`), and the simulated
+nccl-tests CLI at 8 and 4096 GPUs (:mod:`experiments.bench.nccl_sim`; target: 4096 at most 0.5 s
+more than 8); in JSON those records follow the collective ones and carry ``case`` instead of ``op``.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import simpy
 
+from experiments.bench.nccl_sim import NCCL_SIM_SHAPES
 from experiments.common.finite import require_finite
 from experiments.common.progress import bar
 from simcore.cliargs import Parser, add_format, add_quiet, int_list, int_range, size_bytes
@@ -268,13 +270,14 @@ def main(argv: list[str] | None = None) -> int:
         )
     repeats = 1 if args.quick else args.repeats
     what_if = not args.quick if args.what_if is None else args.what_if
-    total = len(gpus) * (len(DEFAULT_OPS) + 1) + (2 + len(FSDP_GPUS) if what_if else 0)
+    total = len(gpus) * (len(DEFAULT_OPS) + 1) + (2 + len(FSDP_GPUS) + len(NCCL_SIM_SHAPES) if what_if else 0)
     with bar(total, "bench", quiet=args.quiet, unit="row") as progress:
         rows = collective_bench_rows(
             gpus, size_bytes=args.size, algorithm=args.algo, repeats=repeats, progress=progress
         )
         step_rows = []
         if what_if:
+            from experiments.bench.nccl_sim import nccl_sim_cli_rows
             from experiments.bench.whatif import fsdp_step_rows, parallel_step_row, what_if_cli_row
 
             step_rows = [what_if_cli_row(repeats=repeats)]
@@ -282,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
             step_rows += fsdp_step_rows(FSDP_GPUS, repeats=repeats, progress=progress)
             step_rows.append(parallel_step_row(repeats=repeats))
             progress.update(1)
+            step_rows += nccl_sim_cli_rows(repeats=repeats)
+            progress.update(len(NCCL_SIM_SHAPES))
     records = [asdict(r) for r in rows] + [asdict(r) for r in step_rows]
     require_finite(records, "the benchmark")
     if args.format == "json":

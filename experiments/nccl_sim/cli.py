@@ -6,11 +6,19 @@ prints what ``all_reduce_perf -b 8 -e 1G -f 2 -g 8`` prints - header comments, t
 ``size(B) count type redop root`` and out-of-place / in-place ``time(us) algbw(GB/s)
 busbw(GB/s) #wrong`` (in-place repeats the simulated numbers; ``#wrong`` is ``N/A`` since no data is
 checked), then the ``# Avg bus bandwidth`` footer - so a simulated table can be diffed against a
-measured one. busbw = algbw x factor, as nccl-tests: all_reduce 2(n-1)/n; reduce_scatter and
-all_gather (n-1)/n; broadcast, reduce and send_recv 1. Sizes take nccl-tests' suffixes
-(``8``, ``1K``, ``1M``, ``1G`` = powers of 1024); for all_gather / reduce_scatter the size is
-the whole buffer and ``count`` is per rank, as nccl-tests prints them. Trailing ``#`` lines name
-the simulated algorithm per size range and the bottleneck link of the largest size.
+measured one. busbw = algbw x factor, as nccl-tests: all_reduce 2(n-1)/n; reduce_scatter,
+all_gather and all_to_all(v) (n-1)/n; broadcast, reduce and send_recv 1. Sizes take nccl-tests'
+suffixes (``8``, ``1K``, ``1M``, ``1G`` = powers of 1024); for all_gather / reduce_scatter the size
+is the whole buffer and ``count`` is per rank, as nccl-tests prints them; for all_to_all(v) the size
+is each rank's send buffer. Trailing ``#`` lines name the simulated algorithm and protocol per size
+range and the bottleneck link of the largest size.
+
+Algorithm and protocol are chosen as NCCL chooses them; ``--algo`` / ``--proto`` pin them, and the
+environment variables NCCL reads restrict them the same way: ``NCCL_ALGO`` and ``NCCL_PROTO``
+(lists, or ``^list`` to exclude), ``NCCL_COLLNET_ENABLE=1`` (CollNet/SHARP where the fabric reduces;
+off otherwise) and ``NCCL_NVLS_ENABLE=0``. ``all_to_allv`` sends rank i's buffer to rank j in
+proportion to ``1 + skew * j / (n - 1)`` (``--skew``, default 1: the last rank receives twice
+what the first does).
 
 ``--format json`` prints one document::
 
@@ -18,7 +26,9 @@ the simulated algorithm per size range and the bottleneck link of the largest si
      "type": str, "mode": "aggregate" | "per-step", "avg_busbw_GBps": float,
      "results": [{"size_bytes": int, "count": int, "type": str, "redop": str, "root": int,
                   "time_us": float, "algbw_GBps": float, "busbw_GBps": float,
-                  "algorithm": str, "bottleneck_link": str, "closed_form_us": float}, ...]}
+                  "algorithm": str, "protocol": str, "bottleneck_link": str,
+                  "bottleneck": {"src": str, "dst": str, "kind": str, "bandwidth_GBps": float,
+                                 "usable_GBps": float} | null, "closed_form_us": float}, ...]}
 
 GB/s are 1e9 bytes/s. ``--cluster`` and ``--topology`` name the same flag. Bad input prints one
 ``error:`` line and exits with status 2; so does a ladder of more than :data:`MAX_SIZES` sizes, a
@@ -30,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -40,12 +51,23 @@ from experiments.common.progress import bar, note
 from simcore.calibration.compat import check_profile_for
 from simcore.calibration.profile_json import load_profile
 from simcore.cliargs import Parser, add_format, add_quiet, int_range, size_bytes
-from simcore.collectives import ALGORITHMS, OPS, CollectiveResult, busbw_factor, collective_time
+from simcore.collectives import (
+    ALGORITHMS,
+    OPS,
+    PROTOCOLS,
+    CollectiveResult,
+    LinkRef,
+    NcclOptions,
+    busbw_factor,
+    collective_time,
+    describe_link,
+)
+from simcore.collectives.options import algorithm_name
 from simcore.errors import TrainsimError, cli_entry
 from simcore.topology import Topology
 from topologies.cliargs import MAX_GPUS, add_cluster, add_fabric, add_gpus, add_nodes
 
-__all__ = ["NcclRow", "main", "rows_for", "size_ladder"]
+__all__ = ["NcclRow", "check_algo", "check_proto", "main", "rows_for", "size_ladder", "skewed_splits"]
 
 # nccl-tests' type names and their sizes in bytes.
 DATATYPES = {
@@ -62,7 +84,7 @@ DATATYPES = {
 }
 _REDOP = {"all_reduce": "sum", "reduce": "sum", "reduce_scatter": "sum", "ps_push": "sum"}
 _ROOTED = ("broadcast", "reduce")
-_PER_RANK_COUNT = ("all_gather", "reduce_scatter")
+_PER_RANK_COUNT = ("all_gather", "reduce_scatter", "all_to_all", "all_to_allv")
 ALGO_CHOICES = sorted({name for algos in ALGORITHMS.values() for name in algos})
 MAX_SIZES = 1024
 # Sizes x ranks above which the run says what it will simulate and shows progress: one size of
@@ -83,7 +105,8 @@ class NcclRow:
     algbw_GBps: float
     busbw_GBps: float
     algorithm: str
-    bottleneck_link: str
+    protocol: str
+    bottleneck: LinkRef | None
     closed_form_us: float
 
 
@@ -106,7 +129,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "-r", "--root", type=int_range(0, MAX_GPUS), default=0, help="root rank for broadcast/reduce"
     )
-    p.add_argument("--algo", default=None, choices=ALGO_CHOICES, help="pin the algorithm, as NCCL_ALGO")
+    p.add_argument(
+        "--algo", default=None, help=f"pin the algorithm (NCCL spellings too): {', '.join(ALGO_CHOICES)}"
+    )
+    p.add_argument("--proto", default=None, help=f"pin NCCL's protocol: {', '.join(PROTOCOLS)}")
+    p.add_argument("--skew", type=float, default=1.0, help="all_to_allv: receive skew across ranks")
     p.add_argument(
         "--mode", default="aggregate", choices=("aggregate", "per-step"), help="how flows are simulated"
     )
@@ -174,7 +201,8 @@ def _row(
         algbw,
         algbw * busbw_factor(op, ranks),
         result.algorithm,
-        result.bottleneck_link,
+        result.protocol,
+        result.bottleneck,
         result.closed_form_s * 1e6,
     )
 
@@ -186,10 +214,13 @@ def rows_for(
     *,
     datatype: str = "float",
     algorithm: str | None = None,
+    protocol: str | None = None,
     mode: str = "aggregate",
     root: int = 0,
     calibration: Any = None,
     progress: Any = None,
+    options: NcclOptions | None = None,
+    skew: float = 1.0,
 ) -> list[NcclRow]:
     """Simulate ``op`` at every size (rounded to whole elements, per rank where nccl-tests does).
 
@@ -199,11 +230,9 @@ def rows_for(
         raise TrainsimError(f"unknown op {op!r}; allowed: {', '.join(OPS)}")
     if datatype not in DATATYPES:
         raise TrainsimError(f"unknown datatype {datatype!r}; allowed: {', '.join(DATATYPES)}")
-    if algorithm is not None and algorithm not in ALGORITHMS[op]:
-        raise TrainsimError(
-            f"algorithm {algorithm!r} does not implement {op}; allowed: {', '.join(ALGORITHMS[op])}"
-        )
+    algorithm = check_algo(op, algorithm)
     word, ranks = DATATYPES[datatype], topology.world_size
+    splits = skewed_splits(ranks, skew) if op == "all_to_allv" else None
     rows = []
     for requested in sizes:
         elements = requested // word
@@ -213,14 +242,42 @@ def rows_for(
             op,
             size,
             algorithm=algorithm,
+            protocol=protocol,
             calibration=calibration,
             mode=mode,
             root=root if op in _ROOTED else None,
+            splits=splits,
+            options=options,
         )
         rows.append(_row(op, size, word, datatype, ranks, root, result))
         if progress is not None:
             progress.update(1)
     return rows
+
+
+def check_algo(op: str, algo: str | None, what: str = "algorithm") -> str | None:
+    """trainsim's name for ``algo`` (NCCL spellings accepted); TrainsimError unless it implements ``op``."""
+    if algo is None:
+        return None
+    name = algo if algo in ALGORITHMS[op] else algorithm_name(algo)
+    if name is None or name not in ALGORITHMS[op]:
+        raise TrainsimError(f"{what} {algo!r} does not implement {op}; allowed: {', '.join(ALGORITHMS[op])}")
+    return name
+
+
+def check_proto(proto: str | None) -> str | None:
+    if proto is None:
+        return None
+    for name in PROTOCOLS:
+        if proto.strip().lower() == name.lower():
+            return name
+    raise TrainsimError(f"--proto {proto!r} is not a protocol; allowed: {', '.join(PROTOCOLS)}")
+
+
+def skewed_splits(ranks: int, skew: float) -> list[list[float]]:
+    """all_to_allv's send matrix: rank i sends to j in proportion to 1 + skew * j / (ranks - 1)."""
+    weight = [1.0 + skew * j / max(1, ranks - 1) for j in range(ranks)]
+    return [[0.0 if i == j else weight[j] for j in range(ranks)] for i in range(ranks)]
 
 
 def _time_str(time_us: float) -> str:
@@ -288,17 +345,24 @@ def format_table(
 
 
 def _algorithm_notes(rows: Sequence[NcclRow]) -> list[str]:
-    """``# Algorithm ring for sizes 8..1073741824`` per run of equal algorithm, then the bottleneck."""
+    """``# Algorithm ring/LL for sizes 8..65536`` per run of equal choice, then the bottleneck."""
     notes = []
     start = 0
     for i in range(1, len(rows) + 1):
-        if i == len(rows) or rows[i].algorithm != rows[start].algorithm:
-            notes.append(
-                f"# Algorithm {rows[start].algorithm} for sizes {rows[start].size_bytes}..{rows[i - 1].size_bytes}"
-            )
+        choice = (rows[start].algorithm, rows[start].protocol)
+        if i == len(rows) or (rows[i].algorithm, rows[i].protocol) != choice:
+            name = "/".join(c for c in choice if c)
+            notes.append(f"# Algorithm {name} for sizes {rows[start].size_bytes}..{rows[i - 1].size_bytes}")
             start = i
-    notes.append(f"# Bottleneck link at {rows[-1].size_bytes} B: {rows[-1].bottleneck_link}")
+    notes.append(f"# Bottleneck link at {rows[-1].size_bytes} B: {describe_link(rows[-1].bottleneck)}")
     return notes
+
+
+def _link_json(link: LinkRef | None) -> dict[str, Any] | None:
+    if link is None:
+        return None
+    return {"src": link.src, "dst": link.dst, "kind": link.kind,
+            "bandwidth_GBps": link.bandwidth_Bps / 1e9, "usable_GBps": link.usable_Bps / 1e9}  # fmt: skip
 
 
 def format_json(topology: Topology, op: str, datatype: str, mode: str, rows: Sequence[NcclRow]) -> str:
@@ -322,7 +386,9 @@ def format_json(topology: Topology, op: str, datatype: str, mode: str, rows: Seq
                 "algbw_GBps": r.algbw_GBps,
                 "busbw_GBps": r.busbw_GBps,
                 "algorithm": r.algorithm,
-                "bottleneck_link": r.bottleneck_link,
+                "protocol": r.protocol,
+                "bottleneck_link": describe_link(r.bottleneck),
+                "bottleneck": _link_json(r.bottleneck),
                 "closed_form_us": r.closed_form_us,
             }
             for r in rows
@@ -340,10 +406,11 @@ def _load_topology(args: argparse.Namespace) -> Topology:
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.algo is not None and args.algo not in ALGORITHMS[args.op]:
-        raise TrainsimError(
-            f"--algo {args.algo!r} does not implement {args.op}; allowed: {', '.join(ALGORITHMS[args.op])}"
-        )
+    algorithm = check_algo(args.op, args.algo, "--algo")
+    protocol = check_proto(args.proto)
+    if not args.skew >= 0 or args.skew == float("inf"):
+        raise TrainsimError(f"--skew must be a finite number >= 0, got {args.skew}")
+    options = NcclOptions.from_env(os.environ)
     sizes = size_ladder(args.minbytes, args.maxbytes, args.stepfactor, args.stepbytes)
     topology = _load_topology(args)
     if args.op in _ROOTED and not 0 <= args.root < topology.world_size:
@@ -359,8 +426,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     with bar(len(sizes), "sizes", quiet=args.quiet, unit="size") as progress:
         rows = rows_for(
-            topology, args.op, sizes, datatype=args.datatype, algorithm=args.algo, mode=args.mode,
-            root=args.root, calibration=calibration, progress=progress,
+            topology, args.op, sizes, datatype=args.datatype, algorithm=algorithm, protocol=protocol,
+            mode=args.mode,
+            root=args.root, calibration=calibration, options=options, skew=args.skew, progress=progress,
         )  # fmt: skip
     require_finite([asdict(r) for r in rows], f"the simulated {args.op}")
     if args.format == "json":

@@ -17,7 +17,11 @@ JSON so the simulator never needs torch. Format ``trainsim-profile``, version 1:
       "collectives": [                    # time(S) = alpha_s + busbw_factor(op, ranks) * S / busbw_Bps
         {"op": "all_reduce", "ranks": 8, "scope": "intra_node",
          "alpha_s": 1.2e-05, "busbw_Bps": 2.3e+11,
-         "fit": {"points": 24, "mape": 0.041, "r2": 0.998, "poor": false}}
+         "fit": {"points": 24, "mape": 0.041, "r2": 0.998, "poor": false},
+         "protocols": {                   # optional: NCCL's protocols, each its own alpha-beta line;
+           "LL": {"alpha_s": 1.5e-05, "busbw_Bps": 6.1e+10, "efficiency": 0.27},  # time = the min
+           "Simple": {"alpha_s": 6.0e-05, "busbw_Bps": 2.3e+11, "efficiency": 1.0}},
+         "undetermined": ["LL128"]}       # protocols the measurements could not pin down
       ],
       "compute": {                        # achieved(F) = peak_flops * F / (F + half_flops), per dtype
         "dtypes": {"bf16": {"peak_flops": 2.9e+14, "half_flops": 3.1e+09,
@@ -35,7 +39,10 @@ Meaning of the models:
 - **Collectives** (α–β, Hockney's model in nccl-tests' terms): ``alpha_s`` is the fixed cost of one
   collective, ``busbw_Bps`` the bus bandwidth it reaches on large messages; ``S`` is the size
   nccl-tests prints (for all_gather / reduce_scatter the whole concatenated buffer). ``scope`` is
-  ``intra_node`` (all ranks on one node) or ``inter_node`` (the group spans nodes).
+  ``intra_node`` (all ranks on one node) or ``inter_node`` (the group spans nodes). Where the sweep
+  shows NCCL switching protocols (LL for small messages, LL128, then Simple), ``protocols`` holds
+  one α–β line per protocol (``efficiency``: its bus bandwidth relative to Simple's) and the time
+  is the fastest line; ``undetermined`` lists the protocols the data could not pin down.
 - **Compute**: an operation of ``F`` FLOPs reaches ``peak_flops * F / (F + half_flops)``: small
   operations are dominated by fixed launch and memory costs, large ones approach the peak;
   ``half_flops`` is the size at which half the peak is reached.
@@ -73,6 +80,7 @@ __all__ = [
     "ComputeCurve",
     "FitQuality",
     "ProfileError",
+    "ProtocolFit",
     "busbw_factor",
     "same_gpu_model",
 ]
@@ -88,6 +96,8 @@ _BUSBW_FACTORS = {
     "all_gather": lambda n: (n - 1) / n,
     "reduce_scatter": lambda n: (n - 1) / n,
     "alltoall": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "all_to_allv": lambda n: (n - 1) / n,
     "broadcast": lambda n: 1.0,
     "reduce": lambda n: 1.0,
     "send_recv": lambda n: 1.0,
@@ -118,8 +128,16 @@ class FitQuality:
 
 
 @dataclass(frozen=True, slots=True)
+class ProtocolFit:
+    """One NCCL protocol's α–β line for a collective shape."""
+
+    alpha_s: float
+    busbw_Bps: float
+
+
+@dataclass(frozen=True, slots=True)
 class CollectiveFit:
-    """α–β model of one collective on one group shape."""
+    """α–β model of one collective on one group shape (per NCCL protocol where measured)."""
 
     op: str
     ranks: int
@@ -127,9 +145,17 @@ class CollectiveFit:
     alpha_s: float
     busbw_Bps: float
     quality: FitQuality | None = None
+    protocols: Mapping[str, ProtocolFit] = field(default_factory=dict)
+    undetermined: tuple[str, ...] = ()
 
     def time_s(self, size_bytes: float) -> float:
-        return self.alpha_s + busbw_factor(self.op, self.ranks) * size_bytes / self.busbw_Bps
+        return self.protocol_time(size_bytes)[0]
+
+    def protocol_time(self, size_bytes: float) -> tuple[float, str]:
+        """The measured time for ``size_bytes`` and the protocol that gives it (``""``: one line)."""
+        factor = busbw_factor(self.op, self.ranks)
+        lines = self.protocols or {"": ProtocolFit(self.alpha_s, self.busbw_Bps)}
+        return min((f.alpha_s + factor * size_bytes / f.busbw_Bps, name) for name, f in lines.items())
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +199,12 @@ class CalibrationProfile:
     sources: tuple[str, ...] = ()
     created: str = ""
     op_overhead_s: Mapping[str, float] = field(default_factory=dict)  # phase ("fwd"/"bwd") -> s/op
+
+    def collective_fit(self, op: str, ranks: int, scope: str) -> CollectiveFit | None:
+        """The measured fit for ``op`` on ``ranks`` ranks in ``scope``, else None."""
+        if scope not in SCOPES:
+            raise TrainsimError(f"unknown scope {scope!r}; allowed: {', '.join(SCOPES)}")
+        return self.collectives.get((op, ranks, scope))
 
     def collective_alpha_beta(self, op: str, ranks: int, scope: str) -> tuple[float, float] | None:
         """``(alpha_s, busbw_Bps)`` measured for ``op`` on ``ranks`` ranks in ``scope``, else None."""

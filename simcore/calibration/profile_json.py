@@ -26,6 +26,7 @@ from simcore.calibration.profile import (
     ComputeCurve,
     FitQuality,
     ProfileError,
+    ProtocolFit,
 )
 from simcore.calibration.ranges import physical_range
 
@@ -53,6 +54,14 @@ def profile_to_json(profile: CalibrationProfile) -> dict[str, Any]:
         }
         if f.quality is not None:
             entry["fit"] = _quality_json(f.quality)
+        if f.protocols:
+            simple = f.protocols.get("Simple")
+            entry["protocols"] = {
+                name: {"alpha_s": p.alpha_s, "busbw_Bps": p.busbw_Bps}
+                | ({"efficiency": p.busbw_Bps / simple.busbw_Bps} if simple else {})
+                for name, p in f.protocols.items()
+            }
+            entry["undetermined"] = list(f.undetermined)
         collectives.append(entry)
     dtypes: dict[str, dict[str, Any]] = {}
     for dtype in sorted(profile.compute):
@@ -180,12 +189,33 @@ def _collectives_from_json(entries: Any, where: str) -> dict[tuple[str, int, str
             alpha_s=r.number("alpha_s", "latency_s"),
             busbw_Bps=r.number("busbw_Bps", "bandwidth_Bps"),
             quality=r.quality(),
+            protocols=_protocols_from_json(r),
+            undetermined=tuple(
+                str(p) for p in r.data.get("undetermined", []) if str(p).split(" ")[0] in _PROTOCOLS
+            ),
         )
         key = (fit.op, fit.ranks, fit.scope)
         if key in fits:
             raise ProfileError(f"{r.where}: a second fit for {fit.op} on {fit.ranks} ranks ({fit.scope})")
         fits[key] = fit
     return fits
+
+
+_PROTOCOLS = ("LL", "LL128", "Simple")
+
+
+def _protocols_from_json(r: _Reader) -> dict[str, ProtocolFit]:
+    """The optional per-protocol lines of a collective fit (NCCL's LL, LL128, Simple)."""
+    lines = r.sub("protocols", {})
+    out = {}
+    for name in sorted(lines.data):
+        if name not in _PROTOCOLS:
+            raise ProfileError(f"{lines.where}: unknown protocol {name!r}; allowed: {', '.join(_PROTOCOLS)}")
+        line = lines.sub(name)
+        out[name] = ProtocolFit(
+            line.number("alpha_s", "latency_s"), line.number("busbw_Bps", "bandwidth_Bps")
+        )
+    return out
 
 
 def profile_from_json(data: Any, where: str = "profile") -> CalibrationProfile:

@@ -5,7 +5,8 @@ per node, (g-1)/g * S per hop), so local rank j holds the node's sum of shard j 
 Phase 2 all-reduces shard j among the j-th ranks of all nodes (g concurrent rail rings, each
 2(n-1)/n * S/g per hop): every NIC/rail carries 1/g of the data. Phase 3 all-gathers inside
 every node. This is the "2D"/hierarchical scheme of Horovod and NCCL's CollNet/NVLS-tree
-structure with a ring in the middle. The phases run one after another.
+structure with a ring in the middle. The phases run one after another (three launches, each with
+NCCL's ring latency); trainsim's own algorithm, never chosen automatically.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ def all_reduce(ctx: PlanContext, size_bytes: float) -> tuple[Phase, ...]:
             "inter-node all_reduce",
             2 * (n - 1) / n * shard,
             2 * (n - 1),
+            laps=2,
         )
         for j in range(g)
     ]

@@ -1,20 +1,21 @@
 """What a collective algorithm *is* to the simulator: phases of concurrent transfers plus latency.
 
-An algorithm turns (topology, group, size) into a :class:`Plan`: a sequence of :class:`Phase`
-objects run one after the other. A phase is a set of :class:`Transfer` flows that run concurrently
-(one per ring hop, tree edge, ...), each carrying the *whole* phase's bytes over its hop, plus the
-phase's latency term (its number of sequential steps times the per-step latency alpha).
+An algorithm turns (topology, group) into a :class:`Plan`: a sequence of :class:`Phase` objects run
+one after the other. A phase is a set of :class:`Transfer` flows that run concurrently (one per ring
+hop, tree edge, ...), each carrying the *whole* phase's bytes over its hop, plus the phase's latency
+structure (:class:`Hops`: how many intra-node and node-crossing hop latencies lie on its critical
+path, in NCCL's terms).
 
-The cost model is alpha-beta (Hockney; as in NCCL's tuning model, src/graph/tuning.cc):
+Builders lay an algorithm out for a *unit* collective (one byte); the cost model
+(:mod:`simcore.collectives.cost`) prices it for a size and protocol, and :func:`materialize` turns it
+into the plan the discrete-event runner executes: transfer bytes scaled by size / protocol
+efficiency, the phase's latency and its protocol throughput floor filled in. Where nothing competes
+the phase lasts
 
-    phase time = latency_s + max over links L of (bytes crossing L) / bandwidth(L)
+    latency_s + max(max over links L of bytes(L) / usable bandwidth(L), engine_s)
 
-where latency_s = steps * alpha and alpha = the slowest hop's route latency + a fixed per-step
-software overhead (:data:`STEP_OVERHEAD_S`). The second term is the bandwidth time: when the
-phase's flows all carry equal bytes and start together, max-min fair sharing finishes them exactly
-when the most loaded link has drained, so this is also what the discrete-event run gives when
-nothing competes. For a ring whose hops do not share links it reduces to the textbook
-2(p-1)/p * S / B + 2(p-1) * alpha.
+which is also what the discrete-event run gives: its flows share links in proportion to their
+bytes (weighted max-min fairness), so they all finish when the most loaded link has drained.
 """
 
 from __future__ import annotations
@@ -23,15 +24,18 @@ import itertools
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from simcore.errors import TrainsimError
-from simcore.topology import Topology
+from simcore.net.achievable import shm_efficiency
+from simcore.topology import Topology, effective_bandwidth
 
 __all__ = [
+    "FABRIC_KINDS",
     "STEP_OVERHEAD_S",
     "AlgorithmUnavailable",
     "Edge",
+    "Hops",
     "Move",
     "Phase",
     "Plan",
@@ -39,28 +43,36 @@ __all__ = [
     "Route",
     "Transfer",
     "concurrent",
-    "describe_link",
     "edge_table",
+    "hops_for",
     "merged_transfers",
     "rank_hosts",
     "route_latency",
-    "step_alpha",
 ]
 
 Edge = tuple[str, str]
 Route = tuple[Edge, ...]
 
+# Link kinds that join servers: a route's latency on them is the fabric's part of a network hop.
+FABRIC_KINDS = frozenset({"ib", "roce", "efa", "ethernet"})
+_NVLINK_KINDS = frozenset({"nvlink", "nvswitch"})
+
+# Per-step software cost of a CPU (gloo) collective step, added to the slowest hop's route latency:
+# gloo's per-message overhead is a few microseconds; calibration (calibrate.collectives) replaces it.
+STEP_OVERHEAD_S = 1.0e-6
+
 _EDGE_TABLES: weakref.WeakKeyDictionary[Topology, dict[Edge, tuple[float, float]]] = (
     weakref.WeakKeyDictionary()
 )
+_NEAREST_CPU: weakref.WeakKeyDictionary[Topology, dict[str, str]] = weakref.WeakKeyDictionary()
 
 
 def edge_table(topology: Topology) -> dict[Edge, tuple[float, float]]:
-    """``(bandwidth_Bps, latency_s)`` of every directed link, read once per topology object."""
+    """``(usable bandwidth_Bps, latency_s)`` of every directed link, read once per topology object."""
     table = _EDGE_TABLES.get(topology)
     if table is None:
         table = {
-            (u, v): (float(a["bandwidth_Bps"]), float(a["latency_s"]))
+            (u, v): (effective_bandwidth(a), float(a["latency_s"]))
             for u, v, a in topology.graph.edges(data=True)
         }
         _EDGE_TABLES[topology] = table
@@ -71,12 +83,6 @@ def route_latency(topology: Topology, route: Route) -> float:
     """Sum of the route's link latencies (s), in route order (as the network sums them)."""
     succ = topology.graph._succ  # raw adjacency: networkx's edge views cost a call per lookup
     return float(sum(succ[u][v]["latency_s"] for u, v in route))
-
-
-# Per-step software cost (kernel loop, flag polling) added to every step's route latency. NCCL's
-# tuning model adds a comparable per-hop hardware/software latency of about 0.6-1 us for NVLink and
-# PCIe hops with the Simple protocol (src/graph/tuning.cc, hwLat); we take 1 us.
-STEP_OVERHEAD_S = 1.0e-6
 
 
 class AlgorithmUnavailable(TrainsimError):
@@ -95,17 +101,49 @@ class Transfer:
 
 
 @dataclass(frozen=True, slots=True)
-class Phase:
-    """Concurrent transfers plus the phase's latency term (``steps`` sequential steps of alpha).
+class Hops:
+    """A phase's latency structure, as NCCL's tuning model counts it (protocol-independent).
 
-    In per-step mode the phase runs as ``steps`` synchronised steps, each moving ``1/steps`` of
-    every transfer's bytes and costing ``latency_s / steps``; in aggregate mode it is one round.
+    ``intra`` and ``inter`` are the numbers of intra-node and node-crossing hop latencies on the
+    critical path (a ring all-reduce: 2(p-1) steps of which 2(n-1) cross nodes; a tree: twice the
+    chain length and twice the tree depth). ``pattern`` names the row of the latency tables.
+    ``nvlink``: every intra-node hop is NVLink (NCCL's NVLINK class, else PCI). ``shm``: intra-node
+    hops are staged through host memory and pay their route latency on top. ``fabric_s`` is the
+    fabric part (NIC to NIC) of the slowest node-crossing route; ``route_s`` the slowest route's
+    whole latency (the CPU backend's per-step alpha). ``extra_s`` is a pattern's fixed term.
+    """
+
+    pattern: str
+    intra: float
+    inter: float
+    nvlink: bool = True
+    shm: bool = False
+    intra_route_s: float = 0.0
+    fabric_s: float = 0.0
+    route_s: float = 0.0
+    extra_s: float = 0.0
+
+    @property
+    def steps(self) -> float:
+        return self.intra + self.inter
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    """Concurrent transfers plus the phase's latency term.
+
+    ``hops`` is the latency structure; ``latency_s`` and ``engine_s`` (the protocol's throughput
+    floor on the bandwidth part) are filled in by :func:`materialize`. In per-step mode the phase
+    runs as ``steps`` synchronised steps, each moving ``1/steps`` of every transfer's bytes and
+    costing ``1/steps`` of its latency and floor; in aggregate mode it is one round.
     """
 
     label: str
     transfers: tuple[Transfer, ...]
-    latency_s: float
-    steps: int
+    hops: Hops
+    steps: int = 1
+    latency_s: float = 0.0
+    engine_s: float = 0.0
 
     def link_loads(self) -> dict[Edge, float]:
         """Bytes each directed link carries in this phase."""
@@ -120,13 +158,18 @@ class Phase:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """A collective algorithm laid out on one topology: its phases, run one after another."""
+    """A collective algorithm laid out on one topology: its phases, run one after another.
+
+    ``protocol`` is empty for a unit plan (one byte, no protocol) and names NCCL's protocol
+    (``LL``, ``LL128``, ``Simple``) in a materialized plan.
+    """
 
     op: str
     algorithm: str
     size_bytes: float
     group: tuple[int, ...]
     phases: tuple[Phase, ...]
+    protocol: str = ""
 
     @property
     def transfer_count(self) -> int:
@@ -135,21 +178,61 @@ class Plan:
 
 @dataclass(frozen=True, slots=True)
 class PlanContext:
-    """What an algorithm builder needs: the topology, a router, and the group's devices."""
+    """What an algorithm builder needs: the topology, a router, and the group's devices.
+
+    ``splits`` (all_to_allv only) holds the bytes rank ``group[i]`` sends to ``group[j]`` for a
+    unit collective.
+    """
 
     topology: Topology
     route: Callable[[str, str], Route]
     group: tuple[int, ...]
     root: int = -1
     servers: tuple[int, ...] = ()
+    splits: tuple[tuple[float, ...], ...] = ()
 
     def device(self, rank: int) -> str:
         return self.topology.ranks[rank]
 
     def transfer(self, src: str, dst: str, size_bytes: float, via: tuple[str, ...] = ()) -> Transfer:
-        """A transfer on the routed path from ``src`` to ``dst``, through the ``via`` nodes in order."""
-        route = self.path(src, dst, via)
-        return Transfer(src, dst, float(size_bytes), route, route_latency(self.topology, route))
+        """A transfer from ``src`` to ``dst`` through the ``via`` nodes; bytes as carried on the wire."""
+        route, factor = self.hop(src, dst, via)
+        return Transfer(src, dst, float(size_bytes) * factor, route, route_latency(self.topology, route))
+
+    def hop(self, src: str, dst: str, via: tuple[str, ...] = ()) -> tuple[Route, float]:
+        """The routed path and the wire bytes per payload byte (> 1 when staged through host memory).
+
+        GPUs of a server without peer-to-peer (node attribute ``p2p: False``) that are not joined
+        by NVLink exchange data through pinned host memory (NCCL's SHM transport): the route runs
+        through the sender's nearest CPU, and only :func:`shm_efficiency` of the rate is payload.
+        """
+        if not via and self.staged(src, dst):
+            return self.path(src, dst, (self.nearest_cpu(src),)), 1.0 / shm_efficiency()
+        return self.path(src, dst, via), 1.0
+
+    def staged(self, src: str, dst: str) -> bool:
+        """Whether GPU-to-GPU traffic from ``src`` to ``dst`` goes through host memory (SHM)."""
+        nodes = self.topology.graph._node
+        a, b = nodes[src], nodes[dst]
+        if a.get("p2p", True) and b.get("p2p", True):
+            return False
+        if a.get("kind") != "gpu" or b.get("kind") != "gpu" or a.get("host") != b.get("host"):
+            return False
+        succ = self.topology.graph._succ
+        return not all(succ[u][v]["kind"] in _NVLINK_KINDS for u, v in self.route(src, dst))
+
+    def nearest_cpu(self, device: str) -> str:
+        """The CPU (host memory) nearest ``device`` on its server, by route latency."""
+        known = _NEAREST_CPU.setdefault(self.topology, {})
+        cpu = known.get(device)
+        if cpu is None:
+            nodes = self.topology.graph.nodes
+            host = nodes[device].get("host")
+            cpus = sorted(n for n, a in nodes(data=True) if a.get("kind") == "cpu" and a.get("host") == host)
+            if not cpus:
+                raise AlgorithmUnavailable(f"{device} has no CPU on its host to stage traffic through")
+            cpu = known[device] = min(cpus, key=lambda c: route_latency(self.topology, self.route(device, c)))
+        return cpu
 
     def path(self, src: str, dst: str, via: tuple[str, ...] = ()) -> Route:
         """The routed path from ``src`` to ``dst`` through the ``via`` nodes in order."""
@@ -168,6 +251,9 @@ class PlanContext:
             by_host.setdefault(host, []).append(r)
         return list(by_host.values())
 
+    def host(self, device: str) -> int:
+        return int(self.topology.graph._node[device]["host"])
+
 
 def rank_hosts(topology: Topology, ranks: Iterable[int]) -> list[int]:
     """The host of each rank (``Topology.host_of_rank`` for many ranks at once)."""
@@ -184,9 +270,8 @@ def merged_transfers(ctx: PlanContext, moves: Iterable[Move]) -> tuple[Transfer,
 
     Several channels of one algorithm often use the same hop. Their moves become one flow
     carrying the sum only when no other path touches any link of that hop: then one flow at the
-    whole capacity equals k fair-sharing flows, so max-min fairness (and hence the time) is
-    unchanged, while the flow count follows the links used, not the channel count. Otherwise
-    each move stays its own flow.
+    whole capacity equals k fair-sharing flows, so the time is unchanged, while the flow count
+    follows the links used, not the channel count. Otherwise each move stays its own flow.
     """
     sizes: dict[tuple[str, str, tuple[str, ...]], list[float]] = {}
     repeated = False
@@ -198,23 +283,52 @@ def merged_transfers(ctx: PlanContext, moves: Iterable[Move]) -> tuple[Transfer,
         else:
             known.append(size)
             repeated = True
-    routes = [ctx.path(*key) for key in sizes]
+    hops = [ctx.hop(*key) for key in sizes]
     # Only a path with several moves needs to know whether other paths share its links.
-    users = Counter(itertools.chain.from_iterable(routes)) if repeated else Counter()
+    users = Counter(itertools.chain.from_iterable(r for r, _ in hops)) if repeated else Counter()
     topology = ctx.topology
     out: list[Transfer] = []
-    for (src, dst, _), route, moved in zip(sizes, routes, sizes.values(), strict=True):
+    for (src, dst, _), (route, factor), moved in zip(sizes, hops, sizes.values(), strict=True):
         latency = route_latency(topology, route)
         if len(moved) == 1 or all(users[e] == 1 for e in route):
-            out.append(Transfer(src, dst, sum(moved), route, latency))
+            out.append(Transfer(src, dst, sum(moved) * factor, route, latency))
         else:
-            out.extend(Transfer(src, dst, size, route, latency) for size in moved)
+            out.extend(Transfer(src, dst, size * factor, route, latency) for size in moved)
     return tuple(out)
 
 
-def step_alpha(transfers: Iterable[Transfer]) -> float:
-    """alpha for one step: the slowest hop's route latency plus the software overhead."""
-    return max((t.latency_s for t in transfers), default=0.0) + STEP_OVERHEAD_S
+def hops_for(
+    ctx: PlanContext,
+    pattern: str,
+    transfers: Sequence[Transfer],
+    intra: float,
+    inter: float,
+    extra_s: float = 0.0,
+) -> Hops:
+    """The latency structure of ``transfers`` laid out as ``pattern`` (counts given by the builder).
+
+    Reads the hop classes off the routes: whether every intra-node hop is NVLink, whether any is
+    staged through host memory, the slowest intra-node route, and the fabric part of the slowest
+    node-crossing route.
+    """
+    succ = ctx.topology.graph._succ
+    nodes = ctx.topology.graph._node
+    nvlink, shm = True, False
+    intra_s = fabric_s = route_s = 0.0
+    for t in transfers:
+        route_s = max(route_s, t.latency_s)
+        src_host = nodes[t.src].get("host", -1)
+        if src_host == nodes[t.dst].get("host", -1) and src_host >= 0:
+            if {nodes[t.src].get("kind"), nodes[t.dst].get("kind")} - {"gpu", "cpu"}:
+                continue  # a leg to a switch or NIC (NVLS, a rail), not a hop between ranks
+            kinds = {succ[u][v]["kind"] for u, v in t.route}
+            nvlink = nvlink and kinds <= _NVLINK_KINDS
+            shm = shm or ctx.staged(t.src, t.dst)
+            intra_s = max(intra_s, t.latency_s)
+        else:
+            fabric = sum(succ[u][v]["latency_s"] for u, v in t.route if succ[u][v]["kind"] in FABRIC_KINDS)
+            fabric_s = max(fabric_s, float(fabric))
+    return Hops(pattern, float(intra), float(inter), nvlink, shm, intra_s, fabric_s, route_s, extra_s)
 
 
 def concurrent(label: str, phases: Sequence[Phase]) -> Phase:
@@ -222,12 +336,18 @@ def concurrent(label: str, phases: Sequence[Phase]) -> Phase:
     if not phases:
         raise TrainsimError(f"phase {label!r} has nothing to run")
     transfers = tuple(t for p in phases for t in p.transfers)
-    return Phase(label, transfers, max(p.latency_s for p in phases), max(p.steps for p in phases))
+    worst = max(phases, key=lambda p: (p.hops.inter, p.hops.intra, p.hops.route_s))
+    hops = replace(
+        worst.hops,
+        nvlink=all(p.hops.nvlink for p in phases),
+        shm=any(p.hops.shm for p in phases),
+        intra_route_s=max(p.hops.intra_route_s for p in phases),
+        fabric_s=max(p.hops.fabric_s for p in phases),
+        route_s=max(p.hops.route_s for p in phases),
+    )
+    return Phase(label, transfers, hops, max(p.steps for p in phases))
 
 
-def describe_link(topology: Topology, edge: Edge | None) -> str:
-    """``"h0/gpu0->h0/nvswitch (nvswitch, 300.0 GB/s)"``; ``"none"`` when nothing moved."""
-    if edge is None:
-        return "none"
-    attrs = topology.graph.edges[edge]
-    return f"{edge[0]}->{edge[1]} ({attrs['kind']}, {float(attrs['bandwidth_Bps']) / 1e9:.1f} GB/s)"
+def empty_phase(label: str, pattern: str) -> Phase:
+    """A phase that moves nothing and costs nothing (a group of one rank)."""
+    return Phase(label, (), Hops(pattern, 0.0, 0.0))

@@ -1,28 +1,38 @@
 """Point-to-point patterns: send/recv, and pipelined-chain broadcast and reduce.
 
 send_recv follows nccl-tests' sendrecv_perf: every rank sends S bytes to the next rank of the
-group and receives S from the previous one (for a group of two: one exchange each way). One step.
+group and receives S from the previous one (for a group of two: one exchange each way). One hop of
+latency (network if any pair crosses nodes).
 
 broadcast / reduce are NCCL's pipelined ring chains: the ring is cut at the root; data flows
 root -> ... -> last (broadcast) or last -> ... -> root (reduce), every hop carrying S, pipelined
-in chunks: time = (p-1) * alpha + S / B.
+in chunks: time = latency of the p-1 hops (node-crossing ones at network latency) + S / B.
 """
 
 from __future__ import annotations
 
-from simcore.collectives.plan import Phase, PlanContext, step_alpha
+from collections.abc import Sequence
 
-__all__ = ["broadcast", "reduce", "send_recv"]
+from simcore.collectives.plan import Phase, PlanContext, Transfer, empty_phase, hops_for
+
+__all__ = ["broadcast", "one_hop_phase", "reduce", "send_recv"]
+
+
+def one_hop_phase(ctx: PlanContext, label: str, transfers: Sequence[Transfer]) -> Phase:
+    """Transfers that all run at once, with one hop of latency (point-to-point pattern)."""
+    if not transfers:
+        return empty_phase(label, "p2p")
+    crosses = any(ctx.host(t.src) != ctx.host(t.dst) for t in transfers)
+    hops = hops_for(ctx, "p2p", transfers, 0 if crosses else 1, 1 if crosses else 0)
+    return Phase(label, tuple(transfers), hops, 1)
 
 
 def send_recv(ctx: PlanContext, size_bytes: float) -> tuple[Phase, ...]:
     devices = [ctx.device(r) for r in ctx.group]
     p = len(devices)
     pairs = [(devices[i], devices[(i + 1) % p]) for i in range(p)]
-    transfers = tuple(ctx.transfer(a, b, size_bytes) for a, b in pairs if a != b)
-    if not transfers:
-        return (Phase("send_recv", (), 0.0, 1),)
-    return (Phase("send_recv", transfers, step_alpha(transfers), 1),)
+    transfers = [ctx.transfer(a, b, size_bytes) for a, b in pairs if a != b]
+    return (one_hop_phase(ctx, "send_recv", transfers),)
 
 
 def _chain(ctx: PlanContext) -> list[str]:
@@ -38,9 +48,10 @@ def _chain_phase(ctx: PlanContext, label: str, size_bytes: float, towards_root: 
     ]
     transfers = tuple(ctx.transfer(a, b, size_bytes) for a, b in hops)
     if not transfers:
-        return (Phase(label, (), 0.0, 1),)
-    steps = len(hops)
-    return (Phase(label, transfers, steps * step_alpha(transfers), steps),)
+        return (empty_phase(label, "chain"),)
+    inter = sum(ctx.host(a) != ctx.host(b) for a, b in hops)
+    latency = hops_for(ctx, "chain", transfers, len(hops) - inter, inter)
+    return (Phase(label, transfers, latency, len(hops)),)
 
 
 def broadcast(ctx: PlanContext, size_bytes: float) -> tuple[Phase, ...]:

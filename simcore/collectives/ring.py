@@ -4,6 +4,9 @@ Every rank sends to the next rank of the ring. All-reduce is a reduce-scatter fo
 all-gather: 2(p-1) steps, each moving one S/p chunk over every hop, so each hop carries
 2(p-1)/p * S in total. All-gather and reduce-scatter are p-1 such steps ((p-1)/p * S per hop).
 
+Latency (NCCL's model): a chunk passes every step's hop; of the 2(p-1) steps of an all-reduce over
+n nodes, 2(n-1) cross nodes and pay the network's hop latency, the rest the NVLink/PCI hop latency.
+
 Ring order. A caller-given group order is kept as given; the default group is all ranks host by
 host (:func:`node_contiguous`), so a multi-node ring enters and leaves each node once, as NCCL's
 rings do. NCCL runs such rings on several channels, one NIC each; here the hop between two nodes
@@ -15,10 +18,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from simcore.collectives.plan import Move, Phase, PlanContext, merged_transfers, step_alpha
+from simcore.collectives.plan import Move, Phase, PlanContext, empty_phase, hops_for, merged_transfers
 from simcore.collectives.striping import host_nics, striped_moves
 
-__all__ = ["all_gather", "all_reduce", "node_contiguous", "reduce_scatter", "ring_moves", "ring_phase"]
+__all__ = [
+    "all_gather",
+    "all_reduce",
+    "node_contiguous",
+    "reduce_scatter",
+    "ring_counts",
+    "ring_moves",
+    "ring_phase",
+]
 
 
 def node_contiguous(ctx: PlanContext, ranks: Sequence[int]) -> tuple[int, ...]:
@@ -45,17 +56,25 @@ def ring_moves(ctx: PlanContext, bytes_per_hop: float) -> list[Move]:
     return moves
 
 
-def ring_phase(ctx: PlanContext, label: str, bytes_per_hop: float, steps: int) -> Phase:
-    """The group's ring, every hop carrying ``bytes_per_hop``, costing ``steps`` alphas."""
+def ring_counts(steps: int, nodes: int, laps: int) -> tuple[float, float]:
+    """(intra-node, node-crossing) hop latencies of ``steps`` ring steps over ``nodes`` nodes
+    (``laps``: 2 for an all-reduce, 1 otherwise), as NCCL counts them."""
+    inter = laps * (nodes - 1) if nodes > 1 else 0
+    return float(max(0, steps - inter)), float(inter)
+
+
+def ring_phase(ctx: PlanContext, label: str, bytes_per_hop: float, steps: int, laps: int = 1) -> Phase:
+    """The group's ring, every hop carrying ``bytes_per_hop``, with ``steps`` steps of latency."""
     if len(ctx.group) <= 1 or steps <= 0:
-        return Phase(label, (), 0.0, 1)
+        return empty_phase(label, "ring")
     transfers = merged_transfers(ctx, ring_moves(ctx, bytes_per_hop))
-    return Phase(label, transfers, steps * step_alpha(transfers), steps)
+    intra, inter = ring_counts(steps, len(ctx.hosts_in_order(ctx.group)), laps)
+    return Phase(label, transfers, hops_for(ctx, "ring", transfers, intra, inter), steps)
 
 
 def all_reduce(ctx: PlanContext, size_bytes: float) -> tuple[Phase, ...]:
     p = len(ctx.group)
-    return (ring_phase(ctx, "ring all_reduce", 2 * (p - 1) / p * size_bytes, 2 * (p - 1)),)
+    return (ring_phase(ctx, "ring all_reduce", 2 * (p - 1) / p * size_bytes, 2 * (p - 1), laps=2),)
 
 
 def all_gather(ctx: PlanContext, size_bytes: float) -> tuple[Phase, ...]:

@@ -1,9 +1,12 @@
 """Discrete-event execution of a :class:`~simcore.collectives.plan.Plan` on a live network.
 
 AGGREGATE mode (default): each phase starts all its transfers at once, each carrying the phase's
-whole bytes over its hop, so a collective costs one flow per hop/edge used, not per step. The
-phase ends ``latency_s`` after its last byte has been transmitted (arrival minus route latency):
-the alpha term of all the phase's steps is paid once, as one timer, exactly as in the closed form.
+whole bytes over its hop, so a collective costs one flow per hop/edge used, not per step. The flows
+of a phase share contended links in proportion to their bytes (weight = bytes / the phase's
+largest transfer): NCCL's pipelined chunks move in lock step, so a phase's flows progress together
+and, where nothing competes, all finish when the most loaded link drains. The bandwidth part lasts
+at least the protocol's throughput floor (``engine_s``); the phase ends ``latency_s`` after that:
+the latency of all the phase's steps is paid once, as one timer, exactly as in the closed form.
 
 PER-STEP mode: each phase runs as its ``steps`` synchronised steps (for a ring all-reduce the
 2(p-1) steps of S/p chunks); every step starts its chunk flows, waits for them, and then pays
@@ -79,21 +82,31 @@ def run_plan(
 def _run_step(
     env: simpy.Environment, network: Network, phase: Phase, steps: int, tag: str, count: RunCounter
 ) -> Generator[simpy.Event, Any, None]:
-    """One round of ``phase``: 1/steps of every transfer, then 1/steps of its latency."""
+    """One round of ``phase``: 1/steps of every transfer (and floor), then 1/steps of its latency."""
     step_start = float(env.now)
     started = [t for t in phase.transfers if t.size_bytes > 0 and t.route]
     transfer = network.transfer
+    largest = max((t.size_bytes for t in started), default=1.0)
     with gc_paused():  # never across a yield: the pause must not outlive this burst
-        events = [transfer(t.src, t.dst, t.size_bytes / steps, route=t.route, tag=tag) for t in started]
+        events = [
+            transfer(
+                t.src,
+                t.dst,
+                t.size_bytes / steps,
+                route=t.route,
+                tag=tag,
+                weight=t.size_bytes / largest,
+                arrival=False,
+            )
+            for t in started
+        ]
     count.flows += len(events)
     sent_done = step_start
     if events:
         yield env.all_of(events)
-        # Transmission ended route-latency before each arrival; alpha is paid below instead.
-        for t, done in zip(started, events, strict=True):
-            sent = cast(Flow, done.value).end_s - t.latency_s
-            if sent > sent_done:
-                sent_done = sent
+        # Done when the last byte is sent: the phase's latency (the routes' included) is paid below.
+        sent_done = max(sent_done, max(cast(Flow, done.value).sent_s for done in events))
+    sent_done = max(sent_done, step_start + phase.engine_s / steps)
     wait = sent_done + phase.latency_s / steps - float(env.now)
     if wait > 0:
         count.timers += 1

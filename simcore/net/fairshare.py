@@ -7,6 +7,13 @@ remaining capacity divided by its unfixed flows is smallest (the next *level*), 
 flow crossing such a link at that level, subtract, repeat. Levels never decrease, so one pass per
 distinct level is enough: thousands of flows that all get the same rate take one or two passes,
 each pass a few numpy operations over the (flow, link) incidence list.
+
+Weighted form (Bertsekas & Gallager, section 6.5.2, weighted max-min): flow ``i`` with weight
+``w_i`` gets ``w_i * level`` where a plain flow gets ``level``; a link's fair level is its spare
+capacity over the *weights* of its unfixed flows. A collective gives its flows weights proportional
+to their bytes, so the flows of one pipelined phase progress together, as NCCL's lock-step chunks
+do, and finish when the phase's most loaded link drains (the closed form); unit weights (the
+default) give ordinary max-min fairness.
 """
 
 from __future__ import annotations
@@ -26,8 +33,9 @@ def max_min_rates(
     entry_flow: NDArray[np.intp],
     n_flows: int,
     capacity_Bps: NDArray[np.float64],
+    weights: NDArray[np.float64] | None = None,
 ) -> NDArray[np.float64]:
-    """Max-min fair rate of each flow.
+    """Max-min fair rate of each flow (weighted when ``weights``, one per flow, > 0, is given).
 
     ``entry_link[i]`` and ``entry_flow[i]`` say that flow ``entry_flow[i]`` crosses link
     ``entry_link[i]`` (a link index into ``capacity_Bps``); every flow must cross at least one link.
@@ -35,9 +43,10 @@ def max_min_rates(
     n_links = len(capacity_Bps)
     rates = np.zeros(n_flows)
     spare = np.asarray(capacity_Bps, dtype=np.float64).copy()
+    weight = np.ones(n_flows) if weights is None else np.asarray(weights, dtype=np.float64)
     live_link, live_flow = entry_link, entry_flow
     while len(live_link):
-        unfixed = np.bincount(live_link, minlength=n_links)
+        unfixed = np.bincount(live_link, weights=weight[live_flow], minlength=n_links)
         used = unfixed > 0
         share = np.full(n_links, np.inf)
         share[used] = spare[used] / unfixed[used]
@@ -45,9 +54,11 @@ def max_min_rates(
         tight = share <= level * (1.0 + LEVEL_TOLERANCE)
         newly = np.zeros(n_flows, dtype=bool)
         newly[live_flow[tight[live_link]]] = True
-        rates[newly] = level
+        rates[newly] = level * weight[newly]
         leaving = newly[live_flow]
-        spare -= level * np.bincount(live_link[leaving], minlength=n_links)
+        spare -= level * np.bincount(
+            live_link[leaving], weights=weight[live_flow[leaving]], minlength=n_links
+        )
         np.maximum(spare, 0.0, out=spare)
         live_link, live_flow = live_link[~leaving], live_flow[~leaving]
     return rates

@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 
 from simcore.errors import TrainsimError
 from simcore.net.routing import Edge
-from simcore.topology import Topology
+from simcore.topology import Topology, effective_bandwidth
 
 if TYPE_CHECKING:
     from simcore.net.network import Flow
@@ -87,7 +87,7 @@ class LinkIndex:
 
     @property
     def capacity(self) -> NDArray[np.float64]:
-        """Bandwidth (B/s) per link number."""
+        """Usable bandwidth (B/s) per link number: datasheet rate x efficiency."""
         if len(self._capacity) != len(self.edges):
             self._capacity = np.array(self._bandwidths, dtype=np.float64)
         return self._capacity
@@ -112,7 +112,7 @@ class LinkIndex:
                         )
                     number = index[edge] = len(edges)
                     edges.append(edge)
-                    self._bandwidths.append(float(attrs["bandwidth_Bps"]))
+                    self._bandwidths.append(effective_bandwidth(attrs))
                     latencies.append(attrs["latency_s"])
                 numbers.append(number)
             latency = float(sum([latencies[n] for n in numbers]))  # in route order, as graph values

@@ -31,7 +31,7 @@ from simcore.errors import TrainsimError
 from simcore.net.fairshare import max_min_rates
 from simcore.net.linkstats import LinkClassSummary, LinkIndex, LinkStats, LinkStatsView, LinkTable, link_name
 from simcore.net.routing import Edge, Router
-from simcore.topology import Topology
+from simcore.topology import Topology, effective_bandwidth
 
 __all__ = [
     "FINISH_TOLERANCE",
@@ -71,6 +71,7 @@ class Flow:
     done: simpy.Event
     start_s: float
     tag: str = ""
+    weight: float = 1.0  # share of a contended link relative to a plain flow (weighted max-min)
     rate_Bps: float = 0.0
     end_s: float = float("nan")
     sent_s: float = float("nan")
@@ -87,6 +88,7 @@ class _ActiveFlows:
     def __init__(self) -> None:
         self.flows: list[Flow] = []
         self.size = np.zeros(0)
+        self.weight = np.zeros(0)
         self.remaining = np.zeros(0)
         self.rates = np.zeros(0)
         self.alive = np.zeros(0, dtype=bool)
@@ -106,6 +108,7 @@ class _ActiveFlows:
             self.entry_flow = slot[self.entry_flow[kept_entries]]
             self.flows = list(itertools.compress(self.flows, keep.tolist()))
             self.size, self.remaining = self.size[keep], self.remaining[keep]
+            self.weight = self.weight[keep]
         if new_flows:
             ids = [f.link_ids for f in new_flows]
             lengths = np.fromiter(map(len, ids), dtype=np.intp, count=len(ids))  # type: ignore[arg-type]
@@ -116,10 +119,15 @@ class _ActiveFlows:
                 [self.entry_flow, np.repeat(np.arange(first, first + len(ids)), lengths)]
             )
             self.size = np.concatenate([self.size, sizes])
+            weights = np.fromiter((f.weight for f in new_flows), dtype=np.float64, count=len(new_flows))
+            self.weight = np.concatenate([self.weight, weights])
             self.remaining = np.concatenate([self.remaining, sizes])
             self.flows.extend(new_flows)
         self.alive = np.ones(len(self.flows), dtype=bool)
-        self.rates = max_min_rates(self.entry_link, self.entry_flow, len(self.flows), links.capacity)
+        weighted = self.weight if len(self.weight) and bool((self.weight != 1.0).any()) else None
+        self.rates = max_min_rates(
+            self.entry_link, self.entry_flow, len(self.flows), links.capacity, weighted
+        )
         counts = np.bincount(self.entry_link, minlength=len(links))
         self.links = np.flatnonzero(counts)
         self.counts = counts[self.links]
@@ -167,9 +175,9 @@ class Network:
         return float(sum(succ[u][v]["latency_s"] for u, v in route))
 
     def route_bandwidth(self, route: Sequence[Edge]) -> float:
-        """The narrowest link's bandwidth (B/s); infinite for an empty route."""
+        """The narrowest link's usable bandwidth (B/s); infinite for an empty route."""
         succ = self._succ
-        return float(min((succ[u][v]["bandwidth_Bps"] for u, v in route), default=float("inf")))
+        return float(min((effective_bandwidth(succ[u][v]) for u, v in route), default=float("inf")))
 
     def _routed(
         self, src: str, dst: str, route: Sequence[Edge] | None
@@ -183,12 +191,29 @@ class Network:
 
     # --- flows -----------------------------------------------------------------------------
     def transfer(
-        self, src: str, dst: str, size_bytes: float, *, route: Sequence[Edge] | None = None, tag: str = ""
+        self,
+        src: str,
+        dst: str,
+        size_bytes: float,
+        *,
+        route: Sequence[Edge] | None = None,
+        tag: str = "",
+        weight: float = 1.0,
+        arrival: bool = True,
     ) -> simpy.Event:
-        """Start moving ``size_bytes`` from ``src`` to ``dst``; the returned event fires on arrival."""
+        """Start moving ``size_bytes`` from ``src`` to ``dst``; the returned event fires on arrival.
+
+        ``weight`` (> 0) is the flow's share of a contended link relative to a plain flow (1).
+        ``arrival=False``: the event fires when the last byte has been sent (a caller that models
+        the path's latency itself, as the collectives' cost model does).
+        """
         if not size_bytes >= 0:
             raise TrainsimError(f"transfer size must be >= 0 bytes, got {size_bytes}")
+        if not weight > 0:
+            raise TrainsimError(f"transfer weight must be > 0, got {weight}")
         path, latency, ids = self._routed(src, dst, route)
+        if not arrival:
+            latency = 0.0
         now = float(self.env.now)
         flow = Flow(
             next(self._ids),
@@ -201,6 +226,7 @@ class Network:
             self.env.event(),
             now,
             tag,
+            float(weight),
             link_ids=ids,
         )
         if src == dst or size_bytes == 0 or not path:

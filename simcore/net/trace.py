@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from simcore.errors import TrainsimError
+from simcore.topology import effective_bandwidth
 
 if TYPE_CHECKING:
     from simcore.net.network import Network
@@ -191,7 +192,7 @@ def record_network(recorder: TraceRecorder, network: Network, *, counter_links: 
                 f"links: {graph.succ[u][v]['kind']}", link_name((u, v)), name, flow.start_s, flow.sent_s, args
             )
     stats = network.stats
-    capacity = {e: graph.succ[e[0]][e[1]]["bandwidth_Bps"] for e in stats}
+    capacity = {e: effective_bandwidth(graph.succ[e[0]][e[1]]) for e in stats}
     ranked = sorted(stats, key=lambda e: (-stats[e].bytes / capacity[e], e))[:counter_links]
     for edge, series in network.link_utilisation_series(ranked).items():
         for time_s, value in series:

@@ -27,8 +27,10 @@ from typing import TYPE_CHECKING
 
 from simcore.collectives import OPS, AlgorithmUnavailable, build_plan, collective_time
 from simcore.collectives.closed_form import plan_cost
+from simcore.collectives.concurrency import concurrent_collective_time
 from simcore.collectives.direct import MAX_DIRECT_RANKS
-from simcore.collectives.plan import Phase, Plan, concurrent, rank_hosts
+from simcore.collectives.plan import Plan, concurrent, rank_hosts
+from simcore.collectives.result import describe_link
 from simcore.strategies.base import CommCost
 from simcore.strategies.runner import collective_model
 
@@ -60,7 +62,7 @@ def _merged(plans: Sequence[Plan]) -> Plan:
         phases = (
             concurrent(
                 "merged",
-                [Phase(ph.label, ph.transfers, ph.latency_s, ph.steps) for p in plans for ph in p.phases],
+                [ph for p in plans for ph in p.phases],
             ),
         )
     return Plan(first.op, first.algorithm, first.size_bytes, first.group, phases)
@@ -98,9 +100,9 @@ class GroupPricer:
             result = collective_time(
                 self.topology, "all_gather", size, group, algorithm=algorithm, calibration=self.calibration
             )
-            link = str(result.bottleneck_link)
-            kind = link.split("(", 1)[1].split(",", 1)[0].strip() if "(" in link else ""
-            cost = self._pinned[key] = CommCost(float(result.time_s), link, kind)
+            link = result.bottleneck
+            kind = link.kind if link is not None else ""
+            cost = self._pinned[key] = CommCost(float(result.time_s), describe_link(link), kind)
         return CommCost(cost.time_s * size_bytes / size, cost.bottleneck_link, cost.link_kind)
 
     def _contention(self, op: str, size_bytes: float, group: Group, siblings: tuple[Group, ...]) -> float:
@@ -114,6 +116,15 @@ class GroupPricer:
                 if (op == "all_to_all" and op not in OPS)
                 else (op, None)
             )
+            if all(len(s) == len(group) for s in siblings):
+                # same-shape groups: the collectives' own concurrent pricing (flows on shared links)
+                alone_s = collective_time(self.topology, real_op, size, group, algorithm=pinned).time_s
+                together_s = concurrent_collective_time(
+                    self.topology, real_op, size, [group, *siblings], algorithm=pinned
+                ).time_s
+                factor = max(1.0, together_s / alone_s) if alone_s > 0 else 1.0
+                self._factors[key] = factor
+                return factor
             own = build_plan(self.topology, real_op, size, group, algorithm=pinned)
             plans = [own]
             for sibling in siblings:

@@ -35,6 +35,7 @@ __all__ = [
     "DEFAULT_COMM_COMPUTE_SLOWDOWN",
     "OPTIMIZERS",
     "CommCost",
+    "ConcurrentFn",
     "StepContext",
     "Strategy",
     "TrainingConfig",
@@ -184,6 +185,8 @@ class CommCost:
 
 
 CollectiveFn = Callable[[str, float, tuple[int, ...]], CommCost]
+# prices one collective run by several same-shape groups at once (each group's time)
+ConcurrentFn = Callable[[str, float, tuple[tuple[int, ...], ...]], CommCost]
 
 
 class LayerTimer(Protocol):
@@ -213,6 +216,7 @@ class StepContext:
     cross_node: tuple[int, ...]
     device_memory_bytes: int
     _layer_times: dict[str, list[float]] = field(default_factory=dict)
+    concurrent: ConcurrentFn | None = None  # same-shape groups priced together (None: one at a time)
 
     @property
     def accumulation(self) -> int:

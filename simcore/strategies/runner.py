@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,6 +24,7 @@ from simcore.report import StepReport
 from simcore.strategies.base import (
     CollectiveFn,
     CommCost,
+    ConcurrentFn,
     LayerTimer,
     StepContext,
     Strategy,
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = [
     "StepResult",
     "collective_model",
+    "concurrent_model",
     "gating_device",
     "make_context",
     "percentile",
@@ -59,38 +61,12 @@ def rank_groups(topology: Topology) -> tuple[tuple[int, ...], tuple[int, ...], t
     return world, node, cross
 
 
-def _link_kind(description: str) -> str:
-    # describe_link format: "src->dst (kind, 300.0 GB/s)"
-    if "(" in description:
-        return description.split("(", 1)[1].split(",", 1)[0].strip()
-    return ""
+def _interpolated(
+    simulated: Callable[[str, float, Any], CommCost], exact: bool
+) -> Callable[[str, float, Any], CommCost]:
+    """Price a size by linear interpolation between the two powers of two around it."""
 
-
-def collective_model(
-    topology: Topology, calibration: CalibrationProfile | None = None, *, exact: bool = False
-) -> CollectiveFn:
-    """Price collectives on ``topology`` with :func:`simcore.collectives.collective_time`.
-
-    Unless ``exact``, a size is priced by linear interpolation between the two powers of two
-    around it (each simulated once): exact for alpha-beta costs whenever the algorithm chosen is
-    the same at both ends, and it keeps DDP's many slightly different bucket sizes from each
-    costing a simulation.
-    """
-    from simcore.collectives import collective_time
-
-    memo: dict[tuple[str, float, tuple[int, ...]], CommCost] = {}
-
-    def simulated(op: str, size_bytes: float, group: tuple[int, ...]) -> CommCost:
-        key = (op, size_bytes, group)
-        cost = memo.get(key)
-        if cost is None:
-            result = collective_time(topology, op, size_bytes, group, calibration=calibration)
-            link = str(result.bottleneck_link)
-            cost = CommCost(float(result.time_s), link, _link_kind(link))
-            memo[key] = cost
-        return cost
-
-    def price(op: str, size_bytes: float, group: tuple[int, ...]) -> CommCost:
+    def price(op: str, size_bytes: float, group: Any) -> CommCost:
         if exact or size_bytes < 1024:
             return simulated(op, size_bytes, group)
         low = float(2 ** math.floor(math.log2(size_bytes)))
@@ -103,6 +79,58 @@ def collective_model(
         return CommCost(time_s, nearer.bottleneck_link, nearer.link_kind)
 
     return price
+
+
+def collective_model(
+    topology: Topology, calibration: CalibrationProfile | None = None, *, exact: bool = False
+) -> CollectiveFn:
+    """Price collectives on ``topology`` with :func:`simcore.collectives.collective_time`.
+
+    Unless ``exact``, a size is priced by linear interpolation between the two powers of two
+    around it (each simulated once): exact for alpha-beta costs whenever the algorithm chosen is
+    the same at both ends, and it keeps DDP's many slightly different bucket sizes from each
+    costing a simulation.
+    """
+    from simcore.collectives import collective_time, describe_link
+
+    memo: dict[tuple[str, float, tuple[int, ...]], CommCost] = {}
+
+    def simulated(op: str, size_bytes: float, group: tuple[int, ...]) -> CommCost:
+        key = (op, size_bytes, group)
+        cost = memo.get(key)
+        if cost is None:
+            result = collective_time(topology, op, size_bytes, group, calibration=calibration)
+            link = result.bottleneck
+            cost = CommCost(float(result.time_s), describe_link(link), link.kind if link else "")
+            memo[key] = cost
+        return cost
+
+    return _interpolated(simulated, exact)
+
+
+def concurrent_model(
+    topology: Topology, calibration: CalibrationProfile | None = None, *, exact: bool = False
+) -> ConcurrentFn:
+    """Price one collective run by several same-shape groups at once (HSDP's replicate groups)
+    with :func:`simcore.collectives.concurrent_collective_time`; a calibration profile's measured
+    fit for the shape answers instead, as in :func:`collective_model`."""
+    from simcore.collectives import collective_time, concurrent_collective_time, describe_link
+
+    memo: dict[tuple[str, float, tuple[tuple[int, ...], ...]], CommCost] = {}
+
+    def simulated(op: str, size_bytes: float, groups: tuple[tuple[int, ...], ...]) -> CommCost:
+        key = (op, size_bytes, groups)
+        cost = memo.get(key)
+        if cost is None:
+            result = collective_time(topology, op, size_bytes, groups[0], calibration=calibration)
+            if result.algorithm != "calibrated":
+                result = concurrent_collective_time(topology, op, size_bytes, groups)
+            link = result.bottleneck
+            cost = CommCost(float(result.time_s), describe_link(link), link.kind if link else "")
+            memo[key] = cost
+        return cost
+
+    return _interpolated(simulated, exact)
 
 
 def gating_device(topology: Topology, dtype: str) -> DeviceSpec:
@@ -147,6 +175,7 @@ def make_context(
         node,
         cross,
         device_memory_bytes,
+        concurrent=None if collective is not None else concurrent_model(topology, calibration),
     )
 
 

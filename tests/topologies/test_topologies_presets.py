@@ -9,7 +9,17 @@ from simcore.hardware import device_spec
 from simcore.limits import check_physical
 from topologies import load_cluster, preset_names
 
-PRESETS = ["dgx-a100", "hgx-h100", "hgx-h200", "g5.12xlarge", "g5.48xlarge", "pcie-nvl-pairs"]
+PRESETS = [
+    "dgx-a100",
+    "hgx-h100",
+    "hgx-h200",
+    "g5.12xlarge",
+    "g5.48xlarge",
+    "pcie-nvl-pairs",
+    "p4d.24xlarge",
+    "p4de.24xlarge",
+    "p5.48xlarge",
+]
 
 
 def test_preset_names_are_the_documented_ones():

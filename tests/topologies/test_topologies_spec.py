@@ -96,7 +96,32 @@ BAD = [
     (_set(["nodes", 0, "count"], 0), "count: 0 is not allowed"),
     (_set(["fabric", "oversubscription"], 121), "outside the physical range 1 to 50"),
     (_set(["node_types", "box", "devices", "nic0"], {"kind": "nic"}), "a nic needs 'port'"),
+    (
+        _set(["node_types", "box", "link_classes", "pcie", "efficiency"], 1.5),
+        "efficiency must be a number in",
+    ),
+    (_set(["fabric", "efficiency"], 0), "efficiency must be a number in"),
+    (_set(["fabric", "collnet"], "yes"), "collnet: 'yes' is not allowed; use true or false"),
+    (_set(["fabric", "link_kind"], "myrinet"), "allowed: ib, roce, efa, ethernet, loopback"),
+    (_set(["node_types", "box", "p2p"], "no"), "p2p: 'no' is not allowed"),
+    (_set(["node_types", "box", "devices", "cpu0", "vendor"], "via"), "vendor: 'via' is not allowed"),
 ]
+
+
+def test_links_run_at_the_achievable_rate_unless_the_spec_measured_one(tmp_path):
+    """A GPU cluster's links get NCCL's achievable fraction of their rate; a spec's own figure wins."""
+    topo = load_cluster(_write(tmp_path, BASE))
+    assert topo.graph.edges["h0/gpu0", "h0/cpu0"]["efficiency"] == pytest.approx(0.762)
+    assert topo.graph.edges["h0/nic0", "leaf0"]["efficiency"] == pytest.approx(0.90)  # TCP
+    measured = _mutated(_set(["node_types", "box", "link_classes", "pcie", "efficiency"], 0.5))
+    measured["fabric"]["efficiency"] = 0.8
+    measured["node_types"]["box"]["p2p"] = False
+    topo = load_cluster(_write(tmp_path, measured))
+    assert topo.graph.edges["h0/gpu0", "h0/cpu0"]["efficiency"] == 0.5
+    assert topo.graph.edges["h0/nic0", "leaf0"]["efficiency"] == 0.8
+    assert topo.node("h0/gpu0")["p2p"] is False
+    cpu = load_cluster(str(EXAMPLES / "cpu-loopback.yaml"))  # gloo clusters are calibrated, not derated
+    assert all("efficiency" not in a for _, _, a in cpu.graph.edges(data=True))
 
 
 @pytest.mark.parametrize(("change", "message"), BAD)

@@ -185,3 +185,40 @@ def test_op_overhead_lands_in_the_profile_and_its_report() -> None:
 def test_one_chain_length_fits_no_overhead() -> None:
     rows = [r for r in _chain_rows({"fwd": 5e-6}) if r["ops"] == 16]
     assert fit.fit_op_overhead(rows) == {}
+
+
+def _protocol_rows(
+    lines: dict[str, tuple[float, float]], sizes: list[int], backend: str = "nccl"
+) -> list[dict]:
+    factor = busbw_factor("all_reduce", 8)
+    rows = []
+    for size in sizes:
+        time_s = min(alpha + factor * size / bw for alpha, bw in lines.values())
+        row = collective_row(op="all_reduce", size_bytes=size, ranks=8, time_us_mean=time_s * 1e6)
+        rows.append({**row, "backend": backend})
+    return rows
+
+
+def test_per_protocol_lines_are_recovered_from_a_sweep() -> None:
+    """A sweep over NCCL's protocol switches (LL, then LL128, then Simple) gives each its own line."""
+    truth = {"LL": (8e-6, 40e9), "LL128": (20e-6, 150e9), "Simple": (60e-6, 230e9)}
+    rows = _protocol_rows(truth, [2**k for k in range(3, 33)])
+    got = fit.fit_collectives(rows, max_mape=0.25, min_r2=0.9)[("all_reduce", 8, "intra_node")]
+    assert set(got.protocols) == set(truth)
+    for name, (_, bw) in truth.items():
+        assert got.protocols[name].busbw_Bps == pytest.approx(bw, rel=0.05), name
+    assert got.protocols["LL"].alpha_s == pytest.approx(8e-6, rel=0.05)
+    assert got.quality is not None and got.quality.mape < 0.02
+    assert got.time_s(64) == pytest.approx(truth["LL"][0] + 2 * 7 / 8 * 64 / truth["LL"][1], rel=0.02)
+
+
+def test_protocols_the_sizes_do_not_reach_are_reported_undetermined(tmp_path: Path) -> None:
+    truth = {"LL": (8e-6, 40e9), "LL128": (20e-6, 150e9), "Simple": (60e-6, 230e9)}
+    rows = _protocol_rows(truth, [2**k for k in range(3, 16)])  # 8 B .. 32 KiB: only LL runs
+    got = fit.fit_collectives(rows, max_mape=0.25, min_r2=0.9)[("all_reduce", 8, "intra_node")]
+    assert set(got.protocols) == {"LL"} and got.undetermined == ("LL128", "Simple")
+    assert got.protocols["LL"].alpha_s == pytest.approx(8e-6, rel=0.01)
+    report = fit.format_report(fit.fit_profile([*rows, {"kind": "provenance"}]))
+    assert "not determined by the data: LL128, Simple" in report
+    gloo = fit.fit_collectives(_protocol_rows(truth, [2**k for k in range(3, 33)], "gloo"), 0.25, 0.9)
+    assert not gloo[("all_reduce", 8, "intra_node")].protocols  # gloo has no protocols

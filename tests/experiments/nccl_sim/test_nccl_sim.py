@@ -130,9 +130,14 @@ def test_json_records_carry_the_documented_fields(capsys: pytest.CaptureFixture[
             "algbw_GBps",
             "busbw_GBps",
             "algorithm",
+            "protocol",
             "bottleneck_link",
+            "bottleneck",
         }
         assert r["algorithm"] == "direct" and r["count"] == r["size_bytes"] // 4 // 8
+        assert r["bottleneck"]["kind"] == "nvswitch" and r["bottleneck"]["usable_GBps"] == pytest.approx(
+            240.0
+        )
         assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"] * 7 / 8)
 
 
@@ -159,7 +164,11 @@ def test_size_ladder_follows_nccl_tests() -> None:
         (["-b", "1G", "-e", "8"], "larger than"),
         (["--op", "alltoall"], "--op: invalid choice: 'alltoall'"),
         (["--algo", "nvls"], "nvls"),
-        (["--algo", "warp"], "--algo: invalid choice: 'warp'"),
+        (["--algo", "warp"], "allowed: ring"),
+        (["--proto", "LL256"], "--proto 'LL256' is not a protocol; allowed: LL, LL128, Simple"),
+        (["--algo", "nvls", "--topology", "hgx-h100", "--proto", "LL"], "protocol LL cannot run nvls"),
+        (["--op", "all_gather", "--algo", "tree"], "does not implement all_gather"),
+        (["--op", "all_to_allv", "--skew", "-1"], "--skew"),
         (["--topology", "no-such-cluster"], "no-such-cluster"),
         (["--cluster", "no-such-cluster"], "no-such-cluster"),
         (["--gpus", "100000"], "--gpus: 100000 is out of range; allowed 1..32768"),
@@ -180,6 +189,54 @@ def test_bad_input_prints_one_error_line_and_exits_2(
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: ") and message in err
+
+
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"NCCL_ALGO": "warp"}, "NCCL_ALGO='warp': unknown 'warp'"),
+        ({"NCCL_PROTO": "LL,fast"}, "NCCL_PROTO='LL,fast': unknown 'fast'"),
+        ({"NCCL_COLLNET_ENABLE": "on"}, "NCCL_COLLNET_ENABLE='on' is not allowed"),
+        ({"NCCL_ALGO": "allreduce:ring"}, "per-collective lists"),
+    ],
+)
+def test_bad_nccl_environment_prints_one_error_line_and_exits_2(
+    env: dict[str, str], message: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SystemExit) as exc:
+        main(["-b", "1K", "-e", "1K"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and message in err
+
+
+def test_nccl_environment_and_flags_pick_algorithm_and_protocol(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base = ["--topology", "dgx-a100", "--nodes", "2", "-b", "8", "-e", "8", "--format", "json"]
+    main(base)
+    (auto,) = json.loads(capsys.readouterr().out)["results"]
+    assert (auto["algorithm"], auto["protocol"]) == ("tree", "LL")
+    monkeypatch.setenv("NCCL_ALGO", "Ring")
+    monkeypatch.setenv("NCCL_PROTO", "^LL")
+    main(base)
+    (ring,) = json.loads(capsys.readouterr().out)["results"]
+    assert (ring["algorithm"], ring["protocol"]) == ("ring", "LL128")
+    main([*base, "--algo", "Tree", "--proto", "simple"])
+    (pinned,) = json.loads(capsys.readouterr().out)["results"]
+    assert (pinned["algorithm"], pinned["protocol"]) == ("tree", "Simple")
+
+
+def test_all_to_all_and_all_to_allv_run(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["--topology", "dgx-a100", "--nodes", "2", "-b", "64M", "-e", "64M", "--format", "json"]
+    main([*base, "--op", "all_to_all"])
+    (even,) = json.loads(capsys.readouterr().out)["results"]
+    main([*base, "--op", "all_to_allv", "--skew", "3"])
+    (skewed,) = json.loads(capsys.readouterr().out)["results"]
+    assert even["busbw_GBps"] == pytest.approx(even["algbw_GBps"] * 15 / 16)
+    assert skewed["time_us"] > even["time_us"]
 
 
 def test_calibration_profile_answers_where_it_has_a_fit(

@@ -78,3 +78,32 @@ def test_thousands_of_ring_hops_of_two_kinds_get_two_rates() -> None:
     capacity = np.array([300e9] * 4096 + [25e9] * 512)
     rates = max_min_rates(*incidence(routes), 4096, capacity)
     assert sorted(set(rates.tolist())) == [25e9, 300e9]
+
+
+def test_plain_fairness_can_idle_a_bottleneck_that_size_weights_keep_busy() -> None:
+    """Flows A (links 0+1) and B (0+2) load link 0 most (2 bytes); small flows share links 1 and 2.
+    Plain max-min holds A and B to 1/3 on links 1 and 2, leaving link 0 a third idle, so the
+    phase outlasts link 0's 2 s; weighted by bytes, every flow finishes by then."""
+    routes = [[0, 1], [0, 2], [1], [1], [2], [2]]
+    sizes = np.array([1.0, 1.0, 0.4, 0.4, 0.4, 0.4])
+    capacity = np.array([1.0, 1.0, 1.0])
+    plain = max_min_rates(*incidence(routes), len(routes), capacity)
+    assert plain[0] == pytest.approx(1 / 3)  # link 0 carries only 2/3
+    weighted = max_min_rates(*incidence(routes), len(routes), capacity, sizes)
+    loads = np.bincount(incidence(routes)[0], weights=sizes[incidence(routes)[1]]) / capacity
+    assert np.max(sizes / weighted) == pytest.approx(loads.max())  # everyone done when link 0 drains
+
+
+@settings(max_examples=200, deadline=None)
+@given(problems(), st.lists(st.sampled_from([0.1, 0.5, 1.0, 3.0]), min_size=12, max_size=12))
+def test_weighted_rates_stay_feasible_and_finish_by_the_busiest_link(
+    problem: tuple[list[list[int]], np.ndarray], draws: list[float]
+) -> None:
+    routes, capacity = problem
+    sizes = np.array(draws[: len(routes)])
+    links, flows = incidence(routes)
+    rates = max_min_rates(links, flows, len(routes), capacity, sizes)
+    used = np.bincount(links, weights=rates[flows], minlength=len(capacity))
+    assert np.all(used <= capacity * (1 + 1e-9))
+    drain = np.bincount(links, weights=sizes[flows], minlength=len(capacity)) / capacity
+    assert np.max(sizes / rates) <= drain.max() * (1 + 1e-9)

@@ -17,8 +17,13 @@ def test_groups_on_one_nic_share_it_and_groups_with_their_own_nics_do_not() -> N
     g5 = GroupPricer(cluster("g5.48xlarge", 16))  # one NIC per server for eight GPUs
     alone = g5.price("all_reduce", 2**28, evens)
     together = g5.price("all_reduce", 2**28, evens, [odds]).time_s
-    assert together == pytest.approx(2 * alone.time_s, rel=0.02)
-    assert alone.link_kind == "ethernet"
+    # Alone, one group is limited by PCIe staging (no peer-to-peer on g5) just above the NIC's rate;
+    # together the two groups' bytes meet on the one 100 Gb/s NIC, which then limits both.
+    assert 1.3 * alone.time_s < together <= 2.02 * alone.time_s
+    nic_bound = collective_time(cluster("g5.48xlarge", 16), "all_reduce", 2**28, (0, 8)).time_s
+    assert g5.price("all_reduce", 2**28, (0, 8), [(i, 8 + i) for i in range(1, 8)]).time_s == pytest.approx(
+        8 * nic_bound, rel=0.05
+    )
 
 
 def test_pipeline_sends_of_a_whole_stage_contend_on_a_shared_nic() -> None:

@@ -1,0 +1,222 @@
+"""The cost model: one (algorithm, protocol) pair's time for a size, in NCCL's structure.
+
+For every phase of a unit plan (:mod:`simcore.collectives.plan`):
+
+    latency   = base[pattern][proto] + intra * hop[class][pattern][proto] + inter * (hop[net] + fabric)
+                + pattern's fixed term; a multi-node Simple ring all-reduce pays NCCL's 1.4x plateau
+    bandwidth = max(link time of the unit plan * size / efficiency, size / protocol throughput cap)
+    phase     = max(latency, launch floor) + bandwidth
+
+where the link time is the most loaded link's bytes over its usable rate (measured on the actual
+routes), ``efficiency`` is the protocol's fraction of that rate (LL's flag bytes, LL128's 120/128,
+trees' 0.92 and NCCL's medium-size tree correction) and the cap is NCCL's per-channel throughput
+limit of the protocol (LL's llMaxBw, LL128 and tree caps per channel). Ring intra-node steps of a
+multi-node ring are no faster than NCCL's per-step network post overhead. CPU (gloo) groups use
+the plain alpha-beta model: steps x (slowest route latency + a software step), Simple only, every
+link at its full rate.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from simcore.collectives.group import GroupInfo
+from simcore.collectives.options import NcclOptions
+from simcore.collectives.plan import STEP_OVERHEAD_S, Edge, Hops, Phase, Plan, Transfer
+from simcore.collectives.tuning import (
+    arch_param,
+    base_latency_us,
+    efficiency,
+    hop_latency_us,
+    latency_param,
+    ll_max_busbw,
+    node_index,
+    protocols_of,
+    tables,
+    tree_correction,
+)
+from simcore.topology import Topology
+
+__all__ = [
+    "PhaseCost",
+    "allowed_protocols",
+    "link_time_per_byte",
+    "materialize",
+    "phase_costs",
+    "plan_cost",
+]
+
+_RING_LIKE = ("ring", "chain", "p2p", "nvls", "nvls_tree")
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseCost:
+    """One phase priced: latency, link-bound and protocol-bound bandwidth times (s), the worst link."""
+
+    latency_s: float
+    link_s: float
+    engine_s: float
+    bottleneck: Edge | None
+
+    @property
+    def time_s(self) -> float:
+        return self.latency_s + max(self.link_s, self.engine_s)
+
+
+def link_time_per_byte(topology: Topology, phase: Phase) -> tuple[float, Edge | None]:
+    """Time for the phase's most loaded link to carry its bytes (unit plan: per byte), and the link."""
+    succ = topology.graph._succ  # raw adjacency: networkx's edge views cost a call per lookup
+    worst = 0.0
+    worst_edge: Edge | None = None
+    for (u, v), load in phase.link_loads().items():  # insertion order is deterministic
+        attrs = succ[u][v]
+        t = load / (float(attrs["bandwidth_Bps"]) * float(attrs.get("efficiency", 1.0)))
+        if t > worst or (t == worst and worst_edge is not None and (u, v) < worst_edge):
+            worst, worst_edge = t, (u, v)
+    return worst, worst_edge
+
+
+def allowed_protocols(plan: Plan, info: GroupInfo, options: NcclOptions) -> tuple[str, ...]:
+    """Protocols that can run ``plan``: the patterns' own, LL128 only over NVLink (and, across nodes,
+    only on Hopper or where GPUs reach their NICs inside a PCIe switch), and what ``options`` allow."""
+    if info.backend != "nccl":
+        return ("Simple",)
+    common: list[str] | None = None
+    for phase in plan.phases:
+        offered = list(protocols_of(phase.hops.pattern))
+        common = offered if common is None else [p for p in common if p in offered]
+    protos = common if common is not None else ["Simple"]
+    ll128 = all(p.hops.nvlink for p in plan.phases) and info.ll128_net
+    return tuple(p for p in protos if (p != "LL128" or ll128) and options.allows_protocol(p))
+
+
+def _steps(op: str, ranks: int) -> int:
+    if op == "all_reduce":
+        return 2 * (ranks - 1)
+    if op in ("all_gather", "reduce_scatter"):
+        return ranks - 1
+    return ranks
+
+
+def _net_hop_us(hops: Hops, proto: str, info: GroupInfo) -> float:
+    """One node-crossing hop: NCCL's network hop latency plus the fabric's own latency, which
+    Simple pays twice (NCCL: "Also add the flush extra latency" - a GPUDirect flush read)."""
+    # With one rank per node the network latency cannot hide behind intra-node steps: NCCL then
+    # takes the tree's network latency for every algorithm.
+    pattern = "tree" if info.ppn == 1 and hops.pattern != "pat" else hops.pattern
+    fabric = hops.fabric_s * 1e6 * (2 if proto == "Simple" else 1)
+    return hop_latency_us("net", pattern, proto) + fabric
+
+
+def latency_s(hops: Hops, proto: str, info: GroupInfo, op: str, size: float) -> float:
+    """The phase's latency for ``proto`` (NCCL's formula on the phase's hop counts)."""
+    if info.backend != "nccl":
+        return hops.steps * (hops.route_s + STEP_OVERHEAD_S)
+    pattern = hops.pattern
+    intra = hop_latency_us("nvlink" if hops.nvlink else "pci", pattern, proto)
+    if hops.shm:
+        intra += hops.intra_route_s * 1e6  # staged through host memory: the copy's path on top
+    if info.multi_node and pattern == "ring":
+        overhead = float(latency_param("net_overhead_us")[info.vendor])
+        if proto == "Simple":
+            overhead *= float(latency_param("net_overhead_simple_factor"))
+        intra = max(intra, overhead)
+    lat = base_latency_us(pattern, proto) + hops.intra * intra + hops.extra_s * 1e6
+    if hops.inter:
+        lat += hops.inter * _net_hop_us(hops, proto, info)
+    plateau = latency_param("ring_plateau")
+    per_channel = size / max(1, info.channels * info.ranks)
+    ring_all_reduce = pattern == "ring" and proto == "Simple" and info.multi_node and op == "all_reduce"
+    if ring_all_reduce and per_channel >= float(plateau["min_bytes_per_rank_channel"]):
+        lat *= float(plateau["volta_factor"] if info.arch == "volta" else plateau["factor"])
+    return max(lat, float(latency_param("launch_floor_us"))) * 1e-6
+
+
+def _efficiency(pattern: str, proto: str, info: GroupInfo, op: str, size: float) -> float:
+    if info.backend != "nccl":
+        return 1.0
+    eff = efficiency(pattern, proto, not info.multi_node)
+    if pattern == "tree" and op == "all_reduce":
+        eff *= tree_correction(proto, size)
+    return eff
+
+
+def _cap_busbw(pattern: str, proto: str, info: GroupInfo) -> float:
+    """NCCL's throughput cap on the bus bandwidth (GB/s) of ``pattern`` with ``proto``; inf if none."""
+    arch, index, ch = info.arch, node_index(info.nodes), info.channels
+    if proto == "LL" and pattern in ("ring", "chain", "p2p", "tree"):
+        return ll_max_busbw(arch, info.nodes, info.vendor)
+    if proto == "LL128" and pattern in ("ring", "chain", "p2p"):
+        return ch * float(arch_param(arch, "ring_ll128_per_channel", [math.inf] * 3)[index])
+    if pattern == "tree":
+        key = "tree_ll128_per_channel" if proto == "LL128" else "tree_per_channel"
+        return ch * float(arch_param(arch, key, [math.inf] * 3)[index])
+    if pattern == "nvls_tree":
+        per = float(arch_param(arch, "nvls_tree_per_channel", [0.0] * 3)[index])
+        return int(arch_param(arch, "nvls_channels", 16)) * per if per > 0 else math.inf
+    if proto == "Simple" and pattern in ("ring", "chain"):
+        return float(arch_param(arch, "simple_max_busbw", math.inf))
+    return math.inf
+
+
+def _engine_s(pattern: str, proto: str, info: GroupInfo, op: str, size: float) -> float:
+    """Time the protocol's throughput cap alone needs for ``size`` bytes (0 if uncapped)."""
+    if info.backend != "nccl" or size <= 0 or info.ranks < 2:
+        return 0.0
+    cap = _cap_busbw(pattern, proto, info)
+    if not math.isfinite(cap):
+        return 0.0
+    ratios = tables()["bandwidth"]["cap_ratio"]
+    ratio = float(ratios[pattern]) if pattern in ratios else info.ranks / _steps(op, info.ranks)
+    return size / (cap * 1e9 * ratio)
+
+
+def phase_costs(
+    plan: Plan,
+    unit_links: Sequence[tuple[float, Edge | None]],
+    proto: str,
+    size: float,
+    info: GroupInfo,
+) -> list[PhaseCost]:
+    """Every phase of unit ``plan`` priced for ``size`` bytes with ``proto``."""
+    out = []
+    for phase, (per_byte, edge) in zip(plan.phases, unit_links, strict=True):
+        pattern = phase.hops.pattern
+        if not phase.transfers:
+            out.append(PhaseCost(0.0, 0.0, 0.0, None))
+            continue
+        eff = _efficiency(pattern, proto, info, plan.op, size)
+        out.append(
+            PhaseCost(
+                latency_s(phase.hops, proto, info, plan.op, size),
+                per_byte * size / eff,
+                _engine_s(pattern, proto, info, plan.op, size),
+                edge,
+            )
+        )
+    return out
+
+
+def plan_cost(costs: Sequence[PhaseCost]) -> tuple[float, Edge | None]:
+    """Total time, and the link limiting the phase with the longest link time (None if nothing moves)."""
+    total = sum(c.time_s for c in costs)
+    limiting = max((c for c in costs if c.bottleneck is not None), key=lambda c: c.link_s, default=None)
+    return total, None if limiting is None else limiting.bottleneck
+
+
+def materialize(plan: Plan, costs: Sequence[PhaseCost], proto: str, size: float, info: GroupInfo) -> Plan:
+    """The runnable plan: unit transfers scaled to ``size`` on the wire, latency and floor filled in."""
+    phases = []
+    for phase, cost in zip(plan.phases, costs, strict=True):
+        if not phase.transfers:
+            phases.append(phase)
+            continue
+        eff = _efficiency(phase.hops.pattern, proto, info, plan.op, size)
+        scale = size / eff
+        transfers = tuple(
+            Transfer(t.src, t.dst, t.size_bytes * scale, t.route, t.latency_s) for t in phase.transfers
+        )
+        phases.append(replace(phase, transfers=transfers, latency_s=cost.latency_s, engine_s=cost.engine_s))
+    return replace(plan, size_bytes=size, phases=tuple(phases), protocol=proto)
