@@ -19,6 +19,8 @@ PRESETS = [
     "p4d.24xlarge",
     "p4de.24xlarge",
     "p5.48xlarge",
+    "a100-roce-400g",
+    "h100-roce-800g",
 ]
 
 
@@ -123,7 +125,7 @@ def test_bad_overrides_are_user_errors(kwargs, message):
 
 
 def test_unknown_preset_lists_presets():
-    with pytest.raises(TrainsimError, match="presets: dgx-a100"):
+    with pytest.raises(TrainsimError, match=r"presets: (\S+, )*dgx-a100"):
         load_cluster("dgx-z100")
 
 
@@ -134,3 +136,14 @@ def test_shipped_presets_lie_inside_their_physical_ranges(preset):
         if attrs["link_class"] != "fabric-uplink":  # derived: the sum of a leaf's NIC ports
             check_physical("link_bandwidth", attrs["bandwidth_Bps"], preset)
         check_physical("link_latency", attrs["latency_s"], preset)
+
+
+@pytest.mark.parametrize(
+    ("name", "per_node_Bps"), [("a100-roce-400g", 400e9 / 8), ("h100-roce-800g", 800e9 / 8)]
+)
+def test_roce_presets_carry_the_published_per_node_network_total(name, per_node_Bps):
+    # fms-fsdp README: 400 Gbps/node (A100) and 800 Gbps/node (H100); the NIC split is assumed.
+    topo = load_cluster(name, nodes=2)
+    out = [topo.link(src, dst) for src, dst in topo.graph.edges if src.startswith("h0/nic")]
+    total = sum(link.bandwidth_Bps for link in out if link.kind == "roce")
+    assert total == pytest.approx(per_node_Bps)

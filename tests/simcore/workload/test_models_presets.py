@@ -23,6 +23,7 @@ PUBLISHED_PARAMS = {
     "llama2-7b": 6_738_415_616,
     "llama2-13b": 13_015_864_320,
     "llama2-70b": 68_976_648_192,
+    "llama2-34b": 33_743_970_304,  # CodeLlama-34b-hf config (LlamaForCausalLM)
     "mistral-7b": 7_241_732_096,
     # Mixture-of-experts (MixtralForCausalLM, DeepseekForCausalLM on their configs).
     "mixtral-8x7b": 46_702_792_704,
@@ -47,6 +48,7 @@ ROUNDED_PARAMS = {
     "llama2-7b": 6.74e9,
     "llama2-13b": 13.0e9,
     "llama2-70b": 69.0e9,
+    "llama2-34b": 34e9,  # Touvron et al. 2023, Table 1
     "mistral-7b": 7.24e9,
     "mixtral-8x7b": 46.7e9,  # Jiang et al. 2024: "47B"
     "deepseek-moe-16b": 16.4e9,  # Dai et al. 2024
