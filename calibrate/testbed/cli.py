@@ -14,7 +14,9 @@ with SIGKILL cannot clean up: its ranks die with it (each asks Linux for SIGKILL
 exits, ``PR_SET_PDEATHSIG``), and ``--cleanup`` kills whatever still runs in the namespaces it left,
 removes them, and says what it removed and what it could not (with the processes still inside).
 
-Needs root and iproute2. Only private addresses (10.213.0.x) are used, and only inside the
+A calibration job's options and ``--out`` are checked once, here, before any namespace is made
+(:mod:`calibrate.slurm.preflight`), so a bad one is one error line, not one per rank. Needs root
+and iproute2. Only private addresses (10.213.0.x) are used, and only inside the
 namespaces the testbed creates.
 """
 
@@ -34,6 +36,7 @@ from pathlib import Path
 from types import FrameType
 
 from calibrate.common.procs import die_with_parent
+from calibrate.slurm.preflight import JOBS, check_job
 from calibrate.testbed.net import (
     LinkShape,
     NamespaceCleanup,
@@ -212,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
         raise TestbedError(reason)
     if args.cleanup:
         return cleanup()
+    if args.job[0] in JOBS:  # the job's own options and --out, once, before any namespace exists
+        check_job(args.job[0], args.job[1:])
     testbed = Testbed(args.nodes, LinkShape(parse_bandwidth(args.bandwidth), parse_time(args.delay)))
     print(f"testbed: {args.nodes} nodes, {args.bandwidth} links, delay {args.delay}, namespaces {testbed.tag}-*",
           flush=True)  # fmt: skip
