@@ -149,12 +149,46 @@ def test_bad_inputs_give_one_error_line(
     assert not (tmp_path / "p.json").exists()
 
 
-def test_profile_write_is_atomic_and_complete(tmp_path: Path) -> None:
+def test_an_existing_profile_is_replaced_only_with_force(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = tmp_path / "profile.json"
     out.write_text("old")
-    assert fit.main([str(DATA / "sendrecv_perf_8xa100.txt"), "-o", str(out)]) == 0
+    monkeypatch.setattr(fit, "load_rows", lambda *a, **k: pytest.fail("read inputs before checking -o"))
+    with pytest.raises(SystemExit) as exc:
+        fit.main([str(DATA / "sendrecv_perf_8xa100.txt"), "-o", str(out)])
+    assert exc.value.code == 2 and out.read_text() == "old"
+    assert capsys.readouterr().err == (
+        f"error: --out {str(out)!r} already exists; choose a new file, or add --force to replace it\n"
+    )
+    monkeypatch.undo()
+    assert fit.main([str(DATA / "sendrecv_perf_8xa100.txt"), "-o", str(out), "--force"]) == 0
     assert json.loads(out.read_text())["format"] == "trainsim-profile"
     assert [p.name for p in tmp_path.iterdir()] == ["profile.json"]  # no temporary left behind
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["-o", "."], "--out '.' is a folder; give the file to write"),
+        (["-o", "/proc/no/such/p.json"], "--out '/proc/no/such/p.json': cannot write in '/proc'"),
+        (["-o", "p.json", "--max-mape", "nan"], "--max-mape must be a number above 0"),
+        (["-o", "p.json", "--min-r2", "2"], "--min-r2 must be a number of at most 1"),
+    ],
+)
+def test_bad_output_or_thresholds_are_one_error_line(
+    argv: list[str],
+    message: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        fit.main([str(DATA / "sendrecv_perf_8xa100.txt"), *argv])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.startswith(f"error: {message}") and err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_linear_fit_needs_two_sizes() -> None:
