@@ -1,9 +1,5 @@
 """``python -m calibrate.collectives``."""
 
-from calibrate.common.prereq import exit_without_torch
-
-exit_without_torch("calibrate.collectives")  # one error line, not an import traceback, without torch
-
-from calibrate.collectives.cli import main  # noqa: E402  (imports torch)
+from calibrate.collectives.cli import main
 
 raise SystemExit(main())

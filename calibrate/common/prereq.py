@@ -24,25 +24,20 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from simcore.cliargs import output_dir, output_file
-from simcore.errors import TrainsimError, cli_entry
+from simcore.errors import TrainsimError
 
-__all__ = ["check_measurement_dir", "check_record_file", "exit_without_torch", "require_torch"]
+__all__ = ["check_measurement_dir", "check_record_file", "require_torch"]
 
 
 def require_torch(command: str) -> None:
-    """TrainsimError when torch is not installed: the measuring jobs run real torch code."""
+    """TrainsimError when torch is not installed, for a job that imports it only once its options
+    are checked (a job importing it at module level ends with the one line ``calibrate``'s
+    ``__init__`` prints instead of an import traceback)."""
     if importlib.util.find_spec("torch") is None:
         raise TrainsimError(
             f"{command} measures with torch, which is not installed; pip install torch "
             "(or the project's calibrate extra)"
         )
-
-
-@cli_entry
-def exit_without_torch(command: str) -> None:
-    """For a job's ``__main__``, before it imports the job (which imports torch): one ``error:``
-    line and status 2 when torch is missing, instead of an import traceback."""
-    require_torch(command)
 
 
 def _held(path: Path) -> bool:
