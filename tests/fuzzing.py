@@ -294,10 +294,11 @@ def run_cli(main: Callable[[list[str]], object], argv: list[str], seconds: int =
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), time_bound(seconds):
         try:
-            code = main(argv)
+            returned = main(argv)
+            code = returned if isinstance(returned, int) else 0
         except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 2
-    return int(code or 0), out.getvalue(), err.getvalue()  # type: ignore[call-overload]
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    return code, out.getvalue(), err.getvalue()
 
 
 def check_cli_outcome(argv: list[str], code: int, out: str, err: str) -> None:

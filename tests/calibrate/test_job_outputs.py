@@ -35,7 +35,12 @@ def _job(name: str, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[Any], st
     module_name, runner, records, tiny = JOBS[name]
     module = importlib.import_module(module_name)
     calls: list[Any] = []
-    monkeypatch.setattr(module, runner, lambda args: calls.append(args) or 0)
+
+    def measure_nothing(args: Any) -> int:
+        calls.append(args)
+        return 0
+
+    monkeypatch.setattr(module, runner, measure_nothing)
     for variable in ("RANK", "SLURM_PROCID"):
         monkeypatch.delenv(variable, raising=False)
     return module.main, calls, records, tiny
