@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -219,3 +221,20 @@ def test_op_overhead_lands_in_the_profile_and_its_report() -> None:
 def test_one_chain_length_fits_no_overhead() -> None:
     rows = [r for r in _chain_rows({"fwd": 5e-6}) if r["ops"] == 16]
     assert fit.fit_op_overhead(rows) == {}
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_a_bar_counts_the_files_on_a_terminal_unless_quiet(
+    quiet: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    captures = [str(DATA / "all_reduce_perf_8xa100.txt"), str(DATA / "broadcast_perf_8xa100.txt")]
+    assert fit.main([*captures, "-o", str(tmp_path / "p.json"), *(["--quiet"] if quiet else [])]) == 0
+    assert ("reading: " in terminal.getvalue()) is not quiet
+    assert "reading:" not in capsys.readouterr().out  # the bar never touches the table on stdout

@@ -8,7 +8,9 @@ optimizer state; AdamW keeps two fp32 states per parameter; categories add up to
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 
 import pytest
 import torch
@@ -160,3 +162,21 @@ def test_parse_list_names_the_flag() -> None:
     assert memory_truth.parse_list("gpt2-tiny, gpt2-tiny", list(MODELS), "--models") == ["gpt2-tiny"]
     with pytest.raises(TrainsimError, match=r"^--models: unknown model 'gpt5'; allowed: "):
         memory_truth.parse_list("gpt5", list(MODELS), "--models")
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_the_grid_shows_a_bar_on_a_terminal_unless_quiet(
+    quiet: bool, tmp_path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(memory_truth, "measure", _fake_measure([]))
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    argv = ["--models", "gpt2-tiny", "--world-sizes", "1,2", "--out", str(tmp_path / "t.jsonl")]
+    assert memory_truth.main([*argv, *(["--quiet"] if quiet else [])]) == 0
+    assert ("memory truth: " in terminal.getvalue()) is not quiet
+    assert len(capsys.readouterr().out.splitlines()) == 4  # one result line per grid point, on stdout
