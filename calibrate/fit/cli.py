@@ -1,6 +1,6 @@
 """Fit measurements into a calibration profile the simulator reads (:mod:`simcore.calibration.profile`).
 
-    python -m calibrate.fit runs/ -o profile.json [--topology dgx-a100]
+    python -m calibrate.fit runs/ -o runs/profile.json [--topology dgx-a100]
 
 Inputs are record files of ``calibrate.collectives`` / ``calibrate.compute`` (JSONL or CSV; a
 directory means every ``*.jsonl`` in it, or its ``*.csv`` where no JSONL of that name exists) and
