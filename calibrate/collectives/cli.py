@@ -60,7 +60,7 @@ _IN_PLACE = ("all_reduce", "broadcast", "reduce")  # torch's forms of these over
 _SPLIT = ("all_gather", "reduce_scatter", "alltoall")  # size = whole buffer, one slice per rank
 _RESUME_KEY = ("op", "size_bytes", "group", "repeat")
 MAX_ITERS = 1_000_000  # per size and repeat: far past any useful sweep, short of a run that never ends
-MAX_REPEATS = 1000
+MAX_REPEATS = 1_000_000  # an "endless" sweep that a time limit or scancel ends is legitimate
 
 
 @dataclass(frozen=True, slots=True)

@@ -173,7 +173,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="all_reduce size for the slowdown probe (world > 1)")  # fmt: skip
     p.add_argument("-n", "--iters", type=int_range(1, 1_000_000), default=10, help="timed calls per repeat")
     p.add_argument("-w", "--warmup", type=int_range(0, 1_000_000), default=2, help="untimed calls per item")
-    p.add_argument("--repeats", type=int_range(1, 1000), default=3, help="repeats of the timed calls")
+    p.add_argument("--repeats", type=int_range(1, 1_000_000), default=3, help="repeats of the timed calls")
     p.add_argument("--backend", default=None, choices=BACKENDS,
                    help="process-group backend (default: nccl when CUDA is available, else gloo)")  # fmt: skip
     p.add_argument("--resume", action="store_true", help="skip (item, repeat) already in --out")
