@@ -12,7 +12,8 @@ parser from these, so one flag means one thing everywhere:
   :func:`output_dir`): nothing a command writes by default can overwrite earlier results; output
   goes to a new ``runs/<command>-<timestamp>/`` folder unless ``--out`` names one, a non-empty
   ``--out`` needs ``--force``, and an ``--out`` that is a file or cannot be written is reported
-  before any simulation starts.
+  before any simulation starts. A command whose output is one file (``calibrate.fit -o
+  profile.json``) checks it with :func:`output_file`: an existing file needs ``--force``.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ __all__ = [
     "name_list",
     "new_run_dir",
     "output_dir",
+    "output_file",
     "positive_int",
     "size_bytes",
 ]
@@ -247,7 +249,19 @@ def output_dir(out: str | None, *, force: bool, command: str | None = None) -> P
     return path
 
 
-def _check_writable(path: Path, given: str | None) -> None:
+def output_file(out: str, *, force: bool, flag: str = "--out") -> Path:
+    """Check an output file before any work: refused, with one error line, when it already exists
+    (unless ``force``), names a folder, or is in a place this user cannot write. Creates nothing."""
+    path = Path(out)
+    if path.is_dir():
+        raise TrainsimError(f"{flag} {out!r} is a folder; give the file to write")
+    if path.exists() and not force:
+        raise TrainsimError(f"{flag} {out!r} already exists; choose a new file, or add --force to replace it")
+    _check_writable(path.parent, out, flag)
+    return path
+
+
+def _check_writable(path: Path, given: str | None, flag: str = "--out") -> None:
     """The nearest existing ancestor must be a folder this process can create a folder in.
 
     Tried, not inferred from permission bits (root passes ``os.access`` on read-only mounts): a
@@ -258,9 +272,9 @@ def _check_writable(path: Path, given: str | None) -> None:
         probe = probe.parent
     shown = given if given is not None else str(path)
     if not probe.is_dir():
-        raise TrainsimError(f"--out {shown!r}: {str(probe)!r} is a file, so the folder cannot be made")
+        raise TrainsimError(f"{flag} {shown!r}: {str(probe)!r} is a file, so the folder cannot be made")
     try:
         with tempfile.TemporaryDirectory(prefix=".trainsim-write-check-", dir=probe):
             pass
     except OSError as exc:
-        raise TrainsimError(f"--out {shown!r}: cannot write in {str(probe)!r} ({exc.strerror})") from None
+        raise TrainsimError(f"{flag} {shown!r}: cannot write in {str(probe)!r} ({exc.strerror})") from None

@@ -10,11 +10,17 @@ examples in the default test run; :data:`FUZZ_SLOW` many more (``-m slow``).
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 import json
 import math
-from collections.abc import Callable, Sequence
+import os
+import re
+import signal
+from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, settings
@@ -30,9 +36,13 @@ __all__ = [
     "assert_cli_contract",
     "assert_finite_topology",
     "assert_one_line",
+    "check_cli_outcome",
     "encoded",
+    "inside",
     "mutated_document",
     "mutated_text",
+    "run_cli",
+    "time_bound",
 ]
 
 _COMMON = dict(
@@ -245,3 +255,58 @@ def assert_cli_contract(
     if json_out and code == 0:
         json.loads(out, parse_constant=_refuse_constant)
     return int(code or 0)
+
+
+# A non-finite number as a command prints it (``nan``, ``-inf``, ``Infinity``), not inside a word.
+NON_FINITE = re.compile(r"(?<![\w.])-?(nan|inf|infinity)(?![\w.])", re.IGNORECASE)
+
+
+@contextlib.contextmanager
+def time_bound(seconds: int) -> Iterator[None]:
+    """Fail an example that runs longer than ``seconds`` (a hang), from a SIGALRM."""
+
+    def expired(signum: int, frame: object) -> None:
+        raise TimeoutError(f"one example ran longer than {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@contextlib.contextmanager
+def inside(folder: Path) -> Iterator[None]:
+    """Run in ``folder``, so relative and default outputs land there (contextlib.chdir is 3.11+)."""
+    before = Path.cwd()
+    os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+def run_cli(main: Callable[[list[str]], object], argv: list[str], seconds: int = 60) -> tuple[int, str, str]:
+    """(status, stdout, stderr) of ``main(argv)`` in process, within ``seconds``; any exception other
+    than SystemExit propagates (a traceback is a failure)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), time_bound(seconds):
+        try:
+            returned = main(argv)
+            code = returned if isinstance(returned, int) else 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    return code, out.getvalue(), err.getvalue()
+
+
+def check_cli_outcome(argv: list[str], code: int, out: str, err: str) -> None:
+    """Exit 0 or 2, no traceback, one ``error:`` line exactly when it failed, no non-finite number."""
+    shown = f"argv {argv}:\nstdout: {out[-1500:]}\nstderr: {err[-1500:]}"
+    assert code in (0, 2), shown
+    assert "Traceback" not in out + err, shown
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) <= 1, shown
+    assert (code == 2) == bool(errors), shown
+    assert not NON_FINITE.search(out), shown

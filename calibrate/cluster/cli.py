@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import math
 import os
 import shutil
 import signal
@@ -40,7 +41,7 @@ __all__ = ["cleanup", "main"]
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = Parser(prog="python -m calibrate.cluster", description=__doc__.split("\n")[0],
                                 usage="%(prog)s [--nodes N] [--cpus N] [--bandwidth RATE] [-- COMMAND...]")  # fmt: skip
-    p.add_argument("--nodes", type=int, default=2, help="emulated nodes, one slurmd each (1..64)")
+    p.add_argument("--nodes", type=int_range(1, 64), default=2, help="emulated nodes, one slurmd each")
     p.add_argument("--cpus", type=int_range(1, 1024), default=2, help="CPUs= of every node in slurm.conf")
     p.add_argument("--bandwidth", default="1Gbit/s", help="rate of each node's link, each direction")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the nodes to be idle")
@@ -97,8 +98,8 @@ def main(argv: list[str] | None = None) -> int:
             raise ClusterError(reason)
         print(f"removed {len(cleanup())} stale namespace(s)")
         return 0
-    if args.timeout < 0:
-        raise ClusterError(f"--timeout must not be negative, got {args.timeout:g}")
+    if not 0 <= args.timeout < math.inf:
+        raise ClusterError(f"--timeout must be a finite number of seconds, at least 0; got {args.timeout:g}")
     reason = cluster_unavailable()
     if reason is not None:
         raise ClusterError(reason)

@@ -11,6 +11,8 @@ diffed with ``all_reduce_perf`` or read back by :mod:`calibrate.nccl_tests`) and
 row per (op, size, group, repeat) to ``<out>/collectives.jsonl`` (``--csv`` adds a CSV copy),
 flushed as it arrives, after a provenance record. ``--resume`` skips rows already in the file,
 saying on stderr how many (and any torn row a killed run left, which it drops and measures again).
+An ``--out`` already holding ``collectives.jsonl`` is refused without ``--resume`` or ``--force``
+(see :mod:`calibrate.common.prereq`).
 
 Sizes follow nccl-tests: for all_gather / reduce_scatter / alltoall the size is the whole
 concatenated buffer, rounded down to a multiple of ranks x element size.
@@ -30,6 +32,8 @@ import torch
 import torch.distributed as dist
 
 from calibrate.common import dist as cdist
+from calibrate.common.launch import BACKENDS, launch_rank
+from calibrate.common.prereq import check_measurement_dir
 from calibrate.common.records import RecordWriter, drop_torn_tail, provenance, resume_keys
 from calibrate.nccl_tests.parser import (
     COLLECTIVE_FIELDS,
@@ -38,9 +42,8 @@ from calibrate.nccl_tests.parser import (
     format_table_row,
     program_name,
 )
-from simcore.cliargs import Parser, name_list
+from simcore.cliargs import Parser, int_range, name_list, size_bytes
 from simcore.errors import TrainsimError, cli_entry
-from simcore.units import parse_size
 
 __all__ = ["OPS", "GroupShape", "main", "sweep_sizes"]
 
@@ -56,6 +59,8 @@ DTYPES = {
 _IN_PLACE = ("all_reduce", "broadcast", "reduce")  # torch's forms of these overwrite their buffer
 _SPLIT = ("all_gather", "reduce_scatter", "alltoall")  # size = whole buffer, one slice per rank
 _RESUME_KEY = ("op", "size_bytes", "group", "repeat")
+MAX_ITERS = 1_000_000  # per size and repeat: far past any useful sweep, short of a run that never ends
+MAX_REPEATS = 1_000_000  # an "endless" sweep that a time limit or scancel ends is legitimate
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,28 +178,34 @@ def _effective_size(op: str, size: int, ranks: int, elem: int) -> int:
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = Parser(prog="python -m calibrate.collectives", description=__doc__.split("\n")[0])
-    p.add_argument("--out", default="runs", help="directory for collectives.jsonl (default: runs)")
-    p.add_argument("-b", "--minbytes", default="8", help="smallest size, nccl-tests units (8, 1K, 1M)")
-    p.add_argument("-e", "--maxbytes", default="1M", help="largest size (default 1M)")
-    p.add_argument("-f", "--stepfactor", type=int, default=2, help="size multiplier (default 2)")
+    p.add_argument("--out", default="runs", help="folder for collectives.jsonl")
+    p.add_argument("-b", "--minbytes", type=size_bytes(allow_zero=False), default="8",
+                   help="smallest size, nccl-tests units (8, 1K, 1M)")  # fmt: skip
+    p.add_argument("-e", "--maxbytes", type=size_bytes(allow_zero=False), default="1M", help="largest size")
+    p.add_argument("-f", "--stepfactor", type=int_range(2, 1024), default=2, help="size multiplier")
     p.add_argument("--ops", type=name_list(OPS, what="op"), default=",".join(DEFAULT_OPS),
                    help=f"comma-separated, from {', '.join(OPS)}")  # fmt: skip
     p.add_argument("--groups", type=name_list(GROUPS, what="group"), default="world,intra,inter",
                    help="comma-separated, from world, intra, inter")  # fmt: skip
-    p.add_argument("-n", "--iters", type=int, default=20, help="timed iterations per repeat")
-    p.add_argument("-w", "--warmup", type=int, default=5, help="untimed iterations per size")
-    p.add_argument("--repeats", type=int, default=3, help="repeats of the timed iterations")
-    p.add_argument("-d", "--dtype", default="float32", choices=sorted(DTYPES))
     p.add_argument(
-        "--threads", type=int, default=None, help="torch threads per rank (default: CPUs / local ranks)"
+        "-n", "--iters", type=int_range(1, MAX_ITERS), default=20, help="timed iterations per repeat"
     )
-    p.add_argument("--backend", default=None, help="gloo or nccl (default: nccl when CUDA is available)")
+    p.add_argument(
+        "-w", "--warmup", type=int_range(0, MAX_ITERS), default=5, help="untimed iterations per size"
+    )
+    p.add_argument(
+        "--repeats", type=int_range(1, MAX_REPEATS), default=3, help="repeats of the timed iterations"
+    )
+    p.add_argument("-d", "--dtype", default="float32", choices=sorted(DTYPES))
+    p.add_argument("--threads", type=int_range(1, 4096), default=None,
+                   help="torch threads per rank (default: CPUs / local ranks)")  # fmt: skip
+    p.add_argument("--backend", default=None, choices=BACKENDS,
+                   help="process-group backend (default: nccl when CUDA is available, else gloo)")  # fmt: skip
     p.add_argument("--csv", action="store_true", help="also write collectives.csv")
-    p.add_argument("--resume", action="store_true", help="skip (op, size, group, repeat) already measured")
-    args = p.parse_args(argv)
-    if args.iters < 1 or args.warmup < 0 or args.repeats < 1:
-        raise TrainsimError("--iters and --repeats must be >= 1 and --warmup >= 0")
-    return args
+    p.add_argument("--resume", action="store_true", help="skip (op, size, group, repeat) already in --out")
+    p.add_argument("--force", action="store_true",
+                   help="measure everything again, adding to the records already in --out")  # fmt: skip
+    return p.parse_args(argv)
 
 
 class _Output:
@@ -305,7 +316,10 @@ def run_sweep(args: argparse.Namespace) -> int:
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
-    args.sizes = sweep_sizes(parse_size(args.minbytes), parse_size(args.maxbytes), args.stepfactor)
+    args.sizes = sweep_sizes(args.minbytes, args.maxbytes, args.stepfactor)
+    if launch_rank() == 0:  # the one rank that writes; checked before any rank joins the group
+        files = ("collectives.jsonl", "collectives.csv") if args.csv else ("collectives.jsonl",)
+        check_measurement_dir(args.out, files, resume=args.resume, force=args.force)
     return run_sweep(args)
 
 

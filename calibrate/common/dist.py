@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,9 +23,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from calibrate.common.launch import BACKENDS, launch_env
 from simcore.errors import TrainsimError
 
 __all__ = [
+    "BACKENDS",
     "DistContext",
     "NodeGroups",
     "all_gather_into_tensor",
@@ -38,8 +39,6 @@ __all__ = [
     "set_threads",
     "shutdown",
 ]
-
-_BACKENDS = ("gloo", "nccl", "mpi", "ucc")
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,61 +85,11 @@ def default_backend() -> str:
     return "nccl" if torch.cuda.is_available() else "gloo"
 
 
-def _int_env(env: Mapping[str, str], name: str) -> int:
-    text = env[name]
-    # Slurm writes per-node counts as "4" or "4(x2)"; the first number is this layout's count.
-    match = re.match(r"\s*(\d+)", text)
-    if not match:
-        raise TrainsimError(f"environment variable {name}={text!r} is not an integer")
-    return int(match.group(1))
-
-
-def launch_env(env: Mapping[str, str] | None = None) -> dict[str, int] | None:
-    """Rank layout from torchrun's or Slurm's variables, or ``None`` when no launcher set any.
-
-    Returns ``rank``, ``world_size``, ``local_rank`` and ``local_world_size``.
-    """
-    env = os.environ if env is None else env
-    if "RANK" in env:
-        world = _int_env(env, "WORLD_SIZE") if "WORLD_SIZE" in env else 1
-        layout = {
-            "rank": _int_env(env, "RANK"),
-            "world_size": world,
-            "local_rank": _int_env(env, "LOCAL_RANK") if "LOCAL_RANK" in env else 0,
-            "local_world_size": _int_env(env, "LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in env else world,
-        }
-    elif "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
-        world = _int_env(env, "SLURM_NTASKS")
-        per_node = "SLURM_NTASKS_PER_NODE" if "SLURM_NTASKS_PER_NODE" in env else "SLURM_TASKS_PER_NODE"
-        layout = {
-            "rank": _int_env(env, "SLURM_PROCID"),
-            "world_size": world,
-            "local_rank": _int_env(env, "SLURM_LOCALID") if "SLURM_LOCALID" in env else 0,
-            "local_world_size": _int_env(env, per_node) if per_node in env else world,
-        }
-    else:
-        return None
-    _check_layout(layout)
-    return layout
-
-
-def _check_layout(layout: Mapping[str, int]) -> None:
-    rank, world = layout["rank"], layout["world_size"]
-    local_rank, local_world = layout["local_rank"], layout["local_world_size"]
-    if world < 1 or not 0 <= rank < world:
-        raise TrainsimError(f"rank {rank} is outside a world of {world} processes (RANK/WORLD_SIZE)")
-    if local_world < 1 or not 0 <= local_rank < local_world or world % local_world:
-        raise TrainsimError(
-            f"local rank {local_rank} of {local_world} per node does not fit a world of {world}; "
-            "every node must run the same number of ranks (LOCAL_RANK/LOCAL_WORLD_SIZE)"
-        )
-
-
 def init_distributed(backend: str | None = None, *, timeout_s: float = 600.0) -> DistContext:
     """Join the process group the launcher describes (or a world of one) and return where we are."""
     backend = backend or default_backend()
-    if backend not in _BACKENDS:
-        raise TrainsimError(f"unknown backend {backend!r}; allowed: {', '.join(_BACKENDS)}")
+    if backend not in BACKENDS:
+        raise TrainsimError(f"unknown backend {backend!r}; allowed: {', '.join(BACKENDS)}")
     layout = launch_env()
     if layout is None:
         layout = {"rank": 0, "world_size": 1, "local_rank": 0, "local_world_size": 1}

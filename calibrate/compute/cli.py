@@ -5,7 +5,9 @@
 
 Every rank measures at the same time (as they compute during training, sharing the node's CPUs or
 memory system); rank 0's measurements are written, one row per (item, repeat), to
-``<out>/compute.jsonl`` after a provenance record, flushed as they arrive. Threads are set
+``<out>/compute.jsonl`` after a provenance record, flushed as they arrive (an ``--out`` already
+holding ``compute.jsonl`` is refused without ``--resume`` or ``--force``: see
+:mod:`calibrate.common.prereq`). Threads are set
 explicitly (``--threads``; default: this process's CPUs shared evenly among the node's ranks) and
 recorded in every row. Row kinds:
 
@@ -33,16 +35,19 @@ import torch
 import torch.distributed as dist
 
 from calibrate.common import dist as cdist
+from calibrate.common.launch import BACKENDS, launch_rank
+from calibrate.common.prereq import check_measurement_dir
 from calibrate.common.records import RecordWriter, provenance, resume_keys
 from calibrate.compute.dtypes import DTYPES
 from calibrate.compute.layers import LAYERS, layer_benchmarks, op_overhead_benchmarks
-from simcore.cliargs import Parser
+from simcore.cliargs import Parser, int_list, int_range, name_list, size_bytes
 from simcore.errors import TrainsimError, cli_entry
-from simcore.units import parse_size
 
 __all__ = ["main", "time_calls_s"]
 
 _RESUME_KEY = ("item", "repeat")
+MAX_MATMUL = 32768  # m = n = k: three 4 GiB fp32 matrices, more than most devices hold
+MAX_TENSOR_BYTES = 2**36  # 64 GiB: the memory probe and the slowdown all_reduce each allocate this twice
 
 
 def _sync(device: torch.device) -> None:
@@ -137,51 +142,46 @@ def _slowdown_rows(args: argparse.Namespace, ctx: cdist.DistContext) -> Iterator
         }  # fmt: skip
 
 
+def _none_or(convert: Callable[[str], list[Any]]) -> Callable[[str], list[Any]]:
+    """An argparse list type that also takes ``none`` (an empty list: skip those benchmarks)."""
+
+    def parse(text: str) -> list[Any]:
+        return [] if text.strip() == "none" else convert(text)
+
+    parse.__name__ = getattr(convert, "__name__", "list")
+    return parse
+
+
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = Parser(prog="python -m calibrate.compute", description=__doc__.split("\n")[0])
-    p.add_argument("--out", default="runs", help="directory for compute.jsonl (default: runs)")
-    p.add_argument(
-        "--threads", type=int, default=None, help="torch threads per rank (default: CPUs / local ranks)"
-    )
+    p.add_argument("--out", default="runs", help="folder for compute.jsonl")
+    p.add_argument("--threads", type=int_range(1, 4096), default=None,
+                   help="torch threads per rank (default: CPUs / local ranks)")  # fmt: skip
     p.add_argument("--dtypes", default=None, help="comma-separated from fp32, tf32, fp16, bf16 "
                    "(default: fp32,bf16 on CPU; fp32,tf32,fp16,bf16 on GPU)")  # fmt: skip
-    p.add_argument("--matmul-sizes", default="64,128,256,512", help="square matmul sizes m=n=k")
-    p.add_argument("--mem-bytes", default="64M", help="memory-probe tensor size (default 64M)")
-    p.add_argument(
-        "--layers", default=",".join(LAYERS), help=f"comma-separated from {', '.join(LAYERS)}, or none"
-    )
-    p.add_argument("--layer-scale", type=int, default=1, help="multiply the layer benchmarks' widths by this")
-    p.add_argument("--op-chains", default="16,64,256",
+    p.add_argument("--matmul-sizes", type=int_list(1, MAX_MATMUL), default="64,128,256,512",
+                   help=f"square matmul sizes m=n=k, each 1..{MAX_MATMUL}")  # fmt: skip
+    p.add_argument("--mem-bytes", type=size_bytes(allow_zero=False, high=MAX_TENSOR_BYTES), default="64M",
+                   help="memory-probe tensor size")  # fmt: skip
+    p.add_argument("--layers", type=_none_or(name_list(list(LAYERS), what="layer")), default=",".join(LAYERS),
+                   help=f"comma-separated from {', '.join(LAYERS)}, or none")  # fmt: skip
+    p.add_argument("--layer-scale", type=int_range(1, 64), default=1,
+                   help="multiply the layer benchmarks' widths by this")  # fmt: skip
+    p.add_argument("--op-chains", type=_none_or(int_list(1, 100_000)), default="16,64,256",
                    help="chain lengths of the per-operator overhead benchmark, or none")  # fmt: skip
-    p.add_argument(
-        "--slowdown-bytes", default="4M", help="all_reduce size for the slowdown probe (world > 1)"
-    )
-    p.add_argument("-n", "--iters", type=int, default=10)
-    p.add_argument("-w", "--warmup", type=int, default=2)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--backend", default=None, help="gloo or nccl (default: nccl when CUDA is available)")
-    p.add_argument("--resume", action="store_true", help="skip (item, repeat) already measured")
+    p.add_argument("--slowdown-bytes", type=size_bytes(allow_zero=False, high=MAX_TENSOR_BYTES), default="4M",
+                   help="all_reduce size for the slowdown probe (world > 1)")  # fmt: skip
+    p.add_argument("-n", "--iters", type=int_range(1, 1_000_000), default=10, help="timed calls per repeat")
+    p.add_argument("-w", "--warmup", type=int_range(0, 1_000_000), default=2, help="untimed calls per item")
+    p.add_argument("--repeats", type=int_range(1, 1_000_000), default=3, help="repeats of the timed calls")
+    p.add_argument("--backend", default=None, choices=BACKENDS,
+                   help="process-group backend (default: nccl when CUDA is available, else gloo)")  # fmt: skip
+    p.add_argument("--resume", action="store_true", help="skip (item, repeat) already in --out")
+    p.add_argument("--force", action="store_true",
+                   help="measure everything again, adding to the records already in --out")  # fmt: skip
     args = p.parse_args(argv)
-    try:
-        args.matmul_sizes = sorted(int(s) for s in args.matmul_sizes.split(","))
-    except ValueError:
-        raise TrainsimError(
-            f"--matmul-sizes: expected integers like 64,128,256, got {args.matmul_sizes!r}"
-        ) from None
-    try:
-        args.op_chains = [] if args.op_chains == "none" else sorted(int(s) for s in args.op_chains.split(","))
-    except ValueError:
-        raise TrainsimError(
-            f"--op-chains: expected integers like 16,64,256 or none, got {args.op_chains!r}"
-        ) from None
-    if any(n < 1 for n in args.op_chains):
-        raise TrainsimError(f"--op-chains: chain lengths must be >= 1, got {args.op_chains}")
-    args.layers = [] if args.layers == "none" else [x.strip() for x in args.layers.split(",") if x.strip()]
-    unknown = [x for x in args.layers if x not in LAYERS]
-    if unknown or min(args.matmul_sizes) < 1 or args.iters < 1 or args.repeats < 1 or args.layer_scale < 1:
-        raise TrainsimError(f"bad arguments: unknown layers {unknown} (allowed: {', '.join(LAYERS)}), or a size, "
-                            "--iters, --repeats or --layer-scale below 1")  # fmt: skip
-    args.mem_bytes, args.slowdown_bytes = parse_size(args.mem_bytes), parse_size(args.slowdown_bytes)
+    args.matmul_sizes = sorted(args.matmul_sizes)
+    args.op_chains = sorted(args.op_chains)
     return args
 
 
@@ -241,7 +241,10 @@ def run_compute(args: argparse.Namespace) -> int:
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    return run_compute(_parse_args(argv))
+    args = _parse_args(argv)
+    if launch_rank() == 0:  # the one rank that writes; checked before any rank joins the group
+        check_measurement_dir(args.out, ("compute.jsonl",), resume=args.resume, force=args.force)
+    return run_compute(args)
 
 
 if __name__ == "__main__":

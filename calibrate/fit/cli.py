@@ -1,6 +1,6 @@
 """Fit measurements into a calibration profile the simulator reads (:mod:`simcore.calibration.profile`).
 
-    python -m calibrate.fit runs/ -o profile.json [--topology dgx-a100]
+    python -m calibrate.fit runs/ -o runs/profile.json [--topology dgx-a100]
 
 Inputs are record files of ``calibrate.collectives`` / ``calibrate.compute`` (JSONL or CSV; a
 directory means every ``*.jsonl`` in it, or its ``*.csv`` where no JSONL of that name exists) and
@@ -34,11 +34,13 @@ Fits:
 
 Each fit reports its points, MAPE and R² (on time); fits with MAPE above ``--max-mape`` or R²
 below ``--min-r2`` are flagged POOR in the table and ``"poor": true`` in the profile. The profile
-is written atomically. Bad inputs (no rows, garbled files) give one ``error:`` line and status 2.
+is written atomically, and only as a new file: an existing ``-o`` is refused, before anything is
+read, unless ``--force``. Bad inputs (no rows, garbled files) give one ``error:`` line and status 2.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import datetime as _dt
 import itertools
@@ -68,8 +70,9 @@ from simcore.calibration.profile import (
     busbw_factor,
 )
 from simcore.calibration.profile_json import profile_to_json
-from simcore.cliargs import Parser
+from simcore.cliargs import Parser, add_quiet, output_file
 from simcore.errors import TrainsimError, cli_entry
+from simcore.progress import track
 from topologies import load_cluster
 from topologies.cliargs import add_cluster
 
@@ -280,19 +283,21 @@ def _records_in(path: Path) -> list[Path]:
     return jsonl + [p for p in sorted(path.glob("*.csv")) if p.stem not in stems]
 
 
-def load_rows(inputs: Sequence[str]) -> list[dict[str, Any]]:
-    """Every record of every input: our JSONL/CSV records, and nccl-tests captures as tidy rows."""
+def load_rows(inputs: Sequence[str], *, quiet: bool = True) -> list[dict[str, Any]]:
+    """Every record of every input: our JSONL/CSV records, and nccl-tests captures as tidy rows.
+
+    A bar on stderr counts the files read, unless ``quiet`` (or stderr is not a terminal).
+    """
+    missing = [name for name in inputs if not Path(name).exists()]
+    if missing:
+        raise TrainsimError(f"{missing[0]}: no such file or directory")
+    files = [file for name in inputs for file in _records_in(Path(name))]
     rows: list[dict[str, Any]] = []
-    for name in inputs:
-        path = Path(name)
-        if not path.exists():
-            raise TrainsimError(f"{path}: no such file or directory")
-        for file in _records_in(path):
-            if file.suffix in _RECORD_SUFFIXES:
-                records = read_records(file)
-                rows += [_typed(r, file) for r in records]
-            else:
-                rows += nccl_tests.parse_file(file)
+    for file in track(files, len(files), "reading", quiet=quiet, unit="file"):
+        if file.suffix in _RECORD_SUFFIXES:
+            rows += [_typed(r, file) for r in read_records(file)]
+        else:
+            rows += nccl_tests.parse_file(file)
     return rows
 
 
@@ -434,19 +439,29 @@ def _check_topology(profile: CalibrationProfile, spec: str) -> None:
     check_profile_for(profile, topology)
 
 
-@cli_entry
-def main(argv: list[str] | None = None) -> int:
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = Parser(prog="python -m calibrate.fit", description=__doc__.split("\n")[0])
     parser.add_argument("results", nargs="+", help="record files or directories, nccl-tests captures")
-    parser.add_argument("-o", "--out", required=True, help="profile JSON to write")
+    parser.add_argument("-o", "--out", required=True, help="profile JSON to write (a new file)")
+    parser.add_argument("--force", action="store_true", help="replace --out if it already exists")
     add_cluster(parser, None, topology_alias=True, dest="topology",
                 help="preset name or cluster file the profile must describe")  # fmt: skip
-    parser.add_argument(
-        "--max-mape", type=float, default=0.25, help="flag fits above this MAPE (default 0.25)"
-    )
-    parser.add_argument("--min-r2", type=float, default=0.9, help="flag fits below this R² (default 0.9)")
+    parser.add_argument("--max-mape", type=float, default=0.25, help="flag fits above this MAPE (> 0)")
+    parser.add_argument("--min-r2", type=float, default=0.9, help="flag fits below this R² (<= 1)")
+    add_quiet(parser)
     args = parser.parse_args(argv)
-    rows = load_rows(args.results)
+    if not (math.isfinite(args.max_mape) and args.max_mape > 0):
+        raise TrainsimError(f"--max-mape must be a number above 0 (0.25 is 25 %), got {args.max_mape:g}")
+    if not (math.isfinite(args.min_r2) and args.min_r2 <= 1):
+        raise TrainsimError(f"--min-r2 must be a number of at most 1, got {args.min_r2:g}")
+    return args
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(argv)
+    output_file(args.out, force=args.force)  # before any reading or fitting
+    rows = load_rows(args.results, quiet=args.quiet)
     warn_mixed_devices(rows)
     profile = keep_physical(fit_profile(rows, args.results, max_mape=args.max_mape, min_r2=args.min_r2))
     if args.topology:

@@ -28,7 +28,9 @@ optimizer step's transients above its persistent state). Each run appends one JS
 provenance (:class:`calibrate.common.records.RecordWriter`): ``peak_bytes``, ``peak_phase``, ``measured``
 (our categories at the peak), ``tracker_peak`` (the tracker's own categories), ``after_forward``
 (our categories held when forward and the loss are done: the activation model's check),
-``optimizer_state_bytes``, ``params_local_bytes`` and ``bucket_bytes``.
+``optimizer_state_bytes``, ``params_local_bytes`` and ``bucket_bytes``. An ``--out`` that already
+holds records is refused unless ``--resume`` (measure only the grid points it lacks) or ``--force``
+(measure them all again, appending) says what to do with them.
 
 The models (:data:`MODELS`, defined in :mod:`calibrate.memory_truth.models` and re-exported here) are
 plain-torch copies of the simulator presets they are named after (parameter counts equal the
@@ -41,13 +43,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from calibrate.common.records import RecordWriter, provenance
+from calibrate.common.prereq import check_record_file
+from calibrate.common.records import RecordWriter, provenance, resume_keys
 from calibrate.memory_truth.models import (
     MODELS,
     ModelSpec,
@@ -58,8 +62,9 @@ from calibrate.memory_truth.models import (
     resnet50,
     resnet_tiny,
 )
-from simcore.cliargs import Parser
+from simcore.cliargs import Parser, add_quiet, int_list, name_list
 from simcore.errors import TrainsimError, cli_entry
+from simcore.progress import bar, echo
 
 __all__ = [
     "CATEGORIES",
@@ -72,9 +77,11 @@ __all__ = [
     "bert_base",
     "gpt2_small",
     "gpt2_tiny",
+    "grid_points",
     "main",
     "measure",
     "measure_grid",
+    "measured_points",
     "resnet50",
     "resnet_tiny",
 ]
@@ -82,6 +89,7 @@ __all__ = [
 STRATEGIES = ("ddp", "fsdp")
 OPTIMIZERS = ("adamw", "sgd", "sgd-momentum")  # the simulator's names (simcore.strategies.base.OPTIMIZERS)
 WORLD_SIZES = (1, 2, 4, 8, 16, 32, 64)
+MAX_WORLD = 4096  # ranks of the fake group, which one process plays rank 0 of (no memory per rank)
 CATEGORIES = ("params", "grads", "optimizer", "activations", "buffers", "temp")
 # Tracker category (the enum's value) -> ours; "Optstate"/"OptState" is split into state and temp later.
 CATEGORY_MAP = {
@@ -304,6 +312,28 @@ def _record(
     }
 
 
+GridPoint = tuple[str, str, int, str]  # model, strategy, world size, optimizer: one record
+
+
+def grid_points(
+    models: Sequence[str], strategies: Sequence[str], world_sizes: Sequence[int], optimizer: str
+) -> list[GridPoint]:
+    """Every (model, strategy, world size, optimizer) to measure, in measuring order."""
+    return [
+        (name, strategy, world, optimizer)
+        for name in models
+        for strategy in strategies
+        for world in world_sizes
+    ]
+
+
+def measured_points(path: str | Path) -> set[GridPoint]:
+    """The grid points ``path`` already holds a record of (for ``--resume``); a torn last record is
+    dropped first, with a warning, and what is skipped is said on stderr."""
+    keys = resume_keys(path, ("model", "strategy", "world_size", "optimizer"))
+    return {(str(m), str(s), int(w), str(o)) for m, s, w, o in keys}
+
+
 def measure_grid(
     models: Sequence[str],
     strategies: Sequence[str],
@@ -312,29 +342,32 @@ def measure_grid(
     optimizer: str = "adamw",
     out: str | None = None,
     progress: Callable[[str], None] | None = None,
+    skip: Collection[GridPoint] = (),
+    quiet: bool = True,
 ) -> list[dict[str, Any]]:
-    """Measure every (model, strategy, world size); append each record to ``out`` (JSONL) as it arrives."""
+    """Measure every (model, strategy, world size) not in ``skip``; append each record to ``out``
+    (JSONL) as it arrives. A bar on stderr counts the points unless ``quiet`` (or not a terminal)."""
     unknown = [m for m in models if m not in MODELS]
     if unknown:
         raise TrainsimError(f"unknown model {unknown[0]!r}; known: {', '.join(MODELS)}")
+    todo = [point for point in grid_points(models, strategies, world_sizes, optimizer) if point not in skip]
     records = []
     writer = RecordWriter(out) if out else None
     try:
-        for name in models:
-            for strategy in strategies:
-                for world in world_sizes:
-                    record = measure(MODELS[name], strategy, world, optimizer=optimizer)
-                    record["provenance"] = provenance(
-                        {"tool": "calibrate.memory_truth", "process_group": "fake"}
+        with bar(len(todo), "memory truth", quiet=quiet, unit="step") as counter:
+            for name, strategy, world, _ in todo:
+                counter.set_postfix_str(f"{name} {strategy} W={world}", refresh=True)
+                record = measure(MODELS[name], strategy, world, optimizer=optimizer)
+                record["provenance"] = provenance({"tool": "calibrate.memory_truth", "process_group": "fake"})
+                records.append(record)
+                if writer is not None:
+                    writer.write(record)
+                counter.update(1)
+                if progress is not None:
+                    progress(
+                        f"{name} {strategy} W={world}: peak {record['peak_bytes'] / 1e6:.1f} MB "
+                        f"({record['peak_phase']}, {record['tracked_step_s']:.1f} s)"
                     )
-                    records.append(record)
-                    if writer is not None:
-                        writer.write(record)
-                    if progress is not None:
-                        progress(
-                            f"{name} {strategy} W={world}: peak {record['peak_bytes'] / 1e6:.1f} MB "
-                            f"({record['peak_phase']}, {record['tracked_step_s']:.1f} s)"
-                        )
     finally:
         if writer is not None:
             writer.close()
@@ -342,51 +375,37 @@ def measure_grid(
 
 
 def parse_list(text: str, allowed: Sequence[str], what: str) -> list[str]:
-    """A comma list whose items must be in ``allowed``."""
-    items = [part.strip() for part in text.split(",") if part.strip()]
-    bad = [item for item in items if item not in allowed]
-    if not items or bad:
-        raise TrainsimError(
-            f"{what}: {bad[0] if bad else text!r} not allowed; choose from {', '.join(allowed)}"
-        )
-    return items
-
-
-def parse_world_sizes(text: str) -> list[int]:
-    """Comma list of world sizes (positive integers, at most 4096)."""
+    """A comma list whose items must be in ``allowed`` (``what`` names the flag in the error)."""
     try:
-        sizes = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        sizes = []
-    if not sizes or any(not 1 <= s <= 4096 for s in sizes):
-        raise TrainsimError(f"--world-sizes: expected a comma list of integers 1..4096, got {text!r}")
-    return sizes
+        return list(name_list(allowed, what=what.lstrip("-").rstrip("s"))(text))
+    except argparse.ArgumentTypeError as exc:
+        raise TrainsimError(f"{what}: {exc}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="python -m calibrate.memory_truth", description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--models", default="gpt2-tiny,resnet-tiny", help=f"comma list of {', '.join(MODELS)}"
-    )
-    parser.add_argument("--strategies", default="ddp,fsdp", help="comma list of ddp, fsdp")
-    parser.add_argument("--world-sizes", default="1,2,4", help="comma list (the fake group has no processes)")
-    parser.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS)
+    parser.add_argument("--models", type=name_list(list(MODELS), what="model"), default="gpt2-tiny,resnet-tiny",
+                        help=f"comma list of {', '.join(MODELS)}")  # fmt: skip
+    parser.add_argument("--strategies", type=name_list(STRATEGIES, what="strategy"), default="ddp,fsdp",
+                        help=f"comma list of {', '.join(STRATEGIES)}")  # fmt: skip
+    parser.add_argument("--world-sizes", type=int_list(1, MAX_WORLD), default="1,2,4",
+                        help=f"comma list, each 1..{MAX_WORLD} (the fake group has no processes)")  # fmt: skip
+    parser.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS, help="optimizer of the step")
     parser.add_argument("--out", required=True, help="JSONL file the records are appended to")
+    parser.add_argument("--resume", action="store_true", help="measure only what --out holds no record of")
+    parser.add_argument("--force", action="store_true", help="measure everything again, appending to --out")
+    add_quiet(parser)
     return parser
 
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    check_record_file(args.out, resume=args.resume, force=args.force)
+    skip = measured_points(args.out) if args.resume else set()
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
-    measure_grid(
-        parse_list(args.models, list(MODELS), "--models"),
-        parse_list(args.strategies, STRATEGIES, "--strategies"),
-        parse_world_sizes(args.world_sizes),
-        optimizer=args.optimizer,
-        out=args.out,
-        progress=print,
-    )
+    measure_grid(args.models, args.strategies, args.world_sizes, optimizer=args.optimizer, out=args.out,
+                 progress=echo, skip=skip, quiet=args.quiet)  # fmt: skip
     return 0
 
 

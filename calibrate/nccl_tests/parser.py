@@ -36,7 +36,7 @@ from calibrate.nccl_tests.table import (
     program_name,
 )
 from calibrate.nccl_tests.text_log import parse_text
-from simcore.cliargs import Parser
+from simcore.cliargs import Parser, output_file
 from simcore.errors import TrainsimError, cli_entry
 
 __all__ = [
@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-o", "--out", required=True, help="tidy rows to append to (.jsonl or .csv)")
     parser.add_argument("--op", choices=sorted(OPS), help="the collective, if the file does not say")
     args = parser.parse_args(argv)
+    output_file(args.out, force=True)  # appended to, so it may exist; a folder or unwritable place may not
     rows = [row for path in args.captures for row in parse_file(path, op=args.op)]
     count = write_rows(rows, args.out)
     print(f"{count} rows from {len(args.captures)} capture(s) appended to {args.out}")

@@ -14,6 +14,7 @@ import importlib
 import sys
 from unittest import mock
 
+from calibrate.common.prereq import require_torch
 from simcore.errors import TrainsimError, cli_entry
 
 __all__ = ["JOBS", "check_job", "main"]
@@ -31,6 +32,7 @@ def check_job(job: str, argv: list[str]) -> None:
     if job not in JOBS:
         raise TrainsimError(f"JOB={job!r} is not a calibration job; allowed: {', '.join(JOBS)}")
     module_name, runner = JOBS[job]
+    require_torch(job)  # every job measures with torch: say so, not an import traceback
     module = importlib.import_module(module_name)
     with mock.patch.object(module, runner, return_value=0):
         module.main(argv)  # the job's cli_entry prints its one error line and exits 2 on bad input

@@ -14,7 +14,9 @@ with SIGKILL cannot clean up: its ranks die with it (each asks Linux for SIGKILL
 exits, ``PR_SET_PDEATHSIG``), and ``--cleanup`` kills whatever still runs in the namespaces it left,
 removes them, and says what it removed and what it could not (with the processes still inside).
 
-Needs root and iproute2. Only private addresses (10.213.0.x) are used, and only inside the
+A calibration job's options and ``--out`` are checked once, here, before any namespace is made
+(:mod:`calibrate.slurm.preflight`), so a bad one is one error line, not one per rank. Needs root
+and iproute2. Only private addresses (10.213.0.x) are used, and only inside the
 namespaces the testbed creates.
 """
 
@@ -23,17 +25,19 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import math
 import os
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 
 from calibrate.common.procs import die_with_parent
+from calibrate.slurm.preflight import JOBS, check_job
 from calibrate.testbed.net import (
     LinkShape,
     NamespaceCleanup,
@@ -43,12 +47,14 @@ from calibrate.testbed.net import (
     clean_namespace,
     testbed_namespaces,
 )
-from simcore.cliargs import Parser
-from simcore.errors import cli_entry
+from simcore.cliargs import Parser, int_range
+from simcore.errors import TrainsimError, cli_entry
 from simcore.units import parse_bandwidth, parse_time
 
 __all__ = ["cleanup", "main", "rank_environment", "run_job", "signals_unwind"]
 
+# One-way: intercontinental links are about 0.1 s; ten seconds is a typo, not a network.
+MAX_DELAY_S = 10.0
 _LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                   "GROUP_RANK", "TORCHELASTIC_RUN_ID")  # fmt: skip
 
@@ -145,19 +151,46 @@ def signals_unwind() -> Iterator[None]:
             signal.signal(sig, old)
 
 
+def _typed(convert: Callable[[str], float]) -> Callable[[str], float]:
+    """An argparse type whose error keeps the converter's one-line message."""
+
+    def parse(text: str) -> float:
+        try:
+            return convert(text)
+        except TrainsimError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse.__name__ = getattr(convert, "__name__", "value")
+    return parse
+
+
+def _delay(text: str) -> float:
+    delay = parse_time(text)
+    if delay > MAX_DELAY_S:
+        raise TrainsimError(f"{text!r} is more than the {MAX_DELAY_S:g} s allowed")
+    return delay
+
+
+def _timeout(text: str) -> float:
+    seconds = parse_time(text, allow_zero=False)
+    if not math.isfinite(seconds):
+        raise TrainsimError(f"{text!r} is not a finite number of seconds")
+    return seconds
+
+
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = Parser(prog="python -m calibrate.testbed", description=__doc__.split("\n")[0],
                                 usage="%(prog)s --nodes N --bandwidth RATE [--delay TIME] -- JOB_MODULE [JOB ARGS...]")  # fmt: skip
-    p.add_argument("--nodes", type=int, default=2, help="namespaces, one rank each (default 2)")
+    p.add_argument("--nodes", type=int_range(2, 250), default=2, help="namespaces, one rank each")
+    p.add_argument("--bandwidth", type=_typed(parse_bandwidth), default="1Gbit/s",
+                   help="rate of each node's link, each direction")  # fmt: skip
+    p.add_argument("--delay", type=_typed(_delay), default="0",
+                   help=f"one-way delay of each link, e.g. 100us, at most {MAX_DELAY_S:g} s (needs netem)")  # fmt: skip
+    p.add_argument("--port", type=int_range(1, 65535), default=29500, help="rendezvous port on node 0")
+    p.add_argument("--threads", type=int_range(1, 4096), default=1, help="OMP_NUM_THREADS per rank")
     p.add_argument(
-        "--bandwidth", default="1Gbit/s", help="rate of each node's link, each direction (default 1Gbit/s)"
+        "--timeout", type=_typed(_timeout), default="1800", help="stop the job after this many seconds"
     )
-    p.add_argument(
-        "--delay", default="0", help="one-way delay of each link, e.g. 100us (needs netem; default 0)"
-    )
-    p.add_argument("--port", type=int, default=29500, help="rendezvous port on node 0 (default 29500)")
-    p.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS per rank (default 1)")
-    p.add_argument("--timeout", type=float, default=1800.0, help="stop the job after this many seconds")
     p.add_argument(
         "--cleanup", action="store_true", help="only remove namespaces of killed testbeds, then exit"
     )
@@ -212,9 +245,11 @@ def main(argv: list[str] | None = None) -> int:
         raise TestbedError(reason)
     if args.cleanup:
         return cleanup()
-    testbed = Testbed(args.nodes, LinkShape(parse_bandwidth(args.bandwidth), parse_time(args.delay)))
-    print(f"testbed: {args.nodes} nodes, {args.bandwidth} links, delay {args.delay}, namespaces {testbed.tag}-*",
-          flush=True)  # fmt: skip
+    if args.job[0] in JOBS:  # the job's own options and --out, once, before any namespace exists
+        check_job(args.job[0], args.job[1:])
+    testbed = Testbed(args.nodes, LinkShape(args.bandwidth, args.delay))
+    print(f"testbed: {args.nodes} nodes, {args.bandwidth * 8 / 1e9:g} Gbit/s links, delay {args.delay * 1e6:g} us, "
+          f"namespaces {testbed.tag}-*", flush=True)  # fmt: skip
     with signals_unwind():
         try:
             testbed.create()

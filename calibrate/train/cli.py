@@ -31,6 +31,9 @@ forward, x forward + the previous step's backward, so the delay lands before its
 reduced). Threads: ``--threads``, else 1 per rank when several ranks run, else all CPUs; the
 number in force is in the provenance (``threads_per_rank``).
 
+An ``--out`` that already holds records is refused unless ``--resume`` or ``--force`` (append a
+new run; readers tell runs apart by ``run_id``) says what to do with them.
+
 ``--resume`` continues the last run in ``--out`` with the same configuration from its newest
 checkpoint (written every ``--checkpoint-every`` steps beside the output); steps recorded after that
 checkpoint are run again, so readers keep the last record per ``(run_id, rank, step)``. It says on
@@ -51,12 +54,14 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
+from calibrate.common.launch import launch_rank
+from calibrate.common.prereq import check_record_file, require_torch
 from calibrate.common.procs import die_with_parent
 from calibrate.train.config import ALL_STRATEGIES, TrainConfig, check_config
 from simcore.cliargs import Parser
 from simcore.errors import TrainsimError, cli_entry
 
-__all__ = ["config_from_args", "launch_local", "main", "run_training"]
+__all__ = ["check_output", "config_from_args", "launch_local", "main", "run_training"]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -90,6 +95,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--slow-rank", default=None, help="R:FACTOR, rank R sleeps (FACTOR-1) x its compute")
     p.add_argument("--backend", default=None, help="gloo | nccl (default: nccl with CUDA, else gloo)")
     p.add_argument("--resume", action="store_true", help="continue the last matching run in --out")
+    p.add_argument("--force", action="store_true", help="append a new run to an --out that holds records")
     return p
 
 
@@ -133,9 +139,18 @@ def _die_with_launcher() -> None:
         die_with_parent(os.getppid())
 
 
+def check_output(config: TrainConfig) -> None:
+    """This rank's ``--out`` file, before anything is written (see :mod:`calibrate.common.prereq`)."""
+    check_record_file(
+        config.out.replace("{rank}", str(launch_rank())), resume=config.resume, force=config.force
+    )
+
+
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     config = config_from_args(argv)
+    require_torch("calibrate.train")
+    check_output(config)
     _die_with_launcher()
     faulthandler.dump_traceback_later(config.timeout_s, exit=True)  # never hang: dump stacks, exit
     try:

@@ -50,10 +50,11 @@ class TrainConfig:
     backend: str | None = None
     timeout_s: float = 900.0
     resume: bool = False
+    force: bool = False  # append a new run to a file that already holds records
 
     def identity(self) -> dict[str, Any]:
         """What makes two runs the same run (everything but how it was started)."""
-        return {k: v for k, v in asdict(self).items() if k not in ("resume", "timeout_s")}
+        return {k: v for k, v in asdict(self).items() if k not in ("resume", "force", "timeout_s")}
 
 
 def check_config(config: TrainConfig) -> None:

@@ -82,7 +82,7 @@ def test_cli_checks_the_size_before_building_anything(
     with pytest.raises(SystemExit) as exc:
         cli.main(["--nodes", "0", "--", "true"])
     assert exc.value.code == 2
-    assert capsys.readouterr().err == "error: --nodes must be between 1 and 64, got 0\n"
+    assert capsys.readouterr().err == "error: --nodes: 0 is out of range; allowed 1..64\n"
 
 
 def test_running_cluster_is_required_for_its_environment() -> None:

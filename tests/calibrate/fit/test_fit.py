@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -149,12 +151,46 @@ def test_bad_inputs_give_one_error_line(
     assert not (tmp_path / "p.json").exists()
 
 
-def test_profile_write_is_atomic_and_complete(tmp_path: Path) -> None:
+def test_an_existing_profile_is_replaced_only_with_force(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = tmp_path / "profile.json"
     out.write_text("old")
-    assert fit.main([str(DATA / "sendrecv_perf_8xa100.txt"), "-o", str(out)]) == 0
+    monkeypatch.setattr(fit, "load_rows", lambda *a, **k: pytest.fail("read inputs before checking -o"))
+    with pytest.raises(SystemExit) as exc:
+        fit.main([str(DATA / "sendrecv_perf_8xa100.txt"), "-o", str(out)])
+    assert exc.value.code == 2 and out.read_text() == "old"
+    assert capsys.readouterr().err == (
+        f"error: --out {str(out)!r} already exists; choose a new file, or add --force to replace it\n"
+    )
+    monkeypatch.undo()
+    assert fit.main([str(DATA / "sendrecv_perf_8xa100.txt"), "-o", str(out), "--force"]) == 0
     assert json.loads(out.read_text())["format"] == "trainsim-profile"
     assert [p.name for p in tmp_path.iterdir()] == ["profile.json"]  # no temporary left behind
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["-o", "."], "--out '.' is a folder; give the file to write"),
+        (["-o", "/proc/no/such/p.json"], "--out '/proc/no/such/p.json': cannot write in '/proc'"),
+        (["-o", "p.json", "--max-mape", "nan"], "--max-mape must be a number above 0"),
+        (["-o", "p.json", "--min-r2", "2"], "--min-r2 must be a number of at most 1"),
+    ],
+)
+def test_bad_output_or_thresholds_are_one_error_line(
+    argv: list[str],
+    message: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        fit.main([str(DATA / "sendrecv_perf_8xa100.txt"), *argv])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.startswith(f"error: {message}") and err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_linear_fit_needs_two_sizes() -> None:
@@ -222,3 +258,20 @@ def test_protocols_the_sizes_do_not_reach_are_reported_undetermined(tmp_path: Pa
     assert "not determined by the data: LL128, Simple" in report
     gloo = fit.fit_collectives(_protocol_rows(truth, [2**k for k in range(3, 33)], "gloo"), 0.25, 0.9)
     assert not gloo[("all_reduce", 8, "intra_node")].protocols  # gloo has no protocols
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_a_bar_counts_the_files_on_a_terminal_unless_quiet(
+    quiet: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    captures = [str(DATA / "all_reduce_perf_8xa100.txt"), str(DATA / "broadcast_perf_8xa100.txt")]
+    assert fit.main([*captures, "-o", str(tmp_path / "p.json"), *(["--quiet"] if quiet else [])]) == 0
+    assert ("reading: " in terminal.getvalue()) is not quiet
+    assert "reading:" not in capsys.readouterr().out  # the bar never touches the table on stdout

@@ -8,13 +8,16 @@ optimizer state; AdamW keeps two fp32 states per parameter; categories add up to
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 
 import pytest
 import torch
 
 from calibrate.memory_truth import cli as memory_truth
 from calibrate.memory_truth.cli import CATEGORIES, CATEGORY_MAP, MODELS, measure, measure_grid
+from simcore.errors import TrainsimError
 
 TINY = MODELS["gpt2-tiny"]
 
@@ -100,3 +103,80 @@ def test_cli_rejects_unknown_model(tmp_path, capsys) -> None:
         memory_truth.main(["--models", "gpt5", "--out", str(tmp_path / "x.jsonl")])
     assert exit_info.value.code == 2
     assert "gpt5" in capsys.readouterr().err
+
+
+def _fake_measure(calls: list[tuple[str, str, int]]) -> object:
+    def measure_fake(spec: memory_truth.ModelSpec, strategy: str, world: int, *, optimizer: str) -> dict:
+        calls.append((spec.name, strategy, world))
+        return {"kind": "memory_truth", "model": spec.name, "strategy": strategy, "world_size": world,
+                "optimizer": optimizer, "peak_bytes": 1e6, "peak_phase": "backward", "tracked_step_s": 0.1}  # fmt: skip
+
+    return measure_fake
+
+
+def test_resume_measures_only_the_grid_points_the_file_lacks(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls: list[tuple[str, str, int]] = []
+    monkeypatch.setattr(memory_truth, "measure", _fake_measure(calls))
+    out = tmp_path / "truth.jsonl"
+    grid = ["--models", "gpt2-tiny", "--strategies", "ddp", "--out", str(out)]
+    assert memory_truth.main([*grid, "--world-sizes", "1,2"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "gpt2-tiny ddp W=1: peak 1.0 MB (backward, 0.1 s)",
+        "gpt2-tiny ddp W=2: peak 1.0 MB (backward, 0.1 s)",
+    ]
+    with pytest.raises(SystemExit) as exc:  # earlier records, and neither --resume nor --force
+        memory_truth.main([*grid, "--world-sizes", "1,2,4"])
+    assert exc.value.code == 2 and "already holds earlier records" in capsys.readouterr().err
+    assert memory_truth.main([*grid, "--world-sizes", "1,2,4", "--resume"]) == 0
+    assert "already holds 2 measurement(s) (gpt2-tiny 2); skipping them" in capsys.readouterr().err
+    assert memory_truth.main([*grid, "--world-sizes", "1", "--force"]) == 0
+    assert calls == [
+        ("gpt2-tiny", "ddp", 1),
+        ("gpt2-tiny", "ddp", 2),
+        ("gpt2-tiny", "ddp", 4),
+        ("gpt2-tiny", "ddp", 1),
+    ]
+    assert [r["world_size"] for r in map(json.loads, out.read_text().splitlines())] == [1, 2, 4, 1]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--strategies", "ddp,zero3"], "error: --strategies: unknown strategy 'zero3'; allowed: ddp, fsdp"),
+        (["--world-sizes", "1,0"], "error: --world-sizes: 0 is out of range; allowed 1..4096"),
+        (["--world-sizes", "two"], "error: --world-sizes: expected a whole number, got 'two'"),
+        (["--models", ","], "error: --models: expected a comma list of models"),
+    ],
+)
+def test_grid_lists_use_the_shared_list_types(argv, message, tmp_path, capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        memory_truth.main([*argv, "--out", str(tmp_path / "x.jsonl")])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.startswith(message) and err.count("\n") == 1
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_parse_list_names_the_flag() -> None:
+    assert memory_truth.parse_list("gpt2-tiny, gpt2-tiny", list(MODELS), "--models") == ["gpt2-tiny"]
+    with pytest.raises(TrainsimError, match=r"^--models: unknown model 'gpt5'; allowed: "):
+        memory_truth.parse_list("gpt5", list(MODELS), "--models")
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_the_grid_shows_a_bar_on_a_terminal_unless_quiet(
+    quiet: bool, tmp_path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(memory_truth, "measure", _fake_measure([]))
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    argv = ["--models", "gpt2-tiny", "--world-sizes", "1,2", "--out", str(tmp_path / "t.jsonl")]
+    assert memory_truth.main([*argv, *(["--quiet"] if quiet else [])]) == 0
+    assert ("memory truth: " in terminal.getvalue()) is not quiet
+    assert len(capsys.readouterr().out.splitlines()) == 4  # one result line per grid point, on stdout

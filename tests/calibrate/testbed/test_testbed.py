@@ -116,14 +116,41 @@ def test_two_namespaces_run_a_shaped_all_reduce_and_are_removed(tmp_path: Path) 
 @pytest.mark.integration
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="runs a torch job")
 def test_failing_job_still_tears_down(tmp_path: Path) -> None:
-    command = _testbed_command(
-        tmp_path, "--ops", "all_reduce", "-b", "0"
-    )  # every rank exits with a user error
+    # Options the job can only refuse once it runs: every rank exits with a user error
+    command = [sys.executable, "-m", "calibrate.testbed", "--nodes", "2", "--timeout", "200", "--",
+               "calibrate.compute", "--out", str(tmp_path), "--threads", "1", "--dtypes", "fp16"]  # fmt: skip
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _, err = proc.communicate(timeout=200)
     assert proc.returncode == 2
-    assert "--- rank 0" in err and "error: sizes" in err
+    assert "--- rank 0" in err and "error: --dtypes" in err
     assert _our_namespaces(proc.pid) == []
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="checks a torch job's options")
+@pytest.mark.parametrize(
+    ("job", "error"),
+    [
+        (["--ops", "all_reduce", "-b", "0"], "error: -b/--minbytes: size: '0' is not allowed"),
+        (
+            ["--ops", "all_reduce"],
+            "error: --out {out!r} already holds earlier measurements (collectives.jsonl)",
+        ),
+    ],
+)
+def test_a_bad_job_is_refused_before_any_namespace_exists(
+    job: list[str],
+    error: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    (tmp_path / "collectives.jsonl").write_text('{"kind": "provenance"}\n')
+    monkeypatch.setattr(testbed, "can_create_namespaces", lambda: None)
+    monkeypatch.setattr(Testbed, "create", lambda self: pytest.fail("made namespaces for a bad job"))
+    with pytest.raises(SystemExit) as exc:
+        testbed.main(["--nodes", "2", "--", "calibrate.collectives", "--out", str(tmp_path), *job])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.startswith(error.format(out=str(tmp_path))) and err.count("\n") == 1
 
 
 @needs_root
