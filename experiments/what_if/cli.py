@@ -26,10 +26,12 @@ import sys
 from pathlib import Path
 
 from simcore.compute.heterogeneity import Heterogeneity
+from simcore.compute.optimizer import OPTIMIZER_IMPLS
+from simcore.compute.precision import PRECISION_MODES
 from simcore.errors import TrainsimError, cli_entry
 from simcore.paramserver import DEFAULT_STALENESS_BOUND, PSOptions, PSResult, parse_placement
 from simcore.report import StepReport, records_to_csv, records_to_json
-from simcore.strategies.base import COMPUTE_DTYPES, OPTIMIZERS, TrainingConfig
+from simcore.strategies.base import COMPUTE_DTYPES, JITTER_SCOPES, OPTIMIZERS, TrainingConfig
 from simcore.units import parse_size
 from simcore.whatif.sweep import (
     DEFAULT_CLUSTERS,
@@ -70,11 +72,42 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--gpus", default="16", help="a GPU count or a comma list (a scaling sweep)")
     p.add_argument("--global-batch", type=int, default=d.global_batch)
+    p.add_argument(
+        "--batch-per-gpu",
+        type=int,
+        help="weak scaling: samples per GPU per step (global batch = N x GPUs), so --gpus 1,8,64 "
+        "runs in one command; replaces --global-batch",
+    )
     p.add_argument("--micro-batch", type=int, default=d.micro_batch)
-    p.add_argument("--seq-len", type=int, default=d.seq_len)
-    p.add_argument("--dtype", default=d.dtype, choices=list(COMPUTE_DTYPES))
+    p.add_argument(
+        "--seq-len",
+        type=int,
+        help=f"sequence length (default: the model's own: a preset's or a shape file's; {d.seq_len} for GPT-2)",
+    )
+    p.add_argument(
+        "--dtype",
+        default=d.dtype,
+        choices=list(COMPUTE_DTYPES),
+        help="matmul dtype (tf32: fp32 with TF32 matmuls; fp8: FP8 GEMMs where the device has them)",
+    )
+    p.add_argument(
+        "--precision",
+        default=d.precision,
+        choices=list(PRECISION_MODES),
+        help="how tensors and collectives are typed: amp (autocast, fp32 params/grads/all-reduce), "
+        "amp-compress (DDP bf16 compression hook), pure, fsdp-mp / fsdp-mp-low (FSDP "
+        "MixedPrecisionPolicy, reduce fp32 / low), mixed (Megatron/DeepSpeed fp32 master); auto: what "
+        "each framework runs (DDP amp, FSDP fsdp-mp, ZeRO mixed)",
+    )
     p.add_argument("--no-master-weights", action="store_true", help="pure bf16/fp16 (no fp32 master copy)")
     p.add_argument("--optimizer", default=d.optimizer, choices=list(OPTIMIZERS))
+    p.add_argument(
+        "--optimizer-impl",
+        default=d.optimizer_impl,
+        choices=[*OPTIMIZER_IMPLS, "single-tensor"],
+        help="torch.optim implementation: foreach (GPU default, ~80 B/param for AdamW), fused (~28 "
+        "B/param), single (per-tensor loop, CPU default); auto: the framework's default (DeepSpeed: fused)",
+    )
     p.add_argument("--bucket-size", default="25MiB", help="DDP/ZeRO gradient bucket (e.g. 25MiB)")
     p.add_argument("--prefetch", type=int, default=d.prefetch, help="FSDP prefetch depth in units")
     p.add_argument(
@@ -109,7 +142,20 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="RANK:FACTOR",
         help="rank RANK computes FACTOR times slower (repeatable)",
     )
-    p.add_argument("--jitter", help="seeded jitter, e.g. compute=lognormal:0.1,link=lognormal:0.05")
+    p.add_argument(
+        "--jitter",
+        help="seeded jitter, e.g. compute=lognormal:0.1,link=lognormal:0.05: each rank's compute is "
+        "multiplied by a lognormal(0, sigma) draw (median 1; sigma = log(p84/p50) of one rank's "
+        "compute times), when --jitter-scope says",
+    )
+    p.add_argument(
+        "--jitter-scope",
+        default=d.jitter_scope,
+        choices=list(JITTER_SCOPES),
+        help="step: one draw per rank per step, the slowest rank gating the step once; sync: one "
+        "draw per rank per synchronisation point (each wait on a collective), the slowest gating "
+        "each interval (FSDP, waiting per unit, pays it per unit)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--calibration", help="calibration profile JSON (calibrate.fit)")
     p.add_argument("--format", default="table", choices=["table", "json", "csv"])
@@ -121,10 +167,14 @@ def _config(args: argparse.Namespace) -> TrainingConfig:
     from simcore.strategies.wrap import parse_wrap
 
     return TrainingConfig(
-        global_batch=args.global_batch,
+        global_batch=args.global_batch if args.batch_per_gpu is None else args.batch_per_gpu,
         micro_batch=args.micro_batch,
         seq_len=args.seq_len,
         dtype=args.dtype,
+        precision=args.precision,
+        optimizer_impl=args.optimizer_impl,
+        batch_per_gpu=args.batch_per_gpu,
+        jitter_scope=args.jitter_scope,
         optimizer=args.optimizer,
         master_weights=not args.no_master_weights,
         bucket_size_bytes=parse_size(args.bucket_size, allow_zero=False),
@@ -168,6 +218,8 @@ def format_table(result: WhatIfResult, header: str) -> str:
         )
         for r in rows:
             lines.append(_row(r))
+        lines += ["  assumed:", *_assumed(rows)]
+        lines += [f"  note: {note}" for note in dict.fromkeys(r.note for r in rows if r.note)]
         lines += _ps_lines(result, rec.cluster, rec.gpus)
         lines.append(f"  recommendation: {rec.strategy or 'none'}: {rec.reason}")
     return "\n".join(lines) + "\n"
@@ -204,7 +256,7 @@ def _ps_detail(ps: PSResult) -> str:
 
 
 def _row(r: StepReport) -> str:
-    verdict = "fits" if r.fits else "OOM"
+    verdict = r.memory_status or ("fits" if r.fits else "OOM")
     tokens = _fmt(r.tokens_per_s, ".0f")
     scaling = _fmt(r.scaling_efficiency, ".2f")
     if r.baseline_fits is False:
@@ -215,12 +267,31 @@ def _row(r: StepReport) -> str:
     )
 
 
+def _assumed(reports: list[StepReport]) -> list[str]:
+    """One line per distinct (precision, optimizer implementation), naming the strategies that ran it."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for r in reports:
+        if r.precision:
+            names = groups.setdefault((r.precision, r.optimizer_impl), [])
+            if r.strategy not in names:
+                names.append(r.strategy)
+    return [
+        f"    {', '.join(names)}: {precision}, {impl} optimizer"
+        for (precision, impl), names in groups.items()
+    ]
+
+
 def _header(workload_name: str, params: int, cfg: TrainingConfig, heterogeneity: Heterogeneity) -> str:
-    precision = cfg.dtype + (" + fp32 master weights" if cfg.mixed_precision and cfg.master_weights else "")
+    precision = f"--dtype {cfg.dtype}, --precision {cfg.precision}"
     uneven = heterogeneity.describe()
+    batch = (
+        f"{cfg.batch_per_gpu} samples per GPU (weak scaling)"
+        if cfg.batch_per_gpu is not None
+        else f"global batch {cfg.global_batch}"
+    )
     return (
         f"model {workload_name} ({params / 1e9:.2f} B parameters), seq {cfg.seq_len}, {precision}, {cfg.optimizer}; "
-        f"global batch {cfg.global_batch}, micro-batch {cfg.micro_batch}\n"
+        f"{batch}, micro-batch {cfg.micro_batch}\n"
         + (f"uneven hardware: {uneven}; {cfg.steps} steps\n" if uneven != "none" else "")
         + "scaling = samples/s / (gpus x samples/s of the same strategy on 1 GPU); "
         "* = that 1-GPU baseline does not fit (unlimited-memory GPU assumed)"
@@ -238,7 +309,12 @@ def main(argv: list[str] | None = None) -> int:
     gpus = _int_list(args.gpus, "--gpus")
     if not clusters or not strategies:
         raise TrainsimError("--cluster and --strategies need at least one name")
-    workload = load_workload(args.model, seq_len=cfg.seq_len, dtype=cfg.dtype)
+    from dataclasses import replace
+
+    from simcore.compute.precision import activation_dtype
+
+    workload = load_workload(args.model, seq_len=cfg.seq_len, dtype=activation_dtype(cfg.dtype))
+    cfg = replace(cfg, seq_len=workload.tokens_per_sample or None)
     calibration = None
     if args.calibration:
         from simcore.calibration.profile_json import load_profile

@@ -3,9 +3,14 @@
 Symmetry: in homogeneous synchronous data parallelism every rank runs the same plan, so one
 representative rank (rank 0) is simulated; collective times come from
 :func:`simcore.collectives.collective_time` (cached per topology), so the cost is nearly flat in the
-number of GPUs. ``config.steps`` > 1 runs that many steps; with ``compute_jitter_sigma`` > 0 each
-step's compute is scaled by the slowest of the ranks' lognormal(0, sigma) draws from the seeded
-RNG (a synchronous step waits for the slowest rank). The what-if passes
+number of GPUs. ``config.steps`` > 1 runs that many steps; with ``compute_jitter_sigma`` > 0 the
+compute is scaled by lognormal(0, sigma) draws from the seeded RNG, as ``config.jitter_scope``
+says: ``"step"`` (one draw per rank per step: the slowest rank's factor scales the whole step's
+compute, a synchronous step waiting for it once) or ``"sync"`` (one draw per rank per
+synchronisation interval: the compute between two points where the rank waits on a collective,
+each interval gated by its slowest rank; FSDP, with a wait per unit, pays the expected maximum many
+times per step, DDP once). Measure sigma as the spread of one rank's per-step (or per-unit)
+compute time: ``log(p84 / p50)`` of its forward + backward durations. The what-if passes
 :func:`simcore.compute.heterogeneity.sync_compute_scale` as ``compute_scale`` for stragglers, mixed devices
 and jitter; parameter servers, which need per-rank processes, are :mod:`simcore.paramserver`.
 """
@@ -20,6 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from simcore.engine import Simulation
+from simcore.errors import TrainsimError
 from simcore.report import StepReport
 from simcore.strategies.base import (
     CollectiveFn,
@@ -31,6 +37,7 @@ from simcore.strategies.base import (
     model_flops_per_step,
 )
 from simcore.strategies.schedule import COMM, PlanRun, StepPlan, run_plan
+from simcore.strategies.zero import zero_stages_coincide
 from simcore.topology import Topology
 
 if TYPE_CHECKING:
@@ -47,6 +54,7 @@ __all__ = [
     "rank_groups",
     "report_step",
     "simulate_step",
+    "sync_intervals",
 ]
 
 
@@ -182,6 +190,9 @@ def simulate_step(
         def compute_scale(sim: Simulation, step: int) -> float:
             return float(np.max(sim.rng.lognormal(0.0, sigma, size=ranks)))
 
+    if compute_scale is not None and cfg.jitter_scope == "sync":
+        return _simulate_per_interval(plan, ctx, sim, slowdown, compute_scale)
+
     first = run_plan(
         sim,
         plan,
@@ -203,6 +214,44 @@ def simulate_step(
         )
         times.append(again.step_time_s)
     return StepResult(plan, first, times)
+
+
+def sync_intervals(plan: StepPlan) -> list[int]:
+    """Interval index of every operation: a new interval starts at each compute operation that
+    waits on a collective (a synchronisation point of the rank with the others)."""
+    comm_ids = {op.id for op in plan.ops if op.stream == COMM}
+    interval, index = [], 0
+    for op in plan.ops:
+        if op.stream != COMM and any(i in comm_ids for i in op.after):
+            index += 1
+        interval.append(index)
+    return interval
+
+
+def _simulate_per_interval(
+    plan: StepPlan,
+    ctx: StepContext,
+    sim: Simulation,
+    slowdown: float,
+    draw: Callable[[Simulation, int], float | Mapping[str, float]],
+) -> StepResult:
+    """Steps whose compute intervals (:func:`sync_intervals`) each take a fresh gating factor
+    ``draw(sim, step)`` (the slowest rank's; a per-rank mapping falls back to its slowest)."""
+    from dataclasses import replace
+
+    interval = sync_intervals(plan)
+    runs: list[PlanRun] = []
+    for step in range(ctx.config.steps):
+        draws = []
+        for _ in range(max(interval) + 1):
+            factor = draw(sim, step)
+            draws.append(max(factor.values(), default=1.0) if isinstance(factor, Mapping) else float(factor))
+        scaled = replace(plan, ops=[
+            replace(op, duration_s=op.duration_s * float(draws[interval[op.id]])) if op.stream != COMM else op
+            for op in plan.ops
+        ])  # fmt: skip
+        runs.append(run_plan(sim, scaled, capacity_bytes=ctx.device_memory_bytes, slowdown=slowdown))
+    return StepResult(plan, runs[0], [r.step_time_s for r in runs])
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -278,4 +327,22 @@ def report_step(
         oom_verdict=peak.verdict(),
         link_utilisation=utilisation,
         bottleneck_link=bottleneck,
+        memory_status=peak.status,
+        **_assumptions(ctx, result.plan.strategy),
     )
+
+
+def _assumptions(ctx: StepContext, strategy: str) -> dict[str, str]:
+    """The precision mode and optimizer implementation the strategy's step assumed, and a note."""
+    try:
+        precision = ctx.precision(strategy).describe()
+        impl = ctx.optimizer_impl(strategy)
+    except TrainsimError:  # a strategy outside the precision registry (test doubles)
+        return {}
+    note = ""
+    if strategy == "zero2" and zero_stages_coincide(ctx):
+        note = (
+            "zero2 runs the same step as zero1 here: one micro-batch per step and the whole model "
+            "in one reduction bucket, so sharding the gradients frees nothing before the reduction"
+        )
+    return {"precision": precision, "optimizer_impl": impl, "note": note}

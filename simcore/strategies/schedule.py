@@ -71,6 +71,7 @@ class StepPlan:
     strategy: str
     ops: list[Op] = field(default_factory=list)
     initial_memory: dict[str, float] = field(default_factory=dict)
+    fragmentation: float = 0.0  # the caching allocator's reserved / allocated - 1, charged at the peak
 
     def stream_names(self) -> list[str]:
         names: list[str] = []
@@ -301,7 +302,7 @@ def run_plan(
     order they first appear in the plan. One memory timeline is kept: the representative rank's
     (per-rank plans should attach memory changes to that rank's operations only).
     """
-    memory = MemoryTimeline(capacity_bytes)
+    memory = MemoryTimeline(capacity_bytes, plan.fragmentation)
     memory.apply(plan.initial_memory.items(), "start of step", 0.0)
     runner = _Runner(sim, plan, memory, slowdown, compute_scale)
     processes = [
