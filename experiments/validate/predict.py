@@ -90,7 +90,7 @@ SYNC_STRATEGIES = ("ddp", "fsdp", "ps-sync")
 GLOO_REDUCE_SCATTER = "all_reduce"
 # Workload layer kinds (calibrate.train.models.describe, simcore presets) -> the layer benchmark kind
 # of calibrate.compute.layers that times the same kind of operator.
-BENCH_KIND = {"conv2d": "conv", "conv": "conv", "linear": "linear", "attention": "attention", "layernorm": "norm",
+BENCH_KIND = {"conv2d": "conv", "conv": "conv", "conv1x1": "conv", "conv_grouped": "conv", "linear": "linear", "attention": "attention", "layernorm": "norm",
               "norm": "norm", "embedding": "embedding", "relu": "activation", "gelu": "activation",
               "maxpool": "activation", "activation": "activation"}  # fmt: skip
 

@@ -36,8 +36,10 @@ from __future__ import annotations
 import fnmatch
 import functools
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -63,20 +65,28 @@ __all__ = [
 ]
 
 PHASES = ("fwd", "bwd", "recompute")
-KERNEL_CLASSES = ("gemm", "conv", "attention", "memory")
+KERNEL_CLASSES = ("gemm", "conv1x1", "conv", "conv_grouped", "attention", "memory")
 _CLASS_OF_KIND = {
     "linear": "gemm",
     "attention_math": "gemm",
+    "conv1x1": "conv1x1",  # cuDNN: a GEMM, at the convolutions' dtype
     "conv": "conv",
     "conv2d": "conv",
+    "conv_grouped": "conv_grouped",
     "attention": "attention",
 }
 
 _EFFICIENCY_FILE = Path(__file__).parent.parent / "data" / "efficiency.yaml"
+_TILE = 128  # cuBLAS/CUTLASS output tile edge of large GEMMs (gemm_shape source)
+_WAVED = ("gemm", "conv1x1")  # classes whose kernels are one GEMM each (tile/wave quantisation)
+
+
+_PLATEAU_KEYS = tuple(
+    f"{cls}_max{suffix}" for cls in ("gemm", "conv", "conv_grouped") for suffix in ("", "_tf32", "_fp32")
+)
 _CURVE_KEYS = (
-    "gemm_max",
+    *_PLATEAU_KEYS,
     "half_efficiency_time_s",
-    "conv_max",
     "attention_fwd_max",
     "attention_bwd_max",
     "memory_efficiency",
@@ -84,30 +94,34 @@ _CURVE_KEYS = (
     "host_op_s",
     "sms",
 )
-_TILE = 128  # cuBLAS/CUTLASS output tile edge of large GEMMs (gemm_shape source)
 
 
 @dataclass(frozen=True, slots=True)
 class EfficiencyCurve:
     """Default achieved-efficiency figures of one device class (see ``data/efficiency.yaml``)."""
 
-    max_efficiency: float  # GEMM plateau: achieved/peak FLOP/s of very large matmuls
+    max_efficiency: float  # GEMM plateau (16-bit tensor cores): achieved/peak FLOP/s of very large matmuls
     half_efficiency_time_s: float  # an operator this long at peak reaches half the plateau
     memory_efficiency: float  # achieved/datasheet memory bandwidth of streaming kernels
     kernel_overhead_s: float  # gap per kernel on the device
-    conv_efficiency: float = 0.55  # plateau of cuDNN convolutions
+    conv_efficiency: float = 0.5  # plateau of cuDNN convolutions (16-bit tensor cores)
     attention_fwd_efficiency: float = 0.6  # plateau of the fused attention forward
     attention_bwd_efficiency: float = 0.48  # ... and backward
     host_op_s: tuple[float, float] = (8e-6, 9e-6)  # host dispatch per operator, (fwd, bwd)
     sms: int = 0  # streaming multiprocessors (0: no wave quantisation)
+    # every plateau by class and dtype family: "<class>_max" (fp16/bf16/fp8), "_tf32", "_fp32"
+    plateaus: Mapping[str, float] = field(default_factory=dict)
 
-    def plateau(self, kernel: str, phase: str) -> float:
-        """The efficiency plateau of kernel class ``kernel`` in ``phase``."""
-        if kernel == "conv":
-            return self.conv_efficiency
+    def plateau(self, kernel: str, phase: str, dtype: str = "bf16") -> float:
+        """The efficiency plateau of kernel class ``kernel`` in ``phase`` at ``dtype``."""
         if kernel == "attention":
             return self.attention_bwd_efficiency if phase == "bwd" else self.attention_fwd_efficiency
-        return self.max_efficiency
+        cls = {"conv1x1": "conv", "conv": "conv", "conv_grouped": "conv_grouped"}.get(kernel, "gemm")
+        suffix = {"tf32": "_tf32", "fp32": "_fp32"}.get(dtype, "")
+        key = f"{cls}_max{suffix}"
+        if key in self.plateaus:
+            return self.plateaus[key]
+        return self.conv_efficiency if cls != "gemm" else self.max_efficiency
 
 
 @functools.lru_cache(maxsize=1)
@@ -135,6 +149,7 @@ def _curve_from(entry: dict[str, Any], where: str) -> EfficiencyCurve:
         attention_bwd_efficiency=float(entry["attention_bwd_max"]),
         host_op_s=(float(fwd), float(bwd)),
         sms=int(entry["sms"]),
+        plateaus=MappingProxyType({key: float(entry[key]) for key in _PLATEAU_KEYS}),
     )
 
 
@@ -156,7 +171,7 @@ def efficiency_curve(device: DeviceSpec) -> EfficiencyCurve:
 
 
 def kernel_class(kind: str) -> str:
-    """The kernel class of a layer kind: gemm, conv, attention or memory."""
+    """The kernel class of a layer kind: gemm, conv, conv_grouped, attention or memory."""
     return _CLASS_OF_KIND.get(kind, "memory")
 
 
@@ -188,8 +203,8 @@ def _class_dtypes(device: DeviceSpec, dtype: str) -> dict[str, str]:
     low = "bf16" if dtype == "fp8" else dtype
     if dtype in ("fp32", "tf32"):
         conv = "tf32" if "tf32" in device.peak_flops else "fp32"  # cudnn.allow_tf32 defaults to True
-        return {"gemm": dtype, "conv": conv, "attention": dtype}
-    return {"gemm": dtype, "conv": low, "attention": low}
+        return {"gemm": dtype, "conv1x1": conv, "conv": conv, "conv_grouped": conv, "attention": dtype}
+    return {"gemm": dtype, "conv1x1": low, "conv": low, "conv_grouped": low, "attention": low}
 
 
 def _wave_factor(rows: np.ndarray, cols: np.ndarray, reduction: np.ndarray, sms: int) -> np.ndarray:
@@ -237,13 +252,12 @@ class ComputeModel:
     ) -> np.ndarray:
         """Achieved FLOP/s of ``kernel``-class operators of ``flops`` FLOPs each (array in, array out)."""
         sizes = np.asarray(flops, dtype=float)
-        plateau = self.curve.plateau(kernel, phase)
-        if (
-            self._calibrated[kernel if kernel in self.class_dtypes else "gemm"]
-            and self.calibration is not None
-        ):
-            rate, dt = self.calibration.compute_rate, self.class_dtypes.get(kernel, self.dtype)
-            ratio = plateau / self.curve.max_efficiency
+        dtype = self.class_dtypes.get(kernel, self.dtype)
+        plateau = self.curve.plateau(kernel, phase, dtype)
+        if self._calibrated.get(kernel, self._calibrated["gemm"]) and self.calibration is not None:
+            rate, dt = self.calibration.compute_rate, dtype
+            # the measured matmul curve, scaled by this class's plateau relative to the GEMMs'
+            ratio = plateau / self.curve.plateau("gemm", phase, self.class_dtypes["gemm"])
             measured = [(rate(float(f), dt) or self.peak_flops) * ratio for f in sizes.ravel()]
             return np.array(measured).reshape(sizes.shape)
         peak = self.peaks.get(kernel, self.peak_flops)
@@ -289,19 +303,19 @@ class ComputeModel:
         weights = np.fromiter((lay.params for lay in layers), float, count) * self._element_bytes
         compute = np.zeros(count)
         waves = self._gemm_quantisation(layers, batch, phase)
-        for cls in ("gemm", "conv", "attention"):
+        for cls in ("gemm", "conv1x1", "conv", "conv_grouped", "attention"):
             chosen = np.array([c == cls for c in classes]) & (fwd > 0)
             if not chosen.any():
                 continue
             if phase != "bwd":
                 rate = self.achieved_flops(fwd[chosen], cls, phase)
-                compute[chosen] = fwd[chosen] / (rate * (waves[chosen, 0] if cls == "gemm" else 1.0))
+                compute[chosen] = fwd[chosen] / (rate * (waves[chosen, 0] if cls in _WAVED else 1.0))
             elif cls == "attention":
                 compute[chosen] = bwd[chosen] / self.achieved_flops(bwd[chosen], cls, "bwd")
             else:  # data- and weight-gradient kernels, each the size of the forward's
                 half = bwd[chosen] / 2.0
                 rate = self.achieved_flops(half, cls, "bwd")
-                w1, w2 = (waves[chosen, 1], waves[chosen, 2]) if cls == "gemm" else (1.0, 1.0)
+                w1, w2 = (waves[chosen, 1], waves[chosen, 2]) if cls in _WAVED else (1.0, 1.0)
                 compute[chosen] = half / (rate * w1) + half / (rate * w2)
         moved = 2.0 * (mem + weights) if phase == "bwd" else mem + weights
         kernels = 2.0 if phase == "bwd" else 1.0

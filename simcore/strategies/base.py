@@ -15,10 +15,12 @@ bf16 training, as in the seed article's Mistral-7B example) Adam's state is 8 by
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from simcore.compute.memory import optimizer_step_temp_bytes, runtime_memory
 from simcore.compute.optimizer import (
@@ -59,10 +61,11 @@ COMPUTE_DTYPES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
 OPTIMIZERS = {"sgd": 0, "sgd-momentum": 4, "adam": 8, "adamw": 8}
 # What the simulated rank is gated by when jitter is drawn (see TrainingConfig.jitter_scope).
 JITTER_SCOPES = ("step", "sync")
-# While a collective kernel runs, concurrent compute is this much slower. Our estimate, not a
-# measurement: NCCL ring/tree kernels occupy one SM per channel and typically 8-16 channels run on
-# an A100 (108 SMs), i.e. 7-15 % of the SMs, plus HBM traffic of the copies. A calibration profile's
-# comm_compute_slowdown replaces it.
+# While a collective kernel runs, concurrent compute is this much slower where the device's SM count
+# is unknown (CPU ranks, test timers). Our estimate, not a measurement: NCCL ring/tree kernels occupy
+# one SM per channel and typically 8-16 channels run on an A100 (108 SMs), i.e. 7-15 % of the SMs,
+# plus HBM traffic of the copies. A calibration profile's comm_compute_slowdown replaces the
+# per-collective model (StepContext.contention).
 DEFAULT_COMM_COMPUTE_SLOWDOWN = 1.10
 
 
@@ -239,11 +242,22 @@ class TrainingConfig:
         """Optimizer-state bytes per parameter (parameter-server precision)."""
         return optimizer_state_bytes(self.precision_for("ps-sync"), self.optimizer)
 
-    def slowdown(self, calibrated: float | None) -> float:
-        """The comm/compute slowdown in force: this config's, else the calibration's, else the default."""
+    def slowdown(self, calibrated: float | None) -> float | None:
+        """The comm/compute slowdown in force: this config's, else the calibration's, else None:
+        each collective's own, from the SMs its channels take (:meth:`StepContext.contention`)."""
         if self.comm_compute_slowdown is not None:
             return self.comm_compute_slowdown
-        return calibrated if calibrated is not None else DEFAULT_COMM_COMPUTE_SLOWDOWN
+        return calibrated
+
+
+@functools.lru_cache(maxsize=1)
+def contention_table() -> dict[str, Any]:
+    """``data/efficiency.yaml``, section ``contention``."""
+    import yaml
+
+    path = Path(__file__).parent.parent / "data" / "efficiency.yaml"
+    with path.open(encoding="utf-8") as handle:
+        return dict(yaml.safe_load(handle)["contention"])
 
 
 def optimizer_state_bytes(precision: Precision, optimizer: str) -> int:
@@ -345,6 +359,16 @@ class StepContext:
             cached = self._layer_times[key]
         half = len(cached) // 2
         return cached[:half], cached[half:]
+
+    def contention(self, cost: CommCost) -> float:
+        """How much slower compute runs while this collective runs: ``sms / (sms - channels)`` for
+        the channels NCCL uses over the collective's limiting link (``data/efficiency.yaml``,
+        ``contention``); :data:`DEFAULT_COMM_COMPUTE_SLOWDOWN` where the device's SMs are unknown."""
+        sms = int(getattr(getattr(self.timer, "curve", None), "sms", 0) or 0)
+        if sms <= 0:
+            return DEFAULT_COMM_COMPUTE_SLOWDOWN
+        channels = contention_table()["channels"].get(cost.link_kind, 0)
+        return sms / max(1.0, sms - min(float(channels), sms - 1.0))
 
     def timer_combine(self, kernel_s: float, host_ops: float, phase: str = "fwd") -> float:
         """Seconds of framework work of ``kernel_s`` device time and ``host_ops`` dispatches."""

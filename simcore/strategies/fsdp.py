@@ -32,7 +32,8 @@ in the low dtype and keeps an fp32 master copy of its shard.
 
 Where the copies run: on GPUs the all-gather copy-in and the reduce-scatter copy-in run on FSDP2's
 all-gather and reduce-scatter streams (so they lengthen the collective, not the compute) and the
-copy-out on the compute stream; on CPU ranks (gloo) everything runs on the training thread, gloo
+copy-out on the compute stream; the shard's copy-in (1/N of the unit) is charged to its all-gather
+everywhere. On CPU ranks (gloo) the rest runs on the training thread, gloo
 has no averaging reduce op so FSDP2 divides the gradients before and after the reduce-scatter
 (``_div_if_needed``: two more passes), and since the host cannot run ahead of itself FSDP2's
 implicit forward prefetch (issuing the next unit's all-gather while this one computes) never
@@ -144,17 +145,9 @@ class ShardedHooks(PassHooks):
         after: Sequence[int] = (),
         after_start: Sequence[int] = (),
     ) -> int:
-        if self.copies and self.on_cpu:  # the shard's copy-in (and cast) on the training thread
-            moved = (
-                self.unit_params[unit]
-                / len(self.shard_group)
-                * (self.mp.bytes("param") + self.mp.bytes("gather"))
-                / 2
-            )
-            after = [builder.compute(
-                f"all_gather copy-in unit {unit} ({phase}){self.tag}", self.ctx.copy_time_s(moved),
-                kind="copy", after=list(after),
-            )]  # fmt: skip
+        # the shard's copy-in (and cast to the gather dtype) just before the collective, on its stream
+        shard = self.unit_params[unit] / len(self.shard_group)
+        copy_in = self.ctx.copy_time_s(shard * (self.mp.bytes("param") + self.mp.bytes("gather")) / 2)
         op = add_collective(
             self.ctx,
             builder,
@@ -165,6 +158,7 @@ class ShardedHooks(PassHooks):
             after=after,
             after_start=after_start,
             on_start=[("buffers", self.full_bytes[unit])],
+            extra_s=copy_in if self.copies else 0.0,
         )
         self.gathered[unit] = op
         self.copied.pop(unit, None)

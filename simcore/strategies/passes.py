@@ -359,6 +359,7 @@ def add_collective(
         size_bytes=size_bytes,
         link=cost.bottleneck_link,
         link_kind=cost.link_kind,
+        contention=ctx.contention(cost),
         after=after,
         after_start=after_start,
         on_start=on_start,

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from simcore.compute.optimizer import canonical_impl, check_impl_supported
+from simcore.compute.precision import COMPUTE_DTYPES, check_precision, resolve_precision
 from simcore.engine import Simulation
 from simcore.errors import TrainsimError
 from simcore.report import StepReport
@@ -34,6 +36,7 @@ from simcore.strategies.base import (
     StepContext,
     Strategy,
     TrainingConfig,
+    contention_table,
     model_flops_per_step,
 )
 from simcore.strategies.schedule import COMM, PlanRun, StepPlan, run_plan
@@ -124,6 +127,10 @@ def gating_device(topology: Topology, dtype: str) -> DeviceSpec:
 
     names = sorted({topology.gpu_spec_name(r) or "cpu" for r in range(topology.world_size)})
     devices = [device_spec(name) for name in names]
+    needs = resolve_precision("auto", dtype, "fsdp") if dtype in COMPUTE_DTYPES else None
+    for device in devices:
+        if needs is not None:
+            check_precision(needs, device.peak_flops, device.name)
     return min(devices, key=lambda d: (d.flops(dtype), d.memory_bytes, d.name))
 
 
@@ -144,6 +151,8 @@ def make_context(
         device = gating_device(topology, config.dtype)
         timer = timer or ComputeModel(device, config.dtype, calibration)
         device_memory_bytes = device_memory_bytes or device.memory_bytes
+        if config.optimizer_impl not in ("auto",):
+            check_impl_supported(canonical_impl(config.optimizer_impl), device.kind, device.name)
     world, node, cross = rank_groups(topology)
     return StepContext(
         workload,
@@ -172,7 +181,7 @@ def simulate_step(
     ctx: StepContext,
     *,
     seed: int = 0,
-    slowdown: float = 1.0,
+    slowdown: float | None = 1.0,
     compute_scale: Callable[[Simulation, int], float | Mapping[str, float]] | None = None,
 ) -> StepResult:
     """Build ``strategy``'s plan and run it for ``ctx.config.steps`` steps in one seeded simulation.
@@ -180,6 +189,9 @@ def simulate_step(
     ``compute_scale(sim, step)`` gives a step's compute slowdown factor (one, or one per rank prefix
     of a per-rank plan, see :func:`~simcore.strategies.schedule.run_plan`); by default 1, or the
     lognormal jitter of the config. Identical steps (no jitter) are run once and repeated.
+    ``slowdown``: compute's slowdown while a collective runs; None models each collective's own
+    (SMs of its channels) and the collectives' slowdown under compute
+    (:mod:`simcore.strategies.schedule`).
     """
     plan = strategy.build_plan(ctx)
     cfg = ctx.config
@@ -193,12 +205,14 @@ def simulate_step(
     if compute_scale is not None and cfg.jitter_scope == "sync":
         return _simulate_per_interval(plan, ctx, sim, slowdown, compute_scale)
 
+    comm_slowdown = _comm_slowdown(ctx) if slowdown is None else 1.0
     first = run_plan(
         sim,
         plan,
         capacity_bytes=ctx.device_memory_bytes,
         slowdown=slowdown,
         compute_scale=compute_scale(sim, 0) if compute_scale else 1.0,
+        comm_slowdown=comm_slowdown,
     )
     times = [first.step_time_s]
     for step in range(1, cfg.steps):
@@ -211,9 +225,16 @@ def simulate_step(
             capacity_bytes=ctx.device_memory_bytes,
             slowdown=slowdown,
             compute_scale=compute_scale(sim, step),
+            comm_slowdown=comm_slowdown,
         )
         times.append(again.step_time_s)
     return StepResult(plan, first, times)
+
+
+def _comm_slowdown(ctx: StepContext) -> float:
+    """Collectives' slowdown while compute runs beside them (GPUs whose SMs are known), else 1."""
+    sms = int(getattr(getattr(ctx.timer, "curve", None), "sms", 0) or 0)
+    return float(contention_table()["comm_slowdown_under_compute"]) if sms > 0 else 1.0
 
 
 def sync_intervals(plan: StepPlan) -> list[int]:
@@ -232,7 +253,7 @@ def _simulate_per_interval(
     plan: StepPlan,
     ctx: StepContext,
     sim: Simulation,
-    slowdown: float,
+    slowdown: float | None,
     draw: Callable[[Simulation, int], float | Mapping[str, float]],
 ) -> StepResult:
     """Steps whose compute intervals (:func:`sync_intervals`) each take a fresh gating factor
@@ -250,7 +271,10 @@ def _simulate_per_interval(
             replace(op, duration_s=op.duration_s * float(draws[interval[op.id]])) if op.stream != COMM else op
             for op in plan.ops
         ])  # fmt: skip
-        runs.append(run_plan(sim, scaled, capacity_bytes=ctx.device_memory_bytes, slowdown=slowdown))
+        runs.append(run_plan(
+            sim, scaled, capacity_bytes=ctx.device_memory_bytes, slowdown=slowdown,
+            comm_slowdown=_comm_slowdown(ctx) if slowdown is None else 1.0,
+        ))  # fmt: skip
     return StepResult(plan, runs[0], [r.step_time_s for r in runs])
 
 

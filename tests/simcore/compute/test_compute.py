@@ -85,7 +85,13 @@ def test_kernel_classes_have_their_own_plateaus() -> None:
 def test_fp32_runs_matmuls_on_cuda_cores_and_convolutions_in_tf32() -> None:
     """PyTorch's defaults: matmul allow_tf32 off, cuDNN allow_tf32 on (Ampere and later)."""
     fp32 = ComputeModel(A100, "fp32")
-    assert fp32.class_dtypes == {"gemm": "fp32", "conv": "tf32", "attention": "fp32"}
+    assert fp32.class_dtypes == {
+        "gemm": "fp32",
+        "conv1x1": "tf32",
+        "conv": "tf32",
+        "conv_grouped": "tf32",
+        "attention": "fp32",
+    }
     assert ComputeModel(A100, "tf32").class_dtypes["gemm"] == "tf32"
     assert ComputeModel(device_spec("v100-sxm2-16gb"), "fp32").class_dtypes["conv"] == "fp32"
     conv = replace(_matmul(1e13), kind="conv")
