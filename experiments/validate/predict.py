@@ -376,8 +376,9 @@ def _predict_ps(spec: RunSpec, workload: Workload, topology: Topology, profile: 
     profile = scaled_compute_profile(profile, faster)
     stragglers = tuple(Straggler(w, slowdown / faster * (spec.slow_factor if w == slow_worker else 1.0))
                        for w in range(spec.workers))  # fmt: skip
+    # calibrate.train's workers push the whole gradient after backward and wait for the pull
     ps = PSConfig(mode=spec.strategy, shards=1, placement=Placement("dedicated", 1),
-                  staleness_bound=spec.staleness_bound, steps=max(8, spec.steps))  # fmt: skip
+                  staleness_bound=spec.staleness_bound, steps=max(8, spec.steps), layerwise=False)  # fmt: skip
     try:
         outcome = simulate_parameter_server(workload, training_config(spec), topology, ps, workers=spec.workers,
                                             heterogeneity=Heterogeneity(stragglers=stragglers),

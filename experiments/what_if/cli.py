@@ -218,7 +218,8 @@ def format_table(result: WhatIfResult, header: str) -> str:
         )
         for r in rows:
             lines.append(_row(r))
-        lines += ["  assumed:", *_assumed(rows)]
+        assumed = _assumed(rows)
+        lines += ["  assumed:", *assumed] if assumed else []
         lines += [f"  note: {note}" for note in dict.fromkeys(r.note for r in rows if r.note)]
         lines += _ps_lines(result, rec.cluster, rec.gpus)
         lines.append(f"  recommendation: {rec.strategy or 'none'}: {rec.reason}")
@@ -247,7 +248,10 @@ def _ps_detail(ps: PSResult) -> str:
         f"{ps.throughput_samples_per_s:.1f} samples/s over {ps.gradients_applied} gradients"
     )
     if ps.mode == "ps-ssp":
-        text += f"; blocked up to {max(ps.ssp_blocking_s, default=0.0):.3f} s per worker"
+        blocked = max(ps.ssp_blocking_s, default=0.0)
+        text += f"; blocked up to {blocked:.3f} s per worker"
+        if blocked == 0.0:
+            text += f" (the bound s={ps.staleness_bound} never binds here: ps-ssp runs as ps-async)"
     if ps.mode == "ps-mitigated":
         overhead = max(ps.sync_overhead_s, default=0.0)
         text += f"; {ps.recomputes} recomputes, checks up to {overhead:.3f} s per worker"

@@ -24,6 +24,11 @@ is placed on the compute stream (on CPU ranks everything runs on the training th
 reduce-scatter copy-in runs on its own stream, which this slightly overstates). The shard's
 copy-in before an all-gather (1/N of the unit) is left out.
 
+Streams: FSDP2 issues all-gathers and reduce-scatters from streams of their own, so neither waits
+for compute, but both run on the same process group, whose NCCL kernels ProcessGroupNCCL launches
+on one internal stream per device: they execute one at a time, in issue order, as the plan's single
+communication stream does. HSDP's cross-node all-reduce uses the replicate group's communicator.
+
 Precision: ``MixedPrecisionPolicy(param_dtype, reduce_dtype)`` (``fsdp-mp``, FSDP's default here)
 keeps the sharded parameters, gradients and optimizer state in fp32, casts the shard to the low
 dtype in the all-gather copy-in, produces the unsharded gradients in the low dtype and casts them

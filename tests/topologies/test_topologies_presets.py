@@ -8,7 +8,7 @@ from simcore.errors import TrainsimError
 from simcore.hardware import device_spec
 from topologies import load_cluster, preset_names
 
-PRESETS = ["dgx-a100", "hgx-h100", "hgx-h200", "g5.12xlarge", "g5.48xlarge", "pcie-nvl-pairs"]
+PRESETS = ["dgx-1v", "dgx-a100", "hgx-h100", "hgx-h200", "g5.12xlarge", "g5.48xlarge", "pcie-nvl-pairs"]
 
 
 def test_preset_names_are_the_documented_ones():
@@ -112,5 +112,5 @@ def test_bad_overrides_are_user_errors(kwargs, message):
 
 
 def test_unknown_preset_lists_presets():
-    with pytest.raises(TrainsimError, match="presets: dgx-a100"):
+    with pytest.raises(TrainsimError, match="presets: dgx-1v, dgx-a100"):
         load_cluster("dgx-z100")

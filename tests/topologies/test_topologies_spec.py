@@ -133,7 +133,7 @@ def test_missing_file_is_a_user_error(tmp_path):
 
 
 def test_unknown_name_lists_presets():
-    with pytest.raises(TrainsimError, match=r"presets: dgx-a100, g5\.12xlarge"):
+    with pytest.raises(TrainsimError, match=r"presets: dgx-1v, dgx-a100, g5\.12xlarge"):
         load_cluster("dgx")
 
 
