@@ -306,6 +306,7 @@ def training_config(spec: RunSpec) -> TrainingConfig:
         global_batch=size.batch * spec.workers, micro_batch=size.batch,
         seq_len=size.seq_len if size.model == "transformer" else None, dtype="fp32", optimizer="sgd-momentum",
         master_weights=False, allocator_overhead_bytes=0, steps=1,
+        reshard_root_after_forward=True,  # calibrate.train passes reshard_after_forward to the root too
     )  # fmt: skip
 
 

@@ -105,6 +105,9 @@ class TrainingConfig:
     gradient_as_bucket_view: bool = False  # torch DDP default: buckets are a copy of the gradients
     prefetch: int = 1
     reshard_after_forward: bool = True
+    # FSDP2 keeps the root module gathered after forward unless reshard_after_forward=True is
+    # passed to it explicitly (fully_shard's default None); True: the root is resharded as well
+    reshard_root_after_forward: bool = False
     wrap: str | tuple[int, ...] = "per-block"
     zero3_prefetch_bucket_params: int = 50_000_000  # DeepSpeed stage3_prefetch_bucket_size default
     # DeepSpeed ZeRO-1/2 (deepspeed/runtime/zero/config.py defaults): reduce_bucket_size and

@@ -40,9 +40,16 @@ all-gather and reduce-scatter streams (so they lengthen the collective, not the 
 copy-out on the compute stream; the shard's copy-in (1/N of the unit) is charged to its all-gather
 everywhere. On CPU ranks (gloo) the rest runs on the training thread, gloo
 has no averaging reduce op so FSDP2 divides the gradients before and after the reduce-scatter
-(``_div_if_needed``: two more passes), and since the host cannot run ahead of itself FSDP2's
-implicit forward prefetch (issuing the next unit's all-gather while this one computes) never
-happens: every forward all-gather is exposed. Backward prefetch is explicit and still overlaps.
+(``_div_if_needed``: two more passes), and nothing overlaps: FSDP2 issues its all-gathers
+(``unshard(async_op=False)``, backward prefetch included) and reduce-scatters without ``async_op``,
+so on a device without streams each collective blocks the training thread until gloo is done
+(``_fsdp_param_group.unshard`` / ``_fsdp_collectives.foreach_reduce``). Forward prefetch never
+happens (the host cannot run ahead of itself), a blocking backward prefetch costs what an
+all-gather on demand costs, and the next layer's compute waits for each reduce-scatter.
+
+The root module: FSDP2 keeps it gathered after forward when ``reshard_after_forward`` is left to
+its default; passing ``True`` explicitly to the root reshards it too
+(``TrainingConfig.reshard_root_after_forward``), so backward gathers it again.
 
 Host work: FSDP2's hooks cost the host a number of operator dispatches per unit and per parameter
 tensor each pass (:mod:`simcore.compute.overheads`), added to the unit's first compute operation;
@@ -139,6 +146,7 @@ class ShardedHooks(PassHooks):
         self.previous_group: int | None = None
         self.previous_bwd_group: int | None = None
         self.lingering = 0.0  # bytes of the reduce-scatter input FSDP2 still holds
+        self.blocking: list[int] = []  # CPU: collectives the next compute waits for
 
     # --- gathering -------------------------------------------------------------------------
     def _gather(
@@ -186,7 +194,7 @@ class ShardedHooks(PassHooks):
     def _ensure(
         self, builder: PlanBuilder, units: Sequence[int], previous: int | None, phase: str
     ) -> list[int]:
-        waits = []
+        waits, self.blocking = self.blocking, []
         for unit in dict.fromkeys(units):
             if unit not in self.gathered:
                 self._gather(
@@ -276,9 +284,10 @@ class ShardedHooks(PassHooks):
         if unit != self.previous_bwd_group:
             self.bwd_visit += 1
             order = self.visits[::-1]
-            self._prefetch(
-                builder, order, self.bwd_visit, op, "backward prefetch", self.units.mid_block_backward
-            )
+            if not self.on_cpu:  # on CPU the prefetch blocks: the same as gathering on demand
+                self._prefetch(
+                    builder, order, self.bwd_visit, op, "backward prefetch", self.units.mid_block_backward
+                )
         self.previous_bwd_group = unit
 
     def backward_done(self, builder: PlanBuilder, chunk: Chunk, op: int) -> None:
@@ -331,7 +340,7 @@ class ShardedHooks(PassHooks):
             extra_s=copy_s,
         )
         if len(self.replicate_group) > 1:
-            add_collective(
+            rs = add_collective(
                 self.ctx,
                 builder,
                 "all_reduce",
@@ -340,6 +349,8 @@ class ShardedHooks(PassHooks):
                 f"all_reduce unit {unit} shard across nodes{self.tag}",
                 after=[rs],
             )
+        if self.on_cpu:
+            self.blocking.append(rs)
 
 
 def build_sharded_plan(
@@ -408,7 +419,11 @@ class FSDPStrategy:
 
     def build_plan(self, ctx: StepContext) -> StepPlan:
         return build_sharded_plan(
-            ctx, self.name, wrap_units(ctx.workload, ctx.config.wrap), shard_group=ctx.world
+            ctx,
+            self.name,
+            wrap_units(ctx.workload, ctx.config.wrap),
+            shard_group=ctx.world,
+            reshard_root=ctx.config.reshard_root_after_forward,
         )
 
 

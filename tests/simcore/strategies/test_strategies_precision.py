@@ -92,3 +92,37 @@ def test_jitter_per_sync_point_pays_more_where_there_are_more_sync_points() -> N
     ddp, _ = _run("ddp", 8)
     fsdp, _ = _run("fsdp", 8)
     assert max(sync_intervals(fsdp.plan)) > max(sync_intervals(ddp.plan))
+
+
+def test_fsdp_collectives_block_a_cpu_rank_and_overlap_on_a_gpu() -> None:
+    """FSDP2 issues its collectives without ``async_op``: on a device without streams each one
+    blocks the training thread, so no compute runs while a collective is in flight."""
+    from types import SimpleNamespace
+
+    from tests.simcore.strategies.test_strategies_support import RateTimer
+
+    class CpuTimer(RateTimer):
+        device = SimpleNamespace(kind="cpu")
+
+    def overlap_s(timer: RateTimer) -> float:
+        cfg = TrainingConfig(global_batch=8, micro_batch=2, precision="mixed")
+        ctx = toy_context(4, cfg)
+        ctx = type(ctx)(ctx.workload, cfg, 4, timer, ctx.collective, ctx.world, ctx.node,
+                        ctx.cross_node, ctx.device_memory_bytes)  # fmt: skip
+        spans = simulate_step(get_strategy("fsdp"), ctx).run.spans
+        comm = [(s.start_s, s.end_s) for s in spans if s.stream == "comm" and s.end_s > s.start_s]
+        compute = [(s.start_s, s.end_s) for s in spans if s.stream == "compute"]
+        return sum(max(0.0, min(b, d) - max(a, c)) for a, b in comm for c, d in compute)
+
+    assert overlap_s(CpuTimer()) == pytest.approx(0.0, abs=1e-12)
+    assert overlap_s(RateTimer()) > 0.0
+
+
+def test_an_explicitly_resharded_root_is_gathered_again_for_backward() -> None:
+    kept, _ = _run("fsdp", 4)
+    resharded, _ = _run("fsdp", 4, reshard_root_after_forward=True)
+
+    def root_gathers(result) -> int:
+        return sum(1 for op in result.plan.ops if op.kind == "all_gather" and "unit 0 " in op.name)
+
+    assert (root_gathers(kept), root_gathers(resharded)) == (1, 2)
