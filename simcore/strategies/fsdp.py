@@ -44,8 +44,9 @@ has no averaging reduce op so FSDP2 divides the gradients before and after the r
 (``unshard(async_op=False)``, backward prefetch included) and reduce-scatters without ``async_op``,
 so on a device without streams each collective blocks the training thread until gloo is done
 (``_fsdp_param_group.unshard`` / ``_fsdp_collectives.foreach_reduce``). Forward prefetch never
-happens (the host cannot run ahead of itself), a blocking backward prefetch costs what an
-all-gather on demand costs, and the next layer's compute waits for each reduce-scatter.
+happens (the host cannot run ahead of itself), the backward prefetch of the next unit runs before
+this unit's backward computes (its parameters are held meanwhile), and the next layer's compute
+waits for each reduce-scatter.
 
 The root module: FSDP2 keeps it gathered after forward when ``reshard_after_forward`` is left to
 its default; passing ``True`` explicitly to the root reshards it too
@@ -182,29 +183,37 @@ class ShardedHooks(PassHooks):
         builder: PlanBuilder,
         order: Sequence[int],
         position: int,
-        op: int,
+        op: int | None,
         phase: str,
         blocked: frozenset[int],
-    ) -> None:
+        after: Sequence[int] = (),
+    ) -> list[int]:
+        """Gather the next ``prefetch`` units of ``order`` after ``position``: alongside compute op
+        ``op`` (it starts them), or, with ``op`` None, after ``after`` (a blocking prefetch)."""
         depth = self.ctx.config.prefetch
+        issued = []
         for unit in list(dict.fromkeys(order[position + 1 :]))[:depth]:
             if unit not in self.gathered and unit not in blocked and self.pending[unit] > 0:
-                self._gather(builder, unit, phase, after_start=[op])
+                starts = [op] if op is not None else []
+                issued.append(self._gather(builder, unit, phase, after=after, after_start=starts))
+        return issued
 
     def _ensure(
         self, builder: PlanBuilder, units: Sequence[int], previous: int | None, phase: str
     ) -> list[int]:
-        waits, self.blocking = self.blocking, []
+        blocking, self.blocking = self.blocking, []
+        waits = list(blocking)
         for unit in dict.fromkeys(units):
             if unit not in self.gathered:
                 self._gather(
                     builder, unit, phase + ", on demand", after=[previous] if previous is not None else []
                 )
-            waits.append(self._copied_out(builder, unit, phase))
+            waits.append(self._copied_out(builder, unit, phase, after=blocking))
         return waits
 
-    def _copied_out(self, builder: PlanBuilder, unit: int, phase: str) -> int:
-        """The op after which the unit's gathered parameters are usable: its copy-out (FSDP2)."""
+    def _copied_out(self, builder: PlanBuilder, unit: int, phase: str, after: Sequence[int] = ()) -> int:
+        """The op after which the unit's gathered parameters are usable: its copy-out (FSDP2),
+        run after ``after`` too (on CPU: the collectives that block the training thread)."""
         gather = self.gathered[unit]
         if not self.copies:
             return gather
@@ -213,7 +222,7 @@ class ShardedHooks(PassHooks):
                 f"all_gather copy-out unit {unit} ({phase}){self.tag}",
                 self.ctx.copy_time_s(self.full_bytes[unit]),
                 kind="copy",
-                after=[gather],
+                after=[gather, *after],
             )
         return self.copied[unit]
 
@@ -265,7 +274,16 @@ class ShardedHooks(PassHooks):
         self, builder: PlanBuilder, layers: Sequence[int], previous_op: int | None
     ) -> list[int]:
         unit_of = self.units.unit_of_layer
-        return self._ensure(builder, [unit_of[i] for i in layers], previous_op, "backward")
+        units = [unit_of[i] for i in layers]
+        waits = self._ensure(builder, units, previous_op, "backward")
+        if self.on_cpu and units and units[0] != self.previous_bwd_group:
+            # FSDP2's backward prefetch blocks on CPU: the next unit is gathered before this one
+            # computes (its memory is held alongside, as on a GPU)
+            waits += self._prefetch(
+                builder, self.visits[::-1], self.bwd_visit + 1, None, "backward prefetch",
+                self.units.mid_block_backward, after=[*waits, *([previous_op] if previous_op is not None else [])],
+            )  # fmt: skip
+        return waits
 
     def backward_memory(self, chunk: Chunk) -> list[MemoryChange]:
         if not self.allocate_unsharded:  # accumulating into the unsharded gradients already held
@@ -284,7 +302,7 @@ class ShardedHooks(PassHooks):
         if unit != self.previous_bwd_group:
             self.bwd_visit += 1
             order = self.visits[::-1]
-            if not self.on_cpu:  # on CPU the prefetch blocks: the same as gathering on demand
+            if not self.on_cpu:  # on CPU it blocks: issued before the compute (before_backward)
                 self._prefetch(
                     builder, order, self.bwd_visit, op, "backward prefetch", self.units.mid_block_backward
                 )
