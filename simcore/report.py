@@ -39,6 +39,12 @@ oom_verdict            one line: fits with the peak, or OOM by how much and wher
 link_utilisation       {link kind: fraction of the step a collective limited by that kind of link
                        was running}
 bottleneck_link        the link limiting the collectives that took the most time
+memory_status          ``fits``, ``fits with < 10% headroom`` or ``OOM`` (peak as the caching allocator
+                       sees it: tensors, fragmentation, CUDA context, NCCL buffers)
+precision              the precision mode the strategy ran and its dtypes, e.g. ``amp (fp32 params,
+                       fp32 grads, fp32 reduce, bf16 matmuls)`` (:mod:`simcore.compute.precision`)
+optimizer_impl         the optimizer implementation it assumed: ``foreach``, ``fused`` or ``single``
+note                   a remark on the point (e.g. when zero1 and zero2 run the same step); "" if none
 =====================  ============================================================================
 
 Parameter-server records (``ps-*``) carry these fields first, then ``staleness`` {mean, p50, p99,
@@ -111,6 +117,10 @@ class StepReport:
     oom_verdict: str
     link_utilisation: Mapping[str, float] = field(default_factory=dict)
     bottleneck_link: str = ""
+    memory_status: str = ""
+    precision: str = ""
+    optimizer_impl: str = ""
+    note: str = ""
 
     def to_record(self) -> dict[str, Any]:
         """A plain JSON-ready dict with the documented, stable field names."""

@@ -53,10 +53,13 @@ def run(
     heterogeneity: Heterogeneity = NO_HETEROGENEITY,
     workload: Workload | None = None,
     seed: int = 0,
+    layerwise: bool = True,
 ) -> PSResult:
     placement = placement or Placement()
     topo = cluster(cluster_name, workers, placement)
-    ps = PSConfig(mode=mode, shards=shards, placement=placement, staleness_bound=bound, steps=steps)
+    ps = PSConfig(
+        mode=mode, shards=shards, placement=placement, staleness_bound=bound, steps=steps, layerwise=layerwise
+    )
     outcome = simulate_parameter_server(
         workload or uniform_workload(),
         training(workers),

@@ -55,11 +55,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from experiments.validate.grid import MODEL_SIZES, RunSpec
 from simcore.errors import TrainsimError
 
 if TYPE_CHECKING:
     from simcore.calibration.profile import CalibrationProfile
+    from simcore.compute.optimizer import OptimizerStepCost
     from simcore.strategies.base import TrainingConfig
     from simcore.topology import Topology
     from simcore.workload.types import Layer, Workload
@@ -79,9 +82,15 @@ __all__ = [
 ]
 
 SYNC_STRATEGIES = ("ddp", "fsdp", "ps-sync")
+# gloo's reduce_scatter_tensor moves an all-reduce's bytes: our measurement of the loopback
+# interface's byte counters (/proc/net/dev) around one 32 MiB reduce_scatter_tensor, torch 2.13 gloo:
+# 2.0 x the buffer on 2 ranks and 6.0 x on 4, exactly all_reduce's 2(n-1)/n x n, where a ring
+# reduce-scatter moves (n-1)/n x n (all_gather_into_tensor moved its ring's 1.0 and 3.0). On the
+# shaped links of the testbed, where bytes on the wire set the time, it is priced as an all-reduce.
+GLOO_REDUCE_SCATTER = "all_reduce"
 # Workload layer kinds (calibrate.train.models.describe, simcore presets) -> the layer benchmark kind
 # of calibrate.compute.layers that times the same kind of operator.
-BENCH_KIND = {"conv2d": "conv", "conv": "conv", "linear": "linear", "attention": "attention", "layernorm": "norm",
+BENCH_KIND = {"conv2d": "conv", "conv": "conv", "conv1x1": "conv", "conv_grouped": "conv", "linear": "linear", "attention": "attention", "layernorm": "norm",
               "norm": "norm", "embedding": "embedding", "relu": "activation", "gelu": "activation",
               "maxpool": "activation", "activation": "activation"}  # fmt: skip
 
@@ -189,27 +198,41 @@ class LayerCorrectedTimer:
         from simcore.hardware import device_spec
 
         self.base = ComputeModel(device_spec("cpu"), "fp32", profile)
+        self.device = self.base.device
         self.corrections = corrections
 
     def _factor(self, kind: str, phase: str) -> float:
         bench = BENCH_KIND.get(kind, "")
         return self.corrections.get((bench, "fwd" if phase == "recompute" else phase), 1.0)
 
+    def _factors(self, workload: Workload, phase: str) -> np.ndarray:
+        return np.array([self._factor(layer.kind, phase) for layer in workload.layers])
+
     def layer_time_s(self, layer: Layer, batch: int, phase: str) -> float:
         return self.base.layer_time_s(layer, batch, phase) * self._factor(layer.kind, phase)
 
+    def layer_parts_s(self, workload: Workload, batch: int, phase: str) -> tuple[np.ndarray, np.ndarray]:
+        """(kernel, host) seconds per layer, both scaled by the layer kind's correction (the
+        benchmarks time whole layers: arithmetic and dispatch together)."""
+        kernel, host = self.base.layer_parts_s(workload, batch, phase)
+        factors = self._factors(workload, phase)
+        return kernel * factors, host * factors
+
     def layer_times_s(self, workload: Workload, batch: int, phase: str) -> list[float]:
-        times = self.base.layer_times_s(workload, batch, phase)
-        return [
-            float(t) * self._factor(layer.kind, phase)
-            for t, layer in zip(times, workload.layers, strict=True)
-        ]
+        kernel, host = self.layer_parts_s(workload, batch, phase)
+        return [float(t) for t in self.base.combine(kernel, host)]
+
+    def combine(self, kernel_s: float | np.ndarray, host_s: float | np.ndarray) -> np.ndarray:
+        return self.base.combine(kernel_s, host_s)
+
+    def host_op_s(self, phase: str) -> float:
+        return self.base.host_op_s(phase)
 
     def optimizer_time_s(self, params: int, optimizer: str) -> float:
         return self.base.optimizer_time_s(params, optimizer)
 
-    def optimizer_dispatch_s(self, tensors: int, optimizer: str) -> float:
-        return self.base.optimizer_dispatch_s(tensors, optimizer)
+    def optimizer_step_time_s(self, cost: OptimizerStepCost, *, host_factor: float = 1.0) -> float:
+        return self.base.optimizer_step_time_s(cost, host_factor=host_factor)
 
     @property
     def memory_bandwidth_Bps(self) -> float:
@@ -218,7 +241,7 @@ class LayerCorrectedTimer:
 
     def gradient_ratio(self, workload: Workload, batch: int) -> float:
         """Corrected / uncorrected forward + backward time of one micro-batch."""
-        base = sum(float(self.base.layer_times_s(workload, batch, p).sum()) for p in ("fwd", "bwd"))
+        base = sum(self.base.phase_time_s(workload, batch, p) for p in ("fwd", "bwd"))
         return sum(sum(self.layer_times_s(workload, batch, p)) for p in ("fwd", "bwd")) / base
 
 
@@ -283,6 +306,7 @@ def training_config(spec: RunSpec) -> TrainingConfig:
         global_batch=size.batch * spec.workers, micro_batch=size.batch,
         seq_len=size.seq_len if size.model == "transformer" else None, dtype="fp32", optimizer="sgd-momentum",
         master_weights=False, allocator_overhead_bytes=0, steps=1,
+        reshard_root_after_forward=True,  # calibrate.train passes reshard_after_forward to the root too
     )  # fmt: skip
 
 
@@ -322,6 +346,8 @@ def _predict_collective(spec: RunSpec, workload: Workload, topology: Topology, p
     cpu_bound = spec.network == "loopback"  # gloo over loopback is CPU work; a tc-shaped NIC is not
 
     def collective(op: str, size_bytes: float, group: tuple[int, ...]) -> CommCost:
+        if op == "reduce_scatter" and not cpu_bound:
+            op = GLOO_REDUCE_SCATTER  # the loopback fits already measured gloo's own
         cost = priced(op, size_bytes, group)
         scale = comm_slowdown if cpu_bound else 1.0
         return CommCost(cost.time_s * scale, cost.bottleneck_link, cost.link_kind)
@@ -351,8 +377,9 @@ def _predict_ps(spec: RunSpec, workload: Workload, topology: Topology, profile: 
     profile = scaled_compute_profile(profile, faster)
     stragglers = tuple(Straggler(w, slowdown / faster * (spec.slow_factor if w == slow_worker else 1.0))
                        for w in range(spec.workers))  # fmt: skip
+    # calibrate.train's workers push the whole gradient after backward and wait for the pull
     ps = PSConfig(mode=spec.strategy, shards=1, placement=Placement("dedicated", 1),
-                  staleness_bound=spec.staleness_bound, steps=max(8, spec.steps))  # fmt: skip
+                  staleness_bound=spec.staleness_bound, steps=max(8, spec.steps), layerwise=False)  # fmt: skip
     try:
         outcome = simulate_parameter_server(workload, training_config(spec), topology, ps, workers=spec.workers,
                                             heterogeneity=Heterogeneity(stragglers=stragglers),

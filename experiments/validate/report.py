@@ -247,18 +247,24 @@ What the simulator does not model here, and what would fix it:
   the calibrated per-operator cost; the autograd nodes between layers (residual adds, views,
   split/transpose, the loss) and the training loop's bookkeeping are not. *Fix*: count them with
   a dispatch-mode counter on the same module, a property of the model like its FLOPs.
-- **FSDP2's own CPU work beyond its copies.** The all-gather copy-out and reduce-scatter copy-in
-  are priced as memory copies; FSDP2's per-unit hooks, DTensor parameter handling and DTensor
-  optimizer are not, and on CPU they are on the critical path. *Fix*: a per-unit and
-  per-DTensor-operator overhead, calibrated by an FSDP2 microbenchmark of one small unit.
-- **Collectives as the backend runs them.** Shaped links are priced as an ideal ring; gloo's
-  reduce_scatter moves more than that. *Fix*: calibrate each collective's traffic per backend.
+- **Rank skew at FSDP2's blocking collectives.** FSDP2's hooks (per unit and per parameter
+  tensor, from an FSDP2 microbenchmark) and its copies are priced, and on CPU every all-gather and
+  reduce-scatter blocks the training thread (no overlap); gloo's reduce_scatter is priced with
+  all_reduce's traffic, which is what it moves. Each blocking collective also waits for the slower
+  rank, so the ranks' noise is paid at every unit, not once per step as in DDP; the simulator has
+  no noise here. *Fix*: measure the per-unit spread between ranks and give it as jitter per sync
+  point (``jitter_scope="sync"``).
 - **Shared, noisy cores.** When other jobs run on the same cores, a probe before and after each
   run estimates their load, but it changes during a run. *Fix*: validate on an idle machine, pin
   ranks to cores, repeat runs to show a spread.
 - **Parameter-server message handling.** Every push and pull is a gloo send/recv handled by one
   Python server process, which must be scheduled for every message; the simulator charges link
-  time and a memory-bound update only."""
+  time and a memory-bound update only.
+- **Ranks that compute alone.** The profile's rates come from two ranks computing at once; an
+  asynchronous parameter server's workers often compute while the other waits, and then run
+  faster than that (measured: 100 ms of compute per step in ps-async against 121 ms in ps-sync on
+  the same model), so ps-async and ps-ssp are predicted slow. *Fix*: calibrate the rate of one
+  rank alone as well and share the cores among the ranks computing at each moment."""
 
 
 def report_markdown(summary: str, rows: Sequence[Row], orders: Sequence[dict[str, Any]],

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from experiments.common.args import add_batch, add_strategies, check_micro_steps, count_text
@@ -51,6 +52,8 @@ from simcore.cliargs import (
     size_bytes,
 )
 from simcore.compute.heterogeneity import Heterogeneity
+from simcore.compute.optimizer import OPTIMIZER_IMPLS
+from simcore.compute.precision import PRECISION_MODES, activation_dtype
 from simcore.errors import TrainsimError, cli_entry
 from simcore.parallel import CP_KINDS, OFFLOAD_MODES, PIPELINE_SCHEDULES
 from simcore.parallel.report import ParallelStepReport
@@ -64,7 +67,7 @@ from simcore.paramserver import (
     parse_placement,
 )
 from simcore.report import StepReport, records_to_csv, records_to_json
-from simcore.strategies.base import COMPUTE_DTYPES, OPTIMIZERS, TrainingConfig
+from simcore.strategies.base import COMPUTE_DTYPES, JITTER_SCOPES, OPTIMIZERS, TrainingConfig
 from simcore.whatif.sweep import (
     DEFAULT_CLUSTERS,
     DEFAULT_CONFIG,
@@ -103,12 +106,32 @@ def build_parser() -> argparse.ArgumentParser:
     add_gpus(p, "16", several=True, help="a GPU count or a comma list (a scaling sweep)")
     add_batch(p, global_batch=d.global_batch, micro_batch=d.micro_batch)
     p.add_argument(
-        "--seq-len", type=int_range(1, 2**20), default=None,
-        help=f"sequence length of a language model (default {d.seq_len}); vision models have none",
+        "--batch-per-gpu", type=int_range(1, 2**20), default=None,
+        help="weak scaling: samples per GPU per step (global batch = N x GPUs), so --gpus 1,8,64 "
+        "runs in one command; replaces --global-batch",
     )  # fmt: skip
-    p.add_argument("--dtype", default=d.dtype, choices=list(COMPUTE_DTYPES), help="compute dtype")
+    p.add_argument(
+        "--seq-len", type=int_range(1, 2**20), default=None,
+        help=f"sequence length (default: the model's own: a preset's or a shape file's; {d.seq_len} for GPT-2)",
+    )  # fmt: skip
+    p.add_argument(
+        "--dtype", default=d.dtype, choices=list(COMPUTE_DTYPES),
+        help="matmul dtype (tf32: fp32 with TF32 matmuls; fp8: FP8 GEMMs where the device has them)",
+    )  # fmt: skip
+    p.add_argument(
+        "--precision", default=d.precision, choices=list(PRECISION_MODES),
+        help="how tensors and collectives are typed: amp (autocast, fp32 params/grads/all-reduce), "
+        "amp-compress (DDP bf16 compression hook), pure, fsdp-mp / fsdp-mp-low (FSDP "
+        "MixedPrecisionPolicy, reduce fp32 / low), mixed (Megatron/DeepSpeed fp32 master); auto: what "
+        "each framework runs (DDP amp, FSDP fsdp-mp, ZeRO mixed)",
+    )  # fmt: skip
     p.add_argument("--no-master-weights", action="store_true", help="pure bf16/fp16 (no fp32 master copy)")
     p.add_argument("--optimizer", default=d.optimizer, choices=list(OPTIMIZERS), help="optimizer")
+    p.add_argument(
+        "--optimizer-impl", default=d.optimizer_impl, choices=[*OPTIMIZER_IMPLS, "single-tensor"],
+        help="torch.optim implementation: foreach (GPU default, ~80 B/param for AdamW), fused (~28 "
+        "B/param), single (per-tensor loop, CPU default); auto: the framework's default (DeepSpeed: fused)",
+    )  # fmt: skip
     p.add_argument(
         "--bucket-size", type=size_bytes(allow_zero=False, high=2**40), default=f"{d.bucket_size_bytes / 2**20:g}MiB",
         help="DDP/ZeRO gradient bucket",
@@ -149,7 +172,20 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="RANK:FACTOR",
         help="rank RANK computes FACTOR times slower (repeatable)",
     )
-    p.add_argument("--jitter", help="seeded jitter, e.g. compute=lognormal:0.1,link=lognormal:0.05")
+    p.add_argument(
+        "--jitter",
+        help="seeded jitter, e.g. compute=lognormal:0.1,link=lognormal:0.05: each rank's compute is "
+        "multiplied by a lognormal(0, sigma) draw (median 1; sigma = log(p84/p50) of one rank's "
+        "compute times), when --jitter-scope says",
+    )
+    p.add_argument(
+        "--jitter-scope",
+        default=d.jitter_scope,
+        choices=list(JITTER_SCOPES),
+        help="step: one draw per rank per step, the slowest rank gating the step once; sync: one "
+        "draw per rank per synchronisation point (each wait on a collective), the slowest gating "
+        "each interval (FSDP, waiting per unit, pays it per unit)",
+    )
     p.add_argument("--seed", type=int_range(0, 2**32 - 1), default=0, help="seed of the jitter draws")
     p.add_argument("--calibration", help="calibration profile JSON (calibrate.fit)")
     add_format(p, ("table", "json", "csv"))
@@ -203,10 +239,14 @@ def _config(args: argparse.Namespace, heterogeneity: Heterogeneity) -> TrainingC
 
     d = DEFAULT_CONFIG
     return TrainingConfig(
-        global_batch=args.global_batch,
+        global_batch=args.global_batch if args.batch_per_gpu is None else args.batch_per_gpu,
         micro_batch=args.micro_batch,
         seq_len=args.seq_len or d.seq_len,
         dtype=args.dtype,
+        precision=args.precision,
+        optimizer_impl=args.optimizer_impl,
+        batch_per_gpu=args.batch_per_gpu,
+        jitter_scope=args.jitter_scope,
         optimizer=args.optimizer,
         master_weights=not args.no_master_weights,
         bucket_size_bytes=args.bucket_size,
@@ -327,6 +367,9 @@ def format_table(result: WhatIfResult, header: str) -> str:
         for r in rows:
             lines.append(_row(r, width))
         lines += _stage_lines(rows)
+        assumed = _assumed(rows)
+        lines += ["  assumed:", *assumed] if assumed else []
+        lines += [f"  note: {note}" for note in dict.fromkeys(r.note for r in rows if r.note)]
         lines += _ps_lines(result, rec.cluster, rec.gpus)
         lines.append(f"  recommendation: {rec.strategy or 'none'}: {rec.reason}")
     return "\n".join(lines) + "\n"
@@ -354,7 +397,10 @@ def _ps_detail(ps: PSResult) -> str:
         f"{ps.throughput_samples_per_s:.1f} samples/s over {ps.gradients_applied} gradients"
     )
     if ps.mode == "ps-ssp":
-        text += f"; blocked up to {max(ps.ssp_blocking_s, default=0.0):.3f} s per worker"
+        blocked = max(ps.ssp_blocking_s, default=0.0)
+        text += f"; blocked up to {blocked:.3f} s per worker"
+        if blocked == 0.0:
+            text += f" (the bound s={ps.staleness_bound} never binds here: ps-ssp runs as ps-async)"
     if ps.mode == "ps-mitigated":
         overhead = max(ps.sync_overhead_s, default=0.0)
         text += f"; {ps.recomputes} recomputes, checks up to {overhead:.3f} s per worker"
@@ -378,7 +424,7 @@ def _label(r: StepReport) -> str:
 
 
 def _row(r: StepReport, width: int = 12) -> str:
-    verdict = "fits" if r.fits else "OOM"
+    verdict = r.memory_status or ("fits" if r.fits else "OOM")
     tokens = _fmt(r.tokens_per_s, ".0f")
     scaling = _fmt(r.scaling_efficiency, ".2f")
     if r.baseline_fits is False:
@@ -389,12 +435,31 @@ def _row(r: StepReport, width: int = 12) -> str:
     )
 
 
+def _assumed(reports: list[StepReport]) -> list[str]:
+    """One line per distinct (precision, optimizer implementation), naming the strategies that ran it."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for r in reports:
+        if r.precision:
+            names = groups.setdefault((r.precision, r.optimizer_impl), [])
+            if r.strategy not in names:
+                names.append(r.strategy)
+    return [
+        f"    {', '.join(names)}: {precision}, {impl} optimizer"
+        for (precision, impl), names in groups.items()
+    ]
+
+
 def _header(workload_name: str, params: int, cfg: TrainingConfig, heterogeneity: Heterogeneity) -> str:
-    precision = cfg.dtype + (" + fp32 master weights" if cfg.mixed_precision and cfg.master_weights else "")
+    precision = f"--dtype {cfg.dtype}, --precision {cfg.precision}"
     uneven = heterogeneity.describe()
+    batch = (
+        f"{cfg.batch_per_gpu} samples per GPU (weak scaling)"
+        if cfg.batch_per_gpu is not None
+        else f"global batch {cfg.global_batch}"
+    )
     return (
         f"model {workload_name} ({params / 1e9:.2f} B parameters), seq {cfg.seq_len}, {precision}, {cfg.optimizer}; "
-        f"global batch {cfg.global_batch}, micro-batch {cfg.micro_batch}\n"
+        f"{batch}, micro-batch {cfg.micro_batch}\n"
         + (f"uneven hardware: {uneven}; {cfg.steps} steps\n" if uneven != "none" else "")
         + "scaling = samples/s / (gpus x samples/s of the same strategy on 1 GPU); "
         "* = that 1-GPU baseline does not fit (unlimited-memory GPU assumed)"
@@ -419,9 +484,10 @@ def main(argv: list[str] | None = None) -> int:
     ps_options = PSConfig(
         shards=args.ps_shards, placement=_placement(args.ps_placement), staleness_bound=args.staleness_bound
     )
+    workload = load_workload(args.model, seq_len=cfg.seq_len, dtype=activation_dtype(cfg.dtype))
+    cfg = replace(cfg, seq_len=workload.tokens_per_sample or None)
     if not layouts:
         _check_work(cfg, gpus, strategies, len(clusters), args)
-    workload = load_workload(args.model, seq_len=cfg.seq_len, dtype=cfg.dtype)
     _warn_friction(args, workload)
     calibration = None
     if args.calibration:

@@ -24,25 +24,32 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from simcore.compute.optimizer import OPTIMIZER_IMPLS, resolve_optimizer_impl
 from simcore.errors import TrainsimError
 
 __all__ = [
     "CATEGORIES",
     "OPTIMIZER_IMPLS",
+    "TIGHT_HEADROOM",
     "MemoryChange",
     "MemoryPeak",
     "MemoryTimeline",
+    "RuntimeMemory",
     "model_state_bytes",
     "optimizer_step_temp_bytes",
     "resolve_optimizer_impl",
+    "runtime_memory",
 ]
 
 CATEGORIES = ("params", "grads", "optimizer", "activations", "buffers", "temp", "overhead")
-# How torch.optim runs the update: "auto" picks what torch picks for the device.
-OPTIMIZER_IMPLS = ("auto", "foreach", "single-tensor", "fused")
 
 # (category, signed bytes)
 MemoryChange = tuple[str, float]
+
+
+# Headroom below which "fits" is qualified: allocator spikes, a longer sequence or a different
+# collective algorithm move the peak by a few percent.
+TIGHT_HEADROOM = 0.10
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,12 +65,21 @@ class MemoryPeak:
     def fits(self) -> bool:
         return self.peak_bytes <= self.capacity_bytes
 
+    @property
+    def status(self) -> str:
+        """``fits``, ``fits with < 10% headroom`` or ``OOM``."""
+        if not self.fits:
+            return "OOM"
+        if self.capacity_bytes - self.peak_bytes < TIGHT_HEADROOM * self.capacity_bytes:
+            return "fits with < 10% headroom"
+        return "fits"
+
     def verdict(self) -> str:
-        """One line: fits with headroom, or out of memory by how much and where."""
+        """One line: fits (with how much headroom), or out of memory by how much and where."""
         gib = 2**30  # the unit of the what-if table and plots (a "80 GB" A100 holds 80 GiB)
         if self.fits:
             return (
-                f"fits: peak {self.peak_bytes / gib:.1f} GiB of {self.capacity_bytes / gib:.1f} GiB "
+                f"{self.status}: peak {self.peak_bytes / gib:.1f} GiB of {self.capacity_bytes / gib:.1f} GiB "
                 f"({self.phase})"
             )
         return (
@@ -78,6 +94,7 @@ class MemoryTimeline:
     each category's own maximum over the step."""
 
     capacity_bytes: float
+    fragmentation: float = 0.0  # reserved / allocated - 1 of the caching allocator, charged at the peak
     current: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0.0))
     samples: list[tuple[float, float, str]] = field(default_factory=list)
     category_max: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0.0))
@@ -105,10 +122,49 @@ class MemoryTimeline:
             self._peak_breakdown = dict(self.current)
 
     def peak(self) -> MemoryPeak:
+        """The peak as the allocator sees it: tensors, plus fragmentation on them in ``overhead``."""
         if self._peak < 0:
             self.apply((), "start of step")
         breakdown = {c: max(0.0, self._peak_breakdown.get(c, 0.0)) for c in CATEGORIES}
-        return MemoryPeak(self._peak, self._peak_phase, breakdown, self.capacity_bytes)
+        tensors = sum(v for c, v in breakdown.items() if c != "overhead")
+        extra = self.fragmentation * tensors
+        breakdown["overhead"] += extra
+        return MemoryPeak(self._peak + extra, self._peak_phase, breakdown, self.capacity_bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeMemory:
+    """What the runtime and allocator hold besides tensors, per device kind (``data/efficiency.yaml``)."""
+
+    cuda_context_bytes: float
+    nccl_bytes_per_channel_peer: float
+    nccl_channels: int
+    nccl_peers: int
+    fragmentation: float
+
+    def overhead_bytes(self, communicators: int) -> float:
+        """CUDA context plus NCCL's buffers for ``communicators`` communicators."""
+        per_comm = self.nccl_bytes_per_channel_peer * self.nccl_channels * self.nccl_peers
+        return self.cuda_context_bytes + communicators * per_comm
+
+
+def runtime_memory(device_kind: str) -> RuntimeMemory:
+    """The runtime memory figures of ``device_kind`` (``gpu`` or ``cpu``)."""
+    from pathlib import Path
+
+    import yaml
+
+    path = Path(__file__).parent.parent / "data" / "efficiency.yaml"
+    with path.open(encoding="utf-8") as handle:
+        table = yaml.safe_load(handle)["allocator"]
+    entry = table.get(device_kind, table["gpu"])
+    return RuntimeMemory(
+        float(entry["cuda_context_bytes"]),
+        float(entry["nccl_bytes_per_channel_peer"]),
+        int(entry["nccl_channels"]),
+        int(entry["nccl_peers"]),
+        float(entry["fragmentation"]),
+    )
 
 
 def model_state_bytes(
@@ -130,23 +186,6 @@ def model_state_bytes(
     }
 
 
-def resolve_optimizer_impl(impl: str, device_kind: str) -> str:
-    """The optimizer implementation in force: ``impl``, or torch's default for ``device_kind``.
-
-    torch.optim picks foreach kernels when every parameter is a plain tensor on a device with
-    foreach support (CUDA, XPU, MTIA, privateuse1) and the single-tensor loop otherwise; fused is
-    never the default (``torch/optim/optimizer.py``, ``_default_to_fused_or_foreach`` and
-    ``torch/utils/_foreach_utils.py``, ``_get_foreach_kernels_supported_devices``, torch 2.13).
-    """
-    if impl not in OPTIMIZER_IMPLS:
-        raise TrainsimError(
-            f"optimizer implementation {impl!r} unknown; allowed: {', '.join(OPTIMIZER_IMPLS)}"
-        )
-    if impl != "auto":
-        return impl
-    return "single-tensor" if device_kind == "cpu" else "foreach"
-
-
 def optimizer_step_temp_bytes(
     optimizer: str, impl: str, local_params: float, largest_local_tensor: float, state_bytes: int
 ) -> float:
@@ -164,7 +203,7 @@ def optimizer_step_temp_bytes(
     """
     if optimizer not in ("adam", "adamw"):
         return 0.0
-    if impl == "single-tensor":
+    if impl in ("single", "single-tensor"):
         return 2.0 * largest_local_tensor * state_bytes
     if impl == "foreach":
         return float(local_params) * state_bytes

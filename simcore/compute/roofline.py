@@ -1,40 +1,50 @@
-"""How long a layer takes on one device: a roofline with a size-dependent compute efficiency.
+"""How long a layer takes on one device: kernel classes on a roofline, plus the host's dispatch.
 
-For one operator of ``F`` FLOPs moving ``B`` bytes in a phase:
+Each layer kind belongs to a kernel class with its own achieved efficiency
+(``simcore/data/efficiency.yaml``, sources there):
 
-    time = max(F / achieved_flops(F), B / memory_bandwidth) + kernel_overhead
+- ``gemm`` (``linear``, ``attention_math``): forward, data-gradient and weight-gradient GEMMs, each
+  at its own size on the curve ``peak * gemm_max * F / (F + peak * half_s)``, times the tile and
+  wave quantisation of its output over the device's SMs when the layer records its GEMM shape;
+- ``conv``: cuDNN convolutions on the same curve with the lower ``conv_max``;
+- ``attention`` (fused, FlashAttention-style): ``attention_fwd_max`` forward and
+  ``attention_bwd_max`` backward, whose FLOPs the workload states (2.5x forward; causal masking
+  already halves the executed FLOPs of decoders);
+- everything else (norms, activations, softmax, residual adds, pools, embeddings): the bytes they
+  move at ``memory_efficiency`` of the datasheet bandwidth.
 
-``achieved_flops`` comes from the calibration profile's ``compute_rate(F, dtype)`` when it has one
-for the dtype, else from the default curve ``peak(dtype) * max_eff * F / (F + half_flops)`` in
-``simcore/data/efficiency.yaml`` (the sources of its figures are there). ``memory_bandwidth`` is the
-profile's measured bandwidth, else the datasheet figure times the default memory efficiency.
+A kernel takes ``max(FLOPs / achieved rate, bytes / achieved bandwidth)`` plus ``kernel_overhead_s``
+on a GPU. Each class runs in its dtype (:mod:`simcore.compute.precision`): with ``--dtype fp32``
+matmuls use the FP32 CUDA cores and convolutions TF32 where the device has it, as PyTorch defaults.
 
-**Framework overhead per operator.** With a calibration profile that measured it
-(``op_overhead_s``), every layer is also charged ``ops(kind, phase) * op_overhead_s[phase]``: the
-ATen operators a layer of that kind dispatches (table ``operators`` in ``data/efficiency.yaml``,
-counted from a torch trace) times the measured host cost of one. On a CPU rank the host runs the
-arithmetic too, so the two add up; on a GPU the host enqueues kernels ahead of the device, so a
-layer takes the longer of its kernel time and its dispatch time. Without that measurement the
-per-kernel ``kernel_overhead_s`` of the efficiency table applies, as before. The optimizer's
-for-loop implementation (the CPU default) dispatches a few operators per parameter tensor
-(:meth:`ComputeModel.optimizer_dispatch_s`).
+**Host dispatch.** Every layer also dispatches ``ops(kind, phase)`` ATen operators (table
+``operators``, counted from a torch trace), each costing the host ``host_op_s`` (or a calibration
+profile's measured ``op_overhead_s``). On a GPU the host enqueues kernels ahead of the device, so
+a span of layers takes the longer of its kernel time and its dispatch time
+(:meth:`ComputeModel.layer_parts_s` gives both); on a CPU rank the host does the arithmetic too, so
+they add. A calibration profile's matmul curve replaces the GEMM curve (convolutions and attention
+keep their ratio to it), its copy bandwidth the memory bandwidth.
 
-Phases: ``"fwd"``; ``"bwd"`` (input and weight gradients: twice the forward FLOPs, run as two
-forward-sized kernels, so the efficiency is looked up at the forward size); ``"recompute"`` (the
-forward run again inside backward under activation checkpointing). Weights are read once per
-phase; backward also writes the weight gradients.
+Phases: ``"fwd"``; ``"bwd"`` (input and weight gradients: twice the forward FLOPs for matmuls and
+convolutions, as two forward-sized kernels); ``"recompute"`` (the forward again inside backward
+under activation checkpointing). Weights are read once per phase; backward also writes the weight
+gradients.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import functools
-from dataclasses import dataclass
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from simcore.compute.optimizer import OptimizerStepCost, optimizer_step_cost, resolve_optimizer_impl
 from simcore.dtypes import DTYPE_BYTES
 from simcore.errors import TrainsimError
 
@@ -44,35 +54,74 @@ if TYPE_CHECKING:
     from simcore.workload.types import Layer, Workload
 
 __all__ = [
-    "OPTIMIZER_BYTES_PER_PARAM",
+    "KERNEL_CLASSES",
     "PHASES",
     "ComputeModel",
     "EfficiencyCurve",
     "efficiency_curve",
+    "kernel_class",
     "layer_operator_count",
     "param_tensor_count",
 ]
 
 PHASES = ("fwd", "bwd", "recompute")
-
-# Bytes of memory traffic per parameter of one optimizer step with fp32 parameters and state, as
-# PyTorch's foreach implementations do it (torch/optim/{sgd,adam,adamw}.py): SGD reads the
-# parameter and gradient and writes the parameter (3 x 4 B); momentum adds a read and a write of
-# its buffer (5 x 4 B); Adam/AdamW read p, g, m, v and write p, m, v (7 x 4 B).
-OPTIMIZER_BYTES_PER_PARAM: dict[str, int] = {"sgd": 12, "sgd-momentum": 20, "adam": 28, "adamw": 28}
+KERNEL_CLASSES = ("gemm", "conv1x1", "conv", "conv_grouped", "attention", "memory")
+_CLASS_OF_KIND = {
+    "linear": "gemm",
+    "attention_math": "gemm",
+    "conv1x1": "conv1x1",  # cuDNN: a GEMM, at the convolutions' dtype
+    "conv": "conv",
+    "conv2d": "conv",
+    "conv_grouped": "conv_grouped",
+    "attention": "attention",
+}
 
 _EFFICIENCY_FILE = Path(__file__).parent.parent / "data" / "efficiency.yaml"
-_CURVE_KEYS = ("max_efficiency", "half_efficiency_time_s", "memory_efficiency", "kernel_overhead_s")
+_TILE = 128  # cuBLAS/CUTLASS output tile edge of large GEMMs (gemm_shape source)
+_WAVED = ("gemm", "conv1x1")  # classes whose kernels are one GEMM each (tile/wave quantisation)
+
+
+_PLATEAU_KEYS = tuple(
+    f"{cls}_max{suffix}" for cls in ("gemm", "conv", "conv_grouped") for suffix in ("", "_tf32", "_fp32")
+)
+_CURVE_KEYS = (
+    *_PLATEAU_KEYS,
+    "half_efficiency_time_s",
+    "attention_fwd_max",
+    "attention_bwd_max",
+    "memory_efficiency",
+    "kernel_overhead_s",
+    "host_op_s",
+    "sms",
+)
 
 
 @dataclass(frozen=True, slots=True)
 class EfficiencyCurve:
     """Default achieved-efficiency figures of one device class (see ``data/efficiency.yaml``)."""
 
-    max_efficiency: float  # plateau of achieved/peak FLOP/s for very large operators
+    max_efficiency: float  # GEMM plateau (16-bit tensor cores): achieved/peak FLOP/s of very large matmuls
     half_efficiency_time_s: float  # an operator this long at peak reaches half the plateau
     memory_efficiency: float  # achieved/datasheet memory bandwidth of streaming kernels
-    kernel_overhead_s: float  # fixed cost per operator and phase
+    kernel_overhead_s: float  # gap per kernel on the device
+    conv_efficiency: float = 0.5  # plateau of cuDNN convolutions (16-bit tensor cores)
+    attention_fwd_efficiency: float = 0.6  # plateau of the fused attention forward
+    attention_bwd_efficiency: float = 0.48  # ... and backward
+    host_op_s: tuple[float, float] = (8e-6, 9e-6)  # host dispatch per operator, (fwd, bwd)
+    sms: int = 0  # streaming multiprocessors (0: no wave quantisation)
+    # every plateau by class and dtype family: "<class>_max" (fp16/bf16/fp8), "_tf32", "_fp32"
+    plateaus: Mapping[str, float] = field(default_factory=dict)
+
+    def plateau(self, kernel: str, phase: str, dtype: str = "bf16") -> float:
+        """The efficiency plateau of kernel class ``kernel`` in ``phase`` at ``dtype``."""
+        if kernel == "attention":
+            return self.attention_bwd_efficiency if phase == "bwd" else self.attention_fwd_efficiency
+        cls = {"conv1x1": "conv", "conv": "conv", "conv_grouped": "conv_grouped"}.get(kernel, "gemm")
+        suffix = {"tf32": "_tf32", "fp32": "_fp32"}.get(dtype, "")
+        key = f"{cls}_max{suffix}"
+        if key in self.plateaus:
+            return self.plateaus[key]
+        return self.conv_efficiency if cls != "gemm" else self.max_efficiency
 
 
 @functools.lru_cache(maxsize=1)
@@ -84,24 +133,46 @@ def _efficiency_table() -> dict[str, Any]:
 
 
 def _curve_from(entry: dict[str, Any], where: str) -> EfficiencyCurve:
-    if sorted(entry) != sorted(_CURVE_KEYS):
-        raise TrainsimError(
-            f"{_EFFICIENCY_FILE.name}: {where} needs exactly the keys {', '.join(_CURVE_KEYS)}"
-        )
-    return EfficiencyCurve(**{key: float(entry[key]) for key in _CURVE_KEYS})
+    unknown = sorted(set(entry) - set(_CURVE_KEYS))
+    missing = [key for key in _CURVE_KEYS if key not in entry]
+    if unknown or missing:
+        bad = f"unknown key {unknown[0]!r}" if unknown else f"missing key {missing[0]!r}"
+        raise TrainsimError(f"{_EFFICIENCY_FILE.name}: {where}: {bad}; keys: {', '.join(_CURVE_KEYS)}")
+    fwd, bwd = entry["host_op_s"]
+    return EfficiencyCurve(
+        max_efficiency=float(entry["gemm_max"]),
+        half_efficiency_time_s=float(entry["half_efficiency_time_s"]),
+        memory_efficiency=float(entry["memory_efficiency"]),
+        kernel_overhead_s=float(entry["kernel_overhead_s"]),
+        conv_efficiency=float(entry["conv_max"]),
+        attention_fwd_efficiency=float(entry["attention_fwd_max"]),
+        attention_bwd_efficiency=float(entry["attention_bwd_max"]),
+        host_op_s=(float(fwd), float(bwd)),
+        sms=int(entry["sms"]),
+        plateaus=MappingProxyType({key: float(entry[key]) for key in _PLATEAU_KEYS}),
+    )
 
 
 def efficiency_curve(device: DeviceSpec) -> EfficiencyCurve:
-    """The default curve for ``device``: the first matching name pattern, else its kind's default."""
+    """The default curve for ``device``: its kind's defaults, overridden by the first matching pattern."""
     table = _efficiency_table()
-    for pattern, entry in table["devices"].items():
-        if fnmatch.fnmatchcase(device.name, pattern):
-            return _curve_from(entry, f"devices.{pattern}")
     if device.kind not in table["defaults"]:
         raise TrainsimError(
             f"no default efficiency for device kind {device.kind!r}; known: {', '.join(table['defaults'])}"
         )
-    return _curve_from(table["defaults"][device.kind], f"defaults.{device.kind}")
+    entry = dict(table["defaults"][device.kind])
+    where = f"defaults.{device.kind}"
+    for pattern, override in table["devices"].items():
+        if fnmatch.fnmatchcase(device.name, pattern):
+            entry.update(override)
+            where = f"devices.{pattern}"
+            break
+    return _curve_from(entry, where)
+
+
+def kernel_class(kind: str) -> str:
+    """The kernel class of a layer kind: gemm, conv, conv_grouped, attention or memory."""
+    return _CLASS_OF_KIND.get(kind, "memory")
 
 
 def layer_operator_count(kind: str, phase: str) -> int:
@@ -127,8 +198,30 @@ def _check_phase(phase: str) -> None:
         raise TrainsimError(f"unknown phase {phase!r}; allowed: {', '.join(PHASES)}")
 
 
+def _class_dtypes(device: DeviceSpec, dtype: str) -> dict[str, str]:
+    """The dtype each kernel class runs in for compute dtype ``dtype`` (see the module docstring)."""
+    low = "bf16" if dtype == "fp8" else dtype
+    if dtype in ("fp32", "tf32"):
+        conv = "tf32" if "tf32" in device.peak_flops else "fp32"  # cudnn.allow_tf32 defaults to True
+        return {"gemm": dtype, "conv1x1": conv, "conv": conv, "conv_grouped": conv, "attention": dtype}
+    return {"gemm": dtype, "conv1x1": low, "conv": low, "conv_grouped": low, "attention": low}
+
+
+def _wave_factor(rows: np.ndarray, cols: np.ndarray, reduction: np.ndarray, sms: int) -> np.ndarray:
+    """Tile and wave quantisation of GEMMs with ``rows x cols`` outputs (gemm_shape source); a
+    GEMM with fewer tiles than SMs is split along its ``reduction`` dimension (split-K)."""
+    tiles = np.ceil(rows / _TILE) * np.ceil(cols / _TILE)
+    tile_use = rows * cols / (tiles * _TILE * _TILE)
+    splits = np.clip(
+        np.minimum(np.floor(sms / np.maximum(tiles, 1)), np.ceil(reduction / (4 * _TILE))), 1, None
+    )
+    units = tiles * splits
+    waves = units / sms
+    return tile_use * waves / np.ceil(waves)
+
+
 class ComputeModel:
-    """Per-layer compute time of one device at one dtype, optionally calibrated."""
+    """Per-layer compute time of one device at one compute dtype, optionally calibrated."""
 
     def __init__(self, device: DeviceSpec, dtype: str, calibration: CalibrationProfile | None = None) -> None:
         if dtype not in DTYPE_BYTES:
@@ -136,142 +229,181 @@ class ComputeModel:
         self.device = device
         self.dtype = dtype
         self.calibration = calibration
-        self.peak_flops = device.flops(dtype)
+        self.class_dtypes = _class_dtypes(device, dtype)
+        self.peaks = {cls: device.flops(dt) for cls, dt in self.class_dtypes.items()}
+        self.peak_flops = self.peaks["gemm"]
         self.curve = efficiency_curve(device)
-        self._half_flops = self.peak_flops * self.curve.half_efficiency_time_s
         measured_bw = calibration.memory_bandwidth_Bps if calibration is not None else None
         self.memory_bandwidth_Bps = measured_bw or device.memory_bandwidth_Bps * self.curve.memory_efficiency
-        self._calibrated_compute = (
-            calibration is not None and calibration.compute_rate(1e9, dtype) is not None
-        )
-        self._element_bytes = DTYPE_BYTES[dtype]
+        self._calibrated = {
+            cls: calibration is not None and calibration.compute_rate(1e9, dt) is not None
+            for cls, dt in self.class_dtypes.items()
+        }
+        self._element_bytes = DTYPE_BYTES["bf16" if dtype == "fp8" else dtype]
         self.op_overhead_s: dict[str, float] = dict(getattr(calibration, "op_overhead_s", None) or {})
         self._host_runs_arithmetic = device.kind == "cpu"
-        self._cache: dict[tuple[int, int, str], tuple[Workload, np.ndarray]] = {}
+        self._cache: dict[tuple[int, int, str], tuple[Workload, np.ndarray, np.ndarray]] = {}
+        self._combined: dict[tuple[int, int, str], tuple[Workload, np.ndarray]] = {}
 
     # -- rates ---------------------------------------------------------------------------------------
 
-    def achieved_flops(self, flops: float | np.ndarray) -> np.ndarray:
-        """Achieved FLOP/s for operators of ``flops`` FLOPs each (array in, array out)."""
-        sizes = np.asarray(flops, dtype=float)
-        if self._calibrated_compute and self.calibration is not None:
-            rate = self.calibration.compute_rate
-            return np.array([rate(float(f), self.dtype) or self.peak_flops for f in sizes.ravel()]).reshape(
-                sizes.shape
-            )
-        return self.peak_flops * self.curve.max_efficiency * sizes / (sizes + self._half_flops)
-
-    def _op_overhead(self, phase: str) -> float | None:
-        """Measured seconds per dispatched operator in ``phase``, None when not calibrated."""
-        if not self.op_overhead_s:
-            return None
-        key = "bwd" if phase == "bwd" else "fwd"
-        return self.op_overhead_s.get(key, self.op_overhead_s.get("fwd"))
-
-    def _with_dispatch(self, kernel_s: np.ndarray, ops: np.ndarray, phase: str) -> np.ndarray:
-        """Kernel time plus (CPU) or overlapped with (GPU) the host's dispatch of ``ops`` operators."""
-        per_op = self._op_overhead(phase)
-        if per_op is None:
-            return kernel_s
-        dispatch = ops * per_op
-        return kernel_s + dispatch if self._host_runs_arithmetic else np.maximum(kernel_s, dispatch)
-
-    def _layer_ops(self, kinds: list[str], phase: str) -> np.ndarray:
-        return np.array([layer_operator_count(kind, phase) for kind in kinds], dtype=float)
-
-    def _times(
-        self,
-        fwd_flops: np.ndarray,
-        mem_bytes: np.ndarray,
-        params: np.ndarray,
-        batch: int,
-        phase: str,
-        kinds: list[str] | None = None,
+    def achieved_flops(
+        self, flops: float | np.ndarray, kernel: str = "gemm", phase: str = "fwd"
     ) -> np.ndarray:
-        kernel_flops = batch * fwd_flops
-        weight_bytes = params * self._element_bytes
-        if phase == "bwd":
-            flops, moved, kernels = 2.0 * kernel_flops, 2.0 * (batch * mem_bytes + weight_bytes), 2.0
-        else:
-            flops, moved, kernels = kernel_flops, batch * mem_bytes + weight_bytes, 1.0
-        compute = np.zeros_like(flops)
-        busy = flops > 0
-        compute[busy] = flops[busy] / self.achieved_flops(kernel_flops[busy])
-        memory = moved / self.memory_bandwidth_Bps
-        if self._op_overhead(phase) is not None and kinds is not None:
-            # the measured per-operator cost replaces the default per-kernel gap
-            return self._with_dispatch(np.maximum(compute, memory), self._layer_ops(kinds, phase), phase)
-        return np.maximum(compute, memory) + kernels * self.curve.kernel_overhead_s
+        """Achieved FLOP/s of ``kernel``-class operators of ``flops`` FLOPs each (array in, array out)."""
+        sizes = np.asarray(flops, dtype=float)
+        dtype = self.class_dtypes.get(kernel, self.dtype)
+        plateau = self.curve.plateau(kernel, phase, dtype)
+        if self._calibrated.get(kernel, self._calibrated["gemm"]) and self.calibration is not None:
+            rate, dt = self.calibration.compute_rate, dtype
+            # the measured matmul curve, scaled by this class's plateau relative to the GEMMs'
+            ratio = plateau / self.curve.plateau("gemm", phase, self.class_dtypes["gemm"])
+            measured = [(rate(float(f), dt) or self.peak_flops) * ratio for f in sizes.ravel()]
+            return np.array(measured).reshape(sizes.shape)
+        peak = self.peaks.get(kernel, self.peak_flops)
+        half = peak * self.curve.half_efficiency_time_s
+        return peak * plateau * sizes / (sizes + half)
+
+    def host_op_s(self, phase: str) -> float:
+        """Host seconds per dispatched operator in ``phase``: measured if calibrated, else the default."""
+        key = "bwd" if phase == "bwd" else "fwd"
+        if self.op_overhead_s:
+            return float(self.op_overhead_s.get(key, self.op_overhead_s.get("fwd", 0.0)))
+        return self.curve.host_op_s[1 if key == "bwd" else 0]
+
+    def combine(self, kernel_s: float | np.ndarray, host_s: float | np.ndarray) -> np.ndarray:
+        """Wall time of kernels and their dispatch: the longer on a GPU, the sum on a CPU rank."""
+        kernel, host = np.asarray(kernel_s, dtype=float), np.asarray(host_s, dtype=float)
+        return kernel + host if self._host_runs_arithmetic else np.maximum(kernel, host)
 
     # -- per layer -----------------------------------------------------------------------------------
 
-    def layer_time_s(self, layer: Layer, batch: int, phase: str) -> float:
-        """Seconds for ``layer`` on a micro-batch of ``batch`` samples in ``phase``."""
-        _check_batch(batch)
-        _check_phase(phase)
-        fwd = np.array([layer.fwd_flops if phase != "bwd" else layer.bwd_flops / 2.0])
-        times = self._times(
-            fwd, np.array([layer.memory_bytes]), np.array([float(layer.params)]), batch, phase, [layer.kind]
-        )
-        return float(times[0])
+    def _gemm_quantisation(self, layers: tuple[Layer, ...], batch: int, phase: str) -> np.ndarray:
+        """Per layer and GEMM (columns: forward, data-gradient, weight-gradient) wave factor."""
+        factors = np.ones((len(layers), 3))
+        sms = self.curve.sms
+        if sms <= 0:
+            return factors
+        shaped = [(i, lay.gemm) for i, lay in enumerate(layers) if lay.gemm is not None]
+        if not shaped:
+            return factors
+        index = np.array([i for i, _ in shaped])
+        m, k, n = (np.array([float(g[j]) for _, g in shaped]) * (batch if j == 0 else 1) for j in range(3))
+        factors[index, 0] = _wave_factor(m, n, k, sms)
+        factors[index, 1] = _wave_factor(m, k, n, sms)
+        factors[index, 2] = _wave_factor(k, n, m, sms)
+        return factors
 
-    def layer_times_s(self, workload: Workload, batch: int, phase: str) -> np.ndarray:
-        """Seconds per layer of ``workload`` (in layer order), computed once per (workload, batch, phase)."""
+    def _kernel_times(self, layers: tuple[Layer, ...], batch: int, phase: str) -> np.ndarray:
+        count = len(layers)
+        classes = [kernel_class(lay.kind) for lay in layers]
+        fwd = np.fromiter((lay.fwd_flops for lay in layers), float, count) * batch
+        bwd = np.fromiter((lay.bwd_flops for lay in layers), float, count) * batch
+        mem = np.fromiter((lay.memory_bytes for lay in layers), float, count) * batch
+        weights = np.fromiter((lay.params for lay in layers), float, count) * self._element_bytes
+        compute = np.zeros(count)
+        waves = self._gemm_quantisation(layers, batch, phase)
+        for cls in ("gemm", "conv1x1", "conv", "conv_grouped", "attention"):
+            chosen = np.array([c == cls for c in classes]) & (fwd > 0)
+            if not chosen.any():
+                continue
+            if phase != "bwd":
+                rate = self.achieved_flops(fwd[chosen], cls, phase)
+                compute[chosen] = fwd[chosen] / (rate * (waves[chosen, 0] if cls in _WAVED else 1.0))
+            elif cls == "attention":
+                compute[chosen] = bwd[chosen] / self.achieved_flops(bwd[chosen], cls, "bwd")
+            else:  # data- and weight-gradient kernels, each the size of the forward's
+                half = bwd[chosen] / 2.0
+                rate = self.achieved_flops(half, cls, "bwd")
+                w1, w2 = (waves[chosen, 1], waves[chosen, 2]) if cls in _WAVED else (1.0, 1.0)
+                compute[chosen] = half / (rate * w1) + half / (rate * w2)
+        moved = 2.0 * (mem + weights) if phase == "bwd" else mem + weights
+        kernels = 2.0 if phase == "bwd" else 1.0
+        gaps = 0.0 if self._host_runs_arithmetic else kernels * self.curve.kernel_overhead_s
+        return np.maximum(compute, moved / self.memory_bandwidth_Bps) + gaps
+
+    def _host_times(self, layers: tuple[Layer, ...], phase: str) -> np.ndarray:
+        ops = np.array([layer_operator_count(lay.kind, phase) for lay in layers], dtype=float)
+        return ops * self.host_op_s(phase)
+
+    def layer_parts_s(self, workload: Workload, batch: int, phase: str) -> tuple[np.ndarray, np.ndarray]:
+        """(kernel seconds, host dispatch seconds) per layer, cached per (workload, batch, phase)."""
         _check_batch(batch)
         _check_phase(phase)
         key = (id(workload), int(batch), phase)
         hit = self._cache.get(key)
         if hit is not None and hit[0] is workload:
+            return hit[1], hit[2]
+        kernel = self._kernel_times(workload.layers, int(batch), phase)
+        host = self._host_times(workload.layers, phase)
+        kernel.setflags(write=False)
+        host.setflags(write=False)
+        self._cache[key] = (workload, kernel, host)
+        return kernel, host
+
+    def layer_time_s(self, layer: Layer, batch: int, phase: str) -> float:
+        """Seconds for ``layer`` on a micro-batch of ``batch`` samples in ``phase``."""
+        _check_batch(batch)
+        _check_phase(phase)
+        kernel = self._kernel_times((layer,), int(batch), phase)
+        return float(self.combine(kernel, self._host_times((layer,), phase))[0])
+
+    def layer_times_s(self, workload: Workload, batch: int, phase: str) -> np.ndarray:
+        """Seconds per layer of ``workload`` (in layer order), each layer on its own."""
+        kernel, host = self.layer_parts_s(workload, batch, phase)
+        key = (id(workload), int(batch), phase)
+        hit = self._combined.get(key)
+        if hit is not None and hit[0] is workload:
             return hit[1]
-        layers = workload.layers
-        fwd = np.fromiter(
-            (lay.bwd_flops / 2.0 if phase == "bwd" else lay.fwd_flops for lay in layers), float, len(layers)
-        )
-        mem = np.fromiter((lay.memory_bytes for lay in layers), float, len(layers))
-        params = np.fromiter((lay.params for lay in layers), float, len(layers))
-        times = self._times(fwd, mem, params, int(batch), phase, [lay.kind for lay in layers])
+        times = self.combine(kernel, host)
         times.setflags(write=False)
-        self._cache[key] = (workload, times)
+        self._combined[key] = (workload, times)
         return times
 
     def block_times_s(self, workload: Workload, batch: int, phase: str) -> np.ndarray:
         """Seconds per block (``workload.block_names`` order); layers outside blocks are left out."""
-        times = self.layer_times_s(workload, batch, phase)
-        return np.array([times[list(group)].sum() for group in workload.block_layer_indices()])
+        kernel, host = self.layer_parts_s(workload, batch, phase)
+        return np.array(
+            [
+                float(self.combine(kernel[list(g)].sum(), host[list(g)].sum()))
+                for g in workload.block_layer_indices()
+            ]
+        )
 
     def phase_time_s(self, workload: Workload, batch: int, phase: str) -> float:
-        """Seconds for the whole model in one phase."""
-        return float(self.layer_times_s(workload, batch, phase).sum())
+        """Seconds for the whole model in one phase (the host running ahead over all of it on a GPU)."""
+        kernel, host = self.layer_parts_s(workload, batch, phase)
+        return float(self.combine(kernel.sum(), host.sum()))
 
-    # -- whole step ----------------------------------------------------------------------------------
+    # -- optimizer -----------------------------------------------------------------------------------
 
-    def optimizer_time_s(self, params: int, optimizer: str) -> float:
-        """Seconds to update ``params`` parameters: memory-bound (fp32 parameters and state)."""
-        if optimizer not in OPTIMIZER_BYTES_PER_PARAM:
-            raise TrainsimError(
-                f"unknown optimizer {optimizer!r}; allowed: {', '.join(OPTIMIZER_BYTES_PER_PARAM)}"
-            )
+    def optimizer_step_time_s(self, cost: OptimizerStepCost, *, host_factor: float = 1.0) -> float:
+        """Seconds of one optimizer step: its bytes and kernel gaps on the device, its operator
+        dispatches (each ``host_factor`` operators' worth, e.g. on DTensors) on the host."""
+        if cost.bytes_moved <= 0:
+            return 0.0
+        gaps = 0.0 if self._host_runs_arithmetic else cost.kernels * self.curve.kernel_overhead_s
+        device = cost.bytes_moved / self.memory_bandwidth_Bps + gaps
+        host = cost.host_ops * host_factor * self.host_op_s("fwd")
+        return float(self.combine(device, host))
+
+    def optimizer_time_s(
+        self,
+        params: int,
+        optimizer: str,
+        *,
+        impl: str = "auto",
+        tensors: int | None = None,
+        state_bytes: int = 4,
+    ) -> float:
+        """Seconds to update ``params`` fp32 parameters held in ``tensors`` tensors (default: one
+        per million parameters) with ``impl`` (default: torch's choice on this device)."""
         if params < 0:
             raise TrainsimError(f"params must be >= 0, got {params}")
-        if params == 0:
-            return 0.0
-        moved = params * OPTIMIZER_BYTES_PER_PARAM[optimizer]
-        return moved / self.memory_bandwidth_Bps + self.curve.kernel_overhead_s
-
-    def optimizer_dispatch_s(self, tensors: int, optimizer: str) -> float:
-        """Host seconds of the optimizer's per-tensor operators, beyond :meth:`optimizer_time_s`.
-
-        Charged on CPU ranks with a calibrated per-operator overhead: torch.optim's for-loop
-        implementation (the CPU default) dispatches a few operators per parameter tensor. On GPUs
-        the default foreach/fused implementations launch a few kernels for all tensors: 0.
-        """
-        per_op = self._op_overhead("fwd")
-        if per_op is None or not self._host_runs_arithmetic or tensors <= 0:
-            return 0.0
-        per_tensor = _efficiency_table()["operators"]["optimizer_per_tensor"]
-        if optimizer not in per_tensor:
-            raise TrainsimError(f"unknown optimizer {optimizer!r}; allowed: {', '.join(per_tensor)}")
-        return tensors * int(per_tensor[optimizer]) * per_op
+        chosen = resolve_optimizer_impl(impl, self.device.kind)
+        count = tensors if tensors is not None else max(1, math.ceil(params / 1e6))
+        cost = optimizer_step_cost(optimizer, chosen, float(params), count, state_bytes)
+        return self.optimizer_step_time_s(cost)
 
     def step_compute_time_s(
         self,
@@ -286,13 +418,12 @@ class ComputeModel:
 
         Forward + backward (+ a second forward when ``recompute``, i.e. full activation
         checkpointing) + the optimizer update of ``optimizer_params`` parameters (default: all,
-        as DDP does; a sharded strategy passes its shard).
+        as DDP does; a sharded strategy passes its shard) with torch's default implementation.
         """
         total = self.phase_time_s(workload, batch, "fwd") + self.phase_time_s(workload, batch, "bwd")
         if recompute:
             total += self.phase_time_s(workload, batch, "recompute")
         if optimizer is not None:
             count = workload.params if optimizer_params is None else optimizer_params
-            total += self.optimizer_time_s(count, optimizer)
-            total += self.optimizer_dispatch_s(param_tensor_count(workload), optimizer)
+            total += self.optimizer_time_s(count, optimizer, tensors=param_tensor_count(workload))
         return total

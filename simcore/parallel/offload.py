@@ -3,7 +3,7 @@
 - ``optimizer`` (ZeRO-Offload, Ren et al. 2021; FSDP ``CPUOffload`` of the optimizer state): fp32
   master weights and moments live in host memory; after the last backward the gradients go to the
   host (overlapped with that backward), the host runs the update (CPU-Adam, bound by DRAM traffic:
-  :data:`~simcore.compute.roofline.OPTIMIZER_BYTES_PER_PARAM` bytes per parameter over this GPU's
+  the bytes per parameter of a fused update (:func:`~simcore.compute.optimizer.optimizer_step_cost`; DeepSpeed's CPU Adam is one fused loop) over this GPU's
   share of the server's DRAM bandwidth) and the updated working copy comes back. The GPU's
   optimizer step and its state leave the device.
 - ``params`` (FSDP ``CPUOffload(offload_params=True)``, ZeRO-Infinity's parameter offload): the
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from simcore.compute.roofline import OPTIMIZER_BYTES_PER_PARAM
+from simcore.compute.optimizer import optimizer_step_cost
 from simcore.net.routing import Router
 from simcore.topology import Topology
 from simcore.units import parse_bandwidth
@@ -108,7 +108,7 @@ def offload_effect(
     if mode == "none":
         return OffloadEffect()
     pcie = pcie_bandwidth_Bps(topology, rank)
-    cpu_step = optimizer_params * OPTIMIZER_BYTES_PER_PARAM[optimizer] / host_dram_share_Bps(topology, rank)
+    cpu_step = optimizer_params * _fused_bytes_per_param(optimizer) / host_dram_share_Bps(topology, rank)
     if mode == "activations":
         keep = 2.0 * largest_layer_activations
         moved = activations_per_micro / pcie
@@ -143,3 +143,8 @@ def offload_effect(
         cpu_step - gpu_optimizer_s,
         host,
     )
+
+
+def _fused_bytes_per_param(optimizer: str) -> float:
+    """Bytes a fused fp32 update moves per parameter (states, parameter and gradient)."""
+    return optimizer_step_cost(optimizer, "fused", 1.0, 1, 4).bytes_moved

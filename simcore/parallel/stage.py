@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from simcore.compute.optimizer import OptimizerStepCost
 from simcore.compute.roofline import PHASES
 from simcore.parallel.comm import GroupPricer, sharing_groups
 from simcore.parallel.cp import context_parallel_exposed_s
@@ -54,8 +55,8 @@ class StageTimer:
     def optimizer_time_s(self, params: int, optimizer: str) -> float:
         return self.base.optimizer_time_s(params, optimizer)
 
-    def optimizer_dispatch_s(self, tensors: int, optimizer: str) -> float:
-        return self.base.optimizer_dispatch_s(tensors, optimizer)
+    def optimizer_step_time_s(self, cost: OptimizerStepCost, host_factor: float = 1.0) -> float:
+        return float(self.base.optimizer_step_time_s(cost, host_factor=host_factor))
 
 
 @dataclass(slots=True)

@@ -280,7 +280,7 @@ class _Composer:
         options: ParallelOptions,
         calibration: CalibrationProfile | None,
         seed: int,
-        slowdown: float,
+        slowdown: float | None,
     ) -> None:
         if config.activation_checkpointing and options.recompute == "none":
             options = replace(options, recompute="full")  # --checkpoint-activations is full recompute
@@ -412,7 +412,7 @@ class _Composer:
             breakdown=breakdown,
             optimizer=self.config.optimizer,
             optimizer_params=local,
-            gpu_optimizer_s=ctx.optimizer_step_s(round(local)),
+            gpu_optimizer_s=ctx.optimizer_step(self.strategy, local, 1).seconds,
             param_bytes=model.workload.params * self.config.param_bytes,
             micro_fwd_s=fwd_s,
             micro_bwd_s=bwd_s,

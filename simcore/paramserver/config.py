@@ -67,7 +67,9 @@ MODES: dict[str, ModeRules] = {
 }
 PS_MODES = tuple(MODES)
 PLAIN_PS_MODES = tuple(rules.plain for rules in MODES.values())
-PLACEMENTS = ("colocated", "dedicated")
+# dedicated-cpu: the shards run on the CPU sockets of the dedicated nodes (ps-lite/BytePS servers are
+# CPU processes), their traffic crossing the host's NIC and PCIe into host memory.
+PLACEMENTS = ("colocated", "dedicated", "dedicated-cpu")
 # Ho et al. (2013) report SSP converging well for staleness bounds of a few clocks (their Fig. 4
 # uses s = 3..10); 3 is the small end, where blocking still shows.
 DEFAULT_STALENESS_BOUND = 3
@@ -113,14 +115,22 @@ class Placement:
             raise TrainsimError(f"dedicated server nodes must be >= 1, got {self.server_nodes}")
 
     def describe(self) -> str:
-        return self.kind if self.kind == "colocated" else f"dedicated:{self.server_nodes}"
+        return self.kind if self.kind == "colocated" else f"{self.kind}:{self.server_nodes}"
+
+    @property
+    def dedicated(self) -> bool:
+        """Whether the servers have nodes of their own (on their GPUs or their CPUs)."""
+        return self.kind != "colocated"
 
 
 def parse_placement(text: str) -> Placement:
-    """``"colocated"``, ``"dedicated"`` (one server node) or ``"dedicated:N"`` (N server nodes)."""
+    """``"colocated"``, ``"dedicated"`` (one server node), ``"dedicated:N"`` (N server nodes), or
+    ``"dedicated-cpu[:N]"`` (the shards on those nodes' CPU sockets)."""
     kind, sep, count = str(text).strip().lower().partition(":")
-    if kind not in PLACEMENTS or (sep and kind != "dedicated"):
-        raise TrainsimError(f"--ps-placement {text!r}: expected colocated, dedicated or dedicated:N")
+    if kind not in PLACEMENTS or (sep and kind == "colocated"):
+        raise TrainsimError(
+            f"--ps-placement {text!r}: expected colocated, dedicated[:N] or dedicated-cpu[:N]"
+        )
     if not sep:
         return Placement(kind)
     try:
@@ -140,7 +150,10 @@ class PSConfig:
     server nodes when dedicated). ``steps``: the run stops after ``steps * workers`` gradients are applied
     (for ps-sync, ``steps`` barrier rounds): an asynchronous "step" is one gradient per worker on
     average. ``staleness_bound`` is SSP's s and ps-mitigated's threshold. ``version_check_bytes``
-    is the size of a version query and of its answer.
+    is the size of a version query and of its answer. ``layerwise``: workers push each part of the
+    gradient as backward produces it and pull in the order forward needs it (BytePS / P3, as
+    deployed: :mod:`simcore.paramserver.pipeline`); False pushes the whole gradient after backward
+    and waits for every pull (ps-lite's classic loop, and calibrate.train's parameter server).
     """
 
     mode: str = "ps-async"
@@ -149,6 +162,7 @@ class PSConfig:
     staleness_bound: int = DEFAULT_STALENESS_BOUND
     steps: int = DEFAULT_PS_STEPS
     version_check_bytes: int = 64
+    layerwise: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", normalize_mode(self.mode))

@@ -58,7 +58,7 @@ def worker_peak(
     base = {
         "params": params * config.param_bytes,
         "optimizer": float(state),
-        "overhead": float(config.allocator_overhead_bytes),
+        "overhead": config.runtime_overhead_bytes("gpu", 1),
     }
     grads = params * config.grad_bytes
     if activations >= grads:
@@ -87,5 +87,5 @@ def server_peak(
     breakdown["params"] = float(served_params * config.param_bytes)
     breakdown["optimizer"] = float(served_params * config.optimizer_bytes)
     breakdown["buffers"] = float(served_params * FP32_ACCUMULATOR_BYTES) if accumulate else 0.0
-    breakdown["overhead"] = float(config.allocator_overhead_bytes)
+    breakdown["overhead"] = config.runtime_overhead_bytes("gpu", 1)
     return MemoryPeak(sum(breakdown.values()), "server shard state", breakdown, capacity_bytes)

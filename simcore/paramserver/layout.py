@@ -121,6 +121,10 @@ def server_devices(topology: Topology, workers: int, shards: int, placement: Pla
     by_host: dict[int, list[str]] = {}
     for rank in range(workers, topology.world_size):
         by_host.setdefault(topology.host_of_rank(rank), []).append(topology.ranks[rank])
+    if placement.kind == "dedicated-cpu":
+        sockets = {h: sorted(n for n, d in topology.graph.nodes(data=True) if d.get("kind") == "cpu" and d.get("host") == h)
+                   for h in by_host}  # fmt: skip
+        by_host = {h: names for h, names in sockets.items() if names}
     hosts = [by_host[h] for h in sorted(by_host)]
     if not hosts:
         raise TrainsimError(

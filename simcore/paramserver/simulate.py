@@ -7,7 +7,7 @@ returns the :class:`~simcore.paramserver.report.PSResult` the what-if prints.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from simcore.compute.heterogeneity import NO_HETEROGENEITY, Heterogeneity, rank_compute_times
@@ -15,10 +15,21 @@ from simcore.engine import Simulation
 from simcore.errors import TrainsimError
 from simcore.net.network import Network, link_name
 from simcore.paramserver.config import MODES, PSConfig
-from simcore.paramserver.layout import ShardLayout, default_shards, server_devices, shard_layers
+from simcore.paramserver.layout import (
+    ShardLayout,
+    default_shards,
+    server_devices,
+    shard_layers,
+)
+from simcore.paramserver.pipeline import segments
 from simcore.paramserver.server import ACCUMULATOR_BYTES, ShardServer
 from simcore.paramserver.state import PSRun, Records
-from simcore.paramserver.worker import async_worker, sync_worker
+from simcore.paramserver.worker import (
+    async_worker,
+    pipelined_async_worker,
+    pipelined_sync_worker,
+    sync_worker,
+)
 
 if TYPE_CHECKING:
     from simcore.calibration.profile import CalibrationProfile
@@ -85,9 +96,11 @@ def _build_run(
     servers: list[ShardServer] = []
     grad_bytes: list[float] = []
     param_bytes: list[float] = []
-    for device, params in zip(devices, layout.shard_params, strict=True):
+    kept: list[int] = []  # layout index of each server
+    for index, (device, params) in enumerate(zip(devices, layout.shard_params, strict=True)):
         if params == 0:
             continue  # more shards than layers with parameters: an empty shard takes no traffic
+        kept.append(index)
         update, aggregate = _server_times(topology, device, params, training, calibration)
         servers.append(
             ShardServer(
@@ -112,6 +125,9 @@ def _build_run(
         recompute=training.activation_checkpointing,
         calibration=calibration,
     )[:workers]
+    worker_device = str(topology.node(topology.ranks[0]).get("gpu", "")) or "cpu"
+    cut = segments(workload, layout, worker_device, training.dtype, training.micro_batch, calibration)
+    cut = tuple(replace(seg, shard_fraction=tuple(seg.shard_fraction[i] for i in kept)) for seg in cut)
     run = PSRun(
         sim,
         network,
@@ -122,6 +138,7 @@ def _build_run(
         heterogeneity,
         grad_bytes=grad_bytes,
         param_bytes=param_bytes,
+        segments=cut if ps.layerwise and ps.mode != "ps-mitigated" else (),
     )
     return run, layout, devices
 
@@ -172,7 +189,10 @@ def simulate_parameter_server(
         sim, network, workload, training, ps, workers, heterogeneity, calibration
     )
     barrier = MODES[ps.mode].barrier
-    process = sync_worker if barrier else async_worker
+    if run.segments:
+        process = pipelined_sync_worker if barrier else pipelined_async_worker
+    else:
+        process = sync_worker if barrier else async_worker
     for worker in range(workers):
         sim.env.process(process(run, worker))
     sim.run(None if barrier else run.finished)  # asynchronous workers never stop by themselves

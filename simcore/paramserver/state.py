@@ -12,6 +12,7 @@ from simcore.compute.heterogeneity import Heterogeneity
 from simcore.engine import Simulation
 from simcore.net.network import Network
 from simcore.paramserver.config import PSConfig
+from simcore.paramserver.pipeline import Segment
 from simcore.paramserver.server import ShardServer
 
 __all__ = ["PSRun", "Records"]
@@ -47,6 +48,7 @@ class PSRun:
         *,
         grad_bytes: Sequence[float],
         param_bytes: Sequence[float],
+        segments: Sequence[Segment] = (),
     ) -> None:
         self.sim = sim
         self.env: simpy.Environment = sim.env
@@ -61,6 +63,7 @@ class PSRun:
         self.heterogeneity = heterogeneity
         self.grad_bytes = list(grad_bytes)
         self.param_bytes = list(param_bytes)
+        self.segments = tuple(segments)  # layer-wise pushes and priority pulls (pipeline.py); () = off
         self.clock = [0] * self.workers
         self.budget = config.steps * self.workers  # gradients to apply
         self.finished = self.env.event()  # fires when the budget's last gradient is applied

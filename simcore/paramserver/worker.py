@@ -8,6 +8,11 @@ Each shard is exchanged on its own: a worker pulls a shard as soon as that shard
 gradient (ps-sync: as soon as that shard's round is done), not after the slowest shard, as ps-lite
 workers pull each key range when its push is acknowledged. The gradient counts as applied (the
 worker's clock advances) when its last shard has been updated.
+
+With a run's segments (:mod:`simcore.paramserver.pipeline`) ps-sync, ps-async and ps-ssp push each
+segment's gradient bytes as soon as backward has produced them and pull each shard's parameters in
+the order the next forward needs them; forward waits segment by segment (BytePS / P3).
+ps-mitigated keeps the whole-gradient exchange: its version check must see the finished gradient.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from simcore.paramserver.modes import pull_shard, ssp_gate, version_check
 from simcore.paramserver.server import ShardServer
 from simcore.paramserver.state import PSRun
 
-__all__ = ["async_worker", "sync_worker"]
+__all__ = ["async_worker", "pipelined_async_worker", "pipelined_sync_worker", "sync_worker"]
 
 
 class _Gradient:
@@ -46,6 +51,128 @@ def _exchange(
     staleness = yield from shard.apply(pulled[shard.index])
     gradient.shard_applied(staleness)
     yield from pull_shard(run, worker, shard.index, pulled)
+
+
+def _pipelined_step(
+    run: PSRun, worker: int, ready: list[Any], total_s: float
+) -> Generator[Any, Any, list[list[Any]]]:
+    """Forward segment by segment (each waiting for its parameters), then backward pushing each
+    segment's bytes to every shard as it ends; returns the push flows per shard."""
+    env, segments = run.env, run.segments
+    waited = 0.0
+    for k, segment in enumerate(segments):
+        if not ready[k].processed:
+            start = float(env.now)
+            yield ready[k]
+            waited += float(env.now) - start
+        yield env.timeout(total_s * segment.fwd_fraction)
+    run.records.comm_s[worker] += waited
+    pushes: list[list[Any]] = [[] for _ in run.shards]
+    device = run.worker_devices[worker]
+    for k in reversed(range(len(segments))):
+        yield env.timeout(total_s * segments[k].bwd_fraction)
+        for shard in run.shards:
+            share = segments[k].shard_fraction[shard.index]
+            if share > 0:
+                size = run.grad_bytes[shard.index] * share
+                previous = pushes[shard.index][-1] if pushes[shard.index] else None
+                pushes[shard.index].append(env.process(_push_after(run, device, shard, size, previous)))
+    return pushes
+
+
+def _push_after(
+    run: PSRun, device: str, shard: ShardServer, size: float, previous: Any
+) -> Generator[Any, Any, None]:
+    """One segment's push on the worker's connection to ``shard``: after the push before it (one
+    connection per worker and server carries its messages in order, as in ps-lite)."""
+    if previous is not None:
+        yield previous
+    yield run.send(device, shard.device, size, "ps_push")
+
+
+def _pull_in_order(
+    run: PSRun, worker: int, shard: ShardServer, pulled: list[int], ready: list[list[Any]]
+) -> Generator[Any, Any, None]:
+    """Pull one shard's parameters segment by segment, first-needed first (P3's priority)."""
+    pulled[shard.index] = shard.version
+    device = run.worker_devices[worker]
+    for k, segment in enumerate(run.segments):
+        share = segment.shard_fraction[shard.index]
+        if share > 0:
+            yield run.send(shard.device, device, run.param_bytes[shard.index] * share, "ps_pull")
+        ready[k][shard.index].succeed()
+
+
+def _ready_events(run: PSRun) -> tuple[list[list[Any]], list[Any]]:
+    """Per segment and shard, an event fired when that part is pulled; per segment, all of them."""
+    parts = [[run.env.event() for _ in run.shards] for _ in run.segments]
+    return parts, [run.env.all_of(per_shard) for per_shard in parts]
+
+
+def _async_shard(run: PSRun, worker: int, shard: ShardServer, flows: list[Any], pulled: list[int],
+                 gradient: _Gradient, parts: list[list[Any]], applied: Any) -> Generator[Any, Any, None]:  # fmt: skip
+    if flows:
+        yield run.env.all_of(flows)
+    staleness = yield from shard.apply(pulled[shard.index])
+    gradient.shard_applied(staleness)
+    applied.succeed()
+    yield from _pull_in_order(run, worker, shard, pulled, parts)
+
+
+def pipelined_async_worker(run: PSRun, worker: int) -> Generator[Any, Any, None]:
+    """ps-async and ps-ssp with layer-wise pushes and priority pulls (see the module docstring)."""
+    rules = MODES[run.config.mode]
+    env = run.env
+    pulled = [0] * len(run.shards)
+    ready = [env.timeout(0) for _ in run.segments]  # the first step starts from the initial parameters
+    applied: list[Any] = []
+    while True:
+        # the previous gradient applied everywhere (the clock advanced) before the SSP gate looks;
+        # only the pulls overlap the next forward
+        if applied:
+            yield env.all_of(applied)
+        if rules.gate:
+            yield from ssp_gate(run, worker, pulled)
+        lag = run.clock[worker] - min(run.clock)
+        pushes = yield from _pipelined_step(run, worker, ready, run.compute_time(worker))
+        gradient = _Gradient(run, worker, lag)
+        parts, ready = _ready_events(run)
+        applied = [env.event() for _ in run.shards]
+        for shard in run.shards:
+            env.process(
+                _async_shard(
+                    run, worker, shard, pushes[shard.index], pulled, gradient, parts, applied[shard.index]
+                )
+            )
+
+
+def _sync_pipelined_shard(run: PSRun, worker: int, shard: ShardServer, flows: list[Any], step: int,
+                          parts: list[list[Any]], pulled: list[int]) -> Generator[Any, Any, None]:  # fmt: skip
+    if flows:
+        yield run.env.all_of(flows)
+    yield from shard.aggregate(step)
+    yield shard.round_done(step)
+    yield from _pull_in_order(run, worker, shard, pulled, parts)
+
+
+def pipelined_sync_worker(run: PSRun, worker: int) -> Generator[Any, Any, None]:
+    """ps-sync with layer-wise pushes and priority pulls: the barrier is each shard's round."""
+    env = run.env
+    pulled = [0] * len(run.shards)
+    ready = [env.timeout(0) for _ in run.segments]
+    for step in range(run.config.steps):
+        pushes = yield from _pipelined_step(run, worker, ready, run.compute_time(worker))
+        parts, ready = _ready_events(run)
+        exchanges = [env.process(_sync_pipelined_shard(run, worker, s, pushes[s.index], step, parts, pulled))
+                     for s in run.shards]  # fmt: skip
+        env.process(_finish_sync_step(run, worker, step, exchanges))
+    yield env.all_of(ready)
+
+
+def _finish_sync_step(run: PSRun, worker: int, step: int, exchanges: list[Any]) -> Generator[Any, Any, None]:
+    yield run.env.all_of(exchanges)
+    run.gradient_applied(worker, 0, 0)
+    run.sync_worker_done(step)
 
 
 def async_worker(run: PSRun, worker: int) -> Generator[Any, Any, None]:

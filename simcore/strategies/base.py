@@ -16,11 +16,24 @@ Strategies and Hardware Effects") Adam's state is 8 bytes per parameter.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
+from simcore.compute.memory import optimizer_step_temp_bytes, runtime_memory
+from simcore.compute.optimizer import (
+    IMPL_ALIASES,
+    OPTIMIZER_IMPLS,
+    master_cast_bytes,
+    optimizer_step_cost,
+    resolve_optimizer_impl,
+)
+from simcore.compute.overheads import framework_overheads
+from simcore.compute.precision import PRECISION_MODES, Precision, resolve_precision, strategy_framework
+from simcore.compute.roofline import param_tensor_count
 from simcore.dtypes import DTYPE_BYTES
 from simcore.errors import TrainsimError
 
@@ -36,34 +49,37 @@ __all__ = [
     "OPTIMIZERS",
     "CommCost",
     "ConcurrentFn",
+    "OptimizerStep",
     "StepContext",
     "Strategy",
     "TrainingConfig",
     "model_flops_per_step",
+    "optimizer_state_bytes",
 ]
 
 MiB = 1024**2
 GiB = 1024**3
 
-# Bytes of one element per dtype a step can compute in (from the one dtype table). tf32 is a
-# matmul mode of fp32 tensors, not a storage dtype, and fp8 training needs scaling recipes the
-# strategies do not model.
-COMPUTE_DTYPES = {name: DTYPE_BYTES[name] for name in ("fp32", "bf16", "fp16")}
+# Bytes of one stored element per compute dtype (from the one dtype table): tf32 is a matmul mode of
+# fp32 tensors, stored as fp32; fp8 training runs FP8 GEMMs on tensors stored in bf16.
+COMPUTE_DTYPES = {
+    **{name: DTYPE_BYTES[name] for name in ("fp32", "tf32", "bf16", "fp16")},
+    "fp8": DTYPE_BYTES["bf16"],
+}
 # torch DDP's bucket sizes: bucket_cap_mb=25 and the first bucket's dist._DEFAULT_FIRST_BUCKET_BYTES
 # (1 MiB; torch/nn/parallel/distributed.py). The only place trainsim states them.
 DDP_BUCKET_BYTES = 25 * MiB
 DDP_FIRST_BUCKET_BYTES = 1 * MiB
 # fp32 optimizer state bytes per parameter, master weights excluded (ZeRO paper, section 3.1).
 OPTIMIZERS = {"sgd": 0, "sgd-momentum": 4, "adam": 8, "adamw": 8}
-# While a collective kernel runs, concurrent compute is this much slower. Our estimate, not a
-# measurement: NCCL ring/tree kernels occupy one SM per channel and typically 8-16 channels run on
-# an A100 (108 SMs), i.e. 7-15 % of the SMs, plus HBM traffic of the copies. A calibration profile's
-# comm_compute_slowdown replaces it.
+# What the simulated rank is gated by when jitter is drawn (see TrainingConfig.jitter_scope).
+JITTER_SCOPES = ("step", "sync")
+# While a collective kernel runs, concurrent compute is this much slower where the device's SM count
+# is unknown (CPU ranks, test timers). Our estimate, not a measurement: NCCL ring/tree kernels occupy
+# one SM per channel and typically 8-16 channels run on an A100 (108 SMs), i.e. 7-15 % of the SMs,
+# plus HBM traffic of the copies. A calibration profile's comm_compute_slowdown replaces the
+# per-collective model (StepContext.contention).
 DEFAULT_COMM_COMPUTE_SLOWDOWN = 1.10
-# CUDA context, cuBLAS/cuDNN workspaces, NCCL channel buffers and caching-allocator fragmentation
-# per GPU. Our estimate: the CUDA context alone is 0.3-0.6 GB on recent drivers (nvidia-smi on an
-# idle process that touched the GPU); workspaces and fragmentation take a few hundred MB more.
-DEFAULT_ALLOCATOR_OVERHEAD_BYTES = 1 * GiB
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,8 +91,20 @@ class TrainingConfig:
     compute dtype; with ``bf16``/``fp16`` and ``master_weights`` the optimizer keeps fp32 master
     weights (mixed precision). ``wrap`` is the FSDP wrapping policy: ``"per-block"``,
     ``"every-N-layers"``, ``"every-N-blocks"`` or a tuple of layer indices where units begin.
-    ``steps`` > 1 with ``compute_jitter_sigma`` > 0 draws a lognormal compute slowdown per step
-    from the simulation's seeded RNG (the slowest of the ranks gates a synchronous step).
+    ``steps`` > 1 with ``compute_jitter_sigma`` > 0 draws lognormal compute slowdowns from the
+    simulation's seeded RNG: ``jitter_scope="step"`` draws one factor per rank per step and the
+    slowest rank gates the whole step's compute; ``"sync"`` draws one per rank per synchronisation
+    point (every collective the step waits on), so the slowest rank of each interval gates it and
+    the step pays the expected maximum once per sync point (see :mod:`simcore.strategies.runner`).
+
+    ``precision`` (:mod:`simcore.compute.precision`) decides each tensor's and each collective's
+    dtype per strategy; ``optimizer_impl`` how torch.optim runs the update
+    (:mod:`simcore.compute.optimizer`); both are read by the time and the memory model alike.
+    ``batch_per_gpu`` (weak scaling) replaces ``global_batch`` at each GPU count:
+    ``global batch = batch_per_gpu x gpus`` (:meth:`for_gpus`). ``gradient_sync_every_micro_batch``:
+    FSDP reduce-scatters every micro-batch's gradients (FSDP2's default); False is
+    ``set_requires_gradient_sync(False)`` on all but the last micro-batch (unsharded gradients
+    accumulate in full, one reduce-scatter per step).
     """
 
     global_batch: int = 32
@@ -90,16 +118,30 @@ class TrainingConfig:
     gradient_as_bucket_view: bool = False  # torch DDP default: buckets are a copy of the gradients
     prefetch: int = 1
     reshard_after_forward: bool = True
+    # FSDP2 keeps the root module gathered after forward unless reshard_after_forward=True is
+    # passed to it explicitly (fully_shard's default None); True: the root is resharded as well
+    reshard_root_after_forward: bool = False
     wrap: str | tuple[int, ...] = "per-block"
     zero3_prefetch_bucket_params: int = 50_000_000  # DeepSpeed stage3_prefetch_bucket_size default
+    # DeepSpeed ZeRO-1/2 (deepspeed/runtime/zero/config.py defaults): reduce_bucket_size and
+    # allgather_bucket_size in elements; overlap_comm None = DeepSpeed's default (stage == 3).
+    zero_bucket_elements: int = 500_000_000
+    zero_allgather_bucket_elements: int = 500_000_000
+    zero_overlap_comm: bool | None = None
     activation_checkpointing: bool = False
     comm_compute_slowdown: float | None = None
-    allocator_overhead_bytes: int = DEFAULT_ALLOCATOR_OVERHEAD_BYTES
+    # Memory besides tensors per GPU: None models it (CUDA context, NCCL buffers per communicator,
+    # caching-allocator fragmentation: simcore.compute.memory.runtime_memory); a number replaces it.
+    allocator_overhead_bytes: int | None = None
     steps: int = 1
     compute_jitter_sigma: float = 0.0
-    # torch.optim implementation ("auto": foreach on GPUs, single-tensor on CPUs, as torch picks);
-    # it sets the optimizer step's scratch memory (simcore.compute.memory.optimizer_step_temp_bytes).
+    # torch.optim implementation ("auto": foreach on GPUs, single-tensor on CPUs, as torch picks;
+    # DeepSpeed's FusedAdam for ZeRO); it sets the step's time and its scratch memory.
     optimizer_impl: str = "auto"
+    precision: str = "auto"
+    batch_per_gpu: int | None = None
+    gradient_sync_every_micro_batch: bool = True
+    jitter_scope: str = "step"
 
     def __post_init__(self) -> None:
         for name in ("global_batch", "micro_batch", "steps", "bucket_size_bytes", "first_bucket_bytes"):
@@ -112,6 +154,22 @@ class TrainingConfig:
             raise TrainsimError(
                 f"training config: dtype {self.dtype!r} is not allowed; allowed: {', '.join(COMPUTE_DTYPES)}"
             )
+        if self.precision not in PRECISION_MODES:
+            raise TrainsimError(
+                f"training config: precision {self.precision!r} is not known; allowed: {', '.join(PRECISION_MODES)}"
+            )
+        if self.batch_per_gpu is not None and (
+            isinstance(self.batch_per_gpu, bool)
+            or not isinstance(self.batch_per_gpu, int)
+            or self.batch_per_gpu < 1
+        ):
+            raise TrainsimError(
+                f"training config: batch_per_gpu must be a positive integer, got {self.batch_per_gpu!r}"
+            )
+        if self.jitter_scope not in JITTER_SCOPES:
+            raise TrainsimError(
+                f"training config: jitter_scope {self.jitter_scope!r} unknown; allowed: {', '.join(JITTER_SCOPES)}"
+            )
         if self.optimizer not in OPTIMIZERS:
             raise TrainsimError(
                 f"training config: optimizer {self.optimizer!r} is not known; "
@@ -123,22 +181,53 @@ class TrainingConfig:
             raise TrainsimError(
                 f"training config: comm_compute_slowdown must be >= 1, got {self.comm_compute_slowdown}"
             )
-        if self.allocator_overhead_bytes < 0 or self.compute_jitter_sigma < 0:
+        if (
+            self.allocator_overhead_bytes is not None and self.allocator_overhead_bytes < 0
+        ) or self.compute_jitter_sigma < 0:
             raise TrainsimError(
                 "training config: allocator_overhead_bytes and compute_jitter_sigma must be >= 0"
             )
         if self.zero3_prefetch_bucket_params < 1:
             raise TrainsimError("training config: zero3_prefetch_bucket_params must be >= 1")
-        from simcore.compute.memory import OPTIMIZER_IMPLS
-
-        if self.optimizer_impl not in OPTIMIZER_IMPLS:
+        if IMPL_ALIASES.get(self.optimizer_impl, self.optimizer_impl) not in OPTIMIZER_IMPLS:
             raise TrainsimError(
                 f"training config: optimizer_impl {self.optimizer_impl!r} is not known; "
                 f"allowed: {', '.join(OPTIMIZER_IMPLS)}"
             )
+        if self.batch_per_gpu is not None and self.batch_per_gpu % self.micro_batch:
+            raise TrainsimError(
+                f"training config: batch_per_gpu {self.batch_per_gpu} is not a multiple of the "
+                f"micro-batch {self.micro_batch}"
+            )
+
+    def for_gpus(self, gpus: int) -> TrainingConfig:
+        """This config at ``gpus`` GPUs: with ``batch_per_gpu`` (weak scaling) the global batch is
+        ``batch_per_gpu x gpus``; otherwise the config itself."""
+        if self.batch_per_gpu is None or self.global_batch == self.batch_per_gpu * gpus:
+            return self
+        return replace(self, global_batch=self.batch_per_gpu * gpus)
+
+    def runtime_overhead_bytes(self, device_kind: str, communicators: int = 1) -> float:
+        """Memory besides tensors per rank: the config's figure, else CUDA context + NCCL buffers."""
+        if self.allocator_overhead_bytes is not None:
+            return float(self.allocator_overhead_bytes)
+        return runtime_memory(device_kind).overhead_bytes(communicators)
+
+    def fragmentation(self, device_kind: str) -> float:
+        """The caching allocator's reserved/allocated - 1 charged at the peak (0 when the overhead
+        is given explicitly: the trackers validation counts tensors only)."""
+        if self.allocator_overhead_bytes is not None:
+            return 0.0
+        return runtime_memory(device_kind).fragmentation
+
+    def precision_for(self, strategy: str) -> Precision:
+        """The dtypes ``strategy`` runs with (:func:`simcore.compute.precision.resolve_precision`)."""
+        return resolve_precision(self.precision, self.dtype, strategy, master_weights=self.master_weights)
 
     def accumulation_steps(self, gpus: int) -> int:
         """Micro-batches per GPU per step: global_batch / (gpus * micro_batch), which must divide."""
+        if self.batch_per_gpu is not None:
+            return self.batch_per_gpu // self.micro_batch
         per_step = gpus * self.micro_batch
         if gpus < 1 or self.global_batch % per_step:
             raise TrainsimError(
@@ -150,29 +239,49 @@ class TrainingConfig:
 
     @property
     def mixed_precision(self) -> bool:
-        return self.dtype != "fp32"
+        return self.dtype not in ("fp32", "tf32")
 
+    # The byte properties below describe the parameter server's precision (the strategies ask
+    # precision_for(their name) and optimizer_state_bytes).
     @property
     def param_bytes(self) -> int:
-        """Bytes per parameter of the working (compute-dtype) copy."""
-        return COMPUTE_DTYPES[self.dtype]
+        """Bytes per parameter of the copy the model holds (parameter-server precision)."""
+        return self.precision_for("ps-sync").bytes("param")
 
     @property
     def grad_bytes(self) -> int:
-        """Bytes per gradient element (gradients are produced and reduced in the compute dtype)."""
-        return COMPUTE_DTYPES[self.dtype]
+        """Bytes per gradient element as pushed and reduced (parameter-server precision)."""
+        return self.precision_for("ps-sync").bytes("reduce")
 
     @property
     def optimizer_bytes(self) -> int:
-        """Optimizer-state bytes per parameter: fp32 master weights (mixed precision) plus states."""
-        master = 4 if self.mixed_precision and self.master_weights else 0
-        return master + OPTIMIZERS[self.optimizer]
+        """Optimizer-state bytes per parameter (parameter-server precision)."""
+        return optimizer_state_bytes(self.precision_for("ps-sync"), self.optimizer)
 
-    def slowdown(self, calibrated: float | None) -> float:
-        """The comm/compute slowdown in force: this config's, else the calibration's, else the default."""
+    def slowdown(self, calibrated: float | None) -> float | None:
+        """The comm/compute slowdown in force: this config's, else the calibration's, else None:
+        each collective's own, from the SMs its channels take (:meth:`StepContext.contention`)."""
         if self.comm_compute_slowdown is not None:
             return self.comm_compute_slowdown
-        return calibrated if calibrated is not None else DEFAULT_COMM_COMPUTE_SLOWDOWN
+        return calibrated
+
+
+@functools.lru_cache(maxsize=1)
+def contention_table() -> dict[str, Any]:
+    """``data/efficiency.yaml``, section ``contention``."""
+    import yaml
+
+    path = Path(__file__).parent.parent / "data" / "efficiency.yaml"
+    with path.open(encoding="utf-8") as handle:
+        return dict(yaml.safe_load(handle)["contention"])
+
+
+def optimizer_state_bytes(precision: Precision, optimizer: str) -> int:
+    """Optimizer bytes per parameter: the fp32 master copy (mixed precision) plus the states, each in
+    the state dtype (torch.optim keeps states in the dtype of what it updates)."""
+    states = OPTIMIZERS[optimizer] // 4
+    master = 4 if precision.master else 0
+    return master + states * precision.bytes("state")
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +304,15 @@ class LayerTimer(Protocol):
     def layer_time_s(self, layer: Layer, batch: int, phase: str) -> float: ...
 
     def optimizer_time_s(self, params: int, optimizer: str) -> float: ...
+
+
+@dataclass(frozen=True, slots=True)
+class OptimizerStep:
+    """One rank's optimizer step as a strategy runs it: its time, scratch memory and what it assumed."""
+
+    seconds: float
+    scratch_bytes: float
+    impl: str
 
 
 @dataclass(slots=True)
@@ -235,9 +353,53 @@ class StepContext:
             self._layer_times[phase] = times
         return times
 
-    def span_time(self, phase: str, layers: Sequence[int]) -> float:
-        times = self.layer_times(phase)
-        return math.fsum(times[i] for i in layers)
+    def span_time(
+        self, phase: str, layers: Sequence[int], *, kernel_extra_s: float = 0.0, host_extra_ops: float = 0.0
+    ) -> float:
+        """Seconds of ``layers`` in ``phase`` as one compute operation, with the framework's extra
+        device work (``kernel_extra_s``: casts, copies) and host work (``host_extra_ops`` operator
+        dispatches: hooks). On a GPU the host runs ahead, so the span takes the longer of its kernels
+        and its dispatch; on a CPU rank they add (:meth:`ComputeModel.combine`)."""
+        parts = getattr(self.timer, "layer_parts_s", None)
+        if parts is None:  # a timer without a host/device split (test doubles)
+            times = self.layer_times(phase)
+            return math.fsum(times[i] for i in layers) + kernel_extra_s
+        kernel, host = self._parts(phase)
+        chosen = list(layers)
+        host_s = math.fsum(host[i] for i in chosen) + host_extra_ops * self.host_op_s(phase)
+        return float(self.timer.combine(math.fsum(kernel[i] for i in chosen) + kernel_extra_s, host_s))  # type: ignore[attr-defined]
+
+    def _parts(self, phase: str) -> tuple[list[float], list[float]]:
+        key = f"parts:{phase}"
+        cached = self._layer_times.get(key)
+        if cached is None:
+            kernel, host = self.timer.layer_parts_s(self.workload, self.config.micro_batch, phase)  # type: ignore[attr-defined]
+            self._layer_times[key] = [*map(float, kernel), *map(float, host)]
+            cached = self._layer_times[key]
+        half = len(cached) // 2
+        return cached[:half], cached[half:]
+
+    def contention(self, cost: CommCost) -> float:
+        """How much slower compute runs while this collective runs: ``sms / (sms - channels)`` for
+        the channels NCCL uses over the collective's limiting link (``data/efficiency.yaml``,
+        ``contention``); :data:`DEFAULT_COMM_COMPUTE_SLOWDOWN` where the device's SMs are unknown."""
+        sms = int(getattr(getattr(self.timer, "curve", None), "sms", 0) or 0)
+        if sms <= 0:
+            return DEFAULT_COMM_COMPUTE_SLOWDOWN
+        channels = contention_table()["channels"].get(cost.link_kind, 0)
+        return sms / max(1.0, sms - min(float(channels), sms - 1.0))
+
+    def timer_combine(self, kernel_s: float, host_ops: float, phase: str = "fwd") -> float:
+        """Seconds of framework work of ``kernel_s`` device time and ``host_ops`` dispatches."""
+        combine = getattr(self.timer, "combine", None)
+        if combine is None:
+            return kernel_s
+        return float(combine(kernel_s, host_ops * self.host_op_s(phase)))
+
+    def host_op_s(self, phase: str) -> float:
+        """Host seconds per operator dispatch (0 for a timer that does not model the host)."""
+        per_op = getattr(self.timer, "host_op_s", None)
+        return float(per_op(phase)) if per_op is not None else 0.0
 
     def copy_time_s(self, nbytes: float) -> float:
         """Seconds to copy ``nbytes`` in device memory (read + write) at the timer's memory bandwidth.
@@ -250,24 +412,66 @@ class StepContext:
             return 0.0
         return 2.0 * float(nbytes) / float(bandwidth)
 
-    def optimizer_step_s(self, params: int) -> float:
-        """One optimizer update of ``params`` parameters (this rank's shard), with the host's
-        per-tensor dispatch where the timer models it (it iterates over every parameter tensor,
-        sharded or not)."""
-        seconds = self.timer.optimizer_time_s(params, self.config.optimizer)
-        dispatch = getattr(self.timer, "optimizer_dispatch_s", None)
-        if dispatch is not None:
-            from simcore.compute.roofline import param_tensor_count
+    @property
+    def device_kind(self) -> str:
+        """``gpu`` or ``cpu``: the kind of the timer's device (``gpu`` for a timer without one)."""
+        return str(getattr(getattr(self.timer, "device", None), "kind", "gpu"))
 
-            seconds += float(dispatch(param_tensor_count(self.workload), self.config.optimizer))
-        return seconds
+    def precision(self, strategy: str) -> Precision:
+        """The dtypes ``strategy`` runs with (config's ``precision`` and ``dtype``)."""
+        return self.config.precision_for(strategy)
+
+    def optimizer_impl(self, strategy: str) -> str:
+        """The optimizer implementation ``strategy`` runs: the config's, else its framework's default."""
+        return resolve_optimizer_impl(
+            self.config.optimizer_impl, self.device_kind, strategy_framework(strategy)
+        )
+
+    def optimizer_step(
+        self, strategy: str, params: float, shards: int, *, flat: bool = False
+    ) -> OptimizerStep:
+        """This rank's update of ``params`` parameters (its shard), split ``shards`` ways per tensor.
+
+        ``flat``: the optimizer sees flat partitions (DeepSpeed ZeRO: one fp32 partition per
+        parameter group) rather than the model's tensors. FSDP2's parameters are DTensors, whose
+        every operator costs the host more (:func:`simcore.compute.overheads.framework_overheads`).
+        With fp32 master weights the casts around the update are added
+        (:func:`simcore.compute.optimizer.master_cast_bytes`).
+        """
+        precision, impl = self.precision(strategy), self.optimizer_impl(strategy)
+        tensors = 1 if flat else param_tensor_count(self.workload)
+        cost = optimizer_step_cost(self.config.optimizer, impl, params, tensors, precision.bytes("state"))
+        if precision.master and params > 0:
+            extra = master_cast_bytes(params, precision.bytes("param"))
+            cost = replace(cost, bytes_moved=cost.bytes_moved + extra, kernels=cost.kernels + 2 * tensors)
+        timed = getattr(self.timer, "optimizer_step_time_s", None)
+        if timed is None:  # a test double: memory-bound update only
+            seconds = self.timer.optimizer_time_s(round(params), self.config.optimizer)
+        else:
+            dtensor = strategy in ("fsdp", "hsdp")
+            factor = framework_overheads().dtensor_op_factor if dtensor else 1.0
+            seconds = float(timed(cost, host_factor=factor))
+        return OptimizerStep(seconds, self._optimizer_scratch(params, shards, impl, precision), impl)
+
+    def _optimizer_scratch(self, local_params: float, shards: int, impl: str, precision: Precision) -> float:
+        """Scratch bytes of this rank's optimizer step (``temp`` while it runs).
+
+        ``local_params``: parameters this rank updates; ``shards``: how many ways each parameter
+        tensor is split (FSDP2 shards every tensor on its first dimension; a flat ZeRO partition is
+        one tensor of ``local_params``). The largest tensor is taken as the largest layer's
+        parameters (weight and bias of one layer together, a slight overestimate). The state has
+        the precision's state dtype (:func:`simcore.compute.memory.optimizer_step_temp_bytes`).
+        """
+        largest = max((layer.params for layer in self.workload.layers), default=0) / shards
+        return optimizer_step_temp_bytes(
+            self.config.optimizer, impl, local_params, min(largest, local_params), precision.bytes("state")
+        )
 
     def microbatch_compute_s(self) -> float:
         """Forward + backward (+ recompute with activation checkpointing) of one micro-batch."""
-        total = math.fsum(self.layer_times("fwd")) + math.fsum(self.layer_times("bwd"))
-        if self.config.activation_checkpointing:
-            total += math.fsum(self.layer_times("recompute"))
-        return total
+        every = range(len(self.workload.layers))
+        phases = ("fwd", "bwd", "recompute") if self.config.activation_checkpointing else ("fwd", "bwd")
+        return math.fsum(self.span_time(phase, every) for phase in phases)
 
 
 class Strategy(Protocol):

@@ -9,15 +9,24 @@ stream that overlaps the rest of backward; the optimizer steps after the last bu
 accumulation, all micro-batches but the last run under ``no_sync()`` (no communication). Bucket
 memory: unless ``gradient_as_bucket_view=True``, the buckets are a second copy of the gradients
 ("gradient_as_bucket_view ... the saved memory size will be equal to the total gradients size",
-torch DDP documentation).
+torch DDP documentation). DDP on one GPU still builds its reducer and runs it
+(the all-reduce of one rank moves nothing).
 
-Bucket copies: without ``gradient_as_bucket_view`` the reducer copies each gradient into its
-bucket as autograd produces it (``mark_variable_ready_dense``: copy-in, in the backward pass, on
-the compute stream) and the reduced bucket back into the gradients before the optimizer
-(``finalize_bucket_dense``: copy-out); both are memory copies, ``2 x bytes / memory bandwidth``
-(:meth:`StepContext.copy_time_s`). With bucket views neither copy happens.
+Precision (:mod:`simcore.compute.precision`): with autocast (``amp``, what DDP users run) the
+parameters, gradients, buckets and the all-reduce are fp32; ``amp-compress`` casts each bucket to
+the low dtype before the all-reduce and back after (``bf16_compress_hook``: a low-precision copy of
+the bucket lives while it is reduced).
 
-:class:`BucketHooks` is shared with ZeRO-1/2, which reduce-scatter the same buckets.
+Reducer work: the reducer's autograd hook copies each gradient into its bucket as autograd
+produces it (``mark_variable_ready_dense``: copy-in, in the backward pass, on the compute stream)
+and, unless the buckets are the gradients' views, ``finalize_bucket_dense`` copies the reduced
+buckets back into the gradients before the optimizer (copy-out): memory copies,
+``2 x bytes / memory bandwidth`` (:meth:`StepContext.copy_time_s`), plus the host's operator
+dispatches per parameter tensor (:mod:`simcore.compute.overheads`), which on a GPU cost time only
+where they exceed the kernels they overlap (the copy-out runs after the last gradient, so its
+dispatches are exposed).
+
+:class:`BucketHooks` is shared with ZeRO-1/2, which reduce the same kind of buckets.
 """
 
 from __future__ import annotations
@@ -25,35 +34,52 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from simcore.compute.memory import MemoryChange
-from simcore.strategies.base import StepContext
+from simcore.compute.overheads import framework_overheads
+from simcore.compute.precision import Precision
+from simcore.compute.roofline import param_tensor_count
+from simcore.strategies.base import StepContext, optimizer_state_bytes
 from simcore.strategies.passes import (
     Chunk,
     PassHooks,
     add_collective,
+    autocast_extras,
     build_microbatch,
     build_quiet_microbatches,
     make_chunks,
-    optimizer_temp_bytes,
 )
 from simcore.strategies.schedule import PlanBuilder, StepPlan
 
-__all__ = ["BucketHooks", "DDPStrategy", "assign_buckets"]
+__all__ = ["BucketHooks", "DDPStrategy", "assign_buckets", "chunk_param_tensors"]
 
 
-def assign_buckets(ctx: StepContext) -> list[int]:
-    """Bucket index per layer, bucket 0 holding the last layers (filled first in backward)."""
+def assign_buckets(
+    ctx: StepContext, grad_bytes: int, bucket_bytes: float | None = None, first_bytes: float | None = None
+) -> list[int]:
+    """Bucket index per layer, bucket 0 holding the last layers (filled first in backward).
+
+    Caps are in bytes of gradients of ``grad_bytes`` per element (default: the config's DDP caps).
+    """
     layers = ctx.workload.layers
-    grad_bytes = ctx.config.grad_bytes
+    bucket_cap = ctx.config.bucket_size_bytes if bucket_bytes is None else bucket_bytes
     bucket_of = [0] * len(layers)
-    current, filled, cap = 0, 0, ctx.config.first_bucket_bytes
+    current, filled = 0, 0.0
+    cap = ctx.config.first_bucket_bytes if first_bytes is None else first_bytes
     for index in reversed(range(len(layers))):
         bucket_of[index] = current
         if layers[index].params == 0:
             continue
         filled += layers[index].params * grad_bytes
         if filled >= cap:
-            current, filled, cap = current + 1, 0, ctx.config.bucket_size_bytes
+            current, filled, cap = current + 1, 0.0, bucket_cap
     return bucket_of
+
+
+def chunk_param_tensors(ctx: StepContext, layers: Sequence[int]) -> int:
+    """Parameter tensors of ``layers`` (weights and biases)."""
+    from dataclasses import replace
+
+    sub = replace(ctx.workload, layers=tuple(ctx.workload.layers[i] for i in layers), ties=())
+    return param_tensor_count(sub)
 
 
 class BucketHooks(PassHooks):
@@ -63,6 +89,8 @@ class BucketHooks(PassHooks):
     ``free_reduced``: gradients of a reduced bucket are freed, keeping only this rank's shard
     (ZeRO-2); ``keep_shard`` says whether that shard is new (first micro-batch). ``copy_in``: the
     gradients are copied into the flat bucket on the compute stream before it is reduced.
+    ``blocking``: the compute stream waits for each reduction (DeepSpeed without ``overlap_comm``).
+    ``hook_ops``: host operator dispatches per parameter tensor in backward (the reducer's hooks).
     """
 
     def __init__(
@@ -70,6 +98,7 @@ class BucketHooks(PassHooks):
         ctx: StepContext,
         bucket_of: Sequence[int],
         op: str,
+        precision: Precision,
         *,
         communicate: bool,
         allocate_grads: bool,
@@ -77,30 +106,48 @@ class BucketHooks(PassHooks):
         keep_shard: bool = False,
         tag: str = "",
         copy_in: bool = False,
+        blocking: bool = False,
+        hook_ops: float = 0.0,
     ) -> None:
         self.ctx = ctx
         self.op = op
+        self.precision = precision
+        self.tie_grad_bytes = precision.bytes("unsharded_grad")
         self.communicate = communicate
         self.allocate_grads = allocate_grads
         self.free_reduced = free_reduced
         self.keep_shard = keep_shard
         self.tag = tag
         self.copy_in = copy_in
-        layers = ctx.workload.layers
+        self.blocking = blocking
+        self.hook_ops = hook_ops
+        self.grad_bytes = precision.bytes("grad")
+        self.reduce_bytes = precision.bytes("reduce")
         self.bucket_of = bucket_of
         self.pending: dict[int, int] = {}
-        self.bucket_bytes: dict[int, float] = {}
-        for index, layer in enumerate(layers):
+        self.bucket_params: dict[int, float] = {}
+        for index, layer in enumerate(ctx.workload.layers):
             if layer.params:
                 bucket = bucket_of[index]
                 self.pending[bucket] = self.pending.get(bucket, 0) + 1
-                self.bucket_bytes[bucket] = (
-                    self.bucket_bytes.get(bucket, 0.0) + layer.params * ctx.config.grad_bytes
-                )
+                self.bucket_params[bucket] = self.bucket_params.get(bucket, 0.0) + layer.params
+        self.last_reduce: int | None = None
 
     def _chunk_grad_bytes(self, chunk: Chunk) -> float:
         layers = self.ctx.workload.layers
-        return sum(layers[i].params for i in chunk.layers) * self.ctx.config.grad_bytes
+        return sum(layers[i].params for i in chunk.layers) * self.grad_bytes
+
+    def extras(self, ctx: StepContext, chunk: Chunk, phase: str) -> tuple[float, float, list[MemoryChange]]:
+        seconds, ops, changes = autocast_extras(ctx, chunk, phase, self.precision)
+        if phase == "bwd" and self.communicate and self.hook_ops:
+            ops += self.hook_ops * chunk_param_tensors(ctx, chunk.layers)
+        return seconds, ops, changes
+
+    def before_backward(
+        self, builder: PlanBuilder, layers: Sequence[int], previous_op: int | None
+    ) -> list[int]:
+        # Without overlap_comm DeepSpeed reduces on the compute stream: backward waits for it.
+        return [self.last_reduce] if self.blocking and self.last_reduce is not None else []
 
     def backward_memory(self, chunk: Chunk) -> list[MemoryChange]:
         if self.allocate_grads or self.free_reduced:
@@ -111,23 +158,30 @@ class BucketHooks(PassHooks):
         layers = self.ctx.workload.layers
         bucket = chunk.group
         self.pending[bucket] = self.pending.get(bucket, 0) - sum(1 for i in chunk.layers if layers[i].params)
-        if self.pending[bucket] > 0 or bucket not in self.bucket_bytes or not self.communicate:
+        if self.pending[bucket] > 0 or bucket not in self.bucket_params or not self.communicate:
             return
-        size = self.bucket_bytes[bucket]
+        params = self.bucket_params[bucket]
+        held = params * self.grad_bytes
         on_end: list[MemoryChange] = []
         if self.free_reduced:
-            on_end = [("grads", -size)]
+            on_end = [("grads", -held)]
             if self.keep_shard:
-                on_end.append(("grads", size / self.ctx.gpus))
+                on_end.append(("grads", held / self.ctx.gpus))
         ready = op
-        if self.copy_in:
+        compress = self.reduce_bytes < self.grad_bytes
+        if self.copy_in or compress:
+            moved = (held if self.copy_in else 0.0) + (
+                params * (self.grad_bytes + self.reduce_bytes) / 2 if compress else 0.0
+            )
             ready = builder.compute(
                 f"copy gradients into bucket {bucket}{self.tag}",
-                self.ctx.copy_time_s(size),
+                self.ctx.copy_time_s(moved),
                 kind="copy",
                 after=[op],
             )
-        add_collective(
+        size = params * self.reduce_bytes
+        temp: list[MemoryChange] = [("temp", size)] if compress else []
+        self.last_reduce = add_collective(
             self.ctx,
             builder,
             self.op,
@@ -135,7 +189,8 @@ class BucketHooks(PassHooks):
             self.ctx.world,
             f"{self.op} bucket {bucket}{self.tag}",
             after=[ready],
-            on_end=on_end,
+            on_start=temp,
+            on_end=on_end + ([("temp", -size)] if compress else []),
         )
 
 
@@ -147,35 +202,46 @@ class DDPStrategy:
 
     def build_plan(self, ctx: StepContext) -> StepPlan:
         cfg, params = ctx.config, ctx.workload.params
-        grads_total = params * cfg.grad_bytes
+        precision = ctx.precision(self.name)
+        grad_bytes = precision.bytes("grad")
+        grads_total = params * grad_bytes
         builder = PlanBuilder(self.name)
+        builder.plan.fragmentation = cfg.fragmentation(ctx.device_kind)
         builder.plan.initial_memory = {
-            "params": params * cfg.param_bytes,
-            "optimizer": params * cfg.optimizer_bytes,
+            "params": params * precision.bytes("param"),
+            "optimizer": params * optimizer_state_bytes(precision, cfg.optimizer),
             "buffers": 0.0 if cfg.gradient_as_bucket_view else grads_total,
-            "overhead": cfg.allocator_overhead_bytes,
+            "overhead": cfg.runtime_overhead_bytes(ctx.device_kind, 1),
         }
-        bucket_of = assign_buckets(ctx)
+        bucket_of = assign_buckets(ctx, grad_bytes)
         chunks = make_chunks(ctx, bucket_of)
         per_block = make_chunks(ctx, [0] * len(bucket_of))
         quiet = ctx.accumulation - 1
-        last = build_quiet_microbatches(ctx, builder, quiet, [("grads", grads_total)])
-        copies = not cfg.gradient_as_bucket_view and ctx.gpus > 1
+        last = build_quiet_microbatches(ctx, builder, quiet, [("grads", grads_total)], precision)
+        copies = not cfg.gradient_as_bucket_view
+        hook_ops, copy_out_ops = framework_overheads().ddp_tensor_ops
         hooks = BucketHooks(
-            ctx, bucket_of, "all_reduce", communicate=True, allocate_grads=quiet == 0, copy_in=copies
-        )
+            ctx, bucket_of, "all_reduce", precision, communicate=True, allocate_grads=quiet == 0,
+            copy_in=copies, hook_ops=hook_ops,
+        )  # fmt: skip
         last = build_microbatch(ctx, builder, chunks, hooks, "", last, per_block)
         after = [builder.last_comm] if builder.last_comm is not None else []
-        if copies:
-            after = [builder.compute("copy buckets out to gradients", ctx.copy_time_s(grads_total),
-                                     kind="copy", after=after)]  # fmt: skip
-        scratch = optimizer_temp_bytes(ctx, params, 1)
+        compress = precision.bytes("reduce") < grad_bytes
+        if copies or compress:
+            moved = (grads_total if copies else 0.0) + (
+                params * (grad_bytes + precision.bytes("reduce")) / 2 if compress else 0.0
+            )
+            seconds = ctx.timer_combine(
+                ctx.copy_time_s(moved), copy_out_ops * param_tensor_count(ctx.workload), "bwd"
+            )
+            after = [builder.compute("copy buckets out to gradients", seconds, kind="copy", after=after)]
+        step = ctx.optimizer_step(self.name, params, 1)
         builder.compute(
             "optimizer step",
-            ctx.optimizer_step_s(params),
+            step.seconds,
             kind="optimizer",
             after=after,
-            on_start=[("temp", scratch)],
-            on_end=[("grads", -grads_total), ("temp", -scratch)],
+            on_start=[("temp", step.scratch_bytes)],
+            on_end=[("grads", -grads_total), ("temp", -step.scratch_bytes)],
         )
         return builder.plan

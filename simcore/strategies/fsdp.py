@@ -24,6 +24,42 @@ is placed on the compute stream (on CPU ranks everything runs on the training th
 reduce-scatter copy-in runs on its own stream, which this slightly overstates). The shard's
 copy-in before an all-gather (1/N of the unit) is left out.
 
+Streams: FSDP2 issues all-gathers and reduce-scatters from streams of their own, so neither waits
+for compute, but both run on the same process group, whose NCCL kernels ProcessGroupNCCL launches
+on one internal stream per device: they execute one at a time, in issue order, as the plan's single
+communication stream does. HSDP's cross-node all-reduce uses the replicate group's communicator.
+
+Precision: ``MixedPrecisionPolicy(param_dtype, reduce_dtype)`` (``fsdp-mp``, FSDP's default here)
+keeps the sharded parameters, gradients and optimizer state in fp32, casts the shard to the low
+dtype in the all-gather copy-in, produces the unsharded gradients in the low dtype and casts them
+to the reduce dtype in the reduce-scatter copy-in; DeepSpeed ZeRO-3 (``mixed``) gathers and reduces
+in the low dtype and keeps an fp32 master copy of its shard.
+
+Where the copies run: on GPUs the all-gather copy-in and the reduce-scatter copy-in run on FSDP2's
+all-gather and reduce-scatter streams (so they lengthen the collective, not the compute) and the
+copy-out on the compute stream; the shard's copy-in (1/N of the unit) is charged to its all-gather
+everywhere. On CPU ranks (gloo) the rest runs on the training thread, gloo
+has no averaging reduce op so FSDP2 divides the gradients before and after the reduce-scatter
+(``_div_if_needed``: two more passes), and nothing overlaps: FSDP2 issues its all-gathers
+(``unshard(async_op=False)``, backward prefetch included) and reduce-scatters without ``async_op``,
+so on a device without streams each collective blocks the training thread until gloo is done
+(``_fsdp_param_group.unshard`` / ``_fsdp_collectives.foreach_reduce``). Forward prefetch never
+happens (the host cannot run ahead of itself), the backward prefetch of the next unit runs before
+this unit's backward computes (its parameters are held meanwhile), and the next layer's compute
+waits for each reduce-scatter.
+
+The root module: FSDP2 keeps it gathered after forward when ``reshard_after_forward`` is left to
+its default; passing ``True`` explicitly to the root reshards it too
+(``TrainingConfig.reshard_root_after_forward``), so backward gathers it again.
+
+Host work: FSDP2's hooks cost the host a number of operator dispatches per unit and per parameter
+tensor each pass (:mod:`simcore.compute.overheads`), added to the unit's first compute operation;
+on a GPU they only cost time when the unit's kernels are shorter.
+
+Gradient accumulation: FSDP2 reduce-scatters every micro-batch's gradients by default; with
+``gradient_sync_every_micro_batch=False`` (``set_requires_gradient_sync(False)`` before all but the
+last micro-batch) the unsharded gradients accumulate in full and are reduced once.
+
 The shard-boundary rule (the seed study, Ovi, arXiv 2505.12832, 2025): FSDP issues prefetches per unit from its hooks,
 in the order units were recorded, so a unit whose boundary falls *inside* a transformer block
 cannot be prefetched: its all-gather starts only when compute reaches it, an exposed round trip
@@ -40,15 +76,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from simcore.compute.memory import MemoryChange
-from simcore.strategies.base import StepContext
+from simcore.compute.overheads import framework_overheads
+from simcore.compute.precision import Precision
+from simcore.strategies.base import StepContext, optimizer_state_bytes
+from simcore.strategies.ddp import chunk_param_tensors
 from simcore.strategies.passes import (
     Chunk,
     PassHooks,
     add_collective,
+    autocast_extras,
     build_microbatch,
     build_quiet_microbatches,
     make_chunks,
-    optimizer_temp_bytes,
 )
 from simcore.strategies.schedule import PlanBuilder, StepPlan
 from simcore.strategies.wrap import UnitPlan, bucket_units, wrap_units
@@ -70,14 +109,31 @@ class ShardedHooks(PassHooks):
         reshard_root: bool,
         first_micro: bool,
         tag: str,
+        precision: Precision,
+        sync: bool = True,
+        first_reduce: bool = True,
+        allocate_unsharded: bool = True,
+        unit_ops: tuple[float, float] = (0.0, 0.0),
+        tensor_ops: tuple[float, float] = (0.0, 0.0),
     ) -> None:
         self.ctx, self.units, self.tag = ctx, units, tag
         self.shard_group, self.replicate_group = tuple(shard_group), tuple(replicate_group)
         self.reshard_root, self.first_micro = reshard_root, first_micro
-        cfg, layers = ctx.config, ctx.workload.layers
+        self.sync, self.first_reduce, self.allocate_unsharded = sync, first_reduce, allocate_unsharded
+        self.precision = precision
+        self.mp = precision
+        self.tie_grad_bytes = precision.bytes("unsharded_grad")
+        self.unit_ops, self.tensor_ops = unit_ops, tensor_ops
+        layers = ctx.workload.layers
         self.unit_params = [sum(layers[i].params for i in members) for members in units.units]
-        self.full_bytes = [p * cfg.param_bytes for p in self.unit_params]
-        self.grad_bytes = [p * cfg.grad_bytes for p in self.unit_params]
+        self.full_bytes = [p * precision.bytes("gather") for p in self.unit_params]
+        self.grad_bytes = [p * precision.bytes("unsharded_grad") for p in self.unit_params]
+        self.reduce_bytes = [p * precision.bytes("reduce") for p in self.unit_params]
+        self.shard_grad_element = precision.bytes("grad")
+        self.on_cpu = ctx.device_kind == "cpu"
+        self.unit_tensors = [chunk_param_tensors(ctx, members) for members in units.units]
+        self.first_chunk_fwd = {c.group: i for i, c in reversed(list(enumerate(chunks)))}
+        self.first_chunk_bwd = {c.group: i for i, c in enumerate(chunks)}
         self.gathered: dict[int, int] = {}  # unit -> op id of the all-gather that made it resident
         self.copied: dict[int, int] = {}  # unit -> op id of the copy-out of its latest all-gather
         self.copies = len(self.shard_group) > 1
@@ -91,6 +147,7 @@ class ShardedHooks(PassHooks):
         self.previous_group: int | None = None
         self.previous_bwd_group: int | None = None
         self.lingering = 0.0  # bytes of the reduce-scatter input FSDP2 still holds
+        self.blocking: list[int] = []  # CPU: collectives the next compute waits for
 
     # --- gathering -------------------------------------------------------------------------
     def _gather(
@@ -102,6 +159,9 @@ class ShardedHooks(PassHooks):
         after: Sequence[int] = (),
         after_start: Sequence[int] = (),
     ) -> int:
+        # the shard's copy-in (and cast to the gather dtype) just before the collective, on its stream
+        shard = self.unit_params[unit] / len(self.shard_group)
+        copy_in = self.ctx.copy_time_s(shard * (self.mp.bytes("param") + self.mp.bytes("gather")) / 2)
         op = add_collective(
             self.ctx,
             builder,
@@ -112,6 +172,7 @@ class ShardedHooks(PassHooks):
             after=after,
             after_start=after_start,
             on_start=[("buffers", self.full_bytes[unit])],
+            extra_s=copy_in if self.copies else 0.0,
         )
         self.gathered[unit] = op
         self.copied.pop(unit, None)
@@ -122,29 +183,37 @@ class ShardedHooks(PassHooks):
         builder: PlanBuilder,
         order: Sequence[int],
         position: int,
-        op: int,
+        op: int | None,
         phase: str,
         blocked: frozenset[int],
-    ) -> None:
+        after: Sequence[int] = (),
+    ) -> list[int]:
+        """Gather the next ``prefetch`` units of ``order`` after ``position``: alongside compute op
+        ``op`` (it starts them), or, with ``op`` None, after ``after`` (a blocking prefetch)."""
         depth = self.ctx.config.prefetch
+        issued = []
         for unit in list(dict.fromkeys(order[position + 1 :]))[:depth]:
             if unit not in self.gathered and unit not in blocked and self.pending[unit] > 0:
-                self._gather(builder, unit, phase, after_start=[op])
+                starts = [op] if op is not None else []
+                issued.append(self._gather(builder, unit, phase, after=after, after_start=starts))
+        return issued
 
     def _ensure(
         self, builder: PlanBuilder, units: Sequence[int], previous: int | None, phase: str
     ) -> list[int]:
-        waits = []
+        blocking, self.blocking = self.blocking, []
+        waits = list(blocking)
         for unit in dict.fromkeys(units):
             if unit not in self.gathered:
                 self._gather(
                     builder, unit, phase + ", on demand", after=[previous] if previous is not None else []
                 )
-            waits.append(self._copied_out(builder, unit, phase))
+            waits.append(self._copied_out(builder, unit, phase, after=blocking))
         return waits
 
-    def _copied_out(self, builder: PlanBuilder, unit: int, phase: str) -> int:
-        """The op after which the unit's gathered parameters are usable: its copy-out (FSDP2)."""
+    def _copied_out(self, builder: PlanBuilder, unit: int, phase: str, after: Sequence[int] = ()) -> int:
+        """The op after which the unit's gathered parameters are usable: its copy-out (FSDP2),
+        run after ``after`` too (on CPU: the collectives that block the training thread)."""
         gather = self.gathered[unit]
         if not self.copies:
             return gather
@@ -153,7 +222,7 @@ class ShardedHooks(PassHooks):
                 f"all_gather copy-out unit {unit} ({phase}){self.tag}",
                 self.ctx.copy_time_s(self.full_bytes[unit]),
                 kind="copy",
-                after=[gather],
+                after=[gather, *after],
             )
         return self.copied[unit]
 
@@ -176,23 +245,51 @@ class ShardedHooks(PassHooks):
         unit = chunk.group
         if unit != self.previous_group:
             self.fwd_visit += 1
-            self._prefetch(
-                builder, self.visits, self.fwd_visit, op, "forward prefetch", self.units.mid_block_forward
-            )
+            if not self.on_cpu:  # implicit prefetch needs a host that runs ahead of the device
+                self._prefetch(
+                    builder, self.visits, self.fwd_visit, op, "forward prefetch", self.units.mid_block_forward
+                )
         self.previous_group = unit
         if self.last_fwd_chunk[unit] == self.chunk_index[id(chunk)] and self._resharded_after_forward(unit):
             del self.gathered[unit]
+
+    def extras(self, ctx: StepContext, chunk: Chunk, phase: str) -> tuple[float, float, list[MemoryChange]]:
+        """Autocast's casts, plus FSDP2's per-unit and per-tensor hook work on a unit's first chunk
+        of each pass (its pre-forward / pre-backward and post hooks)."""
+        seconds, ops, changes = autocast_extras(ctx, chunk, phase, self.precision)
+        index, unit = self.chunk_index.get(id(chunk)), chunk.group
+        first = self.first_chunk_bwd if phase == "bwd" else self.first_chunk_fwd
+        if (
+            phase != "recompute"
+            and index is not None
+            and first.get(unit) == index
+            and len(self.shard_group) > 1
+        ):
+            which = 1 if phase == "bwd" else 0
+            ops += self.unit_ops[which] + self.tensor_ops[which] * self.unit_tensors[unit]
+        return seconds, ops, changes
 
     # --- backward --------------------------------------------------------------------------
     def before_backward(
         self, builder: PlanBuilder, layers: Sequence[int], previous_op: int | None
     ) -> list[int]:
         unit_of = self.units.unit_of_layer
-        return self._ensure(builder, [unit_of[i] for i in layers], previous_op, "backward")
+        units = [unit_of[i] for i in layers]
+        waits = self._ensure(builder, units, previous_op, "backward")
+        if self.on_cpu and units and units[0] != self.previous_bwd_group:
+            # FSDP2's backward prefetch blocks on CPU: the next unit is gathered before this one
+            # computes (its memory is held alongside, as on a GPU)
+            waits += self._prefetch(
+                builder, self.visits[::-1], self.bwd_visit + 1, None, "backward prefetch",
+                self.units.mid_block_backward, after=[*waits, *([previous_op] if previous_op is not None else [])],
+            )  # fmt: skip
+        return waits
 
     def backward_memory(self, chunk: Chunk) -> list[MemoryChange]:
+        if not self.allocate_unsharded:  # accumulating into the unsharded gradients already held
+            return []
         layers = self.ctx.workload.layers
-        return [("buffers", sum(layers[i].params for i in chunk.layers) * self.ctx.config.grad_bytes)]
+        return [("buffers", sum(layers[i].params for i in chunk.layers) * self.tie_grad_bytes)]
 
     def backward_released(self, chunk: Chunk) -> list[MemoryChange]:
         # post-backward reshards the unit once autograd has made its unsharded gradients
@@ -205,9 +302,10 @@ class ShardedHooks(PassHooks):
         if unit != self.previous_bwd_group:
             self.bwd_visit += 1
             order = self.visits[::-1]
-            self._prefetch(
-                builder, order, self.bwd_visit, op, "backward prefetch", self.units.mid_block_backward
-            )
+            if not self.on_cpu:  # on CPU it blocks: issued before the compute (before_backward)
+                self._prefetch(
+                    builder, order, self.bwd_visit, op, "backward prefetch", self.units.mid_block_backward
+                )
         self.previous_bwd_group = unit
 
     def backward_done(self, builder: PlanBuilder, chunk: Chunk, op: int) -> None:
@@ -216,7 +314,14 @@ class ShardedHooks(PassHooks):
         if self.pending[unit] > 0:
             return
         self.gathered.pop(unit, None)
-        shard = self.grad_bytes[unit] / len(self.shard_group)
+        if not self.sync:
+            return  # set_requires_gradient_sync(False): the unsharded gradients accumulate
+        self._reduce(builder, unit, op)
+
+    def _reduce(self, builder: PlanBuilder, unit: int, op: int) -> None:
+        """The unit's reduce-scatter (and, for HSDP, the all-reduce of its shard across nodes)."""
+        shards = len(self.shard_group)
+        shard = self.unit_params[unit] / shards * self.shard_grad_element
         # The unsharded gradients become the reduce-scatter input, which FSDP2 keeps until the next
         # unit's post-backward (reduce_scatter_max_input_buffers = 1) or the end of backward; with
         # one rank nothing is reduced and the gradients go at once.
@@ -226,36 +331,44 @@ class ShardedHooks(PassHooks):
         if not any(self.pending):  # the last unit: backward's final callback frees every input
             on_end.append(("buffers", -self.lingering))
             self.lingering = 0.0
-        if self.first_micro:
+        if self.first_reduce:
             on_end.append(("grads", shard))
+        copy_s = 0.0
         if self.copies:
+            # copy-in (with the cast to the reduce dtype) into the flat input; gloo: pre/post divide
+            passes = (self.grad_bytes[unit] + self.reduce_bytes[unit]) / 2
+            if self.on_cpu:
+                passes += self.reduce_bytes[unit] + self.reduce_bytes[unit] / shards
+            copy_s = self.ctx.copy_time_s(passes)
+        if self.copies and self.on_cpu:
             op = builder.compute(
-                f"reduce_scatter copy-in unit {unit}{self.tag}",
-                self.ctx.copy_time_s(self.grad_bytes[unit]),
-                kind="copy",
-                after=[op],
+                f"reduce_scatter copy-in unit {unit}{self.tag}", copy_s, kind="copy", after=[op]
             )
+            copy_s = 0.0
         rs = add_collective(
             self.ctx,
             builder,
             "reduce_scatter",
-            self.grad_bytes[unit],
+            self.reduce_bytes[unit],
             self.shard_group,
             f"reduce_scatter unit {unit}{self.tag}",
             after=[op],
             on_start=on_start,
             on_end=on_end,
+            extra_s=copy_s,
         )
         if len(self.replicate_group) > 1:
-            add_collective(
+            rs = add_collective(
                 self.ctx,
                 builder,
                 "all_reduce",
-                shard,
+                self.unit_params[unit] / shards * self.mp.bytes("reduce"),
                 self.replicate_group,
                 f"all_reduce unit {unit} shard across nodes{self.tag}",
                 after=[rs],
             )
+        if self.on_cpu:
+            self.blocking.append(rs)
 
 
 def build_sharded_plan(
@@ -266,43 +379,52 @@ def build_sharded_plan(
     shard_group: Sequence[int],
     replicate_group: Sequence[int] = (),
     reshard_root: bool = False,
+    framework: str = "fsdp2",
 ) -> StepPlan:
-    """The FSDP/ZeRO-3/HSDP step over ``units``, sharded over ``shard_group``."""
+    """The FSDP/ZeRO-3/HSDP step over ``units``, sharded over ``shard_group``.
+
+    ``framework``: ``fsdp2`` (PyTorch; DTensor parameters, FSDP2's hooks) or ``deepspeed`` (ZeRO-3:
+    flat fp32 partitions, DeepSpeed's module hooks).
+    """
     cfg, params = ctx.config, ctx.workload.params
+    precision = ctx.precision(name)
     shards = len(shard_group)
     builder = PlanBuilder(name)
+    builder.plan.fragmentation = cfg.fragmentation(ctx.device_kind)
     builder.plan.initial_memory = {
-        "params": params * cfg.param_bytes / shards,
-        "optimizer": params * cfg.optimizer_bytes / shards,
-        "overhead": cfg.allocator_overhead_bytes,
+        "params": params * precision.bytes("param") / shards,
+        "optimizer": params * optimizer_state_bytes(precision, cfg.optimizer) / shards,
+        "overhead": cfg.runtime_overhead_bytes(ctx.device_kind, 1 + (len(replicate_group) > 1)),
     }
     chunks = make_chunks(ctx, units.unit_of_layer)
     k = ctx.accumulation
     alone = ctx.gpus == 1
     quiet = k - 1 if alone else 0
-    last = build_quiet_microbatches(ctx, builder, quiet, [("grads", params * cfg.grad_bytes)])
+    full_grads = params * precision.bytes("grad")
+    last = build_quiet_microbatches(ctx, builder, quiet, [("grads", full_grads)], precision)
+    overheads = framework_overheads()
+    unit_ops = overheads.fsdp2_unit_ops if framework == "fsdp2" else overheads.zero3_unit_ops
+    tensor_ops = overheads.fsdp2_tensor_ops if framework == "fsdp2" else (0.0, 0.0)
+    every = cfg.gradient_sync_every_micro_batch
     for micro in range(quiet, k):
         tag = f" [micro-batch {micro + 1}]" if k > 1 else ""
+        final = micro == k - 1
         hooks = ShardedHooks(
-            ctx,
-            units,
-            chunks,
-            shard_group=shard_group,
-            replicate_group=replicate_group,
-            reshard_root=reshard_root,
-            first_micro=micro == 0,
-            tag=tag,
-        )
+            ctx, units, chunks, shard_group=shard_group, replicate_group=replicate_group,
+            reshard_root=reshard_root, first_micro=micro == 0, tag=tag, precision=precision,
+            sync=every or final, first_reduce=micro == 0 if every else final,
+            allocate_unsharded=every or micro == quiet, unit_ops=unit_ops, tensor_ops=tensor_ops,
+        )  # fmt: skip
         last = build_microbatch(ctx, builder, chunks, hooks, tag, last)
     after = [builder.last_comm] if builder.last_comm is not None else []
-    scratch = optimizer_temp_bytes(ctx, params / shards, shards)
+    step = ctx.optimizer_step(name, params / shards, shards, flat=framework == "deepspeed")
     builder.compute(
         "optimizer step",
-        ctx.optimizer_step_s(round(params / shards)),
+        step.seconds,
         kind="optimizer",
         after=after,
-        on_start=[("temp", scratch)],
-        on_end=[("grads", -params * cfg.grad_bytes / shards), ("temp", -scratch)],
+        on_start=[("temp", step.scratch_bytes)],
+        on_end=[("grads", -full_grads / shards), ("temp", -step.scratch_bytes)],
     )
     return builder.plan
 
@@ -315,7 +437,11 @@ class FSDPStrategy:
 
     def build_plan(self, ctx: StepContext) -> StepPlan:
         return build_sharded_plan(
-            ctx, self.name, wrap_units(ctx.workload, ctx.config.wrap), shard_group=ctx.world
+            ctx,
+            self.name,
+            wrap_units(ctx.workload, ctx.config.wrap),
+            shard_group=ctx.world,
+            reshard_root=ctx.config.reshard_root_after_forward,
         )
 
 
@@ -327,4 +453,6 @@ class Zero3Strategy:
 
     def build_plan(self, ctx: StepContext) -> StepPlan:
         units = bucket_units(ctx.workload, ctx.config.zero3_prefetch_bucket_params)
-        return build_sharded_plan(ctx, self.name, units, shard_group=ctx.world, reshard_root=True)
+        return build_sharded_plan(
+            ctx, self.name, units, shard_group=ctx.world, reshard_root=True, framework="deepspeed"
+        )

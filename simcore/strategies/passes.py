@@ -18,10 +18,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from simcore.compute.memory import MemoryChange, optimizer_step_temp_bytes, resolve_optimizer_impl
+from simcore.compute.memory import MemoryChange
+from simcore.compute.roofline import param_tensor_count
+from simcore.dtypes import DTYPE_BYTES
 from simcore.strategies.base import StepContext
 from simcore.strategies.schedule import PlanBuilder
+
+if TYPE_CHECKING:
+    from simcore.compute.precision import Precision
+    from simcore.workload.types import Workload
 
 __all__ = [
     "Chunk",
@@ -30,7 +37,6 @@ __all__ = [
     "build_microbatch",
     "build_quiet_microbatches",
     "make_chunks",
-    "optimizer_temp_bytes",
 ]
 
 
@@ -80,7 +86,20 @@ def make_chunks(ctx: StepContext, group_of_layer: Sequence[int]) -> list[Chunk]:
 
 
 class PassHooks:
-    """What a strategy does around each chunk. The defaults add no communication."""
+    """What a strategy does around each chunk. The defaults add no communication.
+
+    ``precision`` (set by a strategy's hooks) adds autocast's weight casts to the chunks
+    (:func:`autocast_extras`); ``tie_grad_bytes`` is the element size of tied parameters' partial
+    gradients.
+    """
+
+    precision: Precision | None = None
+    tie_grad_bytes: int = 4
+
+    def extras(self, ctx: StepContext, chunk: Chunk, phase: str) -> tuple[float, float, list[MemoryChange]]:
+        """(device seconds, host operator dispatches, memory changes at its end) the framework adds
+        to ``chunk``'s ``phase`` (``fwd``, ``bwd`` or ``recompute``): autocast's weight casts."""
+        return autocast_extras(ctx, chunk, phase, self.precision)
 
     def before_forward(self, builder: PlanBuilder, chunk: Chunk, previous_op: int | None) -> list[int]:
         """Operations the chunk's forward must wait for (e.g. all-gathers of its unit)."""
@@ -115,6 +134,37 @@ class PassHooks:
         """Called after the backward operation is added: gradient communication hangs here."""
 
 
+def autocast_extras(
+    ctx: StepContext, chunk: Chunk, phase: str, precision: Precision | None
+) -> tuple[float, float, list[MemoryChange]]:
+    """Autocast's casts of ``chunk``'s weights (``torch.autocast`` with fp32 parameters).
+
+    Forward (and a recompute) casts every weight it uses to the low dtype (read 4 B, write the low
+    dtype: one ``_to_copy`` per parameter tensor) and autograd saves the cast for the backward's
+    input gradient, so it is held (``buffers``) until the chunk's backward; backward casts each
+    weight gradient back to fp32 (``ToCopyBackward``: read low, write 4 B).
+    """
+    if precision is None or not precision.autocast:
+        return 0.0, 0.0, []
+    layers = ctx.workload.layers
+    params = sum(layers[i].params for i in chunk.layers)
+    if params == 0:
+        return 0.0, 0.0, []
+    low = DTYPE_BYTES[precision.low]
+    tensors = param_tensor_count(_chunk_workload(ctx, chunk))
+    seconds = ctx.copy_time_s(params * (4 + low) / 2.0)
+    if phase == "bwd":
+        return seconds, float(tensors), [("buffers", -float(params * low))]
+    held: list[MemoryChange] = [("buffers", float(params * low))] if phase == "fwd" else []
+    return seconds, float(tensors), held
+
+
+def _chunk_workload(ctx: StepContext, chunk: Chunk) -> Workload:
+    from dataclasses import replace
+
+    return replace(ctx.workload, layers=tuple(ctx.workload.layers[i] for i in chunk.layers), ties=())
+
+
 def _saved_bytes(ctx: StepContext, chunk: Chunk, checkpointed: bool) -> float:
     """Bytes a chunk keeps from forward to backward for one micro-batch."""
     layers = ctx.workload.layers
@@ -127,11 +177,10 @@ def _saved_bytes(ctx: StepContext, chunk: Chunk, checkpointed: bool) -> float:
     return mb * (layers[first - 1].output_bytes if first > 0 else layers[first].output_bytes)
 
 
-def _tie_temp(ctx: StepContext, chunks: Sequence[Chunk]) -> dict[int, tuple[float, float]]:
+def _tie_temp(ctx: StepContext, chunks: Sequence[Chunk], grad_bytes: int) -> dict[int, tuple[float, float]]:
     """Per chunk index: (temp bytes added when its backward ends, temp bytes released just after),
     for the partial gradients of tied parameters (see the module docstring)."""
     changes: dict[int, tuple[float, float]] = {}
-    grad_bytes = ctx.config.grad_bytes
     for tie in ctx.workload.ties:
         size, uses, seen = tie.params * grad_bytes, set(tie.layers), 0
         for index in reversed(range(len(chunks))):
@@ -180,12 +229,13 @@ def _forward_pass(
     for chunk in chunks:
         waits = hooks.before_forward(builder, chunk, last)
         saved = _saved_bytes(ctx, chunk, checkpoint and chunk.block >= 0)
+        kernel_s, host_ops, held = hooks.extras(ctx, chunk, "fwd")
         last = builder.compute(
             f"forward of {chunk.label}{tag}",
-            ctx.span_time("fwd", chunk.layers),
+            ctx.span_time("fwd", chunk.layers, kernel_extra_s=kernel_s, host_extra_ops=host_ops),
             kind="fwd",
             after=waits,
-            on_end=[("activations", saved), *hooks.forward_memory(chunk)],
+            on_end=[("activations", saved), *held, *hooks.forward_memory(chunk)],
         )
         hooks.forward_started(builder, chunk, last)
     return last
@@ -204,7 +254,7 @@ def _backward_pass(
     layers = ctx.workload.layers
     block_layers = ctx.workload.block_layer_indices() if checkpoint else ()
     recomputed: set[int] = set()
-    ties = _tie_temp(ctx, chunks)
+    ties = _tie_temp(ctx, chunks, hooks.tie_grad_bytes)
     for index in reversed(range(len(chunks))):
         chunk = chunks[index]
         tie_add, tie_release = ties.get(index, (0.0, 0.0))
@@ -216,20 +266,23 @@ def _backward_pass(
                 recomputed.add(chunk.block)
                 members = block_layers[chunk.block]
                 waits = hooks.before_backward(builder, members, last)
+                block = Chunk(tuple(members), chunk.block, chunk.group, chunk.label)
+                kernel_s, host_ops, _ = hooks.extras(ctx, block, "recompute")
                 last = builder.compute(
                     f"recompute of {ctx.workload.block_names[chunk.block]}{tag}",
-                    ctx.span_time("recompute", members),
+                    ctx.span_time("recompute", members, kernel_extra_s=kernel_s, host_extra_ops=host_ops),
                     kind="recompute",
                     after=waits,
                     on_start=[("activations", mb * sum(layers[i].activation_bytes for i in members))],
                 )
         waits = hooks.before_backward(builder, chunk.layers, last)
+        kernel_s, host_ops, released = hooks.extras(ctx, chunk, "bwd")
         last = builder.compute(
             f"backward of {chunk.label}{tag}",
-            ctx.span_time("bwd", chunk.layers),
+            ctx.span_time("bwd", chunk.layers, kernel_extra_s=kernel_s, host_extra_ops=host_ops),
             kind="bwd",
             after=waits,
-            on_end=[*hooks.backward_memory(chunk), ("activations", -freed)]
+            on_end=[*hooks.backward_memory(chunk), ("activations", -freed), *released]
             + ([("temp", tie_add)] if tie_add else []),
             after_end=hooks.backward_released(chunk) + ([("temp", -tie_release)] if tie_release else []),
         )
@@ -239,17 +292,32 @@ def _backward_pass(
 
 
 def build_quiet_microbatches(
-    ctx: StepContext, builder: PlanBuilder, count: int, on_end: Sequence[MemoryChange]
+    ctx: StepContext,
+    builder: PlanBuilder,
+    count: int,
+    on_end: Sequence[MemoryChange],
+    precision: Precision | None = None,
+    host_extra_ops: float = 0.0,
 ) -> int | None:
     """``count`` micro-batches with no communication (DDP no_sync, one GPU) as one operation.
 
     Their peak is never above the detailed micro-batch that follows (same activations, gradients
-    at most the same), so one operation keeps the timeline's peak while saving events.
+    at most the same), so one operation keeps the timeline's peak while saving events. Autocast's
+    casts (``precision``) and ``host_extra_ops`` framework dispatches per micro-batch are included.
     """
     if count <= 0:
         return None
+    whole = Chunk(tuple(range(len(ctx.workload.layers))), -1, 0, "model")
+    phases = ("fwd", "bwd", "recompute") if ctx.config.activation_checkpointing else ("fwd", "bwd")
+    seconds = 0.0
+    for phase in phases:
+        kernel_s, host_ops, _ = autocast_extras(ctx, whole, phase, precision)
+        extra = host_extra_ops / 2.0 if phase != "recompute" else 0.0
+        seconds += ctx.span_time(
+            phase, whole.layers, kernel_extra_s=kernel_s, host_extra_ops=host_ops + extra
+        )
     name = "micro-batch 1 (no sync)" if count == 1 else f"micro-batches 1-{count} (no sync)"
-    return builder.compute(name, count * ctx.microbatch_compute_s(), kind="fwd+bwd", on_end=on_end)
+    return builder.compute(name, count * seconds, kind="fwd+bwd", on_end=on_end)
 
 
 def add_collective(
@@ -264,9 +332,11 @@ def add_collective(
     after_start: Sequence[int] = (),
     on_start: Sequence[MemoryChange] = (),
     on_end: Sequence[MemoryChange] = (),
+    extra_s: float = 0.0,
 ) -> int:
     """Add one collective to the communication stream, priced by the context's collective model.
 
+    ``extra_s``: work the framework runs on the collective's stream around it (FSDP2's copy-in).
     A group of one rank moves nothing: the operation is kept (its memory effects still apply) with
     zero time and zero bytes.
     """
@@ -284,33 +354,14 @@ def add_collective(
     cost = ctx.collective(op, float(size_bytes), tuple(group))
     return builder.comm(
         name,
-        cost.time_s,
+        cost.time_s + extra_s,
         kind=op,
         size_bytes=size_bytes,
         link=cost.bottleneck_link,
         link_kind=cost.link_kind,
+        contention=ctx.contention(cost),
         after=after,
         after_start=after_start,
         on_start=on_start,
         on_end=on_end,
-    )
-
-
-def optimizer_temp_bytes(ctx: StepContext, local_params: float, shards: int) -> float:
-    """Scratch bytes of this rank's optimizer step (``temp`` while it runs).
-
-    ``local_params``: parameters this rank updates; ``shards``: how many ways each parameter
-    tensor is split (FSDP2 shards every tensor on its first dimension; a flat ZeRO partition is
-    one tensor of ``local_params``). The largest tensor is taken as the largest layer's
-    parameters (weight and bias of one layer together, a slight overestimate). The
-    implementation is the config's, else torch's default for the device kind (CPU or GPU) of
-    the timer.
-    """
-    device = getattr(ctx.timer, "device", None)
-    impl = resolve_optimizer_impl(ctx.config.optimizer_impl, str(getattr(device, "kind", "gpu")))
-    largest = max((layer.params for layer in ctx.workload.layers), default=0) / shards
-    cfg = ctx.config  # torch.optim's state has the dtype of what it updates: fp32 master weights
-    state_bytes = 4 if cfg.master_weights or not cfg.mixed_precision else cfg.param_bytes
-    return optimizer_step_temp_bytes(
-        ctx.config.optimizer, impl, local_params, min(largest, local_params), state_bytes
     )

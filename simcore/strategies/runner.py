@@ -3,9 +3,14 @@
 Symmetry: in homogeneous synchronous data parallelism every rank runs the same plan, so one
 representative rank (rank 0) is simulated; collective times come from
 :func:`simcore.collectives.collective_time` (cached per topology), so the cost is nearly flat in the
-number of GPUs. ``config.steps`` > 1 runs that many steps; with ``compute_jitter_sigma`` > 0 each
-step's compute is scaled by the slowest of the ranks' lognormal(0, sigma) draws from the seeded
-RNG (a synchronous step waits for the slowest rank). The what-if passes
+number of GPUs. ``config.steps`` > 1 runs that many steps; with ``compute_jitter_sigma`` > 0 the
+compute is scaled by lognormal(0, sigma) draws from the seeded RNG, as ``config.jitter_scope``
+says: ``"step"`` (one draw per rank per step: the slowest rank's factor scales the whole step's
+compute, a synchronous step waiting for it once) or ``"sync"`` (one draw per rank per
+synchronisation interval: the compute between two points where the rank waits on a collective,
+each interval gated by its slowest rank; FSDP, with a wait per unit, pays the expected maximum many
+times per step, DDP once). Measure sigma as the spread of one rank's per-step (or per-unit)
+compute time: ``log(p84 / p50)`` of its forward + backward durations. The what-if passes
 :func:`simcore.compute.heterogeneity.sync_compute_scale` as ``compute_scale`` for stragglers, mixed devices
 and jitter; parameter servers, which need per-rank processes, are :mod:`simcore.paramserver`.
 """
@@ -19,7 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from simcore.compute.optimizer import canonical_impl, check_impl_supported
+from simcore.compute.precision import COMPUTE_DTYPES, check_precision, resolve_precision
 from simcore.engine import Simulation
+from simcore.errors import TrainsimError
 from simcore.report import StepReport
 from simcore.strategies.base import (
     CollectiveFn,
@@ -29,9 +37,11 @@ from simcore.strategies.base import (
     StepContext,
     Strategy,
     TrainingConfig,
+    contention_table,
     model_flops_per_step,
 )
 from simcore.strategies.schedule import COMM, PlanRun, StepPlan, run_plan
+from simcore.strategies.zero import zero_stages_coincide
 from simcore.topology import Topology
 
 if TYPE_CHECKING:
@@ -49,6 +59,7 @@ __all__ = [
     "rank_groups",
     "report_step",
     "simulate_step",
+    "sync_intervals",
 ]
 
 
@@ -144,6 +155,10 @@ def gating_device(topology: Topology, dtype: str) -> DeviceSpec:
 
     names = sorted({topology.gpu_spec_name(r) or "cpu" for r in range(topology.world_size)})
     devices = [device_spec(name) for name in names]
+    needs = resolve_precision("auto", dtype, "fsdp") if dtype in COMPUTE_DTYPES else None
+    for device in devices:
+        if needs is not None:
+            check_precision(needs, device.peak_flops, device.name)
     return min(devices, key=lambda d: (d.flops(dtype), d.memory_bytes, d.name))
 
 
@@ -164,6 +179,8 @@ def make_context(
         device = gating_device(topology, config.dtype)
         timer = timer or ComputeModel(device, config.dtype, calibration)
         device_memory_bytes = device_memory_bytes or device.memory_bytes
+        if config.optimizer_impl not in ("auto",):
+            check_impl_supported(canonical_impl(config.optimizer_impl), device.kind, device.name)
     world, node, cross = rank_groups(topology)
     return StepContext(
         workload,
@@ -193,7 +210,7 @@ def simulate_step(
     ctx: StepContext,
     *,
     seed: int = 0,
-    slowdown: float = 1.0,
+    slowdown: float | None = 1.0,
     compute_scale: Callable[[Simulation, int], float | Mapping[str, float]] | None = None,
 ) -> StepResult:
     """Build ``strategy``'s plan and run it for ``ctx.config.steps`` steps in one seeded simulation.
@@ -201,6 +218,9 @@ def simulate_step(
     ``compute_scale(sim, step)`` gives a step's compute slowdown factor (one, or one per rank prefix
     of a per-rank plan, see :func:`~simcore.strategies.schedule.run_plan`); by default 1, or the
     lognormal jitter of the config. Identical steps (no jitter) are run once and repeated.
+    ``slowdown``: compute's slowdown while a collective runs; None models each collective's own
+    (SMs of its channels) and the collectives' slowdown under compute
+    (:mod:`simcore.strategies.schedule`).
     """
     plan = strategy.build_plan(ctx)
     cfg = ctx.config
@@ -211,12 +231,17 @@ def simulate_step(
         def compute_scale(sim: Simulation, step: int) -> float:
             return float(np.max(sim.rng.lognormal(0.0, sigma, size=ranks)))
 
+    if compute_scale is not None and cfg.jitter_scope == "sync":
+        return _simulate_per_interval(plan, ctx, sim, slowdown, compute_scale)
+
+    comm_slowdown = _comm_slowdown(ctx) if slowdown is None else 1.0
     first = run_plan(
         sim,
         plan,
         capacity_bytes=ctx.device_memory_bytes,
         slowdown=slowdown,
         compute_scale=compute_scale(sim, 0) if compute_scale else 1.0,
+        comm_slowdown=comm_slowdown,
     )
     times = [first.step_time_s]
     for step in range(1, cfg.steps):
@@ -229,9 +254,57 @@ def simulate_step(
             capacity_bytes=ctx.device_memory_bytes,
             slowdown=slowdown,
             compute_scale=compute_scale(sim, step),
+            comm_slowdown=comm_slowdown,
         )
         times.append(again.step_time_s)
     return StepResult(plan, first, times)
+
+
+def _comm_slowdown(ctx: StepContext) -> float:
+    """Collectives' slowdown while compute runs beside them (GPUs whose SMs are known), else 1."""
+    sms = int(getattr(getattr(ctx.timer, "curve", None), "sms", 0) or 0)
+    return float(contention_table()["comm_slowdown_under_compute"]) if sms > 0 else 1.0
+
+
+def sync_intervals(plan: StepPlan) -> list[int]:
+    """Interval index of every operation: a new interval starts at each compute operation that
+    waits on a collective (a synchronisation point of the rank with the others)."""
+    comm_ids = {op.id for op in plan.ops if op.stream == COMM}
+    interval, index = [], 0
+    for op in plan.ops:
+        if op.stream != COMM and any(i in comm_ids for i in op.after):
+            index += 1
+        interval.append(index)
+    return interval
+
+
+def _simulate_per_interval(
+    plan: StepPlan,
+    ctx: StepContext,
+    sim: Simulation,
+    slowdown: float | None,
+    draw: Callable[[Simulation, int], float | Mapping[str, float]],
+) -> StepResult:
+    """Steps whose compute intervals (:func:`sync_intervals`) each take a fresh gating factor
+    ``draw(sim, step)`` (the slowest rank's; a per-rank mapping falls back to its slowest)."""
+    from dataclasses import replace
+
+    interval = sync_intervals(plan)
+    runs: list[PlanRun] = []
+    for step in range(ctx.config.steps):
+        draws = []
+        for _ in range(max(interval) + 1):
+            factor = draw(sim, step)
+            draws.append(max(factor.values(), default=1.0) if isinstance(factor, Mapping) else float(factor))
+        scaled = replace(plan, ops=[
+            replace(op, duration_s=op.duration_s * float(draws[interval[op.id]])) if op.stream != COMM else op
+            for op in plan.ops
+        ])  # fmt: skip
+        runs.append(run_plan(
+            sim, scaled, capacity_bytes=ctx.device_memory_bytes, slowdown=slowdown,
+            comm_slowdown=_comm_slowdown(ctx) if slowdown is None else 1.0,
+        ))  # fmt: skip
+    return StepResult(plan, runs[0], [r.step_time_s for r in runs])
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -307,4 +380,22 @@ def report_step(
         oom_verdict=peak.verdict(),
         link_utilisation=utilisation,
         bottleneck_link=bottleneck,
+        memory_status=peak.status,
+        **_assumptions(ctx, result.plan.strategy),
     )
+
+
+def _assumptions(ctx: StepContext, strategy: str) -> dict[str, str]:
+    """The precision mode and optimizer implementation the strategy's step assumed, and a note."""
+    try:
+        precision = ctx.precision(strategy).describe()
+        impl = ctx.optimizer_impl(strategy)
+    except TrainsimError:  # a strategy outside the precision registry (test doubles)
+        return {}
+    note = ""
+    if strategy == "zero2" and zero_stages_coincide(ctx):
+        note = (
+            "zero2 runs the same step as zero1 here: one micro-batch per step and the whole model "
+            "in one reduction bucket, so sharding the gradients frees nothing before the reduction"
+        )
+    return {"precision": precision, "optimizer_impl": impl, "note": note}

@@ -10,16 +10,20 @@ Stream names: ``compute`` and ``comm`` are the representative rank's; ``"<rank>/
 process, for the per-rank plans of stragglers and parameter servers. A stream whose
 last name part is ``comm`` communicates; every other stream computes.
 
-While a communication operation of a rank runs, that rank's compute progresses at 1/slowdown of
-its speed (NCCL kernels take SMs and memory bandwidth from concurrent compute); the slowdown is
-applied exactly, piecewise, whenever communication starts or stops. Communication operations take the uncontended
-collective time: with a single communication stream per rank and every rank doing the same thing
-(homogeneous synchronous data parallelism), one collective at a time has the fabric to itself.
+Contention, both ways: while a communication operation of a rank runs, that rank's compute
+progresses at 1/slowdown of its speed (NCCL kernels take SMs and memory bandwidth from concurrent
+compute), and, with per-collective contention (``slowdown=None``), each collective carries its own
+factor (``Op.contention``, from the SMs its channels occupy: :meth:`StepContext.contention`) while
+compute running beside a collective slows it by ``comm_slowdown`` (the GEMM's blocks and HBM
+traffic delay the NCCL kernel's). Both are applied exactly, piecewise, whenever either starts or
+stops. Otherwise collectives take the uncontended time: with a single communication stream per
+rank and every rank doing the same thing (homogeneous synchronous data parallelism), one
+collective at a time has the fabric to itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import simpy
@@ -62,6 +66,8 @@ class Op:
     after_end: tuple[MemoryChange, ...] = ()
     link: str = ""
     link_kind: str = ""
+    # per-collective contention: compute runs this many times slower while the collective runs
+    contention: float = 1.0
 
 
 @dataclass(slots=True)
@@ -71,6 +77,7 @@ class StepPlan:
     strategy: str
     ops: list[Op] = field(default_factory=list)
     initial_memory: dict[str, float] = field(default_factory=dict)
+    fragmentation: float = 0.0  # the caching allocator's reserved / allocated - 1, charged at the peak
 
     def stream_names(self) -> list[str]:
         names: list[str] = []
@@ -136,6 +143,7 @@ class PlanBuilder:
         after_start: Sequence[int] = (),
         on_start: Sequence[MemoryChange] = (),
         on_end: Sequence[MemoryChange] = (),
+        contention: float = 1.0,
     ) -> int:
         self.last_comm = self.add(
             COMM,
@@ -145,6 +153,7 @@ class PlanBuilder:
             bytes=float(size_bytes),
             link=link,
             link_kind=link_kind,
+            contention=float(contention),
             after=tuple(after),
             after_start=tuple(after_start),
             on_start=tuple(on_start),
@@ -182,6 +191,8 @@ class _RankState:
     changed: simpy.Event
     comm_active: int = 0
     current_compute: str = "start of step"
+    comm_factor: float = 1.0  # the running collective's contention factor (per-collective mode)
+    computing: bool = False
 
 
 class _Runner:
@@ -192,13 +203,17 @@ class _Runner:
         sim: Simulation,
         plan: StepPlan,
         memory: MemoryTimeline,
-        slowdown: float,
+        slowdown: float | None,
         compute_scale: float | Mapping[str, float],
+        comm_slowdown: float = 1.0,
     ) -> None:
         self.env = sim.env
         self.plan = plan
         self.memory = memory
-        self.slowdown = slowdown
+        self.per_op = slowdown is None
+        self.slowdown = 1.0 if slowdown is None else slowdown
+        self.comm_slowdown = comm_slowdown if self.per_op else 1.0
+        self.coupled = self.per_op or self.slowdown != 1.0
         self.compute_scale = compute_scale
         # Events only for operations something waits on: most operations are waited on by none.
         awaited_start = {i for op in plan.ops for i in op.after_start}
@@ -225,25 +240,49 @@ class _Runner:
             return float(self.compute_scale.get(rank_of_stream(stream), 1.0))
         return self.compute_scale
 
-    def _toggle_comm(self, rank: _RankState, delta: int) -> None:
-        rank.comm_active += delta
+    def _notify(self, rank: _RankState) -> None:
         changed, rank.changed = rank.changed, self.env.event()
         changed.succeed()
 
-    def _compute(self, rank: _RankState, work_s: float) -> simpy.events.ProcessGenerator:
+    def _toggle_comm(self, rank: _RankState, delta: int, factor: float = 1.0) -> None:
+        rank.comm_active += delta
+        rank.comm_factor = factor if delta > 0 else 1.0
+        self._notify(rank)
+
+    def _compute_rate(self, rank: _RankState) -> float:
+        if not rank.comm_active:
+            return 1.0
+        return 1.0 / (rank.comm_factor if self.per_op else self.slowdown)
+
+    def _progress(
+        self, rank: _RankState, work_s: float, rate_of: Callable[[_RankState], float]
+    ) -> simpy.events.ProcessGenerator:
+        """Advance ``work_s`` seconds of work at the rank's current rate, re-reading it on changes."""
         remaining = work_s
         tolerance = 1e-12 * work_s
         while remaining > tolerance:
-            rate = 1.0 / self.slowdown if rank.comm_active else 1.0
+            rate = rate_of(rank)
             start = self.env.now
             finish = self.env.timeout(remaining / rate)
-            if self.slowdown == 1.0:
+            if not self.coupled:
                 yield finish
                 return
             yield finish | rank.changed
             if finish.processed:
                 return
             remaining -= (self.env.now - start) * rate
+
+    def _compute(self, rank: _RankState, work_s: float) -> simpy.events.ProcessGenerator:
+        if self.per_op:
+            rank.computing = True
+            self._notify(rank)
+        yield from self._progress(rank, work_s, self._compute_rate)
+        if self.per_op:
+            rank.computing = False
+            self._notify(rank)
+
+    def _comm_rate(self, rank: _RankState) -> float:
+        return 1.0 / self.comm_slowdown if rank.computing else 1.0
 
     def stream(self, name: str, ops: list[Op]) -> simpy.events.ProcessGenerator:
         env = self.env
@@ -270,8 +309,11 @@ class _Runner:
             if not communicates:
                 yield from self._compute(rank, op.duration_s * scale)
             elif op.duration_s > 0:
-                self._toggle_comm(rank, +1)
-                yield env.timeout(op.duration_s)
+                self._toggle_comm(rank, +1, op.contention)
+                if self.comm_slowdown != 1.0:
+                    yield from self._progress(rank, op.duration_s, self._comm_rate)
+                else:
+                    yield env.timeout(op.duration_s)
                 self._toggle_comm(rank, -1)
             end = float(env.now)
             self.spans.append(
@@ -291,8 +333,9 @@ def run_plan(
     plan: StepPlan,
     *,
     capacity_bytes: float,
-    slowdown: float = 1.0,
+    slowdown: float | None = 1.0,
     compute_scale: float | Mapping[str, float] = 1.0,
+    comm_slowdown: float = 1.0,
 ) -> PlanRun:
     """Run ``plan`` from the simulation's current time until every stream has finished.
 
@@ -301,9 +344,9 @@ def run_plan(
     order they first appear in the plan. One memory timeline is kept: the representative rank's
     (per-rank plans should attach memory changes to that rank's operations only).
     """
-    memory = MemoryTimeline(capacity_bytes)
+    memory = MemoryTimeline(capacity_bytes, plan.fragmentation)
     memory.apply(plan.initial_memory.items(), "start of step", 0.0)
-    runner = _Runner(sim, plan, memory, slowdown, compute_scale)
+    runner = _Runner(sim, plan, memory, slowdown, compute_scale, comm_slowdown)
     processes = [
         sim.env.process(runner.stream(name, [op for op in plan.ops if op.stream == name]))
         for name in plan.stream_names()

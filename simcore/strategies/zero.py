@@ -1,35 +1,41 @@
-"""ZeRO-1 and ZeRO-2 (Rajbhandari et al. 2020; DeepSpeed stages 1 and 2).
+"""ZeRO-1 and ZeRO-2 as DeepSpeed runs them (Rajbhandari et al. 2020; ``deepspeed/runtime/zero``).
 
-Both keep full fp16/bf16 parameters on every rank and shard the optimizer state (fp32 master
-weights and moments) over the N data-parallel ranks, so each rank updates 1/N of the parameters
-and the ranks then all-gather the updated parameters. Gradients are reduce-scattered in buckets as
-backward produces them (each rank needs only the reduced gradients of its shard); reduce-scatter +
-all-gather move the same bytes as one all-reduce (ZeRO paper, section 7.2).
+Both keep full low-precision parameters on every rank and shard the optimizer state (fp32 master
+weights and moments, DeepSpeed's FusedAdam on a flat partition) over the N data-parallel ranks;
+each rank updates its 1/N and the ranks then all-gather the updated parameters
+(``allgather_bucket_size`` elements at a time). DeepSpeed's defaults (``zero/config.py``):
+``reduce_bucket_size = allgather_bucket_size = 5e8`` elements, ``contiguous_gradients = True``
+(gradients are copied into the reduction bucket as they are produced), ``overlap_comm = (stage ==
+3)``: for stages 1 and 2 the reduction runs on the compute stream, so backward waits for it, and
+``use_multi_rank_bucket_allreduce = True``: a bucket that spans several ranks' partitions (every
+bucket, unless a rank's partition exceeds the bucket) is all-reduced rather than reduced to its
+owners.
 
-- ZeRO-1 keeps the full gradients (only optimizer state is sharded); with gradient accumulation it
-  reduces once, after the last micro-batch.
-- ZeRO-2 also shards gradients: a bucket's gradients are freed once reduce-scattered, leaving the
-  rank's 1/N shard, so it reduces every micro-batch.
+- ZeRO-1 keeps the full gradients: they accumulate over micro-batches and are reduced once, at the
+  accumulation boundary (``reduce_gradients`` after the last backward).
+- ZeRO-2 reduces every micro-batch as the buckets fill (backward hooks), keeping only its 1/N
+  partition of the reduced gradients.
 
-DeepSpeed copies gradients into a reduction bucket before reducing; one bucket of
-``bucket_size_bytes`` is counted as a persistent buffer, and the copy-in is a memory copy on the
-compute stream (``2 x bytes / memory bandwidth``, as DDP's).
+They coincide when a step has one micro-batch and the whole model fits one reduction bucket: the
+same reduction after the same backward, the same peak (ZeRO-2 still holds every gradient in its
+bucket until the reduction). With accumulation ZeRO-2 moves the gradients once per micro-batch
+and holds 1/N of them between micro-batches; ZeRO-1 moves them once per step and holds them all.
 """
 
 from __future__ import annotations
 
-from simcore.strategies.base import StepContext
+from simcore.compute.overheads import framework_overheads
+from simcore.strategies.base import StepContext, optimizer_state_bytes
 from simcore.strategies.ddp import BucketHooks, assign_buckets
-from simcore.strategies.passes import (
-    add_collective,
-    build_microbatch,
-    build_quiet_microbatches,
-    make_chunks,
-    optimizer_temp_bytes,
-)
+from simcore.strategies.passes import add_collective, build_microbatch, build_quiet_microbatches, make_chunks
 from simcore.strategies.schedule import PlanBuilder, StepPlan
 
-__all__ = ["Zero1Strategy", "Zero2Strategy"]
+__all__ = ["Zero1Strategy", "Zero2Strategy", "zero_stages_coincide"]
+
+
+def zero_stages_coincide(ctx: StepContext) -> bool:
+    """Whether ZeRO-1 and ZeRO-2 run the same step here (see the module docstring)."""
+    return ctx.accumulation == 1 and ctx.workload.params <= ctx.config.zero_bucket_elements
 
 
 class _ZeroBucketed:
@@ -37,80 +43,70 @@ class _ZeroBucketed:
     description = ""
     shard_grads = False
 
-    def _hooks(self, ctx: StepContext, bucket_of: list[int], micro: int, quiet: int, tag: str) -> BucketHooks:
-        if self.shard_grads and ctx.gpus > 1:
-            # ZeRO-2: a reduced bucket's gradients are freed, its 1/N shard kept (once).
-            return BucketHooks(
-                ctx,
-                bucket_of,
-                "reduce_scatter",
-                communicate=True,
-                allocate_grads=True,
-                free_reduced=True,
-                keep_shard=micro == 0,
-                tag=tag,
-                copy_in=True,
-            )
-        return BucketHooks(
-            ctx,
-            bucket_of,
-            "reduce_scatter",
-            communicate=True,
-            allocate_grads=quiet == 0,
-            tag=tag,
-            copy_in=ctx.gpus > 1,
-        )
-
     def build_plan(self, ctx: StepContext) -> StepPlan:
         cfg, params, n = ctx.config, ctx.workload.params, ctx.gpus
-        grads_total = params * cfg.grad_bytes
+        precision = ctx.precision(self.name)
+        grad_bytes = precision.bytes("grad")
+        grads_total = params * grad_bytes
+        bucket_bytes = min(params, cfg.zero_bucket_elements) * grad_bytes
         builder = PlanBuilder(self.name)
+        builder.plan.fragmentation = cfg.fragmentation(ctx.device_kind)
         builder.plan.initial_memory = {
-            "params": params * cfg.param_bytes,
-            "optimizer": params * cfg.optimizer_bytes / n,
-            "buffers": float(cfg.bucket_size_bytes) if n > 1 else 0.0,
-            "overhead": cfg.allocator_overhead_bytes,
+            "params": params * precision.bytes("param"),
+            "optimizer": params * optimizer_state_bytes(precision, cfg.optimizer) / n,
+            "buffers": bucket_bytes if n > 1 else 0.0,  # the contiguous reduction bucket
+            "overhead": cfg.runtime_overhead_bytes(ctx.device_kind, 1),
         }
-        bucket_of = assign_buckets(ctx)
+        bucket_of = assign_buckets(
+            ctx, grad_bytes, cfg.zero_bucket_elements * grad_bytes, cfg.zero_bucket_elements * grad_bytes
+        )
         chunks = make_chunks(ctx, bucket_of)
         per_block = make_chunks(ctx, [0] * len(bucket_of))
         k = ctx.accumulation
         # Micro-batches that communicate: the last one (ZeRO-1, or one GPU), every one (ZeRO-2).
         quiet = k - 1 if (not self.shard_grads or n == 1) else 0
         grads_after_quiet = grads_total if not self.shard_grads or n == 1 else 0.0
-        last = build_quiet_microbatches(ctx, builder, quiet, [("grads", grads_after_quiet)])
+        last = build_quiet_microbatches(ctx, builder, quiet, [("grads", grads_after_quiet)], precision)
+        overlap = cfg.zero_overlap_comm if cfg.zero_overlap_comm is not None else False
+        hook_ops = framework_overheads().zero_tensor_ops[0]
         for micro in range(quiet, k):
             tag = f" [micro-batch {micro + 1}]" if k > 1 else ""
-            hooks = self._hooks(ctx, bucket_of, micro, quiet, tag)
+            hooks = BucketHooks(
+                ctx, bucket_of, "all_reduce", precision, communicate=n > 1,
+                allocate_grads=(quiet == 0 and micro == 0) or self.shard_grads,
+                free_reduced=self.shard_grads and n > 1, keep_shard=micro == 0, tag=tag,
+                copy_in=n > 1, blocking=not overlap, hook_ops=hook_ops,
+            )  # fmt: skip
             last = build_microbatch(ctx, builder, chunks, hooks, tag, last, per_block)
-        held_grads = grads_total / n if self.shard_grads else grads_total
+        held_grads = grads_total / n if self.shard_grads and n > 1 else grads_total
         after = [builder.last_comm] if builder.last_comm is not None else []
-        scratch = optimizer_temp_bytes(ctx, params / n, n)
+        step = ctx.optimizer_step(self.name, params / n, n, flat=True)
         opt = builder.compute(
             "optimizer step",
-            ctx.optimizer_step_s(round(params / n)),
+            step.seconds,
             kind="optimizer",
             after=after,
-            on_start=[("temp", scratch)],
-            on_end=[("grads", -held_grads), ("temp", -scratch)],
+            on_start=[("temp", step.scratch_bytes)],
+            on_end=[("grads", -held_grads), ("temp", -step.scratch_bytes)],
         )
-        add_collective(
-            ctx,
-            builder,
-            "all_gather",
-            params * cfg.param_bytes,
-            ctx.world,
-            "all_gather updated parameters",
-            after=[opt],
-        )
+        gathered, chunk, previous = float(params), float(cfg.zero_allgather_bucket_elements), opt
+        index = 0
+        while gathered > 0:
+            size = min(gathered, chunk)
+            previous = add_collective(
+                ctx, builder, "all_gather", size * precision.bytes("param"), ctx.world,
+                f"all_gather updated parameters{f' {index}' if params > chunk else ''}", after=[previous],
+            )  # fmt: skip
+            gathered -= size
+            index += 1
         return builder.plan
 
 
 class Zero1Strategy(_ZeroBucketed):
-    """Optimizer state sharded; full gradients; reduce-scatter then all-gather of parameters."""
+    """Optimizer state sharded; full gradients reduced once per step; all-gather of parameters."""
 
     name = "zero1"
-    description = "ZeRO-1: optimizer state sharded; bucketed reduce-scatter, all-gather after the step"
+    description = "ZeRO-1: optimizer state sharded; bucketed gradient reduction, all-gather after the step"
     shard_grads = False
 
 
@@ -118,5 +114,5 @@ class Zero2Strategy(_ZeroBucketed):
     """Optimizer state and gradients sharded."""
 
     name = "zero2"
-    description = "ZeRO-2: optimizer state and gradients sharded; reduce-scatter every micro-batch"
+    description = "ZeRO-2: optimizer state and gradients sharded; gradients reduced every micro-batch"
     shard_grads = True

@@ -70,7 +70,8 @@ def _why_faster(best: StepReport, ddp: StepReport) -> str:
     compute_gain = ddp.compute_s - best.compute_s
     comm_gain = ddp.exposed_comm_s - best.exposed_comm_s
     if compute_gain >= comm_gain:
-        return f"its sharded optimizer update saves {compute_gain * 1e3:.0f} ms of compute per step"
+        impl = f" ({ddp.optimizer_impl} on DDP's full replica)" if ddp.optimizer_impl else ""
+        return f"its sharded optimizer update{impl} saves {compute_gain * 1e3:.0f} ms of compute per step"
     return f"it exposes {comm_gain * 1e3:.0f} ms less communication per step"
 
 
@@ -109,7 +110,27 @@ def recommend(
     return replace(chosen, rule="heterogeneous-synchronous", reason=note + chosen.reason)
 
 
+def _assumed(*reports: StepReport | None) -> str:
+    """What the compared steps assumed: each strategy's precision mode and optimizer implementation."""
+    parts = list(
+        dict.fromkeys(
+            f"{r.strategy} {r.precision.split(' (')[0]} with the {r.optimizer_impl} optimizer"
+            for r in reports
+            if r is not None and r.precision
+        )
+    )
+    return f" Assumed: {'; '.join(parts)}." if parts else ""
+
+
 def _synchronous_choice(reports: Sequence[StepReport]) -> Recommendation:
+    """Rules 2-4 of the framework, with what the compared steps assumed."""
+    choice = _synchronous_rules(reports)
+    ddp = next((r for r in reports if r.strategy == "ddp"), None)
+    chosen = next((r for r in reports if r.strategy == choice.strategy), None)
+    return replace(choice, reason=choice.reason + _assumed(chosen, ddp))
+
+
+def _synchronous_rules(reports: Sequence[StepReport]) -> Recommendation:
     """Rules 2-4 of the framework (homogeneous, gang-scheduled data parallelism)."""
     cluster, gpus = reports[0].cluster, reports[0].gpus
     fitting = sorted((r for r in reports if r.fits), key=lambda r: (r.step_time_s, r.strategy))

@@ -137,7 +137,7 @@ def run_what_if(
     if not counts or counts[0] < 1:
         raise TrainsimError(f"--gpus must list positive counts, got {list(gpus)}")
     for count in counts:
-        config.accumulation_steps(count)
+        config.for_gpus(count).accumulation_steps(count)
     heterogeneity.check(counts[-1])
     result = WhatIfResult([], [], heterogeneity=heterogeneity)
     total, done = len(clusters) * len(names) * (len(counts) + (1 not in counts)), [0]
@@ -212,7 +212,7 @@ def _simulate_cluster(
     slowdown = config.slowdown(calibration.comm_compute_slowdown if calibration else None)
     by_point: dict[tuple[str, int], StepReport] = {}
     for n, topo in sorted(topologies.items()):
-        ctx = make_context(workload, config, topo, calibration=calibration)
+        ctx = make_context(workload, config.for_gpus(n), topo, calibration=calibration)
         device = gating_device(topo, config.dtype)
         scale = sync_compute_scale(
             topo, workload, config.dtype, config.micro_batch, heterogeneity.restricted(n),
@@ -253,7 +253,7 @@ def _simulate_ps_cluster(
             else load_ps_cluster(cluster, n, options.placement, loader=loader)
         )
         results = run_modes(
-            workload, config, ps_topology, modes, options, cluster=cluster, workers=n, steps=steps,
+            workload, config.for_gpus(n), ps_topology, modes, options, cluster=cluster, workers=n, steps=steps,
             heterogeneity=heterogeneity.restricted(n), calibration=calibration, seed=seed,
         )  # fmt: skip
         for mode, ps in results.items():

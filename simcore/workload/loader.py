@@ -76,9 +76,16 @@ def _build_preset(name: str, seq_len: int | None, image_size: int | None, dtype:
         return transformer.build_workload(
             name, shape, seq_len=seq_len, dtype=dtype or entry.get("dtype", "bf16"), source=entry["source"]
         )
+    size = image_size or int(entry["image_size"])
+    if entry["family"] == "vit":
+        from simcore.workload.models.vit import build_vit
+
+        return build_vit(
+            name, **dict(entry["shape"]), image_size=size, dtype=dtype or entry.get("dtype", "bf16"),
+            source=entry["source"],
+        )  # fmt: skip
     from simcore.workload.models import cnn
 
-    size = image_size or int(entry["image_size"])
     return cnn.build_preset(
         name,
         entry["builder"],

@@ -35,6 +35,10 @@ class Layer:
     activation_bytes: float  # bytes per sample saved in forward for backward
     output_bytes: float  # bytes per sample of the tensor handed to the next layer
     memory_bytes: float  # bytes per sample read and written in forward, weights excluded (roofline)
+    # The forward GEMM's shape per sample, (m, k, n): an (m x k) by (k x n) product (m rows per sample:
+    # tokens of a sequence, output positions of a convolution); None when unknown. The compute model
+    # derives the data-gradient (m x n by n x k) and weight-gradient (k x m by m x n) GEMMs from it.
+    gemm: tuple[float, float, float] | None = None
 
     @property
     def is_flop_free(self) -> bool:

@@ -122,5 +122,5 @@ def test_row_not_in_header_is_rejected():
 
 
 def test_unknown_gpu_option_lists_known_ones():
-    with pytest.raises(TrainsimError, match="unknown GPU 'b200'; known:"):
-        _cluster("g5-12xlarge.txt", gpu="b200")
+    with pytest.raises(TrainsimError, match="unknown GPU 'z100'; known:"):
+        _cluster("g5-12xlarge.txt", gpu="z100")

@@ -10,6 +10,7 @@ from simcore.limits import check_physical
 from topologies import load_cluster, preset_names
 
 PRESETS = [
+    "dgx-1v",
     "dgx-a100",
     "hgx-h100",
     "hgx-h200",

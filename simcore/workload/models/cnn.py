@@ -24,26 +24,32 @@ __all__ = ["PRESET_BUILDERS", "NetBuilder", "build_preset"]
 
 
 # --------------------------------------------------------------------------------------------------
-# ResNet-50: He et al. 2016, "Deep Residual Learning for Image Recognition", Table 1; torchvision
-# resnet50 (v1.5: the stride sits on the 3x3 convolution), 25,557,032 parameters.
+# ResNets: He et al. 2016, "Deep Residual Learning for Image Recognition", Table 1; torchvision
+# resnet50/101/152 (v1.5: the stride sits on the 3x3 convolution), 25,557,032 / 44,549,160 /
+# 60,192,808 parameters. ResNeXt (Xie et al. 2017, "Aggregated Residual Transformations", Table 1):
+# the 3x3 convolution grouped, width = planes x width_per_group / 64 x groups; torchvision
+# resnext101_32x8d, 88,791,336 parameters.
 
 
-def _bottleneck(net: NetBuilder, name: str, width: int, stride: int) -> None:
+def _bottleneck(
+    net: NetBuilder, name: str, planes: int, stride: int, groups: int = 1, base_width: int = 64
+) -> None:
     net.begin_block(name)
     in_channels, in_h, in_w = net.channels, net.height, net.width
+    width = planes * base_width // 64 * groups
     net.conv(width, 1, name=f"{name}.conv1")
     net.norm(f"{name}.bn1")
     net.act(f"{name}.relu1")
-    net.conv(width, 3, stride, name=f"{name}.conv2")
+    net.conv(width, 3, stride, groups=groups, name=f"{name}.conv2")
     net.norm(f"{name}.bn2")
     net.act(f"{name}.relu2")
-    net.conv(4 * width, 1, name=f"{name}.conv3")
+    net.conv(4 * planes, 1, name=f"{name}.conv3")
     net.norm(f"{name}.bn3")
-    if stride != 1 or in_channels != 4 * width:
+    if stride != 1 or in_channels != 4 * planes:
         main = (net.channels, net.height, net.width)
         net.channels, net.height, net.width = in_channels, in_h, in_w
         net.running_saved = True  # the block input, saved by conv1 already
-        net.conv(4 * width, 1, stride, name=f"{name}.downsample.conv")
+        net.conv(4 * planes, 1, stride, name=f"{name}.downsample.conv")
         net.norm(f"{name}.downsample.bn")
         net.channels, net.height, net.width = main
         net.running_saved = False  # bn3's output, saved by nothing
@@ -51,8 +57,15 @@ def _bottleneck(net: NetBuilder, name: str, width: int, stride: int) -> None:
     net.act(f"{name}.relu3")
 
 
-def resnet50(net: NetBuilder, classes: int = 1000, cifar_stem: bool = False) -> None:
-    """ResNet-50 (bottleneck blocks [3, 4, 6, 3]); ``cifar_stem``: 3x3/1 first conv and no max-pool."""
+def resnet(
+    net: NetBuilder,
+    blocks: tuple[int, int, int, int] | list[int] = (3, 4, 6, 3),
+    classes: int = 1000,
+    cifar_stem: bool = False,
+    groups: int = 1,
+    width_per_group: int = 64,
+) -> None:
+    """A bottleneck ResNet/ResNeXt with ``blocks`` per stage; ``cifar_stem``: 3x3/1 first conv, no max-pool."""
     if cifar_stem:
         net.conv(64, 3, 1, 1, name="conv1")
     else:
@@ -61,12 +74,145 @@ def resnet50(net: NetBuilder, classes: int = 1000, cifar_stem: bool = False) -> 
     net.act("relu")
     if not cifar_stem:
         net.pool(3, 2, 1, name="maxpool")
-    for stage, (blocks, width) in enumerate(zip((3, 4, 6, 3), (64, 128, 256, 512), strict=True), start=1):
-        for index in range(blocks):
-            _bottleneck(net, f"layer{stage}.{index}", width, 2 if index == 0 and stage > 1 else 1)
+    for stage, (count, planes) in enumerate(zip(blocks, (64, 128, 256, 512), strict=True), start=1):
+        for index in range(count):
+            stride = 2 if index == 0 and stage > 1 else 1
+            _bottleneck(net, f"layer{stage}.{index}", planes, stride, groups, width_per_group)
     net.end_block()
     net.adaptive_pool(1)
     net.linear(classes, name="fc")
+
+
+def resnet50(net: NetBuilder, classes: int = 1000, cifar_stem: bool = False) -> None:
+    """ResNet-50 (bottleneck blocks [3, 4, 6, 3])."""
+    resnet(net, (3, 4, 6, 3), classes, cifar_stem)
+
+
+# --------------------------------------------------------------------------------------------------
+# Inception-v3: Szegedy et al. 2016, "Rethinking the Inception Architecture for Computer Vision",
+# Table 1; torchvision inception_v3 (BasicConv2d = conv without bias + BatchNorm + ReLU; the auxiliary
+# classifier trains with the network), 27,161,264 parameters at 299x299.
+
+
+def _basic(net: NetBuilder, name: str, out: int, kernel: int | tuple[int, int], stride: int = 1,
+           padding: int | tuple[int, int] = 0) -> None:  # fmt: skip
+    net.conv(out, kernel, stride, padding, name=f"{name}.conv")
+    net.norm(f"{name}.bn")
+    net.act(f"{name}.relu")
+
+
+def _branches(
+    net: NetBuilder, name: str, branches: list[list[tuple]], pool: str = "", pool_conv: int = 0
+) -> None:
+    """Parallel branches from the running tensor, concatenated on channels (an Inception module)."""
+    start = (net.channels, net.height, net.width)
+    outs: list[int] = []
+    size = start[1:]
+    for index, branch in enumerate(branches):
+        net.channels, net.height, net.width = start
+        net.running_saved = index > 0  # the module input, saved by the first branch's first conv
+        for spec in branch:
+            _basic(net, f"{name}.b{index}.{len(outs)}", *spec)
+        outs.append(net.channels)
+        size = (net.height, net.width)
+    if pool:
+        net.channels, net.height, net.width = start
+        net.running_saved = True
+        if pool == "avg":
+            net.pool(3, 1, 1, name=f"{name}.pool")
+            _basic(net, f"{name}.pool_proj", pool_conv, 1)
+        else:
+            net.pool(3, 2, name=f"{name}.pool")
+        outs.append(net.channels)
+        size = (net.height, net.width)
+    net.channels, (net.height, net.width) = 0, size
+    net.concat(sum(outs), name=f"{name}.cat")
+
+
+def inception_v3(net: NetBuilder, classes: int = 1000, aux_logits: bool = True) -> None:
+    """Inception-v3: a stem, Inception A x3, B, C x4, (aux head), D, E x2; one block per module."""
+    _basic(net, "Conv2d_1a_3x3", 32, 3, 2)
+    _basic(net, "Conv2d_2a_3x3", 32, 3)
+    _basic(net, "Conv2d_2b_3x3", 64, 3, 1, 1)
+    net.pool(3, 2, name="maxpool1")
+    _basic(net, "Conv2d_3b_1x1", 80, 1)
+    _basic(net, "Conv2d_4a_3x3", 192, 3)
+    net.pool(3, 2, name="maxpool2")
+    for name, pool_features in (("Mixed_5b", 32), ("Mixed_5c", 64), ("Mixed_5d", 64)):
+        net.begin_block(name)
+        _branches(net, name, [[(64, 1)], [(48, 1), (64, 5, 1, 2)], [(64, 1), (96, 3, 1, 1), (96, 3, 1, 1)]],
+                  "avg", pool_features)  # fmt: skip
+    net.begin_block("Mixed_6a")
+    _branches(net, "Mixed_6a", [[(384, 3, 2)], [(64, 1), (96, 3, 1, 1), (96, 3, 2)]], "max")
+    for name, c7 in (("Mixed_6b", 128), ("Mixed_6c", 160), ("Mixed_6d", 160), ("Mixed_6e", 192)):
+        net.begin_block(name)
+        _branches(net, name, [
+            [(192, 1)],
+            [(c7, 1), (c7, (1, 7), 1, (0, 3)), (192, (7, 1), 1, (3, 0))],
+            [(c7, 1), (c7, (7, 1), 1, (3, 0)), (c7, (1, 7), 1, (0, 3)), (c7, (7, 1), 1, (3, 0)), (192, (1, 7), 1, (0, 3))],
+        ], "avg", 192)  # fmt: skip
+    if aux_logits:
+        _inception_aux(net, classes)
+    net.begin_block("Mixed_7a")
+    _branches(net, "Mixed_7a", [[(192, 1), (320, 3, 2)], [(192, 1), (192, (1, 7), 1, (0, 3)),
+              (192, (7, 1), 1, (3, 0)), (192, 3, 2)]], "max")  # fmt: skip
+    for name in ("Mixed_7b", "Mixed_7c"):
+        net.begin_block(name)
+        _inception_e(net, name)
+    net.end_block()
+    net.adaptive_pool(1)
+    net.linear(classes, name="fc")
+
+
+def _inception_e(net: NetBuilder, name: str) -> None:
+    """Inception E: the 3x3 branches split into parallel 1x3 and 3x1 convolutions."""
+    start = (net.channels, net.height, net.width)
+    widths = []
+    stems: tuple[tuple[int, list[tuple[int, int, int, int]]], ...] = (
+        (320, []),
+        (384, []),
+        (448, [(384, 3, 1, 1)]),
+    )
+    for index, (head, stem) in enumerate(stems):
+        net.channels, net.height, net.width = start
+        net.running_saved = index > 0
+        _basic(net, f"{name}.b{index}.head", head, 1)
+        for spec in stem:
+            _basic(net, f"{name}.b{index}.stem", *spec)
+        if index == 0:
+            widths.append(net.channels)
+            continue
+        middle = (net.channels, net.height, net.width)
+        splits: tuple[tuple[int, tuple[int, int], int, tuple[int, int]], ...] = (
+            (384, (1, 3), 1, (0, 1)),
+            (384, (3, 1), 1, (1, 0)),
+        )
+        for split, (out, kernel, stride, pad) in enumerate(splits):
+            net.channels, net.height, net.width = middle
+            net.running_saved = split > 0
+            _basic(net, f"{name}.b{index}.split{split}", out, kernel, stride, pad)
+            widths.append(net.channels)
+    net.channels, net.height, net.width = start
+    net.running_saved = True
+    net.pool(3, 1, 1, name=f"{name}.pool")
+    _basic(net, f"{name}.pool_proj", 192, 1)
+    widths.append(net.channels)
+    net.channels = 0
+    net.concat(sum(widths), name=f"{name}.cat")
+
+
+def _inception_aux(net: NetBuilder, classes: int) -> None:
+    """The auxiliary classifier on Mixed_6e's output (trained with the network; its output unused)."""
+    start = (net.channels, net.height, net.width)
+    net.begin_block("AuxLogits")
+    net.running_saved = True
+    net.pool(5, 3, name="AuxLogits.pool")
+    _basic(net, "AuxLogits.conv0", 128, 1)
+    _basic(net, "AuxLogits.conv1", 768, 5)
+    net.adaptive_pool(1, name="AuxLogits.avgpool")
+    net.linear(classes, name="AuxLogits.fc")
+    net.channels, net.height, net.width = start
+    net.running_saved = True
 
 
 # --------------------------------------------------------------------------------------------------
@@ -239,6 +385,8 @@ def convnext_large(net: NetBuilder, classes: int = 1000) -> None:
 
 PRESET_BUILDERS: dict[str, Callable[..., None]] = {
     "resnet50": resnet50,
+    "resnet": resnet,
+    "inception_v3": inception_v3,
     "vgg16": vgg16,
     "densenet121": densenet121,
     "efficientnetv2_s": efficientnetv2_s,

@@ -74,6 +74,7 @@ class NetBuilder:
         saved_elems: float,
         out_elems: int,
         moved_elems: float,
+        gemm: tuple[float, float, float] | None = None,
     ) -> None:
         e = self.element_bytes
         self.running_saved = False  # a new running tensor
@@ -88,33 +89,47 @@ class NetBuilder:
                 e * saved_elems,
                 e * out_elems,
                 e * moved_elems,
+                gemm,
             )
         )
 
     def conv(
         self,
         out: int,
-        kernel: int,
+        kernel: int | tuple[int, int],
         stride: int = 1,
-        padding: int | None = None,
+        padding: int | tuple[int, int] | None = None,
         groups: int = 1,
         bias: bool = False,
         name: str = "conv",
     ) -> None:
-        """A 2-D convolution (``padding`` defaults to ``kernel // 2``)."""
-        pad = kernel // 2 if padding is None else padding
+        """A 2-D convolution; ``kernel`` and ``padding`` are one size or (height, width) (``padding``
+        defaults to half the kernel). Its GEMM shape is the implicit GEMM cuDNN runs: output positions
+        x (input channels x kernel area / groups) by (output channels / groups). Kind ``conv1x1`` for
+        a dense 1x1 convolution (a GEMM), ``conv_grouped`` for grouped and depthwise ones, ``conv``
+        otherwise: cuDNN runs them at different efficiencies (:mod:`simcore.compute.roofline`)."""
+        kh, kw = (kernel, kernel) if isinstance(kernel, int) else kernel
+        ph, pw = (
+            (kh // 2, kw // 2)
+            if padding is None
+            else (padding, padding)
+            if isinstance(padding, int)
+            else padding
+        )
         if self.channels % groups or out % groups:
             raise TrainsimError(f"{name}: channels {self.channels} -> {out} not divisible by groups {groups}")
-        h, w = _conv_out(self.height, kernel, stride, pad), _conv_out(self.width, kernel, stride, pad)
+        h, w = _conv_out(self.height, kh, stride, ph), _conv_out(self.width, kw, stride, pw)
         if h <= 0 or w <= 0:
-            raise TrainsimError(
-                f"{name}: a {kernel}x{kernel} kernel does not fit a {self.height}x{self.width} input"
-            )
-        params = self.channels * out * kernel * kernel // groups + (out if bias else 0)
-        flops = 2.0 * self.channels * out * kernel * kernel * h * w / groups
+            raise TrainsimError(f"{name}: a {kh}x{kw} kernel does not fit a {self.height}x{self.width} input")
+        params = self.channels * out * kh * kw // groups + (out if bias else 0)
+        flops = 2.0 * self.channels * out * kh * kw * h * w / groups
+        gemm = (float(h * w), float(self.channels * kh * kw // groups), float(out // groups))
         before = self.elements
         self.channels, self.height, self.width = out, h, w
-        self._record(name, "conv", params, flops, self._input(before), self.elements, before + self.elements)
+        kind = "conv_grouped" if groups > 1 else "conv1x1" if kh * kw == 1 else "conv"
+        self._record(
+            name, kind, params, flops, self._input(before), self.elements, before + self.elements, gemm
+        )
 
     def linear(self, out: int, bias: bool = True, name: str = "linear", per_position: bool = False) -> None:
         """A fully connected layer on the flattened tensor (or on channels at every position)."""
@@ -133,6 +148,7 @@ class NetBuilder:
             self._input(before),
             self.elements,
             before + self.elements,
+            (float(positions), float(features), float(out)),
         )
 
     def norm(self, name: str = "bn") -> None:

@@ -2,10 +2,15 @@
 
 FLOPs (Kaplan et al. 2020, "Scaling Laws for Neural Language Models", Table 1; Narayanan et al.
 2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM", sec. 5.1):
-every matmul costs 2 FLOPs per weight per token in forward, attention scores and the weighted sum
-add ``4 * seq * hidden`` per token per layer (no discount for the causal mask), the logits
-``2 * hidden * vocab`` per token, and backward is twice forward. Norms, activations and the
-embedding lookup count no FLOPs: their time comes from the bytes they move (roofline).
+every matmul costs 2 FLOPs per weight per token in forward, the logits ``2 * hidden * vocab`` per
+token, and backward is twice forward. Attention's scores and weighted sum are ``4 * seq * hidden``
+per token per layer as counted; the layers record what the kernels *execute*: FlashAttention
+(Dao 2023, "FlashAttention-2") skips the blocks above the diagonal of a causal mask, half of them,
+and its backward runs five matmuls per block to the forward's two, 2.5x the forward's FLOPs; the
+unfused math path (``flash_attention: false``, kind ``attention_math``) computes every score and
+backward is twice forward. Norms, activations and the embedding lookup count no FLOPs: their time
+comes from the bytes they move (roofline). Each matmul records its GEMM shape per sequence
+``(seq, in, out)`` for the compute model's tile and wave quantisation.
 
 Activation bytes saved for backward follow Korthikanti et al. 2022, "Reducing Activation
 Recomputation in Large Transformer Models", sec. 4.1: per layer and sequence ``34*s*h + 5*a*s^2``
@@ -31,8 +36,10 @@ __all__ = [
     "SHAPE_KEYS_OPTIONAL",
     "SHAPE_KEYS_REQUIRED",
     "TransformerShape",
+    "block_layers",
     "build_layers",
     "build_workload",
+    "matmul_layer",
     "transformer_dims",
 ]
 
@@ -52,9 +59,13 @@ SHAPE_KEYS_OPTIONAL = (
     "dropout",
     "flash_attention",
     "moe",
+    "causal",
+    "activation",
+    "lm_head",
 )
 MOE_KEYS_REQUIRED = ("experts", "top_k", "expert_ffn")
 MOE_KEYS_OPTIONAL = ("shared_experts", "dense_layers")
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
 
 LOSS_BYTES_PER_LOGIT = 4  # cross entropy keeps fp32 log-softmax of the logits (Korthikanti 2022, sec. 4.3)
 
@@ -83,6 +94,11 @@ class TransformerShape:
     dropout: bool = True  # dropout layers present (1-byte masks saved for backward)
     flash_attention: bool = True  # attention scores never materialised (no s^2 activation term)
     moe: MoEDims | None = None  # mixture-of-experts feed-forward (see MoEDims)
+    causal: bool = True  # decoder self-attention (the fused kernel skips the masked half)
+    # the FFN's activation when not gated: gelu (torch's fused erf kernel), gelu_tanh (GPT-2's
+    # "gelu_new", eager: eight elementwise kernels), relu; a gated FFN uses silu (SwiGLU)
+    activation: str = "gelu"
+    lm_head: bool = True  # an output projection over the vocabulary and its loss (False: a bare encoder)
 
     def __post_init__(self) -> None:
         if self.moe is not None:
@@ -143,6 +159,9 @@ class TransformerShape:
             dropout=get_bool(m, "dropout", where, True),
             flash_attention=get_bool(m, "flash_attention", where, True),
             moe=_moe_from_mapping(m["moe"], f"{where}: moe") if "moe" in m else None,
+            causal=get_bool(m, "causal", where, True),
+            activation=get_choice(m, "activation", where, ACTIVATIONS, "gelu"),
+            lm_head=get_bool(m, "lm_head", where, True),
         )
         try:
             return cls(**sizes, **options)
@@ -178,7 +197,7 @@ def _elementwise(
     return Layer(name, kind, block, params, 0.0, 0.0, saved, out, moved)
 
 
-def _matmul(
+def matmul_layer(
     name: str, block: int, s: int, d_in: int, d_out: int, bias: bool, e: int, extra_saved: float
 ) -> Layer:
     """A linear layer on ``s`` tokens: saves its input, 2 FLOPs per weight per token forward."""
@@ -193,6 +212,7 @@ def _matmul(
         e * s * d_in + extra_saved,
         e * s * d_out,
         e * s * (d_in + d_out),
+        (float(s), float(d_in), float(d_out)),
     )
 
 
@@ -203,37 +223,105 @@ def _attention_core(shape: TransformerShape, block: int, e: int) -> Layer:
     if shape.flash_attention:
         saved = e * qkv_elems + 4.0 * a * s  # Q, K, V and the fp32 log-sum-exp
         moved = float(e * (qkv_elems + s * h))
-    else:
-        scores = a * s * s
-        saved = float(e * qkv_elems + e * scores + ((1 + e) * scores if shape.dropout else 0))
-        moved = e * (qkv_elems + s * h) + 4.0 * e * scores  # write scores, softmax read+write, read for PV
+        executed = flops * (0.5 if shape.causal else 1.0)  # blocks above the diagonal are skipped
+        return Layer(
+            f"block{block}.attn_core",
+            "attention",
+            block,
+            0,
+            executed,
+            2.5 * executed,
+            saved,
+            e * s * h,
+            moved,
+        )
+    scores = a * s * s
+    saved = float(e * qkv_elems + e * scores + ((1 + e) * scores if shape.dropout else 0))
+    # eager attention over the score matrix: write it, scale it (read, write), mask it (a causal
+    # decoder: read, write), softmax (read, write), dropout (read, write, 1-byte mask), read for PV
+    passes = 6 + (2 if shape.causal else 0) + (2 + 1 / e if shape.dropout else 0)
+    moved = e * (qkv_elems + s * h) + passes * e * scores
     return Layer(
-        f"block{block}.attn_core", "attention", block, 0, flops, 2.0 * flops, saved, e * s * h, moved
+        f"block{block}.attn_core", "attention_math", block, 0, flops, 2.0 * flops, saved, e * s * h, moved
     )
 
 
-def _block_layers(shape: TransformerShape, block: int, e: int) -> list[Layer]:
+def _norm(shape: TransformerShape, name: str, block: int, s: int, e: int) -> Layer:
+    """A LayerNorm (torch's fused kernel: read and write once) or an RMSNorm as eager PyTorch runs it.
+
+    RMSNorm has no fused eager kernel (HF ``LlamaRMSNorm``, ``torch.nn.functional.rms_norm`` outside
+    ``torch.compile``): upcast to fp32 (read e, write 4), ``pow`` (4, 4), ``mean`` (4), multiply by the
+    reciprocal square root (4, 4), downcast (4, e), scale by the weight (e, e): ``28 + 4e`` bytes per
+    element; backward keeps the fp32 input and the downcast result (``4 + e`` bytes saved).
+    """
+    h = shape.hidden
+    if shape.norm == "rmsnorm":
+        return _elementwise(
+            name, "rmsnorm", block, _norm_params(shape), (4.0 + e) * s * h, e * s * h, (28.0 + 4 * e) * s * h
+        )
+    return _elementwise(name, "norm", block, _norm_params(shape), e * s * h, e * s * h, 2.0 * e * s * h)
+
+
+def _rotary(shape: TransformerShape, block: int, s: int, e: int) -> Layer:
+    """Rotary position embedding of the queries and keys as eager PyTorch applies it
+    (``q * cos + rotate_half(q) * sin``: two multiplies, a negate, a concatenation and an add,
+    ``12e`` bytes per element), saving ``q`` and ``rotate_half(q)`` (and the keys') for backward."""
+    elems = s * (shape.hidden + shape.n_kv_heads * shape.head_dim)
+    return _elementwise(
+        f"block{block}.rotary", "rotary", block, 0, 2.0 * e * elems, e * elems, 12.0 * e * elems
+    )
+
+
+def _dropout(name: str, block: int, elems: float, e: int) -> Layer:
+    """A dropout kernel: read, write and a 1-byte mask (saved by the layer before it)."""
+    return _elementwise(name, "dropout", block, 0, 0.0, e * elems, (2 * e + 1) * elems)
+
+
+def _activation(shape: TransformerShape, name: str, block: int, s: int, e: int) -> Layer:
+    """The FFN activation: SwiGLU's silu and product (read 3, write 2 per element of ``ffn``), a
+    fused GELU or ReLU (read, write), or eager tanh-GELU (``0.5 * x * (1 + tanh(c * (x + 0.044715
+    * x^3)))``: eight kernels, 18 element accesses)."""
+    f = shape.ffn
+    saved = e * s * f * (3 if shape.gated_ffn else 1)
+    accesses = 5 if shape.gated_ffn else {"gelu_tanh": 18}.get(shape.activation, 2)
+    return _elementwise(name, "activation", block, 0, saved, e * s * f, accesses * e * s * f)
+
+
+def _residual(name: str, block: int, s: int, h: int, e: int) -> Layer:
+    """A residual add (read two, write one; it saves nothing)."""
+    return _elementwise(name, "elementwise", block, 0, 0.0, e * s * h, 3.0 * e * s * h)
+
+
+def block_layers(shape: TransformerShape, block: int, e: int) -> list[Layer]:
+    """One transformer block's operators in execution order (per sequence)."""
     s, h, f = shape.seq_len, shape.hidden, shape.ffn
     mask = float(s * h) if shape.dropout else 0.0
-    norm_p = _norm_params(shape)
     qkv_out = h + 2 * shape.n_kv_heads * shape.head_dim
     up_out = f * (2 if shape.gated_ffn else 1)
-    act_saved = e * s * f * (3 if shape.gated_ffn else 1)
     p = f"block{block}"
-    attention = [
-        _elementwise(f"{p}.norm1", "norm", block, norm_p, e * s * h, e * s * h, 2.0 * e * s * h),
-        _matmul(f"{p}.attn_qkv", block, s, h, qkv_out, shape.bias, e, 0.0),
-        _attention_core(shape, block, e),
-        _matmul(f"{p}.attn_out", block, s, h, h, shape.bias, e, mask),
-        _elementwise(f"{p}.norm2", "norm", block, norm_p, e * s * h, e * s * h, 2.0 * e * s * h),
-    ]
-    if shape.moe is not None and shape.moe.is_moe_block(block):
-        return [*attention, *_moe_ffn_layers(shape, shape.moe, block, e)]
-    return [
+    attention = [matmul_layer(f"{p}.attn_qkv", block, s, h, qkv_out, shape.bias, e, 0.0)]
+    if shape.positions == "rotary":
+        attention.append(_rotary(shape, block, s, e))
+    drop1 = [_dropout(f"{p}.attn_dropout", block, s * h, e)] if shape.dropout else []
+    drop2 = [_dropout(f"{p}.mlp_dropout", block, s * h, e)] if shape.dropout else []
+    head = [
+        _norm(shape, f"{p}.norm1", block, s, e),
         *attention,
-        _matmul(f"{p}.mlp_in", block, s, h, up_out, shape.bias, e, 0.0),
-        _elementwise(f"{p}.mlp_act", "activation", block, 0, act_saved, e * s * f, e * s * (up_out + f)),
-        _matmul(f"{p}.mlp_out", block, s, f, h, shape.bias, e, mask),
+        _attention_core(shape, block, e),
+        matmul_layer(f"{p}.attn_out", block, s, h, h, shape.bias, e, mask),
+        *drop1,
+        _residual(f"{p}.residual1", block, s, h, e),
+        _norm(shape, f"{p}.norm2", block, s, e),
+    ]
+    tail = [*drop2, _residual(f"{p}.residual2", block, s, h, e)]
+    if shape.moe is not None and shape.moe.is_moe_block(block):
+        return [*head, *_moe_ffn_layers(shape, shape.moe, block, e), *tail]
+    return [
+        *head,
+        matmul_layer(f"{p}.mlp_in", block, s, h, up_out, shape.bias, e, 0.0),
+        _activation(shape, f"{p}.mlp_act", block, s, e),
+        matmul_layer(f"{p}.mlp_out", block, s, f, h, shape.bias, e, mask),
+        *tail,
     ]
 
 
@@ -251,13 +339,13 @@ def _moe_ffn_layers(shape: TransformerShape, moe: MoEDims, block: int, e: int) -
     up = f * (2 if shape.gated_ffn else 1)
     act_width = f * (3 if shape.gated_ffn else 1)
     p = f"block{block}"
-    router = _matmul(f"{p}.moe_router", block, s, h, moe.experts, False, e, 0.0)
+    router = matmul_layer(f"{p}.moe_router", block, s, h, moe.experts, False, e, 0.0)
     layers = [router]
     if moe.shared_experts:
         fs = f * moe.shared_experts
         up_s = fs * (2 if shape.gated_ffn else 1)
         layers += [
-            _matmul(f"{p}.shared_in", block, s, h, up_s, shape.bias, e, 0.0),
+            matmul_layer(f"{p}.shared_in", block, s, h, up_s, shape.bias, e, 0.0),
             _elementwise(
                 f"{p}.shared_act",
                 "activation",
@@ -267,10 +355,10 @@ def _moe_ffn_layers(shape: TransformerShape, moe: MoEDims, block: int, e: int) -
                 e * s * fs,
                 e * s * (up_s + fs),
             ),
-            _matmul(f"{p}.shared_out", block, s, fs, h, shape.bias, e, 0.0),
+            matmul_layer(f"{p}.shared_out", block, s, fs, h, shape.bias, e, 0.0),
         ]
-    expert_in = _matmul(f"{p}.experts_in", block, k * s, h, up, shape.bias, e, 0.0)
-    expert_out = _matmul(f"{p}.experts_out", block, k * s, f, h, shape.bias, e, mask)
+    expert_in = matmul_layer(f"{p}.experts_in", block, k * s, h, up, shape.bias, e, 0.0)
+    expert_out = matmul_layer(f"{p}.experts_out", block, k * s, f, h, shape.bias, e, mask)
     layers += [
         replace(expert_in, params=moe.experts * expert_in.params),
         _elementwise(
@@ -295,9 +383,7 @@ def _embedding(shape: TransformerShape, e: int) -> list[Layer]:
     mask = float(s * h) if shape.dropout else 0.0
     layers = [Layer("embed", "embedding", -1, params, 0.0, 0.0, mask, e * s * h, 2.0 * e * s * h)]
     if shape.embedding_norm:
-        layers.append(
-            _elementwise("embed_norm", "norm", -1, _norm_params(shape), e * s * h, e * s * h, 2.0 * e * s * h)
-        )
+        layers.append(_norm(shape, "embed_norm", -1, s, e))
     return layers
 
 
@@ -305,15 +391,18 @@ def _head(shape: TransformerShape, e: int) -> list[Layer]:
     s, h, v = shape.seq_len, shape.hidden, shape.vocab
     layers: list[Layer] = []
     if shape.final_norm:
-        layers.append(
-            _elementwise("final_norm", "norm", -1, _norm_params(shape), e * s * h, e * s * h, 2.0 * e * s * h)
-        )
+        layers.append(_norm(shape, "final_norm", -1, s, e))
     if shape.pooler:
-        layers.append(_matmul("pooler", -1, 1, h, h, True, e, 0.0))
-    head = _matmul("lm_head", -1, s, h, v, False, e, LOSS_BYTES_PER_LOGIT * s * v)
+        layers.append(matmul_layer("pooler", -1, 1, h, h, True, e, 0.0))
+    if not shape.lm_head:
+        return layers
+    head = matmul_layer("lm_head", -1, s, h, v, False, e, LOSS_BYTES_PER_LOGIT * s * v)
     if shape.tied_embeddings:
         head = replace(head, params=0)
     layers.append(head)
+    # cross entropy over the logits: upcast to fp32 (read e, write 4), log-softmax (4, 4) and the
+    # gather; its fp32 log-probabilities are counted as the head's saved bytes
+    layers.append(_elementwise("loss", "loss", -1, 0, 0.0, 4.0, (12.0 + e) * s * v))
     return layers
 
 
@@ -322,7 +411,7 @@ def build_layers(shape: TransformerShape, dtype: str) -> tuple[Layer, ...]:
     e = DTYPE_BYTES[dtype]
     layers = _embedding(shape, e)
     for block in range(shape.layers):
-        layers.extend(_block_layers(shape, block, e))
+        layers.extend(block_layers(shape, block, e))
     layers.extend(_head(shape, e))
     return tuple(layers)
 
@@ -335,7 +424,7 @@ def build_workload(
         shape = shape.with_seq_len(seq_len)
     layers = build_layers(shape, dtype)
     ties: tuple[ParameterTie, ...] = ()
-    if shape.tied_embeddings:  # the token embedding (layer 0) is the output head's weight
+    if shape.tied_embeddings and shape.lm_head:  # the token embedding (layer 0) is the output head's weight
         head = next(i for i, layer in enumerate(layers) if layer.name == "lm_head")
         ties = (ParameterTie(shape.vocab * shape.hidden, (0, head)),)
     return Workload(

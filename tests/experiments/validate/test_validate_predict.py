@@ -191,7 +191,11 @@ def test_layer_timer_exposes_bandwidth_and_optimizer_dispatch_of_its_model() -> 
     data["compute"]["op_overhead_s"] = {"fwd": 1e-5, "bwd": 2e-5}
     timer = LayerCorrectedTimer(profile_from_json(data), {})
     assert timer.memory_bandwidth_Bps == 5e9
-    assert timer.optimizer_dispatch_s(10, "sgd-momentum") == pytest.approx(10 * 3 * 1e-5)
+    from simcore.compute.optimizer import optimizer_step_cost
+
+    cost = optimizer_step_cost("sgd-momentum", "single", 1000, 10, 4)  # the CPU's for-loop
+    assert timer.optimizer_step_time_s(cost) == pytest.approx(1000 * 32 / 5e9 + 10 * 3 * 1e-5)
+    assert timer.host_op_s("bwd") == 2e-5
 
 
 def test_op_overhead_and_copies_make_the_prediction_slower() -> None:

@@ -172,6 +172,17 @@ def test_same_seed_same_output(capsys: pytest.CaptureFixture[str]) -> None:
         (["--ps-placement", "dedicated:100000000"], "at most 4096 server nodes"),
         (["--bucket-size", "lots"], "size"),
         (["--wrap", "every-x-layers"], "wrap policy"),
+        (["--dtype", "fp8", "--cluster", "dgx-a100"], "a100-sxm-80gb has no fp8 tensor cores"),
+        (
+            ["--dtype", "bf16", "--cluster", "dgx-1v", "--gpus", "8"],
+            "v100-sxm2-16gb has no bf16 tensor cores",
+        ),
+        (
+            ["--precision", "amp-compress", "--strategies", "ddp,fsdp"],
+            "precision amp-compress is what ddp runs",
+        ),
+        (["--precision", "fsdp-mp", "--strategies", "ddp"], "precision fsdp-mp is what fsdp/hsdp run"),
+        (["--dtype", "fp32", "--precision", "mixed", "--strategies", "ddp"], "needs a low-precision --dtype"),
     ],
 )
 def test_bad_input_gets_one_error_line(
@@ -442,3 +453,71 @@ def test_step_trace_has_a_named_track_per_cluster_and_strategy(tmp_path: Path) -
     tracks = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "process_name"}
     assert tracks == {f"{c} / {s} (2 GPUs)" for c in ("dgx-a100", "g5.12xlarge") for s in ("ddp", "fsdp")}
     assert "4 (cluster, strategy)" in what and "ps-sync not traced" in what
+
+
+def test_weak_scaling_runs_every_gpu_count_in_one_command(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--model", "gpt2-small", "--gpus", "1,8,64", "--batch-per-gpu", "8", "--micro-batch", "4",
+            "--strategies", "ddp", "--cluster", "dgx-a100", "--format", "json"]  # fmt: skip
+    records = json.loads(_run(argv, capsys))["records"]
+    assert [(r["gpus"], r["global_batch"], r["accumulation_steps"]) for r in records] == [
+        (1, 8, 2),
+        (8, 64, 2),
+        (64, 512, 2),
+    ]
+
+
+def test_a_shape_files_seq_len_is_not_overridden(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    shape = tmp_path / "model.yaml"
+    shape.write_text(
+        "transformer: {layers: 2, hidden: 256, heads: 4, ffn: 1024, vocab: 1000, seq_len: 384}\n"
+    )
+    argv = [
+        "--gpus",
+        "2",
+        "--model",
+        str(shape),
+        "--global-batch",
+        "8",
+        "--strategies",
+        "ddp",
+        "--format",
+        "json",
+    ]
+    record = json.loads(_run(argv, capsys))["records"][0]
+    assert record["tokens_per_s"] == pytest.approx(record["samples_per_s"] * 384)
+    again = json.loads(_run([*argv, "--seq-len", "128"], capsys))["records"][0]
+    assert again["tokens_per_s"] == pytest.approx(again["samples_per_s"] * 128)
+
+
+def test_optimizer_impl_is_read_by_time_and_memory_and_named(capsys: pytest.CaptureFixture[str]) -> None:
+    # short sequences, one sample per GPU: the optimizer step is the peak
+    base = ["--model", "gpt2-medium", "--seq-len", "64", "--gpus", "8", "--global-batch", "8",
+            "--micro-batch", "1", "--strategies", "ddp", "--cluster", "dgx-a100", "--format", "json"]  # fmt: skip
+    foreach = json.loads(_run([*base, "--optimizer-impl", "foreach"], capsys))
+    fused = json.loads(_run([*base, "--optimizer-impl", "fused"], capsys))
+    f, u = foreach["records"][0], fused["records"][0]
+    assert (f["optimizer_impl"], u["optimizer_impl"]) == ("foreach", "fused")
+    assert u["compute_s"] < f["compute_s"]  # 28 B/param against 80
+    assert u["memory_breakdown"]["temp"] < f["memory_breakdown"]["temp"]  # foreach's sqrt copy
+    assert "fused" in fused["recommendations"][0]["reason"]
+
+
+def test_precision_modes_type_the_all_reduce(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["--model", "gpt2-small", "--gpus", "8", "--global-batch", "32", "--strategies", "ddp",
+            "--cluster", "dgx-a100", "--format", "json"]  # fmt: skip
+    amp = json.loads(_run([*base, "--precision", "amp"], capsys))["records"][0]
+    compressed = json.loads(_run([*base, "--precision", "amp-compress"], capsys))["records"][0]
+    mixed = json.loads(_run([*base, "--precision", "mixed"], capsys))["records"][0]
+    assert amp["comm_bytes"] == pytest.approx(2 * compressed["comm_bytes"])  # fp32 vs bf16 all-reduce
+    assert amp["comm_bytes"] == pytest.approx(2 * mixed["comm_bytes"])
+    assert amp["precision"].startswith("amp (fp32 params")
+
+
+def test_ps_on_dedicated_cpu_servers_and_an_ssp_bound_that_never_binds(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["--model", "resnet50", "--gpus", "8", "--global-batch", "256", "--micro-batch", "32",
+            "--strategies", "ps-async,ps-ssp", "--cluster", "dgx-a100", "--ps-placement", "dedicated-cpu:1"]  # fmt: skip
+    out = _run(argv, capsys)
+    assert "dedicated-cpu:1" in out
+    assert "never binds here: ps-ssp runs as ps-async" in out

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simcore.compute.roofline import OPTIMIZER_BYTES_PER_PARAM, ComputeModel, efficiency_curve
+from simcore.compute.optimizer import optimizer_step_cost
+from simcore.compute.roofline import ComputeModel, efficiency_curve, param_tensor_count
 from simcore.errors import TrainsimError
 from simcore.hardware import DeviceSpec, device_names, device_spec
 from simcore.workload.loader import load_workload
@@ -31,6 +32,8 @@ class FakeProfile:
     rate_Bps: float | None
     memory_bandwidth_Bps: float | None
 
+    op_overhead_s = None
+
     def compute_rate(self, flops: float, dtype: str) -> float | None:
         return self.rate_Bps if dtype == "bf16" else None
 
@@ -45,14 +48,64 @@ def test_every_known_device_has_an_efficiency_curve() -> None:
         assert 0 < curve.max_efficiency <= 1 and 0 < curve.memory_efficiency <= 1
 
 
+def _kernel_s(model: ComputeModel, layer: Layer, batch: int = 1, phase: str = "fwd") -> float:
+    """The device (kernel) side of one layer."""
+    from simcore.workload.types import Workload
+
+    kernel, _ = model.layer_parts_s(
+        Workload("w", (replace(layer, block=-1),), (), "bf16", 0, "test"), batch, phase
+    )
+    return float(kernel[0])
+
+
 def test_large_matmul_runs_near_the_plateau_and_small_one_far_below() -> None:
     model = ComputeModel(A100, "bf16")
     curve = model.curve
     big, small = 1e13, 1e8
-    big_rate = big / (model.layer_time_s(_matmul(big), 1, "fwd") - curve.kernel_overhead_s)
-    small_rate = small / (model.layer_time_s(_matmul(small), 1, "fwd") - curve.kernel_overhead_s)
+    big_rate = big / (_kernel_s(model, _matmul(big)) - curve.kernel_overhead_s)
+    small_rate = small / (_kernel_s(model, _matmul(small)) - curve.kernel_overhead_s)
     assert big_rate == pytest.approx(312e12 * curve.max_efficiency, rel=0.01)
     assert small_rate < 0.1 * big_rate
+
+
+def test_kernel_classes_have_their_own_plateaus() -> None:
+    """Attention and convolutions run below the GEMM plateau; attention's backward below its forward."""
+    model = ComputeModel(A100, "bf16")
+    flops = 1e13
+    gemm = _kernel_s(model, _matmul(flops))
+    attention = Layer("attn", "attention", 0, 0, flops, 2.5 * flops, 0.0, 0.0, 0.0)
+    conv = replace(_matmul(flops), kind="conv")
+    assert _kernel_s(model, attention) > gemm and _kernel_s(model, conv) > gemm
+    fwd_rate = flops / _kernel_s(model, attention)
+    bwd_rate = 2.5 * flops / _kernel_s(model, attention, phase="bwd")
+    assert bwd_rate < fwd_rate
+    assert fwd_rate == pytest.approx(312e12 * model.curve.attention_fwd_efficiency, rel=0.01)
+
+
+def test_fp32_runs_matmuls_on_cuda_cores_and_convolutions_in_tf32() -> None:
+    """PyTorch's defaults: matmul allow_tf32 off, cuDNN allow_tf32 on (Ampere and later)."""
+    fp32 = ComputeModel(A100, "fp32")
+    assert fp32.class_dtypes == {
+        "gemm": "fp32",
+        "conv1x1": "tf32",
+        "conv": "tf32",
+        "conv_grouped": "tf32",
+        "attention": "fp32",
+    }
+    assert ComputeModel(A100, "tf32").class_dtypes["gemm"] == "tf32"
+    assert ComputeModel(device_spec("v100-sxm2-16gb"), "fp32").class_dtypes["conv"] == "fp32"
+    conv = replace(_matmul(1e13), kind="conv")
+    assert _kernel_s(fp32, conv) < _kernel_s(fp32, _matmul(1e13))
+
+
+def test_wave_quantisation_penalises_a_gemm_of_few_tiles() -> None:
+    """A 129-row GEMM needs two 128-row tiles, half of them empty (gemm_shape source)."""
+    model = ComputeModel(A100, "bf16")
+    full = replace(_matmul(2.0 * 128 * 4096 * 4096), gemm=(128, 4096, 4096))
+    ragged = replace(_matmul(2.0 * 129 * 4096 * 4096), gemm=(129, 4096, 4096))
+    rate_full = full.fwd_flops / _kernel_s(model, full)
+    rate_ragged = ragged.fwd_flops / _kernel_s(model, ragged)
+    assert rate_ragged < 0.8 * rate_full
 
 
 def test_half_efficiency_point() -> None:
@@ -80,6 +133,13 @@ def test_backward_twice_forward_for_matmuls_and_recompute_equals_forward() -> No
     assert model.layer_time_s(layer, 4, "recompute") == fwd
 
 
+def test_gpu_host_dispatch_decides_tiny_layers() -> None:
+    """The host enqueues 4 operators for a linear layer: a tiny one is dispatch-bound on a GPU."""
+    model = ComputeModel(A100, "bf16")
+    tiny = _matmul(1e3)
+    assert model.layer_time_s(tiny, 1, "fwd") == pytest.approx(4 * model.curve.host_op_s[0])
+
+
 def test_calibration_profile_replaces_defaults() -> None:
     profile = FakeProfile(rate_Bps=50e12, memory_bandwidth_Bps=1e12)
     model = ComputeModel(A100, "bf16", profile)  # type: ignore[arg-type]
@@ -92,14 +152,29 @@ def test_calibration_profile_replaces_defaults() -> None:
     )
 
 
-def test_optimizer_time_is_memory_bound() -> None:
+def test_optimizer_time_is_memory_bound_by_implementation() -> None:
+    """Large updates: foreach AdamW moves 80 B per fp32 parameter, fused 28 B (torch/optim/adam.py)."""
     model = ComputeModel(A100, "bf16")
-    for optimizer, per_param in OPTIMIZER_BYTES_PER_PARAM.items():
-        expected = 1e9 * per_param / model.memory_bandwidth_Bps + model.curve.kernel_overhead_s
-        assert model.optimizer_time_s(10**9, optimizer) == pytest.approx(expected)
+    params = 10**9
+    for impl, per_param in (("foreach", 80), ("fused", 28)):
+        cost = optimizer_step_cost("adamw", impl, params, 100, 4)
+        assert cost.bytes_moved == params * per_param
+        seconds = model.optimizer_step_time_s(cost)
+        assert seconds == pytest.approx(
+            params * per_param / model.memory_bandwidth_Bps + cost.kernels * model.curve.kernel_overhead_s
+        )
     assert model.optimizer_time_s(10**9, "sgd") < model.optimizer_time_s(10**9, "sgd-momentum")
     assert model.optimizer_time_s(10**9, "sgd-momentum") < model.optimizer_time_s(10**9, "adam")
     assert model.optimizer_time_s(0, "adam") == 0.0
+
+
+def test_single_tensor_optimizer_is_dispatch_bound_on_many_small_tensors() -> None:
+    model = ComputeModel(A100, "bf16")
+    single = optimizer_step_cost("adamw", "single", 1e6, 1000, 4)
+    foreach = optimizer_step_cost("adamw", "foreach", 1e6, 1000, 4)
+    assert single.host_ops == 1000 * 10 and foreach.host_ops == 8
+    assert model.optimizer_step_time_s(single) == pytest.approx(1000 * 10 * model.curve.host_op_s[0])
+    assert model.optimizer_step_time_s(single) > 10 * model.optimizer_step_time_s(foreach)
 
 
 @pytest.mark.parametrize(
@@ -138,16 +213,19 @@ def test_step_compute_time_adds_phases_recompute_and_optimizer() -> None:
     assert plain == pytest.approx(model.phase_time_s(w, 1, "fwd") + model.phase_time_s(w, 1, "bwd"))
     assert model.step_compute_time_s(w, 1, recompute=True) > plain
     with_adam = model.step_compute_time_s(w, 1, optimizer="adam")
-    assert with_adam == pytest.approx(plain + model.optimizer_time_s(w.params, "adam"))
+    assert with_adam == pytest.approx(
+        plain + model.optimizer_time_s(w.params, "adam", tensors=param_tensor_count(w))
+    )
     sharded = model.step_compute_time_s(w, 1, optimizer="adam", optimizer_params=w.params // 8)
     assert plain < sharded < with_adam
 
 
 def test_llama2_7b_mfu_on_a100_is_plausible() -> None:
-    """Compute only: below the curve's plateau and above half of it (Narayanan et al. report ~52-57% end to end)."""
+    """Compute only: below the GEMM plateau and above half of peak (Narayanan et al. report ~52-57%
+    end to end with communication)."""
     model = ComputeModel(A100, "bf16")
     w = load_workload("llama2-7b")
-    mfu = 3 * w.fwd_flops_per_sample / model.step_compute_time_s(w, 1) / 312e12
+    mfu = 6 * w.params * w.tokens_per_sample / model.step_compute_time_s(w, 1) / 312e12
     assert 0.5 < mfu < model.curve.max_efficiency
 
 
@@ -202,5 +280,5 @@ def test_real_calibration_profile_drives_the_rate() -> None:
     )
     model = ComputeModel(A100, "bf16", profile)
     layer = _matmul(1e9)
-    assert model.layer_time_s(layer, 1, "fwd") == pytest.approx(1e9 / 100e12 + model.curve.kernel_overhead_s)
+    assert _kernel_s(model, layer) == pytest.approx(1e9 / 100e12 + model.curve.kernel_overhead_s)
     assert model.memory_bandwidth_Bps == 1.5e12

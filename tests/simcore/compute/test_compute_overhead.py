@@ -43,15 +43,13 @@ def test_operator_table_is_the_traced_counts() -> None:
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("phase", ["fwd", "bwd", "recompute"])
 def test_cpu_adds_operators_times_the_measured_cost(kind: str, phase: str) -> None:
-    with_overhead = ComputeModel(CPU, "fp32", _profile())
-    without = ComputeModel(CPU, "fp32", _profile(fwd=None, bwd=None))
+    model = ComputeModel(CPU, "fp32", _profile())
     layer = _layer(kind)
     per_op = 30e-6 if phase == "bwd" else 20e-6
-    kernel_gaps = (2 if phase == "bwd" else 1) * without.curve.kernel_overhead_s
-    extra = with_overhead.layer_time_s(layer, 4, phase) - (
-        without.layer_time_s(layer, 4, phase) - kernel_gaps
-    )
-    assert extra == pytest.approx(layer_operator_count(kind, phase) * per_op)
+    workload = Workload("w", (layer,), (), "fp32", 0, "test")
+    kernel, host = model.layer_parts_s(workload, 4, phase)
+    assert host[0] == pytest.approx(layer_operator_count(kind, phase) * per_op)
+    assert model.layer_time_s(layer, 4, phase) == pytest.approx(kernel[0] + host[0])
 
 
 def test_gpu_overlaps_dispatch_with_kernels() -> None:
@@ -68,21 +66,26 @@ def test_missing_backward_overhead_falls_back_to_forward() -> None:
     assert only_fwd.layer_time_s(layer, 2, "bwd") == pytest.approx(both.layer_time_s(layer, 2, "bwd"))
 
 
-def test_uncalibrated_model_keeps_the_kernel_gap() -> None:
+def test_uncalibrated_gpu_keeps_the_kernel_gap_and_the_default_dispatch() -> None:
     model = ComputeModel(A100, "bf16")
     layer = _layer("linear", 1e3, 0)
-    assert model.layer_time_s(layer, 1, "bwd") == pytest.approx(
-        max(2e3 / float(model.achieved_flops(1e3)), 2e4 / model.memory_bandwidth_Bps)
+    workload = Workload("w", (layer,), (), "bf16", 0, "test")
+    kernel, host = model.layer_parts_s(workload, 1, "bwd")
+    assert kernel[0] == pytest.approx(
+        max(2e3 / float(model.achieved_flops(1e3, "gemm", "bwd")), 2e4 / model.memory_bandwidth_Bps)
         + 2 * model.curve.kernel_overhead_s
     )
-    assert model.optimizer_dispatch_s(100, "adamw") == 0.0
+    assert host[0] == pytest.approx(13 * model.curve.host_op_s[1])
 
 
-def test_optimizer_dispatch_per_tensor_on_cpu_only() -> None:
+def test_single_tensor_optimizer_dispatch_per_tensor_adds_on_cpu() -> None:
+    from simcore.compute.optimizer import optimizer_step_cost
+
     cpu = ComputeModel(CPU, "fp32", _profile())
-    assert cpu.optimizer_dispatch_s(30, "sgd-momentum") == pytest.approx(30 * 3 * 20e-6)
-    assert cpu.optimizer_dispatch_s(30, "adamw") == pytest.approx(30 * 10 * 20e-6)
-    assert ComputeModel(A100, "bf16", _profile("gpu")).optimizer_dispatch_s(30, "adamw") == 0.0
+    cost = optimizer_step_cost("sgd-momentum", "single", 30_000, 30, 4)
+    assert cost.host_ops == 30 * 3
+    device = cost.bytes_moved / cpu.memory_bandwidth_Bps
+    assert cpu.optimizer_step_time_s(cost) == pytest.approx(device + 30 * 3 * 20e-6)
 
 
 def test_param_tensors_count_weights_and_biases() -> None:
@@ -95,8 +98,8 @@ def test_step_compute_includes_the_optimizer_dispatch() -> None:
     with_overhead = ComputeModel(CPU, "fp32", _profile())
     step = with_overhead.step_compute_time_s(workload, 1, optimizer="sgd-momentum")
     parts = sum(with_overhead.phase_time_s(workload, 1, p) for p in ("fwd", "bwd"))
-    parts += with_overhead.optimizer_time_s(workload.params, "sgd-momentum")
-    assert step - parts == pytest.approx(param_tensor_count(workload) * 3 * 20e-6)
+    bytes_only = workload.params * 32 / with_overhead.memory_bandwidth_Bps  # foreach accesses 2+3+3
+    assert step - parts - bytes_only == pytest.approx(param_tensor_count(workload) * 3 * 20e-6)
 
 
 @settings(max_examples=40, deadline=None)

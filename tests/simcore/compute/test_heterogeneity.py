@@ -98,7 +98,7 @@ def test_mixed_cluster_has_slower_a10g_ranks() -> None:
     topo = load_cluster(str(MIXED_CLUSTER))
     assert is_mixed_devices(topo)
     assert not is_mixed_devices(load_cluster("dgx-a100", gpus=16))
-    factors = rank_speed_factors(topo, load_workload("gpt2-small", seq_len=256), "bf16", 2)
+    factors = rank_speed_factors(topo, load_workload("gpt2-small", seq_len=1024), "bf16", 16)
     a100 = [f for r, f in enumerate(factors) if topo.gpu_spec_name(r) == "a100-sxm-80gb"]
     a10g = [f for r, f in enumerate(factors) if topo.gpu_spec_name(r) == "a10g"]
     assert set(a100) == {1.0}

@@ -30,6 +30,7 @@ def _tied_workload(tied_params: int) -> Workload:
 
 
 def _run(workload: Workload, strategy: str = "ddp", gpus: int = 2, **config: object):
+    config.setdefault("precision", "mixed")
     cfg = TrainingConfig(global_batch=2 * gpus, micro_batch=2, optimizer_impl="fused", **config)  # type: ignore[arg-type]
     return simulate_step(get_strategy(strategy), toy_context(gpus, cfg, workload=workload)).run
 
@@ -64,7 +65,9 @@ def test_optimizer_scratch_by_implementation() -> None:
     assert optimizer_step_temp_bytes("adamw", "foreach", 1000, 300, 4) == 1000 * 4
     assert optimizer_step_temp_bytes("adamw", "fused", 1000, 300, 4) == 0
     assert optimizer_step_temp_bytes("sgd-momentum", "foreach", 1000, 300, 4) == 0
-    assert resolve_optimizer_impl("auto", "cpu") == "single-tensor"
+    assert resolve_optimizer_impl("auto", "cpu") == "single"
+    assert resolve_optimizer_impl("auto", "gpu", "deepspeed") == "fused"
+    assert resolve_optimizer_impl("single-tensor", "gpu") == "single"
     assert resolve_optimizer_impl("auto", "gpu") == "foreach"
     with pytest.raises(TrainsimError, match="optimizer_impl"):
         TrainingConfig(optimizer_impl="vectorised")

@@ -81,8 +81,13 @@ def toy_context(
     per_node: int = 8,
     memory_bytes: int = 80 * 10**9,
 ) -> StepContext:
-    """A step context on ``gpus`` ranks, ``per_node`` per node, with the stand-ins."""
-    config = config or TrainingConfig(global_batch=16 * 2, micro_batch=2)
+    """A step context on ``gpus`` ranks, ``per_node`` per node, with the stand-ins.
+
+    The default config runs every strategy in the ZeRO paper's mixed precision (2 + 2 + 12 bytes
+    per parameter with Adam) so byte counts are comparable across strategies; the precision tests
+    choose their modes explicitly.
+    """
+    config = config or TrainingConfig(global_batch=16 * 2, micro_batch=2, precision="mixed")
     collective = collective or AlphaBeta(per_node=per_node)
     world = tuple(range(gpus))
     node = tuple(r for r in world if r // per_node == 0)

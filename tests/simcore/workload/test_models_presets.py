@@ -28,8 +28,18 @@ PUBLISHED_PARAMS = {
     # Mixture-of-experts (MixtralForCausalLM, DeepseekForCausalLM on their configs).
     "mixtral-8x7b": 46_702_792_704,
     "deepseek-moe-16b": 16_375_728_128,
+    "llama3-8b": 8_030_261_248,
+    "llama3-70b": 70_553_706_496,
+    # GPT-3 175B (Brown et al. 2020, Table 2.1) on GPT-2's architecture: the exact count of that shape
+    "gpt3-175b": 174_604_259_328,
     # torchvision model tables (pytorch.org/vision/stable/models.html, "Params").
     "resnet50": 25_557_032,
+    "resnet101": 44_549_160,
+    "resnet152": 60_192_808,
+    "resnext101-32x8d": 88_791_336,
+    "inception-v3": 27_161_264,  # with the auxiliary classifier, as trained
+    "vit-b16": 86_567_656,
+    "vit-l16": 304_326_632,
     "vgg16": 138_357_544,
     "densenet121": 7_978_856,
     "efficientnetv2-s": 21_458_488,
@@ -52,6 +62,9 @@ ROUNDED_PARAMS = {
     "mistral-7b": 7.24e9,
     "mixtral-8x7b": 46.7e9,  # Jiang et al. 2024: "47B"
     "deepseek-moe-16b": 16.4e9,  # Dai et al. 2024
+    "llama3-8b": 8.0e9,
+    "llama3-70b": 70.6e9,
+    "gpt3-175b": 175.0e9,
     "resnet50": 25.6e6,
     "vgg16": 138.4e6,
     "densenet121": 8.0e6,
@@ -62,6 +75,11 @@ ROUNDED_PARAMS = {
 # torchvision "GFLOPS" columns are multiply-accumulates at 224x224: FLOPs = 2 x GMACs.
 PUBLISHED_GMACS_224 = {
     "resnet50": 4.09,
+    "resnet101": 7.80,
+    "resnet152": 11.51,
+    "resnext101-32x8d": 16.41,
+    "vit-b16": 17.56,
+    "vit-l16": 61.55,
     "vgg16": 15.47,
     "densenet121": 2.83,
     "convnext-large": 34.36,
@@ -101,14 +119,32 @@ def test_cifar_variants_have_ten_classes_and_small_inputs() -> None:
 
 
 def test_gpt2_small_forward_flops_follow_kaplan() -> None:
-    """2 FLOPs per parameter per token (embedding table as the tied output projection) + 4*s*h per layer."""
+    """2 FLOPs per parameter per token (embedding table as the tied output projection) + 4*s*h per
+    layer for attention as Kaplan counts it, of which a causal FlashAttention kernel executes half
+    (forward) and 2.5x that in backward."""
     w = load_workload("gpt2-small")
     s, h, layers, positions = 1024, 768, 12, 1024 * 768
     matmul_params = w.params - positions - 2 * 12 * 2 * h - 2 * h  # no FLOPs in position table, norms, biases
     biases = layers * (3 * h + h + 4 * h + h)
-    expected = 2 * (matmul_params - biases) * s + layers * 4 * s * s * h
-    assert w.fwd_flops_per_sample == pytest.approx(expected, rel=1e-12)
-    assert w.bwd_flops_per_sample == pytest.approx(2 * w.fwd_flops_per_sample)
+    matmuls = 2 * (matmul_params - biases) * s
+    attention = layers * 4 * s * s * h / 2
+    assert w.fwd_flops_per_sample == pytest.approx(matmuls + attention, rel=1e-12)
+    assert w.bwd_flops_per_sample == pytest.approx(2 * matmuls + 2.5 * attention)
+    full = load_workload(str(_shape_file(causal=False)))
+    assert full.fwd_flops_per_sample == pytest.approx(matmuls + 2 * attention, rel=1e-12)
+
+
+def _shape_file(**extra: object):
+    """GPT-2 small's shape as a shape file with ``extra`` keys."""
+    import tempfile
+    from pathlib import Path
+
+    import yaml
+
+    shape = {"layers": 12, "hidden": 768, "heads": 12, "ffn": 3072, "vocab": 50257, "seq_len": 1024, **extra}
+    path = Path(tempfile.mkdtemp()) / "gpt2.yaml"
+    path.write_text(yaml.safe_dump({"name": "gpt2-shape", "transformer": shape}))
+    return path
 
 
 def test_activation_bytes_match_korthikanti_without_flash_attention() -> None:
@@ -137,7 +173,8 @@ def test_seq_len_override_scales_tokens_and_keeps_params() -> None:
 def test_blocks_group_layers_contiguously() -> None:
     w = load_workload("llama2-7b")
     groups = w.block_layer_indices()
-    assert len(groups) == 32 and all(len(g) == 8 for g in groups)
+    # norm, qkv, rotary, attention, out, residual, norm, up, activation, down, residual
+    assert len(groups) == 32 and all(len(g) == 11 for g in groups)
     assert all(g == tuple(range(g[0], g[-1] + 1)) for g in groups)
     assert (
         sum(layer.params for block in w.blocks() for layer in block)

@@ -1,0 +1,73 @@
+"""Layer-wise pushes and priority pulls (BytePS / P3): where in a gradient each shard's bytes are ready.
+
+A worker does not wait for its whole gradient before pushing: as autograd produces the gradients
+of the last layers first, their bytes go out while backward continues (BytePS, Jiang et al. OSDI
+2020; P3, Jayarajan et al. MLSys 2019), and the next forward pass starts as soon as the parameters
+of its first layers are back, pulls arriving in the order forward needs them (P3's priority). The
+model cuts the layers into :data:`SEGMENTS` contiguous segments of about equal compute: a segment's
+gradient bytes of each shard are pushed when the segment's backward ends, and the segment's forward
+waits for its parameters of every shard. Within a segment nothing overlaps, so the figure is a
+lower bound on what per-tensor scheduling overlaps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from simcore.calibration.profile import CalibrationProfile
+    from simcore.paramserver.layout import ShardLayout
+    from simcore.workload.types import Workload
+
+__all__ = ["SEGMENTS", "Segment", "segments"]
+
+SEGMENTS = 4  # segments of a gradient; more would add flows, not insight
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One contiguous run of layers: its share of forward and backward time and of each shard's bytes."""
+
+    fwd_fraction: float  # of the whole gradient's compute time
+    bwd_fraction: float
+    shard_fraction: tuple[float, ...]  # of each shard's bytes
+
+
+def segments(
+    workload: Workload,
+    layout: ShardLayout,
+    device: str,
+    dtype: str,
+    micro_batch: int,
+    calibration: CalibrationProfile | None = None,
+) -> tuple[Segment, ...]:
+    """The segments of ``workload`` priced on ``device`` (cut where compute reaches each quantile)."""
+    from simcore.compute.roofline import ComputeModel
+    from simcore.hardware import device_spec
+
+    model = ComputeModel(device_spec(device), dtype, calibration)
+    fwd = np.asarray(model.layer_times_s(workload, micro_batch, "fwd"), dtype=float)
+    bwd = np.asarray(model.layer_times_s(workload, micro_batch, "bwd"), dtype=float)
+    total = float(fwd.sum() + bwd.sum()) or 1.0
+    cumulative = np.cumsum(fwd + bwd) / total
+    count = min(SEGMENTS, len(workload.layers))
+    cut = np.minimum((cumulative * count).astype(int), count - 1)  # segment of each layer
+    shard_params = np.asarray(layout.shard_params, dtype=float)
+    result = []
+    for k in range(count):
+        members = cut == k
+        per_shard = np.zeros(len(shard_params))
+        for index in np.flatnonzero(members):
+            shard = layout.layer_shard[index]
+            if shard >= 0:
+                per_shard[shard] += workload.layers[index].params
+        share = np.divide(per_shard, shard_params, out=np.zeros_like(per_shard), where=shard_params > 0)
+        result.append(
+            Segment(
+                float(fwd[members].sum() / total), float(bwd[members].sum() / total), tuple(map(float, share))
+            )
+        )
+    return tuple(result)
