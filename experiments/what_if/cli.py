@@ -237,11 +237,10 @@ PARALLEL_FLAGS = (
 def _config(args: argparse.Namespace, heterogeneity: Heterogeneity) -> TrainingConfig:
     from simcore.strategies.wrap import parse_wrap
 
-    d = DEFAULT_CONFIG
     return TrainingConfig(
         global_batch=args.global_batch if args.batch_per_gpu is None else args.batch_per_gpu,
         micro_batch=args.micro_batch,
-        seq_len=args.seq_len or d.seq_len,
+        seq_len=args.seq_len,
         dtype=args.dtype,
         precision=args.precision,
         optimizer_impl=args.optimizer_impl,

@@ -53,8 +53,10 @@ ROLES: dict[str, str] = {
     "experts_in": "expert_column",
     "experts_act": "expert_split",
     "experts_out": "expert_row",
+    "rotary": "split",  # per attention head, so split with the heads
     "embed": "vocab_embedding",
     "lm_head": "vocab_head",
+    "loss": "split",  # Megatron's vocab-parallel cross entropy: each rank its slice of the logits
 }
 
 

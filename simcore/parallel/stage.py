@@ -58,6 +58,22 @@ class StageTimer:
     def optimizer_step_time_s(self, cost: OptimizerStepCost, host_factor: float = 1.0) -> float:
         return float(self.base.optimizer_step_time_s(cost, host_factor=host_factor))
 
+    # The host/device split the strategies price spans with (simcore.strategies.base.StepContext):
+    # the stage's extra seconds (its tensor/context/expert communication) are device time.
+    @property
+    def curve(self) -> object:
+        return self.base.curve
+
+    def layer_parts_s(self, workload: Workload, batch: int, phase: str) -> tuple[np.ndarray, np.ndarray]:
+        kernel, host = self.base.layer_parts_s(workload, batch, phase)
+        return np.asarray(kernel) + self.extra[phase], np.asarray(host)
+
+    def combine(self, kernel_s: float, host_s: float) -> float:
+        return float(self.base.combine(kernel_s, host_s))
+
+    def host_op_s(self, phase: str) -> float:
+        return float(self.base.host_op_s(phase))
+
 
 @dataclass(slots=True)
 class StageModel:

@@ -617,13 +617,18 @@ def _stage_peak(run: _StageRun, extra: float) -> tuple[float, dict[str, float], 
     delta = run.offload.memory_delta
     held_all_step = math.fsum(v for k, v in delta.items() if k != "activations")
     during = passes + extra + math.fsum(delta.values())
-    total = max(during, after + held_all_step)
+    # The allocator's fragmentation is charged on the tensors at the peak (MemoryTimeline.peak);
+    # the stage's extra activations and offload changes are tensors too.
+    raw_peak = max((total for _, total, _ in timeline.samples), default=0.0)
+    overhead = peak.breakdown.get("overhead", 0.0) - (peak.peak_bytes - raw_peak)
+    tensors = max(during, after + held_all_step)
+    total = tensors + timeline.fragmentation * max(0.0, tensors - overhead)
     breakdown = dict(peak.breakdown)
     for category, change in delta.items():
         breakdown[category] = max(0.0, breakdown.get(category, 0.0) + change)
-    breakdown["activations"] = max(
-        0.0, breakdown.get("activations", 0.0) + total - math.fsum(breakdown.values())
-    )
+    missing = total - math.fsum(breakdown.values())
+    if abs(missing) > 1e-9 * max(total, 1.0):  # activations in flight or moved by offload
+        breakdown["activations"] = max(0.0, breakdown.get("activations", 0.0) + missing)
     phase = peak.phase
     if extra > 0 and during >= total:
         phase = f"{phase}, with {extra / 2**30:.1f} GiB more activations in flight"
