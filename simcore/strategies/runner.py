@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from simcore.engine import Simulation
+from simcore.fastpath.evaluate import evaluate_plan
 from simcore.report import StepReport
 from simcore.strategies.base import (
     CollectiveFn,
@@ -53,9 +54,12 @@ __all__ = [
 def rank_groups(topology: Topology) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     """(world, rank 0's node, rank 0's peers at the same local index on every node)."""
     world = tuple(range(topology.world_size))
-    hosts = topology.hosts
-    node = tuple(topology.ranks_on_host(topology.host_of_rank(0)))
-    cross = tuple(topology.ranks_on_host(h)[0] for h in hosts)
+    host_of = [topology.host_of_rank(r) for r in world]  # once per rank: linear in the world size
+    node = tuple(r for r in world if host_of[r] == host_of[0])
+    first_on: dict[int, int] = {}
+    for r in world:
+        first_on.setdefault(host_of[r], r)
+    cross = tuple(first_on[h] for h in sorted(first_on))
     return world, node, cross
 
 
@@ -166,14 +170,18 @@ def simulate_step(
     seed: int = 0,
     slowdown: float = 1.0,
     compute_scale: Callable[[Simulation, int], float | Mapping[str, float]] | None = None,
+    path: str = "des",
 ) -> StepResult:
     """Build ``strategy``'s plan and run it for ``ctx.config.steps`` steps in one seeded simulation.
 
     ``compute_scale(sim, step)`` gives a step's compute slowdown factor (one, or one per rank prefix
     of a per-rank plan, see :func:`~simcore.strategies.schedule.run_plan`); by default 1, or the
     lognormal jitter of the config. Identical steps (no jitter) are run once and repeated.
+    ``path="fast"`` evaluates each step without SimPy (:func:`simcore.fastpath.evaluate.evaluate_plan`,
+    the same result); the simulation then only supplies the seeded random stream.
     """
     plan = strategy.build_plan(ctx)
+    run = _evaluate_plan if path == "fast" else run_plan
     cfg = ctx.config
     sim = Simulation(seed)
     if compute_scale is None and cfg.compute_jitter_sigma > 0:
@@ -182,7 +190,7 @@ def simulate_step(
         def compute_scale(sim: Simulation, step: int) -> float:
             return float(np.max(sim.rng.lognormal(0.0, sigma, size=ranks)))
 
-    first = run_plan(
+    first = run(
         sim,
         plan,
         capacity_bytes=ctx.device_memory_bytes,
@@ -194,7 +202,7 @@ def simulate_step(
         if compute_scale is None:
             times.append(first.step_time_s)
             continue
-        again = run_plan(
+        again = run(
             sim,
             plan,
             capacity_bytes=ctx.device_memory_bytes,
@@ -203,6 +211,17 @@ def simulate_step(
         )
         times.append(again.step_time_s)
     return StepResult(plan, first, times)
+
+
+def _evaluate_plan(
+    sim: Simulation,
+    plan: StepPlan,
+    *,
+    capacity_bytes: float,
+    slowdown: float = 1.0,
+    compute_scale: float | Mapping[str, float] = 1.0,
+) -> PlanRun:
+    return evaluate_plan(plan, capacity_bytes=capacity_bytes, slowdown=slowdown, compute_scale=compute_scale)
 
 
 def percentile(values: Sequence[float], q: float) -> float:
