@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from simcore.compute.memory import MemoryTimeline
 from simcore.errors import TrainsimError
 from simcore.strategies.schedule import Op, PlanRun, Span, StepPlan, is_comm_stream, rank_of_stream
 
-__all__ = ["evaluate_plan"]
+__all__ = ["TimedRun", "evaluate_plan", "evaluate_plan_timed"]
 
 _URGENT, _NORMAL = 0, 1  # SimPy's priorities: a process's first step runs before anything else
 
@@ -115,6 +116,8 @@ class _Evaluator:
         self.started: list[_Event | None] = [_Event() if op.id in awaited_start else None for op in plan.ops]
         self.done: list[_Event | None] = [_Event() if op.id in awaited_end else None for op in plan.ops]
         self.spans: list[Span] = []
+        self.starts = [0.0] * len(plan.ops)
+        self.ends = [0.0] * len(plan.ops)
         self.end = 0.0
         self.running = 0
         ranks: dict[str, _Rank] = {}
@@ -205,7 +208,7 @@ class _Evaluator:
 
     def _begin(self, stream: _Stream, op: Op) -> bool:
         """Start ``op``; True when the stream now waits for it to end."""
-        stream.start = self.now
+        stream.start = self.starts[op.id] = self.now
         started = self.started[op.id]
         if started is not None:
             self.schedule(started)
@@ -274,6 +277,7 @@ class _Evaluator:
 
     def _finish(self, stream: _Stream, op: Op) -> None:
         now, label = self.now, stream.label
+        self.ends[op.id] = now
         self.spans.append(Span(op.stream, op.name, op.kind, stream.start, now, op.bytes, op.link_kind))
         if op.on_end:
             self.memory.apply(op.on_end, label, now)
@@ -284,6 +288,31 @@ class _Evaluator:
             self.schedule(done)
         stream.index += 1
         stream.phase = ""
+
+
+@dataclass(slots=True)
+class TimedRun:
+    """A plan's run plus when each operation started and ended (indexed by operation id)."""
+
+    run: PlanRun
+    starts: list[float]
+    ends: list[float]
+
+
+def evaluate_plan_timed(
+    plan: StepPlan,
+    *,
+    capacity_bytes: float,
+    slowdown: float = 1.0,
+    compute_scale: float | Mapping[str, float] = 1.0,
+) -> TimedRun:
+    """:func:`evaluate_plan`, also returning every operation's start and end time."""
+    memory = MemoryTimeline(capacity_bytes)
+    memory.apply(plan.initial_memory.items(), "start of step", 0.0)
+    evaluator = _Evaluator(plan, memory, slowdown, compute_scale)
+    step_time = evaluator.run() if evaluator.streams else 0.0
+    spans = sorted(evaluator.spans, key=_span_order)
+    return TimedRun(PlanRun(step_time, spans, memory), evaluator.starts, evaluator.ends)
 
 
 def evaluate_plan(
@@ -298,12 +327,9 @@ def evaluate_plan(
     Arguments as :func:`simcore.strategies.schedule.run_plan` (``compute_scale`` one factor or one
     per rank prefix).
     """
-    memory = MemoryTimeline(capacity_bytes)
-    memory.apply(plan.initial_memory.items(), "start of step", 0.0)
-    evaluator = _Evaluator(plan, memory, slowdown, compute_scale)
-    step_time = evaluator.run() if evaluator.streams else 0.0
-    spans = sorted(evaluator.spans, key=_span_order)
-    return PlanRun(step_time, spans, memory)
+    return evaluate_plan_timed(
+        plan, capacity_bytes=capacity_bytes, slowdown=slowdown, compute_scale=compute_scale
+    ).run
 
 
 def _span_order(span: Span) -> tuple[Any, ...]:
