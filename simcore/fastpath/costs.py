@@ -35,6 +35,7 @@ _FINGERPRINTS: weakref.WeakKeyDictionary[Topology, _TopologyKey] = weakref.WeakK
 # (topology key, calibration id, op, size, group) -> cost; sized by the shapes a sweep meets (a few
 # hundred), so it is kept for the life of the process.
 _COSTS: dict[tuple[object, ...], CommCost] = {}
+_MEMO_LIMIT = 4096  # entries of one model's identity memo before it starts afresh
 # Calibration profiles seen, kept alive so the id in a cache key is never reused by another one.
 _PROFILES: dict[int, CalibrationProfile] = {}
 
@@ -109,34 +110,35 @@ def fast_collective_model(
 ) -> CollectiveFn:
     """:func:`simcore.strategies.runner.collective_model` from closed forms instead of simulations.
 
-    Groups are recognised by identity within one model (a step context hands the same tuples over
-    and over), so pricing a collective that was seen before costs one dictionary lookup.
+    Groups are recognised by identity first (a step context hands the same tuples over and over),
+    so pricing a collective seen before costs one dictionary lookup, not a hash of every rank.
     """
-    memo: dict[tuple[str, float, int], CommCost] = {}
-    keep: list[tuple[int, ...]] = []  # the groups memo keys refer to by id, kept alive
+    memo: dict[tuple[str, float, int], tuple[tuple[int, ...], CommCost]] = {}
 
     def point(op: str, size_bytes: float, group: tuple[int, ...]) -> CommCost:
         return closed_form_cost(topology, op, size_bytes, group, calibration)
 
+    def interpolated(op: str, size_bytes: float, group: tuple[int, ...]) -> CommCost:
+        if exact or size_bytes < 1024:
+            return point(op, size_bytes, group)
+        low = float(2 ** math.floor(math.log2(size_bytes)))
+        if low == size_bytes:
+            return point(op, size_bytes, group)
+        below, above = point(op, low, group), point(op, 2 * low, group)
+        share = (size_bytes - low) / low
+        time_s = below.time_s + share * (above.time_s - below.time_s)
+        nearer = above if share >= 0.5 else below
+        return CommCost(time_s, nearer.bottleneck_link, nearer.link_kind)
+
     def price(op: str, size_bytes: float, group: tuple[int, ...]) -> CommCost:
         key = (op, size_bytes, id(group))
-        cost = memo.get(key)
-        if cost is not None:
-            return cost
-        keep.append(group)
-        if exact or size_bytes < 1024:
-            cost = point(op, size_bytes, group)
-        else:
-            low = float(2 ** math.floor(math.log2(size_bytes)))
-            if low == size_bytes:
-                cost = point(op, size_bytes, group)
-            else:
-                below, above = point(op, low, group), point(op, 2 * low, group)
-                share = (size_bytes - low) / low
-                time_s = below.time_s + share * (above.time_s - below.time_s)
-                nearer = above if share >= 0.5 else below
-                cost = CommCost(time_s, nearer.bottleneck_link, nearer.link_kind)
-        memo[key] = cost
+        known = memo.get(key)
+        if known is not None and known[0] is group:
+            return known[1]
+        if len(memo) >= _MEMO_LIMIT:  # contexts come and go in a sweep: forget their groups
+            memo.clear()
+        cost = interpolated(op, size_bytes, group)
+        memo[key] = (group, cost)
         return cost
 
     return price

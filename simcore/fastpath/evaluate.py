@@ -20,6 +20,7 @@ queue, but with plain callbacks instead of event objects and generators: several
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,55 +32,39 @@ from simcore.strategies.schedule import Op, PlanRun, Span, StepPlan, is_comm_str
 __all__ = ["TimedRun", "evaluate_plan", "evaluate_plan_timed"]
 
 _URGENT, _NORMAL = 0, 1  # SimPy's priorities: a process's first step runs before anything else
+# What a queue entry does when dispatched (entries are (time, priority, sequence, code, a, b)).
+_INIT, _COMPUTE_DONE, _COMM_DONE, _ENDED, _STARTED, _CHANGED, _RESUME = range(7)
+# What a stream is doing with its current operation.
+_NEXT, _WAITING, _COMPUTING, _COMMUNICATING = range(4)
 
 
-class _Event:
-    """Something streams wait on: the start or end of an operation, or a rank's comm toggling.
+class _AllOf:
+    """A stream waiting on several operations: resumed one hand-off after the last (SimPy's AllOf)."""
 
-    ``callbacks`` is None once the event has been dispatched (SimPy's ``processed``).
-    """
+    __slots__ = ("count", "stream")
 
-    __slots__ = ("callbacks",)
-
-    def __init__(self) -> None:
-        self.callbacks: list[Callable[[], None]] | None = []
-
-
-class _Condition(_Event):
-    """SimPy's AllOf/AnyOf: dispatched one hand-off after ``needed`` of its events were."""
-
-    __slots__ = ("count", "fired", "needed", "owner")
-
-    def __init__(self, owner: _Evaluator, needed: int) -> None:
-        super().__init__()
-        self.owner, self.needed, self.count, self.fired = owner, needed, 0, False
-
-    def check(self) -> None:
-        if self.fired:
-            return
-        self.count += 1
-        if self.count >= self.needed:
-            self.fired = True
-            self.owner.schedule(self)
+    def __init__(self, stream: int, count: int) -> None:
+        self.stream, self.count = stream, count
 
 
 class _Rank:
     """One process's coupling of its streams: communication in flight and the compute running."""
 
-    __slots__ = ("changed", "comm_active", "current_compute")
+    __slots__ = ("comm_active", "current_compute", "waiting")
 
     def __init__(self) -> None:
-        self.changed = _Event()
         self.comm_active = 0
         self.current_compute = "start of step"
+        self.waiting: list[tuple[int, int]] = []  # (stream, segment) slowed compute waiting on a toggle
 
 
 class _Stream:
-    """One stream's progress: the operation it is on and what it is doing with it."""
+    """One stream's progress through its operations."""
 
     __slots__ = (
         "communicates",
-        "finish",
+        "finished_segment",
+        "fired_segment",
         "index",
         "label",
         "ops",
@@ -88,6 +73,7 @@ class _Stream:
         "rate",
         "remaining",
         "scale",
+        "segment",
         "segment_start",
         "start",
         "tolerance",
@@ -95,31 +81,42 @@ class _Stream:
 
     def __init__(self, ops: list[Op], rank: _Rank, communicates: bool, scale: float) -> None:
         self.ops, self.rank, self.communicates, self.scale = ops, rank, communicates, scale
-        self.index = 0
-        self.start = 0.0
-        self.phase = ""  # "" (next op), "waiting", "compute", "comm" or "end" (finishing)
+        self.index, self.phase = 0, _NEXT
+        self.start = self.remaining = self.tolerance = self.rate = self.segment_start = 0.0
         self.label = ""  # the memory phase of the running operation, fixed when it starts
-        self.remaining = self.tolerance = self.rate = self.segment_start = 0.0
-        self.finish: _Event | None = None
+        self.segment = self.fired_segment = self.finished_segment = 0
 
 
 class _Evaluator:
     def __init__(
-        self, plan: StepPlan, memory: MemoryTimeline, slowdown: float, compute_scale: float | Mapping[str, float]
+        self,
+        plan: StepPlan,
+        memory: MemoryTimeline,
+        slowdown: float,
+        compute_scale: float | Mapping[str, float],
     ) -> None:
         self.plan, self.memory, self.slowdown = plan, memory, slowdown
         self.now = 0.0
-        self.queue: list[tuple[float, int, int, _Event]] = []
+        self.queue: list[tuple[float, int, int, int, Any, int]] = []
+        # Entries due now (delay 0, normal priority), in the order scheduled: SimPy would put them
+        # on its heap at (now, NORMAL, sequence); a FIFO beside the heap gives the same order.
+        self.instant: deque[tuple[int, int, Any, int]] = deque()
         self.sequence = 0
-        awaited_start = {i for op in plan.ops for i in op.after_start}
-        awaited_end = {i for op in plan.ops for i in op.after}
-        self.started: list[_Event | None] = [_Event() if op.id in awaited_start else None for op in plan.ops]
-        self.done: list[_Event | None] = [_Event() if op.id in awaited_end else None for op in plan.ops]
-        self.spans: list[Span] = []
-        self.starts = [0.0] * len(plan.ops)
-        self.ends = [0.0] * len(plan.ops)
+        n = len(plan.ops)
+        # Waiters on an operation's end/start; None where nobody waits (no event, as in run_plan).
+        self.on_end: list[list[Any] | None] = [None] * n
+        self.on_start: list[list[Any] | None] = [None] * n
+        for op in plan.ops:
+            for i in op.after:
+                self.on_end[i] = []
+            for i in op.after_start:
+                self.on_start[i] = []
+        self.ended = [False] * n  # dispatched (SimPy's ``processed``)
+        self.started = [False] * n
+        self.starts = [0.0] * n
+        self.ends = [0.0] * n
+        self.finished: list[int] = []  # operation ids in the order they ended
         self.end = 0.0
-        self.running = 0
         ranks: dict[str, _Rank] = {}
         self.streams: list[_Stream] = []
         by_stream: dict[str, list[Op]] = {}
@@ -128,166 +125,180 @@ class _Evaluator:
         for name, ops in by_stream.items():  # first-appearance order, as run_plan starts them
             prefix = rank_of_stream(name)
             rank = ranks.setdefault(prefix, _Rank())
-            if isinstance(compute_scale, Mapping):
-                scale = float(compute_scale.get(prefix, 1.0))
-            else:
-                scale = compute_scale
+            scale = (
+                float(compute_scale.get(prefix, 1.0)) if isinstance(compute_scale, Mapping) else compute_scale
+            )
             self.streams.append(_Stream(ops, rank, is_comm_stream(name), scale))
+        self.running = len(self.streams)
 
-    # --- the dispatch queue -------------------------------------------------------------------
-    def schedule(self, event: _Event, delay: float = 0.0, priority: int = _NORMAL) -> None:
+    def schedule(self, code: int, a: Any, b: int = 0, delay: float = 0.0, priority: int = _NORMAL) -> None:
         self.sequence += 1
-        heapq.heappush(self.queue, (self.now + delay, priority, self.sequence, event))
+        if delay == 0.0 and priority == _NORMAL:
+            self.instant.append((self.sequence, code, a, b))
+        else:
+            heapq.heappush(self.queue, (self.now + delay, priority, self.sequence, code, a, b))
 
-    def timeout(self, delay: float) -> _Event:
-        event = _Event()
-        self.schedule(event, delay)
-        return event
-
-    @staticmethod
-    def wait(event: _Event, resume: Callable[[], None]) -> None:
-        """Call ``resume`` when ``event`` is dispatched (it has not been yet)."""
-        event.callbacks.append(resume)  # type: ignore[union-attr]
+    def _next(self) -> tuple[int, Any, int]:
+        """The next entry in SimPy's order: (time, priority, sequence) over the heap and the FIFO."""
+        queue, instant = self.queue, self.instant
+        if instant:
+            head = queue[0] if queue else None
+            if head is None or head[0] > self.now or (head[1], head[2]) > (_NORMAL, instant[0][0]):
+                _, code, a, b = instant.popleft()
+                return code, a, b
+        elif not queue:
+            raise TrainsimError(
+                f"step plan {self.plan.strategy!r} deadlocks: an operation waits for one that never "
+                "runs (check its after/after_start dependencies)"
+            )
+        self.now, _, _, code, a, b = heapq.heappop(queue)
+        return code, a, b
 
     def run(self) -> float:
-        for stream in self.streams:
-            first = _Event()
-            first.callbacks = [lambda s=stream: self.advance(s)]  # type: ignore[misc]
-            self.schedule(first, priority=_URGENT)
-            self.running += 1
-        queue = self.queue
+        for index in range(len(self.streams)):
+            self.schedule(_INIT, index, priority=_URGENT)
+        streams, next_entry = self.streams, self._next
         while self.running:
-            if not queue:
-                raise TrainsimError(
-                    f"step plan {self.plan.strategy!r} deadlocks: an operation waits for one that never "
-                    "runs (check its after/after_start dependencies)"
-                )
-            self.now, _, _, event = heapq.heappop(queue)
-            callbacks, event.callbacks = event.callbacks, None
-            for callback in callbacks or ():
-                callback()
+            code, a, b = next_entry()
+            if code == _COMPUTE_DONE:
+                stream = streams[a]
+                if b != stream.segment:
+                    continue  # a segment re-planned when communication started or stopped
+                if self.slowdown == 1.0:
+                    self._finish(a)
+                    self.advance(a)
+                    continue
+                stream.finished_segment = b
+                self._fire(a, b)
+            elif code == _RESUME or code == _INIT:
+                self.advance(a)
+            elif code == _COMM_DONE:
+                stream = streams[a]
+                self._toggle(stream.rank, -1)
+                self._finish(a)
+                self.advance(a)
+            elif code == _CHANGED:
+                for stream_index, segment in a:
+                    self._fire(stream_index, segment)
+            else:  # an operation ended or started: wake what waits on it, in the order it began to
+                if code == _ENDED:
+                    self.ended[a] = True
+                    waiters = self.on_end[a]
+                else:
+                    self.started[a] = True
+                    waiters = self.on_start[a]
+                for waiter in waiters or ():
+                    if isinstance(waiter, _AllOf):
+                        waiter.count -= 1
+                        if not waiter.count:
+                            self.schedule(_RESUME, waiter.stream)
+                    else:
+                        self.advance(waiter)
         return self.end
 
+    def _fire(self, index: int, segment: int) -> None:
+        """A slowed compute segment's wait (finish or a comm toggle, SimPy's AnyOf) is over."""
+        stream = self.streams[index]
+        if segment == stream.segment and stream.fired_segment != segment:
+            stream.fired_segment = segment
+            self.schedule(_RESUME, index)
+
     # --- one stream -----------------------------------------------------------------------------
-    def advance(self, stream: _Stream) -> None:
-        """Start the stream's next operations until one has to wait (or the stream is done)."""
-        while stream.index < len(stream.ops):
-            op = stream.ops[stream.index]
-            if not stream.phase:
-                pending = [ev for ev in self._waits(op) if ev.callbacks is not None]
-                stream.phase = "waiting"
+    def advance(self, index: int) -> None:
+        """Carry the stream on from where it stopped until it has to wait (or is done)."""
+        stream = self.streams[index]
+        ops = stream.ops
+        while stream.index < len(ops):
+            op = ops[stream.index]
+            phase = stream.phase
+            if phase == _NEXT:
+                pending = [i for i in op.after if not self.ended[i]]
+                pending += [-1 - i for i in op.after_start if not self.started[i]]
                 if pending:
-                    self._wait_all(pending, stream)
+                    self._wait(index, pending)
                     return
-            if stream.phase == "waiting":
-                if self._begin(stream, op):
+            elif phase == _COMPUTING:
+                if stream.finished_segment == stream.segment:
+                    self._finish(index)
+                    continue
+                stream.remaining -= (self.now - stream.segment_start) * stream.rate
+                if self._segment(index, stream):
                     return
-            elif stream.phase == "compute":
-                if self._compute_resumed(stream):
-                    return
-            self._finish(stream, op)
+                self._finish(index)
+                continue
+            if self._begin(index, stream, op):
+                return
+            self._finish(index)
         self.running -= 1
         if self.now > self.end:
             self.end = self.now
 
-    def _waits(self, op: Op) -> list[_Event]:
-        waits = [self.done[i] for i in op.after] + [self.started[i] for i in op.after_start]
-        return [ev for ev in waits if ev is not None]
+    def _wait(self, index: int, pending: list[int]) -> None:
+        """Wait for operations' ends (ids >= 0) and starts (encoded -1 - id)."""
+        self.streams[index].phase = _WAITING
+        waiter: Any = index if len(pending) == 1 else _AllOf(index, len(pending))
+        for code in pending:
+            waiters = self.on_end[code] if code >= 0 else self.on_start[-1 - code]
+            waiters.append(waiter)  # type: ignore[union-attr]
 
-    def _wait_all(self, pending: list[_Event], stream: _Stream) -> None:
-        def resume() -> None:
-            self.advance(stream)
-
-        if len(pending) == 1:
-            self.wait(pending[0], resume)
-            return
-        condition = _Condition(self, len(pending))
-        for event in pending:
-            self.wait(event, condition.check)
-        self.wait(condition, resume)
-
-    def _begin(self, stream: _Stream, op: Op) -> bool:
+    def _begin(self, index: int, stream: _Stream, op: Op) -> bool:
         """Start ``op``; True when the stream now waits for it to end."""
-        stream.start = self.starts[op.id] = self.now
-        started = self.started[op.id]
-        if started is not None:
-            self.schedule(started)
+        now = self.now
+        stream.start = self.starts[op.id] = now
+        if self.on_start[op.id] is not None:
+            self.schedule(_STARTED, op.id)
         rank = stream.rank
-        if not stream.communicates:
-            rank.current_compute = op.name
-        # Memory changed by a collective is attributed to the compute running at that moment.
-        label = f"{rank.current_compute} ({op.name})" if stream.communicates else op.name
-        stream.label = label
+        if stream.communicates:
+            # Memory changed by a collective is attributed to the compute running at that moment.
+            stream.label = f"{rank.current_compute} ({op.name})"
+        else:
+            rank.current_compute = stream.label = op.name
         if op.on_start:
-            self.memory.apply(op.on_start, label, self.now)
+            self.memory.apply(op.on_start, stream.label, now)
         if not stream.communicates:
             work = op.duration_s * stream.scale
             stream.remaining, stream.tolerance = work, 1e-12 * work
-            stream.phase = "compute"
-            return self._compute_segment(stream)
+            return self._segment(index, stream)
         if op.duration_s > 0:
             self._toggle(rank, +1)
-            stream.phase = "comm"
-            self.wait(self.timeout(op.duration_s), lambda: self._comm_done(stream))
+            stream.phase = _COMMUNICATING
+            self.schedule(_COMM_DONE, index, delay=op.duration_s)
             return True
-        stream.phase = "end"
         return False
 
-    def _compute_segment(self, stream: _Stream) -> bool:
+    def _segment(self, index: int, stream: _Stream) -> bool:
         """Run the compute's remaining work at the current rate; True while it is not finished."""
         if not stream.remaining > stream.tolerance:
-            stream.phase = "end"
             return False
         rank = stream.rank
         rate = 1.0 / self.slowdown if rank.comm_active else 1.0
-        stream.rate, stream.segment_start = rate, self.now
-        finish = stream.finish = self.timeout(stream.remaining / rate)
-        if self.slowdown == 1.0:
-            self.wait(finish, lambda: self._compute_done(stream))
-            return True
-        # Wait for the work to finish or the rank's communication to start or stop (SimPy's AnyOf).
-        condition = _Condition(self, 1)
-        self.wait(finish, condition.check)
-        self.wait(rank.changed, condition.check)
-        self.wait(condition, lambda: self.advance(stream))
+        stream.rate, stream.segment_start, stream.phase = rate, self.now, _COMPUTING
+        stream.segment += 1
+        self.schedule(_COMPUTE_DONE, index, stream.segment, delay=stream.remaining / rate)
+        if self.slowdown != 1.0:
+            rank.waiting.append((index, stream.segment))
         return True
-
-    def _compute_resumed(self, stream: _Stream) -> bool:
-        """Woken while computing: done if the work finished, else re-plan the rest at the new rate."""
-        if stream.finish is None or stream.finish.callbacks is None:
-            stream.phase = "end"
-            return False
-        stream.remaining -= (self.now - stream.segment_start) * stream.rate
-        return self._compute_segment(stream)
-
-    def _compute_done(self, stream: _Stream) -> None:
-        stream.phase = "end"
-        self.advance(stream)
-
-    def _comm_done(self, stream: _Stream) -> None:
-        self._toggle(stream.rank, -1)
-        stream.phase = "end"
-        self.advance(stream)
 
     def _toggle(self, rank: _Rank, delta: int) -> None:
         rank.comm_active += delta
-        changed, rank.changed = rank.changed, _Event()
-        if changed.callbacks:  # nobody can start waiting on it any more: skip it if nobody does
-            self.schedule(changed)
+        if rank.waiting:  # nobody can start waiting on this toggle any more: skip it if nobody does
+            self.schedule(_CHANGED, rank.waiting)
+            rank.waiting = []
 
-    def _finish(self, stream: _Stream, op: Op) -> None:
+    def _finish(self, index: int) -> None:
+        stream = self.streams[index]
+        op = stream.ops[stream.index]
         now, label = self.now, stream.label
         self.ends[op.id] = now
-        self.spans.append(Span(op.stream, op.name, op.kind, stream.start, now, op.bytes, op.link_kind))
+        self.finished.append(op.id)
         if op.on_end:
             self.memory.apply(op.on_end, label, now)
         if op.after_end:
             self.memory.apply(op.after_end, label, now)
-        done = self.done[op.id]
-        if done is not None:
-            self.schedule(done)
+        if self.on_end[op.id] is not None:
+            self.schedule(_ENDED, op.id)
         stream.index += 1
-        stream.phase = ""
+        stream.phase = _NEXT
 
 
 @dataclass(slots=True)
@@ -311,8 +322,7 @@ def evaluate_plan_timed(
     memory.apply(plan.initial_memory.items(), "start of step", 0.0)
     evaluator = _Evaluator(plan, memory, slowdown, compute_scale)
     step_time = evaluator.run() if evaluator.streams else 0.0
-    spans = sorted(evaluator.spans, key=_span_order)
-    return TimedRun(PlanRun(step_time, spans, memory), evaluator.starts, evaluator.ends)
+    return TimedRun(PlanRun(step_time, _spans(plan, evaluator), memory), evaluator.starts, evaluator.ends)
 
 
 def evaluate_plan(
@@ -330,6 +340,17 @@ def evaluate_plan(
     return evaluate_plan_timed(
         plan, capacity_bytes=capacity_bytes, slowdown=slowdown, compute_scale=compute_scale
     ).run
+
+
+def _spans(plan: StepPlan, evaluator: _Evaluator) -> list[Span]:
+    """Spans as run_plan records them: in the order operations ended, then sorted by (start, end)."""
+    starts, ends = evaluator.starts, evaluator.ends
+    spans = [
+        Span(op.stream, op.name, op.kind, starts[op.id], ends[op.id], op.bytes, op.link_kind)
+        for op in (plan.ops[i] for i in evaluator.finished)
+    ]
+    spans.sort(key=_span_order)
+    return spans
 
 
 def _span_order(span: Span) -> tuple[Any, ...]:

@@ -32,9 +32,7 @@ def check_engine_path(path: str) -> str:
     return path
 
 
-def choose_path(
-    requested: str, topology: Topology, heterogeneity: Heterogeneity = NO_HETEROGENEITY
-) -> str:
+def choose_path(requested: str, topology: Topology, heterogeneity: Heterogeneity = NO_HETEROGENEITY) -> str:
     """``"fast"`` or ``"des"`` for a synchronous strategy on ``topology`` (see the module docstring)."""
     check_engine_path(requested)
     if requested != "auto":

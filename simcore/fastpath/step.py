@@ -78,7 +78,9 @@ def _extrapolated(
     peak_flops: float,
     slowdown: float,
 ) -> StepReport | None:
-    probe_ctx = replace(ctx, config=replace(ctx.config, global_batch=ctx.gpus * ctx.config.micro_batch * PROBE))
+    probe_ctx = replace(
+        ctx, config=replace(ctx.config, global_batch=ctx.gpus * ctx.config.micro_batch * PROBE)
+    )
     plan = strategy.build_plan(probe_ctx)
     if {op.stream for op in plan.ops} - {COMPUTE, COMM}:
         return None
@@ -150,7 +152,10 @@ def _period(plan: StepPlan, timed: TimedRun, starts: list[int]) -> _Period | Non
     if abs((at[4] - at[3]) - period) > tolerance:
         return None
     for i in two:
-        if abs(begin[i + shift] - begin[i] - period) > tolerance or abs(end[i + shift] - end[i] - period) > tolerance:
+        if (
+            abs(begin[i + shift] - begin[i] - period) > tolerance
+            or abs(end[i + shift] - end[i] - period) > tolerance
+        ):
             return None
     # Nothing of a micro-batch may still run when the one after next begins.
     if max(end[i] for i in one) > at[3] + tolerance or max(end[i] for i in two) > at[4] + tolerance:
@@ -179,7 +184,9 @@ def _memory_repeats(timed: TimedRun, at: list[float], tolerance: float) -> bool:
     """Whether the memory samples between the middle micro-batches' starts repeat, shifted."""
     samples = timed.run.memory.samples
     times = [t for t, _, _ in samples]
-    windows = [samples[bisect.bisect_left(times, at[m]) : bisect.bisect_left(times, at[m + 1])] for m in (2, 3)]
+    windows = [
+        samples[bisect.bisect_left(times, at[m]) : bisect.bisect_left(times, at[m + 1])] for m in (2, 3)
+    ]
     if len(windows[0]) != len(windows[1]):
         return False
     period = at[3] - at[2]

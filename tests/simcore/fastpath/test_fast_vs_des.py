@@ -61,7 +61,12 @@ def test_fast_path_agrees_with_the_discrete_event_path(
     )
     runs = {
         path: run_what_if(
-            workload, [cluster], [gpus], loader=load_cluster, strategies=[strategy], config=config,
+            workload,
+            [cluster],
+            [gpus],
+            loader=load_cluster,
+            strategies=[strategy],
+            config=config,
             engine_path=path,
         )  # fmt: skip
         for path in ("des", "fast")
@@ -90,8 +95,14 @@ def test_stragglers_forced_onto_the_fast_path_give_the_simulated_answer() -> Non
     uneven = Heterogeneity((Straggler(5, 1.5),))
     runs = [
         run_what_if(
-            workload, ["dgx-a100"], [16], loader=load_cluster, strategies=["ddp", "fsdp"], config=config,
-            heterogeneity=uneven, engine_path=path,
+            workload,
+            ["dgx-a100"],
+            [16],
+            loader=load_cluster,
+            strategies=["ddp", "fsdp"],
+            config=config,
+            heterogeneity=uneven,
+            engine_path=path,
         )  # fmt: skip
         for path in ("auto", "fast")
     ]

@@ -57,7 +57,9 @@ def test_extrapolated_steps_report_what_the_full_plan_does(
         bucket_size_bytes=8 * 2**20,
     )
     ctx = toy_context(gpus, config, workload=toy_transformer(blocks=blocks))
-    got = fast_step_report(get_strategy(name), ctx, cluster="c", device="d", peak_flops=1e14, slowdown=slowdown)
+    got = fast_step_report(
+        get_strategy(name), ctx, cluster="c", device="d", peak_flops=1e14, slowdown=slowdown
+    )
     _assert_same(got, _full(name, ctx, slowdown))
 
 

@@ -1,0 +1,211 @@
+"""Run a sweep's tasks on an existing engine: in process, a local process pool, or Ray tasks.
+
+Tasks are sorted by GPU count (then micro-batch, recompute, strategy) and cut into chunks, so one
+worker times many configurations of one cluster size and loads and prices that cluster once
+(:mod:`simcore.planner.evaluate` caches per process). Results come back by task index, so every
+engine returns the same list in the same order as a serial run.
+
+- ``local``: :class:`concurrent.futures.ProcessPoolExecutor` over the cores (forked where the
+  platform allows, so workers inherit the clusters the parent loaded); one worker runs in process.
+- ``ray``: the same chunks as Ray tasks, on the cluster at ``address`` or a local instance (``pip
+  install "trainsim[sweep]"``). An unreachable address or a missing ``ray`` is a
+  :class:`~simcore.errors.TrainsimError`, found within :data:`CONNECT_TIMEOUT_S`.
+
+Ctrl-C stops a sweep: chunks not started are cancelled, running workers are stopped, and what had
+finished is returned with ``interrupted`` set.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import signal
+import socket
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any
+
+from simcore.errors import TrainsimError
+from simcore.planner.evaluate import Outcome, PlanJob, Task, evaluate_tasks
+
+__all__ = ["CONNECT_TIMEOUT_S", "ENGINES", "SweepRun", "chunk_tasks", "run_sweep"]
+
+ENGINES = ("local", "ray")
+CONNECT_TIMEOUT_S = 5.0
+MAX_CHUNK = 64  # configurations per task: large enough to amortise a task, small enough to share out
+
+Chunk = list[tuple[int, Task]]
+Progress = Callable[[int], None]
+
+
+@dataclass(slots=True)
+class SweepRun:
+    """Outcomes by task index (None where the sweep was interrupted first) and how it ran."""
+
+    outcomes: list[Outcome | None]
+    interrupted: bool
+    engine: str
+    workers: int
+
+
+def chunk_tasks(tasks: Sequence[Task], workers: int) -> list[Chunk]:
+    """Indexed tasks grouped by GPU count and cut into about four chunks per worker."""
+    order = sorted(
+        range(len(tasks)),
+        key=lambda i: (tasks[i][0], tasks[i][1].micro_batch, tasks[i][1].recompute, tasks[i][1].strategy),
+    )
+    size = max(1, min(MAX_CHUNK, math.ceil(len(tasks) / max(1, 4 * workers))))
+    chunks: list[Chunk] = []
+    for i in order:
+        if not chunks or len(chunks[-1]) >= size or tasks[chunks[-1][-1][0]][0] != tasks[i][0]:
+            chunks.append([])
+        chunks[-1].append((i, tasks[i]))
+    return chunks
+
+
+def _run_chunk(job: PlanJob, chunk: Chunk) -> list[tuple[int, Outcome]]:
+    outcomes = evaluate_tasks(job, [task for _, task in chunk])
+    return [(index, outcome) for (index, _), outcome in zip(chunk, outcomes, strict=True)]
+
+
+def run_sweep(
+    job: PlanJob,
+    tasks: Sequence[Task],
+    *,
+    engine: str = "local",
+    workers: int | None = None,
+    address: str | None = None,
+    progress: Progress | None = None,
+) -> SweepRun:
+    """Time every task on ``engine`` with ``workers`` processes (default: every core)."""
+    if engine not in ENGINES:
+        raise TrainsimError(f"engine {engine!r} is not known; allowed: {', '.join(ENGINES)}")
+    if address is not None and engine != "ray":
+        raise TrainsimError("--address names a Ray cluster; it needs --engine ray")
+    workers = workers or os.cpu_count() or 1
+    if workers < 1:
+        raise TrainsimError(f"--workers must be at least 1, got {workers}")
+    outcomes: list[Outcome | None] = [None] * len(tasks)
+    chunks = chunk_tasks(tasks, workers)
+    tick = progress or (lambda _: None)
+    if engine == "ray":
+        interrupted = _ray(job, chunks, outcomes, workers, address, tick)
+    elif workers == 1 or len(chunks) == 1:
+        interrupted, workers = _in_process(job, chunks, outcomes, tick), 1
+    else:
+        interrupted = _pool(job, chunks, outcomes, workers, tick)
+    return SweepRun(outcomes, interrupted, engine, workers)
+
+
+def _store(results: list[tuple[int, Outcome]], outcomes: list[Outcome | None], tick: Progress) -> None:
+    for index, outcome in results:
+        outcomes[index] = outcome
+    tick(len(results))
+
+
+def _in_process(job: PlanJob, chunks: list[Chunk], outcomes: list[Outcome | None], tick: Progress) -> bool:
+    try:
+        for chunk in chunks:
+            for index, task in chunk:
+                _store(_run_chunk(job, [(index, task)]), outcomes, tick)
+    except KeyboardInterrupt:
+        return True
+    return False
+
+
+def _ignore_interrupts() -> None:
+    # Ctrl-C reaches the whole process group: the parent stops the sweep, workers just end.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _pool(
+    job: PlanJob, chunks: list[Chunk], outcomes: list[Outcome | None], workers: int, tick: Progress
+) -> bool:
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_ignore_interrupts)
+    pending: set[Future[list[tuple[int, Outcome]]]] = set()
+    interrupted = False
+    try:
+        pending = {pool.submit(_run_chunk, job, chunk) for chunk in chunks}
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                _store(future.result(), outcomes, tick)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        pool.shutdown(wait=not interrupted, cancel_futures=True)
+        if interrupted:
+            # Workers still inside a chunk would run it to the end: stop them now (no public API).
+            for process in list(getattr(pool, "_processes", {}).values()):
+                process.terminate()
+    return interrupted
+
+
+def _check_reachable(address: str) -> None:
+    """A :class:`TrainsimError` unless something listens at ``address`` (host:port) within the timeout."""
+    if address == "auto":
+        return
+    target = address.split("://", 1)[-1]
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit():
+        raise TrainsimError(f"--address {address!r} is not host:port (or ray://host:port, or auto)")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S):
+            pass
+    except OSError as exc:
+        raise TrainsimError(
+            f"cannot reach the Ray cluster at {address} within {CONNECT_TIMEOUT_S:g} s ({exc}); "
+            "check the address, or leave --address out to start a local Ray instance"
+        ) from None
+
+
+def _connect(ray: Any, workers: int, address: str | None) -> None:
+    if ray.is_initialized():
+        return
+    if address is not None:
+        _check_reachable(address)
+    try:
+        ray.init(
+            address=address,
+            num_cpus=workers if address is None else None,
+            include_dashboard=False,
+            logging_level="ERROR",
+            log_to_driver=False,
+        )
+    except (ConnectionError, TimeoutError, RuntimeError) as exc:
+        raise TrainsimError(f"cannot connect to Ray at {address or 'a new local instance'}: {exc}") from None
+
+
+def _ray(
+    job: PlanJob,
+    chunks: list[Chunk],
+    outcomes: list[Outcome | None],
+    workers: int,
+    address: str | None,
+    tick: Progress,
+) -> bool:
+    try:
+        import ray
+    except ImportError:
+        raise TrainsimError(
+            "--engine ray needs Ray, which is not installed: pip install 'trainsim[sweep]' "
+            "(or leave --engine out for the local process pool)"
+        ) from None
+    _connect(ray, workers, address)
+    remote = ray.remote(num_cpus=1)(_run_chunk)
+    job_ref = ray.put(job)
+    pending = [remote.remote(job_ref, chunk) for chunk in chunks]
+    try:
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            for ref in done:
+                _store(ray.get(ref), outcomes, tick)
+    except KeyboardInterrupt:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        return True
+    return False
