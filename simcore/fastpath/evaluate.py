@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,7 +170,7 @@ class _Evaluator:
                     continue
                 stream.finished_segment = b
                 self._fire(a, b)
-            elif code == _RESUME or code == _INIT:
+            elif code in (_RESUME, _INIT):
                 self.advance(a)
             elif code == _COMM_DONE:
                 stream = streams[a]

@@ -6,20 +6,42 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simcore.compute.heterogeneity import Heterogeneity, Straggler
+from simcore.compute.heterogeneity import NO_HETEROGENEITY, Heterogeneity, Straggler
 from simcore.errors import TrainsimError
 from simcore.fastpath.path import choose_path
 from simcore.report import StepReport
 from simcore.strategies import strategy_names
 from simcore.strategies.base import TrainingConfig
-from simcore.whatif.sweep import run_what_if
+from simcore.whatif.sweep import WhatIfResult, run_what_if
 from simcore.workload.loader import load_workload
+from simcore.workload.types import Workload
 from tests.simcore.strategies.test_strategies_support import toy_transformer
 from topologies import load_cluster
 
 CLUSTERS = ["dgx-a100", "hgx-h100", "g5.12xlarge", "g5.48xlarge", "pcie-nvl-pairs"]
 MODELS = ["gpt2-small", "bert-base", "resnet50-cifar10"]
 COMPARED = ("step_time_s", "step_time_p99_s", "peak_memory_bytes", "comm_s", "exposed_comm_s", "compute_s")
+
+
+def _what_if(
+    workload: Workload,
+    cluster: str,
+    gpus: int,
+    strategies: list[str],
+    config: TrainingConfig,
+    path: str,
+    heterogeneity: Heterogeneity = NO_HETEROGENEITY,
+) -> WhatIfResult:
+    return run_what_if(
+        workload,
+        [cluster],
+        [gpus],
+        loader=load_cluster,
+        strategies=strategies,
+        config=config,
+        heterogeneity=heterogeneity,
+        engine_path=path,
+    )
 
 
 def _close(des: StepReport, fast: StepReport) -> None:
