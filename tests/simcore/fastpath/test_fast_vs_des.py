@@ -44,6 +44,27 @@ def _what_if(
     )
 
 
+def _what_if(
+    workload: Workload,
+    cluster: str,
+    gpus: int,
+    strategies: list[str],
+    config: TrainingConfig,
+    path: str,
+    heterogeneity: Heterogeneity = NO_HETEROGENEITY,
+) -> WhatIfResult:
+    return run_what_if(
+        workload,
+        [cluster],
+        [gpus],
+        loader=load_cluster,
+        strategies=strategies,
+        config=config,
+        heterogeneity=heterogeneity,
+        engine_path=path,
+    )
+
+
 def _close(des: StepReport, fast: StepReport) -> None:
     for name in COMPARED:
         assert getattr(fast, name) == pytest.approx(getattr(des, name), rel=0.01, abs=1e-12), name
@@ -81,18 +102,7 @@ def test_fast_path_agrees_with_the_discrete_event_path(
         seq_len=seq_len,
         activation_checkpointing=checkpoint,
     )
-    runs = {
-        path: run_what_if(
-            workload,
-            [cluster],
-            [gpus],
-            loader=load_cluster,
-            strategies=[strategy],
-            config=config,
-            engine_path=path,
-        )  # fmt: skip
-        for path in ("des", "fast")
-    }
+    runs = {path: _what_if(workload, cluster, gpus, [strategy], config, path) for path in ("des", "fast")}
     assert runs["fast"].engine_paths == {(cluster, 1): "fast", (cluster, gpus): "fast"}
     assert runs["des"].engine_paths[(cluster, gpus)] == "des"
     for des, fast in zip(runs["des"].reports, runs["fast"].reports, strict=True):
@@ -115,19 +125,7 @@ def test_stragglers_forced_onto_the_fast_path_give_the_simulated_answer() -> Non
     workload = load_workload("gpt2-small", seq_len=256)
     config = TrainingConfig(global_batch=32, micro_batch=2, seq_len=256, steps=4)
     uneven = Heterogeneity((Straggler(5, 1.5),))
-    runs = [
-        run_what_if(
-            workload,
-            ["dgx-a100"],
-            [16],
-            loader=load_cluster,
-            strategies=["ddp", "fsdp"],
-            config=config,
-            heterogeneity=uneven,
-            engine_path=path,
-        )  # fmt: skip
-        for path in ("auto", "fast")
-    ]
+    runs = [_what_if(workload, "dgx-a100", 16, ["ddp", "fsdp"], config, p, uneven) for p in ("auto", "fast")]
     assert runs[0].engine_paths[("dgx-a100", 16)] == "des"
     for des, fast in zip(runs[0].reports, runs[1].reports, strict=True):
         _close(des, fast)
