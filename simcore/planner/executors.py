@@ -17,6 +17,7 @@ finished is returned with ``interrupted`` set.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import multiprocessing
 import os
@@ -30,11 +31,16 @@ from typing import Any
 from simcore.errors import TrainsimError
 from simcore.planner.evaluate import Outcome, PlanJob, Task, evaluate_tasks
 
-__all__ = ["CONNECT_TIMEOUT_S", "ENGINES", "SweepRun", "chunk_tasks", "run_sweep"]
+__all__ = ["CONNECT_TIMEOUT_S", "ENGINES", "SweepRun", "check_engine", "chunk_tasks", "run_sweep"]
 
 ENGINES = ("local", "ray")
 CONNECT_TIMEOUT_S = 5.0
 MAX_CHUNK = 64  # configurations per task: large enough to amortise a task, small enough to share out
+
+_NO_RAY = (
+    "--engine ray needs Ray, which is not installed: pip install 'trainsim[sweep]' "
+    "(or leave --engine out for the local process pool)"
+)
 
 Chunk = list[tuple[int, Task]]
 Progress = Callable[[int], None]
@@ -70,6 +76,16 @@ def _run_chunk(job: PlanJob, chunk: Chunk) -> list[tuple[int, Outcome]]:
     return [(index, outcome) for (index, _), outcome in zip(chunk, outcomes, strict=True)]
 
 
+def check_engine(engine: str, address: str | None = None) -> None:
+    """A :class:`TrainsimError` for an unknown engine, an address without Ray, or Ray not installed."""
+    if engine not in ENGINES:
+        raise TrainsimError(f"engine {engine!r} is not known; allowed: {', '.join(ENGINES)}")
+    if address is not None and engine != "ray":
+        raise TrainsimError("--address names a Ray cluster; it needs --engine ray")
+    if engine == "ray" and importlib.util.find_spec("ray") is None:
+        raise TrainsimError(_NO_RAY)
+
+
 def run_sweep(
     job: PlanJob,
     tasks: Sequence[Task],
@@ -80,10 +96,7 @@ def run_sweep(
     progress: Progress | None = None,
 ) -> SweepRun:
     """Time every task on ``engine`` with ``workers`` processes (default: every core)."""
-    if engine not in ENGINES:
-        raise TrainsimError(f"engine {engine!r} is not known; allowed: {', '.join(ENGINES)}")
-    if address is not None and engine != "ray":
-        raise TrainsimError("--address names a Ray cluster; it needs --engine ray")
+    check_engine(engine, address)
     workers = workers or os.cpu_count() or 1
     if workers < 1:
         raise TrainsimError(f"--workers must be at least 1, got {workers}")
@@ -191,10 +204,7 @@ def _ray(
     try:
         import ray
     except ImportError:
-        raise TrainsimError(
-            "--engine ray needs Ray, which is not installed: pip install 'trainsim[sweep]' "
-            "(or leave --engine out for the local process pool)"
-        ) from None
+        raise TrainsimError(_NO_RAY) from None
     _connect(ray, workers, address)
     remote = ray.remote(num_cpus=1)(_run_chunk)
     job_ref = ray.put(job)
