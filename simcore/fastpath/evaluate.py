@@ -138,48 +138,46 @@ class _Evaluator:
         else:
             heapq.heappush(self.queue, (self.now + delay, priority, self.sequence, code, a, b))
 
-    def _next(self) -> tuple[int, Any, int]:
-        """The next entry in SimPy's order: (time, priority, sequence) over the heap and the FIFO."""
-        queue, instant = self.queue, self.instant
-        if instant:
-            head = queue[0] if queue else None
-            if head is None or head[0] > self.now or (head[1], head[2]) > (_NORMAL, instant[0][0]):
-                _, code, a, b = instant.popleft()
-                return code, a, b
-        elif not queue:
-            raise TrainsimError(
-                f"step plan {self.plan.strategy!r} deadlocks: an operation waits for one that never "
-                "runs (check its after/after_start dependencies)"
-            )
-        self.now, _, _, code, a, b = heapq.heappop(queue)
-        return code, a, b
-
     def run(self) -> float:
         for index in range(len(self.streams)):
             self.schedule(_INIT, index, priority=_URGENT)
-        streams, next_entry = self.streams, self._next
+        streams, queue, instant = self.streams, self.queue, self.instant
+        pop, popleft, advance = heapq.heappop, instant.popleft, self.advance
         while self.running:
-            code, a, b = next_entry()
-            if code == _COMPUTE_DONE:
+            # The next entry in SimPy's order, (time, priority, sequence), over the heap and the FIFO.
+            if instant and (
+                not queue or queue[0][0] > self.now or (queue[0][1], queue[0][2]) > (_NORMAL, instant[0][0])
+            ):
+                _, code, a, b = popleft()
+            elif queue:
+                self.now, _, _, code, a, b = pop(queue)
+            else:
+                raise TrainsimError(
+                    f"step plan {self.plan.strategy!r} deadlocks: an operation waits for one that never "
+                    "runs (check its after/after_start dependencies)"
+                )
+            if code == _RESUME:
+                advance(a)
+            elif code == _COMPUTE_DONE:
                 stream = streams[a]
                 if b != stream.segment:
                     continue  # a segment re-planned when communication started or stopped
                 if self.slowdown == 1.0:
                     self._finish(a)
-                    self.advance(a)
+                    advance(a)
                     continue
                 stream.finished_segment = b
                 self._fire(a, b)
-            elif code in (_RESUME, _INIT):
-                self.advance(a)
             elif code == _COMM_DONE:
                 stream = streams[a]
                 self._toggle(stream.rank, -1)
                 self._finish(a)
-                self.advance(a)
+                advance(a)
             elif code == _CHANGED:
                 for stream_index, segment in a:
                     self._fire(stream_index, segment)
+            elif code == _INIT:
+                advance(a)
             else:  # an operation ended or started: wake what waits on it, in the order it began to
                 if code == _ENDED:
                     self.ended[a] = True
@@ -193,7 +191,7 @@ class _Evaluator:
                         if not waiter.count:
                             self.schedule(_RESUME, waiter.stream)
                     else:
-                        self.advance(waiter)
+                        advance(waiter)
         return self.end
 
     def _fire(self, index: int, segment: int) -> None:
@@ -207,13 +205,14 @@ class _Evaluator:
     def advance(self, index: int) -> None:
         """Carry the stream on from where it stopped until it has to wait (or is done)."""
         stream = self.streams[index]
-        ops = stream.ops
+        ops, ended, started = stream.ops, self.ended, self.started
         while stream.index < len(ops):
             op = ops[stream.index]
             phase = stream.phase
             if phase == _NEXT:
-                pending = [i for i in op.after if not self.ended[i]]
-                pending += [-1 - i for i in op.after_start if not self.started[i]]
+                pending = [i for i in op.after if not ended[i]]
+                if op.after_start:
+                    pending += [-1 - i for i in op.after_start if not started[i]]
                 if pending:
                     self._wait(index, pending)
                     return
@@ -316,13 +315,19 @@ def evaluate_plan_timed(
     capacity_bytes: float,
     slowdown: float = 1.0,
     compute_scale: float | Mapping[str, float] = 1.0,
+    comm_spans_only: bool = False,
 ) -> TimedRun:
-    """:func:`evaluate_plan`, also returning every operation's start and end time."""
+    """:func:`evaluate_plan`, also returning every operation's start and end time.
+
+    ``comm_spans_only`` keeps only the spans of communication streams (all a
+    :class:`~simcore.report.StepReport` reads; a trace wants them all).
+    """
     memory = MemoryTimeline(capacity_bytes)
     memory.apply(plan.initial_memory.items(), "start of step", 0.0)
     evaluator = _Evaluator(plan, memory, slowdown, compute_scale)
     step_time = evaluator.run() if evaluator.streams else 0.0
-    return TimedRun(PlanRun(step_time, _spans(plan, evaluator), memory), evaluator.starts, evaluator.ends)
+    spans = _spans(plan, evaluator, comm_spans_only)
+    return TimedRun(PlanRun(step_time, spans, memory), evaluator.starts, evaluator.ends)
 
 
 def evaluate_plan(
@@ -342,12 +347,14 @@ def evaluate_plan(
     ).run
 
 
-def _spans(plan: StepPlan, evaluator: _Evaluator) -> list[Span]:
+def _spans(plan: StepPlan, evaluator: _Evaluator, comm_only: bool) -> list[Span]:
     """Spans as run_plan records them: in the order operations ended, then sorted by (start, end)."""
     starts, ends = evaluator.starts, evaluator.ends
+    ops = (plan.ops[i] for i in evaluator.finished)
     spans = [
         Span(op.stream, op.name, op.kind, starts[op.id], ends[op.id], op.bytes, op.link_kind)
-        for op in (plan.ops[i] for i in evaluator.finished)
+        for op in ops
+        if not comm_only or is_comm_stream(op.stream)
     ]
     spans.sort(key=_span_order)
     return spans

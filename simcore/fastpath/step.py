@@ -2,17 +2,18 @@
 
 Long gradient accumulation is extrapolated, exactly: a step of ``k`` micro-batches is the first
 micro-batch, ``k - 2`` identical middle ones and the last (with the optimizer). When ``k`` is
-large, a probe plan of :data:`PROBE` micro-batches is built and evaluated instead, and its last two
-middle micro-batches (each after a middle one: the first micro-batch may differ, ZeRO-2's keeps
-its gradient shard) are checked against each other: the same operations (kinds, durations, bytes,
+large, a probe plan of a few micro-batches (:data:`PROBES`) is built and evaluated instead, and its
+last two middle micro-batches are checked against each other: the same operations (kinds, durations, bytes,
 memory changes, dependencies at the same offsets), the same times relative to their first
 forward, the same memory levels, and nothing of a micro-batch still running two micro-batches
 later. The scheduler is deterministic and invariant under a shift in time, so each further middle
 micro-batch then repeats the last one exactly, shifted by the period: the step time, compute,
 communication, bytes and link use grow by one period's worth per micro-batch, and the memory
 peak is the probe's. When the check fails (a communication backlog still growing, say), the full
-plan is built and evaluated. Only the representative rank's plan (streams ``compute`` and
-``comm``) is extrapolated.
+plan is built and evaluated. Four micro-batches are tried first; where the first micro-batch
+leaves a different trace in the next (ZeRO-2 keeps its gradient shard), five, so that the compared
+micro-batches both follow a middle one; a process remembers which size worked per strategy. Only
+the representative rank's plan (streams ``compute`` and ``comm``) is extrapolated.
 """
 
 from __future__ import annotations
@@ -28,10 +29,15 @@ from simcore.strategies.base import StepContext, Strategy
 from simcore.strategies.runner import StepResult, report_step, simulate_step
 from simcore.strategies.schedule import COMM, COMPUTE, Op, StepPlan
 
-__all__ = ["MIN_EXTRAPOLATED", "PROBE", "fast_step_report"]
+__all__ = ["MIN_EXTRAPOLATED", "PROBES", "fast_step_report"]
 
-PROBE = 5  # micro-batches of the probe plan: first, a middle one, two middle ones to compare, last
-MIN_EXTRAPOLATED = 8  # below this many micro-batches the full plan costs less than checking a probe
+# Micro-batches of a probe plan: the first, two middle ones to compare (after a fifth's middle one
+# when four are not enough), and the last.
+PROBES = (4, 5)
+MIN_EXTRAPOLATED = 6  # below this many micro-batches the full plan costs less than checking probes
+# Per (strategy, one GPU): the probe size that worked last in this process, or 0 when the plan is
+# not built micro-batch by micro-batch (DDP and ZeRO-1 run all but the last as one operation).
+_FIRST_PROBE: dict[tuple[str, bool], int] = {}
 _PASSES = ("fwd", "bwd", "recompute", "fwd+bwd")
 _TAG = re.compile(r"micro-batch (\d+)")
 
@@ -64,7 +70,15 @@ def fast_step_report(
                                slowdown=slowdown)  # fmt: skip
         if report is not None:
             return report
-    result = simulate_step(strategy, ctx, slowdown=slowdown, path="fast")
+    if ctx.config.steps == 1 and ctx.config.compute_jitter_sigma == 0:
+        # One step, as simulate_step would run it; only the spans a report reads.
+        plan = strategy.build_plan(ctx)
+        timed = evaluate_plan_timed(
+            plan, capacity_bytes=ctx.device_memory_bytes, slowdown=slowdown, comm_spans_only=True
+        )
+        result = StepResult(plan, timed.run, [timed.run.step_time_s])
+    else:
+        result = simulate_step(strategy, ctx, slowdown=slowdown, path="fast")
     return report_step(result, ctx, cluster=cluster, device=device, peak_flops=peak_flops)
 
 
@@ -78,20 +92,20 @@ def _extrapolated(
     peak_flops: float,
     slowdown: float,
 ) -> StepReport | None:
-    probe_ctx = replace(
-        ctx, config=replace(ctx.config, global_batch=ctx.gpus * ctx.config.micro_batch * PROBE)
-    )
-    plan = strategy.build_plan(probe_ctx)
-    if {op.stream for op in plan.ops} - {COMPUTE, COMM}:
+    key = (strategy.name, ctx.gpus == 1)
+    first = _FIRST_PROBE.get(key, PROBES[0])
+    for size in (p for p in PROBES if first and p >= first):
+        probe = _probe(strategy, ctx, size, slowdown)
+        if isinstance(probe, str):
+            _FIRST_PROBE[key] = 0
+            return None
+        if probe is not None:
+            _FIRST_PROBE[key] = size
+            plan, timed, starts, period = probe
+            break
+    else:
         return None
-    starts = _microbatch_starts(plan)
-    if len(starts) != PROBE:
-        return None
-    timed = evaluate_plan_timed(plan, capacity_bytes=ctx.device_memory_bytes, slowdown=slowdown)
-    period = _period(plan, timed, starts)
-    if period is None:
-        return None
-    extra = k - PROBE
+    extra = k - len(starts)
     step_s = timed.run.step_time_s + extra * period.time_s
     result = StepResult(plan, timed.run, [step_s])
     report = report_step(result, ctx, cluster=cluster, device=device, peak_flops=peak_flops)
@@ -111,6 +125,27 @@ def _extrapolated(
         bottleneck_link=max(sorted(busy_link), key=lambda name: busy_link[name]) if busy_link else "",
         peak_phase=_peak_phase(timed, starts, report.peak_phase, extra),
     )
+
+
+def _probe(
+    strategy: Strategy, ctx: StepContext, size: int, slowdown: float
+) -> tuple[StepPlan, TimedRun, list[int], _Period] | str | None:
+    """The plan of ``size`` micro-batches, evaluated, if its middle micro-batches repeat; None if
+    they do not; ``"structure"`` if the plan is not one micro-batch after another."""
+    probe_ctx = replace(
+        ctx, config=replace(ctx.config, global_batch=ctx.gpus * ctx.config.micro_batch * size)
+    )
+    plan = strategy.build_plan(probe_ctx)
+    if {op.stream for op in plan.ops} - {COMPUTE, COMM}:
+        return "structure"
+    starts = _microbatch_starts(plan)
+    if len(starts) != size:
+        return "structure"
+    timed = evaluate_plan_timed(
+        plan, capacity_bytes=ctx.device_memory_bytes, slowdown=slowdown, comm_spans_only=True
+    )
+    period = _period(plan, timed, starts)
+    return None if period is None else (plan, timed, starts, period)
 
 
 def _microbatch_starts(plan: StepPlan) -> list[int]:
@@ -137,32 +172,40 @@ def _same_op(a: Op, b: Op, shift: int) -> bool:
 
 
 def _period(plan: StepPlan, timed: TimedRun, starts: list[int]) -> _Period | None:
-    """One middle micro-batch's contribution, if the probe's middle micro-batches repeat exactly."""
+    """One middle micro-batch's contribution, if the probe's last two middle micro-batches repeat."""
     ops, begin, end = plan.ops, timed.starts, timed.ends
     bounds = [*starts, len(ops)]
-    one, two, three = (range(bounds[m], bounds[m + 1]) for m in (1, 2, 3))
-    shift = bounds[3] - bounds[2]
-    if not (len(one) == len(two) == len(three) == shift):
+    a = len(starts) - 3  # the compared micro-batches: a and a + 1, before the last
+    if a < 1:
         return None
-    if not all(_same_op(ops[i], ops[i + shift], shift) for i in (*one, *two)):
+    blocks = [range(bounds[m], bounds[m + 1]) for m in range(a - 1, a + 2)]  # one before, a, a + 1
+    shift = bounds[a + 1] - bounds[a]
+    middles = blocks[1:] if a == 1 else blocks  # the one before a must be a middle one too
+    if any(len(block) != shift for block in middles):
+        return None
+    if not all(_same_op(ops[i], ops[i + shift], shift) for block in middles[:-1] for i in block):
         return None
     at = [begin[s] for s in starts]
     tolerance = 1e-9 * max(timed.run.step_time_s, 1e-30)
-    period = at[3] - at[2]
-    if abs((at[4] - at[3]) - period) > tolerance:
+    period = at[a + 1] - at[a]
+    if abs((at[a + 2] - at[a + 1]) - period) > tolerance:
         return None
-    for i in two:
+    for i in blocks[1]:
         if (
             abs(begin[i + shift] - begin[i] - period) > tolerance
             or abs(end[i + shift] - end[i] - period) > tolerance
         ):
             return None
     # Nothing of a micro-batch may still run when the one after next begins.
-    if max(end[i] for i in one) > at[3] + tolerance or max(end[i] for i in two) > at[4] + tolerance:
+    if (
+        max(end[i] for i in blocks[0]) > at[a + 1] + tolerance
+        or max(end[i] for i in blocks[1]) > at[a + 2] + tolerance
+    ):
         return None
-    if not _memory_repeats(timed, at, tolerance):
+    if not _memory_repeats(timed, at, a, tolerance):
         return None
-    comm = [i for i in three if ops[i].stream == COMM]
+    last = blocks[2]
+    comm = [i for i in last if ops[i].stream == COMM]
     kinds: dict[str, float] = {}
     links: dict[str, float] = {}
     for i in comm:
@@ -172,7 +215,7 @@ def _period(plan: StepPlan, timed: TimedRun, starts: list[int]) -> _Period | Non
             links[ops[i].link] = links.get(ops[i].link, 0.0) + end[i] - begin[i]
     return _Period(
         time_s=period,
-        compute_s=math.fsum(ops[i].duration_s for i in three if ops[i].stream == COMPUTE),
+        compute_s=math.fsum(ops[i].duration_s for i in last if ops[i].stream == COMPUTE),
         comm_s=math.fsum(end[i] - begin[i] for i in comm),
         comm_bytes=sum(ops[i].bytes for i in comm),
         busy_by_kind=kinds,
@@ -180,16 +223,16 @@ def _period(plan: StepPlan, timed: TimedRun, starts: list[int]) -> _Period | Non
     )
 
 
-def _memory_repeats(timed: TimedRun, at: list[float], tolerance: float) -> bool:
-    """Whether the memory samples between the middle micro-batches' starts repeat, shifted."""
+def _memory_repeats(timed: TimedRun, at: list[float], a: int, tolerance: float) -> bool:
+    """Whether the memory samples of micro-batches ``a`` and ``a + 1`` repeat, shifted by the period."""
     samples = timed.run.memory.samples
     times = [t for t, _, _ in samples]
     windows = [
-        samples[bisect.bisect_left(times, at[m]) : bisect.bisect_left(times, at[m + 1])] for m in (2, 3)
+        samples[bisect.bisect_left(times, at[m]) : bisect.bisect_left(times, at[m + 1])] for m in (a, a + 1)
     ]
     if len(windows[0]) != len(windows[1]):
         return False
-    period = at[3] - at[2]
+    period = at[a + 1] - at[a]
     for (t0, total0, _), (t1, total1, _) in zip(*windows, strict=True):
         if abs(t1 - t0 - period) > tolerance or abs(total1 - total0) > 1e-9 * max(abs(total0), 1.0):
             return False
@@ -217,4 +260,5 @@ def _peak_phase(timed: TimedRun, starts: list[int], phase: str, extra: int) -> s
     first_at = next((t for t, total, _ in samples if total == peak.peak_bytes), 0.0)
     if first_at < timed.starts[starts[-1]]:
         return phase
-    return _TAG.sub(lambda m: f"micro-batch {int(m[1]) + extra if int(m[1]) >= PROBE - 1 else m[1]}", phase)
+    size = len(starts)
+    return _TAG.sub(lambda m: f"micro-batch {int(m[1]) + extra if int(m[1]) >= size - 1 else m[1]}", phase)
