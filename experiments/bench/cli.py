@@ -18,6 +18,12 @@ A second table (``--what-if``, on by default, off with ``--quick``) times the tr
 the default ``python -m experiments.what_if --gpus 16`` in a fresh interpreter, and one FSDP step
 of Llama-2-7B on 16, 128 and 1024 GPUs (see :mod:`experiments.bench.whatif`); in JSON those
 records follow the collective ones and carry ``case`` instead of ``op``.
+
+A third table (``--planner``, on by default, off with ``--quick``) holds the planner's rows: the fast
+path's ms per configuration at 16/128/1024 GPUs, a fixed 10,000-configuration sweep on the local
+pool (and through Ray with ``--ray``), the Llama-2-70B plan, every entry point's ``--help`` and the
+default what-if's start-up, and algorithm selection at 4096 GPUs, each against its target (see
+:mod:`experiments.bench.planner`). In JSON those records come last and carry ``case`` and ``target``.
 """
 
 from __future__ import annotations
@@ -34,16 +40,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, cast
 
-import simpy
-
-from simcore.engine import Simulation
 from simcore.errors import TrainsimError, cli_entry
-from simcore.net.network import Network
-from simcore.topology import Topology
 from simcore.units import format_bytes, parse_size
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the simulator is imported where it runs, so --help stays quick
+    import simpy
+
     from simcore.collectives import CollectiveResult
+    from simcore.topology import Topology
 
 __all__ = ["BenchRow", "collective_bench_rows", "main"]
 
@@ -78,6 +82,8 @@ def dgx_leaf_spine(gpus: int) -> Topology:
 
 def _fresh(topology: Topology) -> Topology:
     """The same cluster as a new object, so per-topology caches (routes, results) start empty."""
+    from simcore.topology import Topology
+
     return Topology(topology.name, topology.graph, list(topology.ranks), dict(topology.metadata))
 
 
@@ -100,6 +106,10 @@ def ring_flows(topology: Topology, op: str, size_bytes: float) -> tuple[float, i
     One ring (one NIC per server) rather than NCCL's several channels, so its simulated time is not
     the collective's: these rows show what the network layer alone costs for p concurrent flows.
     """
+    import simpy
+
+    from simcore.net.network import Network
+
     env = simpy.Environment()
     events = _count_steps(env)
     network = Network(env, topology)
@@ -115,6 +125,8 @@ def ring_flows(topology: Topology, op: str, size_bytes: float) -> tuple[float, i
 def collective(topology: Topology, op: str, size_bytes: float, algorithm: str) -> tuple[float, int, str]:
     """One collective over all ranks (aggregate mode), alone on a fresh simulation."""
     from simcore.collectives import start_collective
+    from simcore.engine import Simulation
+    from simcore.net.network import Network
 
     sim = Simulation(seed=0)
     events = _count_steps(sim.env)
@@ -243,6 +255,13 @@ def main(argv: list[str] | None = None) -> int:
         help="also time the default what-if and Llama-2-7B FSDP steps at 16/128/1024 GPUs "
         "(default: on, off with --quick)",
     )
+    parser.add_argument(
+        "--planner",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also time the planner: fast path, fixed sweep, plan, start-up (default: on, off with --quick)",
+    )
+    parser.add_argument("--ray", action="store_true", help="with --planner, also run the sweep as Ray tasks")
     args = parser.parse_args(argv)
     gpus = _gpu_list(args.gpus) if args.gpus else list(QUICK_GPUS if args.quick else DEFAULT_GPUS)
     size = parse_size(args.size)
@@ -254,8 +273,15 @@ def main(argv: list[str] | None = None) -> int:
         from experiments.bench.whatif import fsdp_step_rows, what_if_cli_row
 
         step_rows = [what_if_cli_row(repeats=repeats), *fsdp_step_rows(repeats=repeats)]
+    planner = not args.quick if args.planner is None else args.planner
+    planner_rows = []
+    if planner:
+        from experiments.bench.planner import planner_rows as measure_planner
+
+        planner_rows = measure_planner(quick=args.quick, repeats=repeats, ray=args.ray)
     if args.format == "json":
-        print(json.dumps([asdict(r) for r in rows] + [asdict(r) for r in step_rows], indent=1))
+        records = [asdict(r) for r in rows] + [asdict(r) for r in step_rows]
+        print(json.dumps(records + [asdict(r) for r in planner_rows], indent=1))
     else:
         print(format_table(rows))
         if step_rows:
@@ -263,6 +289,11 @@ def main(argv: list[str] | None = None) -> int:
 
             print()
             print(format_whatif_table(step_rows))
+        if planner_rows:
+            from experiments.bench.planner import format_planner_table
+
+            print()
+            print(format_planner_table(planner_rows))
     if args.profile:
         print(profile_largest(max(gpus), size, args.algo))
     return 0

@@ -13,15 +13,15 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simcore.errors import TrainsimError, cli_entry
-from simcore.strategies.base import TrainingConfig
-from simcore.strategies.fsdp import FSDPStrategy
-from simcore.strategies.runner import make_context, simulate_step
-from simcore.strategies.wrap import UnitPlan, parse_wrap, wrap_units
-from simcore.topology import Topology
-from simcore.workload.types import Workload
+
+if TYPE_CHECKING:  # the step model is imported where it runs, so --help stays quick
+    from simcore.strategies.base import TrainingConfig
+    from simcore.strategies.wrap import UnitPlan
+    from simcore.topology import Topology
+    from simcore.workload.types import Workload
 
 LISTED = 6  # split blocks named in the table before "..."
 
@@ -73,6 +73,9 @@ def _table(record: dict[str, Any], units: UnitPlan, workload: Workload) -> str:
 
 def _fsdp_step(workload: Workload, config: TrainingConfig, topology: Topology) -> tuple[float, float]:
     """(step time, exposed communication) of one simulated FSDP step."""
+    from simcore.strategies.fsdp import FSDPStrategy
+    from simcore.strategies.runner import make_context, simulate_step
+
     ctx = make_context(workload, config, topology)
     step = simulate_step(FSDPStrategy(), ctx, slowdown=config.slowdown(None))
     return step.run.step_time_s, step.run.step_time_s - step.plan.compute_s()
@@ -81,6 +84,8 @@ def _fsdp_step(workload: Workload, config: TrainingConfig, topology: Topology) -
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from simcore.strategies.base import TrainingConfig
+    from simcore.strategies.wrap import parse_wrap, wrap_units
     from simcore.workload.loader import load_workload
     from topologies import load_cluster
 

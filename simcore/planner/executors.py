@@ -31,7 +31,15 @@ from typing import Any
 from simcore.errors import TrainsimError
 from simcore.planner.evaluate import Outcome, PlanJob, Task, evaluate_tasks
 
-__all__ = ["CONNECT_TIMEOUT_S", "ENGINES", "SweepRun", "check_engine", "chunk_tasks", "run_sweep"]
+__all__ = [
+    "CONNECT_TIMEOUT_S",
+    "ENGINES",
+    "SweepRun",
+    "check_engine",
+    "chunk_tasks",
+    "run_sweep",
+    "run_sweeps",
+]
 
 ENGINES = ("local", "ray")
 CONNECT_TIMEOUT_S = 5.0
@@ -96,33 +104,51 @@ def run_sweep(
     progress: Progress | None = None,
 ) -> SweepRun:
     """Time every task on ``engine`` with ``workers`` processes (default: every core)."""
+    return run_sweeps([(job, tasks)], engine=engine, workers=workers, address=address, progress=progress)[0]
+
+
+def run_sweeps(
+    parts: Sequence[tuple[PlanJob, Sequence[Task]]],
+    *,
+    engine: str = "local",
+    workers: int | None = None,
+    address: str | None = None,
+    progress: Progress | None = None,
+) -> list[SweepRun]:
+    """Several jobs' tasks on one pool (or one Ray connection); one :class:`SweepRun` per job."""
     check_engine(engine, address)
     workers = workers or os.cpu_count() or 1
     if workers < 1:
         raise TrainsimError(f"--workers must be at least 1, got {workers}")
-    outcomes: list[Outcome | None] = [None] * len(tasks)
-    chunks = chunk_tasks(tasks, workers)
+    outcomes: list[list[Outcome | None]] = [[None] * len(tasks) for _, tasks in parts]
+    work = [
+        (part, job, chunk) for part, (job, tasks) in enumerate(parts) for chunk in chunk_tasks(tasks, workers)
+    ]
     tick = progress or (lambda _: None)
+
+    def store(part: int, results: list[tuple[int, Outcome]]) -> None:
+        for index, outcome in results:
+            outcomes[part][index] = outcome
+        tick(len(results))
+
     if engine == "ray":
-        interrupted = _ray(job, chunks, outcomes, workers, address, tick)
-    elif workers == 1 or len(chunks) == 1:
-        interrupted, workers = _in_process(job, chunks, outcomes, tick), 1
+        interrupted = _ray(work, store, workers, address)
+    elif workers == 1 or len(work) == 1:
+        interrupted, workers = _in_process(work, store), 1
     else:
-        interrupted = _pool(job, chunks, outcomes, workers, tick)
-    return SweepRun(outcomes, interrupted, engine, workers)
+        interrupted = _pool(work, store, workers)
+    return [SweepRun(found, interrupted, engine, workers) for found in outcomes]
 
 
-def _store(results: list[tuple[int, Outcome]], outcomes: list[Outcome | None], tick: Progress) -> None:
-    for index, outcome in results:
-        outcomes[index] = outcome
-    tick(len(results))
+Work = list[tuple[int, PlanJob, Chunk]]
+Store = Callable[[int, list[tuple[int, Outcome]]], None]
 
 
-def _in_process(job: PlanJob, chunks: list[Chunk], outcomes: list[Outcome | None], tick: Progress) -> bool:
+def _in_process(work: Work, store: Store) -> bool:
     try:
-        for chunk in chunks:
+        for part, job, chunk in work:
             for index, task in chunk:
-                _store(_run_chunk(job, [(index, task)]), outcomes, tick)
+                store(part, _run_chunk(job, [(index, task)]))
     except KeyboardInterrupt:
         return True
     return False
@@ -133,20 +159,18 @@ def _ignore_interrupts() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _pool(
-    job: PlanJob, chunks: list[Chunk], outcomes: list[Outcome | None], workers: int, tick: Progress
-) -> bool:
+def _pool(work: Work, store: Store, workers: int) -> bool:
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_ignore_interrupts)
-    pending: set[Future[list[tuple[int, Outcome]]]] = set()
+    pending: dict[Future[list[tuple[int, Outcome]]], int] = {}
     interrupted = False
     try:
-        pending = {pool.submit(_run_chunk, job, chunk) for chunk in chunks}
+        pending = {pool.submit(_run_chunk, job, chunk): part for part, job, chunk in work}
         while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
-                _store(future.result(), outcomes, tick)
+                store(pending.pop(future), future.result())
     except KeyboardInterrupt:
         interrupted = True
     finally:
@@ -193,27 +217,24 @@ def _connect(ray: Any, workers: int, address: str | None) -> None:
         raise TrainsimError(f"cannot connect to Ray at {address or 'a new local instance'}: {exc}") from None
 
 
-def _ray(
-    job: PlanJob,
-    chunks: list[Chunk],
-    outcomes: list[Outcome | None],
-    workers: int,
-    address: str | None,
-    tick: Progress,
-) -> bool:
+def _ray(work: Work, store: Store, workers: int, address: str | None) -> bool:
     try:
         import ray
     except ImportError:
         raise TrainsimError(_NO_RAY) from None
     _connect(ray, workers, address)
     remote = ray.remote(num_cpus=1)(_run_chunk)
-    job_ref = ray.put(job)
-    pending = [remote.remote(job_ref, chunk) for chunk in chunks]
+    jobs: dict[int, Any] = {}
+    pending: dict[Any, int] = {}
+    for part, job, chunk in work:
+        if id(job) not in jobs:
+            jobs[id(job)] = ray.put(job)
+        pending[remote.remote(jobs[id(job)], chunk)] = part
     try:
         while pending:
-            done, pending = ray.wait(pending, num_returns=1)
+            done, _ = ray.wait(list(pending), num_returns=1)
             for ref in done:
-                _store(ray.get(ref), outcomes, tick)
+                store(pending.pop(ref), ray.get(ref))
     except KeyboardInterrupt:
         for ref in pending:
             ray.cancel(ref, force=True)
