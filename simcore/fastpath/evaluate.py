@@ -167,7 +167,12 @@ class _Evaluator:
                     advance(a)
                     continue
                 stream.finished_segment = b
-                self._fire(a, b)
+                if stream.fired_segment != b and not instant and (not queue or queue[0][0] > self.now):
+                    # The wake-up would be the very next entry: run it now (same order, no queueing).
+                    stream.fired_segment = b
+                    advance(a)
+                else:
+                    self._fire(a, b)
             elif code == _COMM_DONE:
                 stream = streams[a]
                 self._toggle(stream.rank, -1)

@@ -34,7 +34,7 @@ __all__ = ["MIN_EXTRAPOLATED", "PROBES", "fast_step_report"]
 # Micro-batches of a probe plan: the first, two middle ones to compare (after a fifth's middle one
 # when four are not enough), and the last.
 PROBES = (4, 5)
-MIN_EXTRAPOLATED = 6  # below this many micro-batches the full plan costs less than checking probes
+MIN_EXTRAPOLATED = 4  # from here a probe costs no more than the full plan (and is it when k = 4)
 # Per (strategy, one GPU): the probe size that worked last in this process, or 0 when the plan is
 # not built micro-batch by micro-batch (DDP and ZeRO-1 run all but the last as one operation).
 _FIRST_PROBE: dict[tuple[str, bool], int] = {}
@@ -63,23 +63,33 @@ def fast_step_report(
     peak_flops: float,
     slowdown: float,
 ) -> StepReport:
-    """``strategy``'s step on ``ctx`` evaluated on the fast path (one step, no jitter)."""
+    """``strategy``'s step on ``ctx`` evaluated on the fast path."""
     k = ctx.accumulation
-    if k >= MIN_EXTRAPOLATED and ctx.config.steps == 1 and ctx.config.compute_jitter_sigma == 0:
+    if ctx.config.steps > 1 or ctx.config.compute_jitter_sigma > 0:
+        result = simulate_step(strategy, ctx, slowdown=slowdown, path="fast")
+        return report_step(result, ctx, cluster=cluster, device=device, peak_flops=peak_flops)
+    if k >= MIN_EXTRAPOLATED:
         report = _extrapolated(strategy, ctx, k, cluster=cluster, device=device, peak_flops=peak_flops,
                                slowdown=slowdown)  # fmt: skip
         if report is not None:
             return report
-    if ctx.config.steps == 1 and ctx.config.compute_jitter_sigma == 0:
-        # One step, as simulate_step would run it; only the spans a report reads.
-        plan = strategy.build_plan(ctx)
-        timed = evaluate_plan_timed(
-            plan, capacity_bytes=ctx.device_memory_bytes, slowdown=slowdown, comm_spans_only=True
-        )
-        result = StepResult(plan, timed.run, [timed.run.step_time_s])
-    else:
-        result = simulate_step(strategy, ctx, slowdown=slowdown, path="fast")
+    # One step, as simulate_step would run it; only the spans a report reads.
+    plan = strategy.build_plan(ctx)
+    timed = evaluate_plan_timed(
+        plan, capacity_bytes=ctx.device_memory_bytes, slowdown=slowdown, comm_spans_only=True
+    )
+    result = StepResult(plan, timed.run, [timed.run.step_time_s])
     return report_step(result, ctx, cluster=cluster, device=device, peak_flops=peak_flops)
+
+
+@dataclass(slots=True)
+class _Probe:
+    """A probe plan of a few micro-batches, evaluated, and its period if the middle ones repeat."""
+
+    plan: StepPlan
+    timed: TimedRun
+    starts: list[int]
+    period: _Period | None
 
 
 def _extrapolated(
@@ -94,17 +104,25 @@ def _extrapolated(
 ) -> StepReport | None:
     key = (strategy.name, ctx.gpus == 1)
     first = _FIRST_PROBE.get(key, PROBES[0])
-    for size in (p for p in PROBES if first and p >= first):
+    for size in (p for p in PROBES if first and first <= p <= k):
         probe = _probe(strategy, ctx, size, slowdown)
         if isinstance(probe, str):
             _FIRST_PROBE[key] = 0
             return None
-        if probe is not None:
+        if size == k:  # the probe is the whole step
+            result = StepResult(probe.plan, probe.timed.run, [probe.timed.run.step_time_s])
+            return report_step(result, ctx, cluster=cluster, device=device, peak_flops=peak_flops)
+        if probe.period is not None:
             _FIRST_PROBE[key] = size
-            plan, timed, starts, period = probe
-            break
-    else:
-        return None
+            return _report(probe, probe.period, ctx, k, cluster=cluster, device=device, peak_flops=peak_flops)
+    return None
+
+
+def _report(
+    probe: _Probe, period: _Period, ctx: StepContext, k: int, *, cluster: str, device: str, peak_flops: float
+) -> StepReport:
+    """The probe's report with ``k - size`` more middle micro-batches (fewer when negative)."""
+    plan, timed, starts = probe.plan, probe.timed, probe.starts
     extra = k - len(starts)
     step_s = timed.run.step_time_s + extra * period.time_s
     result = StepResult(plan, timed.run, [step_s])
@@ -127,11 +145,9 @@ def _extrapolated(
     )
 
 
-def _probe(
-    strategy: Strategy, ctx: StepContext, size: int, slowdown: float
-) -> tuple[StepPlan, TimedRun, list[int], _Period] | str | None:
-    """The plan of ``size`` micro-batches, evaluated, if its middle micro-batches repeat; None if
-    they do not; ``"structure"`` if the plan is not one micro-batch after another."""
+def _probe(strategy: Strategy, ctx: StepContext, size: int, slowdown: float) -> _Probe | str:
+    """The plan of ``size`` micro-batches, evaluated (``"structure"`` if it is not built one
+    micro-batch after another, as DDP's and ZeRO-1's are not)."""
     probe_ctx = replace(
         ctx, config=replace(ctx.config, global_batch=ctx.gpus * ctx.config.micro_batch * size)
     )
@@ -144,8 +160,7 @@ def _probe(
     timed = evaluate_plan_timed(
         plan, capacity_bytes=ctx.device_memory_bytes, slowdown=slowdown, comm_spans_only=True
     )
-    period = _period(plan, timed, starts)
-    return None if period is None else (plan, timed, starts, period)
+    return _Probe(plan, timed, starts, _period(plan, timed, starts))
 
 
 def _microbatch_starts(plan: StepPlan) -> list[int]:
