@@ -21,6 +21,7 @@ Wall times on a shared machine are noisy: each is the median of ``repeats`` runs
 
 from __future__ import annotations
 
+import logging
 import os
 import statistics
 import subprocess
@@ -183,7 +184,7 @@ def _ray_row(parts: list[tuple[PlanJob, list[Task]]], local: list, total: int) -
         import ray
     except ImportError:
         return PlannerBenchRow("sweep (ray)", None, total, 0.0, "s", None, None, "ray is not installed")
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
     try:
         start = time.perf_counter()
         remote = run_sweeps(parts, engine="ray", workers=2)

@@ -18,6 +18,7 @@ finished is returned with ``interrupted`` set.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import math
 import multiprocessing
 import os
@@ -210,7 +211,7 @@ def _connect(ray: Any, workers: int, address: str | None) -> None:
             address=address,
             num_cpus=workers if address is None else None,
             include_dashboard=False,
-            logging_level="ERROR",
+            logging_level=logging.ERROR,
             log_to_driver=False,
         )
     except (ConnectionError, TimeoutError, RuntimeError) as exc:

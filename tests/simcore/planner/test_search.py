@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from simcore.errors import TrainsimError
@@ -131,7 +133,7 @@ def test_ray_ranks_exactly_as_the_local_pool() -> None:
     ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'trainsim[sweep]')")
     space = SearchSpace(max_micro_batch=8)
     local = plan(_job(), GPUS, space, workers=2)
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
     try:
         remote = plan(_job(), GPUS, space, engine="ray", workers=2)
     finally:
