@@ -9,7 +9,8 @@ engine returns the same list in the same order as a serial run.
   platform allows, so workers inherit the clusters the parent loaded); one worker runs in process.
 - ``ray``: the same chunks as Ray tasks, on the cluster at ``address`` or a local instance (``pip
   install "trainsim[sweep]"``). An unreachable address or a missing ``ray`` is a
-  :class:`~simcore.errors.TrainsimError`, found within :data:`CONNECT_TIMEOUT_S`.
+  :class:`~simcore.errors.TrainsimError`, found within :data:`CONNECT_TIMEOUT_S` (and
+  :data:`RAY_INIT_TIMEOUT_S` when something answers that is not Ray).
 
 Ctrl-C stops a sweep: chunks not started are cancelled, running workers are stopped, and what had
 finished is returned with ``interrupted`` set.
@@ -17,6 +18,7 @@ finished is returned with ``interrupted`` set.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import math
@@ -24,7 +26,9 @@ import multiprocessing
 import os
 import signal
 import socket
-from collections.abc import Callable, Sequence
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
@@ -43,7 +47,8 @@ __all__ = [
 ]
 
 ENGINES = ("local", "ray")
-CONNECT_TIMEOUT_S = 5.0
+CONNECT_TIMEOUT_S = 5.0  # for the TCP connection to a cluster's address
+RAY_INIT_TIMEOUT_S = 20.0  # for ray.init to join the cluster there
 MAX_CHUNK = 64  # configurations per task: large enough to amortise a task, small enough to share out
 
 _NO_RAY = (
@@ -201,21 +206,60 @@ def _check_reachable(address: str) -> None:
         ) from None
 
 
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Send file descriptor 2 (where Ray's C++ core logs) to /dev/null for the block."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def _connect(ray: Any, workers: int, address: str | None) -> None:
+    """Join the cluster at ``address`` (or start a local instance), within :data:`RAY_INIT_TIMEOUT_S`.
+
+    Something that accepts connections but is not a Ray head keeps ``ray.init`` retrying for many
+    minutes, so joining an existing cluster runs in a daemon thread that is abandoned at the bound.
+    """
     if ray.is_initialized():
         return
     if address is not None:
         _check_reachable(address)
-    try:
-        ray.init(
-            address=address,
-            num_cpus=workers if address is None else None,
-            include_dashboard=False,
-            logging_level=logging.ERROR,
-            log_to_driver=False,
-        )
-    except (ConnectionError, TimeoutError, RuntimeError) as exc:
-        raise TrainsimError(f"cannot connect to Ray at {address or 'a new local instance'}: {exc}") from None
+    failure: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            ray.init(
+                address=address,
+                num_cpus=workers if address is None else None,
+                include_dashboard=False,
+                logging_level=logging.ERROR,
+                log_to_driver=False,
+            )
+        except BaseException as exc:  # handed to the caller's thread below
+            failure.append(exc)
+
+    if address is None:
+        start()
+    else:
+        with _quiet_stderr():  # Ray's core warns on every failed retry; our error says it once
+            thread = threading.Thread(target=start, name="ray-init", daemon=True)
+            thread.start()
+            thread.join(RAY_INIT_TIMEOUT_S)
+        if thread.is_alive():
+            raise TrainsimError(
+                f"no Ray cluster answered at {address} within {RAY_INIT_TIMEOUT_S:g} s (something listens "
+                "there, but not a Ray head); check the address, or leave --address out for a local instance"
+            )
+    if failure:
+        raise TrainsimError(
+            f"cannot connect to Ray at {address or 'a new local instance'}: {failure[0]}"
+        ) from None
 
 
 def _ray(work: Work, store: Store, workers: int, address: str | None) -> bool:

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import logging
+import socket
+import subprocess
+import sys
+import threading
+import time
 
 import pytest
 
@@ -15,6 +20,7 @@ from simcore.planner.search import PlanResult, plan, prepare
 from simcore.planner.space import Layout, SearchSpace
 from simcore.strategies.base import TrainingConfig
 from simcore.workload.loader import load_workload
+from tests.paths import REPO
 from topologies import load_cluster
 
 GPUS = (8, 16, 32)
@@ -126,6 +132,26 @@ def test_unreachable_ray_address_fails_fast() -> None:
         executors._check_reachable("127.0.0.1:9")
     with pytest.raises(TrainsimError, match="is not host:port"):
         executors._check_reachable("nowhere")
+
+
+@pytest.mark.slow
+def test_an_address_that_is_not_ray_gives_up_within_the_bound() -> None:
+    """Something listens but never speaks Ray: one error line and exit 2 after the bound, not a hang."""
+    pytest.importorskip("ray", reason="ray is not installed (pip install 'trainsim[sweep]')")
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    threading.Thread(target=lambda: [server.accept() for _ in range(8)], daemon=True).start()
+    address = f"127.0.0.1:{server.getsockname()[1]}"
+    command = [sys.executable, "-m", "experiments.plan", "--model", "gpt2-small", "--gpus", "8",
+               "--global-batch", "8", "--engine", "ray", "--address", address, "--quiet"]  # fmt: skip
+    start = time.perf_counter()
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"error: no Ray cluster answered at {address} within")
+    assert done.stderr.count("\n") == 1
+    assert time.perf_counter() - start < executors.RAY_INIT_TIMEOUT_S + 120
+    server.close()
 
 
 @pytest.mark.slow
