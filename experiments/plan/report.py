@@ -129,7 +129,8 @@ def _header(result: PlanResult) -> list[str]:
 def _count_lines(result: PlanResult, count: CountResult, top: int) -> list[str]:
     unit = _unit(result)
     head = (
-        f"{count.gpus} GPUs ({count.nodes} node(s)): {count.considered} layouts, {count.pruned} skipped untimed, "
+        f"{count.gpus} GPUs ({count.nodes} node(s) of {count.device}): {count.considered} layouts, "
+        f"{count.pruned} skipped untimed, "
         f"{count.evaluated} evaluated, {count.no_fit} do not fit"
     )
     if count.over_budget:

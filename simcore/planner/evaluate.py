@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from simcore.compute.heterogeneity import NO_HETEROGENEITY, sync_compute_scale
 from simcore.errors import TrainsimError
 from simcore.fastpath.costs import fast_collective_model
 from simcore.fastpath.path import DEFAULT_ENGINE_PATH, check_engine_path, choose_path
@@ -124,12 +125,17 @@ def _evaluate(job: PlanJob, gpus: int, layout: Layout) -> Outcome:
     slowdown = config.slowdown(job.calibration.comm_compute_slowdown if job.calibration else None)
     strategy = get_strategy(layout.strategy)
     device, peak = cluster.device.name, cluster.device.flops(config.dtype)
-    if cluster.path == "fast":
+    # Mixed devices: every step waits for the slowest rank, as in the what-if.
+    scale = sync_compute_scale(
+        cluster.topology, job.workload, config.dtype, config.micro_batch, NO_HETEROGENEITY,
+        reference=device, recompute=config.activation_checkpointing, calibration=job.calibration,
+    )  # fmt: skip
+    if cluster.path == "fast" and scale is None:
         report = fast_step_report(
             strategy, ctx, cluster=job.cluster, device=device, peak_flops=peak, slowdown=slowdown
         )
     else:
-        result = simulate_step(strategy, ctx, slowdown=slowdown, path="des")
+        result = simulate_step(strategy, ctx, slowdown=slowdown, compute_scale=scale, path=cluster.path)
         report = report_step(result, ctx, cluster=job.cluster, device=device, peak_flops=peak)
     return Outcome(gpus, layout, report, path=cluster.path)
 
