@@ -16,7 +16,10 @@ checked here and never by timed unit tests):
 - ``selection``: the automatic algorithm choice for a 1 GiB all_reduce over 4096 GPUs on cold
   caches against the pinned ring (both plan the collective; the difference is selection).
 
-Wall times on a shared machine are noisy: each is the median of ``repeats`` runs.
+Wall times on a shared machine are noisy: each is the median of ``repeats`` runs, and the note
+gives the CPU seconds beside it (the process's, its children's for a fresh interpreter or a pool),
+which other processes on the machine do not inflate. The fast path's ms per configuration is CPU
+time of the one process that evaluates it.
 """
 
 from __future__ import annotations
@@ -92,12 +95,13 @@ def _grid(gpus: int) -> tuple[TrainingConfig, list[Layout]]:
 
 
 def _timed(job: PlanJob, tasks: Sequence[Task]) -> list[float]:
-    evaluate_tasks(job, tasks)  # untimed: loads the cluster and prices its collectives once
+    """CPU seconds per task, caches warm (one untimed pass loads the cluster and prices its collectives)."""
+    evaluate_tasks(job, tasks)
     times = []
     for task in tasks:
-        start = time.perf_counter()
+        start = time.process_time()
         evaluate_tasks(job, [task])
-        times.append(time.perf_counter() - start)
+        times.append(time.process_time() - start)
     return times
 
 
@@ -115,7 +119,7 @@ def fast_path_rows(
         )
         des = _timed(PlanJob(workload, cluster, load_cluster, config, engine_path="des", key="bench"), tasks)
         median, p90 = statistics.median(fast) * 1e3, statistics.quantiles(fast, n=10)[-1] * 1e3
-        note = f"p90 {p90:.1f} ms; discrete-event path median {statistics.median(des) * 1e3:.1f} ms; {model}"
+        note = f"CPU; p90 {p90:.1f} ms; discrete-event path median {statistics.median(des) * 1e3:.1f} ms; {model}"
         rows.append(_row("fast path", median, "ms/config", 5.0, gpus=gpus, configs=len(tasks), note=note))
     return rows
 
@@ -160,9 +164,11 @@ def sweep_rows(
         for gpus in sorted({g for g, _ in tasks}):
             load_topology(job.loader, job.cluster, gpus)
     total = sum(len(tasks) for _, tasks in parts)
+    before = os.times()
     start = time.perf_counter()
     local = run_sweeps(parts, workers=workers)
     wall = time.perf_counter() - start
+    cpu = _cpu_since(before)
     rows = [
         _row(
             "sweep (local)",
@@ -171,7 +177,7 @@ def sweep_rows(
             60.0 if total >= SWEEP_CONFIGS else None,
             configs=total,
             gpus=None,
-            note=f"{total / wall:.0f} configs/s on {local[0].workers} worker(s)",
+            note=f"{total / wall:.0f} configs/s on {local[0].workers} worker(s); {cpu:.1f} CPU s",
         )
     ]
     if ray:
@@ -204,46 +210,54 @@ def _ray_row(parts: list[tuple[PlanJob, list[Task]]], local: list, total: int) -
     )
 
 
-def _wall(command: Sequence[str], repeats: int) -> list[float]:
-    walls = []
+def _cpu_since(before: os.times_result) -> float:
+    """CPU seconds of this process and its finished children since ``before``."""
+    after = os.times()
+    return sum(
+        getattr(after, f) - getattr(before, f) for f in ("user", "system", "children_user", "children_system")
+    )
+
+
+def _wall(command: Sequence[str], repeats: int) -> tuple[float, float]:
+    """Median wall and CPU seconds of ``command`` in a fresh interpreter."""
+    walls, cpus = [], []
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(Path.cwd()), os.environ.get("PYTHONPATH")])),
     }
     for _ in range(repeats):
+        before = os.times()
         start = time.perf_counter()
         subprocess.run(
             command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, timeout=600
         )
         walls.append(time.perf_counter() - start)
-    return walls
+        cpus.append(_cpu_since(before))
+    return statistics.median(walls), statistics.median(cpus)
+
+
+def _started(
+    case: str, command: Sequence[str], target: float, repeats: int, **kwargs: object
+) -> PlannerBenchRow:
+    wall, cpu = _wall(command, repeats)
+    note = f"{cpu:.2f} CPU s" + (f"; {kwargs.pop('note')}" if "note" in kwargs else "")
+    return _row(case, wall, "s", target, note=note, **{"gpus": None, "configs": None, **kwargs})
 
 
 def help_rows(modules: Sequence[str] = ENTRY_POINTS, *, repeats: int = 3) -> list[PlannerBenchRow]:
     """``python -m MODULE --help`` in a fresh interpreter per entry point."""
-    return [
-        _row(
-            f"--help {module}",
-            statistics.median(_wall([sys.executable, "-m", module, "--help"], repeats)),
-            "s",
-            0.3,
-            gpus=None,
-            configs=None,
-        )
-        for module in modules
-    ]
+    return [_started(f"--help {m}", [sys.executable, "-m", m, "--help"], 0.3, repeats) for m in modules]
 
 
 def what_if_row(*, repeats: int = 3) -> PlannerBenchRow:
-    wall = statistics.median(_wall([sys.executable, "-m", "experiments.what_if", "--gpus", "16"], repeats))
-    return _row("what_if default", wall, "s", 1.0, gpus=16, configs=None)
+    command = [sys.executable, "-m", "experiments.what_if", "--gpus", "16"]
+    return _started("what_if default", command, 1.0, repeats, gpus=16)
 
 
 def plan_row(args: Sequence[str] = PLAN_ARGS, *, repeats: int = 1) -> PlannerBenchRow:
     """``python -m experiments.plan`` in a fresh interpreter, start-up included."""
     command = [sys.executable, "-m", "experiments.plan", *args, "--quiet", "--format", "json"]
-    wall = statistics.median(_wall(command, repeats))
-    return _row(f"plan {args[1]}", wall, "s", 30.0, gpus=None, configs=None, note=" ".join(args))
+    return _started(f"plan {args[1]}", command, 30.0, repeats, note=" ".join(args))
 
 
 def selection_row(gpus: int = 4096, *, cluster: str = "dgx-a100") -> PlannerBenchRow:
