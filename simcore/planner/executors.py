@@ -180,11 +180,11 @@ def _pool(work: Work, store: Store, workers: int) -> bool:
     except KeyboardInterrupt:
         interrupted = True
     finally:
+        # Workers still inside a chunk would run it to the end: stop them (no public API for it).
+        processes = list((getattr(pool, "_processes", None) or {}).values()) if interrupted else []
         pool.shutdown(wait=not interrupted, cancel_futures=True)
-        if interrupted:
-            # Workers still inside a chunk would run it to the end: stop them now (no public API).
-            for process in list(getattr(pool, "_processes", {}).values()):
-                process.terminate()
+        for process in processes:
+            process.terminate()
     return interrupted
 
 

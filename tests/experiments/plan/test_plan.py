@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -160,3 +163,18 @@ def test_help_imports_nothing_heavy() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_process_pool_at_once() -> None:
+    """SIGINT to the process group (a terminal's Ctrl-C) mid-sweep: exit 130, what finished printed."""
+    command = [sys.executable, "-m", "experiments.plan", "--model", "gpt2-xl", "--gpus", "8..64", "--quiet"]
+    process = subprocess.Popen(
+        command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    time.sleep(8)
+    os.killpg(process.pid, signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 130
+    assert out.startswith("plan for gpt2-xl") and "evaluated in" in out
+    assert err.strip().splitlines()[-1].startswith("interrupted: ")
