@@ -165,14 +165,24 @@ def test_help_imports_nothing_heavy() -> None:
     assert out.stdout.strip() == "[]"
 
 
+def _children(pid: int) -> list[str]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return path.read_text().split() if path.exists() else []
+
+
 @pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs /proc to see the pool's workers")
 def test_ctrl_c_stops_the_process_pool_at_once() -> None:
     """SIGINT to the process group (a terminal's Ctrl-C) mid-sweep: exit 130, what finished printed."""
-    command = [sys.executable, "-m", "experiments.plan", "--model", "gpt2-xl", "--gpus", "8..64", "--quiet"]
+    command = [sys.executable, "-m", "experiments.plan", "--model", "gpt2-xl", "--gpus", "8..1024",
+               "--workers", "2", "--quiet"]  # fmt: skip
     process = subprocess.Popen(
         command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
-    time.sleep(8)
+    deadline = time.monotonic() + 120
+    while len(_children(process.pid)) < 2 and time.monotonic() < deadline:  # the pool has started
+        time.sleep(0.1)
+    time.sleep(2)
     os.killpg(process.pid, signal.SIGINT)
     out, err = process.communicate(timeout=60)
     assert process.returncode == 130
