@@ -54,7 +54,6 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.optimize import least_squares
 
 from calibrate.common.records import atomic_write_json, read_records
 from calibrate.fit.physical import keep_physical
@@ -113,6 +112,8 @@ _RECORD_SUFFIXES = (".jsonl", ".csv")
 
 def fit_linear_relative(x: ArrayLike, t: ArrayLike) -> tuple[float, float]:
     """``(a, b) >= 0`` minimising ``sum(((a + b x_i) - t_i) / t_i)^2``: equal say for every decade."""
+    from scipy.optimize import least_squares  # scipy.optimize takes ~0.3 s to import: only when fitting
+
     xs, ts = np.asarray(x, dtype=float), np.asarray(t, dtype=float)
     if len(xs) < 2 or len(set(xs.tolist())) < 2:
         raise TrainsimError("a line needs measurements at two or more sizes")

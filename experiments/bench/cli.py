@@ -19,6 +19,12 @@ the default ``python -m experiments.what_if --gpus 16`` in a fresh interpreter, 
 of Llama-2-7B on 16, 128 and 1024 GPUs (see :mod:`experiments.bench.whatif`), and the simulated
 nccl-tests CLI at 8 and 4096 GPUs (:mod:`experiments.bench.nccl_sim`; target: 4096 at most 0.5 s
 more than 8); in JSON those records follow the collective ones and carry ``case`` instead of ``op``.
+
+A third table (``--planner``, on by default, off with ``--quick``) holds the planner's rows: the fast
+path's ms per configuration at 16/128/1024 GPUs, a fixed 10,000-configuration sweep on the local
+pool (and through Ray with ``--ray``), the Llama-2-70B plan, every entry point's ``--help`` and the
+default what-if's start-up, and algorithm selection at 4096 GPUs, each against its target (see
+:mod:`experiments.bench.planner`). In JSON those records come last and carry ``case`` and ``target``.
 """
 
 from __future__ import annotations
@@ -49,8 +55,11 @@ from simcore.topology import Topology
 from simcore.units import format_bytes
 from topologies.cliargs import MAX_GPUS
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the simulator is imported where it runs, so --help stays quick
+    import simpy
+
     from simcore.collectives import CollectiveResult
+    from simcore.topology import Topology
 
 __all__ = ["BenchRow", "collective_bench_rows", "main"]
 
@@ -87,6 +96,8 @@ def dgx_leaf_spine(gpus: int) -> Topology:
 
 def _fresh(topology: Topology) -> Topology:
     """The same cluster as a new object, so per-topology caches (routes, results) start empty."""
+    from simcore.topology import Topology
+
     return Topology(topology.name, topology.graph, list(topology.ranks), dict(topology.metadata))
 
 
@@ -109,6 +120,8 @@ def ring_flows(topology: Topology, op: str, size_bytes: float) -> tuple[float, i
     One ring (one NIC per server) rather than NCCL's several channels, so its simulated time is not
     the collective's: these rows show what the network layer alone costs for p concurrent flows.
     """
+    import simpy
+
     env = simpy.Environment()
     events = _count_steps(env)
     network = Network(env, topology)
@@ -124,6 +137,7 @@ def ring_flows(topology: Topology, op: str, size_bytes: float) -> tuple[float, i
 def collective(topology: Topology, op: str, size_bytes: float, algorithm: str) -> tuple[float, int, str]:
     """One collective over all ranks (aggregate mode), alone on a fresh simulation."""
     from simcore.collectives import start_collective
+    from simcore.net.network import Network
 
     sim = Simulation(seed=0)
     events = _count_steps(sim.env)
@@ -255,6 +269,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="also time the default what-if, Llama-2-7B FSDP steps at 16/128/1024 GPUs and a 3-D "
         "parallel Llama-2-70B step on 1024 GPUs (default: on, off with --quick)",
     )
+    parser.add_argument(
+        "--planner",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also time the planner: fast path, fixed sweep, plan, start-up (default: on, off with --quick)",
+    )
+    parser.add_argument("--ray", action="store_true", help="with --planner, also run the sweep as Ray tasks")
     add_quiet(parser)
     return parser
 
@@ -289,8 +310,14 @@ def main(argv: list[str] | None = None) -> int:
             progress.update(len(NCCL_SIM_SHAPES))
     records = [asdict(r) for r in rows] + [asdict(r) for r in step_rows]
     require_finite(records, "the benchmark")
+    planner = not args.quick if args.planner is None else args.planner
+    planner_rows = []
+    if planner:
+        from experiments.bench.planner import planner_rows as measure_planner
+
+        planner_rows = measure_planner(quick=args.quick, repeats=repeats, ray=args.ray)
     if args.format == "json":
-        print(json.dumps(records, indent=1))
+        print(json.dumps(records + [asdict(r) for r in planner_rows], indent=1))
     else:
         print(format_table(rows))
         if step_rows:
@@ -298,6 +325,11 @@ def main(argv: list[str] | None = None) -> int:
 
             print()
             print(format_whatif_table(step_rows))
+        if planner_rows:
+            from experiments.bench.planner import format_planner_table
+
+            print()
+            print(format_planner_table(planner_rows))
     if args.profile:
         print(profile_largest(max(gpus), args.size, args.algo))
     return 0

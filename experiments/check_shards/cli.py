@@ -79,6 +79,7 @@ def _table(record: dict[str, Any], units: UnitPlan, workload: Workload) -> str:
 
 def _fsdp_step(workload: Workload, config: TrainingConfig, topology: Topology) -> tuple[float, float]:
     """(step time, exposed communication) of one simulated FSDP step."""
+
     ctx = make_context(workload, config, topology)
     step = simulate_step(FSDPStrategy(), ctx, slowdown=config.slowdown(None))
     return step.run.step_time_s, step.run.step_time_s - step.plan.compute_s()
@@ -87,6 +88,7 @@ def _fsdp_step(workload: Workload, config: TrainingConfig, topology: Topology) -
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from simcore.strategies.base import TrainingConfig
     from simcore.workload.loader import load_workload
     from topologies import load_cluster
 

@@ -28,6 +28,7 @@ from simcore.compute.optimizer import canonical_impl, check_impl_supported
 from simcore.compute.precision import COMPUTE_DTYPES, check_precision, resolve_precision
 from simcore.engine import Simulation
 from simcore.errors import TrainsimError
+from simcore.fastpath.evaluate import evaluate_plan
 from simcore.report import StepReport
 from simcore.strategies.base import (
     CollectiveFn,
@@ -66,9 +67,12 @@ __all__ = [
 def rank_groups(topology: Topology) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     """(world, rank 0's node, rank 0's peers at the same local index on every node)."""
     world = tuple(range(topology.world_size))
-    hosts = topology.hosts
-    node = tuple(topology.ranks_on_host(topology.host_of_rank(0)))
-    cross = tuple(topology.ranks_on_host(h)[0] for h in hosts)
+    host_of = [topology.host_of_rank(r) for r in world]  # once per rank: linear in the world size
+    node = tuple(r for r in world if host_of[r] == host_of[0])
+    first_on: dict[int, int] = {}
+    for r in world:
+        first_on.setdefault(host_of[r], r)
+    cross = tuple(first_on[h] for h in sorted(first_on))
     return world, node, cross
 
 
@@ -212,6 +216,7 @@ def simulate_step(
     seed: int = 0,
     slowdown: float | None = 1.0,
     compute_scale: Callable[[Simulation, int], float | Mapping[str, float]] | None = None,
+    path: str = "des",
 ) -> StepResult:
     """Build ``strategy``'s plan and run it for ``ctx.config.steps`` steps in one seeded simulation.
 
@@ -221,8 +226,11 @@ def simulate_step(
     ``slowdown``: compute's slowdown while a collective runs; None models each collective's own
     (SMs of its channels) and the collectives' slowdown under compute
     (:mod:`simcore.strategies.schedule`).
+    ``path="fast"`` evaluates each step without SimPy (:func:`simcore.fastpath.evaluate.evaluate_plan`,
+    the same result); the simulation then only supplies the seeded random stream.
     """
     plan = strategy.build_plan(ctx)
+    run = _evaluate_plan if path == "fast" else run_plan
     cfg = ctx.config
     sim = Simulation(seed)
     if compute_scale is None and cfg.compute_jitter_sigma > 0:
@@ -235,7 +243,7 @@ def simulate_step(
         return _simulate_per_interval(plan, ctx, sim, slowdown, compute_scale)
 
     comm_slowdown = _comm_slowdown(ctx) if slowdown is None else 1.0
-    first = run_plan(
+    first = run(
         sim,
         plan,
         capacity_bytes=ctx.device_memory_bytes,
@@ -248,7 +256,7 @@ def simulate_step(
         if compute_scale is None:
             times.append(first.step_time_s)
             continue
-        again = run_plan(
+        again = run(
             sim,
             plan,
             capacity_bytes=ctx.device_memory_bytes,
@@ -305,6 +313,26 @@ def _simulate_per_interval(
             comm_slowdown=_comm_slowdown(ctx) if slowdown is None else 1.0,
         ))  # fmt: skip
     return StepResult(plan, runs[0], [r.step_time_s for r in runs])
+
+
+def _evaluate_plan(
+    sim: Simulation,
+    plan: StepPlan,
+    *,
+    capacity_bytes: float,
+    slowdown: float | None = 1.0,
+    compute_scale: float | Mapping[str, float] = 1.0,
+    comm_slowdown: float = 1.0,
+) -> PlanRun:
+    """The event-free evaluator where it computes what :func:`run_plan` does: one uniform compute
+    slowdown and collectives at their own speed; per-collective contention (``slowdown=None``) and
+    collectives slowed by compute run in the discrete-event engine."""
+    if slowdown is None or comm_slowdown != 1.0:
+        return run_plan(
+            sim, plan, capacity_bytes=capacity_bytes, slowdown=slowdown,
+            compute_scale=compute_scale, comm_slowdown=comm_slowdown,
+        )  # fmt: skip
+    return evaluate_plan(plan, capacity_bytes=capacity_bytes, slowdown=slowdown, compute_scale=compute_scale)
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -42,6 +42,8 @@ from typing import TYPE_CHECKING
 
 from simcore.compute.heterogeneity import NO_HETEROGENEITY, Heterogeneity, sync_compute_scale
 from simcore.errors import TrainsimError
+from simcore.fastpath.costs import fast_collective_model
+from simcore.fastpath.path import DEFAULT_ENGINE_PATH, check_engine_path, choose_path
 from simcore.paramserver import PS_MODES, PSConfig, PSResult, load_ps_cluster, run_modes
 from simcore.report import StepReport
 from simcore.strategies import get_strategy, strategy_names
@@ -87,6 +89,8 @@ class WhatIfResult:
     topologies: dict[tuple[str, int], Topology] = field(default_factory=dict)
     ps_results: dict[tuple[str, str, int], PSResult] = field(default_factory=dict)
     heterogeneity: Heterogeneity = NO_HETEROGENEITY
+    # (cluster, gpus) -> "fast" or "des": the engine path the synchronous strategies took there
+    engine_paths: dict[tuple[str, int], str] = field(default_factory=dict)
 
     def records(self) -> list[dict[str, object]]:
         """JSON-ready records in report order; parameter-server points carry their staleness fields."""
@@ -124,13 +128,16 @@ def run_what_if(
     progress: Callable[[str], None] | None = None,
     ps_options: PSConfig | None = None,
     heterogeneity: Heterogeneity = NO_HETEROGENEITY,
+    engine_path: str = DEFAULT_ENGINE_PATH,
 ) -> WhatIfResult:
     """Simulate every (cluster, strategy, gpus) point; reports are ordered cluster, strategy, gpus.
 
     ``loader`` builds each cluster by name (``topologies.load_cluster``). ``ps_options``: the
     parameter servers' shards, placement and staleness bound (each mode and its steps are set per
-    point).
+    point). ``engine_path`` (:mod:`simcore.fastpath.path`): ``auto`` evaluates synchronous
+    strategies on the fast analytical path where every rank is alike, ``fast``/``des`` force one.
     """
+    check_engine_path(engine_path)
     names = list(strategies) if strategies else all_strategy_names()
     chosen, ps_modes = _check_names(names)
     counts = sorted(set(gpus))
@@ -153,8 +160,9 @@ def run_what_if(
         if calibration is not None:
             calibration.check_against(topologies[counts[-1]], strict=False)
         by_point = _simulate_cluster(
-            result, cluster, topologies, chosen, workload, config, calibration, seed, tick, heterogeneity
-        )
+            result, cluster, topologies, chosen, workload, config, calibration, seed, tick, heterogeneity,
+            engine_path,
+        )  # fmt: skip
         if ps_modes:
             by_point.update(
                 _simulate_ps_cluster(
@@ -203,6 +211,7 @@ def _simulate_cluster(
     seed: int,
     tick: Callable[[str], None],
     heterogeneity: Heterogeneity = NO_HETEROGENEITY,
+    engine_path: str = DEFAULT_ENGINE_PATH,
 ) -> dict[tuple[str, int], StepReport]:
     """Every synchronous strategy at every GPU count of one cluster (scaling efficiency not yet set).
 
@@ -212,14 +221,17 @@ def _simulate_cluster(
     slowdown = config.slowdown(calibration.comm_compute_slowdown if calibration else None)
     by_point: dict[tuple[str, int], StepReport] = {}
     for n, topo in sorted(topologies.items()):
-        ctx = make_context(workload, config.for_gpus(n), topo, calibration=calibration)
+        path = choose_path(engine_path, topo, heterogeneity.restricted(n))
+        result.engine_paths[(cluster, n)] = path
+        collective = fast_collective_model(topo, calibration) if path == "fast" else None
+        ctx = make_context(workload, config.for_gpus(n), topo, calibration=calibration, collective=collective)
         device = gating_device(topo, config.dtype)
         scale = sync_compute_scale(
             topo, workload, config.dtype, config.micro_batch, heterogeneity.restricted(n),
             reference=device.name, recompute=config.activation_checkpointing, calibration=calibration,
         )  # fmt: skip
         for strategy in chosen:
-            step = simulate_step(strategy, ctx, seed=seed, slowdown=slowdown, compute_scale=scale)
+            step = simulate_step(strategy, ctx, seed=seed, slowdown=slowdown, compute_scale=scale, path=path)
             by_point[(strategy.name, n)] = report_step(
                 step, ctx, cluster=cluster, device=device.name, peak_flops=device.flops(config.dtype)
             )

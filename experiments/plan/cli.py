@@ -1,0 +1,225 @@
+"""Plan a training run: the best ways to train a model on a cluster, at each GPU count you could rent.
+
+    python -m experiments.plan --model llama2-70b --cluster hgx-h100 --gpus 64..1024 --seq-len 4096
+    python -m experiments.plan --model gpt2-xl --cluster dgx-a100 --gpus 8,16,32 --global-batch 512 --format json
+    python -m experiments.plan --model llama2-7b --cluster hgx-h100 --gpus 8:64:8 \\
+        --price-per-gpu-hour 2.5 --train-tokens 1T --max-cost 2e6 --out plan/
+
+Searches strategy x micro-batch x activation recompute (tensor, pipeline, context and expert
+parallelism and offload join when the step model has them), skips layouts whose memory floor is
+above the GPU's memory without timing them, times the rest on the fast analytical path (in a
+process pool, or as Ray tasks with ``--engine ray``), and prints per GPU count the ranked best
+layouts and why the first wins, the Pareto frontier of throughput against GPUs (and against cost
+with ``--price-per-gpu-hour``), and how many configurations were evaluated.
+
+GPU counts: ``64,128,256``, ``64..1024`` (doubling), ``64:1024:x2`` (times 2) or ``64:1024:64``
+(steps of 64). The global batch is ``--global-batch`` samples or ``--tokens-per-step`` tokens
+(default 4M tokens for language models, as Llama 2 trained; 1024 samples otherwise), the same at
+every GPU count. ``--format json`` prints the ``trainsim-plan`` document: ``configs_evaluated`` and,
+per GPU count, the ranked layouts as what-if records (:mod:`simcore.report`) with their layout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from simcore.errors import TrainsimError, cli_entry
+
+# The allowed values as simcore defines them (kept literal so --help needs no heavy import;
+# tests check they match simcore.planner.executors.ENGINES and simcore.fastpath.path.ENGINE_PATHS).
+ENGINES = ("local", "ray")
+ENGINE_PATHS = ("auto", "fast", "des")
+STRATEGIES = ("ddp", "fsdp", "zero1", "zero2", "zero3", "hsdp")
+RECOMPUTE = {"both": (False, True), "off": (False,), "on": (True,)}
+_SUFFIXES = {
+    "k": 1e3,
+    "m": 1e6,
+    "b": 1e9,
+    "g": 1e9,
+    "t": 1e12,
+    "ki": 2**10,
+    "mi": 2**20,
+    "gi": 2**30,
+    "ti": 2**40,
+}
+
+
+def _count(text: str) -> float:
+    """A count such as ``2T``, ``300B``, ``1.5e12``, ``4M`` (decimal K, M, B/G, T) or ``4Mi`` (binary)."""
+    value = text.strip().lower().replace("_", "")
+    suffix = value[-2:] if value[-2:] in _SUFFIXES else value[-1:] if value[-1:] in _SUFFIXES else ""
+    scale = _SUFFIXES.get(suffix, 1.0)
+    value = value[: len(value) - len(suffix)]
+    try:
+        number = float(value) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a count (e.g. 2T, 300B, 4M, 4Mi, 1.5e12)"
+        ) from None
+    if not number > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    return number
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(_count(text))
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number") from None
+    if value != _count(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m experiments.plan", description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--model", default="gpt2-xl", help="preset name, shape file or module:factory (default %(default)s)"
+    )
+    p.add_argument("--cluster", default="dgx-a100", help="cluster preset or YAML (default %(default)s)")
+    p.add_argument(
+        "--gpus",
+        default="8..64",
+        help="GPU counts: 64,128 | 64..1024 | 64:1024:x2 | 64:1024:64 (default %(default)s)",
+    )
+    batch = p.add_argument_group("batch and model")
+    batch.add_argument("--global-batch", type=_positive_int, help="samples per optimizer step")
+    batch.add_argument("--tokens-per-step", type=_positive_int, help="tokens per optimizer step (e.g. 4Mi)")
+    batch.add_argument("--seq-len", type=int, help="sequence length (default: the model's)")
+    batch.add_argument(
+        "--dtype", default="bf16", help="compute dtype: fp32, bf16, fp16 (default %(default)s)"
+    )
+    batch.add_argument(
+        "--optimizer", default="adamw", help="sgd, sgd-momentum, adam, adamw (default %(default)s)"
+    )
+    batch.add_argument(
+        "--no-master-weights", action="store_true", help="pure bf16/fp16 (no fp32 master copy)"
+    )
+    space = p.add_argument_group("search space")
+    space.add_argument("--strategies", default=",".join(STRATEGIES), help="comma list (default %(default)s)")
+    space.add_argument(
+        "--micro-batches",
+        help="comma list of micro-batch sizes (default: every divisor of the per-GPU batch)",
+    )
+    space.add_argument(
+        "--max-micro-batch", type=int, default=32, help="largest micro-batch tried (default %(default)s)"
+    )
+    space.add_argument(
+        "--recompute",
+        default="both",
+        choices=list(RECOMPUTE),
+        help="activation recompute (default %(default)s)",
+    )
+    space.add_argument("--max-tp", type=int, default=8, help="largest tensor-parallel degree (default %(default)s; "
+                       "this build's step model has data parallelism only)")  # fmt: skip
+    limits = p.add_argument_group("memory, time and cost")
+    limits.add_argument(
+        "--memory-headroom",
+        default="0",
+        help="memory kept free per GPU: a fraction (10%%, 0.1) or bytes (4GiB)",
+    )
+    limits.add_argument(
+        "--price-per-gpu-hour", type=float, help="price of one GPU-hour, for cost per token and --max-cost"
+    )
+    limits.add_argument("--train-tokens", type=_count, help="length of the training run in tokens (e.g. 2T)")
+    limits.add_argument("--train-samples", type=_count, help="length of the training run in samples")
+    limits.add_argument(
+        "--max-hours", type=float, help="drop layouts whose run takes longer (needs --train-tokens/-samples)"
+    )
+    limits.add_argument(
+        "--max-cost", type=float, help="drop layouts whose run costs more (needs a price and a length)"
+    )
+    run = p.add_argument_group("how to run")
+    run.add_argument(
+        "--engine",
+        default="local",
+        help=f"{' or '.join(ENGINES)}: a process pool here, or Ray tasks (default %(default)s)",
+    )
+    run.add_argument(
+        "--address",
+        help="Ray cluster address (host:port, ray://host:port or auto); default: a local instance",
+    )
+    run.add_argument("--workers", type=int, help="processes (default: every core)")
+    run.add_argument(
+        "--engine-path",
+        default="auto",
+        help=f"{', '.join(ENGINE_PATHS)}: fast analytical path where ranks are alike (default %(default)s)",
+    )
+    run.add_argument("--calibration", help="calibration profile JSON (calibrate.fit)")
+    out = p.add_argument_group("output")
+    out.add_argument("--top", type=int, default=5, help="layouts listed per GPU count (default %(default)s)")
+    out.add_argument("--format", default="table", choices=["table", "json", "csv"])
+    out.add_argument(
+        "--out", help="directory for the Pareto plot and plan.json (must be empty unless --force)"
+    )
+    out.add_argument("--force", action="store_true", help="write into a non-empty --out")
+    out.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p
+
+
+def _names(text: str, what: str) -> list[str]:
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if not names:
+        raise TrainsimError(f"{what} needs at least one name")
+    return names
+
+
+def _headroom(text: str) -> tuple[float, float]:
+    """(bytes, fraction) kept free from ``10%``, ``0.1`` or ``4GiB``."""
+    from simcore.units import parse_size
+
+    value = text.strip()
+    try:
+        if value.endswith("%"):
+            return 0.0, float(value[:-1]) / 100.0
+        number = float(value)
+        return (0.0, number) if number < 1 else (number, 0.0)
+    except ValueError:
+        return float(parse_size(value)), 0.0
+
+
+def _check_out(out: str | None, force: bool) -> Path | None:
+    if out is None:
+        return None
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise TrainsimError(f"--out {out} is a file; give a directory")
+    if path.is_dir() and any(path.iterdir()) and not force:
+        raise TrainsimError(f"--out {out} is not empty; give an empty directory or add --force")
+    return path
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    out = _check_out(args.out, args.force)
+    from experiments.plan.run import run_plan
+
+    result = run_plan(args, _names(args.strategies, "--strategies"), _headroom(args.memory_headroom))
+    from experiments.plan.report import format_csv, format_json, format_table
+
+    if args.format == "json":
+        print(format_json(result, top=args.top))
+    elif args.format == "csv":
+        print(format_csv(result, top=args.top), end="")
+    else:
+        print(format_table(result, top=args.top), end="")
+    if out is not None:
+        from experiments.plan.plots import write_outputs
+
+        for path in write_outputs(result, out, top=args.top):
+            print(f"wrote {path}", file=sys.stderr)
+    if result.interrupted:
+        print(
+            f"interrupted: {result.configs_evaluated} of {len(result.prepared.tasks)} configurations "
+            "were evaluated; the ranking above covers those",
+            file=sys.stderr,
+        )
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

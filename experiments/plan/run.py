@@ -1,0 +1,119 @@
+"""From parsed arguments to a :class:`~simcore.planner.search.PlanResult`, with a progress bar."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import sys
+import time
+from collections.abc import Iterator, Sequence
+
+from simcore.errors import TrainsimError
+from simcore.planner.evaluate import PlanJob
+from simcore.planner.executors import Progress, check_engine, run_sweep
+from simcore.planner.rank import Budget
+from simcore.planner.search import PlanResult, finish, prepare
+from simcore.planner.space import SearchSpace, parse_gpu_counts, resolve_global_batch
+from simcore.strategies.base import TrainingConfig
+from simcore.workload.loader import load_workload
+from topologies import load_cluster
+
+__all__ = ["PROGRESS_AFTER_S", "progress_bar", "run_plan"]
+
+PROGRESS_AFTER_S = 2.0  # the bar appears only when a sweep runs longer than this
+
+
+def _micro_batches(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        sizes = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
+    except ValueError:
+        raise TrainsimError(
+            f"--micro-batches: expected a comma list of whole numbers, got {text!r}"
+        ) from None
+    if not sizes:
+        raise TrainsimError("--micro-batches lists no size")
+    return sizes
+
+
+def _job(args: argparse.Namespace) -> PlanJob:
+    from simcore.fastpath.path import check_engine_path
+
+    check_engine_path(args.engine_path)
+    workload = load_workload(args.model, seq_len=args.seq_len, dtype=args.dtype)
+    seq_len = workload.tokens_per_sample or None
+    global_batch = resolve_global_batch(
+        workload, global_batch=args.global_batch, tokens_per_step=args.tokens_per_step, seq_len=seq_len
+    )
+    config = TrainingConfig(
+        global_batch=global_batch,
+        micro_batch=1,
+        seq_len=seq_len,
+        dtype=args.dtype,
+        optimizer=args.optimizer,
+        master_weights=not args.no_master_weights,
+    )
+    calibration = None
+    if args.calibration:
+        from simcore.calibration.profile_json import load_profile
+
+        calibration = load_profile(args.calibration)
+    # Names this job in workers' caches: the same inputs give the same key on every engine.
+    key = hashlib.blake2b(
+        repr((args.model, args.cluster, config, args.calibration, args.engine_path)).encode()
+    )
+    return PlanJob(
+        workload, args.cluster, load_cluster, config, calibration, args.engine_path, key.hexdigest()
+    )
+
+
+@contextlib.contextmanager
+def progress_bar(total: int, *, quiet: bool) -> Iterator[Progress]:
+    """A tqdm bar on stderr for ``total`` configurations: only on a terminal, not with ``quiet``, and
+    only once the sweep has run :data:`PROGRESS_AFTER_S`; a no-op without tqdm."""
+    if quiet or not sys.stderr.isatty():
+        yield lambda _: None
+        return
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        yield lambda _: None
+        return
+    tqdm.monitor_interval = 0  # no monitor thread: the local pool forks workers
+    with tqdm(total=total, unit="config", file=sys.stderr, delay=PROGRESS_AFTER_S, leave=False) as bar:
+        yield bar.update
+
+
+def run_plan(
+    args: argparse.Namespace, strategies: Sequence[str], headroom: tuple[float, float]
+) -> PlanResult:
+    """Lay out, time and rank the search the arguments describe."""
+    start = time.perf_counter()
+    check_engine(args.engine, args.address)
+    job = _job(args)
+    space = SearchSpace(
+        strategies=tuple(strategies),
+        micro_batches=_micro_batches(args.micro_batches),
+        max_micro_batch=args.max_micro_batch,
+        recompute={"both": (False, True), "off": (False,), "on": (True,)}[args.recompute],
+        max_tp=args.max_tp,
+    )
+    budget = Budget(
+        headroom_bytes=headroom[0],
+        headroom_fraction=headroom[1],
+        train_tokens=args.train_tokens,
+        train_samples=args.train_samples,
+        max_hours=args.max_hours,
+        max_cost=args.max_cost,
+        price_per_gpu_hour=args.price_per_gpu_hour,
+    )
+    if args.top < 1:
+        raise TrainsimError(f"--top must be at least 1, got {args.top}")
+    prepared = prepare(job, parse_gpu_counts(args.gpus), space, budget)
+    with progress_bar(len(prepared.tasks), quiet=args.quiet) as tick:
+        sweep = run_sweep(
+            job, prepared.tasks, engine=args.engine, workers=args.workers, address=args.address, progress=tick
+        )
+    return finish(prepared, sweep, time.perf_counter() - start)

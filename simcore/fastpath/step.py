@@ -1,0 +1,280 @@
+"""One synchronous step on the fast path, as a :class:`~simcore.report.StepReport`.
+
+Long gradient accumulation is extrapolated, exactly: a step of ``k`` micro-batches is the first
+micro-batch, ``k - 2`` identical middle ones and the last (with the optimizer). When ``k`` is
+large, a probe plan of a few micro-batches (:data:`PROBES`) is built and evaluated instead, and its
+last two middle micro-batches are checked against each other: the same operations (kinds, durations, bytes,
+memory changes, dependencies at the same offsets), the same times relative to their first
+forward, the same memory levels, and nothing of a micro-batch still running two micro-batches
+later. The scheduler is deterministic and invariant under a shift in time, so each further middle
+micro-batch then repeats the last one exactly, shifted by the period: the step time, compute,
+communication, bytes and link use grow by one period's worth per micro-batch, and the memory
+peak is the probe's. When the check fails (a communication backlog still growing, say), the full
+plan is built and evaluated. Four micro-batches are tried first; where the first micro-batch
+leaves a different trace in the next (ZeRO-2 keeps its gradient shard), five, so that the compared
+micro-batches both follow a middle one; a process remembers which size worked per strategy. Only
+the representative rank's plan (streams ``compute`` and ``comm``) is extrapolated.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import re
+from dataclasses import dataclass, replace
+
+from simcore.fastpath.evaluate import TimedRun, evaluate_plan_timed
+from simcore.report import StepReport
+from simcore.strategies.base import StepContext, Strategy
+from simcore.strategies.runner import StepResult, report_step, simulate_step
+from simcore.strategies.schedule import COMM, COMPUTE, Op, StepPlan
+
+__all__ = ["MIN_EXTRAPOLATED", "PROBES", "fast_step_report"]
+
+# Micro-batches of a probe plan: the first, two middle ones to compare (after a fifth's middle one
+# when four are not enough), and the last.
+PROBES = (4, 5)
+MIN_EXTRAPOLATED = 4  # from here a probe costs no more than the full plan (and is it when k = 4)
+# Per (strategy, one GPU): the probe size that worked last in this process, or 0 when the plan is
+# not built micro-batch by micro-batch (DDP and ZeRO-1 run all but the last as one operation).
+_FIRST_PROBE: dict[tuple[str, bool], int] = {}
+_PASSES = ("fwd", "bwd", "recompute", "fwd+bwd")
+_TAG = re.compile(r"micro-batch (\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class _Period:
+    """What one middle micro-batch adds to the step."""
+
+    time_s: float
+    compute_s: float
+    comm_s: float
+    comm_bytes: float
+    busy_by_kind: dict[str, float]
+    busy_by_link: dict[str, float]
+
+
+def fast_step_report(
+    strategy: Strategy,
+    ctx: StepContext,
+    *,
+    cluster: str,
+    device: str,
+    peak_flops: float,
+    slowdown: float | None,
+) -> StepReport:
+    """``strategy``'s step on ``ctx`` evaluated on the fast path."""
+    k = ctx.accumulation
+    if slowdown is None or ctx.config.steps > 1 or ctx.config.compute_jitter_sigma > 0:
+        # per-collective contention (slowdown None) runs in the discrete-event engine
+        result = simulate_step(strategy, ctx, slowdown=slowdown, path="fast")
+        return report_step(result, ctx, cluster=cluster, device=device, peak_flops=peak_flops)
+    if k >= MIN_EXTRAPOLATED:
+        report = _extrapolated(strategy, ctx, k, cluster=cluster, device=device, peak_flops=peak_flops,
+                               slowdown=slowdown)  # fmt: skip
+        if report is not None:
+            return report
+    # One step, as simulate_step would run it; only the spans a report reads.
+    plan = strategy.build_plan(ctx)
+    timed = evaluate_plan_timed(
+        plan, capacity_bytes=ctx.device_memory_bytes, slowdown=slowdown, comm_spans_only=True
+    )
+    result = StepResult(plan, timed.run, [timed.run.step_time_s])
+    return report_step(result, ctx, cluster=cluster, device=device, peak_flops=peak_flops)
+
+
+@dataclass(slots=True)
+class _Probe:
+    """A probe plan of a few micro-batches, evaluated, and its period if the middle ones repeat."""
+
+    plan: StepPlan
+    timed: TimedRun
+    starts: list[int]
+    period: _Period | None
+
+
+def _extrapolated(
+    strategy: Strategy,
+    ctx: StepContext,
+    k: int,
+    *,
+    cluster: str,
+    device: str,
+    peak_flops: float,
+    slowdown: float,
+) -> StepReport | None:
+    key = (strategy.name, ctx.gpus == 1)
+    first = _FIRST_PROBE.get(key, PROBES[0])
+    for size in (p for p in PROBES if first and first <= p <= k):
+        probe = _probe(strategy, ctx, size, slowdown)
+        if isinstance(probe, str):
+            _FIRST_PROBE[key] = 0
+            return None
+        if size == k:  # the probe is the whole step
+            result = StepResult(probe.plan, probe.timed.run, [probe.timed.run.step_time_s])
+            return report_step(result, ctx, cluster=cluster, device=device, peak_flops=peak_flops)
+        if probe.period is not None:
+            _FIRST_PROBE[key] = size
+            return _report(probe, probe.period, ctx, k, cluster=cluster, device=device, peak_flops=peak_flops)
+    return None
+
+
+def _report(
+    probe: _Probe, period: _Period, ctx: StepContext, k: int, *, cluster: str, device: str, peak_flops: float
+) -> StepReport:
+    """The probe's report with ``k - size`` more middle micro-batches (fewer when negative)."""
+    plan, timed, starts = probe.plan, probe.timed, probe.starts
+    extra = k - len(starts)
+    step_s = timed.run.step_time_s + extra * period.time_s
+    result = StepResult(plan, timed.run, [step_s])
+    report = report_step(result, ctx, cluster=cluster, device=device, peak_flops=peak_flops)
+    compute_s = plan.compute_s() + extra * period.compute_s
+    busy_kind, busy_link = _busy(plan, timed)
+    for kind, seconds in period.busy_by_kind.items():
+        busy_kind[kind] = busy_kind.get(kind, 0.0) + extra * seconds
+    for link, seconds in period.busy_by_link.items():
+        busy_link[link] = busy_link.get(link, 0.0) + extra * seconds
+    return replace(
+        report,
+        compute_s=compute_s,
+        exposed_comm_s=max(0.0, step_s - compute_s),
+        comm_s=report.comm_s + extra * period.comm_s,
+        comm_bytes=plan.comm_bytes() + extra * period.comm_bytes,
+        link_utilisation={kind: busy_kind[kind] / step_s for kind in sorted(busy_kind)},
+        bottleneck_link=max(sorted(busy_link), key=lambda name: busy_link[name]) if busy_link else "",
+        peak_phase=_peak_phase(timed, starts, report.peak_phase, extra),
+    )
+
+
+def _probe(strategy: Strategy, ctx: StepContext, size: int, slowdown: float) -> _Probe | str:
+    """The plan of ``size`` micro-batches, evaluated (``"structure"`` if it is not built one
+    micro-batch after another, as DDP's and ZeRO-1's are not)."""
+    probe_ctx = replace(
+        ctx, config=replace(ctx.config, global_batch=ctx.gpus * ctx.config.micro_batch * size)
+    )
+    plan = strategy.build_plan(probe_ctx)
+    if {op.stream for op in plan.ops} - {COMPUTE, COMM}:
+        return "structure"
+    starts = _microbatch_starts(plan)
+    if len(starts) != size:
+        return "structure"
+    timed = evaluate_plan_timed(
+        plan, capacity_bytes=ctx.device_memory_bytes, slowdown=slowdown, comm_spans_only=True
+    )
+    return _Probe(plan, timed, starts, _period(plan, timed, starts))
+
+
+def _microbatch_starts(plan: StepPlan) -> list[int]:
+    """Ids of the compute operations that begin a micro-batch: a forward after anything but one."""
+    starts: list[int] = []
+    last = ""
+    for op in plan.ops:
+        if op.stream != COMPUTE or op.kind not in _PASSES:
+            continue
+        if op.kind == "fwd" and last != "fwd":
+            starts.append(op.id)
+        last = op.kind
+    return starts
+
+
+def _same_op(a: Op, b: Op, shift: int) -> bool:
+    return (
+        (a.stream, a.kind, a.duration_s, a.bytes, a.link, a.link_kind)
+        == (b.stream, b.kind, b.duration_s, b.bytes, b.link, b.link_kind)
+        and (a.on_start, a.on_end, a.after_end) == (b.on_start, b.on_end, b.after_end)
+        and tuple(i + shift for i in a.after) == b.after
+        and tuple(i + shift for i in a.after_start) == b.after_start
+    )
+
+
+def _period(plan: StepPlan, timed: TimedRun, starts: list[int]) -> _Period | None:
+    """One middle micro-batch's contribution, if the probe's last two middle micro-batches repeat."""
+    ops, begin, end = plan.ops, timed.starts, timed.ends
+    bounds = [*starts, len(ops)]
+    a = len(starts) - 3  # the compared micro-batches: a and a + 1, before the last
+    if a < 1:
+        return None
+    blocks = [range(bounds[m], bounds[m + 1]) for m in range(a - 1, a + 2)]  # one before, a, a + 1
+    shift = bounds[a + 1] - bounds[a]
+    middles = blocks[1:] if a == 1 else blocks  # the one before a must be a middle one too
+    if any(len(block) != shift for block in middles):
+        return None
+    if not all(_same_op(ops[i], ops[i + shift], shift) for block in middles[:-1] for i in block):
+        return None
+    at = [begin[s] for s in starts]
+    tolerance = 1e-9 * max(timed.run.step_time_s, 1e-30)
+    period = at[a + 1] - at[a]
+    if abs((at[a + 2] - at[a + 1]) - period) > tolerance:
+        return None
+    for i in blocks[1]:
+        if (
+            abs(begin[i + shift] - begin[i] - period) > tolerance
+            or abs(end[i + shift] - end[i] - period) > tolerance
+        ):
+            return None
+    # Nothing of a micro-batch may still run when the one after next begins.
+    if (
+        max(end[i] for i in blocks[0]) > at[a + 1] + tolerance
+        or max(end[i] for i in blocks[1]) > at[a + 2] + tolerance
+    ):
+        return None
+    if not _memory_repeats(timed, at, a, tolerance):
+        return None
+    last = blocks[2]
+    comm = [i for i in last if ops[i].stream == COMM]
+    kinds: dict[str, float] = {}
+    links: dict[str, float] = {}
+    for i in comm:
+        if end[i] > begin[i]:
+            kind = ops[i].link_kind or "unknown"
+            kinds[kind] = kinds.get(kind, 0.0) + end[i] - begin[i]
+            links[ops[i].link] = links.get(ops[i].link, 0.0) + end[i] - begin[i]
+    return _Period(
+        time_s=period,
+        compute_s=math.fsum(ops[i].duration_s for i in last if ops[i].stream == COMPUTE),
+        comm_s=math.fsum(end[i] - begin[i] for i in comm),
+        comm_bytes=sum(ops[i].bytes for i in comm),
+        busy_by_kind=kinds,
+        busy_by_link=links,
+    )
+
+
+def _memory_repeats(timed: TimedRun, at: list[float], a: int, tolerance: float) -> bool:
+    """Whether the memory samples of micro-batches ``a`` and ``a + 1`` repeat, shifted by the period."""
+    samples = timed.run.memory.samples
+    times = [t for t, _, _ in samples]
+    windows = [
+        samples[bisect.bisect_left(times, at[m]) : bisect.bisect_left(times, at[m + 1])] for m in (a, a + 1)
+    ]
+    if len(windows[0]) != len(windows[1]):
+        return False
+    period = at[a + 1] - at[a]
+    for (t0, total0, _), (t1, total1, _) in zip(*windows, strict=True):
+        if abs(t1 - t0 - period) > tolerance or abs(total1 - total0) > 1e-9 * max(abs(total0), 1.0):
+            return False
+    return True
+
+
+def _busy(plan: StepPlan, timed: TimedRun) -> tuple[dict[str, float], dict[str, float]]:
+    """Seconds each link kind and each link carried a collective in the probe."""
+    kinds: dict[str, float] = {}
+    links: dict[str, float] = {}
+    for op in plan.ops:
+        duration = timed.ends[op.id] - timed.starts[op.id]
+        if op.stream != COMM or duration <= 0:
+            continue
+        kind = op.link_kind or "unknown"
+        kinds[kind] = kinds.get(kind, 0.0) + duration
+        links[op.link] = links.get(op.link, 0.0) + duration
+    return kinds, links
+
+
+def _peak_phase(timed: TimedRun, starts: list[int], phase: str, extra: int) -> str:
+    """The probe's peak phase, renumbered when the peak falls in the last micro-batch."""
+    peak = timed.run.memory.peak()
+    samples = timed.run.memory.samples
+    first_at = next((t for t, total, _ in samples if total == peak.peak_bytes), 0.0)
+    if first_at < timed.starts[starts[-1]]:
+        return phase
+    size = len(starts)
+    return _TAG.sub(lambda m: f"micro-batch {int(m[1]) + extra if int(m[1]) >= size - 1 else m[1]}", phase)

@@ -1,0 +1,151 @@
+"""Time one layout on one GPU count: the work a planner sweep hands to its workers.
+
+A :class:`PlanJob` holds what every configuration of a sweep shares (the workload, the cluster and
+how to load it, the base training configuration, a calibration profile, the engine path); a task
+is a (GPU count, layout) pair. :func:`evaluate_tasks` runs a batch of tasks in one process and is
+what a process pool or a Ray task calls: clusters, device timers and collective costs are cached
+per process, so a worker that gets many tasks of one GPU count loads and prices that cluster once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from simcore.compute.heterogeneity import NO_HETEROGENEITY, sync_compute_scale
+from simcore.errors import TrainsimError
+from simcore.fastpath.costs import fast_collective_model
+from simcore.fastpath.path import DEFAULT_ENGINE_PATH, check_engine_path, choose_path
+from simcore.fastpath.step import fast_step_report
+from simcore.planner.space import Layout
+from simcore.report import StepReport
+from simcore.strategies import get_strategy
+from simcore.strategies.base import CollectiveFn, LayerTimer, TrainingConfig
+from simcore.strategies.runner import (
+    collective_model,
+    gating_device,
+    make_context,
+    report_step,
+    simulate_step,
+)
+from simcore.topology import ClusterLoader, Topology
+
+if TYPE_CHECKING:
+    from simcore.calibration.profile import CalibrationProfile
+    from simcore.hardware import DeviceSpec
+    from simcore.workload.types import Workload
+
+__all__ = ["Outcome", "PlanJob", "Task", "evaluate_tasks", "load_topology"]
+
+
+@dataclass(frozen=True, slots=True)
+class PlanJob:
+    """What every configuration of one sweep shares. Picklable (the loader is a module function)."""
+
+    workload: Workload
+    cluster: str
+    loader: ClusterLoader
+    config: TrainingConfig
+    calibration: CalibrationProfile | None = None
+    engine_path: str = DEFAULT_ENGINE_PATH
+    # Names this job's inputs in per-process caches (a job is unpickled afresh for every task).
+    key: str = ""
+
+    def __post_init__(self) -> None:
+        check_engine_path(self.engine_path)
+
+
+Task = tuple[int, Layout]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One timed configuration: its report, or why it could not be timed."""
+
+    gpus: int
+    layout: Layout
+    report: StepReport | None
+    error: str = ""
+    path: str = ""
+
+
+@dataclass(slots=True)
+class _Cluster:
+    """One loaded cluster size, with what pricing on it needs."""
+
+    topology: Topology
+    device: DeviceSpec
+    timer: LayerTimer
+    path: str
+    collective: CollectiveFn
+
+
+# Per process: (loader, cluster, gpus, dtype, calibration id, engine path) -> the loaded cluster.
+_CLUSTERS: dict[tuple[object, ...], _Cluster] = {}
+_TOPOLOGIES: dict[tuple[object, ...], Topology] = {}
+
+
+def load_topology(loader: ClusterLoader, cluster: str, gpus: int) -> Topology:
+    """``loader(cluster, gpus=gpus)``, once per process."""
+    key = (getattr(loader, "__module__", ""), getattr(loader, "__qualname__", repr(loader)), cluster, gpus)
+    topology = _TOPOLOGIES.get(key)
+    if topology is None:
+        topology = _TOPOLOGIES[key] = loader(cluster, gpus=gpus)
+    return topology
+
+
+def _cluster(job: PlanJob, gpus: int) -> _Cluster:
+    key = (job.key or id(job), job.cluster, gpus, job.config.dtype, job.engine_path)
+    known = _CLUSTERS.get(key)
+    if known is None:
+        from simcore.compute.roofline import ComputeModel
+
+        topology = load_topology(job.loader, job.cluster, gpus)
+        device = gating_device(topology, job.config.dtype)
+        path = choose_path(job.engine_path, topology)
+        price = fast_collective_model if path == "fast" else collective_model
+        known = _CLUSTERS[key] = _Cluster(
+            topology,
+            device,
+            ComputeModel(device, job.config.dtype, job.calibration),
+            path,
+            price(topology, job.calibration),
+        )
+    return known
+
+
+def _evaluate(job: PlanJob, gpus: int, layout: Layout) -> Outcome:
+    cluster = _cluster(job, gpus)
+    config = replace(job.config, micro_batch=layout.micro_batch, activation_checkpointing=layout.recompute)
+    ctx = make_context(
+        job.workload, config, cluster.topology, calibration=job.calibration, timer=cluster.timer,
+        collective=cluster.collective, device_memory_bytes=cluster.device.memory_bytes,
+    )  # fmt: skip
+    slowdown = config.slowdown(job.calibration.comm_compute_slowdown if job.calibration else None)
+    strategy = get_strategy(layout.strategy)
+    device, peak = cluster.device.name, cluster.device.flops(config.dtype)
+    # Mixed devices: every step waits for the slowest rank, as in the what-if.
+    scale = sync_compute_scale(
+        cluster.topology, job.workload, config.dtype, config.micro_batch, NO_HETEROGENEITY,
+        reference=device, recompute=config.activation_checkpointing, calibration=job.calibration,
+    )  # fmt: skip
+    if cluster.path == "fast" and scale is None:
+        report = fast_step_report(
+            strategy, ctx, cluster=job.cluster, device=device, peak_flops=peak, slowdown=slowdown
+        )
+    else:
+        result = simulate_step(strategy, ctx, slowdown=slowdown, compute_scale=scale, path=cluster.path)
+        report = report_step(result, ctx, cluster=job.cluster, device=device, peak_flops=peak)
+    return Outcome(gpus, layout, report, path=cluster.path)
+
+
+def evaluate_tasks(job: PlanJob, tasks: Sequence[Task]) -> list[Outcome]:
+    """Time every task, in order; a configuration the model refuses is an :class:`Outcome` with an error."""
+    outcomes = []
+    for gpus, layout in tasks:
+        try:
+            outcomes.append(_evaluate(job, gpus, layout))
+        except TrainsimError as exc:
+            outcomes.append(Outcome(gpus, layout, None, str(exc)))
+    return outcomes

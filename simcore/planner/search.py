@@ -1,0 +1,171 @@
+"""The planner: the best ways to train a model on a cluster at several GPU counts.
+
+:func:`prepare` lays out the search (every layout of the :class:`~simcore.planner.space.SearchSpace`
+at every GPU count, minus those whose memory floor is above the device's usable memory: they are
+counted, not timed); :func:`~simcore.planner.executors.run_sweep` times the rest; :func:`finish`
+ranks what fits within the budget, explains each winner and finds the Pareto frontiers.
+:func:`plan` does all three.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from simcore.errors import TrainsimError
+from simcore.planner.evaluate import PlanJob, Task, load_topology
+from simcore.planner.executors import Progress, SweepRun, run_sweep
+from simcore.planner.rank import Budget, Ranked, cost_frontier, explain_winner, gpu_frontier, price, rank
+from simcore.planner.rank import within_budget as fits_budget
+from simcore.planner.space import SearchSpace, layouts_for, memory_floor_bytes
+from simcore.strategies.runner import gating_device
+
+__all__ = ["CountResult", "PlanResult", "Prepared", "finish", "plan", "prepare"]
+
+
+@dataclass(slots=True)
+class CountResult:
+    """What the search found at one GPU count."""
+
+    gpus: int
+    nodes: int
+    device: str
+    capacity_bytes: float
+    usable_bytes: float
+    considered: int = 0
+    pruned: int = 0  # memory floor above the usable memory: never timed
+    evaluated: int = 0
+    no_fit: int = 0  # timed, peak above the usable memory
+    over_budget: int = 0
+    failed: int = 0
+    skipped: str = ""  # why no layout exists at this count
+    smallest_floor_bytes: float = 0.0
+    ranked: list[Ranked] = field(default_factory=list)
+    why: str = ""
+    never_fit: list[str] = field(default_factory=list)  # strategies with no fitting layout
+
+
+@dataclass(slots=True)
+class Prepared:
+    """The search laid out: tasks to time and the per-count bookkeeping."""
+
+    job: PlanJob
+    space: SearchSpace
+    budget: Budget
+    tasks: list[Task]
+    counts: dict[int, CountResult]
+    node_size: int
+
+
+@dataclass(slots=True)
+class PlanResult:
+    """The ranked layouts per GPU count, the frontiers, and how much was searched."""
+
+    prepared: Prepared
+    counts: list[CountResult]
+    configs_evaluated: int
+    configs_pruned: int
+    interrupted: bool
+    engine: str
+    workers: int
+    wall_s: float
+    gpu_frontier: list[Ranked]
+    cost_frontier: list[Ranked]
+
+
+def prepare(job: PlanJob, gpu_counts: Sequence[int], space: SearchSpace, budget: Budget) -> Prepared:
+    """Every layout at every count, with the memory floor's verdict; an error if nothing is left to search."""
+    budget.check_language_model(job.workload.tokens_per_sample)
+    counts: dict[int, CountResult] = {}
+    tasks: list[Task] = []
+    node_size = 1
+    for gpus in sorted(set(gpu_counts)):
+        topology = load_topology(job.loader, job.cluster, gpus)
+        spec = gating_device(topology, job.config.dtype)
+        node_size = len(topology.ranks_on_host(topology.host_of_rank(0)))
+        usable = budget.usable_bytes(spec.memory_bytes)
+        if usable <= 0:
+            raise TrainsimError(
+                f"--memory-headroom leaves no memory on {spec.name} ({spec.memory_bytes / 2**30:.1f} GiB); "
+                "ask for less headroom"
+            )
+        result = counts[gpus] = CountResult(
+            gpus, len(topology.hosts), spec.name, float(spec.memory_bytes), usable
+        )
+        layouts, result.skipped = layouts_for(space, gpus, job.config.global_batch, node_size)
+        floors = []
+        for layout in layouts:
+            result.considered += 1
+            floor = memory_floor_bytes(job.workload, job.config, layout, gpus, node_size)
+            floors.append(floor)
+            if floor > usable:
+                result.pruned += 1
+            else:
+                tasks.append((gpus, layout))
+        result.smallest_floor_bytes = min(floors, default=0.0)
+    if not any(c.considered for c in counts.values()):
+        reasons = "; ".join(f"{g} GPUs: {c.skipped}" for g, c in counts.items())
+        raise TrainsimError(f"the search space is empty: {reasons}")
+    return Prepared(job, space, budget, tasks, counts, node_size)
+
+
+def finish(prepared: Prepared, sweep: SweepRun, wall_s: float) -> PlanResult:
+    """Rank what fits within the budget at every count and find the frontiers."""
+    fitting: dict[int, list[Ranked]] = {g: [] for g in prepared.counts}
+    strategies_fit: dict[int, set[str]] = {g: set() for g in prepared.counts}
+    evaluated = 0
+    for outcome in sweep.outcomes:
+        if outcome is None:
+            continue
+        evaluated += 1
+        count = prepared.counts[outcome.gpus]
+        count.evaluated += 1
+        if outcome.report is None:
+            count.failed += 1
+            continue
+        if outcome.report.peak_memory_bytes > count.usable_bytes:
+            count.no_fit += 1
+            continue
+        strategies_fit[outcome.gpus].add(outcome.layout.strategy)
+        ranked = price(outcome.gpus, outcome.layout, outcome.report, prepared.budget)
+        if not fits_budget(ranked, prepared.budget):
+            count.over_budget += 1
+            continue
+        fitting[outcome.gpus].append(ranked)
+    for gpus, count in prepared.counts.items():
+        count.ranked = rank(fitting[gpus])
+        count.never_fit = [s for s in prepared.space.strategies if s not in strategies_fit[gpus]]
+        if count.ranked:
+            count.why = explain_winner(count.ranked, count.never_fit, count.capacity_bytes)
+    bests = [c.ranked[0] for c in prepared.counts.values() if c.ranked]
+    return PlanResult(
+        prepared,
+        [prepared.counts[g] for g in sorted(prepared.counts)],
+        evaluated,
+        sum(c.pruned for c in prepared.counts.values()),
+        sweep.interrupted,
+        sweep.engine,
+        sweep.workers,
+        wall_s,
+        gpu_frontier(bests),
+        cost_frontier(bests),
+    )
+
+
+def plan(
+    job: PlanJob,
+    gpu_counts: Sequence[int],
+    space: SearchSpace | None = None,
+    budget: Budget | None = None,
+    *,
+    engine: str = "local",
+    workers: int | None = None,
+    address: str | None = None,
+    progress: Progress | None = None,
+) -> PlanResult:
+    """Search, time and rank (see the module docstring)."""
+    start = time.perf_counter()
+    prepared = prepare(job, gpu_counts, space or SearchSpace(), budget or Budget())
+    sweep = run_sweep(job, prepared.tasks, engine=engine, workers=workers, address=address, progress=progress)
+    return finish(prepared, sweep, time.perf_counter() - start)

@@ -1,0 +1,130 @@
+"""The event-free evaluator runs a step plan exactly as the SimPy runner does."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simcore.engine import Simulation
+from simcore.errors import TrainsimError
+from simcore.fastpath.evaluate import evaluate_plan
+from simcore.strategies import get_strategy, strategy_names
+from simcore.strategies.base import TrainingConfig
+from simcore.strategies.schedule import PlanBuilder, PlanRun, StepPlan, run_plan
+from tests.simcore.strategies.test_strategies_support import toy_context, toy_transformer
+
+CAPACITY = 80e9
+
+
+def _same(a: PlanRun, b: PlanRun) -> None:
+    assert b.step_time_s == a.step_time_s
+    assert b.spans == a.spans
+    assert b.memory.samples == a.memory.samples
+    assert b.memory.peak() == a.memory.peak()
+    assert b.memory.category_max == a.memory.category_max
+
+
+def _both(plan: StepPlan, slowdown: float, scale: float | dict[str, float] = 1.0) -> tuple[PlanRun, PlanRun]:
+    des = run_plan(Simulation(0), plan, capacity_bytes=CAPACITY, slowdown=slowdown, compute_scale=scale)
+    fast = evaluate_plan(plan, capacity_bytes=CAPACITY, slowdown=slowdown, compute_scale=scale)
+    return des, fast
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    name=st.sampled_from(strategy_names()),
+    gpus=st.sampled_from([1, 2, 8, 16]),
+    accumulation=st.integers(1, 3),
+    micro_batch=st.integers(1, 3),
+    blocks=st.integers(1, 5),
+    checkpoint=st.booleans(),
+    prefetch=st.integers(0, 2),
+    bucket_view=st.booleans(),
+    wrap=st.sampled_from(["per-block", "every-2-layers", "every-2-blocks"]),
+    slowdown=st.sampled_from([1.0, 1.1, 1.7]),
+)
+def test_strategy_plans_match_the_simpy_run_exactly(
+    name: str,
+    gpus: int,
+    accumulation: int,
+    micro_batch: int,
+    blocks: int,
+    checkpoint: bool,
+    prefetch: int,
+    bucket_view: bool,
+    wrap: str,
+    slowdown: float,
+) -> None:
+    config = TrainingConfig(
+        global_batch=gpus * micro_batch * accumulation,
+        micro_batch=micro_batch,
+        activation_checkpointing=checkpoint,
+        prefetch=prefetch,
+        gradient_as_bucket_view=bucket_view,
+        wrap=wrap,
+        bucket_size_bytes=8 * 2**20,
+    )
+    ctx = toy_context(gpus, config, workload=toy_transformer(blocks=blocks))
+    _same(*_both(get_strategy(name).build_plan(ctx), slowdown))
+
+
+@st.composite
+def random_plans(draw: st.DrawFn) -> StepPlan:
+    """Plans of several processes' streams; every dependency points at an earlier operation."""
+    streams = draw(st.lists(st.sampled_from(["compute", "comm", "r1/compute", "r1/comm", "r1/copy"]),
+                            min_size=1, max_size=30))  # fmt: skip
+    builder = PlanBuilder("random")
+    builder.plan.initial_memory = {"params": 10.0}
+    categories = ["activations", "buffers", "temp"]
+    for index, stream in enumerate(streams):
+        earlier = st.lists(st.integers(0, index - 1), max_size=2, unique=True) if index else st.just([])
+        duration = draw(st.sampled_from([0.0, 0.5, 1.0, 1.5, 2.0, 3.25]))
+        change = draw(st.sampled_from(categories)), float(draw(st.integers(-3, 5)))
+        builder.add(
+            stream,
+            f"op{index}",
+            duration,
+            after=tuple(draw(earlier)),
+            after_start=tuple(draw(earlier)),
+            on_start=(change,) if draw(st.booleans()) else (),
+            on_end=(change,) if draw(st.booleans()) else (),
+            after_end=((change[0], -change[1]),) if draw(st.booleans()) else (),
+        )
+    return builder.plan
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    plan=random_plans(),
+    slowdown=st.sampled_from([1.0, 1.25, 2.0]),
+    scale=st.sampled_from([1.0, 0.5, {"r1": 3.0}]),
+)
+def test_random_plans_match_the_simpy_run_exactly(
+    plan: StepPlan, slowdown: float, scale: float | dict[str, float]
+) -> None:
+    _same(*_both(plan, slowdown, scale))
+
+
+def test_an_empty_plan_takes_no_time() -> None:
+    run = evaluate_plan(StepPlan("none", initial_memory={"params": 4.0}), capacity_bytes=8.0)
+    assert run.step_time_s == 0.0
+    assert run.memory.peak().peak_bytes == 4.0
+
+
+def test_compute_slowed_while_communication_runs() -> None:
+    """2 s of compute with a 1 s collective over its first second at slowdown 2: 1 s does half a
+    second of work, the remaining 1.5 s run at full speed: 2.5 s in all."""
+    builder = PlanBuilder("overlap")
+    first = builder.compute("forward", 2.0)
+    builder.comm("all_reduce", 1.0, kind="all_reduce", size_bytes=1.0, after_start=[first])
+    run = evaluate_plan(builder.plan, capacity_bytes=1.0, slowdown=2.0)
+    assert run.step_time_s == pytest.approx(2.5)
+
+
+def test_a_plan_that_waits_on_itself_is_refused() -> None:
+    builder = PlanBuilder("deadlock")
+    builder.add("compute", "a", 1.0, after=(1,))
+    builder.add("comm", "b", 1.0, after=(0,))
+    with pytest.raises(TrainsimError, match="deadlocks"):
+        evaluate_plan(builder.plan, capacity_bytes=1.0)

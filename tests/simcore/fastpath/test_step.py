@@ -1,0 +1,80 @@
+"""Long gradient accumulation extrapolated from a probe gives the full plan's report."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simcore.fastpath import step as fast_step
+from simcore.fastpath.costs import fast_collective_model
+from simcore.fastpath.step import MIN_EXTRAPOLATED, fast_step_report
+from simcore.report import StepReport
+from simcore.strategies import get_strategy, strategy_names
+from simcore.strategies.base import StepContext, TrainingConfig
+from simcore.strategies.runner import gating_device, make_context, report_step, simulate_step
+from simcore.workload.loader import load_workload
+from tests.simcore.strategies.test_strategies_support import toy_context, toy_transformer
+from topologies import load_cluster
+
+
+def _full(name: str, ctx: StepContext, slowdown: float) -> StepReport:
+    result = simulate_step(get_strategy(name), ctx, slowdown=slowdown, path="fast")
+    return report_step(result, ctx, cluster="c", device="d", peak_flops=1e14)
+
+
+def _assert_same(got: StepReport, want: StepReport) -> None:
+    for key, expected in want.to_record().items():
+        value = got.to_record()[key]
+        if isinstance(expected, float):
+            assert math.isclose(value, expected, rel_tol=1e-9, abs_tol=1e-12), key
+        elif isinstance(expected, dict):
+            assert value.keys() == expected.keys(), key
+            assert all(math.isclose(value[q], expected[q], rel_tol=1e-9, abs_tol=1e-12) for q in value), key
+        else:
+            assert value == expected, key
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    name=st.sampled_from(strategy_names()),
+    gpus=st.sampled_from([2, 8, 16]),
+    accumulation=st.integers(MIN_EXTRAPOLATED, MIN_EXTRAPOLATED + 6),
+    micro_batch=st.integers(1, 2),
+    blocks=st.integers(1, 4),
+    checkpoint=st.booleans(),
+    slowdown=st.sampled_from([1.0, 1.1]),
+)
+def test_extrapolated_steps_report_what_the_full_plan_does(
+    name: str, gpus: int, accumulation: int, micro_batch: int, blocks: int, checkpoint: bool, slowdown: float
+) -> None:
+    config = TrainingConfig(
+        global_batch=gpus * micro_batch * accumulation,
+        micro_batch=micro_batch,
+        activation_checkpointing=checkpoint,
+        bucket_size_bytes=8 * 2**20,
+    )
+    ctx = toy_context(gpus, config, workload=toy_transformer(blocks=blocks))
+    got = fast_step_report(
+        get_strategy(name), ctx, cluster="c", device="d", peak_flops=1e14, slowdown=slowdown
+    )
+    _assert_same(got, _full(name, ctx, slowdown))
+
+
+@pytest.mark.parametrize("name", ["fsdp", "zero2", "zero3", "hsdp"])
+def test_a_real_model_is_extrapolated_and_exact(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    topology = load_cluster("dgx-a100", gpus=16)
+    workload = load_workload("gpt2-medium", seq_len=512)
+    config = TrainingConfig(global_batch=16 * 2 * 11, micro_batch=2, seq_len=512)
+    ctx = make_context(workload, config, topology, collective=fast_collective_model(topology))
+    device = gating_device(topology, "bf16")
+    probes: list[object] = []
+    original = fast_step._period
+    monkeypatch.setattr(fast_step, "_period", lambda *a: probes.append(original(*a)) or probes[-1])
+    got = fast_step_report(get_strategy(name), ctx, cluster="c", device="d", peak_flops=1e14, slowdown=1.1)
+    assert probes and probes[-1] is not None, "a probe's middle micro-batches should repeat"
+    assert got.accumulation_steps == 11
+    _assert_same(got, _full(name, ctx, 1.1))
+    assert device.memory_bytes == got.memory_capacity_bytes
