@@ -50,6 +50,8 @@ COMMANDS: dict[str, Command] = {
                                   "every published GPU measurement it can express, predicted vs measured"),
     "validate-parallel": Command("experiments.validate_parallel", "experiments.validate_parallel.cli",
                                  "tensor/pipeline/3-D layouts against Megatron-LM's published runs"),
+    "plan": Command("experiments.plan", "experiments.plan.cli",
+                    "the best layouts per GPU count, the Pareto frontier and the cost"),
     "reproduce-paper": Command("experiments.reproduce_paper", "experiments.reproduce_paper.cli",
                                "the seed paper's claims against the simulator, one by one"),
     "bench": Command("experiments.bench", "experiments.bench.cli",

@@ -25,6 +25,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from simcore.cliargs import Parser
 from simcore.errors import TrainsimError, cli_entry
 
 # The allowed values as simcore defines them (kept literal so --help needs no heavy import;
@@ -74,7 +75,7 @@ def _positive_int(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m experiments.plan", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="python -m experiments.plan", description=__doc__.split("\n\n")[0])
     p.add_argument(
         "--model", default="gpt2-xl", help="preset name, shape file or module:factory (default %(default)s)"
     )
@@ -150,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--calibration", help="calibration profile JSON (calibrate.fit)")
     out = p.add_argument_group("output")
     out.add_argument("--top", type=int, default=5, help="layouts listed per GPU count (default %(default)s)")
-    out.add_argument("--format", default="table", choices=["table", "json", "csv"])
+    out.add_argument("--format", default="table", choices=["table", "json", "csv"], help="output format")
     out.add_argument(
         "--out", help="directory for the Pareto plot and plan.json (must be empty unless --force)"
     )

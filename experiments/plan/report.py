@@ -11,6 +11,8 @@ frontiers). CSV: one row per ranked layout, nested fields flattened as in the wh
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from typing import Any
 
@@ -95,9 +97,26 @@ def format_json(result: PlanResult, *, top: int) -> str:
     return json.dumps(plan_document(result, top=top), indent=2)
 
 
+# The plan's own columns before the what-if's fixed ones (simcore.report.CSV_COLUMNS).
+PLAN_CSV_COLUMNS = ("rank", "layout.strategy", "layout.micro_batch", "layout.recompute", "layout.tp",
+                    "layout.pp", "layout.cp", "layout.ep", "train_hours", "train_cost", "cost_per_million")  # fmt: skip
+
+
 def format_csv(result: PlanResult, *, top: int) -> str:
+    """One row per ranked layout: the plan's columns, then the what-if record's fixed columns."""
     rows = [_record(i + 1, r) for count in result.counts for i, r in enumerate(count.ranked[:top])]
-    return records_to_csv(rows) if rows else ""
+    if not rows:
+        return ""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    fixed = records_to_csv(rows).splitlines()
+    writer.writerow([*PLAN_CSV_COLUMNS, *next(csv.reader([fixed[0]]))])
+    for row, rest in zip(rows, fixed[1:], strict=True):
+        layout = row.get("layout") or {}
+        own = [row["rank"], *(layout.get(k.split(".", 1)[1]) for k in PLAN_CSV_COLUMNS[1:8]),
+               row.get("train_hours"), row.get("train_cost"), row.get("cost_per_million")]  # fmt: skip
+        writer.writerow(["" if v is None else v for v in own] + next(csv.reader([rest])))
+    return out.getvalue()
 
 
 def _header(result: PlanResult) -> list[str]:
