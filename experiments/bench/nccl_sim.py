@@ -9,32 +9,13 @@ first nodes for large groups, and the uncontended result of a symmetric group is
 
 from __future__ import annotations
 
-import os
-import statistics
-import subprocess
 import sys
-import time
 
-from experiments.bench.whatif import WhatIfBenchRow
+from experiments.bench.whatif import WhatIfBenchRow, timed_command
 
 __all__ = ["NCCL_SIM_SHAPES", "nccl_sim_cli_rows"]
 
 NCCL_SIM_SHAPES = ((1, 8), (512, 4096))  # (nodes, GPUs)
-
-
-def _timed(command: list[str], repeats: int) -> tuple[float, float]:
-    walls: list[float] = []
-    cpus: list[float] = []
-    for _ in range(repeats):
-        before = os.times()
-        start = time.perf_counter()
-        subprocess.run(command, check=True, stdout=subprocess.DEVNULL, timeout=300)
-        walls.append(time.perf_counter() - start)
-        after = os.times()
-        cpus.append(
-            (after.children_user - before.children_user) + (after.children_system - before.children_system)
-        )
-    return statistics.median(walls), statistics.median(cpus)
 
 
 def nccl_sim_cli_rows(*, repeats: int = 3) -> list[WhatIfBenchRow]:
@@ -43,6 +24,6 @@ def nccl_sim_cli_rows(*, repeats: int = 3) -> list[WhatIfBenchRow]:
     for nodes, gpus in NCCL_SIM_SHAPES:
         command = [sys.executable, "-m", "experiments.nccl_sim", "--topology", "dgx-a100", "--nodes", str(nodes),
                    "--gpus", str(gpus), "--op", "all_reduce", "-b", "1G", "-e", "1G"]  # fmt: skip
-        wall, cpu = _timed(command, repeats)
+        wall, cpu = timed_command(command, repeats)
         rows.append(WhatIfBenchRow("nccl_sim 1G (CLI)", gpus, wall, cpu, None, repeats))
     return rows

@@ -32,7 +32,14 @@ from simcore.whatif.sweep import DEFAULT_CONFIG, run_what_if
 from simcore.workload.loader import load_workload
 from topologies import load_cluster
 
-__all__ = ["WhatIfBenchRow", "format_whatif_table", "fsdp_step_rows", "parallel_step_row", "what_if_cli_row"]
+__all__ = [
+    "WhatIfBenchRow",
+    "format_whatif_table",
+    "fsdp_step_rows",
+    "parallel_step_row",
+    "timed_command",
+    "what_if_cli_row",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +57,12 @@ class WhatIfBenchRow:
 def what_if_cli_row(*, gpus: int = 16, repeats: int = 3, extra: Sequence[str] = ()) -> WhatIfBenchRow:
     """Wall time of the main job in a fresh interpreter, as a user types it."""
     command = [sys.executable, "-m", "experiments.what_if", "--gpus", str(gpus), *extra]
+    wall, cpu = timed_command(command, repeats)
+    return WhatIfBenchRow("what_if default (CLI)", gpus, wall, cpu, None, repeats)
+
+
+def timed_command(command: list[str], repeats: int) -> tuple[float, float]:
+    """Median wall and CPU seconds of ``command`` run ``repeats`` times in a fresh process."""
     walls: list[float] = []
     cpus: list[float] = []
     for _ in range(repeats):
@@ -61,9 +74,7 @@ def what_if_cli_row(*, gpus: int = 16, repeats: int = 3, extra: Sequence[str] = 
         cpus.append(
             (after.children_user - before.children_user) + (after.children_system - before.children_system)
         )
-    return WhatIfBenchRow(
-        "what_if default (CLI)", gpus, statistics.median(walls), statistics.median(cpus), None, repeats
-    )
+    return statistics.median(walls), statistics.median(cpus)
 
 
 def fsdp_step_rows(
