@@ -22,7 +22,11 @@ How the measured setup is modelled (each choice says why):
   are per core under the machine's own load. When more ranks compute at once than there are cores
   (``ranks_busy``: every rank for DDP/FSDP, the workers for a parameter server, whose server idles
   while they compute), the OS time-slices them: each rank's compute is slowed by
-  ``1 / min(1, cores / ranks_busy)``. The machine is shared with other jobs, so their busy threads
+  ``1 / min(1, cores / ranks_busy)``. That holds for ranks that compute at the same moment (every
+  rank of a DDP/FSDP step, the workers of a synchronous round); asynchronous and SSP workers drift
+  apart and compute while the others push, pull or wait, so each is slowed by the threads busy
+  beside it on average, solved to the fixed point with the simulation's own busy fractions
+  (:mod:`simcore.compute.core_sharing`). The machine is shared with other jobs, so their busy threads
   count too: a CPU-share probe (a busy loop timed just before and after each run, never the run
   itself) estimates them; :func:`predict` with ``idle=True`` leaves them out. The calibration's
   short microbenchmarks report medians, which a time-sliced process reaches between preemptions,
@@ -328,9 +332,8 @@ def predict(run: MeasuredRun, profile: CalibrationProfile, cores: int, *, idle: 
     topology = measured_topology(spec, profile, comm_slowdown)
     timer = LayerCorrectedTimer(profile, corrections or {})
     if spec.is_ps:
-        return _predict_ps(
-            spec, workload, topology, profile, slowdown * timer.gradient_ratio(workload, size.batch)
-        )
+        ratio = timer.gradient_ratio(workload, size.batch)
+        return _predict_ps(spec, workload, topology, profile, ratio, cores, background)
     return _predict_collective(spec, workload, topology, profile, (slowdown, comm_slowdown), timer)
 
 
@@ -362,29 +365,67 @@ def _predict_collective(spec: RunSpec, workload: Workload, topology: Topology, p
 
 
 def _predict_ps(spec: RunSpec, workload: Workload, topology: Topology, profile: CalibrationProfile,
-                slowdown: float) -> Prediction:  # fmt: skip
+                ratio: float, cores: int, background: float) -> Prediction:  # fmt: skip
+    """The parameter server's step: ``ratio`` is the layer corrections' compute ratio.
+
+    Synchronous rounds release every worker at once, so they share the cores for their whole
+    compute (:func:`simcore.compute.core_sharing.time_sliced_slowdown`); asynchronous and SSP
+    workers drift apart and compute while the others push, pull or wait, so each is slowed by the
+    workers (and the server) busy at that moment on average, solved to the fixed point
+    (:func:`simcore.compute.core_sharing.shared_core_fixed_point`).
+    """
     try:
-        from simcore.compute.heterogeneity import Heterogeneity, Straggler
-        from simcore.paramserver import Placement, PSConfig, simulate_parameter_server, summarise
+        from simcore.paramserver import summarise
     except ImportError as error:
         return Prediction(
             None, None, f"not predicted yet: the parameter-server simulation is missing ({error})"
         )
+    from simcore.compute.core_sharing import shared_core_fixed_point, time_sliced_slowdown
+
+    def run(sharing: Sequence[float]) -> Any:
+        return _simulate_ps(spec, workload, topology, profile, [ratio * s for s in sharing])
+
+    try:
+        if spec.strategy == "ps-sync":
+            sharing: Sequence[float] = [time_sliced_slowdown(spec.workers + background, cores)] * spec.workers
+        else:
+            sharing = shared_core_fixed_point(lambda s: _busy_fractions(run(s), spec), spec.workers, cores,
+                                              background=background)  # fmt: skip
+        result = summarise(run(sharing), cluster=topology.name)
+    except (TrainsimError, ValueError, KeyError, TypeError) as error:
+        return Prediction(None, None, f"not predicted: the parameter-server simulation failed ({error})")
+    return Prediction(result.step.step_time_s, result.step.compute_s)
+
+
+def _simulate_ps(spec: RunSpec, workload: Workload, topology: Topology, profile: CalibrationProfile,
+                 slowdowns: Sequence[float]) -> Any:  # fmt: skip
+    """One parameter-server simulation with worker ``w`` computing ``slowdowns[w]`` times slower
+    (the slow worker also ``spec.slow_factor`` times)."""
+    from simcore.compute.heterogeneity import Heterogeneity, Straggler
+    from simcore.paramserver import Placement, PSConfig, simulate_parameter_server
+
     slow_worker = spec.slow_rank - 1  # real rank 0 serves; real worker r is simulated worker r - 1
     # A straggler factor must be >= 1; a net speed-up (layer corrections below 1 on a nearly idle
     # machine) is applied by scaling the profile's compute instead.
-    faster = min(1.0, slowdown)
+    faster = min(1.0, *slowdowns)
     profile = scaled_compute_profile(profile, faster)
-    stragglers = tuple(Straggler(w, slowdown / faster * (spec.slow_factor if w == slow_worker else 1.0))
+    stragglers = tuple(Straggler(w, slowdowns[w] / faster * (spec.slow_factor if w == slow_worker else 1.0))
                        for w in range(spec.workers))  # fmt: skip
     # calibrate.train's workers push the whole gradient after backward and wait for the pull
     ps = PSConfig(mode=spec.strategy, shards=1, placement=Placement("dedicated", 1),
                   staleness_bound=spec.staleness_bound, steps=max(8, spec.steps), layerwise=False)  # fmt: skip
-    try:
-        outcome = simulate_parameter_server(workload, training_config(spec), topology, ps, workers=spec.workers,
-                                            heterogeneity=Heterogeneity(stragglers=stragglers),
-                                            calibration=profile, seed=0)  # fmt: skip
-        result = summarise(outcome, cluster=topology.name)
-    except (TrainsimError, ValueError, KeyError, TypeError) as error:
-        return Prediction(None, None, f"not predicted: the parameter-server simulation failed ({error})")
-    return Prediction(result.step.step_time_s, result.step.compute_s)
+    return simulate_parameter_server(workload, training_config(spec), topology, ps, workers=spec.workers,
+                                     heterogeneity=Heterogeneity(stragglers=stragglers),
+                                     calibration=profile, seed=0)  # fmt: skip
+
+
+def _busy_fractions(outcome: Any, spec: RunSpec) -> list[float]:
+    """Fraction of the run each worker computes (its sleep as the slow worker excluded), then the
+    server's (its updates)."""
+    slow_worker = spec.slow_rank - 1
+    elapsed = outcome.elapsed_s
+    fractions = []
+    for w in range(spec.workers):
+        sleep = spec.slow_factor if w == slow_worker else 1.0
+        fractions.append(outcome.compute_s[w] / sleep * outcome.records.gradients[w] / elapsed)
+    return [*fractions, *(busy / elapsed for busy in outcome.shard_busy_s)]
