@@ -41,8 +41,8 @@ How the measured setup is modelled (each choice says why):
   size (``busbw`` and half the one-message ``alpha``: a message crosses two links). Collectives
   with an alpha-beta fit for the group (all_reduce, all_gather, reduce_scatter at the calibrated
   world sizes) use the fit directly. Testbed runs put each rank on a host of its own whose NIC has
-  the tc rate; there is no added delay (netem is absent on this kernel), so the path latency is the
-  same measured software latency.
+  the tc rate less the frames' headers (:data:`TCP_PAYLOAD_SHARE`); there is no added delay (netem
+  is absent on this kernel), so the path latency is the same measured software latency.
 - **Slow worker**: the slow rank sleeps ``(factor - 1)`` times its compute each step, so its compute
   is ``factor`` times longer: the synchronous strategies' step compute is scaled by it (everyone
   waits), the parameter server gets a straggler on that worker only.
@@ -92,6 +92,11 @@ SYNC_STRATEGIES = ("ddp", "fsdp", "ps-sync")
 # reduce-scatter moves (n-1)/n x n (all_gather_into_tensor moved its ring's 1.0 and 3.0). On the
 # shaped links of the testbed, where bytes on the wire set the time, it is priced as an all-reduce.
 GLOO_REDUCE_SCATTER = "all_reduce"
+# Payload share of a tc-shaped link's rate: tbf counts every frame's bytes (qdisc_pkt_len, headers of
+# each GSO segment included), and a full 1500-byte-MTU TCP frame on a veth carries 1448 payload bytes
+# in 1514: Ethernet header 14 (IEEE 802.3; veth frames have no preamble, FCS or gap), IPv4 20
+# (RFC 791), TCP 20 (RFC 9293) + 12 of timestamp option (RFC 7323, Linux tcp_timestamps=1 default).
+TCP_PAYLOAD_SHARE = 1448 / 1514
 # Workload layer kinds (calibrate.train.models.describe, simcore presets) -> the layer benchmark kind
 # of calibrate.compute.layers that times the same kind of operator.
 BENCH_KIND = {"conv2d": "conv", "conv": "conv", "conv1x1": "conv", "conv_grouped": "conv", "linear": "linear", "attention": "attention", "layernorm": "norm",
@@ -298,7 +303,8 @@ def measured_topology(spec: RunSpec, profile: CalibrationProfile, comm_slowdown:
                            name=f"loopback-{spec.world}")  # fmt: skip
     assert spec.bandwidth_Bps is not None  # RunSpec guarantees it for testbed runs
     return cpu_cluster(1, hosts=spec.world, loopback_Bps=bandwidth_Bps, loopback_latency_s=latency_s,
-                       nic_Bps=spec.bandwidth_Bps, nic_latency_s=0.0, name=f"testbed-{spec.world}")  # fmt: skip
+                       nic_Bps=spec.bandwidth_Bps * TCP_PAYLOAD_SHARE, nic_latency_s=0.0,
+                       name=f"testbed-{spec.world}")  # fmt: skip
 
 
 def training_config(spec: RunSpec) -> TrainingConfig:

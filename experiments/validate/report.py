@@ -240,7 +240,8 @@ sees their configuration only.
   point (`simcore.compute.core_sharing`).
 - Links: collectives use the alpha-beta fit at the run's world size; the loopback links (the
   parameter server's point-to-point traffic) take the send/recv fit. Testbed runs put each rank on
-  its own host behind a NIC of the tc rate, without added delay (no netem on this kernel).
+  its own host behind a NIC of the tc rate, of which TCP payload gets 1448 of every 1514 bytes
+  (Ethernet, IPv4 and TCP headers with timestamps), without added delay (no netem on this kernel).
 - The slow rank computes `factor` times longer (it sleeps (factor - 1) x its compute): synchronous
   steps wait for it; the parameter server gets a straggler on that worker."""
 

@@ -226,3 +226,11 @@ def test_asynchronous_workers_share_the_cores_less_than_a_synchronous_round() ->
     outcome = _simulate_ps(spec, workload, measured_topology(spec, _profile()), _profile(), [1.0, 1.0, 1.0])
     fractions = _busy_fractions(outcome, spec)
     assert len(fractions) == spec.workers + 1 and all(0.0 < f <= 1.0 for f in fractions)
+
+
+def test_a_shaped_link_carries_tcp_payload_at_its_rate_less_the_headers() -> None:
+    from experiments.validate.predict import measured_topology
+
+    graph = measured_topology(RunSpec("ddp", "transformer-s", 2, "testbed", GBIT), _profile()).graph
+    rates = {d["bandwidth_Bps"] for _, _, d in graph.edges(data=True)}
+    assert GBIT * 1448 / 1514 in rates and GBIT not in rates
