@@ -67,6 +67,7 @@ from simcore.errors import TrainsimError
 if TYPE_CHECKING:
     from simcore.calibration.profile import CalibrationProfile
     from simcore.compute.optimizer import OptimizerStepCost
+    from simcore.paramserver.simulate import PSOutcome
     from simcore.strategies.base import TrainingConfig
     from simcore.topology import Topology
     from simcore.workload.types import Layer, Workload
@@ -388,7 +389,7 @@ def _predict_ps(spec: RunSpec, workload: Workload, topology: Topology, profile: 
         )
     from simcore.compute.core_sharing import shared_core_fixed_point, time_sliced_slowdown
 
-    def run(sharing: Sequence[float]) -> Any:
+    def run(sharing: Sequence[float]) -> PSOutcome:
         return _simulate_ps(spec, workload, topology, profile, [ratio * s for s in sharing])
 
     try:
@@ -404,7 +405,7 @@ def _predict_ps(spec: RunSpec, workload: Workload, topology: Topology, profile: 
 
 
 def _simulate_ps(spec: RunSpec, workload: Workload, topology: Topology, profile: CalibrationProfile,
-                 slowdowns: Sequence[float]) -> Any:  # fmt: skip
+                 slowdowns: Sequence[float]) -> PSOutcome:  # fmt: skip
     """One parameter-server simulation with worker ``w`` computing ``slowdowns[w]`` times slower
     (the slow worker also ``spec.slow_factor`` times)."""
     from simcore.compute.heterogeneity import Heterogeneity, Straggler
@@ -425,7 +426,7 @@ def _simulate_ps(spec: RunSpec, workload: Workload, topology: Topology, profile:
                                      calibration=profile, seed=0)  # fmt: skip
 
 
-def _busy_fractions(outcome: Any, spec: RunSpec) -> list[float]:
+def _busy_fractions(outcome: PSOutcome, spec: RunSpec) -> list[float]:
     """Fraction of the run each worker computes (its sleep as the slow worker excluded), then the
     server's (its updates)."""
     slow_worker = spec.slow_rank - 1
