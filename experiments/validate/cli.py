@@ -1,6 +1,6 @@
 """Predicted against measured step time, on real training runs of this machine.
 
-    python -m experiments.validate [--quick] [--out DIR [--force]] [--measured DIR] [--no-testbed]
+    python -m experiments.validate [--quick] [--out DIR [--force]] [--measured DIR [--in-place]] [--no-testbed]
 
 1. Calibrates the machine with the microbenchmark jobs only (``calibrate.collectives`` at each
    world size of the grid, ``calibrate.compute`` on two ranks: matmuls, memory copy, the layer
@@ -19,7 +19,10 @@ Everything goes to a new folder, ``runs/validate-<time>/`` (``--out DIR``: that 
 be new or empty unless ``--force``), so no run overwrites an earlier one or the committed
 ``experiments/results/validation``. ``--measured DIR`` skips steps 1-2 and re-predicts the
 measurements already in DIR (its ``profile.json``, ``runs.jsonl`` and ``runs/``), reading DIR only
-and writing the report to the output folder. ``--quick`` (CI) runs two processes, a tiny CNN, DDP
+and writing the report to the output folder; with ``--in-place`` the report (``report.md``,
+``comparison.csv``/``.json``, the plots) is rewritten inside DIR itself, how the committed report
+is regenerated after a model change: the measurements there (``runs/``, ``runs.jsonl``,
+``calibration/``, ``profile.json``, ``provenance.json``) are read, never written. ``--quick`` (CI) runs two processes, a tiny CNN, DDP
 and synchronous PS, a few steps, no testbed. torch is checked before anything is written; every
 job runs under a timeout; a run that fails is reported as such and never replaced by a number.
 """
@@ -49,7 +52,7 @@ from simcore.errors import TrainsimError, cli_entry
 
 __all__ = ["calibrate_machine", "launch_module", "main", "measure_runs", "testbed_reason"]
 
-COMMITTED = "experiments/results/validation"  # the committed full run: read by --measured, never written
+COMMITTED = "experiments/results/validation"  # the committed full run: its measurements are never rewritten
 
 
 def _free_port() -> int:
@@ -239,6 +242,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--measured", default=None, metavar="DIR",
         help=f"re-predict the measurements in DIR (read only), e.g. {COMMITTED}",
     )  # fmt: skip
+    p.add_argument(
+        "--in-place", action="store_true",
+        help="with --measured: rewrite the report inside DIR (its measurements are only read)",
+    )  # fmt: skip
     p.add_argument("--no-testbed", action="store_true", help="skip the emulated-node runs")
     p.add_argument("--notes", default=None, help="markdown file of analysis to put in the report")
     args = p.parse_args(argv)
@@ -248,6 +255,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def _check_prerequisites(args: argparse.Namespace) -> None:
     """What a run needs, checked before anything is written."""
+    if args.in_place and (args.measured is None or args.out is not None):
+        raise TrainsimError(
+            "--in-place rewrites the report of --measured DIR inside DIR: give --measured, not --out"
+        )
     if args.measured is not None:
         measured = Path(args.measured)
         if not (measured / "runs.jsonl").is_file():
@@ -269,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
 
     args = _parse_args(argv)
     _check_prerequisites(args)
+    if args.in_place:  # only the report files are written; the measurements there are read
+        args.out, args.force = args.measured, True
     out = output_dir(args.out, force=args.force, command="validate-quick" if args.quick else "validate")
     assert out is not None  # a command with a default folder always gets one
     started, load_start = time.monotonic(), list(os.getloadavg())

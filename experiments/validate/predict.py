@@ -22,7 +22,11 @@ How the measured setup is modelled (each choice says why):
   are per core under the machine's own load. When more ranks compute at once than there are cores
   (``ranks_busy``: every rank for DDP/FSDP, the workers for a parameter server, whose server idles
   while they compute), the OS time-slices them: each rank's compute is slowed by
-  ``1 / min(1, cores / ranks_busy)``. The machine is shared with other jobs, so their busy threads
+  ``1 / min(1, cores / ranks_busy)``. That holds for ranks that compute at the same moment (every
+  rank of a DDP/FSDP step, the workers of a synchronous round); asynchronous and SSP workers drift
+  apart and compute while the others push, pull or wait, so each is slowed by the threads busy
+  beside it on average, solved to the fixed point with the simulation's own busy fractions
+  (:mod:`simcore.compute.core_sharing`). The machine is shared with other jobs, so their busy threads
   count too: a CPU-share probe (a busy loop timed just before and after each run, never the run
   itself) estimates them; :func:`predict` with ``idle=True`` leaves them out. The calibration's
   short microbenchmarks report medians, which a time-sliced process reaches between preemptions,
@@ -37,8 +41,8 @@ How the measured setup is modelled (each choice says why):
   size (``busbw`` and half the one-message ``alpha``: a message crosses two links). Collectives
   with an alpha-beta fit for the group (all_reduce, all_gather, reduce_scatter at the calibrated
   world sizes) use the fit directly. Testbed runs put each rank on a host of its own whose NIC has
-  the tc rate; there is no added delay (netem is absent on this kernel), so the path latency is the
-  same measured software latency.
+  the tc rate less the frames' headers (:data:`TCP_PAYLOAD_SHARE`); there is no added delay (netem
+  is absent on this kernel), so the path latency is the same measured software latency.
 - **Slow worker**: the slow rank sleeps ``(factor - 1)`` times its compute each step, so its compute
   is ``factor`` times longer: the synchronous strategies' step compute is scaled by it (everyone
   waits), the parameter server gets a straggler on that worker only.
@@ -63,6 +67,7 @@ from simcore.errors import TrainsimError
 if TYPE_CHECKING:
     from simcore.calibration.profile import CalibrationProfile
     from simcore.compute.optimizer import OptimizerStepCost
+    from simcore.paramserver.simulate import PSOutcome
     from simcore.strategies.base import TrainingConfig
     from simcore.topology import Topology
     from simcore.workload.types import Layer, Workload
@@ -88,6 +93,11 @@ SYNC_STRATEGIES = ("ddp", "fsdp", "ps-sync")
 # reduce-scatter moves (n-1)/n x n (all_gather_into_tensor moved its ring's 1.0 and 3.0). On the
 # shaped links of the testbed, where bytes on the wire set the time, it is priced as an all-reduce.
 GLOO_REDUCE_SCATTER = "all_reduce"
+# Payload share of a tc-shaped link's rate: tbf counts every frame's bytes (qdisc_pkt_len, headers of
+# each GSO segment included), and a full 1500-byte-MTU TCP frame on a veth carries 1448 payload bytes
+# in 1514: Ethernet header 14 (IEEE 802.3; veth frames have no preamble, FCS or gap), IPv4 20
+# (RFC 791), TCP 20 (RFC 9293) + 12 of timestamp option (RFC 7323, Linux tcp_timestamps=1 default).
+TCP_PAYLOAD_SHARE = 1448 / 1514
 # Workload layer kinds (calibrate.train.models.describe, simcore presets) -> the layer benchmark kind
 # of calibrate.compute.layers that times the same kind of operator.
 BENCH_KIND = {"conv2d": "conv", "conv": "conv", "conv1x1": "conv", "conv_grouped": "conv", "linear": "linear", "attention": "attention", "layernorm": "norm",
@@ -294,7 +304,8 @@ def measured_topology(spec: RunSpec, profile: CalibrationProfile, comm_slowdown:
                            name=f"loopback-{spec.world}")  # fmt: skip
     assert spec.bandwidth_Bps is not None  # RunSpec guarantees it for testbed runs
     return cpu_cluster(1, hosts=spec.world, loopback_Bps=bandwidth_Bps, loopback_latency_s=latency_s,
-                       nic_Bps=spec.bandwidth_Bps, nic_latency_s=0.0, name=f"testbed-{spec.world}")  # fmt: skip
+                       nic_Bps=spec.bandwidth_Bps * TCP_PAYLOAD_SHARE, nic_latency_s=0.0,
+                       name=f"testbed-{spec.world}")  # fmt: skip
 
 
 def training_config(spec: RunSpec) -> TrainingConfig:
@@ -328,9 +339,8 @@ def predict(run: MeasuredRun, profile: CalibrationProfile, cores: int, *, idle: 
     topology = measured_topology(spec, profile, comm_slowdown)
     timer = LayerCorrectedTimer(profile, corrections or {})
     if spec.is_ps:
-        return _predict_ps(
-            spec, workload, topology, profile, slowdown * timer.gradient_ratio(workload, size.batch)
-        )
+        ratio = timer.gradient_ratio(workload, size.batch)
+        return _predict_ps(spec, workload, topology, profile, ratio, cores, background)
     return _predict_collective(spec, workload, topology, profile, (slowdown, comm_slowdown), timer)
 
 
@@ -362,29 +372,67 @@ def _predict_collective(spec: RunSpec, workload: Workload, topology: Topology, p
 
 
 def _predict_ps(spec: RunSpec, workload: Workload, topology: Topology, profile: CalibrationProfile,
-                slowdown: float) -> Prediction:  # fmt: skip
+                ratio: float, cores: int, background: float) -> Prediction:  # fmt: skip
+    """The parameter server's step: ``ratio`` is the layer corrections' compute ratio.
+
+    Synchronous rounds release every worker at once, so they share the cores for their whole
+    compute (:func:`simcore.compute.core_sharing.time_sliced_slowdown`); asynchronous and SSP
+    workers drift apart and compute while the others push, pull or wait, so each is slowed by the
+    workers (and the server) busy at that moment on average, solved to the fixed point
+    (:func:`simcore.compute.core_sharing.shared_core_fixed_point`).
+    """
     try:
-        from simcore.compute.heterogeneity import Heterogeneity, Straggler
-        from simcore.paramserver import Placement, PSConfig, simulate_parameter_server, summarise
+        from simcore.paramserver import summarise
     except ImportError as error:
         return Prediction(
             None, None, f"not predicted yet: the parameter-server simulation is missing ({error})"
         )
+    from simcore.compute.core_sharing import shared_core_fixed_point, time_sliced_slowdown
+
+    def run(sharing: Sequence[float]) -> PSOutcome:
+        return _simulate_ps(spec, workload, topology, profile, [ratio * s for s in sharing])
+
+    try:
+        if spec.strategy == "ps-sync":
+            sharing: Sequence[float] = [time_sliced_slowdown(spec.workers + background, cores)] * spec.workers
+        else:
+            sharing = shared_core_fixed_point(lambda s: _busy_fractions(run(s), spec), spec.workers, cores,
+                                              background=background)  # fmt: skip
+        result = summarise(run(sharing), cluster=topology.name)
+    except (TrainsimError, ValueError, KeyError, TypeError) as error:
+        return Prediction(None, None, f"not predicted: the parameter-server simulation failed ({error})")
+    return Prediction(result.step.step_time_s, result.step.compute_s)
+
+
+def _simulate_ps(spec: RunSpec, workload: Workload, topology: Topology, profile: CalibrationProfile,
+                 slowdowns: Sequence[float]) -> PSOutcome:  # fmt: skip
+    """One parameter-server simulation with worker ``w`` computing ``slowdowns[w]`` times slower
+    (the slow worker also ``spec.slow_factor`` times)."""
+    from simcore.compute.heterogeneity import Heterogeneity, Straggler
+    from simcore.paramserver import Placement, PSConfig, simulate_parameter_server
+
     slow_worker = spec.slow_rank - 1  # real rank 0 serves; real worker r is simulated worker r - 1
     # A straggler factor must be >= 1; a net speed-up (layer corrections below 1 on a nearly idle
     # machine) is applied by scaling the profile's compute instead.
-    faster = min(1.0, slowdown)
+    faster = min(1.0, *slowdowns)
     profile = scaled_compute_profile(profile, faster)
-    stragglers = tuple(Straggler(w, slowdown / faster * (spec.slow_factor if w == slow_worker else 1.0))
+    stragglers = tuple(Straggler(w, slowdowns[w] / faster * (spec.slow_factor if w == slow_worker else 1.0))
                        for w in range(spec.workers))  # fmt: skip
     # calibrate.train's workers push the whole gradient after backward and wait for the pull
     ps = PSConfig(mode=spec.strategy, shards=1, placement=Placement("dedicated", 1),
                   staleness_bound=spec.staleness_bound, steps=max(8, spec.steps), layerwise=False)  # fmt: skip
-    try:
-        outcome = simulate_parameter_server(workload, training_config(spec), topology, ps, workers=spec.workers,
-                                            heterogeneity=Heterogeneity(stragglers=stragglers),
-                                            calibration=profile, seed=0)  # fmt: skip
-        result = summarise(outcome, cluster=topology.name)
-    except (TrainsimError, ValueError, KeyError, TypeError) as error:
-        return Prediction(None, None, f"not predicted: the parameter-server simulation failed ({error})")
-    return Prediction(result.step.step_time_s, result.step.compute_s)
+    return simulate_parameter_server(workload, training_config(spec), topology, ps, workers=spec.workers,
+                                     heterogeneity=Heterogeneity(stragglers=stragglers),
+                                     calibration=profile, seed=0)  # fmt: skip
+
+
+def _busy_fractions(outcome: PSOutcome, spec: RunSpec) -> list[float]:
+    """Fraction of the run each worker computes (its sleep as the slow worker excluded), then the
+    server's (its updates)."""
+    slow_worker = spec.slow_rank - 1
+    elapsed = outcome.elapsed_s
+    fractions = []
+    for w in range(spec.workers):
+        sleep = spec.slow_factor if w == slow_worker else 1.0
+        fractions.append(outcome.compute_s[w] / sleep * outcome.records.gradients[w] / elapsed)
+    return [*fractions, *(busy / elapsed for busy in outcome.shard_busy_s)]

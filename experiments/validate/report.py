@@ -234,9 +234,14 @@ sees their configuration only.
   `max(1, b / c)`; `b` counts the run's computing ranks (all for DDP/FSDP, the workers for a
   parameter server) plus the background threads a CPU-share probe measured just before and after
   the run. Loopback communication is CPU work and is slowed by the background part of that factor.
+  Asynchronous and SSP workers do not compute at the same moments: each is slowed by the expected
+  `max(1, (1 + N + background) / c)` while it computes, `N` the other workers (and the server)
+  busy then, independently, with the busy fractions the simulation itself gives, to the fixed
+  point (`simcore.compute.core_sharing`).
 - Links: collectives use the alpha-beta fit at the run's world size; the loopback links (the
   parameter server's point-to-point traffic) take the send/recv fit. Testbed runs put each rank on
-  its own host behind a NIC of the tc rate, without added delay (no netem on this kernel).
+  its own host behind a NIC of the tc rate, of which TCP payload gets 1448 of every 1514 bytes
+  (Ethernet, IPv4 and TCP headers with timestamps), without added delay (no netem on this kernel).
 - The slow rank computes `factor` times longer (it sleeps (factor - 1) x its compute): synchronous
   steps wait for it; the parameter server gets a straggler on that worker."""
 
@@ -260,11 +265,12 @@ What the simulator does not model here, and what would fix it:
 - **Parameter-server message handling.** Every push and pull is a gloo send/recv handled by one
   Python server process, which must be scheduled for every message; the simulator charges link
   time and a memory-bound update only.
-- **Ranks that compute alone.** The profile's rates come from two ranks computing at once; an
-  asynchronous parameter server's workers often compute while the other waits, and then run
-  faster than that (measured: 100 ms of compute per step in ps-async against 121 ms in ps-sync on
-  the same model), so ps-async and ps-ssp are predicted slow. *Fix*: calibrate the rate of one
-  rank alone as well and share the cores among the ranks computing at each moment."""
+- **Ranks that compute alone.** The profile's rates come from two ranks computing at once. Where
+  more workers than cores share them, asynchronous workers are slowed only by those busy beside
+  them (modelled), but on two workers and two cores the asynchronous workers still compute faster
+  than the calibrated rate (measured: 100 ms of compute per step in ps-async against 121 ms in
+  ps-sync on the same model), which no probe here explains. *Fix*: calibrate the rate of one
+  rank alone as well, and repeat runs to show whether the difference outlives run-to-run noise."""
 
 
 def report_markdown(summary: str, rows: Sequence[Row], orders: Sequence[dict[str, Any]],

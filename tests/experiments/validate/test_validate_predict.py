@@ -205,3 +205,32 @@ def test_op_overhead_and_copies_make_the_prediction_slower() -> None:
     without = predict(run, _profile(), 2).step_time_s
     with_overhead = predict(run, profile_from_json(data), 2).step_time_s
     assert without is not None and with_overhead is not None and with_overhead > without
+
+
+def test_asynchronous_workers_share_the_cores_less_than_a_synchronous_round() -> None:
+    """Three workers on two cores: a synchronous round time-slices all three for its whole compute
+    (1.5x); asynchronous workers are slowed only by those busy beside them, so their compute per
+    gradient lies between alone and all three at once."""
+    from experiments.validate.predict import _busy_fractions, _simulate_ps
+
+    spec = RunSpec("ps-async", "transformer-s", 4)
+    prediction = predict(_run(spec), _profile(), 2)
+    sync = predict(_run(RunSpec("ps-sync", "transformer-s", 4)), _profile(), 2)
+    alone = predict(_run(spec), _profile(), 4)  # as many cores as threads: nothing shared
+    assert prediction.compute_s is not None and sync.compute_s is not None and alone.compute_s is not None
+    assert alone.compute_s < prediction.compute_s < 1.5 * alone.compute_s
+    assert sync.compute_s == pytest.approx(1.5 * alone.compute_s)
+    workload = workload_from_description(_description(), spec.size, 0)
+    from experiments.validate.predict import measured_topology
+
+    outcome = _simulate_ps(spec, workload, measured_topology(spec, _profile()), _profile(), [1.0, 1.0, 1.0])
+    fractions = _busy_fractions(outcome, spec)
+    assert len(fractions) == spec.workers + 1 and all(0.0 < f <= 1.0 for f in fractions)
+
+
+def test_a_shaped_link_carries_tcp_payload_at_its_rate_less_the_headers() -> None:
+    from experiments.validate.predict import measured_topology
+
+    graph = measured_topology(RunSpec("ddp", "transformer-s", 2, "testbed", GBIT), _profile()).graph
+    rates = {d["bandwidth_Bps"] for _, _, d in graph.edges(data=True)}
+    assert GBIT * 1448 / 1514 in rates and GBIT not in rates

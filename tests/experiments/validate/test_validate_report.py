@@ -142,6 +142,28 @@ def test_a_non_empty_out_is_refused_without_force(tmp_path, capsys):
     assert main(["--measured", str(measured), "--out", str(out), "--force"]) == 0
 
 
+def test_in_place_rewrites_the_report_and_leaves_the_measurements(tmp_path, capsys):
+    measured = tmp_path / "measured"
+    _fake_measured(measured)
+    (measured / "report.md").write_text("an earlier report\n")
+    kept = {p: p.read_bytes() for p in measured.rglob("*") if p.is_file() and p.name != "report.md"}
+    assert main(["--measured", str(measured), "--in-place"]) == 0
+    assert (measured / "report.md").read_text().startswith("# Step time")
+    assert (measured / "comparison.csv").is_file()
+    assert all(path.read_bytes() == data for path, data in kept.items())
+
+
+@pytest.mark.parametrize("argv", [["--in-place"], ["--measured", "M", "--in-place", "--out", "O"]])
+def test_in_place_needs_measured_and_no_out(tmp_path, capsys, monkeypatch, argv):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --in-place") and err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_committed_run_repredicts_to_the_golden_summary(tmp_path):
     if not (COMMITTED / "runs.jsonl").exists():
         pytest.skip("no committed validation run")
