@@ -14,6 +14,15 @@ saying on stderr how many (and any torn row a killed run left, which it drops an
 An ``--out`` already holding ``collectives.jsonl`` is refused without ``--resume`` or ``--force``
 (see :mod:`calibrate.common.prereq`).
 
+``--after-compute-ms MS`` (CPU ranks only) times each collective as a training step issues a
+blocking one: before every timed iteration each rank computes (small matmuls) for ``MS``
+milliseconds, counted from the end of the previous collective, so the ranks arrive together but
+after a stretch of compute rather than straight from the last collective. FSDP2 on CPU blocks the
+training thread in every all-gather and reduce-scatter between its units' compute, and on gloo such
+a collective takes longer than the back-to-back ones of the plain sweep. Its rows carry
+``after_compute_ms``; ``calibrate.fit`` fits them apart (the profile's
+``collectives_after_compute``). Give such a sweep an ``--out`` of its own.
+
 Sizes follow nccl-tests: for all_gather / reduce_scatter / alltoall the size is the whole
 concatenated buffer, rounded down to a multiple of ranks x element size.
 """
@@ -59,6 +68,7 @@ DTYPES = {
 _IN_PLACE = ("all_reduce", "broadcast", "reduce")  # torch's forms of these overwrite their buffer
 _SPLIT = ("all_gather", "reduce_scatter", "alltoall")  # size = whole buffer, one slice per rank
 _RESUME_KEY = ("op", "size_bytes", "group", "repeat")
+_COMPUTE_BLOCK = 128  # the --after-compute-ms matmuls: 128 x 128 fp32, ~4 MFLOP each
 MAX_ITERS = 1_000_000  # per size and repeat: far past any useful sweep, short of a run that never ends
 MAX_REPEATS = 1_000_000  # an "endless" sweep that a time limit or scancel ends is legitimate
 
@@ -139,8 +149,18 @@ def _ring_exchange(send: torch.Tensor, recv: torch.Tensor, peers: tuple[int, int
         request.wait()
 
 
-def _iteration_times_s(run: Callable[[], None], iters: int, device: torch.device) -> torch.Tensor:
-    """Per-iteration seconds on this rank; on GPU from CUDA events on back-to-back launches."""
+def _compute_for(seconds: float, a: torch.Tensor) -> None:
+    """Keep this rank's thread computing (small matmuls, as a layer would) for ``seconds``."""
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        torch.mm(a, a)
+
+
+def _iteration_times_s(
+    run: Callable[[], None], iters: int, device: torch.device, after_compute_s: float = 0.0
+) -> torch.Tensor:
+    """Per-iteration seconds on this rank; on GPU from CUDA events on back-to-back launches; on CPU
+    each after ``after_compute_s`` of compute when that is positive (the compute is not timed)."""
     if device.type == "cuda":
         events = [
             (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)
@@ -152,7 +172,10 @@ def _iteration_times_s(run: Callable[[], None], iters: int, device: torch.device
         torch.cuda.synchronize()
         return torch.tensor([s.elapsed_time(e) * 1e-3 for s, e in events], dtype=torch.float64, device=device)
     times = []
+    block = torch.ones(_COMPUTE_BLOCK, _COMPUTE_BLOCK)
     for _ in range(iters):
+        if after_compute_s > 0:
+            _compute_for(after_compute_s, block)
         begin = time.perf_counter()
         run()
         times.append(time.perf_counter() - begin)
@@ -160,11 +183,11 @@ def _iteration_times_s(run: Callable[[], None], iters: int, device: torch.device
 
 
 def _measure(
-    run: Callable[[], None], iters: int, shape: GroupShape, device: torch.device
+    run: Callable[[], None], iters: int, shape: GroupShape, device: torch.device, after_compute_s: float = 0.0
 ) -> dict[str, float]:
     """One repeat: timed iterations, each reduced to the slowest rank's time over the world."""
     dist.barrier(group=shape.handle)
-    times = _iteration_times_s(run, iters, device)
+    times = _iteration_times_s(run, iters, device, after_compute_s)
     dist.all_reduce(times, op=dist.ReduceOp.MAX)  # all ranks run this, whichever group they timed
     us = times.cpu() * 1e6
     return {"time_us_mean": float(us.mean()), "time_us_p50": float(us.median()),
@@ -201,6 +224,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="torch threads per rank (default: CPUs / local ranks)")  # fmt: skip
     p.add_argument("--backend", default=None, choices=BACKENDS,
                    help="process-group backend (default: nccl when CUDA is available, else gloo)")  # fmt: skip
+    p.add_argument("--after-compute-ms", type=int_range(0, 60_000), default=0,
+                   help="CPU ranks: compute this long before each timed collective, as training "
+                        "issues blocking ones (default 0: back to back)")  # fmt: skip
     p.add_argument("--csv", action="store_true", help="also write collectives.csv")
     p.add_argument("--resume", action="store_true", help="skip (op, size, group, repeat) already in --out")
     p.add_argument("--force", action="store_true",
@@ -260,12 +286,14 @@ def _sweep_op(ctx: cdist.DistContext, args: argparse.Namespace, op: str, shape: 
         for _ in range(args.warmup):
             run()
         for repeat in todo:
-            stats = _measure(run, args.iters, shape, ctx.device)
+            stats = _measure(run, args.iters, shape, ctx.device, args.after_compute_ms / 1e3)
             row = collective_row(
                 op=op, size_bytes=size, ranks=shape.size, ranks_per_node=shape.ranks_per_node, group=shape.name,
                 count=size // elem, dtype=args.dtype, backend=ctx.backend, in_place=op in _IN_PLACE,
                 iters=args.iters, repeat=repeat, device=_device_name(ctx.device), **stats,
             )  # fmt: skip
+            if args.after_compute_ms > 0:
+                row["after_compute_ms"] = args.after_compute_ms
             if out is not None:
                 out.write(row)
                 print(format_table_row(row), flush=True)
@@ -286,6 +314,8 @@ def _resume_keys(ctx: cdist.DistContext, path: Path, resume: bool) -> set[tuple[
 def run_sweep(args: argparse.Namespace) -> int:
     ctx = cdist.init_distributed(args.backend)
     try:
+        if args.after_compute_ms > 0 and ctx.device.type != "cpu":
+            raise TrainsimError(f"--after-compute-ms needs CPU ranks (gloo); this run uses {ctx.device.type}")
         threads = cdist.set_threads(args.threads)
         out_dir = Path(args.out)
         done = _resume_keys(ctx, out_dir / "collectives.jsonl", args.resume)

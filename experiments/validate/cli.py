@@ -3,7 +3,8 @@
     python -m experiments.validate [--quick] [--out DIR [--force]] [--measured DIR [--in-place]] [--no-testbed]
 
 1. Calibrates the machine with the microbenchmark jobs only (``calibrate.collectives`` at each
-   world size of the grid, ``calibrate.compute`` on two ranks: matmuls, memory copy, the layer
+   world size of the grid, and for FSDP's world sizes its all-gather and reduce-scatter again
+   after 20 ms of compute each, as FSDP2 issues them on CPU; ``calibrate.compute`` on two ranks: matmuls, memory copy, the layer
    benchmarks at the grid's transformer width, the per-operator overhead chains) and fits a
    profile (``calibrate.fit``).
 2. Trains for real (``calibrate.train``) every configuration of the grid
@@ -40,6 +41,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -91,8 +93,17 @@ def launch_module(module: str, argv: list[str], nproc: int, timeout_s: float) ->
     return status
 
 
-def calibrate_machine(out: Path, worlds: list[int], *, quick: bool) -> Path:
-    """Microbenchmarks only: collectives at each world size, compute on two ranks; fit; profile path."""
+# FSDP2's all-gathers and reduce-scatters block a CPU rank between its units' compute (10-40 ms of
+# a block's forward or backward in the grid's transformers); calibrate.collectives times them after
+# that much compute as well (--after-compute-ms), for the world sizes FSDP runs at.
+AFTER_COMPUTE_MS = 20
+
+
+def calibrate_machine(
+    out: Path, worlds: list[int], *, quick: bool, blocking_worlds: Sequence[int] = ()
+) -> Path:
+    """Microbenchmarks only: collectives at each world size (those of ``blocking_worlds`` also after
+    compute), compute on two ranks; fit; profile path."""
     from calibrate.fit.cli import fit_profile, load_rows
 
     sizes = ["-b", "1K", "-e", "256K" if quick else "16M", "-f", "4"]
@@ -106,6 +117,17 @@ def calibrate_machine(out: Path, worlds: list[int], *, quick: bool) -> Path:
                                                          "--groups", "world", "--threads", "1"], world, 300)  # fmt: skip
         if status:
             raise TrainsimError(f"calibrate.collectives on {world} ranks failed (exit status {status})")
+        sources.append(str(target))
+    for world in blocking_worlds:
+        target = out / "calibration" / f"collectives-after-compute-w{world}"
+        _fresh(target)
+        status = launch_module("calibrate.collectives", ["--out", str(target), *sizes, *reps, "--ops",
+                                                         "all_gather,reduce_scatter", "--groups", "world", "--threads",
+                                                         "1", "--after-compute-ms", str(AFTER_COMPUTE_MS)], world, 300)  # fmt: skip
+        if status:
+            raise TrainsimError(
+                f"calibrate.collectives --after-compute-ms on {world} ranks failed (exit status {status})"
+            )
         sources.append(str(target))
     target = out / "calibration" / "compute"
     _fresh(target)
@@ -292,7 +314,8 @@ def main(argv: list[str] | None = None) -> int:
         reason = "skipped (--quick or --no-testbed)" if args.quick or args.no_testbed else testbed_reason()
         specs = quick_grid() if args.quick else full_grid(testbed=reason is None)
         worlds = sorted({s.world for s in specs if s.network == "loopback"})
-        calibrate_machine(out, worlds, quick=args.quick)
+        blocking = sorted({s.world for s in specs if s.network == "loopback" and s.strategy == "fsdp"})
+        calibrate_machine(out, worlds, quick=args.quick, blocking_worlds=blocking)
         measure_runs(specs, out)
         atomic_write_json(out / "provenance.json", _machine(out, args, reason or "used", started, load_start))
     runs, provenance = load_measured(source)

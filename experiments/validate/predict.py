@@ -76,6 +76,7 @@ __all__ = [
     "LayerCorrectedTimer",
     "MeasuredRun",
     "Prediction",
+    "blocking_profile",
     "compute_slowdown",
     "layer_corrections",
     "measured_step",
@@ -321,6 +322,18 @@ def training_config(spec: RunSpec) -> TrainingConfig:
     )  # fmt: skip
 
 
+def blocking_profile(profile: CalibrationProfile) -> CalibrationProfile:
+    """``profile`` with its collectives-after-compute fits (``calibrate.collectives
+    --after-compute-ms``) in place of the back-to-back ones they measured again: FSDP2 on CPU ranks
+    blocks the training thread in each all-gather and reduce-scatter between its units' compute,
+    which is how that probe issues them. Unchanged when the profile has none."""
+    from dataclasses import replace
+
+    if not profile.after_compute:
+        return profile
+    return replace(profile, collectives={**profile.collectives, **profile.after_compute})
+
+
 def predict(run: MeasuredRun, profile: CalibrationProfile, cores: int, *, idle: bool = False,
             corrections: Mapping[tuple[str, str], float] | None = None) -> Prediction:  # fmt: skip
     """The simulator's step time for ``run``'s configuration on the calibrated machine.
@@ -352,8 +365,10 @@ def _predict_collective(spec: RunSpec, workload: Workload, topology: Topology, p
 
     training = training_config(spec)
     slowdown, comm_slowdown = slowdowns
-    priced = collective_model(topology, profile)
     cpu_bound = spec.network == "loopback"  # gloo over loopback is CPU work; a tc-shaped NIC is not
+    priced = collective_model(
+        topology, blocking_profile(profile) if cpu_bound and spec.strategy == "fsdp" else profile
+    )
 
     def collective(op: str, size_bytes: float, group: tuple[int, ...]) -> CommCost:
         if op == "reduce_scatter" and not cpu_bound:

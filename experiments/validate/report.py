@@ -177,7 +177,11 @@ def _calibration_md(out: Path) -> str:
     profile = load_profile(out / "profile.json")
     lines = ["### Calibration used (microbenchmarks only)", "",
              "| collective | ranks | alpha (us) | busbw (GB/s) | fit MAPE |", "|---|---:|---:|---:|---:|"]  # fmt: skip
-    for (op, ranks, _), fit in sorted(profile.collectives.items()):
+    fits = [(op, ranks, fit) for (op, ranks, _), fit in sorted(profile.collectives.items())]
+    fits += [
+        (f"{op} after compute", ranks, fit) for (op, ranks, _), fit in sorted(profile.after_compute.items())
+    ]
+    for op, ranks, fit in fits:
         quality = f"{100 * fit.quality.mape:.0f}%" if fit.quality else "n/a"
         lines.append(f"| {op} | {ranks} | {1e6 * fit.alpha_s:.0f} | {fit.busbw_Bps / 1e9:.3f} | {quality} |")
     curve = profile.compute.get("fp32")
@@ -239,7 +243,10 @@ sees their configuration only.
   busy then, independently, with the busy fractions the simulation itself gives, to the fixed
   point (`simcore.compute.core_sharing`).
 - Links: collectives use the alpha-beta fit at the run's world size; the loopback links (the
-  parameter server's point-to-point traffic) take the send/recv fit. Testbed runs put each rank on
+  parameter server's point-to-point traffic) take the send/recv fit. FSDP's all-gathers and
+  reduce-scatters on loopback block the training thread between units' compute and take the fits
+  of the same collectives timed after 20 ms of compute (`calibrate.collectives --after-compute-ms`)
+  where the profile has them, else the back-to-back ones. Testbed runs put each rank on
   its own host behind a NIC of the tc rate, of which TCP payload gets 1448 of every 1514 bytes
   (Ethernet, IPv4 and TCP headers with timestamps), without added delay (no netem on this kernel).
 - The slow rank computes `factor` times longer (it sleeps (factor - 1) x its compute): synchronous
@@ -252,13 +259,14 @@ What the simulator does not model here, and what would fix it:
   the calibrated per-operator cost; the autograd nodes between layers (residual adds, views,
   split/transpose, the loss) and the training loop's bookkeeping are not. *Fix*: count them with
   a dispatch-mode counter on the same module, a property of the model like its FLOPs.
-- **Rank skew at FSDP2's blocking collectives.** FSDP2's hooks (per unit and per parameter
-  tensor, from an FSDP2 microbenchmark) and its copies are priced, and on CPU every all-gather and
-  reduce-scatter blocks the training thread (no overlap); gloo's reduce_scatter is priced with
-  all_reduce's traffic, which is what it moves. Each blocking collective also waits for the slower
-  rank, so the ranks' noise is paid at every unit, not once per step as in DDP; the simulator has
-  no noise here. *Fix*: measure the per-unit spread between ranks and give it as jitter per sync
-  point (``jitter_scope="sync"``).
+- **FSDP2's blocking collectives.** FSDP2's hooks (per unit and per parameter tensor, from an
+  FSDP2 microbenchmark) and its copies are priced, and on CPU every all-gather and reduce-scatter
+  blocks the training thread (no overlap); gloo's reduce_scatter is priced with all_reduce's
+  traffic, which is what it moves. A collective issued after a unit's compute takes longer on gloo
+  than the back-to-back ones of the collectives sweep, and each also waits for the slower rank.
+  *Fix*: time them after compute (`calibrate.collectives --after-compute-ms`, part of this
+  validation's calibration since it was found; a profile without those fits prices them back to
+  back), and give the ranks' per-unit spread as jitter per sync point (``jitter_scope="sync"``).
 - **Shared, noisy cores.** When other jobs run on the same cores, a probe before and after each
   run estimates their load, but it changes during a run. *Fix*: validate on an idle machine, pin
   ranks to cores, repeat runs to show a spread.
