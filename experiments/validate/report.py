@@ -20,7 +20,7 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from calibrate.common.records import read_records
 from experiments.validate.grid import STRATEGIES, RunSpec
@@ -28,8 +28,11 @@ from experiments.validate.metrics import GOAL_OVERALL, GOAL_STRATEGY, Row, mape,
 from experiments.validate.predict import MeasuredRun, layer_corrections, measured_step, predict
 from simcore.errors import TrainsimError
 
-__all__ = ["GOAL_OVERALL", "GOAL_STRATEGY", "Row", "compare", "load_measured", "mape", "strategy_order",
-           "write_report"]  # fmt: skip
+if TYPE_CHECKING:
+    from simcore.calibration.profile import CalibrationProfile
+
+__all__ = ["GOAL_OVERALL", "GOAL_STRATEGY", "Row", "compare", "link_dir", "load_link", "load_measured", "mape",
+           "strategy_order", "write_report"]  # fmt: skip
 
 CSV_FIELDS = ("key", "strategy", "size", "world", "network", "bandwidth", "slow", "measured_ms",
               "predicted_ms", "error_pct", "predicted_compute_ms", "measured_fwd_bwd_opt_ms", "background_threads", "predicted_idle_ms",
@@ -68,8 +71,24 @@ def load_corrections(out: Path, profile: Any) -> dict[tuple[str, str], float]:
     return layer_corrections(rows, profile)
 
 
+def link_dir(out: Path, spec: RunSpec) -> Path:
+    """Where the sweep of ``spec``'s emulated link (``calibrate.collectives`` on the testbed) lives."""
+    return out / "calibration" / f"collectives-link-{8 * (spec.bandwidth_Bps or 0):.0f}bit-w{spec.world}"
+
+
+def load_link(out: Path, spec: RunSpec) -> CalibrationProfile | None:
+    """The collective fits measured on ``spec``'s emulated link, None for loopback or when not swept."""
+    from calibrate.fit.cli import fit_profile, load_rows
+    from calibrate.fit.physical import keep_physical
+
+    directory = link_dir(out, spec)
+    if spec.network != "testbed" or not (directory / "collectives.jsonl").exists():
+        return None
+    return keep_physical(fit_profile(load_rows([str(directory)]), [str(directory.relative_to(out))]))
+
+
 def compare(runs: Sequence[tuple[RunSpec, MeasuredRun | None, str]], out: Path, cores: int) -> list[Row]:
-    """Predict every measured run from ``out/profile.json``."""
+    """Predict every measured run from ``out/profile.json`` (and its link's sweep, if any)."""
     from simcore.calibration.profile_json import load_profile
 
     profile = load_profile(out / "profile.json")
@@ -79,9 +98,10 @@ def compare(runs: Sequence[tuple[RunSpec, MeasuredRun | None, str]], out: Path, 
         if measured is None:
             rows.append(Row(spec, None, None, note=note))
             continue
-        rows.append(Row(spec, measured, predict(measured, profile, cores, corrections=corrections),
-                        predict(measured, profile, cores, idle=True, corrections=corrections),
-                        predict(measured, profile, cores), note))  # fmt: skip
+        link = load_link(out, spec)
+        rows.append(Row(spec, measured, predict(measured, profile, cores, corrections=corrections, link=link),
+                        predict(measured, profile, cores, idle=True, corrections=corrections, link=link),
+                        predict(measured, profile, cores, link=link), note))  # fmt: skip
     return rows
 
 
@@ -249,6 +269,9 @@ sees their configuration only.
   where the profile has them, else the back-to-back ones. Testbed runs put each rank on
   its own host behind a NIC of the tc rate, of which TCP payload gets 1448 of every 1514 bytes
   (Ethernet, IPv4 and TCP headers with timestamps), without added delay (no netem on this kernel).
+  Where the validation swept the collectives on a run's emulated link (`calibrate.collectives`
+  inside the testbed, `calibration/collectives-link-*`), DDP's and FSDP's collectives take those
+  fits instead: gloo's all-gather reaches less of a shaped link's rate than its all-reduce.
 - The slow rank computes `factor` times longer (it sleeps (factor - 1) x its compute): synchronous
   steps wait for it; the parameter server gets a straggler on that worker."""
 

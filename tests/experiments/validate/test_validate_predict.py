@@ -262,3 +262,28 @@ def test_fsdp_on_loopback_prices_its_blocking_collectives_as_measured_after_comp
     assert after - base == pytest.approx(9 * 4.9e-3, rel=0.05)
     for spec in (RunSpec("ddp", "transformer-s", 2), RunSpec("fsdp", "transformer-s", 2, "testbed", GBIT)):
         assert predict(_run(spec), slower, 2).step_time_s == predict(_run(spec), _profile(), 2).step_time_s
+
+
+def _link(alpha_s: float, busbw_Bps: float) -> dict:
+    data = profile_to_json(_profile())
+    data["collectives"] = [
+        {"op": op, "ranks": 2, "scope": "inter_node", "alpha_s": alpha_s, "busbw_Bps": busbw_Bps}
+        for op in ("all_gather", "reduce_scatter", "all_reduce")
+    ]
+    return data
+
+
+def test_a_testbed_run_prices_its_collectives_as_measured_on_its_link() -> None:
+    """With the collectives swept on the run's emulated link, FSDP's all-gathers and reduce-scatters
+    (measured as gloo runs them: no all-reduce stand-in) take those fits; a slower link sweep gives a
+    slower step, loopback runs ignore it."""
+    spec = RunSpec("fsdp", "transformer-s", 2, "testbed", MBIT * 100)
+    fast, slow = profile_from_json(_link(1e-4, 5e7)), profile_from_json(_link(1e-4, 5e6))
+    times = [predict(_run(spec), _profile(), 2, link=link).step_time_s for link in (None, fast, slow)]
+    assert all(t is not None for t in times)
+    assert times[1] < times[2]  # type: ignore[operator]
+    loopback = _run(RunSpec("fsdp", "transformer-s", 2))
+    assert (
+        predict(loopback, _profile(), 2, link=slow).step_time_s
+        == predict(loopback, _profile(), 2).step_time_s
+    )
