@@ -234,3 +234,24 @@ def test_the_testbed_links_are_swept_once_each_and_read_back(tmp_path, monkeypat
     assert link is not None and link.collective_fit("all_gather", 2, "inter_node") is not None
     assert load_link(tmp_path, specs[3]) is None
     assert load_link(tmp_path, RunSpec("ddp", "transformer-w256", 2, "testbed", MBIT * 1000)) is None
+
+
+@pytest.mark.root
+@pytest.mark.integration
+def test_a_real_link_sweep_lands_where_the_prediction_reads_it(tmp_path):
+    """As root: ``calibrate_links`` sweeps gloo's collectives over a real 1 Gbit/s emulated link, and
+    ``load_link`` fits them; nothing crosses the link faster than its rate."""
+    pytest.importorskip("torch")
+    from experiments.validate import cli
+    from experiments.validate.grid import GBIT
+    from experiments.validate.report import load_link
+
+    if (reason := cli.testbed_reason()) is not None:
+        pytest.skip(reason)
+    spec = RunSpec("fsdp", "transformer-w256", 2, "testbed", GBIT)
+    cli.calibrate_links(tmp_path, [spec])
+    link = load_link(tmp_path, spec)
+    assert link is not None
+    for op in ("all_gather", "reduce_scatter", "all_reduce"):
+        fit = link.collective_fit(op, 2, "inter_node")
+        assert fit is not None and fit.busbw_Bps < GBIT * 1.2
