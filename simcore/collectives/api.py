@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING, Any, cast
 
 import simpy
 
-from simcore.collectives.cost import PhaseCost, link_time_per_byte, materialize, plan_cost
+from simcore.collectives.cost import (
+    PhaseCost,
+    link_time_per_byte,
+    materialize,
+    plan_cost,
+    stage_times_per_byte,
+)
 from simcore.collectives.gc_pause import gc_paused
 from simcore.collectives.group import GroupInfo, group_info
 from simcore.collectives.options import DEFAULT_OPTIONS, NcclOptions, algorithm_name
@@ -199,6 +205,7 @@ def _unit(ctx: PlanContext, op: str, algorithm: str) -> Unit:
     if unit is None:
         with gc_paused():
             phases = ALGORITHMS[op][algorithm](ctx, 1.0)
+        phases = tuple(replace(p, stage_s_per_byte=stage_times_per_byte(ctx.topology, p)) for p in phases)
         plan = Plan(op, algorithm, 1.0, ctx.group, phases)
         unit = cache.units[key] = (plan, [link_time_per_byte(ctx.topology, p) for p in phases])
     return unit
