@@ -88,6 +88,7 @@ class Priced:
 @dataclass
 class _TopologyCache:
     route: Any
+    platform: NcclOptions = DEFAULT_OPTIONS  # the NCCL environment the cluster's network plugin sets
     infos: dict[tuple[Any, ...], GroupInfo] = field(default_factory=dict)
     units: dict[tuple[Any, ...], Unit] = field(default_factory=dict)
     priced: dict[tuple[Any, ...], Priced] = field(default_factory=dict)
@@ -102,7 +103,8 @@ def _cache(topology: Topology, network: Network | None = None) -> _TopologyCache
     cache = _CACHES.get(topology)
     if cache is None:
         router = network.router if network is not None else Router.for_topology(topology)
-        cache = _CACHES[topology] = _TopologyCache(router.route)
+        platform = NcclOptions.from_env(dict(topology.metadata.get("nccl_env", {})))
+        cache = _CACHES[topology] = _TopologyCache(router.route, platform)
     return cache
 
 
@@ -241,10 +243,10 @@ def price(
     """``op`` priced on ``topology``: the chosen (or pinned) algorithm and protocol, laid out and costed."""
     _check_op(op)
     size = _check_size(size_bytes)
-    options = options or DEFAULT_OPTIONS
+    cache = _cache(topology)
+    options = (options or DEFAULT_OPTIONS).over(cache.platform)
     algo, proto = _algorithm(op, algorithm), _protocol(protocol)
     ctx = _context(topology, group, root, servers, splits)
-    cache = _cache(topology)
     key = (op, size, ctx.group, algo, proto, ctx.root, ctx.servers, ctx.splits, options)
     priced = cache.priced.get(key)
     if priced is None:

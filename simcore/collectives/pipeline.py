@@ -64,6 +64,8 @@ def chunk_bytes(pattern: str, proto: str, size: float, info: GroupInfo) -> float
     cfg = _cfg()
     if pattern == "tree":
         chunk = float(cfg["step_bytes"][proto])
+        if proto == "Simple" and info.buffsize:
+            chunk = info.buffsize / int(cfg["steps"])
         if proto == "Simple":
             return _halve(
                 size,
@@ -76,12 +78,12 @@ def chunk_bytes(pattern: str, proto: str, size: float, info: GroupInfo) -> float
             rules = [[f * nsteps / info.ppn, m] for f, m in cfg["tree_ll128_rules"]]
             return _halve(size, chunk, info.channels * 1.0, rules)
         return chunk
+    nvls_chunk = float(info.nvls_chunk or cfg["nvls_chunk"])
     if pattern == "nvls":
-        return _drop(size, float(cfg["nvls_chunk"]), _nvls_ops(info), cfg["nvls_rules"])
+        return _drop(size, nvls_chunk, _nvls_ops(info), cfg["nvls_rules"])
     if pattern == "nvls_tree":
-        chunk = float(cfg["nvls_chunk"])
-        if info.nodes >= 4:
-            chunk = min(chunk, float(cfg["nvls_tree_max_chunk_4_nodes"]))
+        default_max = cfg["nvls_tree_max_chunk_4_nodes"] if info.nodes >= 4 else nvls_chunk
+        chunk = min(nvls_chunk, float(info.nvls_tree_max_chunk or default_max))
         return _drop(size, chunk, _nvls_ops(info), cfg["nvls_tree_rules"])
     return 0.0
 
