@@ -83,13 +83,13 @@ def link_time_per_byte(topology: Topology, phase: Phase) -> tuple[float, Edge | 
 
 
 def stage_times_per_byte(topology: Topology, phase: Phase) -> tuple[float, float]:
-    """The busiest intra-node (NVLink where the phase has any, else any non-fabric link) and
-    node-crossing (fabric) link's time per byte of the phase's unit plan: its pipeline stage rates."""
+    """Seconds per byte on the slowest intra-node link (NVLink where the phase uses any, else any
+    non-fabric link) and the slowest fabric link the phase uses: the rates its pipeline stages run at."""
     succ = topology.graph._succ
     nvlink = fabric = other = 0.0
-    for (u, v), load in phase.link_loads().items():
+    for u, v in phase.link_loads():
         attrs = succ[u][v]
-        t = load / (float(attrs["bandwidth_Bps"]) * float(attrs.get("efficiency", 1.0)))
+        t = 1.0 / (float(attrs["bandwidth_Bps"]) * float(attrs.get("efficiency", 1.0)))
         kind = attrs["kind"]
         if kind in FABRIC_KINDS:
             fabric = max(fabric, t)

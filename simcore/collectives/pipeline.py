@@ -98,9 +98,10 @@ def fill_s(phase: Phase, proto: str, size: float, info: GroupInfo, efficiency: f
     if chunk <= 0:
         return 0.0
     intra_pb, net_pb = phase.stage_s_per_byte
+    per_nic = ops / max(1, info.nics)  # channels (NVLS: operations) sharing each NIC
     stages = [
         (hops.intra, chunk * ops * intra_pb / efficiency),
-        (hops.inter, chunk * ops * net_pb / efficiency),
+        (hops.inter, chunk * per_nic * net_pb / efficiency),
     ]
     used = [(n, t) for n, t in stages if n > 0 and t > 0]
     if not used:

@@ -145,8 +145,8 @@ class Phase:
     steps: int = 1
     latency_s: float = 0.0
     engine_s: float = 0.0
-    # Unit plans: the busiest intra-node and node-crossing link's time per collective byte, which
-    # the pipeline fill (simcore.collectives.pipeline) prices stages by.
+    # Unit plans: seconds per byte on the slowest intra-node and fabric link the phase uses, which
+    # the pipeline fill (simcore.collectives.pipeline) prices its stages by.
     stage_s_per_byte: tuple[float, float] = (0.0, 0.0)
 
     def link_loads(self) -> dict[Edge, float]:
