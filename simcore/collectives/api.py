@@ -14,13 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import simpy
 
-from simcore.collectives.cost import (
-    PhaseCost,
-    link_time_per_byte,
-    materialize,
-    plan_cost,
-    stage_times_per_byte,
-)
+from simcore.collectives.cost import PhaseCost, link_times, materialize, plan_cost
 from simcore.collectives.gc_pause import gc_paused
 from simcore.collectives.group import GroupInfo, group_info
 from simcore.collectives.options import DEFAULT_OPTIONS, NcclOptions, algorithm_name
@@ -207,9 +201,10 @@ def _unit(ctx: PlanContext, op: str, algorithm: str) -> Unit:
     if unit is None:
         with gc_paused():
             phases = ALGORITHMS[op][algorithm](ctx, 1.0)
-        phases = tuple(replace(p, stage_s_per_byte=stage_times_per_byte(ctx.topology, p)) for p in phases)
+        times = [link_times(ctx.topology, p) for p in phases]
+        phases = tuple(replace(p, stage_s_per_byte=t[1]) for p, t in zip(phases, times, strict=True))
         plan = Plan(op, algorithm, 1.0, ctx.group, phases)
-        unit = cache.units[key] = (plan, [link_time_per_byte(ctx.topology, p) for p in phases])
+        unit = cache.units[key] = (plan, [t[0] for t in times])
     return unit
 
 

@@ -44,10 +44,10 @@ __all__ = [
     "PhaseCost",
     "allowed_protocols",
     "link_time_per_byte",
+    "link_times",
     "materialize",
     "phase_costs",
     "plan_cost",
-    "stage_times_per_byte",
 ]
 
 _NVLINK_KINDS = frozenset({"nvlink", "nvswitch"})
@@ -69,35 +69,34 @@ class PhaseCost:
         return self.latency_s + max(self.link_s, self.engine_s)
 
 
-def link_time_per_byte(topology: Topology, phase: Phase) -> tuple[float, Edge | None]:
-    """Time for the phase's most loaded link to carry its bytes (unit plan: per byte), and the link."""
+def link_times(topology: Topology, phase: Phase) -> tuple[tuple[float, Edge | None], tuple[float, float]]:
+    """One pass over the phase's links: (the most loaded link's time for its bytes - per byte of a
+    unit plan - and that link), and (seconds per byte on the slowest intra-node link - NVLink where
+    the phase uses any, else any non-fabric link - and on the slowest fabric link): the rates the
+    pipeline fill prices its stages at."""
     succ = topology.graph._succ  # raw adjacency: networkx's edge views cost a call per lookup
     worst = 0.0
     worst_edge: Edge | None = None
+    nvlink = fabric = other = 0.0
     for (u, v), load in phase.link_loads().items():  # insertion order is deterministic
         attrs = succ[u][v]
-        t = load / (float(attrs["bandwidth_Bps"]) * float(attrs.get("efficiency", 1.0)))
+        per_byte = 1.0 / (float(attrs["bandwidth_Bps"]) * float(attrs.get("efficiency", 1.0)))
+        t = load * per_byte
         if t > worst or (t == worst and worst_edge is not None and (u, v) < worst_edge):
             worst, worst_edge = t, (u, v)
-    return worst, worst_edge
-
-
-def stage_times_per_byte(topology: Topology, phase: Phase) -> tuple[float, float]:
-    """Seconds per byte on the slowest intra-node link (NVLink where the phase uses any, else any
-    non-fabric link) and the slowest fabric link the phase uses: the rates its pipeline stages run at."""
-    succ = topology.graph._succ
-    nvlink = fabric = other = 0.0
-    for u, v in phase.link_loads():
-        attrs = succ[u][v]
-        t = 1.0 / (float(attrs["bandwidth_Bps"]) * float(attrs.get("efficiency", 1.0)))
         kind = attrs["kind"]
         if kind in FABRIC_KINDS:
-            fabric = max(fabric, t)
+            fabric = max(fabric, per_byte)
         elif kind in _NVLINK_KINDS:
-            nvlink = max(nvlink, t)
+            nvlink = max(nvlink, per_byte)
         else:
-            other = max(other, t)
-    return (nvlink if nvlink > 0 else other), fabric
+            other = max(other, per_byte)
+    return (worst, worst_edge), ((nvlink if nvlink > 0 else other), fabric)
+
+
+def link_time_per_byte(topology: Topology, phase: Phase) -> tuple[float, Edge | None]:
+    """Time for the phase's most loaded link to carry its bytes (unit plan: per byte), and the link."""
+    return link_times(topology, phase)[0]
 
 
 def allowed_protocols(plan: Plan, info: GroupInfo, options: NcclOptions) -> tuple[str, ...]:
