@@ -161,6 +161,7 @@ def build_cluster(
         "preset": preset,
         "nodes": len(hosts),
         "collnet": bool(fabric.collnet and fabric.in_network_reduction == "sharp" and len(hosts) > 1),
+        "nccl_env": dict(fabric.nccl_env),
     }
     name = f"{preset}-x{len(hosts)}" if preset and len(hosts) > 1 else spec.name
     return Topology(name, graph, ranks, metadata)
