@@ -27,6 +27,7 @@ from experiments.validate_published.base import (
     name_list,
     positive_int,
 )
+from simcore.compute.precision import PRECISION_MODES
 from simcore.errors import TrainsimError
 from simcore.strategies.base import COMPUTE_DTYPES, OPTIMIZERS, MiB, TrainingConfig
 from simcore.topology import Topology
@@ -57,6 +58,7 @@ STEP_KEYS = (
     "optimizer",
     "bucket_mb",
     "activation_checkpointing",
+    "precision",
 )
 STEP_METRICS = ("step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "scaling_efficiency")
 PS_KEYS = ("topology", "gpus", "model", "mode", "dtype", "micro_batch", "seq_len", "image_size", "optimizer")
@@ -156,6 +158,7 @@ class StepSetup:
     common: _Common
     bucket_mb: int
     recompute: bool
+    precision: str = "auto"
 
     def missing(self) -> list[str]:
         from simcore.strategies import strategy_names
@@ -180,6 +183,7 @@ class StepSetup:
         how = "no DDP wrapper" if self.strategy == "none" else self.strategy
         extras = f", DDP buckets {self.bucket_mb} MiB" if self.strategy in ("ddp", "none") else ""
         extras += ", full recompute" if self.recompute else ""
+        extras += f", precision {self.precision}" if self.precision != "auto" else ""
         return f"{how} on {self._where()}: {self.common.describe(self.gpus)}{extras}"
 
     def _topology(self, gpus: int) -> Topology:
@@ -203,6 +207,7 @@ class StepSetup:
             bucket_size_bytes=self.bucket_mb * MiB,
             gradient_as_bucket_view=self.strategy == "none",
             activation_checkpointing=self.recompute,
+            precision=self.precision,
         )
         ctx = make_context(c.workload(), config, self._topology(gpus))
         strategy = get_strategy("ddp" if self.strategy == "none" else self.strategy)
@@ -308,6 +313,9 @@ def parse_step(entry: Mapping[str, Any], where: str, hardware: str) -> StepSetup
         raise TrainsimError(f"{where}: 'strategy' is required (ddp, fsdp, zero1..3, hsdp or none)")
     if strategy == "none" and gpus != 1:
         raise TrainsimError(f"{where}: strategy 'none' (no DDP wrapper) is for one GPU")
+    precision = entry.get("precision", "auto")
+    if precision not in PRECISION_MODES:
+        raise TrainsimError(f"{where}: precision {precision!r}; allowed: {', '.join(PRECISION_MODES)}")
     return StepSetup(
         hardware,
         presets,
@@ -318,6 +326,7 @@ def parse_step(entry: Mapping[str, Any], where: str, hardware: str) -> StepSetup
         _common(entry, where),
         positive_int(entry, "bucket_mb", where, default=25),
         recompute,
+        str(precision),
     )
 
 

@@ -147,6 +147,17 @@ def test_a_step_on_a_preset_predicts_consistent_metrics() -> None:
     assert setup.predict("tflops_per_gpu").value > 0
 
 
+def test_a_step_names_its_precision_mode_and_a_low_reduce_dtype_moves_fewer_bytes() -> None:
+    entry = {"topology": ["a100-roce-400g"], "gpus": 16, "nodes": 2, "model": ["gpt2-small"], "seq_len": 1024,
+             "strategy": "hsdp", "dtype": "bf16", "micro_batch": 4, "optimizer": "adamw"}  # fmt: skip
+    fp32_reduce = parse_step({**entry, "precision": "fsdp-mp"}, "test", "")
+    bf16_reduce = parse_step({**entry, "precision": "fsdp-mp-low"}, "test", "")
+    assert "precision fsdp-mp-low" in bf16_reduce.describe()
+    assert bf16_reduce.predict("step_time_s").value <= fp32_reduce.predict("step_time_s").value
+    with pytest.raises(TrainsimError, match="precision 'fp64'"):
+        parse_step({**entry, "precision": "fp64"}, "test", "")
+
+
 def test_a_parameter_server_mode_predicts_per_worker_throughput() -> None:
     entry = {"topology": ["dgx-a100"], "gpus": 2, "model": ["resnet50-cifar10"], "mode": "ps-sync",
              "dtype": "fp32", "micro_batch": 32, "optimizer": "sgd-momentum"}  # fmt: skip
