@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from experiments.validate_published.cli import OUT_FILES, main
 from experiments.validate_published.evaluate import NOT_EXPRESSIBLE, PREDICTED, evaluate, summarise
+from experiments.validate_published.kernels import parse_layer
 from experiments.validate_published.mapping import CATEGORIES, load_mapping, plan_row
 from experiments.validate_published.metrics import METRICS, error_pct, speed_bias_pct
 from experiments.validate_published.published import COLUMNS, CSV_PATH, content_sha256, load_rows
@@ -156,6 +157,17 @@ def test_a_step_names_its_precision_mode_and_a_low_reduce_dtype_moves_fewer_byte
     assert bf16_reduce.predict("step_time_s").value <= fp32_reduce.predict("step_time_s").value
     with pytest.raises(TrainsimError, match="precision 'fp64'"):
         parse_step({**entry, "precision": "fp64"}, "test", "")
+
+
+def test_a_layer_with_eager_attention_is_slower_than_fused() -> None:
+    entry = {"device": ["a100-sxm-80gb"], "model": ["gpt2-medium"], "dtype": "fp16", "batches": [16],
+             "seq_lens": [1024], "hidden": 1024}  # fmt: skip
+    fused = parse_layer({**entry, "attention": "flash"}, "test", "").predict("layer_tflops").value
+    eager = parse_layer({**entry, "attention": "eager"}, "test", "")
+    assert "eager attention" in eager.describe()
+    assert eager.predict("layer_tflops").value < fused
+    with pytest.raises(TrainsimError, match="attention 'slow'"):
+        parse_layer({**entry, "attention": "slow"}, "test", "")
 
 
 def test_a_parameter_server_mode_predicts_per_worker_throughput() -> None:
