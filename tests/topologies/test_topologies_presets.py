@@ -22,6 +22,7 @@ PRESETS = [
     "p5.48xlarge",
     "a100-roce-400g",
     "h100-roce-800g",
+    "gtx980-1gbe",
 ]
 
 
