@@ -254,7 +254,9 @@ def bn_inception(net: NetBuilder, classes: int = 1000) -> None:
                       "max")  # fmt: skip
             continue
         c1, red, out, dred, dout, _pool, proj = modules_a[name]
-        branches = [[(c1, 1)], [(red, 1), (out, 3, 1, 1)], [(dred, 1), (dout, 3, 1, 1), (dout, 3, 1, 1)]]
+        branches: list[list[tuple]] = [
+            [(c1, 1)], [(red, 1), (out, 3, 1, 1)], [(dred, 1), (dout, 3, 1, 1), (dout, 3, 1, 1)]
+        ]  # fmt: skip
         _branches(net, f"in{name}", branches, "avg", proj)  # the pool's kind does not change its cost
     net.end_block()
     net.adaptive_pool(1)
