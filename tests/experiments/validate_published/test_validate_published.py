@@ -178,6 +178,20 @@ def test_a_parameter_server_mode_predicts_per_worker_throughput() -> None:
     assert setup.predict("samples_per_s_per_worker").value > 0
 
 
+def test_workers_of_several_gpus_push_once_and_count_every_gpus_samples() -> None:
+    entry = {"topology": ["gtx980-1gbe"], "gpus": 4, "model": ["resnet50-cifar10"], "mode": "ps-sync",
+             "dtype": "fp32", "micro_batch": 32, "optimizer": "sgd-momentum"}  # fmt: skip
+    per_gpu = parse_ps(entry, "test", "")
+    per_machine = parse_ps({**entry, "gpus_per_worker": 2}, "test", "")
+    assert per_machine.workers == 2 and "2 workers of 2 GPUs" in per_machine.describe()
+    # each worker's step counts both GPUs' samples (x2) and, bound by the 1 GbE exchange, each
+    # machine pushes once instead of twice: more than twice the per-GPU worker's speed
+    speed = per_machine.predict("samples_per_s_per_worker").value
+    assert speed > 2.5 * per_gpu.predict("samples_per_s_per_worker").value
+    with pytest.raises(TrainsimError, match="workers of 4 GPUs"):
+        parse_ps({**entry, "gpus": 6, "gpus_per_worker": 4}, "test", "")
+
+
 # --- the command line -----------------------------------------------------------------------------
 
 
