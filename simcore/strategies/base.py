@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from simcore.collectives.tuning import channels as nccl_channels
 from simcore.compute.memory import optimizer_step_temp_bytes, runtime_memory
 from simcore.compute.optimizer import (
     IMPL_ALIASES,
@@ -391,8 +392,6 @@ class StepContext:
         channels = table["channels"].get(cost.link_kind, 0)
         if cost.link_kind in table["network_kinds"] and self.nics_per_node > 0:
             # across nodes NCCL runs a fixed number of channels per NIC (the collective model's rule)
-            from simcore.collectives.tuning import channels as nccl_channels
-
             channels = nccl_channels(2, self.nics_per_node)
         return sms / max(1.0, sms - min(float(channels), sms - 1.0))
 

@@ -14,6 +14,7 @@ callable that returns a ``torch.nn.Module`` (imported on the meta device, see
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 from collections.abc import Mapping
@@ -76,13 +77,11 @@ def _build_preset(
             f"model {name!r} has no attention to run fused or eager (a {entry['family']} preset)"
         )
     if entry["family"] == "transformer":
-        from dataclasses import replace
-
         from simcore.workload.models import transformer
 
         shape = transformer.TransformerShape.from_mapping(entry["shape"], where=f"preset {name!r}")
         if flash is not None:
-            shape = replace(shape, flash_attention=flash)
+            shape = dataclasses.replace(shape, flash_attention=flash)
         return transformer.build_workload(
             name, shape, seq_len=seq_len, dtype=dtype or entry.get("dtype", "bf16"), source=entry["source"]
         )
