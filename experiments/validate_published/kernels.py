@@ -41,7 +41,10 @@ __all__ = [
 
 MATMUL_KEYS = ("device", "dtype", "sizes")
 MATMUL_METRICS = ("matmul_tflops",)
-LAYER_KEYS = ("device", "model", "dtype", "batches", "seq_lens", "hidden")
+LAYER_KEYS = ("device", "model", "dtype", "batches", "seq_lens", "hidden", "attention")
+# how the block computes attention: the preset's default, FlashAttention-style fused, or eager
+# (the scores materialised, scaled, masked, softmaxed and dropped out as separate kernels)
+ATTENTION = {"preset": None, "flash": True, "eager": False}
 LAYER_METRICS = ("layer_tflops",)
 
 
@@ -124,6 +127,7 @@ class LayerSetup:
     batches: tuple[int, ...]
     seq_lens: tuple[int, ...]
     hidden: int
+    attention: str = "preset"
 
     def missing(self) -> list[str]:
         reasons = _device_missing(self.devices, self.dtype)
@@ -137,6 +141,7 @@ class LayerSetup:
         return (
             f"one {model} block fwd+bwd, {self.dtype}, batch {min(self.batches)}..{max(self.batches)}, "
             f"seq {', '.join(map(str, self.seq_lens))} on {device}"
+            + (f", {self.attention} attention" if self.attention != "preset" else "")
         )
 
     def predict(self, metric: str) -> Prediction:
@@ -147,7 +152,9 @@ class LayerSetup:
         h = float(self.hidden)
         best, at = 0.0, ""
         for s in self.seq_lens:
-            workload = load_workload(name, seq_len=s, dtype=self.dtype)
+            workload = load_workload(
+                name, seq_len=s, dtype=self.dtype, flash_attention=ATTENTION[self.attention]
+            )
             block = list(workload.block_layer_indices()[0])
             for b in self.batches:
                 seconds = sum(float(model.layer_times_s(workload, b, p)[block].sum()) for p in ("fwd", "bwd"))
@@ -173,4 +180,12 @@ def parse_layer(entry: Mapping[str, Any], where: str, hardware: str) -> LayerSet
         positive_ints(entry, "batches", where),
         positive_ints(entry, "seq_lens", where),
         positive_int(entry, "hidden", where),
+        _attention(entry, where),
     )
+
+
+def _attention(entry: Mapping[str, Any], where: str) -> str:
+    value = entry.get("attention", "preset")
+    if value not in ATTENTION:
+        raise TrainsimError(f"{where}: attention {value!r}; allowed: {', '.join(ATTENTION)}")
+    return str(value)

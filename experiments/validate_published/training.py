@@ -9,7 +9,13 @@ A one-GPU row needs only its device, so ``single_gpu`` names a device spec inste
 Scaling efficiency compares with the same per-GPU batch on one GPU of the same preset.
 
 ``ps`` runs :func:`simcore.whatif.sweep.run_what_if` for one parameter-server mode (per-worker
-processes, incast on the server's links) and reads its throughput and scaling efficiency.
+processes, incast on the server's links) and reads its throughput and scaling efficiency. With
+``gpus_per_worker`` g > 1 a worker drives the g GPUs of its machine, as MXNet's kvstore ``dist_*``
+workers do: the GPUs compute their shares of the worker's batch at once and the worker pushes their
+summed gradient once (the local sum over PCIe is left out). It is simulated as one worker per
+machine on the machine's first GPU, computing one GPU's share (``micro_batch``) and exchanging the
+whole gradient over the machine's NIC; its speed counts the g shares (``g x micro_batch`` samples
+per step).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from experiments.validate_published.base import (
     name_list,
     positive_int,
 )
+from simcore.compute.precision import PRECISION_MODES
 from simcore.errors import TrainsimError
 from simcore.strategies.base import COMPUTE_DTYPES, OPTIMIZERS, MiB, TrainingConfig
 from simcore.topology import Topology
@@ -57,9 +64,13 @@ STEP_KEYS = (
     "optimizer",
     "bucket_mb",
     "activation_checkpointing",
+    "precision",
 )
 STEP_METRICS = ("step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "scaling_efficiency")
-PS_KEYS = ("topology", "gpus", "model", "mode", "dtype", "micro_batch", "seq_len", "image_size", "optimizer")
+PS_KEYS = (
+    "topology", "gpus", "gpus_per_worker", "model", "mode", "dtype", "micro_batch", "seq_len", "image_size",
+    "optimizer",
+)  # fmt: skip
 PS_METRICS = ("samples_per_s_per_worker", "scaling_efficiency")
 
 
@@ -156,6 +167,7 @@ class StepSetup:
     common: _Common
     bucket_mb: int
     recompute: bool
+    precision: str = "auto"
 
     def missing(self) -> list[str]:
         from simcore.strategies import strategy_names
@@ -180,6 +192,7 @@ class StepSetup:
         how = "no DDP wrapper" if self.strategy == "none" else self.strategy
         extras = f", DDP buckets {self.bucket_mb} MiB" if self.strategy in ("ddp", "none") else ""
         extras += ", full recompute" if self.recompute else ""
+        extras += f", precision {self.precision}" if self.precision != "auto" else ""
         return f"{how} on {self._where()}: {self.common.describe(self.gpus)}{extras}"
 
     def _topology(self, gpus: int) -> Topology:
@@ -203,6 +216,7 @@ class StepSetup:
             bucket_size_bytes=self.bucket_mb * MiB,
             gradient_as_bucket_view=self.strategy == "none",
             activation_checkpointing=self.recompute,
+            precision=self.precision,
         )
         ctx = make_context(c.workload(), config, self._topology(gpus))
         strategy = get_strategy("ddp" if self.strategy == "none" else self.strategy)
@@ -236,6 +250,11 @@ class PSSetup:
     gpus: int
     mode: str
     common: _Common
+    gpus_per_worker: int = 1
+
+    @property
+    def workers(self) -> int:
+        return self.gpus // self.gpus_per_worker
 
     def missing(self) -> list[str]:
         from simcore.paramserver import PS_MODES
@@ -249,7 +268,12 @@ class PSSetup:
 
     def describe(self) -> str:
         preset = first_known(self.topologies, _presets) or (self.topologies or ("?",))[0]
-        return f"{self.mode} on {preset}, {self.gpus} workers: {self.common.describe(self.gpus)}"
+        if self.gpus_per_worker == 1:
+            return f"{self.mode} on {preset}, {self.gpus} workers: {self.common.describe(self.gpus)}"
+        return (
+            f"{self.mode} on {preset}, {self.workers} workers of {self.gpus_per_worker} GPUs (one push "
+            f"per worker): {self.common.describe(self.gpus)}"
+        )
 
     def predict(self, metric: str) -> Prediction:
         from simcore.whatif.sweep import run_what_if
@@ -257,20 +281,33 @@ class PSSetup:
 
         c = self.common
         config = TrainingConfig(
-            global_batch=c.micro_batch * self.gpus,
+            global_batch=c.micro_batch * self.workers,
             micro_batch=c.micro_batch,
             seq_len=c.seq_len,
             dtype=c.dtype,
             optimizer=c.optimizer,
         )
         preset = first_known(self.topologies, _presets) or self.topologies[0]
+        loader = load_cluster if self.gpus_per_worker == 1 else _first_gpus(self.gpus_per_worker)
         result = run_what_if(
-            c.workload(), [preset], [self.gpus], loader=load_cluster, strategies=[self.mode], config=config
+            c.workload(), [preset], [self.workers], loader=loader, strategies=[self.mode], config=config
         )
-        report = next(r for r in result.reports if r.gpus == self.gpus)
+        report = next(r for r in result.reports if r.gpus == self.workers)
         if metric == "samples_per_s_per_worker":
-            return Prediction(report.samples_per_s / self.gpus, self.describe())
+            return Prediction(report.samples_per_s / self.workers * self.gpus_per_worker, self.describe())
         return Prediction(100.0 * float(report.scaling_efficiency or 0.0), self.describe())
+
+
+def _first_gpus(per_worker: int) -> Any:
+    """A cluster loader placing worker w on GPU ``w x per_worker``: the first of the consecutive
+    ``per_worker`` GPUs it drives (on a machine of exactly that many GPUs, its first GPU)."""
+    from topologies import load_cluster
+
+    def load(name: str, *, gpus: int | None = None, nodes: int | None = None) -> Topology:
+        full = load_cluster(name, gpus=None if gpus is None else gpus * per_worker, nodes=nodes)
+        return full.subset(range(0, full.world_size - per_worker + 1, per_worker))
+
+    return load
 
 
 def _optional_int(entry: Mapping[str, Any], key: str, where: str) -> int | None:
@@ -308,6 +345,9 @@ def parse_step(entry: Mapping[str, Any], where: str, hardware: str) -> StepSetup
         raise TrainsimError(f"{where}: 'strategy' is required (ddp, fsdp, zero1..3, hsdp or none)")
     if strategy == "none" and gpus != 1:
         raise TrainsimError(f"{where}: strategy 'none' (no DDP wrapper) is for one GPU")
+    precision = entry.get("precision", "auto")
+    if precision not in PRECISION_MODES:
+        raise TrainsimError(f"{where}: precision {precision!r}; allowed: {', '.join(PRECISION_MODES)}")
     return StepSetup(
         hardware,
         presets,
@@ -318,6 +358,7 @@ def parse_step(entry: Mapping[str, Any], where: str, hardware: str) -> StepSetup
         _common(entry, where),
         positive_int(entry, "bucket_mb", where, default=25),
         recompute,
+        str(precision),
     )
 
 
@@ -326,10 +367,10 @@ def parse_ps(entry: Mapping[str, Any], where: str, hardware: str) -> PSSetup:
     mode = entry.get("mode")
     if not isinstance(mode, str):
         raise TrainsimError(f"{where}: 'mode' is required (a parameter-server mode)")
+    gpus = positive_int(entry, "gpus", where)
+    per_worker = positive_int(entry, "gpus_per_worker", where, default=1)
+    if gpus % per_worker:
+        raise TrainsimError(f"{where}: {gpus} GPUs do not make workers of {per_worker} GPUs each")
     return PSSetup(
-        hardware,
-        name_list(entry, "topology", where),
-        positive_int(entry, "gpus", where),
-        mode,
-        _common(entry, where),
+        hardware, name_list(entry, "topology", where), gpus, mode, _common(entry, where), per_worker
     )

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from simcore.collectives.tuning import channels as nccl_channels
 from simcore.compute.memory import optimizer_step_temp_bytes, runtime_memory
 from simcore.compute.optimizer import (
     IMPL_ALIASES,
@@ -335,6 +336,7 @@ class StepContext:
     device_memory_bytes: int
     _layer_times: dict[str, list[float]] = field(default_factory=dict)
     concurrent: ConcurrentFn | None = None  # same-shape groups priced together (None: one at a time)
+    nics_per_node: int = 0  # NICs on rank 0's host (0: unknown): network collectives' channel count
 
     @property
     def accumulation(self) -> int:
@@ -386,7 +388,11 @@ class StepContext:
         sms = int(getattr(getattr(self.timer, "curve", None), "sms", 0) or 0)
         if sms <= 0:
             return DEFAULT_COMM_COMPUTE_SLOWDOWN
-        channels = contention_table()["channels"].get(cost.link_kind, 0)
+        table = contention_table()
+        channels = table["channels"].get(cost.link_kind, 0)
+        if cost.link_kind in table["network_kinds"] and self.nics_per_node > 0:
+            # across nodes NCCL runs a fixed number of channels per NIC (the collective model's rule)
+            channels = nccl_channels(2, self.nics_per_node)
         return sms / max(1.0, sms - min(float(channels), sms - 1.0))
 
     def timer_combine(self, kernel_s: float, host_ops: float, phase: str = "fwd") -> float:

@@ -56,6 +56,7 @@ __all__ = [
     "concurrent_model",
     "gating_device",
     "make_context",
+    "nics_on_host",
     "percentile",
     "rank_groups",
     "report_step",
@@ -197,6 +198,14 @@ def make_context(
         cross,
         device_memory_bytes,
         concurrent=None if collective is not None else concurrent_model(topology, calibration),
+        nics_per_node=nics_on_host(topology, topology.host_of_rank(0)),
+    )
+
+
+def nics_on_host(topology: Topology, host: int) -> int:
+    """Network adapters on ``host`` (what NCCL spreads its channels over across nodes)."""
+    return sum(
+        1 for _, a in topology.graph.nodes(data=True) if a.get("kind") == "nic" and a.get("host") == host
     )
 
 

@@ -27,6 +27,7 @@ PRESETS = [
     "rtx4090-pcie",
     "a100-40gb-hdr4",
     "a100-hdr2",
+    "gtx980-1gbe",
 ]
 
 
