@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from simcore.compute.roofline import ComputeModel
+from simcore.hardware import device_spec
+
 if TYPE_CHECKING:
     from simcore.calibration.profile import CalibrationProfile
     from simcore.topology import Topology
@@ -40,9 +43,6 @@ def device_gradient_time_s(
     Cached per (device, workload object, dtype, micro-batch, recompute, calibration object): the
     what-if prices the same gradient for every parameter-server mode and GPU count.
     """
-    from simcore.compute.roofline import ComputeModel
-    from simcore.hardware import device_spec
-
     key = (device, id(workload), dtype, micro_batch, recompute, id(calibration))
     hit = _GRADIENT_TIMES.get(key)
     if hit is None or hit[0] is not workload or hit[1] is not calibration:

@@ -17,6 +17,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from simcore.compute.roofline import ComputeModel
+from simcore.hardware import device_spec
+
 if TYPE_CHECKING:
     from simcore.calibration.profile import CalibrationProfile
     from simcore.paramserver.layout import ShardLayout
@@ -45,9 +48,6 @@ def segments(
     calibration: CalibrationProfile | None = None,
 ) -> tuple[Segment, ...]:
     """The segments of ``workload`` priced on ``device`` (cut where compute reaches each quantile)."""
-    from simcore.compute.roofline import ComputeModel
-    from simcore.hardware import device_spec
-
     model = ComputeModel(device_spec(device), dtype, calibration)
     fwd = np.asarray(model.layer_times_s(workload, micro_batch, "fwd"), dtype=float)
     bwd = np.asarray(model.layer_times_s(workload, micro_batch, "bwd"), dtype=float)

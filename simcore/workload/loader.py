@@ -22,7 +22,10 @@ from typing import Any
 
 from simcore.dtypes import DTYPE_BYTES
 from simcore.errors import TrainsimError
+from simcore.workload.models import cnn, transformer
+from simcore.workload.models.vit import build_vit
 from simcore.workload.shapefile import load_shape_file
+from simcore.workload.torch_import import workload_from_factory
 from simcore.workload.types import Workload
 
 __all__ = ["load_workload", "preset_names", "preset_source"]
@@ -70,22 +73,16 @@ def _preset_entry(name: str) -> Mapping[str, Any]:
 def _build_preset(name: str, seq_len: int | None, image_size: int | None, dtype: str | None) -> Workload:
     entry = _preset_entry(name)
     if entry["family"] == "transformer":
-        from simcore.workload.models import transformer
-
         shape = transformer.TransformerShape.from_mapping(entry["shape"], where=f"preset {name!r}")
         return transformer.build_workload(
             name, shape, seq_len=seq_len, dtype=dtype or entry.get("dtype", "bf16"), source=entry["source"]
         )
     size = image_size or int(entry["image_size"])
     if entry["family"] == "vit":
-        from simcore.workload.models.vit import build_vit
-
         return build_vit(
             name, **dict(entry["shape"]), image_size=size, dtype=dtype or entry.get("dtype", "bf16"),
             source=entry["source"],
         )  # fmt: skip
-    from simcore.workload.models import cnn
-
     return cnn.build_preset(
         name,
         entry["builder"],
@@ -131,8 +128,6 @@ def load_workload(
     if spec.endswith((".yaml", ".yml", ".json")) or Path(spec).is_file():
         return load_shape_file(Path(spec), seq_len=seq_len, image_size=image_size, dtype=dtype)
     if ":" in spec:
-        from simcore.workload.torch_import import workload_from_factory
-
         return workload_from_factory(
             spec, input_shape=input_shape, seq_len=seq_len, image_size=image_size, dtype=dtype or "bf16"
         )
