@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from simcore.collectives import build_plan
 from simcore.planner.evaluate import Outcome, PlanJob, Task, evaluate_tasks, load_topology
 from simcore.planner.executors import run_sweeps
 from simcore.planner.space import Layout, SearchSpace, layouts_for
@@ -262,8 +263,6 @@ def plan_row(args: Sequence[str] = PLAN_ARGS, *, repeats: int = 1) -> PlannerBen
 
 def selection_row(gpus: int = 4096, *, cluster: str = "dgx-a100") -> PlannerBenchRow:
     """Automatic choice vs the pinned ring for one 1 GiB all_reduce over ``gpus`` GPUs (cold caches)."""
-    from simcore.collectives import build_plan
-
     walls = {}
     for algorithm in ("ring", None):
         topology = load_cluster(cluster, gpus=gpus, fabric="leaf-spine")

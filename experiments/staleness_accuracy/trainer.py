@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from experiments.common.progress import bar
 from experiments.staleness_accuracy.data import Dataset
 from simcore.errors import TrainsimError
 from simcore.staleness.distribution import StalenessDistribution
@@ -281,8 +282,6 @@ def run_settings(
     dataset: Dataset, config: TrainerConfig, settings: Sequence[Setting], seeds: int, *, quiet: bool = True
 ) -> list[SettingResult]:
     """Train every setting with seeds 0..seeds-1, in the given order (a progress bar unless ``quiet``)."""
-    from experiments.common.progress import bar
-
     results = []
     with bar(len(settings) * seeds, "training", quiet=quiet, unit="run") as progress:
         for s in settings:
