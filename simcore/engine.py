@@ -6,8 +6,13 @@ processes are started in a deterministic order (never from dict/set iteration of
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import simpy
+
+# simpy costs ~50 ms at start-up (its importlib.metadata): imported where a simulation runs
+if TYPE_CHECKING:
+    import simpy
 
 __all__ = ["Simulation"]
 
@@ -16,6 +21,8 @@ class Simulation:
     """A SimPy environment plus the simulation's random stream."""
 
     def __init__(self, seed: int = 0) -> None:
+        import simpy
+
         self.seed = seed
         self.env = simpy.Environment()
         self.rng = np.random.default_rng(seed)

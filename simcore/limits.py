@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-import yaml
-
 from simcore.errors import TrainsimError
 from simcore.units import parse_bandwidth, parse_flops, parse_size, parse_time
 
@@ -207,6 +205,8 @@ def _parse_range(name: str, entry: Any, where: str) -> PhysicalRange:
 
 @functools.cache
 def _ranges() -> dict[str, PhysicalRange]:
+    import yaml  # here, not at the top: PyYAML would slow every --help
+
     where = f"simcore/data/{_RANGES_FILE}"
     text = resources.files("simcore.data").joinpath(_RANGES_FILE).read_text(encoding="utf-8")
     data = yaml.safe_load(text)

@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-import yaml
-
 from simcore.calibration.profile import ProfileError
 
 __all__ = ["DATA_FILE", "PhysicalRange", "physical_range"]
@@ -54,6 +52,8 @@ def _parse(name: str, entry: Any) -> PhysicalRange:
 
 @functools.cache
 def _ranges() -> dict[str, PhysicalRange]:
+    import yaml  # here, not at the top: PyYAML would slow every --help
+
     text = resources.files("simcore.data").joinpath("calibration_ranges.yaml").read_text(encoding="utf-8")
     data = yaml.safe_load(text)
     return {str(name): _parse(str(name), entry) for name, entry in data.items()}

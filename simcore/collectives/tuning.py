@@ -15,8 +15,6 @@ from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
-import yaml
-
 from simcore.errors import TrainsimError
 
 __all__ = [
@@ -65,6 +63,8 @@ def _check(data: Any) -> Mapping[str, Any]:
 @functools.cache
 def tables() -> Mapping[str, Any]:
     """The parsed tuning tables (checked once)."""
+    import yaml  # here, not at the top: PyYAML would slow every --help
+
     text = resources.files("simcore.data").joinpath(_DATA_FILE).read_text(encoding="utf-8")
     return _check(yaml.safe_load(text))
 

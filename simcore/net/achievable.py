@@ -14,8 +14,6 @@ from collections.abc import Iterable, Mapping
 from importlib import resources
 from typing import Any
 
-import yaml
-
 from simcore.errors import TrainsimError
 from simcore.topology import LINK_KINDS
 
@@ -26,6 +24,8 @@ _DATA_FILE = "links.yaml"
 
 @functools.cache
 def _table() -> Mapping[str, Any]:
+    import yaml  # here, not at the top: PyYAML would slow every --help
+
     text = resources.files("simcore.data").joinpath(_DATA_FILE).read_text(encoding="utf-8")
     data = yaml.safe_load(text)
     where = f"simcore/data/{_DATA_FILE}"

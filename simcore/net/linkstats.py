@@ -13,7 +13,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import networkx as nx
 import numpy as np
 from numpy.typing import NDArray
 
@@ -22,6 +21,8 @@ from simcore.net.routing import Edge
 from simcore.topology import Topology, effective_bandwidth
 
 if TYPE_CHECKING:
+    import networkx as nx
+
     from simcore.net.network import Flow
 
 __all__ = ["LinkClassSummary", "LinkIndex", "LinkStats", "LinkStatsView", "LinkTable", "link_name"]

@@ -21,10 +21,9 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
-import simpy
 from numpy.typing import NDArray
 
 from simcore.errors import TrainsimError
@@ -32,6 +31,11 @@ from simcore.net.fairshare import max_min_rates
 from simcore.net.linkstats import LinkClassSummary, LinkIndex, LinkStats, LinkStatsView, LinkTable, link_name
 from simcore.net.routing import Edge, Router
 from simcore.topology import Topology, effective_bandwidth
+
+# simpy costs ~50 ms at start-up (its importlib.metadata): imported where a simulation runs
+if TYPE_CHECKING:
+    import simpy
+    from simpy.events import EventPriority
 
 __all__ = [
     "FINISH_TOLERANCE",
@@ -48,7 +52,8 @@ __all__ = [
 
 # Flows whose remaining transmission times differ by less than this fraction finish together.
 FINISH_TOLERANCE = 1e-9
-_LATE = simpy.events.EventPriority(2)  # after URGENT (0) and NORMAL (1) events of the same instant
+# simpy's EventPriority (an int): after URGENT (0) and NORMAL (1) events of the same instant.
+_LATE = cast("EventPriority", 2)
 
 
 @dataclass(eq=False, slots=True)
@@ -245,6 +250,8 @@ class Network:
 
     def _request_recompute(self) -> None:
         """Recompute rates once, after every other event of this instant (cancels the pending timer)."""
+        import simpy
+
         self._generation += 1
         if self._recompute_pending:
             return

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import simpy
 
 from simcore.compute.heterogeneity import Heterogeneity
 from simcore.engine import Simulation
@@ -14,6 +14,10 @@ from simcore.net.network import Network
 from simcore.paramserver.config import PSConfig
 from simcore.paramserver.pipeline import Segment
 from simcore.paramserver.server import ShardServer
+
+# simpy only names types here (importing it costs ~50 ms at start-up)
+if TYPE_CHECKING:
+    import simpy
 
 __all__ = ["PSRun", "Records"]
 
