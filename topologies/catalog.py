@@ -12,8 +12,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from topologies.spec import parse_cluster_spec
 from topologies.spec_types import ClusterSpec, NodeType
 from topologies.yamlcheck import SpecError, read_yaml
@@ -34,6 +32,8 @@ def preset_names() -> list[str]:
 @functools.cache
 def preset_spec(name: str) -> ClusterSpec:
     """The parsed spec of preset ``name``; a :class:`SpecError` listing the presets otherwise."""
+    import yaml  # here, not at the top: PyYAML would slow every --help
+
     files = _preset_files()
     if name not in files:
         raise SpecError(
