@@ -41,8 +41,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-import simpy
-
 import topologies
 from experiments.bench.nccl_sim import NCCL_SIM_SHAPES, nccl_sim_cli_rows
 from experiments.bench.planner import format_planner_table
@@ -59,7 +57,10 @@ from simcore.topology import Topology
 from simcore.units import format_bytes
 from topologies.cliargs import MAX_GPUS
 
+# simpy costs ~50 ms at start-up (its importlib.metadata): imported where a simulation runs
 if TYPE_CHECKING:
+    import simpy
+
     from simcore.collectives import CollectiveResult
 
 __all__ = ["BenchRow", "collective_bench_rows", "main"]
@@ -117,6 +118,8 @@ def ring_flows(topology: Topology, op: str, size_bytes: float) -> tuple[float, i
     One ring (one NIC per server) rather than NCCL's several channels, so its simulated time is not
     the collective's: these rows show what the network layer alone costs for p concurrent flows.
     """
+    import simpy
+
     env = simpy.Environment()
     events = _count_steps(env)
     network = Network(env, topology)

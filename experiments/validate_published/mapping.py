@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from experiments.validate_published import collective, kernels, training
 from experiments.validate_published.base import Setup
 from experiments.validate_published.metrics import METRICS, Metric
@@ -153,6 +151,8 @@ def _metric(entry: Mapping[str, Any], where: str, row: PublishedRow, kind: Kind 
 @functools.lru_cache(maxsize=2)
 def load_mapping(path: Path = MAPPING_PATH) -> RowMapping:
     """Every published row's plan, in row order; every row must have exactly one entry."""
+    import yaml  # here, not at the top: PyYAML would slow every --help
+
     with path.open(encoding="utf-8") as handle:
         data = yaml.safe_load(handle)
     rows = load_rows()
