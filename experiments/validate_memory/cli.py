@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from calibrate.common.records import atomic_write_json, read_records
+from calibrate.memory_truth.options import MODEL_NAMES, parse_list
 from experiments.validate_memory.report import (
     CATEGORIES,
     PEAK_GOAL,
@@ -192,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _measure(args: argparse.Namespace, out_dir: Path | None) -> list[dict[str, Any]]:
-    from calibrate.memory_truth import cli as memory_truth
+    from calibrate.memory_truth import measure as memory_truth  # torch: only when measuring here
 
     models = args.models or ",".join(QUICK_MODELS if args.quick else FULL_MODELS)
     worlds = args.world_sizes or list(QUICK_WORLD_SIZES if args.quick else FULL_WORLD_SIZES)
@@ -200,7 +201,7 @@ def _measure(args: argparse.Namespace, out_dir: Path | None) -> list[dict[str, A
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
     return memory_truth.measure_grid(
-        memory_truth.parse_list(models, list(memory_truth.MODELS), "--models"),
+        parse_list(models, MODEL_NAMES, "--models"),
         args.strategies,
         worlds,
         optimizer=args.optimizer,

@@ -220,7 +220,7 @@ def _fake_memory_truth(monkeypatch: pytest.MonkeyPatch) -> None:
         return {"kind": "memory_truth", "model": spec.name, "strategy": strategy, "world_size": world,
                 "optimizer": optimizer, "peak_bytes": 1e6, "peak_phase": "backward", "tracked_step_s": 0.1}  # fmt: skip
 
-    monkeypatch.setattr(importlib.import_module("calibrate.memory_truth.cli"), "measure", measure)
+    monkeypatch.setattr(importlib.import_module("calibrate.memory_truth.measure"), "measure", measure)
 
 
 def _no_watchdog(monkeypatch: pytest.MonkeyPatch) -> None:
