@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from experiments.console import COMMANDS
 from simcore.collectives import build_plan
 from simcore.planner.evaluate import Outcome, PlanJob, Task, evaluate_tasks, load_topology
 from simcore.planner.executors import run_sweeps
@@ -58,14 +59,8 @@ __all__ = [
 ]
 
 SWEEP_CONFIGS = 10_000
-ENTRY_POINTS = tuple(
-    sorted(
-        f"{package.name}.{module.name}"
-        for package in (Path(__file__).resolve().parents[2] / name for name in ("experiments", "calibrate"))
-        for module in package.iterdir()
-        if (module / "__main__.py").exists()
-    )
-)
+# Every ``python -m`` entry point (the console script's subcommands) and the console script itself.
+ENTRY_POINTS = tuple(sorted({command.module for command in COMMANDS.values()} | {"experiments.console"}))
 PLAN_ARGS = ("--model", "llama2-70b", "--cluster", "hgx-h100", "--gpus", "64..1024", "--seq-len", "4096")
 
 
