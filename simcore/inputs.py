@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from simcore.errors import TrainsimError
 from simcore.limits import INPUT_FILE_BYTES, YAML_ALIASES, YAML_DEPTH, YAML_NODES
+from simcore.yamlload import safe_loader
 
 if TYPE_CHECKING:  # PyYAML is imported where a file is read, so --help need not load it
     import yaml
@@ -39,13 +40,6 @@ _UTF8_HINT = (
     "save it as UTF-8 (PowerShell: `... | Out-File -Encoding utf8 FILE`; "
     "elsewhere: `iconv -f utf-16 -t utf-8 FILE > NEW`)"
 )
-
-
-def _loader_class() -> type[yaml.SafeLoader]:
-    """libyaml's C loader where PyYAML was built with it, else the pure-Python one."""
-    import yaml
-
-    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _looks_utf16(data: bytes) -> bool:
@@ -150,7 +144,7 @@ def load_yaml(text: str, where: str) -> Any:
     """The YAML document in ``text``, checked against alias bombs and deep nesting before it is built."""
     import yaml
 
-    loader = _loader_class()(text)
+    loader = safe_loader()(text)
     try:
         node = loader.get_single_node()
         if node is None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from simcore.errors import TrainsimError
 from simcore.units import parse_bandwidth, parse_flops, parse_size, parse_time
+from simcore.yamlload import safe_load
 
 __all__ = [
     "DEVICES_PER_CLUSTER",
@@ -205,11 +206,9 @@ def _parse_range(name: str, entry: Any, where: str) -> PhysicalRange:
 
 @functools.cache
 def _ranges() -> dict[str, PhysicalRange]:
-    import yaml  # here, not at the top: PyYAML would slow every --help
-
     where = f"simcore/data/{_RANGES_FILE}"
     text = resources.files("simcore.data").joinpath(_RANGES_FILE).read_text(encoding="utf-8")
-    data = yaml.safe_load(text)
+    data = safe_load(text)
     return {str(name): _parse_range(str(name), entry, where) for name, entry in data.items()}
 
 

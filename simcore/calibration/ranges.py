@@ -15,6 +15,7 @@ from importlib import resources
 from typing import Any
 
 from simcore.calibration.profile import ProfileError
+from simcore.yamlload import safe_load
 
 __all__ = ["DATA_FILE", "PhysicalRange", "physical_range"]
 
@@ -52,10 +53,8 @@ def _parse(name: str, entry: Any) -> PhysicalRange:
 
 @functools.cache
 def _ranges() -> dict[str, PhysicalRange]:
-    import yaml  # here, not at the top: PyYAML would slow every --help
-
     text = resources.files("simcore.data").joinpath("calibration_ranges.yaml").read_text(encoding="utf-8")
-    data = yaml.safe_load(text)
+    data = safe_load(text)
     return {str(name): _parse(str(name), entry) for name, entry in data.items()}
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from simcore.errors import TrainsimError
 from simcore.topology import LINK_KINDS
+from simcore.yamlload import safe_load
 
 __all__ = ["achievable_fraction", "shm_efficiency"]
 
@@ -24,10 +25,8 @@ _DATA_FILE = "links.yaml"
 
 @functools.cache
 def _table() -> Mapping[str, Any]:
-    import yaml  # here, not at the top: PyYAML would slow every --help
-
     text = resources.files("simcore.data").joinpath(_DATA_FILE).read_text(encoding="utf-8")
-    data = yaml.safe_load(text)
+    data = safe_load(text)
     where = f"simcore/data/{_DATA_FILE}"
     if not isinstance(data, dict):
         raise TrainsimError(f"{where}: expected a mapping of link kind -> achievable fraction")

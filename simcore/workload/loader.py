@@ -27,6 +27,7 @@ from simcore.workload.models.vit import build_vit
 from simcore.workload.shapefile import load_shape_file
 from simcore.workload.torch_import import workload_from_factory
 from simcore.workload.types import Workload
+from simcore.yamlload import safe_load
 
 __all__ = ["load_workload", "preset_names", "preset_source"]
 
@@ -40,10 +41,8 @@ _PRESETS_FILE = Path(__file__).parent / "models" / "presets.yaml"
 
 @functools.lru_cache(maxsize=1)
 def _preset_table() -> Mapping[str, Mapping[str, Any]]:
-    import yaml
-
     with _PRESETS_FILE.open(encoding="utf-8") as handle:
-        data = yaml.safe_load(handle)
+        data = safe_load(handle)
     return data["presets"]
 
 
