@@ -47,6 +47,7 @@ import numpy as np
 from simcore.compute.optimizer import OptimizerStepCost, optimizer_step_cost, resolve_optimizer_impl
 from simcore.dtypes import DTYPE_BYTES
 from simcore.errors import TrainsimError
+from simcore.yamlload import safe_load
 
 if TYPE_CHECKING:
     from simcore.calibration.profile import CalibrationProfile
@@ -126,10 +127,8 @@ class EfficiencyCurve:
 
 @functools.lru_cache(maxsize=1)
 def _efficiency_table() -> dict[str, Any]:
-    import yaml
-
     with _EFFICIENCY_FILE.open(encoding="utf-8") as handle:
-        return yaml.safe_load(handle)
+        return safe_load(handle)
 
 
 def _curve_from(entry: dict[str, Any], where: str) -> EfficiencyCurve:
