@@ -16,6 +16,7 @@ from importlib import resources
 from typing import Any
 
 from simcore.errors import TrainsimError
+from simcore.yamlload import safe_load
 
 __all__ = [
     "PROTOCOLS",
@@ -63,10 +64,8 @@ def _check(data: Any) -> Mapping[str, Any]:
 @functools.cache
 def tables() -> Mapping[str, Any]:
     """The parsed tuning tables (checked once)."""
-    import yaml  # here, not at the top: PyYAML would slow every --help
-
     text = resources.files("simcore.data").joinpath(_DATA_FILE).read_text(encoding="utf-8")
-    return _check(yaml.safe_load(text))
+    return _check(safe_load(text))
 
 
 @functools.cache
