@@ -12,6 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from simcore.yamlload import safe_load
 from topologies.spec import parse_cluster_spec
 from topologies.spec_types import ClusterSpec, NodeType
 from topologies.yamlcheck import SpecError, read_yaml
@@ -32,8 +33,6 @@ def preset_names() -> list[str]:
 @functools.cache
 def preset_spec(name: str) -> ClusterSpec:
     """The parsed spec of preset ``name``; a :class:`SpecError` listing the presets otherwise."""
-    import yaml  # here, not at the top: PyYAML would slow every --help
-
     files = _preset_files()
     if name not in files:
         raise SpecError(
@@ -41,7 +40,7 @@ def preset_spec(name: str) -> ClusterSpec:
         )
     text = resources.files("topologies").joinpath("presets").joinpath(files[name]).read_text(encoding="utf-8")
     where = f"topologies/presets/{files[name]}"
-    return parse_spec(yaml.safe_load(text), where, default_name=name)
+    return parse_spec(safe_load(text), where, default_name=name)
 
 
 def preset_node_type(name: str, declared: tuple[str, ...], where: str) -> NodeType:

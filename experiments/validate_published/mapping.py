@@ -19,6 +19,7 @@ from experiments.validate_published.base import Setup
 from experiments.validate_published.metrics import METRICS, Metric
 from experiments.validate_published.published import PublishedRow, load_rows
 from simcore.errors import TrainsimError
+from simcore.yamlload import safe_load
 
 __all__ = ["CATEGORIES", "KINDS", "MAPPING_PATH", "Kind", "RowMapping", "RowPlan", "load_mapping", "plan_row"]
 
@@ -151,10 +152,8 @@ def _metric(entry: Mapping[str, Any], where: str, row: PublishedRow, kind: Kind 
 @functools.lru_cache(maxsize=2)
 def load_mapping(path: Path = MAPPING_PATH) -> RowMapping:
     """Every published row's plan, in row order; every row must have exactly one entry."""
-    import yaml  # here, not at the top: PyYAML would slow every --help
-
     with path.open(encoding="utf-8") as handle:
-        data = yaml.safe_load(handle)
+        data = safe_load(handle)
     rows = load_rows()
     entries = data.get("rows", {})
     ids = {row.id for row in rows}
