@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from simcore.compute.roofline import ComputeModel
 from simcore.hardware import device_spec
 
+# numpy: imported inside the functions that use them, so --help does not load them
 if TYPE_CHECKING:
+    import numpy as np
+
     from simcore.calibration.profile import CalibrationProfile
     from simcore.topology import Topology
     from simcore.workload.types import Workload
@@ -70,6 +71,8 @@ def rank_compute_times(
 
     Each distinct device is priced once with :class:`simcore.compute.roofline.ComputeModel`.
     """
+    import numpy as np
+
     by_device: dict[str, float] = {}
     times = np.empty(topology.world_size)
     for rank in range(topology.world_size):
