@@ -22,8 +22,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from simcore.collectives import collective_time, concurrent_collective_time, describe_link
 from simcore.compute.optimizer import canonical_impl, check_impl_supported
 from simcore.compute.precision import COMPUTE_DTYPES, check_precision, resolve_precision
@@ -232,6 +230,8 @@ def simulate_step(
         sigma, ranks = cfg.compute_jitter_sigma, ctx.gpus
 
         def compute_scale(sim: Simulation, step: int) -> float:
+            import numpy as np
+
             return float(np.max(sim.rng.lognormal(0.0, sigma, size=ranks)))
 
     if compute_scale is not None and cfg.jitter_scope == "sync":

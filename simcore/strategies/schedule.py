@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from simcore.compute.memory import MemoryChange, MemoryTimeline
 from simcore.engine import Simulation
 
-# simpy only names types here (importing it costs ~50 ms at start-up)
+# simpy: here for type names only (importing them would slow every --help)
 if TYPE_CHECKING:
     import simpy
 
