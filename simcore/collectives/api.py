@@ -36,7 +36,7 @@ from simcore.net.network import Network
 from simcore.net.routing import Router
 from simcore.topology import Topology
 
-# simpy only names types here (importing it costs ~50 ms at start-up)
+# simpy: here for type names only (importing them would slow every --help)
 if TYPE_CHECKING:
     import simpy
 

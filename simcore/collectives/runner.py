@@ -24,7 +24,7 @@ from simcore.collectives.plan import Phase, Plan
 from simcore.errors import TrainsimError
 from simcore.net.network import Flow, Network
 
-# simpy only names types here (importing it costs ~50 ms at start-up)
+# simpy: here for type names only (importing them would slow every --help)
 if TYPE_CHECKING:
     import simpy
 
