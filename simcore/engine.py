@@ -8,9 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import numpy as np
-
-# simpy costs ~50 ms at start-up (its importlib.metadata): imported where a simulation runs
+# simpy: imported inside the functions that use them, so --help does not load them
 if TYPE_CHECKING:
     import simpy
 
@@ -21,6 +19,7 @@ class Simulation:
     """A SimPy environment plus the simulation's random stream."""
 
     def __init__(self, seed: int = 0) -> None:
+        import numpy as np
         import simpy
 
         self.seed = seed

@@ -24,7 +24,8 @@ from simcore.errors import TrainsimError
 from simcore.limits import INPUT_FILE_BYTES, YAML_ALIASES, YAML_DEPTH, YAML_NODES
 from simcore.yamlload import safe_loader
 
-if TYPE_CHECKING:  # PyYAML is imported where a file is read, so --help need not load it
+# PyYAML: imported inside the functions that use them, so --help does not load them
+if TYPE_CHECKING:
     import yaml
 
 __all__ = ["check_nesting", "decode_text", "load_yaml", "read_text", "read_yaml"]

@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, cast
 from simcore.errors import TrainsimError
 from simcore.topology import Topology
 
-if TYPE_CHECKING:  # networkx takes ~80 ms to import: loaded where used, so --help need not pay it
+# networkx: imported inside the functions that use them, so --help does not load them
+if TYPE_CHECKING:
     import networkx as nx
 
 __all__ = ["Edge", "Router"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
-# simpy costs ~50 ms at start-up (its importlib.metadata): imported where a simulation runs
+# simpy: imported inside the functions that use them, so --help does not load them
 if TYPE_CHECKING:
     import simpy
 

@@ -6,8 +6,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from simcore.compute.heterogeneity import Heterogeneity
 from simcore.engine import Simulation
 from simcore.net.network import Network
@@ -15,8 +13,9 @@ from simcore.paramserver.config import PSConfig
 from simcore.paramserver.pipeline import Segment
 from simcore.paramserver.server import ShardServer
 
-# simpy only names types here (importing it costs ~50 ms at start-up)
+# numpy, simpy: imported inside the functions that use them, so --help does not load them
 if TYPE_CHECKING:
+    import numpy as np
     import simpy
 
 __all__ = ["PSRun", "Records"]
@@ -54,6 +53,8 @@ class PSRun:
         param_bytes: Sequence[float],
         segments: Sequence[Segment] = (),
     ) -> None:
+        import numpy as np
+
         self.sim = sim
         self.env: simpy.Environment = sim.env
         self.network = network
