@@ -36,7 +36,8 @@ from topologies.sizes import check_cluster_size
 from topologies.spec_types import ClusterSpec, FabricSpec, NodeType
 from topologies.yamlcheck import SpecError
 
-if TYPE_CHECKING:  # networkx takes ~80 ms to import: loaded where used, so --help need not pay it
+# networkx: imported inside the functions that use them, so --help does not load them
+if TYPE_CHECKING:
     import networkx as nx
 
 __all__ = ["build_cluster", "plan_hosts"]

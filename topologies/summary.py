@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 
 from simcore.topology import NODE_KINDS, Topology
 
-if TYPE_CHECKING:  # networkx takes ~80 ms to import: loaded where used, so --help need not pay it
+# networkx: imported inside the functions that use them, so --help does not load them
+if TYPE_CHECKING:
     import networkx as nx
 
 __all__ = ["LinkClassSummary", "TopologySummary", "bisection_bandwidth", "injection_bandwidth", "summarise"]
