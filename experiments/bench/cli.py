@@ -57,7 +57,7 @@ from simcore.topology import Topology
 from simcore.units import format_bytes
 from topologies.cliargs import MAX_GPUS
 
-# simpy costs ~50 ms at start-up (its importlib.metadata): imported where a simulation runs
+# simpy: imported inside the functions that use them, so --help does not load them
 if TYPE_CHECKING:
     import simpy
 

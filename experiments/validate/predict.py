@@ -55,8 +55,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from experiments.validate.grid import MODEL_SIZES, RunSpec
 from simcore.compute.heterogeneity import Heterogeneity, Straggler
 from simcore.compute.roofline import ComputeModel
@@ -69,7 +67,10 @@ from simcore.strategies.runner import collective_model, make_context, percentile
 from simcore.workload.types import Layer, Workload
 from topologies import cpu_cluster
 
+# numpy: imported inside the functions that use them, so --help does not load them
 if TYPE_CHECKING:
+    import numpy as np
+
     from simcore.calibration.profile import CalibrationProfile
     from simcore.compute.optimizer import OptimizerStepCost
     from simcore.topology import Topology
@@ -204,6 +205,8 @@ class LayerCorrectedTimer:
         return self.corrections.get((bench, "fwd" if phase == "recompute" else phase), 1.0)
 
     def _factors(self, workload: Workload, phase: str) -> np.ndarray:
+        import numpy as np
+
         return np.array([self._factor(layer.kind, phase) for layer in workload.layers])
 
     def layer_time_s(self, layer: Layer, batch: int, phase: str) -> float:
