@@ -16,7 +16,19 @@ from experiments.bench.planner import ENTRY_POINTS  # every python -m entry poin
 from tests.paths import REPO
 
 # Imported only where a simulation or a measurement runs; none is needed to print --help.
-HEAVY = ("networkx", "simpy", "yaml", "scipy", "torch", "matplotlib", "pandas", "seaborn", "sklearn", "ray")
+HEAVY = (
+    "numpy",
+    "networkx",
+    "simpy",
+    "yaml",
+    "scipy",
+    "torch",
+    "matplotlib",
+    "pandas",
+    "seaborn",
+    "sklearn",
+    "ray",
+)
 _PROBE = """
 import runpy, sys
 module = sys.argv[1]
