@@ -26,6 +26,7 @@ from calibrate.common.records import read_records
 from experiments.validate.grid import STRATEGIES, RunSpec
 from experiments.validate.metrics import GOAL_OVERALL, GOAL_STRATEGY, Row, mape, strategy_order
 from experiments.validate.predict import MeasuredRun, layer_corrections, measured_step, predict
+from simcore.calibration.profile_json import load_profile
 from simcore.errors import TrainsimError
 
 __all__ = ["GOAL_OVERALL", "GOAL_STRATEGY", "Row", "compare", "load_measured", "mape", "strategy_order",
@@ -70,8 +71,6 @@ def load_corrections(out: Path, profile: Any) -> dict[tuple[str, str], float]:
 
 def compare(runs: Sequence[tuple[RunSpec, MeasuredRun | None, str]], out: Path, cores: int) -> list[Row]:
     """Predict every measured run from ``out/profile.json``."""
-    from simcore.calibration.profile_json import load_profile
-
     profile = load_profile(out / "profile.json")
     corrections = load_corrections(out, profile)
     rows = []
@@ -172,8 +171,6 @@ def write_report(runs: Sequence[tuple[RunSpec, MeasuredRun | None, str]], out: P
 
 def _calibration_md(out: Path) -> str:
     """The calibration the predictions used: fits with their quality, and the layer corrections."""
-    from simcore.calibration.profile_json import load_profile
-
     profile = load_profile(out / "profile.json")
     lines = ["### Calibration used (microbenchmarks only)", "",
              "| collective | ranks | alpha (us) | busbw (GB/s) | fit MAPE |", "|---|---:|---:|---:|---:|"]  # fmt: skip

@@ -25,8 +25,12 @@ from experiments.validate_published.base import (
     positive_int,
     positive_ints,
 )
+from simcore.compute.roofline import ComputeModel
 from simcore.dtypes import DTYPE_BYTES
 from simcore.errors import TrainsimError
+from simcore.hardware import device_names, device_spec
+from simcore.workload.loader import load_workload, preset_names
+from simcore.workload.types import Layer
 
 __all__ = [
     "LAYER_KEYS",
@@ -49,14 +53,10 @@ LAYER_METRICS = ("layer_tflops",)
 
 
 def _device_names() -> list[str]:
-    from simcore.hardware import device_names
-
     return device_names()
 
 
 def _model_names() -> list[str]:
-    from simcore.workload.loader import preset_names
-
     return preset_names()
 
 
@@ -64,17 +64,12 @@ def _device_missing(names: tuple[str, ...], dtype: str) -> list[str]:
     name = first_known(names, _device_names)
     if name is None:
         return [missing_name("device spec", names)]
-    from simcore.hardware import device_spec
-
     if dtype not in device_spec(name).peak_flops:
         return [f"device spec {name!r} has no {dtype} rate"]
     return []
 
 
 def _compute_model(names: tuple[str, ...], dtype: str) -> Any:
-    from simcore.compute.roofline import ComputeModel
-    from simcore.hardware import device_spec
-
     return ComputeModel(device_spec(first_known(names, _device_names) or names[0]), dtype)
 
 
@@ -101,8 +96,6 @@ class MatmulSetup:
         return f"{self.dtype} square matmul n = {', '.join(map(str, self.sizes))} on {device}"
 
     def predict(self, metric: str) -> Prediction:
-        from simcore.workload.types import Layer
-
         model = _compute_model(self.devices, self.dtype)
         word = DTYPE_BYTES[self.dtype]
         best, best_n = 0.0, self.sizes[0]
@@ -145,8 +138,6 @@ class LayerSetup:
         )
 
     def predict(self, metric: str) -> Prediction:
-        from simcore.workload.loader import load_workload
-
         model = _compute_model(self.devices, self.dtype)
         name = first_known(self.models, _model_names) or self.models[0]
         h = float(self.hidden)

@@ -35,8 +35,19 @@ from experiments.validate_published.base import (
 )
 from simcore.compute.precision import PRECISION_MODES
 from simcore.errors import TrainsimError
-from simcore.strategies.base import COMPUTE_DTYPES, OPTIMIZERS, MiB, TrainingConfig
+from simcore.hardware import device_names
+from simcore.paramserver import PS_MODES
+from simcore.strategies import get_strategy, strategy_names
+from simcore.strategies.base import COMPUTE_DTYPES, OPTIMIZERS, MiB, TrainingConfig, model_flops_per_step
+from simcore.strategies.runner import make_context, simulate_step
 from simcore.topology import Topology
+from simcore.whatif.sweep import run_what_if
+from simcore.workload.loader import load_workload
+from simcore.workload.loader import preset_names as model_preset_names
+from topologies import load_cluster
+from topologies import preset_names as cluster_preset_names
+from topologies.builders import build_cluster
+from topologies.spec import ClusterSpec, DeviceDecl, FabricSpec, NodeType
 
 __all__ = [
     "PS_KEYS",
@@ -75,29 +86,20 @@ PS_METRICS = ("samples_per_s_per_worker", "scaling_efficiency")
 
 
 def _presets() -> list[str]:
-    from topologies import preset_names
-
-    return preset_names()
+    return cluster_preset_names()
 
 
 def _models() -> list[str]:
-    from simcore.workload.loader import preset_names
-
-    return preset_names()
+    return model_preset_names()
 
 
 def _devices() -> list[str]:
-    from simcore.hardware import device_names
-
     return device_names()
 
 
 @functools.lru_cache(maxsize=16)
 def single_gpu_cluster(device: str) -> Topology:
     """One rank on one ``device``, nothing else: a one-GPU step needs no links or fabric."""
-    from topologies.builders import build_cluster
-    from topologies.spec import ClusterSpec, DeviceDecl, FabricSpec, NodeType
-
     node = NodeType("single-gpu", (DeviceDecl("gpu0", "gpu", spec=device),), (), ("gpu0",), "one device")
     fabric = FabricSpec(type="none", source="one device: no fabric")
     spec = ClusterSpec(
@@ -108,8 +110,6 @@ def single_gpu_cluster(device: str) -> Topology:
 
 @functools.lru_cache(maxsize=32)
 def _cluster(preset: str, gpus: int, nodes: int | None) -> Topology:
-    from topologies import load_cluster
-
     return load_cluster(preset, gpus=gpus, nodes=nodes)
 
 
@@ -140,8 +140,6 @@ class _Common:
         return first_known(self.models, _models) or self.models[0]
 
     def workload(self) -> Any:
-        from simcore.workload.loader import load_workload
-
         return load_workload(self.model(), seq_len=self.seq_len, image_size=self.image_size, dtype=self.dtype)
 
     def describe(self, gpus: int) -> str:
@@ -170,8 +168,6 @@ class StepSetup:
     precision: str = "auto"
 
     def missing(self) -> list[str]:
-        from simcore.strategies import strategy_names
-
         reasons = []
         if self.single_gpu:
             if first_known(self.single_gpu, _devices) is None:
@@ -203,9 +199,6 @@ class StepSetup:
 
     def _samples_per_s(self, gpus: int) -> tuple[float, float, bool]:
         """(samples/s, step seconds, fits in memory) of the step on ``gpus`` GPUs."""
-        from simcore.strategies import get_strategy
-        from simcore.strategies.runner import make_context, simulate_step
-
         c = self.common
         config = TrainingConfig(
             global_batch=c.micro_batch * gpus,
@@ -225,8 +218,6 @@ class StepSetup:
         return config.global_batch / seconds, seconds, bool(step.run.memory.peak().fits)
 
     def predict(self, metric: str) -> Prediction:
-        from simcore.strategies.base import model_flops_per_step
-
         rate, seconds, fits = self._samples_per_s(self.gpus)
         if metric == "step_time_s":
             value = seconds
@@ -257,8 +248,6 @@ class PSSetup:
         return self.gpus // self.gpus_per_worker
 
     def missing(self) -> list[str]:
-        from simcore.paramserver import PS_MODES
-
         reasons = []
         if first_known(self.topologies, _presets) is None:
             reasons.append(missing_name("topology preset", self.topologies, self.hardware))
@@ -276,9 +265,6 @@ class PSSetup:
         )
 
     def predict(self, metric: str) -> Prediction:
-        from simcore.whatif.sweep import run_what_if
-        from topologies import load_cluster
-
         c = self.common
         config = TrainingConfig(
             global_batch=c.micro_batch * self.workers,
@@ -301,7 +287,6 @@ class PSSetup:
 def _first_gpus(per_worker: int) -> Any:
     """A cluster loader placing worker w on GPU ``w x per_worker``: the first of the consecutive
     ``per_worker`` GPUs it drives (on a machine of exactly that many GPUs, its first GPU)."""
-    from topologies import load_cluster
 
     def load(name: str, *, gpus: int | None = None, nodes: int | None = None) -> Topology:
         full = load_cluster(name, gpus=None if gpus is None else gpus * per_worker, nodes=nodes)

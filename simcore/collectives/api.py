@@ -12,8 +12,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
 
-import simpy
-
 from simcore.collectives.cost import PhaseCost, link_times, materialize, plan_cost
 from simcore.collectives.gc_pause import gc_paused
 from simcore.collectives.group import GroupInfo, group_info
@@ -38,7 +36,10 @@ from simcore.net.network import Network
 from simcore.net.routing import Router
 from simcore.topology import Topology
 
+# simpy: here for type names only (importing them would slow every --help)
 if TYPE_CHECKING:
+    import simpy
+
     from simcore.calibration.profile import CalibrationProfile
 
 __all__ = [

@@ -37,6 +37,7 @@ from simcore.compute.precision import PRECISION_MODES, Precision, resolve_precis
 from simcore.compute.roofline import param_tensor_count
 from simcore.dtypes import DTYPE_BYTES
 from simcore.errors import TrainsimError
+from simcore.yamlload import safe_load
 
 if TYPE_CHECKING:
     from simcore.strategies.schedule import StepPlan
@@ -270,11 +271,9 @@ class TrainingConfig:
 @functools.lru_cache(maxsize=1)
 def contention_table() -> dict[str, Any]:
     """``data/efficiency.yaml``, section ``contention``."""
-    import yaml
-
     path = Path(__file__).parent.parent / "data" / "efficiency.yaml"
     with path.open(encoding="utf-8") as handle:
-        return dict(yaml.safe_load(handle)["contention"])
+        return dict(safe_load(handle)["contention"])
 
 
 def optimizer_state_bytes(precision: Precision, optimizer: str) -> int:

@@ -23,8 +23,12 @@ from typing import Any
 
 from simcore.dtypes import DTYPE_BYTES
 from simcore.errors import TrainsimError
+from simcore.workload.models import cnn, transformer
+from simcore.workload.models.vit import build_vit
 from simcore.workload.shapefile import load_shape_file
+from simcore.workload.torch_import import workload_from_factory
 from simcore.workload.types import Workload
+from simcore.yamlload import safe_load
 
 __all__ = ["load_workload", "preset_names", "preset_source"]
 
@@ -38,10 +42,8 @@ _PRESETS_FILE = Path(__file__).parent / "models" / "presets.yaml"
 
 @functools.lru_cache(maxsize=1)
 def _preset_table() -> Mapping[str, Mapping[str, Any]]:
-    import yaml
-
     with _PRESETS_FILE.open(encoding="utf-8") as handle:
-        data = yaml.safe_load(handle)
+        data = safe_load(handle)
     return data["presets"]
 
 
@@ -77,8 +79,6 @@ def _build_preset(
             f"model {name!r} has no attention to run fused or eager (a {entry['family']} preset)"
         )
     if entry["family"] == "transformer":
-        from simcore.workload.models import transformer
-
         shape = transformer.TransformerShape.from_mapping(entry["shape"], where=f"preset {name!r}")
         if flash is not None:
             shape = dataclasses.replace(shape, flash_attention=flash)
@@ -87,14 +87,10 @@ def _build_preset(
         )
     size = image_size or int(entry["image_size"])
     if entry["family"] == "vit":
-        from simcore.workload.models.vit import build_vit
-
         return build_vit(
             name, **dict(entry["shape"]), image_size=size, dtype=dtype or entry.get("dtype", "bf16"),
             source=entry["source"],
         )  # fmt: skip
-    from simcore.workload.models import cnn
-
     return cnn.build_preset(
         name,
         entry["builder"],
@@ -148,8 +144,6 @@ def load_workload(
     if is_file:
         return load_shape_file(Path(spec), seq_len=seq_len, image_size=image_size, dtype=dtype)
     if ":" in spec:
-        from simcore.workload.torch_import import workload_from_factory
-
         return workload_from_factory(
             spec, input_shape=input_shape, seq_len=seq_len, image_size=image_size, dtype=dtype or "bf16"
         )

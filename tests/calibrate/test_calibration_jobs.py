@@ -217,3 +217,11 @@ def test_op_chain_runs_one_operator_per_link() -> None:
         counts[(info["phase"], info["ops"])] = Count.calls
     assert counts[("fwd", 8)] == 8 and counts[("fwd", 32)] == 32
     assert counts[("bwd", 32)] - counts[("bwd", 8)] == 24
+
+
+def test_the_parser_lists_every_layer_benchmark() -> None:
+    """``--layers`` is checked against names that need no torch; they must be the benchmarks' own."""
+    from calibrate.compute.layers import LAYERS
+    from calibrate.compute.options import LAYER_NAMES
+
+    assert tuple(LAYERS) == LAYER_NAMES
