@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
+from simcore.cliargs import PROG
+
 __all__ = ["COMMANDS", "Command", "main"]
 
 
@@ -113,8 +115,6 @@ def main(argv: list[str] | None = None) -> int:
     if command is None:
         print(f"error: unknown command {args[0]!r}; choose from {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
-    from simcore.cliargs import PROG
-
     token = PROG.set(f"trainsim {args[0]}")
     try:
         run = cast("Callable[[list[str]], int]", importlib.import_module(command.main_module).main)

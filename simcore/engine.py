@@ -6,8 +6,11 @@ processes are started in a deterministic order (never from dict/set iteration of
 
 from __future__ import annotations
 
-import numpy as np
-import simpy
+from typing import TYPE_CHECKING
+
+# simpy: imported inside the functions that use them, so --help does not load them
+if TYPE_CHECKING:
+    import simpy
 
 __all__ = ["Simulation"]
 
@@ -16,6 +19,9 @@ class Simulation:
     """A SimPy environment plus the simulation's random stream."""
 
     def __init__(self, seed: int = 0) -> None:
+        import numpy as np
+        import simpy
+
         self.seed = seed
         self.env = simpy.Environment()
         self.rng = np.random.default_rng(seed)

@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import codecs
 from pathlib import Path
-from typing import Any
-
-import yaml
+from typing import TYPE_CHECKING, Any
 
 from simcore.errors import TrainsimError
 from simcore.limits import INPUT_FILE_BYTES, YAML_ALIASES, YAML_DEPTH, YAML_NODES
+from simcore.yamlload import safe_loader
+
+# PyYAML: imported inside the functions that use them, so --help does not load them
+if TYPE_CHECKING:
+    import yaml
 
 __all__ = ["check_nesting", "decode_text", "load_yaml", "read_text", "read_yaml"]
 
@@ -38,7 +41,6 @@ _UTF8_HINT = (
     "save it as UTF-8 (PowerShell: `... | Out-File -Encoding utf8 FILE`; "
     "elsewhere: `iconv -f utf-16 -t utf-8 FILE > NEW`)"
 )
-_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _looks_utf16(data: bytes) -> bool:
@@ -130,6 +132,8 @@ def _check_graph(root: yaml.Node, where: str) -> None:
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:
+    import yaml
+
     if isinstance(node, yaml.SequenceNode):
         return list(node.value)
     if isinstance(node, yaml.MappingNode):
@@ -139,7 +143,9 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
 
 def load_yaml(text: str, where: str) -> Any:
     """The YAML document in ``text``, checked against alias bombs and deep nesting before it is built."""
-    loader = _LOADER(text)
+    import yaml
+
+    loader = safe_loader()(text)
     try:
         node = loader.get_single_node()
         if node is None:

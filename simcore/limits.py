@@ -18,10 +18,9 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-import yaml
-
 from simcore.errors import TrainsimError
 from simcore.units import parse_bandwidth, parse_flops, parse_size, parse_time
+from simcore.yamlload import safe_load
 
 __all__ = [
     "DEVICES_PER_CLUSTER",
@@ -209,7 +208,7 @@ def _parse_range(name: str, entry: Any, where: str) -> PhysicalRange:
 def _ranges() -> dict[str, PhysicalRange]:
     where = f"simcore/data/{_RANGES_FILE}"
     text = resources.files("simcore.data").joinpath(_RANGES_FILE).read_text(encoding="utf-8")
-    data = yaml.safe_load(text)
+    data = safe_load(text)
     return {str(name): _parse_range(str(name), entry, where) for name, entry in data.items()}
 
 

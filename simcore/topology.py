@@ -20,11 +20,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any, Protocol
 
 from simcore.errors import TrainsimError
+
+# networkx: imported inside the functions that use them, so --help does not load them
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = [
     "LINK_KINDS",
@@ -116,6 +118,8 @@ class Topology:
     # --- checks ----------------------------------------------------------------------------
     def validate(self) -> None:
         """Raise :class:`TopologyError` naming the first thing that makes the graph unusable."""
+        import networkx as nx
+
         g = self.graph
         if g.number_of_nodes() == 0:
             raise TopologyError(f"topology {self.name!r} has no devices")

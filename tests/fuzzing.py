@@ -18,7 +18,7 @@ import math
 import os
 import re
 import signal
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -29,8 +29,10 @@ from hypothesis import strategies as st
 from simcore.topology import Topology
 
 __all__ = [
+    "FLAG",
     "FUZZ",
     "FUZZ_SLOW",
+    "GARBAGE",
     "SCALARS",
     "VALUES",
     "assert_cli_contract",
@@ -38,6 +40,9 @@ __all__ = [
     "assert_one_line",
     "check_cli_outcome",
     "encoded",
+    "flag_argv",
+    "flag_choice",
+    "flag_ints",
     "inside",
     "mutated_document",
     "mutated_text",
@@ -310,3 +315,33 @@ def check_cli_outcome(argv: list[str], code: int, out: str, err: str) -> None:
     assert len(errors) <= 1, shown
     assert (code == 2) == bool(errors), shown
     assert not NON_FINITE.search(out), shown
+
+
+# --- command lines -----------------------------------------------------------------------------------
+
+FLAG = None  # in a table of flag values: a flag that takes no value
+# Values no flag takes: empty, signs, overflow, non-finite, empty list items, non-ASCII, long digits.
+GARBAGE = st.sampled_from(
+    ["", "x", "-1", "0", "1e400", "nan", "inf", "-inf", "1,,2", ",", "ü", "9" * 30, "1:2:3"]
+)
+
+
+def flag_ints(*valid: int) -> st.SearchStrategy[str]:
+    """An integer flag's value: one of ``valid``, any small or large integer, or garbage."""
+    return st.one_of(st.sampled_from([str(v) for v in valid]), st.integers(-3, 10**7).map(str), GARBAGE)
+
+
+def flag_choice(*valid: str) -> st.SearchStrategy[str]:
+    """A flag's value: one of ``valid`` or garbage."""
+    return st.one_of(st.sampled_from(valid), GARBAGE)
+
+
+@st.composite
+def flag_argv(draw: st.DrawFn, flags: Mapping[str, st.SearchStrategy[Any]]) -> list[str]:
+    """Up to four of ``flags`` (flag -> strategy of its value, or of :data:`FLAG`), in random order."""
+    chosen = draw(st.lists(st.sampled_from(sorted(flags)), max_size=4, unique=True))
+    argv: list[str] = []
+    for flag in chosen:
+        value = draw(flags[flag])
+        argv += [flag] if value is FLAG else [flag, value]
+    return argv

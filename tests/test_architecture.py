@@ -58,7 +58,6 @@ def test_simcore_imports_no_heavy_dependency_at_module_level(repo_graph) -> None
     assert not found, _listing("module-level imports of heavy packages in simcore", found)
 
 
-@pytest.mark.xfail(strict=True, reason="deferred project imports remain")
 def test_no_deferred_project_imports(repo_graph) -> None:
     found = deferred_project_imports(repo_graph)
     assert not found, _listing("project modules imported inside functions (move them to the top)", found)

@@ -28,15 +28,17 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any
 
 from simcore.net.achievable import achievable_fraction
 from simcore.topology import Topology
 from topologies.sizes import check_cluster_size
 from topologies.spec_types import ClusterSpec, FabricSpec, NodeType
 from topologies.yamlcheck import SpecError
+
+# networkx: imported inside the functions that use them, so --help does not load them
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = ["build_cluster", "plan_hosts"]
 
@@ -129,6 +131,8 @@ def build_cluster(
     preset: str = "",
 ) -> Topology:
     """The validated topology for ``spec``; ranks are the first ``gpus`` rank devices in host order."""
+    import networkx as nx
+
     fabric = fabric or spec.fabric
     check_cluster_size(spec, spec.name, gpus=gpus, nodes=nodes)  # before laying out any server
     hosts = plan_hosts(spec, gpus, nodes)
@@ -161,6 +165,7 @@ def build_cluster(
         "preset": preset,
         "nodes": len(hosts),
         "collnet": bool(fabric.collnet and fabric.in_network_reduction == "sharp" and len(hosts) > 1),
+        "nccl_env": dict(fabric.nccl_env),
     }
     name = f"{preset}-x{len(hosts)}" if preset and len(hosts) > 1 else spec.name
     return Topology(name, graph, ranks, metadata)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 
 from simcore.cliargs import int_list, int_range
+from topologies.catalog import preset_names
 from topologies.spec import FABRIC_TYPES
 
 __all__ = ["MAX_GPUS", "MAX_NODES", "add_cluster", "add_fabric", "add_gpus", "add_nodes", "cluster_help"]
@@ -21,8 +22,6 @@ MAX_NODES = 4096
 
 
 def cluster_help(several: bool = False) -> str:
-    from topologies.catalog import preset_names
-
     names = "preset name(s), comma-separated," if several else "preset name"
     return (
         f"{names} or a cluster file (YAML, or nvidia-smi topo -m .txt); presets: {', '.join(preset_names())}"

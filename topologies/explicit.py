@@ -27,8 +27,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import networkx as nx
-
 from simcore.limits import DEVICES_PER_CLUSTER, GPUS_PER_CLUSTER, LINKS_PER_CLUSTER
 from simcore.net.achievable import achievable_fraction
 from simcore.topology import Topology
@@ -74,6 +72,8 @@ def _devices(value: Any, where: str) -> dict[str, dict[str, Any]]:
 
 def parse_explicit(data: Any, where: str, default_name: str = "") -> Topology:
     """The validated topology of a ``graph:`` spec document."""
+    import networkx as nx  # here, not at the top: networkx would slow every --help
+
     top = mapping(data, where, ("graph",), ("name", "description"))
     name = name_field(top["name"], f"{where}: name") if top.get("name") is not None else default_name
     text_field(top.get("description"), f"{where}: description")

@@ -21,6 +21,7 @@ from simcore.units import parse_bandwidth
 from topologies import load_cluster
 from topologies.builders import build_cluster, with_overrides
 from topologies.cliargs import add_cluster, add_fabric, add_gpus, add_nodes
+from topologies.draw import draw_png
 from topologies.nvsmi_graph import load_capture_spec
 from topologies.spec import parse_oversubscription
 from topologies.summary import TopologySummary, summarise
@@ -125,8 +126,6 @@ def main(argv: list[str] | None = None) -> int:
     topo = _load(args)
     print(format_summary(summarise(topo)))
     if args.png:
-        from topologies.draw import draw_png
-
         draw_png(topo, args.png)
         print(f"wrote {args.png}")
     return 0

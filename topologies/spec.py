@@ -41,6 +41,7 @@ Presets (``topologies/presets/*.yaml``) and users' own cluster files share this 
       in_network_reduction: ""      # "sharp" where the switches reduce in the network
       collnet: false                # NCCL_COLLNET_ENABLE=1 and the SHARP plugin are set up (default off)
       efficiency: 0.9               # optional: measured fraction of the NIC rate (default: links.yaml)
+      nccl_env: {NCCL_PROTO: simple}  # optional: NCCL variables the fabric's network plugin sets
       source: "..."
 
 Kinds: devices gpu|cpu|nic|switch|pcie; links nvlink|nvswitch|pcie|ib|roce|efa|ethernet|smp|loopback|memory.
@@ -294,6 +295,7 @@ def parse_fabric(value: Any, where: str) -> FabricSpec:
         "source",
         "collnet",
         "efficiency",
+        "nccl_env",
     )
     attrs = mapping(value, where, ("type",), keys)
     collnet = attrs.get("collnet", False)
@@ -333,7 +335,39 @@ def parse_fabric(value: Any, where: str) -> FabricSpec:
         efficiency=parse_efficiency(attrs["efficiency"], f"{where}.efficiency")
         if "efficiency" in attrs
         else None,
+        nccl_env=parse_nccl_env(attrs.get("nccl_env", {}), f"{where}.nccl_env"),
     )
+
+
+NCCL_ENV_KEYS = (
+    "NCCL_ALGO",
+    "NCCL_PROTO",
+    "NCCL_BUFFSIZE",
+    "NCCL_NVLS_CHUNKSIZE",
+    "NCCL_NVLSTREE_MAX_CHUNKSIZE",
+    "NCCL_NVLS_ENABLE",
+)
+_NCCL_SIZE_KEYS = ("NCCL_BUFFSIZE", "NCCL_NVLS_CHUNKSIZE", "NCCL_NVLSTREE_MAX_CHUNKSIZE")
+
+
+def parse_nccl_env(value: Any, where: str) -> tuple[tuple[str, str], ...]:
+    """``fabric.nccl_env``: NCCL variables the fabric's network plugin sets, checked as NCCL reads them."""
+    if not isinstance(value, dict):
+        raise SpecError(f"{where}: {shown(value)} is not allowed; give a mapping of NCCL variables to values")
+    env: dict[str, str] = {}
+    for name, raw in value.items():
+        if name not in NCCL_ENV_KEYS:
+            raise SpecError(f"{where}: {shown(name)} is not allowed; allowed: {', '.join(NCCL_ENV_KEYS)}")
+        if not isinstance(raw, str | int) or isinstance(raw, bool):
+            raise SpecError(f"{where}.{name}: {shown(raw)} is not allowed; give a string or a whole number")
+        text = str(raw).strip()
+        if name in _NCCL_SIZE_KEYS and not (text.isdigit() and 4096 <= int(text) <= 2**31):
+            raise SpecError(
+                f"{where}.{name}: {shown(raw)} is not allowed; give a byte count from 4096 to 2147483648"
+            )
+        env[name] = text
+    # NCCL_ALGO / NCCL_PROTO lists are checked where the collectives read them (NcclOptions.from_env).
+    return tuple(sorted(env.items()))
 
 
 UndeclaredNodeType = Callable[[str, tuple[str, ...], str], NodeType]

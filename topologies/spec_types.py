@@ -67,6 +67,8 @@ class FabricSpec:
     source: str = ""
     collnet: bool = False  # NCCL CollNet (SHARP) enabled on this fabric
     efficiency: float | None = None  # measured fraction of the NIC rate; None: the links.yaml default
+    # NCCL environment the fabric's network plugin sets (e.g. aws-ofi-nccl on EFA), as (name, value)
+    nccl_env: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

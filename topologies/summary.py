@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from simcore.topology import NODE_KINDS, Topology
+
+# networkx: imported inside the functions that use them, so --help does not load them
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = ["LinkClassSummary", "TopologySummary", "bisection_bandwidth", "injection_bandwidth", "summarise"]
 
@@ -50,6 +53,8 @@ class TopologySummary:
 
 
 def _capacity_graph(topo: Topology, nodes: set[str] | None = None) -> nx.DiGraph:
+    import networkx as nx
+
     flow = nx.DiGraph()
     for u, v, attrs in topo.graph.edges(data=True):
         if nodes is None or (u in nodes and v in nodes):
@@ -58,6 +63,8 @@ def _capacity_graph(topo: Topology, nodes: set[str] | None = None) -> nx.DiGraph
 
 
 def _max_flow(flow: nx.DiGraph, sources: list[str], sinks: list[str]) -> float:
+    import networkx as nx
+
     if not sources or not sinks:
         return 0.0
     for s in sources:

@@ -24,122 +24,16 @@ recorded in every row. Row kinds:
 from __future__ import annotations
 
 import argparse
-import functools
-import statistics
-import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
-import torch
-import torch.distributed as dist
-
-from calibrate.common import dist as cdist
 from calibrate.common.launch import BACKENDS, launch_rank
 from calibrate.common.prereq import check_measurement_dir
-from calibrate.common.records import RecordWriter, provenance, resume_keys
-from calibrate.compute.dtypes import DTYPES
-from calibrate.compute.layers import LAYERS, layer_benchmarks, op_overhead_benchmarks
+from calibrate.compute.options import LAYER_NAMES, MAX_MATMUL, MAX_TENSOR_BYTES
 from simcore.cliargs import Parser, int_list, int_range, name_list, size_bytes
-from simcore.errors import TrainsimError, cli_entry
+from simcore.errors import cli_entry
 
-__all__ = ["main", "time_calls_s"]
-
-_RESUME_KEY = ("item", "repeat")
-MAX_MATMUL = 32768  # m = n = k: three 4 GiB fp32 matrices, more than most devices hold
-MAX_TENSOR_BYTES = 2**36  # 64 GiB: the memory probe and the slowdown all_reduce each allocate this twice
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def time_calls_s(call: Callable[[], Any], iters: int, device: torch.device) -> list[float]:
-    """Seconds of each of ``iters`` calls, the device synchronised around each."""
-    times = []
-    for _ in range(iters):
-        _sync(device)
-        begin = time.perf_counter()
-        call()
-        _sync(device)
-        times.append(time.perf_counter() - begin)
-    return times
-
-
-def _stats(times_s: list[float]) -> dict[str, float]:
-    us = [t * 1e6 for t in times_s]
-    return {"time_us_mean": statistics.fmean(us), "time_us_p50": statistics.median(us),
-            "time_us_min": min(us), "time_us_max": max(us)}  # fmt: skip
-
-
-def _matmul_items(
-    args: argparse.Namespace, device: torch.device
-) -> Iterator[tuple[str, dict[str, Any], Callable[[], Any]]]:
-    for dtype_name in args.dtypes:
-        for size in args.matmul_sizes:
-            m = n = k = size
-            a = torch.randn(m, k, device=device).to(DTYPES[dtype_name])
-            b = torch.randn(k, n, device=device).to(DTYPES[dtype_name])
-            info = {"kind": "matmul", "dtype": dtype_name, "shape": f"{m}x{k}x{n}", "flops": 2.0 * m * n * k}
-            yield f"matmul/{dtype_name}/{m}x{k}x{n}", info, functools.partial(torch.mm, a, b)
-
-
-def _memory_item(nbytes: int, device: torch.device) -> tuple[str, dict[str, Any], Callable[[], Any]]:
-    src = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
-    dst = torch.empty_like(src)
-    info = {"kind": "memory", "dtype": "fp32", "shape": str(src.numel() * 4), "bytes": 2.0 * src.numel() * 4}
-    return f"memory/{src.numel() * 4}", info, lambda: dst.copy_(src)
-
-
-def _configure_dtype(dtype_name: str, device: torch.device) -> None:
-    if device.type == "cuda":  # tf32 is fp32 storage with TF32 tensor-core math
-        torch.backends.cuda.matmul.allow_tf32 = dtype_name == "tf32"
-
-
-def _measure_item(args: argparse.Namespace, item: str, info: dict[str, Any], call: Callable[[], Any],
-                  ctx: cdist.DistContext, write: Callable[[dict[str, Any]], None], done: set[tuple[Any, ...]]) -> None:  # fmt: skip
-    todo = [r for r in range(args.repeats) if (item, r) not in done]
-    if not todo:
-        return
-    _configure_dtype(str(info.get("dtype")), ctx.device)
-    time_calls_s(call, args.warmup, ctx.device)
-    for repeat in todo:
-        stats = _stats(time_calls_s(call, args.iters, ctx.device))
-        row = {**info, "item": item, "repeat": repeat, "iters": args.iters, **stats}
-        seconds = stats["time_us_p50"] * 1e-6
-        if "flops" in info:
-            row["achieved_flops"] = info["flops"] / seconds
-        if "bytes" in info:
-            row["bandwidth_Bps"] = info["bytes"] / seconds
-        write(row)
-
-
-def _slowdown_rows(args: argparse.Namespace, ctx: cdist.DistContext) -> Iterator[dict[str, Any]]:
-    """Matmul time while an all_reduce of ``--slowdown-bytes`` runs, against alone, per repeat."""
-    size = args.matmul_sizes[-1]
-    a = torch.randn(size, size, device=ctx.device)
-    comm = torch.ones(args.slowdown_bytes // 4, device=ctx.device)
-    time_calls_s(lambda: torch.mm(a, a), args.warmup, ctx.device)
-    for repeat in range(args.repeats):
-        dist.barrier()
-        alone = time_calls_s(lambda: torch.mm(a, a), args.iters, ctx.device)
-        dist.barrier()
-        overlapped, comm_s = [], []
-        for _ in range(args.iters):
-            begin = time.perf_counter()
-            work = dist.all_reduce(comm, async_op=True)
-            overlapped += time_calls_s(lambda: torch.mm(a, a), 1, ctx.device)
-            work.wait()
-            _sync(ctx.device)
-            comm_s.append(time.perf_counter() - begin)
-        yield {
-            "kind": "slowdown", "item": f"slowdown/{size}", "repeat": repeat, "dtype": "fp32",
-            "shape": f"{size}x{size}x{size}", "comm_bytes": comm.numel() * 4, "iters": args.iters,
-            "time_alone_us": statistics.median(alone) * 1e6, "time_with_comm_us": statistics.median(overlapped) * 1e6,
-            "comm_time_us": statistics.median(comm_s) * 1e6,
-            "slowdown": statistics.median(overlapped) / statistics.median(alone),
-        }  # fmt: skip
+__all__ = ["main", "run_compute"]
 
 
 def _none_or(convert: Callable[[str], list[Any]]) -> Callable[[str], list[Any]]:
@@ -163,8 +57,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help=f"square matmul sizes m=n=k, each 1..{MAX_MATMUL}")  # fmt: skip
     p.add_argument("--mem-bytes", type=size_bytes(allow_zero=False, high=MAX_TENSOR_BYTES), default="64M",
                    help="memory-probe tensor size")  # fmt: skip
-    p.add_argument("--layers", type=_none_or(name_list(list(LAYERS), what="layer")), default=",".join(LAYERS),
-                   help=f"comma-separated from {', '.join(LAYERS)}, or none")  # fmt: skip
+    p.add_argument("--layers", type=_none_or(name_list(LAYER_NAMES, what="layer")), default=",".join(LAYER_NAMES),
+                   help=f"comma-separated from {', '.join(LAYER_NAMES)}, or none")  # fmt: skip
     p.add_argument("--layer-scale", type=int_range(1, 64), default=1,
                    help="multiply the layer benchmarks' widths by this")  # fmt: skip
     p.add_argument("--op-chains", type=_none_or(int_list(1, 100_000)), default="16,64,256",
@@ -185,58 +79,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _dtypes(text: str | None, device: torch.device) -> list[str]:
-    default = "fp32,tf32,fp16,bf16" if device.type == "cuda" else "fp32,bf16"
-    names = [d.strip() for d in (text or default).split(",") if d.strip()]
-    allowed = list(DTYPES) if device.type == "cuda" else ["fp32", "bf16"]
-    bad = [d for d in names if d not in allowed]
-    if bad or not names:
-        raise TrainsimError(
-            f"--dtypes: {bad or text!r} not measurable on {device.type}; allowed: {', '.join(allowed)}"
-        )
-    return names
-
-
 def run_compute(args: argparse.Namespace) -> int:
-    ctx = cdist.init_distributed(args.backend)
-    try:
-        threads = cdist.set_threads(args.threads)
-        args.dtypes = _dtypes(args.dtypes, ctx.device)
-        path = Path(args.out) / "compute.jsonl"
-        keys = [resume_keys(path, _RESUME_KEY) if args.resume and ctx.is_main else set()]
-        if ctx.world_size > 1:
-            dist.broadcast_object_list(keys, src=0)
-        writer = RecordWriter(path) if ctx.is_main else None  # drops a killed run's half-written row
-        common = {
-            "threads": threads,
-            "device": str(ctx.device),
-            "world_size": ctx.world_size,
-            "rank": ctx.rank,
-        }
+    """Measure what ``args`` asks for (every rank runs this)."""
+    # The benchmarks import torch (~1.5 s): only once the options are known to be good, so --help is quick.
+    from calibrate.compute.measure import run_compute as measure
 
-        def write(row: dict[str, Any]) -> None:
-            if writer is not None:
-                writer.write({**row, **common})
-                figure = f"x{row['slowdown']:.3f}" if "slowdown" in row else f"{row['time_us_p50']:10.1f} us"
-                print(f"{row['item']:<40} repeat {row['repeat']}  {figure}", flush=True)
-
-        if writer is not None:
-            writer.write({"kind": "provenance", **provenance({"job": "calibrate.compute", **common,
-                                                               "backend": ctx.backend, "dtypes": args.dtypes})})  # fmt: skip
-        items = [*_matmul_items(args, ctx.device), _memory_item(args.mem_bytes, ctx.device),
-                 *layer_benchmarks(args.layers, args.dtypes, ctx.device, args.layer_scale),
-                 *op_overhead_benchmarks(args.op_chains, ctx.device)]  # fmt: skip
-        for item, info, call in items:
-            _measure_item(args, item, info, call, ctx, write, keys[0])
-        if ctx.world_size > 1:
-            for row in _slowdown_rows(args, ctx):
-                if (row["item"], row["repeat"]) not in keys[0]:
-                    write(row)
-        if writer is not None:
-            writer.close()
-        return 0
-    finally:
-        cdist.shutdown()
+    return measure(args)
 
 
 @cli_entry

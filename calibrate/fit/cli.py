@@ -50,10 +50,7 @@ import sys
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
-
-import numpy as np
-from numpy.typing import ArrayLike
+from typing import TYPE_CHECKING, Any
 
 from calibrate.common.records import atomic_write_json, read_records
 from calibrate.fit.physical import keep_physical
@@ -74,6 +71,11 @@ from simcore.errors import TrainsimError, cli_entry
 from simcore.progress import track
 from topologies import load_cluster
 from topologies.cliargs import add_cluster
+
+# numpy: imported inside the functions that use them, so --help does not load them
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import ArrayLike
 
 __all__ = [
     "device_sources",
@@ -112,6 +114,7 @@ _RECORD_SUFFIXES = (".jsonl", ".csv")
 
 def fit_linear_relative(x: ArrayLike, t: ArrayLike) -> tuple[float, float]:
     """``(a, b) >= 0`` minimising ``sum(((a + b x_i) - t_i) / t_i)^2``: equal say for every decade."""
+    import numpy as np
     from scipy.optimize import least_squares  # scipy.optimize takes ~0.3 s to import: only when fitting
 
     xs, ts = np.asarray(x, dtype=float), np.asarray(t, dtype=float)
@@ -135,6 +138,8 @@ def fit_linear_relative(x: ArrayLike, t: ArrayLike) -> tuple[float, float]:
 def _segment_fit(x: np.ndarray, t: np.ndarray) -> tuple[float, float, float] | None:
     """(alpha, seconds per byte, relative squared error) of one run of sizes; None if under-determined
     or unphysical. Unconstrained relative least squares (one small solve), for the split search."""
+    import numpy as np
+
     if len(set(x.tolist())) < 2:
         return None
     design = np.column_stack([1.0 / t, x / t])
@@ -155,6 +160,8 @@ def _splits(n: int, runs: int) -> list[tuple[int, ...]]:
 
 def fit_protocols(bus_bytes: ArrayLike, times: ArrayLike) -> tuple[dict[str, ProtocolFit], tuple[str, ...]]:
     """NCCL's protocols as contiguous α–β runs over the sizes; (lines by protocol, undetermined ones)."""
+    import numpy as np
+
     order = np.argsort(np.asarray(bus_bytes, dtype=float), kind="stable")
     x, t = np.asarray(bus_bytes, dtype=float)[order], np.asarray(times, dtype=float)[order]
     n = len(x)
@@ -194,6 +201,8 @@ def fit_protocols(bus_bytes: ArrayLike, times: ArrayLike) -> tuple[dict[str, Pro
 
 
 def _quality(predicted: np.ndarray, measured: np.ndarray, max_mape: float, min_r2: float) -> FitQuality:
+    import numpy as np
+
     mape = float(np.mean(np.abs(predicted - measured) / measured))
     spread = float(np.sum((measured - measured.mean()) ** 2))
     r2 = 1.0 - float(np.sum((measured - predicted) ** 2)) / spread if spread > 0 else 1.0
@@ -212,6 +221,8 @@ def fit_collectives(
     rows: Iterable[dict[str, Any]], max_mape: float, min_r2: float
 ) -> dict[tuple[str, int, str], CollectiveFit]:
     """One α–β fit per (op, ranks, scope) that has measurements at two or more sizes."""
+    import numpy as np
+
     groups: dict[tuple[str, int, str], list[tuple[float, float]]] = defaultdict(list)
     nccl: dict[tuple[str, int, str], bool] = {}
     for row in rows:
@@ -245,6 +256,8 @@ def fit_collectives(
 
 def fit_compute(rows: Iterable[dict[str, Any]], max_mape: float, min_r2: float) -> dict[str, ComputeCurve]:
     """Efficiency curve per dtype from matmul rows: ``t(F) = half/peak + F/peak``."""
+    import numpy as np
+
     by_dtype: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for row in rows:
         by_dtype[str(row["dtype"])].append((float(row["flops"]), _row_time_s(row)))
@@ -263,6 +276,8 @@ def fit_compute(rows: Iterable[dict[str, Any]], max_mape: float, min_r2: float) 
 
 def fit_op_overhead(rows: Iterable[dict[str, Any]]) -> dict[str, float]:
     """Seconds per dispatched operator per phase: the slope of chain time over chain length."""
+    import numpy as np
+
     by_phase: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for row in rows:
         by_phase[str(row["phase"])].append((float(row["ops"]), _row_time_s(row)))

@@ -80,8 +80,10 @@ def _columns(tokens: list[str], where: str) -> list[str]:
     starts = [i for i, c in enumerate(tokens) if c in ("time", "cputime")]
     width = _block_width(tokens)
     blocks = [tokens[b : b + width] for b in range(starts[0], len(tokens), width)]
-    if (len(tokens) - starts[0]) % width or not all(
-        {"algbw", "busbw"} <= set(b) and b[0] == tokens[starts[0]] for b in blocks
+    if (
+        (len(tokens) - starts[0]) % width
+        or set(tokens[: starts[0]]) & _METRICS
+        or not all({"algbw", "busbw"} <= set(b) and b[0] == tokens[starts[0]] for b in blocks)
     ):
         raise TrainsimError(f"{where}: a column header nccl-tests does not print: {' '.join(tokens)[:80]!r} "
                             "(each block needs time, algbw and busbw)")  # fmt: skip

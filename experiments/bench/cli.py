@@ -41,13 +41,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-import simpy
-
-from experiments.bench.nccl_sim import NCCL_SIM_SHAPES
+import topologies
+from experiments.bench.nccl_sim import NCCL_SIM_SHAPES, nccl_sim_cli_rows
+from experiments.bench.planner import format_planner_table
+from experiments.bench.planner import planner_rows as measure_planner
+from experiments.bench.whatif import format_whatif_table, fsdp_step_rows, parallel_step_row, what_if_cli_row
 from experiments.common.finite import require_finite
 from experiments.common.progress import bar
 from simcore.cliargs import Parser, add_format, add_quiet, int_list, int_range, size_bytes
-from simcore.collectives import ALGORITHMS
+from simcore.collectives import ALGORITHMS, start_collective
 from simcore.engine import Simulation
 from simcore.errors import TrainsimError, cli_entry
 from simcore.net.network import Network
@@ -55,11 +57,11 @@ from simcore.topology import Topology
 from simcore.units import format_bytes
 from topologies.cliargs import MAX_GPUS
 
-if TYPE_CHECKING:  # the simulator is imported where it runs, so --help stays quick
+# simpy: imported inside the functions that use them, so --help does not load them
+if TYPE_CHECKING:
     import simpy
 
     from simcore.collectives import CollectiveResult
-    from simcore.topology import Topology
 
 __all__ = ["BenchRow", "collective_bench_rows", "main"]
 
@@ -89,15 +91,11 @@ class BenchRow:
 
 def dgx_leaf_spine(gpus: int) -> Topology:
     """``gpus`` GPUs of DGX A100 servers (8 per server) on a leaf-spine fabric."""
-    import topologies
-
     return topologies.load_cluster("dgx-a100", gpus=gpus, fabric="leaf-spine")
 
 
 def _fresh(topology: Topology) -> Topology:
     """The same cluster as a new object, so per-topology caches (routes, results) start empty."""
-    from simcore.topology import Topology
-
     return Topology(topology.name, topology.graph, list(topology.ranks), dict(topology.metadata))
 
 
@@ -136,9 +134,6 @@ def ring_flows(topology: Topology, op: str, size_bytes: float) -> tuple[float, i
 
 def collective(topology: Topology, op: str, size_bytes: float, algorithm: str) -> tuple[float, int, str]:
     """One collective over all ranks (aggregate mode), alone on a fresh simulation."""
-    from simcore.collectives import start_collective
-    from simcore.net.network import Network
-
     sim = Simulation(seed=0)
     events = _count_steps(sim.env)
     network = Network(sim.env, topology)
@@ -298,9 +293,6 @@ def main(argv: list[str] | None = None) -> int:
         )
         step_rows = []
         if what_if:
-            from experiments.bench.nccl_sim import nccl_sim_cli_rows
-            from experiments.bench.whatif import fsdp_step_rows, parallel_step_row, what_if_cli_row
-
             step_rows = [what_if_cli_row(repeats=repeats)]
             progress.update(1)
             step_rows += fsdp_step_rows(FSDP_GPUS, repeats=repeats, progress=progress)
@@ -313,21 +305,15 @@ def main(argv: list[str] | None = None) -> int:
     planner = not args.quick if args.planner is None else args.planner
     planner_rows = []
     if planner:
-        from experiments.bench.planner import planner_rows as measure_planner
-
         planner_rows = measure_planner(quick=args.quick, repeats=repeats, ray=args.ray)
     if args.format == "json":
         print(json.dumps(records + [asdict(r) for r in planner_rows], indent=1))
     else:
         print(format_table(rows))
         if step_rows:
-            from experiments.bench.whatif import format_whatif_table
-
             print()
             print(format_whatif_table(step_rows))
         if planner_rows:
-            from experiments.bench.planner import format_planner_table
-
             print()
             print(format_planner_table(planner_rows))
     if args.profile:

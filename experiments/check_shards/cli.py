@@ -27,7 +27,9 @@ from simcore.strategies.fsdp import FSDPStrategy
 from simcore.strategies.runner import make_context, simulate_step
 from simcore.strategies.wrap import UnitPlan, parse_wrap, wrap_units
 from simcore.topology import Topology
+from simcore.workload.loader import load_workload
 from simcore.workload.types import Workload
+from topologies import load_cluster
 from topologies.cliargs import add_cluster, add_gpus
 
 LISTED = 6  # split blocks named in the table before "..."
@@ -88,10 +90,6 @@ def _fsdp_step(workload: Workload, config: TrainingConfig, topology: Topology) -
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from simcore.strategies.base import TrainingConfig
-    from simcore.workload.loader import load_workload
-    from topologies import load_cluster
-
     wrap = parse_wrap(args.wrap)
     config = TrainingConfig(
         global_batch=args.global_batch,

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+from experiments.common.progress import note
 from simcore.cliargs import int_range, name_list
+from simcore.errors import TrainsimError
+from simcore.whatif.sweep import all_strategy_names
 
 __all__ = [
     "MAX_BATCH",
@@ -22,8 +25,6 @@ MAX_BATCH = 2**30
 
 def strategy_names() -> list[str]:
     """Every strategy a what-if can run: the synchronous ones, then the parameter-server modes."""
-    from simcore.whatif.sweep import all_strategy_names
-
     return all_strategy_names()
 
 
@@ -70,9 +71,6 @@ def check_micro_steps(work: int, why: str, *, quiet: bool) -> None:
 
     ``why`` says where the count comes from (batch over micro-batch, steps, points).
     """
-    from experiments.common.progress import note
-    from simcore.errors import TrainsimError
-
     if work > MAX_MICRO_STEPS:
         raise TrainsimError(
             f"this would simulate {count_text(work)} micro-steps ({why}); at most "

@@ -65,6 +65,7 @@ from simcore.collectives import (
 from simcore.collectives.options import algorithm_name
 from simcore.errors import TrainsimError, cli_entry
 from simcore.topology import Topology
+from topologies import load_cluster
 from topologies.cliargs import MAX_GPUS, add_cluster, add_fabric, add_gpus, add_nodes
 
 __all__ = ["NcclRow", "check_algo", "check_proto", "main", "rows_for", "size_ladder", "skewed_splits"]
@@ -398,8 +399,6 @@ def format_json(topology: Topology, op: str, datatype: str, mode: str, rows: Seq
 
 
 def _load_topology(args: argparse.Namespace) -> Topology:
-    from topologies import load_cluster
-
     return load_cluster(args.cluster, gpus=args.gpus, nodes=args.nodes, fabric=args.fabric)
 
 

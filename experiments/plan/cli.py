@@ -25,8 +25,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from experiments.plan.plots import write_outputs
+from experiments.plan.report import format_csv, format_json, format_table
+from experiments.plan.run import run_plan
 from simcore.cliargs import Parser
 from simcore.errors import TrainsimError, cli_entry
+from simcore.units import parse_size
 
 # The allowed values as simcore defines them (kept literal so --help needs no heavy import;
 # tests check they match simcore.planner.executors.ENGINES and simcore.fastpath.path.ENGINE_PATHS).
@@ -169,8 +173,6 @@ def _names(text: str, what: str) -> list[str]:
 
 def _headroom(text: str) -> tuple[float, float]:
     """(bytes, fraction) kept free from ``10%``, ``0.1`` or ``4GiB``."""
-    from simcore.units import parse_size
-
     value = text.strip()
     try:
         if value.endswith("%"):
@@ -196,11 +198,7 @@ def _check_out(out: str | None, force: bool) -> Path | None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     out = _check_out(args.out, args.force)
-    from experiments.plan.run import run_plan
-
     result = run_plan(args, _names(args.strategies, "--strategies"), _headroom(args.memory_headroom))
-    from experiments.plan.report import format_csv, format_json, format_table
-
     if args.format == "json":
         print(format_json(result, top=args.top))
     elif args.format == "csv":
@@ -208,8 +206,6 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(format_table(result, top=args.top), end="")
     if out is not None:
-        from experiments.plan.plots import write_outputs
-
         for path in write_outputs(result, out, top=args.top):
             print(f"wrote {path}", file=sys.stderr)
     if result.interrupted:

@@ -9,7 +9,9 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 
+from simcore.calibration.profile_json import load_profile
 from simcore.errors import TrainsimError
+from simcore.fastpath.path import check_engine_path
 from simcore.planner.evaluate import PlanJob
 from simcore.planner.executors import Progress, check_engine, run_sweep
 from simcore.planner.rank import Budget
@@ -39,8 +41,6 @@ def _micro_batches(text: str | None) -> tuple[int, ...] | None:
 
 
 def _job(args: argparse.Namespace) -> PlanJob:
-    from simcore.fastpath.path import check_engine_path
-
     check_engine_path(args.engine_path)
     workload = load_workload(args.model, seq_len=args.seq_len, dtype=args.dtype)
     seq_len = workload.tokens_per_sample or None
@@ -57,8 +57,6 @@ def _job(args: argparse.Namespace) -> PlanJob:
     )
     calibration = None
     if args.calibration:
-        from simcore.calibration.profile_json import load_profile
-
         calibration = load_profile(args.calibration)
     # Names this job in workers' caches: the same inputs give the same key on every engine.
     key = hashlib.blake2b(

@@ -32,7 +32,6 @@ from experiments.common.progress import track
 from experiments.reproduce_paper.claims import (
     CLAIMS,
     FULL_SETTING,
-    NOT_SIMULATED,
     QUICK_SETTING,
     ClaimResult,
     PaperSetting,
@@ -55,11 +54,12 @@ from simcore.paramserver import (
     simulate_parameter_server,
     summarise,
 )
+from simcore.staleness.penalty import estimate_accuracy_penalty
+from simcore.strategies.base import TrainingConfig
 from topologies import load_cluster, mixed_cluster
 
 if TYPE_CHECKING:
     from simcore.report import StepReport
-    from simcore.strategies.base import TrainingConfig
 
 __all__ = ["PS_MODES_USED", "build_parser", "main", "paper_claims", "render", "run_claims"]
 
@@ -68,8 +68,6 @@ PS_MODES_USED = ("ps-sync", "ps-async", "ps-mitigated")
 
 def paper_config(setting: PaperSetting, workers: int) -> TrainingConfig:
     """One micro-batch per GPU per step, ``workers`` GPUs; tensor-only peak memory."""
-    from simcore.strategies.base import TrainingConfig
-
     return TrainingConfig(
         global_batch=setting.micro_batch * workers,
         micro_batch=setting.micro_batch,
@@ -253,8 +251,6 @@ def evaluate_async_time(setting: PaperSetting) -> ClaimResult:
 
 def evaluate_async_accuracy(setting: PaperSetting) -> ClaimResult:
     """Estimated accuracy points lost to the asynchronous runs' staleness."""
-    from simcore.staleness.penalty import estimate_accuracy_penalty
-
     points, labels, details = [], [], []
     for m, c in _ps_points(setting):
         stale = _ps_run(setting, m, c, "ps-async").staleness
@@ -309,11 +305,6 @@ PS_EVALUATORS: tuple[Evaluator, ...] = (
 
 def _ps_evaluators() -> list[Evaluator]:
     """The parameter-server claims' evaluators, or ones that say why they were not simulated."""
-    try:
-        import simcore.paramserver  # noqa: F401
-    except ImportError as exc:
-        reason = f"the parameter-server simulation (simcore.paramserver) is not available: {exc}"
-        return [lambda _s, c=c: ClaimResult(c, NOT_SIMULATED, reason, (), ()) for c in PS_CLAIMS]  # type: ignore[misc]
     return list(PS_EVALUATORS)
 
 

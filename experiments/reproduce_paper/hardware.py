@@ -19,11 +19,17 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 from experiments.reproduce_paper.claims import ClaimResult, PaperSetting
+from simcore.collectives import busbw_factor, collective_time
+from simcore.compute.memory import model_state_bytes
+from simcore.strategies import get_strategy
+from simcore.strategies.base import TrainingConfig
+from simcore.strategies.runner import gating_device, make_context, report_step, simulate_step
 from simcore.topology import Topology
+from simcore.workload.loader import load_workload
+from topologies import load_cluster
 
 if TYPE_CHECKING:
     from simcore.report import StepReport
-    from simcore.strategies.base import TrainingConfig
     from simcore.workload.types import Workload
 
 __all__ = [
@@ -62,8 +68,6 @@ def forced_pcie(topology: Topology) -> Topology:
 
 def allreduce_busbw_Bps(topology: Topology, size_bytes: float) -> float:
     """nccl-tests' bus bandwidth of an all-reduce of ``size_bytes`` over all ranks of ``topology``."""
-    from simcore.collectives import busbw_factor, collective_time
-
     result = collective_time(topology, "all_reduce", size_bytes)
     return size_bytes / result.time_s * busbw_factor("all_reduce", topology.world_size)
 
@@ -71,16 +75,12 @@ def allreduce_busbw_Bps(topology: Topology, size_bytes: float) -> float:
 @cache
 def cached_cluster(preset: str, gpus: int) -> Topology:
     """``topologies.load_cluster(preset, gpus=gpus)``, loaded once per process (never modified)."""
-    from topologies import load_cluster
-
     return load_cluster(preset, gpus=gpus)
 
 
 @cache
 def cached_workload(name: str, seq_len: int | None = None) -> Workload:
     """``simcore.workload.loader.load_workload(name, seq_len=seq_len)``, loaded once per process."""
-    from simcore.workload.loader import load_workload
-
     return load_workload(name, seq_len=seq_len)
 
 
@@ -93,8 +93,6 @@ def nvl_group_size(topology: Topology) -> int:
 
 def article_config(setting: PaperSetting, *, master_weights: bool = True) -> TrainingConfig:
     """The training configuration of the article's comparisons (tensor-only peak memory)."""
-    from simcore.strategies.base import TrainingConfig
-
     return TrainingConfig(
         global_batch=setting.article_global_batch,
         micro_batch=setting.article_micro_batch,
@@ -116,9 +114,6 @@ def simulate_point(
     seed: int = 0,
 ) -> StepReport:
     """One step of ``strategy`` on ``topology`` (any graph, including :func:`forced_pcie` copies)."""
-    from simcore.strategies import get_strategy
-    from simcore.strategies.runner import gating_device, make_context, report_step, simulate_step
-
     ctx = make_context(workload, config, topology)
     step = simulate_step(get_strategy(strategy), ctx, seed=seed, slowdown=config.slowdown(None))
     device = gating_device(topology, config.dtype)
@@ -286,8 +281,6 @@ def evaluate_zero_stages(setting: PaperSetting) -> ClaimResult:
 
 def evaluate_mistral_memory(setting: PaperSetting) -> ClaimResult:
     """The article's Mistral-7B example: model state per GPU and whether a DDP replica fits an A100."""
-    from simcore.compute.memory import model_state_bytes
-
     workload = cached_workload(setting.article_example, setting.article_seq_len)
     config = article_config(setting, master_weights=False)
     state = model_state_bytes(

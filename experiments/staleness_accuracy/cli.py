@@ -33,8 +33,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
-
 from experiments.common.finite import require_finite
 from experiments.common.progress import note
 from experiments.staleness_accuracy.data import DATASETS, Dataset, load_dataset
@@ -71,6 +69,8 @@ from simcore.errors import TrainsimError, cli_entry
 from simcore.staleness.distribution import fixed_staleness, load_measured_staleness, staleness_from_histogram
 from simcore.staleness.penalty import PenaltyObservation, fit_penalty_model
 from topologies.cliargs import add_cluster
+
+# numpy is imported inside the functions that use it, so --help does not load it.
 
 __all__ = ["build_parser", "main", "run_penalty_study"]
 
@@ -303,6 +303,8 @@ def run_penalty_study(
     quiet: bool = True,
 ) -> int:
     """Train the study's settings, fit the penalty model per mode, write it with its provenance."""
+    import numpy as np
+
     settings = _penalty_study_settings()
     _check_work(dataset, config, len(settings) * seeds, quiet)
     results = run_settings(dataset, config, settings, seeds, quiet=quiet)

@@ -17,10 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from simcore.errors import TrainsimError
+
+# numpy: imported inside the functions that use them, so --help does not load them
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "DATASETS",
@@ -56,6 +59,8 @@ class Dataset:
 
 def _split(x: np.ndarray, y: np.ndarray, test_fraction: float) -> tuple[np.ndarray, ...]:
     """A fixed random split (the same every call, whatever the training seed)."""
+    import numpy as np
+
     order = np.random.default_rng(SPLIT_SEED).permutation(len(y))
     n_test = round(len(y) * test_fraction)
     test, train = order[:n_test], order[n_test:]
@@ -64,6 +69,8 @@ def _split(x: np.ndarray, y: np.ndarray, test_fraction: float) -> tuple[np.ndarr
 
 def digits_dataset() -> Dataset:
     """scikit-learn's 8x8 digits, pixel values scaled to [0, 1], 80/20 fixed split."""
+    import numpy as np
+
     try:
         from sklearn.datasets import load_digits
     except ImportError:
@@ -101,6 +108,7 @@ def gaussian_dataset(
     n_test: int = 500,
 ) -> Dataset:
     """Gaussian classes with means ``a * e_k``, ``a`` set so the Bayes error is ``bayes_error``."""
+    import numpy as np
     from scipy import optimize
 
     chance_error = 1.0 - 1.0 / n_classes

@@ -15,10 +15,10 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from experiments.staleness_accuracy.plots import write_plots
 from experiments.staleness_accuracy.trainer import SettingResult
+
+# numpy is imported inside the functions that use it, so --help does not load it.
 
 __all__ = [
     "PAPER_ASYNC_PENALTY_PCT",
@@ -89,6 +89,8 @@ class SummaryRow:
 
 def _to_target(result: SettingResult, target: float) -> tuple[int, float | None, float | None]:
     """How many seeds reached ``target``, and their mean updates and epochs to reach it."""
+    import numpy as np
+
     hits = [u for run in result.runs if (u := run.updates_to_reach(target)) is not None]
     if not hits:
         return 0, None, None
@@ -101,6 +103,8 @@ def summarize(
     results: Sequence[SettingResult], sync_accuracy: float, target: float, step_times: StepTimes
 ) -> list[SummaryRow]:
     """One :class:`SummaryRow` per setting, in the given order."""
+    import numpy as np
+
     rows = []
     for result in results:
         accuracies = result.final_accuracies

@@ -21,12 +21,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import numpy as np
-
+from experiments.common.progress import bar
 from experiments.staleness_accuracy.data import Dataset
 from simcore.errors import TrainsimError
 from simcore.staleness.distribution import StalenessDistribution
+
+# numpy: imported inside the functions that use them, so --help does not load them
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "MlpShape",
@@ -113,12 +117,16 @@ def seed_streams(seed: int) -> tuple[np.random.Generator, np.random.Generator, n
 
     Separate streams keep the initialisation and batch order identical whatever delays are drawn.
     """
+    import numpy as np
+
     init, batches, delays = np.random.SeedSequence(seed).spawn(3)
     return np.random.default_rng(init), np.random.default_rng(batches), np.random.default_rng(delays)
 
 
 def init_parameters(shape: MlpShape, rng: np.random.Generator) -> np.ndarray:
     """A flat float64 parameter vector: Glorot-uniform weights, zero biases, layer by layer."""
+    import numpy as np
+
     parts = []
     for n_in, n_out in shape.layer_sizes:
         limit = np.sqrt(6.0 / (n_in + n_out))
@@ -140,6 +148,8 @@ def _unpack(shape: MlpShape, params: np.ndarray) -> list[tuple[np.ndarray, np.nd
 
 def _logits(shape: MlpShape, params: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Output logits and the hidden activations (``x`` itself without a hidden layer)."""
+    import numpy as np
+
     layers = _unpack(shape, params)
     if len(layers) == 1:
         return x @ layers[0][0] + layers[0][1], x
@@ -151,6 +161,8 @@ def loss_and_gradient(
     shape: MlpShape, params: np.ndarray, x: np.ndarray, y: np.ndarray
 ) -> tuple[float, np.ndarray]:
     """Mean softmax cross-entropy over the batch and its gradient as a flat vector."""
+    import numpy as np
+
     logits, hidden = _logits(shape, params, x)
     shifted = logits - logits.max(axis=1, keepdims=True)
     log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
@@ -169,6 +181,8 @@ def loss_and_gradient(
 
 def predict(shape: MlpShape, params: np.ndarray, x: np.ndarray) -> np.ndarray:
     """Predicted class per row."""
+    import numpy as np
+
     logits, _ = _logits(shape, params, x)
     return np.asarray(np.argmax(logits, axis=1))
 
@@ -176,6 +190,8 @@ def predict(shape: MlpShape, params: np.ndarray, x: np.ndarray) -> np.ndarray:
 def minibatch_indices(n_samples: int, batch_size: int, epochs: int, rng: np.random.Generator) -> np.ndarray:
     """Row indices of every minibatch, shape (updates, batch_size): a fresh permutation per epoch,
     cut into ``n_samples // batch_size`` batches (the incomplete last batch is dropped)."""
+    import numpy as np
+
     per_epoch = n_samples // batch_size
     if per_epoch < 1:
         raise TrainsimError(f"batch size {batch_size} is larger than the training set ({n_samples})")
@@ -195,6 +211,8 @@ def _evaluation_points(updates_per_epoch: int, config: TrainerConfig) -> list[in
 
 def _test_accuracy(dataset: Dataset, shape: MlpShape, params: np.ndarray, diverged: bool) -> float:
     """Test accuracy; a diverged model scores a constant guess of the most common training label."""
+    import numpy as np
+
     if diverged:
         return float(np.mean(dataset.y_test == np.bincount(dataset.y_train).argmax()))
     return float(np.mean(predict(shape, params, dataset.x_test) == dataset.y_test))
@@ -213,6 +231,8 @@ def train_with_staleness(
     A run whose parameters stop being finite (stale gradients can make SGD diverge) stops there;
     its remaining evaluations score a constant guess of the most common training label.
     """
+    import numpy as np
+
     init_rng, batch_rng, delay_rng = seed_streams(seed)
     shape = MlpShape(dataset.n_features, config.hidden, dataset.n_classes)
     params = init_parameters(shape, init_rng)
@@ -274,6 +294,8 @@ class SettingResult:
 
     @property
     def final_accuracies(self) -> np.ndarray:
+        import numpy as np
+
         return np.array([run.final_accuracy for run in self.runs])
 
 
@@ -281,8 +303,6 @@ def run_settings(
     dataset: Dataset, config: TrainerConfig, settings: Sequence[Setting], seeds: int, *, quiet: bool = True
 ) -> list[SettingResult]:
     """Train every setting with seeds 0..seeds-1, in the given order (a progress bar unless ``quiet``)."""
-    from experiments.common.progress import bar
-
     results = []
     with bar(len(settings) * seeds, "training", quiet=quiet, unit="run") as progress:
         for s in settings:

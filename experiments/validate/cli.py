@@ -48,7 +48,12 @@ from pathlib import Path
 from typing import Any
 
 from calibrate.common.records import RecordWriter, atomic_write_json, read_records
+from calibrate.fit.cli import fit_profile, load_rows
+from calibrate.testbed.cli import run_job
+from calibrate.testbed.net import LinkShape, Testbed, TestbedError, can_create_namespaces
+from calibrate.train.cli import launch_local
 from experiments.validate.grid import RunSpec, full_grid, quick_grid, train_argv
+from experiments.validate.report import link_dir, load_measured, write_report
 from simcore.calibration.profile_json import profile_to_json
 from simcore.cliargs import Parser, add_out, output_dir
 from simcore.errors import TrainsimError, cli_entry
@@ -106,8 +111,6 @@ def calibrate_machine(
 ) -> Path:
     """Microbenchmarks only: collectives at each world size (those of ``blocking_worlds`` also after
     compute), compute on two ranks; fit; profile path."""
-    from calibrate.fit.cli import fit_profile, load_rows
-
     sizes = ["-b", "1K", "-e", "256K" if quick else "16M", "-f", "4"]
     reps = ["-n", "3" if quick else "5", "-w", "1" if quick else "2", "--repeats", "1" if quick else "2"]
     ops = "all_reduce,send_recv" if quick else "all_reduce,all_gather,reduce_scatter,send_recv"
@@ -157,14 +160,10 @@ def _fresh(directory: Path) -> None:
 
 def testbed_reason() -> str | None:
     """None when emulated nodes can be built here, else why not."""
-    from calibrate.testbed.net import can_create_namespaces
-
     return can_create_namespaces()
 
 
 def _run_one(spec: RunSpec, out_file: Path) -> int:
-    from calibrate.train.cli import launch_local
-
     argv = train_argv(spec, str(out_file))
     if spec.network == "loopback":
         return launch_local(argv, spec.world, 300, via_torchrun=False, env={"OMP_NUM_THREADS": "1"})
@@ -173,9 +172,6 @@ def _run_one(spec: RunSpec, out_file: Path) -> int:
 
 def _on_testbed(spec: RunSpec, job: list[str], what: str) -> int:
     """Run ``job`` on an emulated cluster of ``spec``'s ranks and link rate; its exit status."""
-    from calibrate.testbed.cli import run_job
-    from calibrate.testbed.net import LinkShape, Testbed, TestbedError
-
     assert spec.bandwidth_Bps is not None  # RunSpec guarantees it for testbed runs
     testbed = Testbed(spec.world, LinkShape(spec.bandwidth_Bps))
     try:
@@ -193,8 +189,6 @@ def calibrate_links(out: Path, specs: Sequence[RunSpec]) -> list[Path]:
     :func:`experiments.validate.report.link_dir`); the folders written. A shaped link carries
     gloo's collectives at their own efficiency (its all-gather reaches less of the rate than its
     all-reduce), which the loopback sweeps, CPU-bound, cannot show."""
-    from experiments.validate.report import link_dir
-
     done = []
     for spec in sorted({s for s in specs if s.network == "testbed" and s.strategy in ("ddp", "fsdp")},
                        key=lambda s: (s.world, s.bandwidth_Bps or 0)):  # fmt: skip
@@ -328,8 +322,6 @@ def _check_prerequisites(args: argparse.Namespace) -> None:
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    from experiments.validate.report import load_measured, write_report
-
     args = _parse_args(argv)
     _check_prerequisites(args)
     if args.in_place:  # only the report files are written; the measurements there are read

@@ -56,21 +56,30 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from experiments.validate.grid import MODEL_SIZES, RunSpec
+from simcore.compute.core_sharing import shared_core_fixed_point, time_sliced_slowdown
+from simcore.compute.heterogeneity import Heterogeneity, Straggler
+from simcore.compute.roofline import ComputeModel
 from simcore.errors import TrainsimError
+from simcore.hardware import device_spec
+from simcore.paramserver import Placement, PSConfig, simulate_parameter_server, summarise
+from simcore.strategies import get_strategy
+from simcore.strategies.base import CommCost, TrainingConfig
+from simcore.strategies.runner import collective_model, make_context, percentile, simulate_step
+from simcore.workload.types import Layer, Workload
+from topologies import cpu_cluster
 
+# numpy: imported inside the functions that use them, so --help does not load them
 if TYPE_CHECKING:
+    import numpy as np
+
     from simcore.calibration.profile import CalibrationProfile
     from simcore.compute.optimizer import OptimizerStepCost
     from simcore.paramserver.simulate import PSOutcome
-    from simcore.strategies.base import TrainingConfig
     from simcore.topology import Topology
-    from simcore.workload.types import Layer, Workload
 
 __all__ = [
     "LayerCorrectedTimer",
@@ -156,8 +165,6 @@ def measured_step(records: Sequence[Mapping[str, Any]], spec: RunSpec) -> tuple[
 
 def workload_from_description(description: Mapping[str, Any], name: str, tokens_per_sample: int) -> Workload:
     """The simulator's workload for a model as ``calibrate.train.models.describe`` saw it."""
-    from simcore.workload.types import Layer, Workload
-
     layers = tuple(
         Layer(
             name=str(row["name"]),
@@ -182,10 +189,6 @@ def layer_corrections(
     """Measured / modelled time of each layer benchmark kind and phase (``calibrate.compute``'s
     ``layer`` rows, fp32): how far the roofline with the profile's matmul rate misses whole torch
     layers (dispatch, autograd, non-matmul kernels). Medians over the kind's rows."""
-    from simcore.compute.roofline import ComputeModel
-    from simcore.hardware import device_spec
-    from simcore.workload.types import Layer
-
     model = ComputeModel(device_spec("cpu"), "fp32", profile)
     ratios: dict[tuple[str, str], list[float]] = {}
     for row in rows:
@@ -205,9 +208,6 @@ class LayerCorrectedTimer:
     """The compute model with each layer's time multiplied by its kind's benchmark correction."""
 
     def __init__(self, profile: CalibrationProfile, corrections: Mapping[tuple[str, str], float]) -> None:
-        from simcore.compute.roofline import ComputeModel
-        from simcore.hardware import device_spec
-
         self.base = ComputeModel(device_spec("cpu"), "fp32", profile)
         self.device = self.base.device
         self.corrections = corrections
@@ -217,6 +217,8 @@ class LayerCorrectedTimer:
         return self.corrections.get((bench, "fwd" if phase == "recompute" else phase), 1.0)
 
     def _factors(self, workload: Workload, phase: str) -> np.ndarray:
+        import numpy as np
+
         return np.array([self._factor(layer.kind, phase) for layer in workload.layers])
 
     def layer_time_s(self, layer: Layer, batch: int, phase: str) -> float:
@@ -259,8 +261,6 @@ class LayerCorrectedTimer:
 def scaled_compute_profile(profile: CalibrationProfile, factor: float) -> CalibrationProfile:
     """``profile`` with every calibrated compute time multiplied by ``factor``: matmul rate and
     memory bandwidth divided by it, per-operator overhead multiplied (links untouched)."""
-    from dataclasses import replace
-
     if factor == 1.0:
         return profile
     curves = {
@@ -296,8 +296,6 @@ def _p2p_link(profile: CalibrationProfile, world: int) -> tuple[float, float]:
 def measured_topology(spec: RunSpec, profile: CalibrationProfile, comm_slowdown: float = 1.0) -> Topology:
     """The machine the run measured, as a topology (see the module docstring); the loopback links,
     CPU work, are ``comm_slowdown`` times slower than calibrated (background load)."""
-    from topologies import cpu_cluster
-
     bandwidth_Bps, latency_s = _p2p_link(profile, spec.world)
     bandwidth_Bps, latency_s = bandwidth_Bps / comm_slowdown, latency_s * comm_slowdown
     if spec.network == "loopback":
@@ -311,8 +309,6 @@ def measured_topology(spec: RunSpec, profile: CalibrationProfile, comm_slowdown:
 
 def training_config(spec: RunSpec) -> TrainingConfig:
     """The simulator's config of the run: per-worker batch, fp32, SGD with momentum, one step."""
-    from simcore.strategies.base import TrainingConfig
-
     size = MODEL_SIZES[spec.size]
     return TrainingConfig(
         global_batch=size.batch * spec.workers, micro_batch=size.batch,
@@ -327,8 +323,6 @@ def _collective_profile(
 ) -> CalibrationProfile:
     """The fits pricing ``spec``'s collectives: on loopback FSDP's blocking ones as measured after
     compute (:func:`blocking_profile`); on a testbed link those measured on it, where given."""
-    from dataclasses import replace
-
     if spec.network == "loopback":
         return blocking_profile(profile) if spec.strategy == "fsdp" else profile
     if link is None:
@@ -341,8 +335,6 @@ def blocking_profile(profile: CalibrationProfile) -> CalibrationProfile:
     --after-compute-ms``) in place of the back-to-back ones they measured again: FSDP2 on CPU ranks
     blocks the training thread in each all-gather and reduce-scatter between its units' compute,
     which is how that probe issues them. Unchanged when the profile has none."""
-    from dataclasses import replace
-
     if not profile.after_compute:
         return profile
     return replace(profile, collectives={**profile.collectives, **profile.after_compute})
@@ -377,10 +369,6 @@ def predict(run: MeasuredRun, profile: CalibrationProfile, cores: int, *, idle: 
 def _predict_collective(spec: RunSpec, workload: Workload, topology: Topology, profile: CalibrationProfile,
                         slowdowns: tuple[float, float], timer: LayerCorrectedTimer,
                         link: CalibrationProfile | None = None) -> Prediction:  # fmt: skip
-    from simcore.strategies import get_strategy
-    from simcore.strategies.base import CommCost
-    from simcore.strategies.runner import collective_model, make_context, percentile, simulate_step
-
     training = training_config(spec)
     slowdown, comm_slowdown = slowdowns
     cpu_bound = spec.network == "loopback"  # gloo over loopback is CPU work; a tc-shaped NIC is not
@@ -415,13 +403,6 @@ def _predict_ps(spec: RunSpec, workload: Workload, topology: Topology, profile: 
     workers (and the server) busy at that moment on average, solved to the fixed point
     (:func:`simcore.compute.core_sharing.shared_core_fixed_point`).
     """
-    try:
-        from simcore.paramserver import summarise
-    except ImportError as error:
-        return Prediction(
-            None, None, f"not predicted yet: the parameter-server simulation is missing ({error})"
-        )
-    from simcore.compute.core_sharing import shared_core_fixed_point, time_sliced_slowdown
 
     def run(sharing: Sequence[float]) -> PSOutcome:
         return _simulate_ps(spec, workload, topology, profile, [ratio * s for s in sharing])
@@ -442,9 +423,6 @@ def _simulate_ps(spec: RunSpec, workload: Workload, topology: Topology, profile:
                  slowdowns: Sequence[float]) -> PSOutcome:  # fmt: skip
     """One parameter-server simulation with worker ``w`` computing ``slowdowns[w]`` times slower
     (the slow worker also ``spec.slow_factor`` times)."""
-    from simcore.compute.heterogeneity import Heterogeneity, Straggler
-    from simcore.paramserver import Placement, PSConfig, simulate_parameter_server
-
     slow_worker = spec.slow_rank - 1  # real rank 0 serves; real worker r is simulated worker r - 1
     # A straggler factor must be >= 1; a net speed-up (layer corrections below 1 on a nearly idle
     # machine) is applied by scaling the profile's compute instead.

@@ -23,9 +23,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from calibrate.common.records import read_records
+from calibrate.fit.cli import fit_profile, load_rows
+from calibrate.fit.physical import keep_physical
 from experiments.validate.grid import STRATEGIES, RunSpec
 from experiments.validate.metrics import GOAL_OVERALL, GOAL_STRATEGY, Row, mape, strategy_order
 from experiments.validate.predict import MeasuredRun, layer_corrections, measured_step, predict
+from simcore.calibration.profile_json import load_profile
 from simcore.errors import TrainsimError
 
 if TYPE_CHECKING:
@@ -78,9 +81,6 @@ def link_dir(out: Path, spec: RunSpec) -> Path:
 
 def load_link(out: Path, spec: RunSpec) -> CalibrationProfile | None:
     """The collective fits measured on ``spec``'s emulated link, None for loopback or when not swept."""
-    from calibrate.fit.cli import fit_profile, load_rows
-    from calibrate.fit.physical import keep_physical
-
     directory = link_dir(out, spec)
     if spec.network != "testbed" or not (directory / "collectives.jsonl").exists():
         return None
@@ -89,8 +89,6 @@ def load_link(out: Path, spec: RunSpec) -> CalibrationProfile | None:
 
 def compare(runs: Sequence[tuple[RunSpec, MeasuredRun | None, str]], out: Path, cores: int) -> list[Row]:
     """Predict every measured run from ``out/profile.json`` (and its link's sweep, if any)."""
-    from simcore.calibration.profile_json import load_profile
-
     profile = load_profile(out / "profile.json")
     corrections = load_corrections(out, profile)
     rows = []
@@ -192,8 +190,6 @@ def write_report(runs: Sequence[tuple[RunSpec, MeasuredRun | None, str]], out: P
 
 def _calibration_md(out: Path) -> str:
     """The calibration the predictions used: fits with their quality, and the layer corrections."""
-    from simcore.calibration.profile_json import load_profile
-
     profile = load_profile(out / "profile.json")
     lines = ["### Calibration used (microbenchmarks only)", "",
              "| collective | ranks | alpha (us) | busbw (GB/s) | fit MAPE |", "|---|---:|---:|---:|---:|"]  # fmt: skip

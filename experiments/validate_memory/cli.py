@@ -49,6 +49,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from calibrate.common.records import atomic_write_json, read_records
+from calibrate.memory_truth.options import MODEL_NAMES, parse_list
 from experiments.validate_memory.report import (
     CATEGORIES,
     PEAK_GOAL,
@@ -59,7 +61,13 @@ from experiments.validate_memory.report import (
     write_plots,
 )
 from simcore.cliargs import Parser, add_out, int_list, name_list, output_dir
+from simcore.compute.roofline import ComputeModel
 from simcore.errors import TrainsimError, cli_entry
+from simcore.hardware import device_spec
+from simcore.strategies import get_strategy
+from simcore.strategies.base import CommCost, StepContext, TrainingConfig
+from simcore.strategies.runner import simulate_step
+from simcore.workload.loader import load_workload
 
 __all__ = [
     "CATEGORIES",
@@ -81,8 +89,6 @@ SOURCES = ("import", "preset")
 
 
 def _workload(record: Mapping[str, Any], source: str) -> Any:
-    from simcore.workload.loader import load_workload
-
     seq_len = record.get("seq_len") or None
     image = record.get("image_size") or None
     if source == "preset":
@@ -93,12 +99,6 @@ def _workload(record: Mapping[str, Any], source: str) -> Any:
 
 def predict(record: Mapping[str, Any], workload: Any) -> tuple[float, dict[str, float], str]:
     """The simulator's per-rank peak, its breakdown (our categories) and phase for a measured record."""
-    from simcore.compute.roofline import ComputeModel
-    from simcore.hardware import device_spec
-    from simcore.strategies import get_strategy
-    from simcore.strategies.base import CommCost, StepContext, TrainingConfig
-    from simcore.strategies.runner import simulate_step
-
     world, batch = int(record["world_size"]), int(record["batch"])
     config = TrainingConfig(
         global_batch=batch * world,
@@ -193,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _measure(args: argparse.Namespace, out_dir: Path | None) -> list[dict[str, Any]]:
-    from calibrate.memory_truth import cli as memory_truth
+    from calibrate.memory_truth import measure as memory_truth  # torch: only when measuring here
 
     models = args.models or ",".join(QUICK_MODELS if args.quick else FULL_MODELS)
     worlds = args.world_sizes or list(QUICK_WORLD_SIZES if args.quick else FULL_WORLD_SIZES)
@@ -201,7 +201,7 @@ def _measure(args: argparse.Namespace, out_dir: Path | None) -> list[dict[str, A
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
     return memory_truth.measure_grid(
-        memory_truth.parse_list(models, list(memory_truth.MODELS), "--models"),
+        parse_list(models, MODEL_NAMES, "--models"),
         args.strategies,
         worlds,
         optimizer=args.optimizer,
@@ -222,8 +222,6 @@ def main(argv: list[str] | None = None) -> int:
         )
     out_dir = output_dir(args.out, force=args.force)
     if args.measured:
-        from calibrate.common.records import read_records
-
         records = [r for r in read_records(args.measured) if r.get("kind") == "memory_truth"]
         if not records:
             raise TrainsimError(f"--measured: {args.measured!r} holds no memory_truth records")
@@ -242,8 +240,6 @@ def main(argv: list[str] | None = None) -> int:
             f"end-of-forward activations MAPE {'n/a' if forward is None else format(forward, '.1%')}"
         )
     if out_dir is not None:
-        from calibrate.common.records import atomic_write_json
-
         out_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_json(
             out_dir / "memory_comparison.json",

@@ -27,6 +27,7 @@ from simcore.collectives import ALGORITHMS, OPS
 from simcore.errors import TrainsimError
 from simcore.topology import Topology
 from simcore.units import parse_size
+from topologies import load_cluster, preset_names
 
 __all__ = ["KEYS", "METRIC_NAMES", "CollectiveSetup", "format_size", "parse"]
 
@@ -46,14 +47,10 @@ def format_size(size: int) -> str:
 
 @functools.lru_cache(maxsize=32)
 def _cluster(preset: str, gpus: int, nodes: int) -> Topology:
-    from topologies import load_cluster
-
     return load_cluster(preset, gpus=gpus, nodes=nodes)
 
 
 def _known_presets() -> list[str]:
-    from topologies import preset_names
-
     return preset_names()
 
 

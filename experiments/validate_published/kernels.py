@@ -25,8 +25,12 @@ from experiments.validate_published.base import (
     positive_int,
     positive_ints,
 )
+from simcore.compute.roofline import ComputeModel
 from simcore.dtypes import DTYPE_BYTES
 from simcore.errors import TrainsimError
+from simcore.hardware import device_names, device_spec
+from simcore.workload.loader import load_workload, preset_names
+from simcore.workload.types import Layer
 
 __all__ = [
     "LAYER_KEYS",
@@ -41,19 +45,18 @@ __all__ = [
 
 MATMUL_KEYS = ("device", "dtype", "sizes")
 MATMUL_METRICS = ("matmul_tflops",)
-LAYER_KEYS = ("device", "model", "dtype", "batches", "seq_lens", "hidden")
+LAYER_KEYS = ("device", "model", "dtype", "batches", "seq_lens", "hidden", "attention")
+# how the block computes attention: the preset's default, FlashAttention-style fused, or eager
+# (the scores materialised, scaled, masked, softmaxed and dropped out as separate kernels)
+ATTENTION = {"preset": None, "flash": True, "eager": False}
 LAYER_METRICS = ("layer_tflops",)
 
 
 def _device_names() -> list[str]:
-    from simcore.hardware import device_names
-
     return device_names()
 
 
 def _model_names() -> list[str]:
-    from simcore.workload.loader import preset_names
-
     return preset_names()
 
 
@@ -61,17 +64,12 @@ def _device_missing(names: tuple[str, ...], dtype: str) -> list[str]:
     name = first_known(names, _device_names)
     if name is None:
         return [missing_name("device spec", names)]
-    from simcore.hardware import device_spec
-
     if dtype not in device_spec(name).peak_flops:
         return [f"device spec {name!r} has no {dtype} rate"]
     return []
 
 
 def _compute_model(names: tuple[str, ...], dtype: str) -> Any:
-    from simcore.compute.roofline import ComputeModel
-    from simcore.hardware import device_spec
-
     return ComputeModel(device_spec(first_known(names, _device_names) or names[0]), dtype)
 
 
@@ -98,8 +96,6 @@ class MatmulSetup:
         return f"{self.dtype} square matmul n = {', '.join(map(str, self.sizes))} on {device}"
 
     def predict(self, metric: str) -> Prediction:
-        from simcore.workload.types import Layer
-
         model = _compute_model(self.devices, self.dtype)
         word = DTYPE_BYTES[self.dtype]
         best, best_n = 0.0, self.sizes[0]
@@ -124,6 +120,7 @@ class LayerSetup:
     batches: tuple[int, ...]
     seq_lens: tuple[int, ...]
     hidden: int
+    attention: str = "preset"
 
     def missing(self) -> list[str]:
         reasons = _device_missing(self.devices, self.dtype)
@@ -137,17 +134,18 @@ class LayerSetup:
         return (
             f"one {model} block fwd+bwd, {self.dtype}, batch {min(self.batches)}..{max(self.batches)}, "
             f"seq {', '.join(map(str, self.seq_lens))} on {device}"
+            + (f", {self.attention} attention" if self.attention != "preset" else "")
         )
 
     def predict(self, metric: str) -> Prediction:
-        from simcore.workload.loader import load_workload
-
         model = _compute_model(self.devices, self.dtype)
         name = first_known(self.models, _model_names) or self.models[0]
         h = float(self.hidden)
         best, at = 0.0, ""
         for s in self.seq_lens:
-            workload = load_workload(name, seq_len=s, dtype=self.dtype)
+            workload = load_workload(
+                name, seq_len=s, dtype=self.dtype, flash_attention=ATTENTION[self.attention]
+            )
             block = list(workload.block_layer_indices()[0])
             for b in self.batches:
                 seconds = sum(float(model.layer_times_s(workload, b, p)[block].sum()) for p in ("fwd", "bwd"))
@@ -173,4 +171,12 @@ def parse_layer(entry: Mapping[str, Any], where: str, hardware: str) -> LayerSet
         positive_ints(entry, "batches", where),
         positive_ints(entry, "seq_lens", where),
         positive_int(entry, "hidden", where),
+        _attention(entry, where),
     )
+
+
+def _attention(entry: Mapping[str, Any], where: str) -> str:
+    value = entry.get("attention", "preset")
+    if value not in ATTENTION:
+        raise TrainsimError(f"{where}: attention {value!r}; allowed: {', '.join(ATTENTION)}")
+    return str(value)

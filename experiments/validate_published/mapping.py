@@ -14,13 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from experiments.validate_published import collective, kernels, training
 from experiments.validate_published.base import Setup
 from experiments.validate_published.metrics import METRICS, Metric
 from experiments.validate_published.published import PublishedRow, load_rows
 from simcore.errors import TrainsimError
+from simcore.yamlload import safe_load
 
 __all__ = ["CATEGORIES", "KINDS", "MAPPING_PATH", "Kind", "RowMapping", "RowPlan", "load_mapping", "plan_row"]
 
@@ -154,7 +153,7 @@ def _metric(entry: Mapping[str, Any], where: str, row: PublishedRow, kind: Kind 
 def load_mapping(path: Path = MAPPING_PATH) -> RowMapping:
     """Every published row's plan, in row order; every row must have exactly one entry."""
     with path.open(encoding="utf-8") as handle:
-        data = yaml.safe_load(handle)
+        data = safe_load(handle)
     rows = load_rows()
     entries = data.get("rows", {})
     ids = {row.id for row in rows}

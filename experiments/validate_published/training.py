@@ -9,7 +9,13 @@ A one-GPU row needs only its device, so ``single_gpu`` names a device spec inste
 Scaling efficiency compares with the same per-GPU batch on one GPU of the same preset.
 
 ``ps`` runs :func:`simcore.whatif.sweep.run_what_if` for one parameter-server mode (per-worker
-processes, incast on the server's links) and reads its throughput and scaling efficiency.
+processes, incast on the server's links) and reads its throughput and scaling efficiency. With
+``gpus_per_worker`` g > 1 a worker drives the g GPUs of its machine, as MXNet's kvstore ``dist_*``
+workers do: the GPUs compute their shares of the worker's batch at once and the worker pushes their
+summed gradient once (the local sum over PCIe is left out). It is simulated as one worker per
+machine on the machine's first GPU, computing one GPU's share (``micro_batch``) and exchanging the
+whole gradient over the machine's NIC; its speed counts the g shares (``g x micro_batch`` samples
+per step).
 """
 
 from __future__ import annotations
@@ -27,9 +33,21 @@ from experiments.validate_published.base import (
     name_list,
     positive_int,
 )
+from simcore.compute.precision import PRECISION_MODES
 from simcore.errors import TrainsimError
-from simcore.strategies.base import COMPUTE_DTYPES, OPTIMIZERS, MiB, TrainingConfig
+from simcore.hardware import device_names
+from simcore.paramserver import PS_MODES
+from simcore.strategies import get_strategy, strategy_names
+from simcore.strategies.base import COMPUTE_DTYPES, OPTIMIZERS, MiB, TrainingConfig, model_flops_per_step
+from simcore.strategies.runner import make_context, simulate_step
 from simcore.topology import Topology
+from simcore.whatif.sweep import run_what_if
+from simcore.workload.loader import load_workload
+from simcore.workload.loader import preset_names as model_preset_names
+from topologies import load_cluster
+from topologies import preset_names as cluster_preset_names
+from topologies.builders import build_cluster
+from topologies.spec import ClusterSpec, DeviceDecl, FabricSpec, NodeType
 
 __all__ = [
     "PS_KEYS",
@@ -57,36 +75,31 @@ STEP_KEYS = (
     "optimizer",
     "bucket_mb",
     "activation_checkpointing",
+    "precision",
 )
 STEP_METRICS = ("step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "scaling_efficiency")
-PS_KEYS = ("topology", "gpus", "model", "mode", "dtype", "micro_batch", "seq_len", "image_size", "optimizer")
+PS_KEYS = (
+    "topology", "gpus", "gpus_per_worker", "model", "mode", "dtype", "micro_batch", "seq_len", "image_size",
+    "optimizer",
+)  # fmt: skip
 PS_METRICS = ("samples_per_s_per_worker", "scaling_efficiency")
 
 
 def _presets() -> list[str]:
-    from topologies import preset_names
-
-    return preset_names()
+    return cluster_preset_names()
 
 
 def _models() -> list[str]:
-    from simcore.workload.loader import preset_names
-
-    return preset_names()
+    return model_preset_names()
 
 
 def _devices() -> list[str]:
-    from simcore.hardware import device_names
-
     return device_names()
 
 
 @functools.lru_cache(maxsize=16)
 def single_gpu_cluster(device: str) -> Topology:
     """One rank on one ``device``, nothing else: a one-GPU step needs no links or fabric."""
-    from topologies.builders import build_cluster
-    from topologies.spec import ClusterSpec, DeviceDecl, FabricSpec, NodeType
-
     node = NodeType("single-gpu", (DeviceDecl("gpu0", "gpu", spec=device),), (), ("gpu0",), "one device")
     fabric = FabricSpec(type="none", source="one device: no fabric")
     spec = ClusterSpec(
@@ -97,8 +110,6 @@ def single_gpu_cluster(device: str) -> Topology:
 
 @functools.lru_cache(maxsize=32)
 def _cluster(preset: str, gpus: int, nodes: int | None) -> Topology:
-    from topologies import load_cluster
-
     return load_cluster(preset, gpus=gpus, nodes=nodes)
 
 
@@ -129,8 +140,6 @@ class _Common:
         return first_known(self.models, _models) or self.models[0]
 
     def workload(self) -> Any:
-        from simcore.workload.loader import load_workload
-
         return load_workload(self.model(), seq_len=self.seq_len, image_size=self.image_size, dtype=self.dtype)
 
     def describe(self, gpus: int) -> str:
@@ -156,10 +165,9 @@ class StepSetup:
     common: _Common
     bucket_mb: int
     recompute: bool
+    precision: str = "auto"
 
     def missing(self) -> list[str]:
-        from simcore.strategies import strategy_names
-
         reasons = []
         if self.single_gpu:
             if first_known(self.single_gpu, _devices) is None:
@@ -180,6 +188,7 @@ class StepSetup:
         how = "no DDP wrapper" if self.strategy == "none" else self.strategy
         extras = f", DDP buckets {self.bucket_mb} MiB" if self.strategy in ("ddp", "none") else ""
         extras += ", full recompute" if self.recompute else ""
+        extras += f", precision {self.precision}" if self.precision != "auto" else ""
         return f"{how} on {self._where()}: {self.common.describe(self.gpus)}{extras}"
 
     def _topology(self, gpus: int) -> Topology:
@@ -190,9 +199,6 @@ class StepSetup:
 
     def _samples_per_s(self, gpus: int) -> tuple[float, float, bool]:
         """(samples/s, step seconds, fits in memory) of the step on ``gpus`` GPUs."""
-        from simcore.strategies import get_strategy
-        from simcore.strategies.runner import make_context, simulate_step
-
         c = self.common
         config = TrainingConfig(
             global_batch=c.micro_batch * gpus,
@@ -203,6 +209,7 @@ class StepSetup:
             bucket_size_bytes=self.bucket_mb * MiB,
             gradient_as_bucket_view=self.strategy == "none",
             activation_checkpointing=self.recompute,
+            precision=self.precision,
         )
         ctx = make_context(c.workload(), config, self._topology(gpus))
         strategy = get_strategy("ddp" if self.strategy == "none" else self.strategy)
@@ -211,8 +218,6 @@ class StepSetup:
         return config.global_batch / seconds, seconds, bool(step.run.memory.peak().fits)
 
     def predict(self, metric: str) -> Prediction:
-        from simcore.strategies.base import model_flops_per_step
-
         rate, seconds, fits = self._samples_per_s(self.gpus)
         if metric == "step_time_s":
             value = seconds
@@ -236,10 +241,13 @@ class PSSetup:
     gpus: int
     mode: str
     common: _Common
+    gpus_per_worker: int = 1
+
+    @property
+    def workers(self) -> int:
+        return self.gpus // self.gpus_per_worker
 
     def missing(self) -> list[str]:
-        from simcore.paramserver import PS_MODES
-
         reasons = []
         if first_known(self.topologies, _presets) is None:
             reasons.append(missing_name("topology preset", self.topologies, self.hardware))
@@ -249,28 +257,42 @@ class PSSetup:
 
     def describe(self) -> str:
         preset = first_known(self.topologies, _presets) or (self.topologies or ("?",))[0]
-        return f"{self.mode} on {preset}, {self.gpus} workers: {self.common.describe(self.gpus)}"
+        if self.gpus_per_worker == 1:
+            return f"{self.mode} on {preset}, {self.gpus} workers: {self.common.describe(self.gpus)}"
+        return (
+            f"{self.mode} on {preset}, {self.workers} workers of {self.gpus_per_worker} GPUs (one push "
+            f"per worker): {self.common.describe(self.gpus)}"
+        )
 
     def predict(self, metric: str) -> Prediction:
-        from simcore.whatif.sweep import run_what_if
-        from topologies import load_cluster
-
         c = self.common
         config = TrainingConfig(
-            global_batch=c.micro_batch * self.gpus,
+            global_batch=c.micro_batch * self.workers,
             micro_batch=c.micro_batch,
             seq_len=c.seq_len,
             dtype=c.dtype,
             optimizer=c.optimizer,
         )
         preset = first_known(self.topologies, _presets) or self.topologies[0]
+        loader = load_cluster if self.gpus_per_worker == 1 else _first_gpus(self.gpus_per_worker)
         result = run_what_if(
-            c.workload(), [preset], [self.gpus], loader=load_cluster, strategies=[self.mode], config=config
+            c.workload(), [preset], [self.workers], loader=loader, strategies=[self.mode], config=config
         )
-        report = next(r for r in result.reports if r.gpus == self.gpus)
+        report = next(r for r in result.reports if r.gpus == self.workers)
         if metric == "samples_per_s_per_worker":
-            return Prediction(report.samples_per_s / self.gpus, self.describe())
+            return Prediction(report.samples_per_s / self.workers * self.gpus_per_worker, self.describe())
         return Prediction(100.0 * float(report.scaling_efficiency or 0.0), self.describe())
+
+
+def _first_gpus(per_worker: int) -> Any:
+    """A cluster loader placing worker w on GPU ``w x per_worker``: the first of the consecutive
+    ``per_worker`` GPUs it drives (on a machine of exactly that many GPUs, its first GPU)."""
+
+    def load(name: str, *, gpus: int | None = None, nodes: int | None = None) -> Topology:
+        full = load_cluster(name, gpus=None if gpus is None else gpus * per_worker, nodes=nodes)
+        return full.subset(range(0, full.world_size - per_worker + 1, per_worker))
+
+    return load
 
 
 def _optional_int(entry: Mapping[str, Any], key: str, where: str) -> int | None:
@@ -308,6 +330,9 @@ def parse_step(entry: Mapping[str, Any], where: str, hardware: str) -> StepSetup
         raise TrainsimError(f"{where}: 'strategy' is required (ddp, fsdp, zero1..3, hsdp or none)")
     if strategy == "none" and gpus != 1:
         raise TrainsimError(f"{where}: strategy 'none' (no DDP wrapper) is for one GPU")
+    precision = entry.get("precision", "auto")
+    if precision not in PRECISION_MODES:
+        raise TrainsimError(f"{where}: precision {precision!r}; allowed: {', '.join(PRECISION_MODES)}")
     return StepSetup(
         hardware,
         presets,
@@ -318,6 +343,7 @@ def parse_step(entry: Mapping[str, Any], where: str, hardware: str) -> StepSetup
         _common(entry, where),
         positive_int(entry, "bucket_mb", where, default=25),
         recompute,
+        str(precision),
     )
 
 
@@ -326,10 +352,10 @@ def parse_ps(entry: Mapping[str, Any], where: str, hardware: str) -> PSSetup:
     mode = entry.get("mode")
     if not isinstance(mode, str):
         raise TrainsimError(f"{where}: 'mode' is required (a parameter-server mode)")
+    gpus = positive_int(entry, "gpus", where)
+    per_worker = positive_int(entry, "gpus_per_worker", where, default=1)
+    if gpus % per_worker:
+        raise TrainsimError(f"{where}: {gpus} GPUs do not make workers of {per_worker} GPUs each")
     return PSSetup(
-        hardware,
-        name_list(entry, "topology", where),
-        positive_int(entry, "gpus", where),
-        mode,
-        _common(entry, where),
+        hardware, name_list(entry, "topology", where), gpus, mode, _common(entry, where), per_worker
     )

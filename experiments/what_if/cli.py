@@ -39,6 +39,7 @@ from experiments.common.args import add_batch, add_strategies, check_micro_steps
 from experiments.common.finite import require_finite
 from experiments.common.progress import bar, note, warn
 from experiments.what_if.layouts import run_layouts
+from experiments.what_if.plots import plot_staleness, plot_what_if, write_step_trace
 from simcore.calibration.compat import check_profile_for
 from simcore.calibration.profile_json import load_profile
 from simcore.cliargs import (
@@ -68,6 +69,7 @@ from simcore.paramserver import (
 )
 from simcore.report import StepReport, records_to_csv, records_to_json
 from simcore.strategies.base import COMPUTE_DTYPES, JITTER_SCOPES, OPTIMIZERS, TrainingConfig
+from simcore.strategies.wrap import parse_wrap
 from simcore.whatif.sweep import (
     DEFAULT_CLUSTERS,
     DEFAULT_CONFIG,
@@ -78,6 +80,7 @@ from simcore.whatif.sweep import (
     all_strategy_names,
     run_what_if,
 )
+from simcore.workload.loader import load_workload
 from simcore.workload.types import Workload
 from topologies import load_cluster
 from topologies.cliargs import MAX_GPUS, MAX_NODES, add_cluster, add_gpus
@@ -235,8 +238,6 @@ PARALLEL_FLAGS = (
 
 
 def _config(args: argparse.Namespace, heterogeneity: Heterogeneity) -> TrainingConfig:
-    from simcore.strategies.wrap import parse_wrap
-
     return TrainingConfig(
         global_batch=args.global_batch if args.batch_per_gpu is None else args.batch_per_gpu,
         micro_batch=args.micro_batch,
@@ -469,8 +470,6 @@ def _header(workload_name: str, params: int, cfg: TrainingConfig, heterogeneity:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     out = output_dir(args.out, force=args.force)
-    from simcore.workload.loader import load_workload
-
     heterogeneity = Heterogeneity.from_strings(args.straggler, args.jitter)
     cfg = _config(args, heterogeneity)
     clusters = [c.strip() for c in args.cluster.split(",") if c.strip()]
@@ -541,8 +540,6 @@ def _print(args: argparse.Namespace, result: WhatIfResult, header: str, out: Pat
 
 
 def _write_outputs(result: WhatIfResult, out: Path, quiet: bool) -> None:
-    from experiments.what_if.plots import plot_staleness, plot_what_if, write_step_trace
-
     out.mkdir(parents=True, exist_ok=True)
     with bar(3, "plots", quiet=quiet, unit="file") as progress:
         written = plot_what_if(result.reports, out)

@@ -23,8 +23,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from simcore.compute.memory import CATEGORIES
+from simcore.net.trace import TraceRecorder
 from simcore.parallel.report import ParallelStepReport
 from simcore.parallel.sweep import point_label
+from simcore.paramserver import PS_MODES
 from simcore.report import StepReport
 
 GIB = 2**30  # bytes; memory is in GiB everywhere the what-if shows it
@@ -128,8 +130,6 @@ def plot_staleness(results: Sequence[PSResult], path: Path) -> Path:
     import pandas as pd
     import seaborn as sns
 
-    from simcore.paramserver import PS_MODES
-
     gpus = max(r.step.gpus for r in results)
     rows = [
         {
@@ -173,8 +173,6 @@ def write_step_trace(result: WhatIfResult, path: Path) -> tuple[Path, str]:
 
     Returns the path and one line saying what it holds (for the console).
     """
-    from simcore.net.trace import TraceRecorder
-
     recorder = TraceRecorder()
     gpus = max(rec.gpus for rec in result.recommendations)
     tracks = []

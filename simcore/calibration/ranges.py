@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-import yaml
-
 from simcore.calibration.profile import ProfileError
+from simcore.yamlload import safe_load
 
 __all__ = ["DATA_FILE", "PhysicalRange", "physical_range"]
 
@@ -55,7 +54,7 @@ def _parse(name: str, entry: Any) -> PhysicalRange:
 @functools.cache
 def _ranges() -> dict[str, PhysicalRange]:
     text = resources.files("simcore.data").joinpath("calibration_ranges.yaml").read_text(encoding="utf-8")
-    data = yaml.safe_load(text)
+    data = safe_load(text)
     return {str(name): _parse(str(name), entry) for name, entry in data.items()}
 
 

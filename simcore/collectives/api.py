@@ -12,9 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
 
-import simpy
-
-from simcore.collectives.cost import PhaseCost, link_time_per_byte, materialize, plan_cost
+from simcore.collectives.cost import PhaseCost, link_times, materialize, plan_cost
 from simcore.collectives.gc_pause import gc_paused
 from simcore.collectives.group import GroupInfo, group_info
 from simcore.collectives.options import DEFAULT_OPTIONS, NcclOptions, algorithm_name
@@ -38,7 +36,10 @@ from simcore.net.network import Network
 from simcore.net.routing import Router
 from simcore.topology import Topology
 
+# simpy: here for type names only (importing them would slow every --help)
 if TYPE_CHECKING:
+    import simpy
+
     from simcore.calibration.profile import CalibrationProfile
 
 __all__ = [
@@ -82,6 +83,7 @@ class Priced:
 @dataclass
 class _TopologyCache:
     route: Any
+    platform: NcclOptions = DEFAULT_OPTIONS  # the NCCL environment the cluster's network plugin sets
     infos: dict[tuple[Any, ...], GroupInfo] = field(default_factory=dict)
     units: dict[tuple[Any, ...], Unit] = field(default_factory=dict)
     priced: dict[tuple[Any, ...], Priced] = field(default_factory=dict)
@@ -96,7 +98,8 @@ def _cache(topology: Topology, network: Network | None = None) -> _TopologyCache
     cache = _CACHES.get(topology)
     if cache is None:
         router = network.router if network is not None else Router.for_topology(topology)
-        cache = _CACHES[topology] = _TopologyCache(router.route)
+        platform = NcclOptions.from_env(dict(topology.metadata.get("nccl_env", {})))
+        cache = _CACHES[topology] = _TopologyCache(router.route, platform)
     return cache
 
 
@@ -199,8 +202,10 @@ def _unit(ctx: PlanContext, op: str, algorithm: str) -> Unit:
     if unit is None:
         with gc_paused():
             phases = ALGORITHMS[op][algorithm](ctx, 1.0)
+        times = [link_times(ctx.topology, p) for p in phases]
+        phases = tuple(replace(p, stage_s_per_byte=t[1]) for p, t in zip(phases, times, strict=True))
         plan = Plan(op, algorithm, 1.0, ctx.group, phases)
-        unit = cache.units[key] = (plan, [link_time_per_byte(ctx.topology, p) for p in phases])
+        unit = cache.units[key] = (plan, [t[0] for t in times])
     return unit
 
 
@@ -234,10 +239,10 @@ def price(
     """``op`` priced on ``topology``: the chosen (or pinned) algorithm and protocol, laid out and costed."""
     _check_op(op)
     size = _check_size(size_bytes)
-    options = options or DEFAULT_OPTIONS
+    cache = _cache(topology)
+    options = (options or DEFAULT_OPTIONS).over(cache.platform)
     algo, proto = _algorithm(op, algorithm), _protocol(protocol)
     ctx = _context(topology, group, root, servers, splits)
-    cache = _cache(topology)
     key = (op, size, ctx.group, algo, proto, ctx.root, ctx.servers, ctx.splits, options)
     priced = cache.priced.get(key)
     if priced is None:

@@ -5,7 +5,7 @@ For every phase of a unit plan (:mod:`simcore.collectives.plan`):
     latency   = base[pattern][proto] + intra * hop[class][pattern][proto] + inter * (hop[net] + fabric)
                 + pattern's fixed term; a multi-node Simple ring all-reduce pays NCCL's 1.4x plateau
     bandwidth = max(link time of the unit plan * size / efficiency, size / protocol throughput cap)
-    phase     = max(latency, launch floor) + bandwidth
+    phase     = max(latency, launch floor) + pipeline fill + bandwidth
 
 where the link time is the most loaded link's bytes over its usable rate (measured on the actual
 routes), ``efficiency`` is the protocol's fraction of that rate (LL's flag bytes, LL128's 120/128,
@@ -24,7 +24,8 @@ from dataclasses import dataclass, replace
 
 from simcore.collectives.group import GroupInfo
 from simcore.collectives.options import NcclOptions
-from simcore.collectives.plan import STEP_OVERHEAD_S, Edge, Hops, Phase, Plan, Transfer
+from simcore.collectives.pipeline import fill_s
+from simcore.collectives.plan import FABRIC_KINDS, STEP_OVERHEAD_S, Edge, Hops, Phase, Plan, Transfer
 from simcore.collectives.tuning import (
     arch_param,
     base_latency_us,
@@ -43,10 +44,13 @@ __all__ = [
     "PhaseCost",
     "allowed_protocols",
     "link_time_per_byte",
+    "link_times",
     "materialize",
     "phase_costs",
     "plan_cost",
 ]
+
+_NVLINK_KINDS = frozenset({"nvlink", "nvswitch"})
 
 _RING_LIKE = ("ring", "chain", "p2p", "nvls", "nvls_tree")
 
@@ -65,17 +69,34 @@ class PhaseCost:
         return self.latency_s + max(self.link_s, self.engine_s)
 
 
-def link_time_per_byte(topology: Topology, phase: Phase) -> tuple[float, Edge | None]:
-    """Time for the phase's most loaded link to carry its bytes (unit plan: per byte), and the link."""
+def link_times(topology: Topology, phase: Phase) -> tuple[tuple[float, Edge | None], tuple[float, float]]:
+    """One pass over the phase's links: (the most loaded link's time for its bytes - per byte of a
+    unit plan - and that link), and (seconds per byte on the slowest intra-node link - NVLink where
+    the phase uses any, else any non-fabric link - and on the slowest fabric link): the rates the
+    pipeline fill prices its stages at."""
     succ = topology.graph._succ  # raw adjacency: networkx's edge views cost a call per lookup
     worst = 0.0
     worst_edge: Edge | None = None
+    nvlink = fabric = other = 0.0
     for (u, v), load in phase.link_loads().items():  # insertion order is deterministic
         attrs = succ[u][v]
-        t = load / (float(attrs["bandwidth_Bps"]) * float(attrs.get("efficiency", 1.0)))
+        per_byte = 1.0 / (float(attrs["bandwidth_Bps"]) * float(attrs.get("efficiency", 1.0)))
+        t = load * per_byte
         if t > worst or (t == worst and worst_edge is not None and (u, v) < worst_edge):
             worst, worst_edge = t, (u, v)
-    return worst, worst_edge
+        kind = attrs["kind"]
+        if kind in FABRIC_KINDS:
+            fabric = max(fabric, per_byte)
+        elif kind in _NVLINK_KINDS:
+            nvlink = max(nvlink, per_byte)
+        else:
+            other = max(other, per_byte)
+    return (worst, worst_edge), ((nvlink if nvlink > 0 else other), fabric)
+
+
+def link_time_per_byte(topology: Topology, phase: Phase) -> tuple[float, Edge | None]:
+    """Time for the phase's most loaded link to carry its bytes (unit plan: per byte), and the link."""
+    return link_times(topology, phase)[0]
 
 
 def allowed_protocols(plan: Plan, info: GroupInfo, options: NcclOptions) -> tuple[str, ...]:
@@ -188,9 +209,13 @@ def phase_costs(
             out.append(PhaseCost(0.0, 0.0, 0.0, None))
             continue
         eff = _efficiency(pattern, proto, info, plan.op, size)
+        # The fill is priced at the protocol's own efficiency, without NCCL's medium-size tree
+        # correction (a size-dependent fudge), so that it never falls as bytes grow.
+        base_eff = 1.0 if info.backend != "nccl" else efficiency(pattern, proto, not info.multi_node)
         out.append(
             PhaseCost(
-                latency_s(phase.hops, proto, info, plan.op, size),
+                latency_s(phase.hops, proto, info, plan.op, size)
+                + fill_s(phase, proto, size, info, base_eff),
                 per_byte * size / eff,
                 _engine_s(pattern, proto, info, plan.op, size),
                 edge,

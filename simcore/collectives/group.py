@@ -38,6 +38,9 @@ class GroupInfo:
     collnet: bool = False
     pat: bool = False
     ll128_net: bool = True  # LL128 may cross the network (Hopper+, or GPU-NIC paths inside a PCIe switch)
+    buffsize: int = 0  # NCCL_BUFFSIZE where set (0: NCCL's default)
+    nvls_chunk: int = 0  # NCCL_NVLS_CHUNKSIZE where set
+    nvls_tree_max_chunk: int = 0  # NCCL_NVLSTREE_MAX_CHUNKSIZE where set
 
     @property
     def channels(self) -> int:
@@ -85,6 +88,9 @@ def group_info(ctx: PlanContext, options: NcclOptions) -> GroupInfo:
         collnet=bool(collnet) and multi and topology.in_network_reduction("sharp"),
         pat=multi and ppn == 1,
         ll128_net=not multi or hopper or _nics_in_switch(ctx, gateways[0] if gateways else []),
+        buffsize=options.buffsize or 0,
+        nvls_chunk=options.nvls_chunk or 0,
+        nvls_tree_max_chunk=options.nvls_tree_max_chunk or 0,
     )
 
 

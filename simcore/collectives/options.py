@@ -9,7 +9,13 @@ syntax from NCCL's environment-variable documentation):
 - ``NCCL_PROTO``: the same for protocols (``LL``, ``LL128``, ``Simple``);
 - ``NCCL_COLLNET_ENABLE``: ``1`` enables CollNet (SHARP) where the fabric's switches reduce; off
   unless set here or in the cluster spec (``fabric.collnet: true``), as stock NCCL;
-- ``NCCL_NVLS_ENABLE``: ``0`` disables NVLink SHARP (NVLS and NVLS-tree).
+- ``NCCL_NVLS_ENABLE``: ``0`` disables NVLink SHARP (NVLS and NVLS-tree);
+- ``NCCL_BUFFSIZE``, ``NCCL_NVLS_CHUNKSIZE``, ``NCCL_NVLSTREE_MAX_CHUNKSIZE``: the Simple
+  protocol's buffer (8 steps of it make a chunk) and NVLS's chunk sizes, in bytes (pipeline fill,
+  :mod:`simcore.collectives.pipeline`).
+
+A cluster spec's fabric may carry the environment its network plugin sets (``fabric.nccl_env``,
+e.g. AWS's aws-ofi-nccl on EFA); the user's own environment wins over it (:meth:`NcclOptions.over`).
 
 A bad value is a :class:`~simcore.errors.TrainsimError` naming the variable and what it allows.
 """
@@ -95,6 +101,23 @@ def _switch(env: Mapping[str, str], name: str) -> bool | None:
     return text != "0"
 
 
+_SIZES = {
+    "NCCL_BUFFSIZE": "buffsize",
+    "NCCL_NVLS_CHUNKSIZE": "nvls_chunk",
+    "NCCL_NVLSTREE_MAX_CHUNKSIZE": "nvls_tree_max_chunk",
+}
+
+
+def _size(env: Mapping[str, str], name: str) -> int | None:
+    value = env.get(name)
+    if value is None or str(value).strip() == "":
+        return None
+    text = str(value).strip()
+    if not text.isdigit() or not 4096 <= int(text) <= 2**31:
+        raise TrainsimError(f"{name}={value!r} is not allowed; give a byte count from 4096 to 2147483648")
+    return int(text)
+
+
 @dataclass(frozen=True, slots=True)
 class NcclOptions:
     """Which of NCCL's algorithms and protocols may run (None: NCCL's defaults)."""
@@ -103,6 +126,9 @@ class NcclOptions:
     protocols: frozenset[str] | None = None
     collnet: bool | None = None  # None: as the cluster spec says (off unless it enables CollNet)
     nvls: bool = True
+    buffsize: int | None = None  # NCCL_BUFFSIZE (None: NCCL's default, simcore/data/nccl.yaml)
+    nvls_chunk: int | None = None  # NCCL_NVLS_CHUNKSIZE
+    nvls_tree_max_chunk: int | None = None  # NCCL_NVLSTREE_MAX_CHUNKSIZE
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> NcclOptions:
@@ -114,6 +140,19 @@ class NcclOptions:
             protocols=parse_protocols(proto) if proto and proto.strip() else None,
             collnet=_switch(env, "NCCL_COLLNET_ENABLE"),
             nvls=True if nvls is None else nvls,
+            **{field: _size(env, name) for name, field in _SIZES.items()},
+        )
+
+    def over(self, base: NcclOptions) -> NcclOptions:
+        """These options where set, ``base``'s (a platform's environment) where not."""
+        return NcclOptions(
+            algorithms=self.algorithms if self.algorithms is not None else base.algorithms,
+            protocols=self.protocols if self.protocols is not None else base.protocols,
+            collnet=self.collnet if self.collnet is not None else base.collnet,
+            nvls=self.nvls and base.nvls,
+            buffsize=self.buffsize or base.buffsize,
+            nvls_chunk=self.nvls_chunk or base.nvls_chunk,
+            nvls_tree_max_chunk=self.nvls_tree_max_chunk or base.nvls_tree_max_chunk,
         )
 
     def allows_algorithm(self, name: str) -> bool:

@@ -133,7 +133,8 @@ class Phase:
     """Concurrent transfers plus the phase's latency term.
 
     ``hops`` is the latency structure; ``latency_s`` and ``engine_s`` (the protocol's throughput
-    floor on the bandwidth part) are filled in by :func:`materialize`. In per-step mode the phase
+    floor on the bandwidth part) are filled in by :func:`materialize`, ``stage_s_per_byte`` when a
+    unit plan is priced. In per-step mode the phase
     runs as ``steps`` synchronised steps, each moving ``1/steps`` of every transfer's bytes and
     costing ``1/steps`` of its latency and floor; in aggregate mode it is one round.
     """
@@ -144,6 +145,9 @@ class Phase:
     steps: int = 1
     latency_s: float = 0.0
     engine_s: float = 0.0
+    # Unit plans: seconds per byte on the slowest intra-node and fabric link the phase uses, which
+    # the pipeline fill (simcore.collectives.pipeline) prices its stages by.
+    stage_s_per_byte: tuple[float, float] = (0.0, 0.0)
 
     def link_loads(self) -> dict[Edge, float]:
         """Bytes each directed link carries in this phase."""

@@ -17,14 +17,16 @@ per-step mode also captures how a slowed step holds the next one back.
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any, cast
-
-import simpy
+from typing import TYPE_CHECKING, Any, cast
 
 from simcore.collectives.gc_pause import gc_paused
 from simcore.collectives.plan import Phase, Plan
 from simcore.errors import TrainsimError
 from simcore.net.network import Flow, Network
+
+# simpy: here for type names only (importing them would slow every --help)
+if TYPE_CHECKING:
+    import simpy
 
 __all__ = ["MAX_PER_STEP_FLOWS", "MODES", "RunCounter", "run_plan"]
 

@@ -15,9 +15,8 @@ from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
-import yaml
-
 from simcore.errors import TrainsimError
+from simcore.yamlload import safe_load
 
 __all__ = [
     "PROTOCOLS",
@@ -66,7 +65,7 @@ def _check(data: Any) -> Mapping[str, Any]:
 def tables() -> Mapping[str, Any]:
     """The parsed tuning tables (checked once)."""
     text = resources.files("simcore.data").joinpath(_DATA_FILE).read_text(encoding="utf-8")
-    return _check(yaml.safe_load(text))
+    return _check(safe_load(text))
 
 
 @functools.cache

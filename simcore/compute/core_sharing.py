@@ -23,10 +23,13 @@ Two cases follow:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from simcore.errors import TrainsimError
+
+# numpy: imported inside the functions that use them, so --help does not load them
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "busy_count_distribution",
@@ -46,6 +49,8 @@ def time_sliced_slowdown(busy_threads: float, cores: int) -> float:
 def busy_count_distribution(fractions: Sequence[float]) -> np.ndarray:
     """P(k of the threads are busy), k = 0..len: independent threads, each busy ``fractions[i]``
     of the time (the Poisson binomial distribution, by convolution)."""
+    import numpy as np
+
     distribution = np.array([1.0])
     for p in fractions:
         if not 0.0 <= p <= 1.0:
@@ -57,6 +62,8 @@ def busy_count_distribution(fractions: Sequence[float]) -> np.ndarray:
 def expected_sharing_slowdown(others_busy: Sequence[float], cores: int, background: float = 0.0) -> float:
     """Mean slowdown of a thread while it computes, beside independent threads each busy
     ``others_busy[i]`` of the time and ``background`` threads of other processes always busy."""
+    import numpy as np
+
     if cores < 1 or background < 0:
         raise TrainsimError(f"cores ({cores}) must be >= 1 and background threads ({background}) >= 0")
     distribution = busy_count_distribution(others_busy)
@@ -82,6 +89,8 @@ def shared_core_fixed_point(
     at once (the most sharing; busier threads only slow each other more, so the iteration is a
     contraction from above in practice) and damps each update by half.
     """
+    import numpy as np
+
     if threads < 1:
         raise TrainsimError(f"threads ({threads}) must be >= 1")
     slowdowns = np.full(threads, time_sliced_slowdown(threads + background, cores))

@@ -29,12 +29,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from simcore.compute.rank_speed import device_gradient_time_s, rank_compute_times, rank_speed_factors
 from simcore.errors import TrainsimError
 
+# numpy: imported inside the functions that use them, so --help does not load them
 if TYPE_CHECKING:
+    import numpy as np
+
     from simcore.calibration.profile import CalibrationProfile
     from simcore.engine import Simulation
     from simcore.topology import Topology
@@ -85,6 +86,8 @@ class Jitter:
 
     def draw(self, rng: np.random.Generator, size: int) -> np.ndarray:
         """``size`` multipliers; no random numbers are consumed when inactive."""
+        import numpy as np
+
         if not self.active:
             return np.ones(size)
         return rng.lognormal(0.0, self.sigma, size=size)
@@ -241,6 +244,8 @@ class Heterogeneity:
 
     def straggler_factors(self, world_size: int) -> np.ndarray:
         """Per-rank slowdown from stragglers (1 for ranks that are not stragglers)."""
+        import numpy as np
+
         self.check(world_size)
         factors = np.ones(world_size)
         for s in self.stragglers:
@@ -249,11 +254,15 @@ class Heterogeneity:
 
     def rank_factors(self, rng: np.random.Generator, base: Sequence[float] | np.ndarray) -> np.ndarray:
         """One step's compute-time multiplier per rank: ``base`` x straggler x a fresh jitter draw."""
+        import numpy as np
+
         base_arr = np.asarray(base, dtype=float)
         return base_arr * self.straggler_factors(len(base_arr)) * self.jitter.compute.draw(rng, len(base_arr))
 
     def sync_step_factor(self, rng: np.random.Generator, base: Sequence[float] | np.ndarray) -> float:
         """A synchronous step's compute multiplier: the slowest rank's (everyone waits for it)."""
+        import numpy as np
+
         return float(np.max(self.rank_factors(rng, base)))
 
     def uneven(self, topology: Topology) -> bool:
@@ -293,6 +302,8 @@ def sync_compute_scale(
     the slowest rank's factor that step: its device's time relative to ``reference``, times its
     straggler factor, times a fresh jitter draw from the simulation's seeded RNG.
     """
+    import numpy as np
+
     mixed = is_mixed_devices(topology)
     if not mixed and not heterogeneity.has_stragglers and not heterogeneity.jitter.compute.active:
         return None

@@ -21,11 +21,13 @@ N data-parallel ranks and K optimizer bytes per parameter, DDP holds (2 + 2 + K)
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from simcore.compute.optimizer import OPTIMIZER_IMPLS, resolve_optimizer_impl
 from simcore.errors import TrainsimError
+from simcore.yamlload import safe_load
 
 __all__ = [
     "CATEGORIES",
@@ -148,15 +150,14 @@ class RuntimeMemory:
         return self.cuda_context_bytes + communicators * per_comm
 
 
+@functools.cache  # read once: a what-if asks ~150 times, and each parse takes ~15 ms
 def runtime_memory(device_kind: str) -> RuntimeMemory:
     """The runtime memory figures of ``device_kind`` (``gpu`` or ``cpu``)."""
     from pathlib import Path
 
-    import yaml
-
     path = Path(__file__).parent.parent / "data" / "efficiency.yaml"
     with path.open(encoding="utf-8") as handle:
-        table = yaml.safe_load(handle)["allocator"]
+        table = safe_load(handle)["allocator"]
     entry = table.get(device_kind, table["gpu"])
     return RuntimeMemory(
         float(entry["cuda_context_bytes"]),

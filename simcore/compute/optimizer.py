@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from simcore.errors import TrainsimError
+from simcore.yamlload import safe_load
 
 __all__ = [
     "IMPL_ALIASES",
@@ -53,10 +54,8 @@ _DATA_FILE = Path(__file__).parent.parent / "data" / "efficiency.yaml"
 
 @functools.lru_cache(maxsize=1)
 def _table() -> dict[str, Any]:
-    import yaml
-
     with _DATA_FILE.open(encoding="utf-8") as handle:
-        return dict(yaml.safe_load(handle)["optimizers"])
+        return dict(safe_load(handle)["optimizers"])
 
 
 @dataclass(frozen=True, slots=True)

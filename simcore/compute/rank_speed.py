@@ -10,9 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import numpy as np
+from simcore.compute.roofline import ComputeModel
+from simcore.hardware import device_spec
 
+# numpy: imported inside the functions that use them, so --help does not load them
 if TYPE_CHECKING:
+    import numpy as np
+
     from simcore.calibration.profile import CalibrationProfile
     from simcore.topology import Topology
     from simcore.workload.types import Workload
@@ -40,9 +44,6 @@ def device_gradient_time_s(
     Cached per (device, workload object, dtype, micro-batch, recompute, calibration object): the
     what-if prices the same gradient for every parameter-server mode and GPU count.
     """
-    from simcore.compute.roofline import ComputeModel
-    from simcore.hardware import device_spec
-
     key = (device, id(workload), dtype, micro_batch, recompute, id(calibration))
     hit = _GRADIENT_TIMES.get(key)
     if hit is None or hit[0] is not workload or hit[1] is not calibration:
@@ -70,6 +71,8 @@ def rank_compute_times(
 
     Each distinct device is priced once with :class:`simcore.compute.roofline.ComputeModel`.
     """
+    import numpy as np
+
     by_device: dict[str, float] = {}
     times = np.empty(topology.world_size)
     for rank in range(topology.world_size):

@@ -42,13 +42,15 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from simcore.compute.optimizer import OptimizerStepCost, optimizer_step_cost, resolve_optimizer_impl
 from simcore.dtypes import DTYPE_BYTES
 from simcore.errors import TrainsimError
+from simcore.yamlload import safe_load
 
+# numpy: imported inside the functions that use them, so --help does not load them
 if TYPE_CHECKING:
+    import numpy as np
+
     from simcore.calibration.profile import CalibrationProfile
     from simcore.hardware import DeviceSpec
     from simcore.workload.types import Layer, Workload
@@ -126,10 +128,8 @@ class EfficiencyCurve:
 
 @functools.lru_cache(maxsize=1)
 def _efficiency_table() -> dict[str, Any]:
-    import yaml
-
     with _EFFICIENCY_FILE.open(encoding="utf-8") as handle:
-        return yaml.safe_load(handle)
+        return safe_load(handle)
 
 
 def _curve_from(entry: dict[str, Any], where: str) -> EfficiencyCurve:
@@ -189,6 +189,8 @@ def param_tensor_count(workload: Workload) -> int:
 
 
 def _check_batch(batch: int) -> None:
+    import numpy as np
+
     if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch <= 0:
         raise TrainsimError(f"batch must be a positive integer, got {batch!r}")
 
@@ -210,6 +212,8 @@ def _class_dtypes(device: DeviceSpec, dtype: str) -> dict[str, str]:
 def _wave_factor(rows: np.ndarray, cols: np.ndarray, reduction: np.ndarray, sms: int) -> np.ndarray:
     """Tile and wave quantisation of GEMMs with ``rows x cols`` outputs (gemm_shape source); a
     GEMM with fewer tiles than SMs is split along its ``reduction`` dimension (split-K)."""
+    import numpy as np
+
     tiles = np.ceil(rows / _TILE) * np.ceil(cols / _TILE)
     tile_use = rows * cols / (tiles * _TILE * _TILE)
     splits = np.clip(
@@ -251,6 +255,8 @@ class ComputeModel:
         self, flops: float | np.ndarray, kernel: str = "gemm", phase: str = "fwd"
     ) -> np.ndarray:
         """Achieved FLOP/s of ``kernel``-class operators of ``flops`` FLOPs each (array in, array out)."""
+        import numpy as np
+
         sizes = np.asarray(flops, dtype=float)
         dtype = self.class_dtypes.get(kernel, self.dtype)
         plateau = self.curve.plateau(kernel, phase, dtype)
@@ -273,6 +279,8 @@ class ComputeModel:
 
     def combine(self, kernel_s: float | np.ndarray, host_s: float | np.ndarray) -> np.ndarray:
         """Wall time of kernels and their dispatch: the longer on a GPU, the sum on a CPU rank."""
+        import numpy as np
+
         kernel, host = np.asarray(kernel_s, dtype=float), np.asarray(host_s, dtype=float)
         return kernel + host if self._host_runs_arithmetic else np.maximum(kernel, host)
 
@@ -280,6 +288,8 @@ class ComputeModel:
 
     def _gemm_quantisation(self, layers: tuple[Layer, ...], batch: int, phase: str) -> np.ndarray:
         """Per layer and GEMM (columns: forward, data-gradient, weight-gradient) wave factor."""
+        import numpy as np
+
         factors = np.ones((len(layers), 3))
         sms = self.curve.sms
         if sms <= 0:
@@ -295,6 +305,8 @@ class ComputeModel:
         return factors
 
     def _kernel_times(self, layers: tuple[Layer, ...], batch: int, phase: str) -> np.ndarray:
+        import numpy as np
+
         count = len(layers)
         classes = [kernel_class(lay.kind) for lay in layers]
         fwd = np.fromiter((lay.fwd_flops for lay in layers), float, count) * batch
@@ -323,6 +335,8 @@ class ComputeModel:
         return np.maximum(compute, moved / self.memory_bandwidth_Bps) + gaps
 
     def _host_times(self, layers: tuple[Layer, ...], phase: str) -> np.ndarray:
+        import numpy as np
+
         ops = np.array([layer_operator_count(lay.kind, phase) for lay in layers], dtype=float)
         return ops * self.host_op_s(phase)
 
@@ -362,6 +376,8 @@ class ComputeModel:
 
     def block_times_s(self, workload: Workload, batch: int, phase: str) -> np.ndarray:
         """Seconds per block (``workload.block_names`` order); layers outside blocks are left out."""
+        import numpy as np
+
         kernel, host = self.layer_parts_s(workload, batch, phase)
         return np.array(
             [

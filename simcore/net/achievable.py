@@ -14,10 +14,9 @@ from collections.abc import Iterable, Mapping
 from importlib import resources
 from typing import Any
 
-import yaml
-
 from simcore.errors import TrainsimError
 from simcore.topology import LINK_KINDS
+from simcore.yamlload import safe_load
 
 __all__ = ["achievable_fraction", "shm_efficiency"]
 
@@ -27,7 +26,7 @@ _DATA_FILE = "links.yaml"
 @functools.cache
 def _table() -> Mapping[str, Any]:
     text = resources.files("simcore.data").joinpath(_DATA_FILE).read_text(encoding="utf-8")
-    data = yaml.safe_load(text)
+    data = safe_load(text)
     where = f"simcore/data/{_DATA_FILE}"
     if not isinstance(data, dict):
         raise TrainsimError(f"{where}: expected a mapping of link kind -> achievable fraction")

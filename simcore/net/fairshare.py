@@ -18,8 +18,12 @@ default) give ordinary max-min fairness.
 
 from __future__ import annotations
 
-import numpy as np
-from numpy.typing import NDArray
+from typing import TYPE_CHECKING
+
+# numpy: imported inside the functions that use them, so --help does not load them
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
 
 __all__ = ["LEVEL_TOLERANCE", "max_min_rates"]
 
@@ -40,6 +44,8 @@ def max_min_rates(
     ``entry_link[i]`` and ``entry_flow[i]`` say that flow ``entry_flow[i]`` crosses link
     ``entry_link[i]`` (a link index into ``capacity_Bps``); every flow must cross at least one link.
     """
+    import numpy as np
+
     n_links = len(capacity_Bps)
     rates = np.zeros(n_flows)
     spare = np.asarray(capacity_Bps, dtype=np.float64).copy()

@@ -13,21 +13,22 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import networkx as nx
-import numpy as np
-from numpy.typing import NDArray
-
 from simcore.errors import TrainsimError
 from simcore.net.routing import Edge
 from simcore.topology import Topology, effective_bandwidth
 
+# numpy, networkx: imported inside the functions that use them, so --help does not load them
 if TYPE_CHECKING:
+    import networkx as nx
+    import numpy as np
+    from numpy.typing import NDArray
+
     from simcore.net.network import Flow
 
 __all__ = ["LinkClassSummary", "LinkIndex", "LinkStats", "LinkStatsView", "LinkTable", "link_name"]
 
 _NO_LINKS: dict[str, dict[str, Any]] = {}  # what a node without out-links has (never written)
-_COUNTERS = (("bytes_done", np.float64), ("busy_s", np.float64), ("max_flows", np.int64), ("flows", np.int64))
+_COUNTERS = (("bytes_done", "float64"), ("busy_s", "float64"), ("max_flows", "int64"), ("flows", "int64"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +67,8 @@ class LinkIndex:
     """
 
     def __init__(self, graph: nx.DiGraph) -> None:
+        import numpy as np
+
         self.graph = graph
         self._succ: dict[str, dict[str, dict[str, Any]]] = graph._succ  # raw dicts: views are slow
         self.index: dict[Edge, int] = {}
@@ -88,6 +91,8 @@ class LinkIndex:
     @property
     def capacity(self) -> NDArray[np.float64]:
         """Usable bandwidth (B/s) per link number: datasheet rate x efficiency."""
+        import numpy as np
+
         if len(self._capacity) != len(self.edges):
             self._capacity = np.array(self._bandwidths, dtype=np.float64)
         return self._capacity
@@ -98,6 +103,8 @@ class LinkIndex:
         A link is numbered on first use. This runs once per distinct route (tens of thousands on a
         4096-GPU fabric), hence the loop written out rather than a method call per new link.
         """
+        import numpy as np
+
         known = self._paths.get(route)
         if known is None:
             index, edges, latencies, succ = self.index, self.edges, self._latencies, self._succ
@@ -131,6 +138,8 @@ class LinkTable:
     """One network's counters per link number of the shared :class:`LinkIndex`, as arrays."""
 
     def __init__(self, shared: LinkIndex) -> None:
+        import numpy as np
+
         self.shared = shared
         self.index = shared.index
         self.edges = shared.edges
@@ -142,6 +151,8 @@ class LinkTable:
         return len(self.shared)
 
     def _column(self, name: str) -> NDArray[Any]:
+        import numpy as np
+
         column = self._arrays[name]
         if len(column) < len(self.shared):
             column = self._arrays[name] = np.concatenate(
@@ -156,20 +167,28 @@ class LinkTable:
     flows = property(lambda self: self._column("flows"))
 
     def count_new_flows(self, flows: Sequence[Flow]) -> None:
+        import numpy as np
+
         if flows:
             ids = np.concatenate([f.link_ids for f in flows if f.link_ids is not None])
             self.flows[:] += np.bincount(ids, minlength=len(self))
 
     def note_concurrency(self, links: NDArray[np.intp], counts: NDArray[np.intp]) -> None:
+        import numpy as np
+
         self.max_flows[links] = np.maximum(self.max_flows[links], counts)
 
     def add_bytes(self, links: NDArray[np.intp], sizes: NDArray[np.float64]) -> None:
+        import numpy as np
+
         self.bytes_done[:] += np.bincount(links, weights=sizes, minlength=len(self))
 
     def busiest(
         self, bytes_per_link: NDArray[np.float64], among: NDArray[np.intp] | None = None
     ) -> Edge | None:
         """Most bytes relative to bandwidth; ties go to the first link name in sort order."""
+        import numpy as np
+
         among = np.flatnonzero(self.flows) if among is None else among
         if len(among) == 0:
             return None
@@ -178,6 +197,8 @@ class LinkTable:
         return min(self.edges[i] for i in top.tolist())
 
     def summary(self, bytes_per_link: NDArray[np.float64], span_s: float) -> list[LinkClassSummary]:
+        import numpy as np
+
         used = np.flatnonzero(self.flows)
         kinds = np.array([self.shared.kind(i) for i in used.tolist()])
         rows = []
@@ -222,6 +243,8 @@ class LinkStatsView(Mapping[Edge, LinkStats]):
         return (e for i, e in enumerate(t.edges) if t.flows[i] > 0)
 
     def __len__(self) -> int:
+        import numpy as np
+
         return int(np.count_nonzero(self._links.flows))
 
     @property

@@ -21,17 +21,20 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
-import simpy
-from numpy.typing import NDArray
+from typing import TYPE_CHECKING, Any, cast
 
 from simcore.errors import TrainsimError
 from simcore.net.fairshare import max_min_rates
 from simcore.net.linkstats import LinkClassSummary, LinkIndex, LinkStats, LinkStatsView, LinkTable, link_name
 from simcore.net.routing import Edge, Router
 from simcore.topology import Topology, effective_bandwidth
+
+# numpy, simpy: imported inside the functions that use them, so --help does not load them
+if TYPE_CHECKING:
+    import numpy as np
+    import simpy
+    from numpy.typing import NDArray
+    from simpy.events import EventPriority
 
 __all__ = [
     "FINISH_TOLERANCE",
@@ -48,7 +51,8 @@ __all__ = [
 
 # Flows whose remaining transmission times differ by less than this fraction finish together.
 FINISH_TOLERANCE = 1e-9
-_LATE = simpy.events.EventPriority(2)  # after URGENT (0) and NORMAL (1) events of the same instant
+# simpy's EventPriority (an int): after URGENT (0) and NORMAL (1) events of the same instant.
+_LATE = cast("EventPriority", 2)
 
 
 @dataclass(eq=False, slots=True)
@@ -86,6 +90,8 @@ class _ActiveFlows:
     """
 
     def __init__(self) -> None:
+        import numpy as np
+
         self.flows: list[Flow] = []
         self.size = np.zeros(0)
         self.weight = np.zeros(0)
@@ -100,6 +106,8 @@ class _ActiveFlows:
 
     def rebuild(self, new_flows: list[Flow], links: LinkTable) -> None:
         """Drop finished flows, append ``new_flows``, and give every flow its max-min fair rate."""
+        import numpy as np
+
         keep = self.alive
         if not keep.all():
             slot = np.cumsum(keep) - 1
@@ -136,6 +144,8 @@ class _ActiveFlows:
 
     def progress_per_link(self, n_links: int) -> NDArray[np.float64]:
         """Bytes already sent by the still-active flows, summed per link."""
+        import numpy as np
+
         sent = np.where(self.alive, self.size - self.remaining, 0.0)
         return np.bincount(self.entry_link, weights=sent[self.entry_flow], minlength=n_links).astype(
             np.float64
@@ -245,6 +255,8 @@ class Network:
 
     def _request_recompute(self) -> None:
         """Recompute rates once, after every other event of this instant (cancels the pending timer)."""
+        import simpy
+
         self._generation += 1
         if self._recompute_pending:
             return
@@ -257,6 +269,8 @@ class Network:
 
     def _advance(self) -> None:
         """Bring every active flow's remaining bytes and the links' busy time up to now."""
+        import numpy as np
+
         now = float(self.env.now)
         dt = now - self._last_update
         active = self._flows
@@ -268,6 +282,8 @@ class Network:
 
     def _recompute(self, _event: simpy.Event) -> None:
         """New fair rates for the active flows, and one timer for the earliest group to finish."""
+        import numpy as np
+
         self._recompute_pending = False
         self._advance()
         self.links.count_new_flows(self._new_flows)
@@ -288,6 +304,8 @@ class Network:
         timer.callbacks.append(lambda _ev: self._on_timer(generation, group))
 
     def _on_timer(self, generation: int, group: NDArray[np.intp]) -> None:
+        import numpy as np
+
         if generation != self._generation:
             return  # superseded by a later start or end
         self._advance()

@@ -26,12 +26,14 @@ import itertools
 import re
 import weakref
 from dataclasses import dataclass
-from typing import cast
-
-import networkx as nx
+from typing import TYPE_CHECKING, cast
 
 from simcore.errors import TrainsimError
 from simcore.topology import Topology
+
+# networkx: imported inside the functions that use them, so --help does not load them
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = ["Edge", "Router"]
 
@@ -170,6 +172,8 @@ class Router:
 
     def _host_graph(self, host: int) -> tuple[tuple[object, ...], nx.DiGraph, tuple[str, ...]] | None:
         """(signature, local graph, gateways) of one server, or None if it links to another server."""
+        import networkx as nx
+
         prefix = f"h{host}/"
         cut = len(prefix)
         names: list[str] = []
@@ -209,6 +213,8 @@ class Router:
         return self._dijkstra(src, dst)
 
     def _dijkstra(self, src: str, dst: str) -> tuple[Edge, ...]:
+        import networkx as nx
+
         try:
             nodes = nx.shortest_path(self.graph, src, dst, weight="latency_s")
         except nx.NetworkXNoPath as exc:
@@ -265,6 +271,8 @@ class Router:
 
     def _local_route(self, template: _HostTemplate, src: str, dst: str) -> tuple[Edge, ...] | None:
         """The lowest-latency path inside a server build, as links in local names (cached)."""
+        import networkx as nx
+
         key = (id(template), src, dst)
         if key not in self._local_routes:
             paths = self._local_paths.get(key[:2])
@@ -295,6 +303,8 @@ class Router:
 
     def _nearest_gateway(self, template: _HostTemplate, local: str, outbound: bool) -> str | None:
         """Lowest latency to (or from) a gateway; ties: same rail number, then graph order."""
+        import networkx as nx
+
         key = (id(template), local, outbound)
         if key in self._gateway_cache:
             return self._gateway_cache[key]

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from simcore.errors import TrainsimError
+from simcore.net.network import link_name
 from simcore.topology import effective_bandwidth
 
 if TYPE_CHECKING:
@@ -179,8 +180,6 @@ def record_network(recorder: TraceRecorder, network: Network, *, counter_links: 
     on track ``"links: {kind}"``, lane ``"u->v"``; a flow occupies its links from its start until
     its last byte left (``sent_s``). Counters go on track ``"link utilisation"``.
     """
-    from simcore.net.network import link_name
-
     graph = network.topology.graph
     for flow in network.completed:
         if not flow.route:

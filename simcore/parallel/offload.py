@@ -32,6 +32,7 @@ from simcore.compute.optimizer import optimizer_step_cost
 from simcore.net.routing import Router
 from simcore.topology import Topology
 from simcore.units import parse_bandwidth
+from simcore.yamlload import safe_load
 
 __all__ = ["OffloadEffect", "host_dram_share_Bps", "offload_effect", "pcie_bandwidth_Bps"]
 
@@ -40,10 +41,8 @@ _DATA = Path(__file__).parent / "data" / "offload.yaml"
 
 @functools.lru_cache(maxsize=1)
 def _table() -> dict[str, Any]:
-    import yaml
-
     with _DATA.open(encoding="utf-8") as handle:
-        return dict(yaml.safe_load(handle))
+        return dict(safe_load(handle))
 
 
 def pcie_bandwidth_Bps(topology: Topology, rank: int) -> float:

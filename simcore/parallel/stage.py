@@ -15,8 +15,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from simcore.compute.optimizer import OptimizerStepCost
 from simcore.compute.roofline import PHASES
 from simcore.parallel.comm import GroupPricer, sharing_groups
@@ -29,7 +27,10 @@ from simcore.parallel.shard import ShardSpec, shard_layer
 from simcore.parallel.tp import tensor_parallel_collectives
 from simcore.workload.types import Layer, ParameterTie, TransformerDims, Workload
 
+# numpy: imported inside the functions that use them, so --help does not load them
 if TYPE_CHECKING:
+    import numpy as np
+
     from simcore.compute.roofline import ComputeModel
 
 __all__ = ["StageModel", "StageTimer", "build_stage", "shard_spec"]
@@ -65,6 +66,8 @@ class StageTimer:
         return self.base.curve
 
     def layer_parts_s(self, workload: Workload, batch: int, phase: str) -> tuple[np.ndarray, np.ndarray]:
+        import numpy as np
+
         kernel, host = self.base.layer_parts_s(workload, batch, phase)
         return np.asarray(kernel) + self.extra[phase], np.asarray(host)
 
@@ -157,6 +160,8 @@ def build_stage(
     micro_batch: int,
 ) -> StageModel:
     """The :class:`StageModel` of pipeline rank ``rank`` holding ``chunks``."""
+    import numpy as np
+
     dims = workload.dims
     assert dims is not None  # check_layout rejects model parallelism without a transformer shape
     spec = shard_spec(layout, options, dims)
@@ -221,6 +226,8 @@ def _exposed_comm(
     base: dict[str, np.ndarray],
 ) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
     """Exposed forward and backward seconds per layer, and their per-axis totals."""
+    import numpy as np
+
     fwd = np.zeros(len(layers))
     bwd = np.zeros(len(layers))
     totals = {"tp": 0.0, "cp": 0.0, "ep": 0.0}

@@ -40,7 +40,14 @@ from simcore.parallel.stage import StageModel, build_stage, shard_spec
 from simcore.report import StepReport
 from simcore.strategies import get_strategy
 from simcore.strategies.base import CommCost, StepContext, TrainingConfig
-from simcore.strategies.runner import StepResult, gating_device, make_context, report_step, simulate_step
+from simcore.strategies.runner import (
+    StepResult,
+    gating_device,
+    make_context,
+    nics_on_host,
+    report_step,
+    simulate_step,
+)
 from simcore.strategies.schedule import PlanRun, Span
 
 if TYPE_CHECKING:
@@ -349,6 +356,7 @@ class _Composer:
             node,
             tuple(first_on_host.values()),
             self.device.memory_bytes,
+            nics_per_node=nics_on_host(self.topology, host),
         )
 
     def _run_stage(self, model: StageModel) -> _StageRun:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from simcore.paramserver.config import PS_MODES
 from simcore.paramserver.report import PSResult
 from simcore.report import StepReport
+from simcore.staleness.penalty import estimate_accuracy_penalty
 
 __all__ = ["Verdict", "is_ps_mode", "uneven_hardware_advice"]
 
@@ -37,8 +38,6 @@ class Verdict:
 
 
 def _penalty_note(result: PSResult) -> str:
-    from simcore.staleness.penalty import estimate_accuracy_penalty
-
     if result.staleness["max"] == 0:
         return "no staleness"
     estimate = estimate_accuracy_penalty(

@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
+from simcore.compute.roofline import ComputeModel
+from simcore.hardware import device_spec
 
 if TYPE_CHECKING:
     from simcore.calibration.profile import CalibrationProfile
@@ -45,8 +46,7 @@ def segments(
     calibration: CalibrationProfile | None = None,
 ) -> tuple[Segment, ...]:
     """The segments of ``workload`` priced on ``device`` (cut where compute reaches each quantile)."""
-    from simcore.compute.roofline import ComputeModel
-    from simcore.hardware import device_spec
+    import numpy as np
 
     model = ComputeModel(device_spec(device), dtype, calibration)
     fwd = np.asarray(model.layer_times_s(workload, micro_batch, "fwd"), dtype=float)

@@ -39,10 +39,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from simcore.compute.memory import MemoryPeak
+from simcore.hardware import device_spec
 from simcore.paramserver.config import MODES
 from simcore.paramserver.footprint import activation_bytes, served_params_per_worker, server_peak, worker_peak
 from simcore.paramserver.simulate import PSOutcome
 from simcore.report import StepReport
+from simcore.strategies.base import model_flops_per_step
 from simcore.strategies.runner import percentile  # linear, like numpy's default, without numpy.ma
 
 __all__ = ["PSResult", "staleness_summary", "step_times", "summarise", "sustained_samples_per_s"]
@@ -143,8 +145,6 @@ def _compute_only_s(outcome: PSOutcome) -> float:
 
 def _memory(outcome: PSOutcome) -> MemoryPeak:
     """The tightest peak (largest fraction of its device) over workers and dedicated server devices."""
-    from simcore.hardware import device_spec
-
     topo, w = outcome.topology, outcome.workers
     accumulate = MODES[outcome.config.mode].barrier
     served = served_params_per_worker(outcome.server_devices, outcome.layout.shard_params, topo.ranks[:w])
@@ -175,9 +175,6 @@ def _memory(outcome: PSOutcome) -> MemoryPeak:
 
 
 def _step_report(outcome: PSOutcome, cluster: str, times: Sequence[float]) -> StepReport:
-    from simcore.hardware import device_spec
-    from simcore.strategies.base import model_flops_per_step
-
     cfg, workload, w = outcome.training, outcome.workload, outcome.workers
     rec = outcome.records
     p50, p99 = percentile(times, 50), percentile(times, 99)

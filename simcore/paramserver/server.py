@@ -15,9 +15,12 @@ before computing it.
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import simpy
+# simpy: imported inside the functions that use them, so --help does not load them
+if TYPE_CHECKING:
+    import simpy
+
 
 __all__ = ["ACCUMULATOR_BYTES", "ShardServer"]
 
@@ -39,6 +42,8 @@ class ShardServer:
         aggregate_time_s: float,
         workers: int,
     ) -> None:
+        import simpy
+
         self.env = env
         self.index = index
         self.device = device

@@ -11,8 +11,10 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from simcore.compute.heterogeneity import NO_HETEROGENEITY, Heterogeneity, rank_compute_times
+from simcore.compute.roofline import ComputeModel
 from simcore.engine import Simulation
 from simcore.errors import TrainsimError
+from simcore.hardware import device_spec
 from simcore.net.network import Network, link_name
 from simcore.paramserver.config import MODES, PSConfig
 from simcore.paramserver.layout import (
@@ -69,9 +71,6 @@ def _server_times(
     calibration: CalibrationProfile | None,
 ) -> tuple[float, float]:
     """(update, aggregate-one-gradient) seconds for ``params`` parameters on ``device``."""
-    from simcore.compute.roofline import ComputeModel
-    from simcore.hardware import device_spec
-
     spec = device_spec(str(topology.node(device).get("gpu", "")) or "cpu")
     model = ComputeModel(spec, training.dtype, calibration)
     update = model.optimizer_time_s(params, training.optimizer)

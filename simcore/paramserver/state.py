@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-
-import numpy as np
-import simpy
+from typing import TYPE_CHECKING
 
 from simcore.compute.heterogeneity import Heterogeneity
 from simcore.engine import Simulation
@@ -14,6 +12,11 @@ from simcore.net.network import Network
 from simcore.paramserver.config import PSConfig
 from simcore.paramserver.pipeline import Segment
 from simcore.paramserver.server import ShardServer
+
+# numpy, simpy: imported inside the functions that use them, so --help does not load them
+if TYPE_CHECKING:
+    import numpy as np
+    import simpy
 
 __all__ = ["PSRun", "Records"]
 
@@ -50,6 +53,8 @@ class PSRun:
         param_bytes: Sequence[float],
         segments: Sequence[Segment] = (),
     ) -> None:
+        import numpy as np
+
         self.sim = sim
         self.env: simpy.Environment = sim.env
         self.network = network

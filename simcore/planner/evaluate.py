@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from simcore.compute.heterogeneity import NO_HETEROGENEITY, sync_compute_scale
+from simcore.compute.roofline import ComputeModel
 from simcore.errors import TrainsimError
 from simcore.fastpath.costs import fast_collective_model
 from simcore.fastpath.path import DEFAULT_ENGINE_PATH, check_engine_path, choose_path
@@ -99,8 +100,6 @@ def _cluster(job: PlanJob, gpus: int) -> _Cluster:
     key = (job.key or id(job), job.cluster, gpus, job.config.dtype, job.engine_path)
     known = _CLUSTERS.get(key)
     if known is None:
-        from simcore.compute.roofline import ComputeModel
-
         topology = load_topology(job.loader, job.cluster, gpus)
         device = gating_device(topology, job.config.dtype)
         path = choose_path(job.engine_path, topology)

@@ -22,11 +22,13 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from simcore.errors import TrainsimError
+
+# numpy: imported inside the functions that use them, so --help does not load them
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "StalenessDistribution",
@@ -76,6 +78,8 @@ class StalenessDistribution:
 
     def quantile(self, q: float) -> int:
         """The smallest delay whose cumulative probability reaches ``q`` (0 < q <= 1)."""
+        import numpy as np
+
         if not 0.0 < q <= 1.0:
             raise TrainsimError(f"quantile must be in (0, 1], got {q}")
         cumulative = np.cumsum(self.probabilities)
@@ -92,6 +96,8 @@ class StalenessDistribution:
 
     def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
         """``size`` independent delays drawn with ``rng`` (one uniform draw each, so reproducible by seed)."""
+        import numpy as np
+
         cumulative = np.cumsum(self.probabilities)
         index = np.searchsorted(cumulative, rng.random(size), side="right")
         return np.asarray(self.delays, dtype=np.int64)[np.minimum(index, len(self.delays) - 1)]

@@ -17,9 +17,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from simcore.errors import TrainsimError
+
+# numpy is imported inside the functions that use it, so --help does not load it.
 
 __all__ = [
     "PENALTY_COEFFICIENTS_FILE",
@@ -73,6 +73,8 @@ def fit_penalty_model(observations: Sequence[PenaltyObservation]) -> dict[str, A
     stops reaching the target. ``alpha_mean`` (grid of 0.01) minimises the RMSE of the spread
     settings' penalties predicted at ``x = alpha * mean + (1 - alpha) * p99``.
     """
+    import numpy as np
+
     fixed = sorted((o for o in observations if o.fixed), key=lambda o: o.mean_staleness)
     spread = [o for o in observations if not o.fixed]
     if not fixed or not spread:
@@ -82,6 +84,8 @@ def fit_penalty_model(observations: Sequence[PenaltyObservation]) -> dict[str, A
     measured = np.array([o.penalty_points for o in spread])
 
     def spread_rmse(alpha: float) -> float:
+        import numpy as np
+
         x = np.array([alpha * o.mean_staleness + (1 - alpha) * o.p99_staleness for o in spread])
         return float(np.sqrt(np.mean((np.interp(x, knots_x, penalty) - measured) ** 2)))
 
@@ -111,6 +115,8 @@ def _effective_staleness(fit: Mapping[str, Any], mean_staleness: float, p99_stal
 
 def _slowdown_at(knots: list[dict[str, Any]], x: float) -> float | None:
     """Updates-to-target factor at effective staleness ``x``; None past the last knot that reached it."""
+    import numpy as np
+
     reached = [
         (float(k["staleness"]), float(k["updates_to_target_factor"]))
         for k in knots
@@ -150,6 +156,8 @@ def estimate_accuracy_penalty(
     ``extrapolated`` (beyond the largest delay studied; the last measured value is held), ``basis``
     and ``provenance``.
     """
+    import numpy as np
+
     for name, value in (("mean_staleness", mean_staleness), ("p99_staleness", p99_staleness)):
         if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
             raise TrainsimError(f"{name} must be a finite number >= 0, got {value!r}")

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from simcore.collectives.tuning import channels as nccl_channels
 from simcore.compute.memory import optimizer_step_temp_bytes, runtime_memory
 from simcore.compute.optimizer import (
     IMPL_ALIASES,
@@ -36,6 +37,7 @@ from simcore.compute.precision import PRECISION_MODES, Precision, resolve_precis
 from simcore.compute.roofline import param_tensor_count
 from simcore.dtypes import DTYPE_BYTES
 from simcore.errors import TrainsimError
+from simcore.yamlload import safe_load
 
 if TYPE_CHECKING:
     from simcore.strategies.schedule import StepPlan
@@ -269,11 +271,9 @@ class TrainingConfig:
 @functools.lru_cache(maxsize=1)
 def contention_table() -> dict[str, Any]:
     """``data/efficiency.yaml``, section ``contention``."""
-    import yaml
-
     path = Path(__file__).parent.parent / "data" / "efficiency.yaml"
     with path.open(encoding="utf-8") as handle:
-        return dict(yaml.safe_load(handle)["contention"])
+        return dict(safe_load(handle)["contention"])
 
 
 def optimizer_state_bytes(precision: Precision, optimizer: str) -> int:
@@ -335,6 +335,7 @@ class StepContext:
     device_memory_bytes: int
     _layer_times: dict[str, list[float]] = field(default_factory=dict)
     concurrent: ConcurrentFn | None = None  # same-shape groups priced together (None: one at a time)
+    nics_per_node: int = 0  # NICs on rank 0's host (0: unknown): network collectives' channel count
 
     @property
     def accumulation(self) -> int:
@@ -386,7 +387,11 @@ class StepContext:
         sms = int(getattr(getattr(self.timer, "curve", None), "sms", 0) or 0)
         if sms <= 0:
             return DEFAULT_COMM_COMPUTE_SLOWDOWN
-        channels = contention_table()["channels"].get(cost.link_kind, 0)
+        table = contention_table()
+        channels = table["channels"].get(cost.link_kind, 0)
+        if cost.link_kind in table["network_kinds"] and self.nics_per_node > 0:
+            # across nodes NCCL runs a fixed number of channels per NIC (the collective model's rule)
+            channels = nccl_channels(2, self.nics_per_node)
         return sms / max(1.0, sms - min(float(channels), sms - 1.0))
 
     def timer_combine(self, kernel_s: float, host_ops: float, phase: str = "fwd") -> float:

@@ -22,13 +22,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
+from simcore.collectives import collective_time, concurrent_collective_time, describe_link
 from simcore.compute.optimizer import canonical_impl, check_impl_supported
 from simcore.compute.precision import COMPUTE_DTYPES, check_precision, resolve_precision
+from simcore.compute.roofline import ComputeModel
 from simcore.engine import Simulation
 from simcore.errors import TrainsimError
 from simcore.fastpath.evaluate import evaluate_plan
+from simcore.hardware import device_spec
 from simcore.report import StepReport
 from simcore.strategies.base import (
     CollectiveFn,
@@ -56,6 +57,7 @@ __all__ = [
     "concurrent_model",
     "gating_device",
     "make_context",
+    "nics_on_host",
     "percentile",
     "rank_groups",
     "report_step",
@@ -106,8 +108,6 @@ def collective_model(
     the same at both ends, and it keeps DDP's many slightly different bucket sizes from each
     costing a simulation.
     """
-    from simcore.collectives import collective_time, describe_link
-
     memo: dict[tuple[str, float, tuple[int, ...]], CommCost] = {}
 
     def simulated(op: str, size_bytes: float, group: tuple[int, ...]) -> CommCost:
@@ -129,8 +129,6 @@ def concurrent_model(
     """Price one collective run by several same-shape groups at once (HSDP's replicate groups)
     with :func:`simcore.collectives.concurrent_collective_time`; a calibration profile's measured
     fit for the shape answers instead, as in :func:`collective_model`."""
-    from simcore.collectives import collective_time, concurrent_collective_time, describe_link
-
     memo: dict[tuple[str, float, tuple[tuple[int, ...], ...]], CommCost] = {}
 
     def simulated(op: str, size_bytes: float, groups: tuple[tuple[int, ...], ...]) -> CommCost:
@@ -155,8 +153,6 @@ def gating_device(topology: Topology, dtype: str) -> DeviceSpec:
     waits for the slowest, so it stands for all; its memory is also the tightest when the slower
     device is the smaller one (each rank on its own device needs per-rank processes).
     """
-    from simcore.hardware import device_spec
-
     names = sorted({topology.gpu_spec_name(r) or "cpu" for r in range(topology.world_size)})
     devices = [device_spec(name) for name in names]
     needs = resolve_precision("auto", dtype, "fsdp") if dtype in COMPUTE_DTYPES else None
@@ -178,8 +174,6 @@ def make_context(
 ) -> StepContext:
     """A step context for ``topology``'s ranks on their :func:`gating_device`, unless a timer is given."""
     if timer is None or device_memory_bytes is None:
-        from simcore.compute.roofline import ComputeModel
-
         device = gating_device(topology, config.dtype)
         timer = timer or ComputeModel(device, config.dtype, calibration)
         device_memory_bytes = device_memory_bytes or device.memory_bytes
@@ -197,6 +191,14 @@ def make_context(
         cross,
         device_memory_bytes,
         concurrent=None if collective is not None else concurrent_model(topology, calibration),
+        nics_per_node=nics_on_host(topology, topology.host_of_rank(0)),
+    )
+
+
+def nics_on_host(topology: Topology, host: int) -> int:
+    """Network adapters on ``host`` (what NCCL spreads its channels over across nodes)."""
+    return sum(
+        1 for _, a in topology.graph.nodes(data=True) if a.get("kind") == "nic" and a.get("host") == host
     )
 
 
@@ -237,6 +239,8 @@ def simulate_step(
         sigma, ranks = cfg.compute_jitter_sigma, ctx.gpus
 
         def compute_scale(sim: Simulation, step: int) -> float:
+            import numpy as np
+
             return float(np.max(sim.rng.lognormal(0.0, sigma, size=ranks)))
 
     if compute_scale is not None and cfg.jitter_scope == "sync":

@@ -25,11 +25,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-
-import simpy
+from typing import TYPE_CHECKING
 
 from simcore.compute.memory import MemoryChange, MemoryTimeline
 from simcore.engine import Simulation
+
+# simpy: here for type names only (importing them would slow every --help)
+if TYPE_CHECKING:
+    import simpy
 
 __all__ = ["Op", "PlanBuilder", "PlanRun", "Span", "StepPlan", "is_comm_stream", "rank_of_stream", "run_plan"]
 

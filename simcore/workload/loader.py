@@ -14,6 +14,7 @@ callable that returns a ``torch.nn.Module`` (imported on the meta device, see
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 from collections.abc import Mapping
@@ -22,8 +23,12 @@ from typing import Any
 
 from simcore.dtypes import DTYPE_BYTES
 from simcore.errors import TrainsimError
+from simcore.workload.models import cnn, transformer
+from simcore.workload.models.vit import build_vit
 from simcore.workload.shapefile import load_shape_file
+from simcore.workload.torch_import import workload_from_factory
 from simcore.workload.types import Workload
+from simcore.yamlload import safe_load
 
 __all__ = ["load_workload", "preset_names", "preset_source"]
 
@@ -37,10 +42,8 @@ _PRESETS_FILE = Path(__file__).parent / "models" / "presets.yaml"
 
 @functools.lru_cache(maxsize=1)
 def _preset_table() -> Mapping[str, Mapping[str, Any]]:
-    import yaml
-
     with _PRESETS_FILE.open(encoding="utf-8") as handle:
-        data = yaml.safe_load(handle)
+        data = safe_load(handle)
     return data["presets"]
 
 
@@ -67,25 +70,27 @@ def _preset_entry(name: str) -> Mapping[str, Any]:
 
 
 @functools.lru_cache(maxsize=64)  # workloads are immutable: what-if sweeps reuse them
-def _build_preset(name: str, seq_len: int | None, image_size: int | None, dtype: str | None) -> Workload:
+def _build_preset(
+    name: str, seq_len: int | None, image_size: int | None, dtype: str | None, flash: bool | None = None
+) -> Workload:
     entry = _preset_entry(name)
+    if flash is not None and entry["family"] != "transformer":
+        raise TrainsimError(
+            f"model {name!r} has no attention to run fused or eager (a {entry['family']} preset)"
+        )
     if entry["family"] == "transformer":
-        from simcore.workload.models import transformer
-
         shape = transformer.TransformerShape.from_mapping(entry["shape"], where=f"preset {name!r}")
+        if flash is not None:
+            shape = dataclasses.replace(shape, flash_attention=flash)
         return transformer.build_workload(
             name, shape, seq_len=seq_len, dtype=dtype or entry.get("dtype", "bf16"), source=entry["source"]
         )
     size = image_size or int(entry["image_size"])
     if entry["family"] == "vit":
-        from simcore.workload.models.vit import build_vit
-
         return build_vit(
             name, **dict(entry["shape"]), image_size=size, dtype=dtype or entry.get("dtype", "bf16"),
             source=entry["source"],
         )  # fmt: skip
-    from simcore.workload.models import cnn
-
     return cnn.build_preset(
         name,
         entry["builder"],
@@ -117,6 +122,7 @@ def load_workload(
     image_size: int | None = None,
     dtype: str | None = None,
     input_shape: tuple[int, ...] | None = None,
+    flash_attention: bool | None = None,
 ) -> Workload:
     """The workload named by ``spec``: a preset, a shape file, or ``"module:factory"``.
 
@@ -124,16 +130,21 @@ def load_workload(
     input resolution, ``dtype`` the activation dtype (default: the preset's, else ``bf16``).
     ``input_shape`` is the per-sample input shape for a torch module (e.g. ``(3, 224, 224)``);
     for token models give ``seq_len`` instead (the input is then a ``(1, seq_len)`` int64 tensor).
+    ``flash_attention`` overrides a transformer preset's attention: fused (True) or the eager
+    path that materialises the scores (False); None keeps the preset's.
     """
     _check_dtype(dtype)
     _check_positive(seq_len, "seq_len")
     _check_positive(image_size, "image_size")
-    if spec.endswith((".yaml", ".yml", ".json")) or Path(spec).is_file():
+    is_file = spec.endswith((".yaml", ".yml", ".json")) or Path(spec).is_file()
+    if flash_attention is not None and (is_file or ":" in spec):
+        raise TrainsimError(
+            "flash_attention overrides a transformer preset only (a shape file states its own)"
+        )
+    if is_file:
         return load_shape_file(Path(spec), seq_len=seq_len, image_size=image_size, dtype=dtype)
     if ":" in spec:
-        from simcore.workload.torch_import import workload_from_factory
-
         return workload_from_factory(
             spec, input_shape=input_shape, seq_len=seq_len, image_size=image_size, dtype=dtype or "bf16"
         )
-    return _build_preset(spec, seq_len, image_size, dtype)
+    return _build_preset(spec, seq_len, image_size, dtype, flash_attention)

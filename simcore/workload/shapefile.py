@@ -18,6 +18,15 @@ from simcore.dtypes import DTYPE_BYTES
 from simcore.errors import TrainsimError
 from simcore.inputs import check_nesting, load_yaml, read_text
 from simcore.limits import MODEL_BLOCKS, MODEL_DIMENSION, MODEL_OPERATORS, NAME_LENGTH, TEXT_LENGTH
+from simcore.workload.models import (
+    check_keys,
+    get_bool,
+    get_choice,
+    get_nonnegative_int,
+    get_positive_int,
+    transformer,
+)
+from simcore.workload.models.netbuilder import NetBuilder
 
 if TYPE_CHECKING:
     from simcore.workload.types import Workload
@@ -86,8 +95,6 @@ def load_shape_file(
     Optional top-level keys: ``name`` (default: the file's stem), ``dtype`` (default ``bf16``) and
     ``source``. Keys and values are checked strictly; errors name the file and the key.
     """
-    from simcore.workload.models import check_keys
-
     where = str(path)
     for value, what in ((seq_len, "seq_len"), (image_size, "image_size")):
         if value is not None:
@@ -107,8 +114,6 @@ def load_shape_file(
     if "transformer" in data:
         if "input" in data:
             raise TrainsimError(f"{where}: key 'input' belongs to a layer list, not to a transformer")
-        from simcore.workload.models import transformer
-
         body = data["transformer"]
         blocks = body.get("layers") if isinstance(body, Mapping) else None
         if isinstance(blocks, int) and not isinstance(blocks, bool):
@@ -142,8 +147,6 @@ def _check_finite(workload: Workload, where: str) -> Workload:
 def _layer_list_workload(
     data: Mapping[str, Any], where: str, name: str, dtype: str, source: str, image_size: int | None
 ) -> Workload:
-    from simcore.workload.models.netbuilder import NetBuilder
-
     shape = data.get("input")
     if (
         not isinstance(shape, list)
@@ -185,14 +188,6 @@ def _add_ops(net: Any, ops: object, where: str, in_block: bool) -> None:
 
 
 def _add_op(net: Any, op: str, args: object, where: str, in_block: bool) -> None:
-    from simcore.workload.models import (
-        check_keys,
-        get_bool,
-        get_choice,
-        get_nonnegative_int,
-        get_positive_int,
-    )
-
     required, optional = _OP_KEYS[op]
     a = check_keys(args, required, optional, where)
     label = f"{op}{len(net.layers)}"

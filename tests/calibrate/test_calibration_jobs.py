@@ -240,3 +240,11 @@ def test_collectives_after_compute_are_measured_and_fitted_apart(
     for op in ("all_gather", "reduce_scatter"):  # fitted, or (a noisy sweep) named as left out
         fitted = (op, 2, "intra_node") in profile.after_compute
         assert fitted or f"{op}/2/intra_node after compute" in left_out
+
+
+def test_the_parser_lists_every_layer_benchmark() -> None:
+    """``--layers`` is checked against names that need no torch; they must be the benchmarks' own."""
+    from calibrate.compute.layers import LAYERS
+    from calibrate.compute.options import LAYER_NAMES
+
+    assert tuple(LAYERS) == LAYER_NAMES

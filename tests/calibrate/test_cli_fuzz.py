@@ -30,7 +30,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.fuzzing import check_cli_outcome, inside, run_cli
+from tests.fuzzing import FLAG, check_cli_outcome, flag_argv, inside, run_cli
+from tests.fuzzing import flag_choice as _choice
+from tests.fuzzing import flag_ints as _ints
 from tests.paths import TESTS
 
 FAST_EXAMPLES = 5
@@ -38,19 +40,6 @@ SLOW_EXAMPLES = 80
 SECONDS_PER_EXAMPLE = 60  # far above any run here (the slowest, a fit, takes well under a second)
 NCCL = TESTS / "data" / "nccl"
 EARLIER = '{"kind": "provenance", "job": "earlier"}\n'
-FLAG = None  # a flag without a value
-
-GARBAGE = st.sampled_from(
-    ["", "x", "-1", "0", "1e400", "nan", "inf", "-inf", "1,,2", ",", "ü", "9" * 30, "1:2:3"]
-)
-
-
-def _ints(*valid: int) -> st.SearchStrategy[str]:
-    return st.one_of(st.sampled_from([str(v) for v in valid]), st.integers(-3, 10**7).map(str), GARBAGE)
-
-
-def _choice(*valid: str) -> st.SearchStrategy[str]:
-    return st.one_of(st.sampled_from(valid), GARBAGE)
 
 
 def _sizes(*valid: str) -> st.SearchStrategy[str]:
@@ -220,7 +209,7 @@ def _fake_memory_truth(monkeypatch: pytest.MonkeyPatch) -> None:
         return {"kind": "memory_truth", "model": spec.name, "strategy": strategy, "world_size": world,
                 "optimizer": optimizer, "peak_bytes": 1e6, "peak_phase": "backward", "tracked_step_s": 0.1}  # fmt: skip
 
-    monkeypatch.setattr(importlib.import_module("calibrate.memory_truth.cli"), "measure", measure)
+    monkeypatch.setattr(importlib.import_module("calibrate.memory_truth.measure"), "measure", measure)
 
 
 def _no_watchdog(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -280,12 +269,7 @@ COMMANDS: dict[str, tuple[str, dict[str, Any], bool, Callable[[Path], dict[str, 
 @st.composite
 def _argv(draw: st.DrawFn, flags: dict[str, Any], places: list[str]) -> tuple[list[str], str]:
     """Random flags, and the name of the place (output, inputs or job) the example uses."""
-    chosen = draw(st.lists(st.sampled_from(sorted(flags)), max_size=4, unique=True))
-    argv: list[str] = []
-    for flag in chosen:
-        value = draw(flags[flag])
-        argv += [flag] if value is FLAG else [flag, value]
-    return argv, draw(st.sampled_from(places))
+    return draw(flag_argv(flags)), draw(st.sampled_from(places))
 
 
 def _fuzz(name: str, examples: int, monkeypatch: pytest.MonkeyPatch) -> None:

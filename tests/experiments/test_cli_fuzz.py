@@ -12,15 +12,10 @@ The default run tries a few examples per command; ``-m slow`` runs many more.
 
 from __future__ import annotations
 
-import contextlib
-import io
+import importlib
 import json
-import os
-import re
 import shutil
-import signal
 import tempfile
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,26 +23,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.fuzzing import FLAG, GARBAGE, check_cli_outcome, flag_argv, inside, run_cli
+from tests.fuzzing import flag_choice as _choice
+from tests.fuzzing import flag_ints as _ints
 from tests.paths import REPO
 
 FAST_EXAMPLES = 4
 SLOW_EXAMPLES = 60
 SECONDS_PER_EXAMPLE = 60  # far above any bounded run here (the slowest base takes ~3 s)
-NON_FINITE = re.compile(r"(?<![\w.])-?(nan|inf|infinity)(?![\w.])", re.IGNORECASE)
 MEASURED = REPO / "experiments" / "results" / "validation"
-
-GARBAGE = st.sampled_from(["", "x", "-1", "0", "1e400", "nan", "inf", "1,,2", ",", "ü", "9" * 30, "1:2:3"])
-
-
-def _ints(*valid: int) -> st.SearchStrategy[str]:
-    return st.one_of(st.sampled_from([str(v) for v in valid]), st.integers(-3, 10**7).map(str), GARBAGE)
-
-
-def _choice(*valid: str) -> st.SearchStrategy[str]:
-    return st.one_of(st.sampled_from(valid), GARBAGE)
-
-
-FLAG = None  # a flag without a value
 
 # Per command: how to call it, the argv every example starts from, and each flag's values.
 WHAT_IF = {
@@ -181,67 +165,13 @@ def _out_choices(folder: Path) -> list[list[str]]:
     ]
 
 
-@contextlib.contextmanager
-def _inside(folder: Path) -> Iterator[None]:
-    """Run in ``folder``, so that a default runs/ folder lands there (contextlib.chdir is 3.11+)."""
-    before = Path.cwd()
-    os.chdir(folder)
-    try:
-        yield
-    finally:
-        os.chdir(before)
-
-
-@contextlib.contextmanager
-def _time_bound(seconds: int) -> Iterator[None]:
-    def expired(signum: int, frame: object) -> None:
-        raise TimeoutError(f"one example ran longer than {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-def run_cli(main: Callable[[list[str]], int], argv: list[str]) -> tuple[int, str, str]:
-    """(status, stdout, stderr) of ``main(argv)`` in process; any other exception propagates."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), _time_bound(SECONDS_PER_EXAMPLE):
-        try:
-            code = main(argv)
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 2
-    return int(code or 0), out.getvalue(), err.getvalue()
-
-
-def check_outcome(argv: list[str], code: int, out: str, err: str) -> None:
-    shown = f"argv {argv}:\nstdout: {out[-1500:]}\nstderr: {err[-1500:]}"
-    assert code in (0, 2), shown
-    assert "Traceback" not in out + err, shown
-    errors = [line for line in err.splitlines() if line.startswith("error:")]
-    assert len(errors) <= 1, shown
-    assert (code == 2) == bool(errors), shown
-    assert not NON_FINITE.search(out), shown
-
-
 @st.composite
 def _argv(draw: st.DrawFn, flags: dict[str, Any], outs: list[list[str]] | None) -> list[str]:
-    chosen = draw(st.lists(st.sampled_from(sorted(flags)), max_size=4, unique=True))
-    argv: list[str] = []
-    for flag in chosen:
-        value = draw(flags[flag])
-        argv += [flag] if value is FLAG else [flag, value]
-    if outs is not None:
-        argv += draw(st.sampled_from(outs))
-    return argv
+    argv = draw(flag_argv(flags))
+    return argv + draw(st.sampled_from(outs)) if outs is not None else argv
 
 
 def _fuzz(name: str, examples: int) -> None:
-    import importlib
-
     folder = Path(tempfile.mkdtemp(prefix="trainsim-fuzz-"))
     try:
         module, base, flags, writes = _commands(folder)[name]
@@ -257,9 +187,9 @@ def _fuzz(name: str, examples: int) -> None:
         @given(_argv(flags, outs))
         def one(extra: list[str]) -> None:
             argv = [*base, *extra]
-            with _inside(folder):
-                code, out, err = run_cli(main, argv)
-            check_outcome(argv, code, out, err)
+            with inside(folder):
+                code, out, err = run_cli(main, argv, SECONDS_PER_EXAMPLE)
+            check_cli_outcome(argv, code, out, err)
             if code == 0 and "--format" in argv and argv[argv.index("--format") + 1] == "json":
                 json.loads(out)  # the JSON a command prints parses
 
@@ -297,16 +227,16 @@ def test_many_random_flags_end_cleanly(name: str) -> None:
 def test_the_checker_catches_non_finite_output(out: str, ok: bool) -> None:
     """The fuzz checker itself can fail (no test that cannot fail)."""
     if ok:
-        check_outcome([], 0, out, "")
+        check_cli_outcome([], 0, out, "")
     else:
         with pytest.raises(AssertionError):
-            check_outcome([], 0, out, "")
+            check_cli_outcome([], 0, out, "")
 
 
 def test_the_checker_catches_tracebacks_and_extra_error_lines() -> None:
     with pytest.raises(AssertionError):
-        check_outcome([], 1, "", "Traceback (most recent call last):\n")
+        check_cli_outcome([], 1, "", "Traceback (most recent call last):\n")
     with pytest.raises(AssertionError):
-        check_outcome([], 2, "", "error: one\nerror: two\n")
+        check_cli_outcome([], 2, "", "error: one\nerror: two\n")
     with pytest.raises(AssertionError):
-        check_outcome([], 2, "", "usage: x\n")
+        check_cli_outcome([], 2, "", "usage: x\n")

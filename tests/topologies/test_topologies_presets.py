@@ -22,6 +22,12 @@ PRESETS = [
     "p5.48xlarge",
     "a100-roce-400g",
     "h100-roce-800g",
+    "h100-pcie-nvlink-pair",
+    "rtx5090-pcie",
+    "rtx4090-pcie",
+    "a100-40gb-hdr4",
+    "a100-hdr2",
+    "gtx980-1gbe",
 ]
 
 

@@ -105,6 +105,15 @@ BAD = [
     (_set(["fabric", "link_kind"], "myrinet"), "allowed: ib, roce, efa, ethernet, loopback"),
     (_set(["node_types", "box", "p2p"], "no"), "p2p: 'no' is not allowed"),
     (_set(["node_types", "box", "devices", "cpu0", "vendor"], "via"), "vendor: 'via' is not allowed"),
+    (
+        _set(["fabric", "nccl_env"], {"NCCL_SOCKET_IFNAME": "eth0"}),
+        "nccl_env: 'NCCL_SOCKET_IFNAME' is not allowed",
+    ),
+    (
+        _set(["fabric", "nccl_env"], {"NCCL_BUFFSIZE": "lots"}),
+        "NCCL_BUFFSIZE: 'lots' is not allowed; give a byte",
+    ),
+    (_set(["fabric", "nccl_env"], ["NCCL_PROTO=simple"]), "nccl_env: .* give a mapping"),
 ]
 
 
@@ -122,6 +131,13 @@ def test_links_run_at_the_achievable_rate_unless_the_spec_measured_one(tmp_path)
     assert topo.node("h0/gpu0")["p2p"] is False
     cpu = load_cluster(str(EXAMPLES / "cpu-loopback.yaml"))  # gloo clusters are calibrated, not derated
     assert all("efficiency" not in a for _, _, a in cpu.graph.edges(data=True))
+
+
+def test_fabric_nccl_env_reaches_the_topology(tmp_path):
+    """What a network plugin sets travels with the cluster (the collectives read it)."""
+    spec = _mutated(_set(["fabric", "nccl_env"], {"NCCL_PROTO": "simple", "NCCL_BUFFSIZE": 8388608}))
+    topo = load_cluster(_write(tmp_path, spec))
+    assert topo.metadata["nccl_env"] == {"NCCL_BUFFSIZE": "8388608", "NCCL_PROTO": "simple"}
 
 
 @pytest.mark.parametrize(("change", "message"), BAD)

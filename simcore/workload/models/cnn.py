@@ -216,6 +216,54 @@ def _inception_aux(net: NetBuilder, classes: int) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
+# BN-Inception: Ioffe & Szegedy 2015, "Batch Normalization: Accelerating Deep Network Training by
+# Reducing Internal Covariate Shift", Fig. 5 (GoogLeNet with batch norm after every convolution and
+# each 5x5 replaced by two 3x3), as MXNet's example symbol writes it (tests/python/multi-node/
+# imagenet.py ``inception``; example/image-classification symbol_inception-bn): a 7x7 stem,
+# Inception 3a-3c, 4a-4e, 5a-5b, global average pooling and one classifier, 224x224 inputs.
+# Modules of type A: 1x1 | 1x1 -> 3x3 | 1x1 -> 3x3 -> 3x3 | 3x3 pool (stride 1) -> 1x1 projection;
+# type B (the reductions): 1x1 -> 3x3/2 | 1x1 -> 3x3 -> 3x3/2 | 3x3/2 max pool.
+
+_BN_INCEPTION_A = (
+    ("3a", 64, 64, 64, 64, 96, "avg", 32),
+    ("3b", 64, 64, 96, 64, 96, "avg", 64),
+    ("4a", 224, 64, 96, 96, 128, "avg", 128),
+    ("4b", 192, 96, 128, 96, 128, "avg", 128),
+    ("4c", 160, 128, 160, 128, 160, "avg", 128),
+    ("4d", 96, 128, 192, 160, 192, "avg", 128),
+    ("5a", 352, 192, 320, 160, 224, "avg", 128),
+    ("5b", 352, 192, 320, 192, 224, "max", 128),
+)
+_BN_INCEPTION_B = {"3c": (128, 160, 64, 96), "4e": (128, 192, 192, 256)}
+_BN_INCEPTION_ORDER = ("3a", "3b", "3c", "4a", "4b", "4c", "4d", "4e", "5a", "5b")
+
+
+def bn_inception(net: NetBuilder, classes: int = 1000) -> None:
+    """BN-Inception (MXNet's ``inception-bn``): one block per Inception module."""
+    _basic(net, "conv1", 64, 7, 2, 3)
+    net.pool(3, 2, 1, name="pool1")
+    _basic(net, "conv2red", 64, 1)
+    _basic(net, "conv2", 192, 3, 1, 1)
+    net.pool(3, 2, 1, name="pool2")
+    modules_a = {spec[0]: spec[1:] for spec in _BN_INCEPTION_A}
+    for name in _BN_INCEPTION_ORDER:
+        net.begin_block(f"in{name}")
+        if name in _BN_INCEPTION_B:
+            red, out, dred, dout = _BN_INCEPTION_B[name]
+            _branches(net, f"in{name}", [[(red, 1), (out, 3, 2, 1)], [(dred, 1), (dout, 3, 1, 1), (dout, 3, 2, 1)]],
+                      "max")  # fmt: skip
+            continue
+        c1, red, out, dred, dout, _pool, proj = modules_a[name]
+        branches: list[list[tuple]] = [
+            [(c1, 1)], [(red, 1), (out, 3, 1, 1)], [(dred, 1), (dout, 3, 1, 1), (dout, 3, 1, 1)]
+        ]  # fmt: skip
+        _branches(net, f"in{name}", branches, "avg", proj)  # the pool's kind does not change its cost
+    net.end_block()
+    net.adaptive_pool(1)
+    net.linear(classes, name="fc1")
+
+
+# --------------------------------------------------------------------------------------------------
 # VGG-16: Simonyan & Zisserman 2015, configuration D; torchvision vgg16 (no batch norm, adaptive
 # 7x7 average pool before the classifier), 138,357,544 parameters.
 
@@ -387,6 +435,7 @@ PRESET_BUILDERS: dict[str, Callable[..., None]] = {
     "resnet50": resnet50,
     "resnet": resnet,
     "inception_v3": inception_v3,
+    "bn_inception": bn_inception,
     "vgg16": vgg16,
     "densenet121": densenet121,
     "efficientnetv2_s": efficientnetv2_s,

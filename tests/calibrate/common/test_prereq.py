@@ -99,7 +99,7 @@ _WITHOUT_TORCH = (
     ("argv", "error"),
     [
         (["calibrate.collectives", "--out", "x"], "calibration jobs need torch"),
-        (["calibrate.compute", "--help"], "calibration jobs need torch"),
+        (["calibrate.compute", "--out", "x"], "calibration jobs need torch"),
         (["calibrate.memory_truth", "--out", "x.jsonl"], "calibration jobs need torch"),
         (["calibrate.train", "--out", "x.jsonl"], "calibrate.train measures with torch"),
         (["calibrate.train", "--out", "x.jsonl", "--steps", "0"], "--steps must be at least 1"),

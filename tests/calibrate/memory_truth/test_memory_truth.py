@@ -15,8 +15,10 @@ import sys
 import pytest
 import torch
 
-from calibrate.memory_truth import cli as memory_truth
-from calibrate.memory_truth.cli import CATEGORIES, CATEGORY_MAP, MODELS, measure, measure_grid
+from calibrate.memory_truth import cli
+from calibrate.memory_truth import measure as memory_truth
+from calibrate.memory_truth.measure import CATEGORIES, CATEGORY_MAP, MODELS, measure, measure_grid
+from calibrate.memory_truth.options import MODEL_NAMES, parse_list
 from simcore.errors import TrainsimError
 
 TINY = MODELS["gpt2-tiny"]
@@ -100,7 +102,7 @@ def test_sgd_without_momentum_keeps_no_optimizer_state() -> None:
 
 def test_cli_rejects_unknown_model(tmp_path, capsys) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        memory_truth.main(["--models", "gpt5", "--out", str(tmp_path / "x.jsonl")])
+        cli.main(["--models", "gpt5", "--out", str(tmp_path / "x.jsonl")])
     assert exit_info.value.code == 2
     assert "gpt5" in capsys.readouterr().err
 
@@ -121,17 +123,17 @@ def test_resume_measures_only_the_grid_points_the_file_lacks(
     monkeypatch.setattr(memory_truth, "measure", _fake_measure(calls))
     out = tmp_path / "truth.jsonl"
     grid = ["--models", "gpt2-tiny", "--strategies", "ddp", "--out", str(out)]
-    assert memory_truth.main([*grid, "--world-sizes", "1,2"]) == 0
+    assert cli.main([*grid, "--world-sizes", "1,2"]) == 0
     assert capsys.readouterr().out.splitlines() == [
         "gpt2-tiny ddp W=1: peak 1.0 MB (backward, 0.1 s)",
         "gpt2-tiny ddp W=2: peak 1.0 MB (backward, 0.1 s)",
     ]
     with pytest.raises(SystemExit) as exc:  # earlier records, and neither --resume nor --force
-        memory_truth.main([*grid, "--world-sizes", "1,2,4"])
+        cli.main([*grid, "--world-sizes", "1,2,4"])
     assert exc.value.code == 2 and "already holds earlier records" in capsys.readouterr().err
-    assert memory_truth.main([*grid, "--world-sizes", "1,2,4", "--resume"]) == 0
+    assert cli.main([*grid, "--world-sizes", "1,2,4", "--resume"]) == 0
     assert "already holds 2 measurement(s) (gpt2-tiny 2); skipping them" in capsys.readouterr().err
-    assert memory_truth.main([*grid, "--world-sizes", "1", "--force"]) == 0
+    assert cli.main([*grid, "--world-sizes", "1", "--force"]) == 0
     assert calls == [
         ("gpt2-tiny", "ddp", 1),
         ("gpt2-tiny", "ddp", 2),
@@ -152,16 +154,16 @@ def test_resume_measures_only_the_grid_points_the_file_lacks(
 )
 def test_grid_lists_use_the_shared_list_types(argv, message, tmp_path, capsys) -> None:
     with pytest.raises(SystemExit) as exc:
-        memory_truth.main([*argv, "--out", str(tmp_path / "x.jsonl")])
+        cli.main([*argv, "--out", str(tmp_path / "x.jsonl")])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and err.startswith(message) and err.count("\n") == 1
     assert not (tmp_path / "x.jsonl").exists()
 
 
 def test_parse_list_names_the_flag() -> None:
-    assert memory_truth.parse_list("gpt2-tiny, gpt2-tiny", list(MODELS), "--models") == ["gpt2-tiny"]
+    assert parse_list("gpt2-tiny, gpt2-tiny", list(MODELS), "--models") == ["gpt2-tiny"]
     with pytest.raises(TrainsimError, match=r"^--models: unknown model 'gpt5'; allowed: "):
-        memory_truth.parse_list("gpt5", list(MODELS), "--models")
+        parse_list("gpt5", list(MODELS), "--models")
 
 
 class _Terminal(io.StringIO):
@@ -177,6 +179,11 @@ def test_the_grid_shows_a_bar_on_a_terminal_unless_quiet(
     terminal = _Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
     argv = ["--models", "gpt2-tiny", "--world-sizes", "1,2", "--out", str(tmp_path / "t.jsonl")]
-    assert memory_truth.main([*argv, *(["--quiet"] if quiet else [])]) == 0
+    assert cli.main([*argv, *(["--quiet"] if quiet else [])]) == 0
     assert ("memory truth: " in terminal.getvalue()) is not quiet
     assert len(capsys.readouterr().out.splitlines()) == 4  # one result line per grid point, on stdout
+
+
+def test_the_parser_lists_every_model() -> None:
+    """``--models`` is checked against names that need no torch; they must be the factories' own."""
+    assert tuple(MODELS) == MODEL_NAMES

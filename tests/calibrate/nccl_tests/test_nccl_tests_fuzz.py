@@ -136,3 +136,22 @@ def test_any_json_report_gives_rows_or_one_error_line(
     path = tmp_path / name
     path.write_text("{" if report is None else json.dumps(report))  # json.dumps writes NaN as NaN
     _check_run(path, tmp_path / "rows.jsonl", capsys)
+
+
+@pytest.mark.parametrize("swapped", ["busbw", "cputime", "algbw"])
+def test_a_metric_column_among_the_leading_fields_is_refused(
+    tmp_path: Path, swapped: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by the fuzzer: a header naming a metric before the first time column shifted every
+    metric block by one and ended in a KeyError; it is a header nccl-tests does not print."""
+    lines = (DATA / TEXT_CAPTURES[0]).read_text().splitlines()
+    at = next(
+        i for i, line in enumerate(lines) if line.startswith("#") and "size" in line and "busbw" in line
+    )
+    lines[at] = lines[at].replace("count", swapped, 1)
+    log = tmp_path / "all_reduce_perf.txt"
+    log.write_text("\n".join(lines))
+    with pytest.raises(SystemExit) as exit_:
+        nccl_tests.main([str(log), "-o", str(tmp_path / "rows.jsonl")])
+    assert exit_.value.code == 2
+    assert "a column header nccl-tests does not print" in capsys.readouterr().err

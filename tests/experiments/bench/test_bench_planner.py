@@ -52,10 +52,10 @@ def test_every_entry_point_is_timed() -> None:
 def test_bench_prints_planner_records_last_in_json(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from experiments.bench import planner
+    from experiments.bench import cli
 
     row = PlannerBenchRow("fast path", 8, 36, 1.0, "ms/config", 5.0, True)
-    monkeypatch.setattr(planner, "planner_rows", lambda **kwargs: [row])
+    monkeypatch.setattr(cli, "measure_planner", lambda **kwargs: [row])
     assert main(["--quick", "--gpus", "8", "--planner", "--format", "json"]) == 0
     records = json.loads(capsys.readouterr().out)
     assert records[-1]["case"] == "fast path" and records[-1]["target"] == 5.0

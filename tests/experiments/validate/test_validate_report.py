@@ -182,7 +182,6 @@ def test_committed_run_repredicts_to_the_golden_summary(tmp_path):
 def test_calibration_times_fsdps_collectives_after_compute_at_its_world_sizes(tmp_path, monkeypatch):
     """The validation's calibration sweeps all-gather and reduce-scatter a second time after compute
     (``--after-compute-ms``) for the world sizes FSDP runs at, and fits them with the rest."""
-    import calibrate.fit.cli as fit_cli
     from experiments.validate import cli
 
     launched: list[tuple[str, list[str], int]] = []
@@ -191,8 +190,8 @@ def test_calibration_times_fsdps_collectives_after_compute_at_its_world_sizes(tm
         "launch_module",
         lambda module, argv, nproc, timeout_s: launched.append((module, argv, nproc)) or 0,
     )
-    monkeypatch.setattr(fit_cli, "load_rows", lambda sources: sources)
-    monkeypatch.setattr(fit_cli, "fit_profile", lambda rows, sources: _profile())
+    monkeypatch.setattr(cli, "load_rows", lambda sources: sources)  # the names cli calls
+    monkeypatch.setattr(cli, "fit_profile", lambda rows, sources: _profile())
     cli.calibrate_machine(tmp_path, [2, 3, 4], quick=False, blocking_worlds=[2, 4])
     after = [(argv, n) for module, argv, n in launched if "--after-compute-ms" in argv]
     assert [n for _, n in after] == [2, 4]

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from experiments.validate_published.cli import OUT_FILES, main
 from experiments.validate_published.evaluate import NOT_EXPRESSIBLE, PREDICTED, evaluate, summarise
+from experiments.validate_published.kernels import parse_layer
 from experiments.validate_published.mapping import CATEGORIES, load_mapping, plan_row
 from experiments.validate_published.metrics import METRICS, error_pct, speed_bias_pct
 from experiments.validate_published.published import COLUMNS, CSV_PATH, content_sha256, load_rows
@@ -147,12 +148,48 @@ def test_a_step_on_a_preset_predicts_consistent_metrics() -> None:
     assert setup.predict("tflops_per_gpu").value > 0
 
 
+def test_a_step_names_its_precision_mode_and_a_low_reduce_dtype_moves_fewer_bytes() -> None:
+    entry = {"topology": ["a100-roce-400g"], "gpus": 16, "nodes": 2, "model": ["gpt2-small"], "seq_len": 1024,
+             "strategy": "hsdp", "dtype": "bf16", "micro_batch": 4, "optimizer": "adamw"}  # fmt: skip
+    fp32_reduce = parse_step({**entry, "precision": "fsdp-mp"}, "test", "")
+    bf16_reduce = parse_step({**entry, "precision": "fsdp-mp-low"}, "test", "")
+    assert "precision fsdp-mp-low" in bf16_reduce.describe()
+    assert bf16_reduce.predict("step_time_s").value <= fp32_reduce.predict("step_time_s").value
+    with pytest.raises(TrainsimError, match="precision 'fp64'"):
+        parse_step({**entry, "precision": "fp64"}, "test", "")
+
+
+def test_a_layer_with_eager_attention_is_slower_than_fused() -> None:
+    entry = {"device": ["a100-sxm-80gb"], "model": ["gpt2-medium"], "dtype": "fp16", "batches": [16],
+             "seq_lens": [1024], "hidden": 1024}  # fmt: skip
+    fused = parse_layer({**entry, "attention": "flash"}, "test", "").predict("layer_tflops").value
+    eager = parse_layer({**entry, "attention": "eager"}, "test", "")
+    assert "eager attention" in eager.describe()
+    assert eager.predict("layer_tflops").value < fused
+    with pytest.raises(TrainsimError, match="attention 'slow'"):
+        parse_layer({**entry, "attention": "slow"}, "test", "")
+
+
 def test_a_parameter_server_mode_predicts_per_worker_throughput() -> None:
     entry = {"topology": ["dgx-a100"], "gpus": 2, "model": ["resnet50-cifar10"], "mode": "ps-sync",
              "dtype": "fp32", "micro_batch": 32, "optimizer": "sgd-momentum"}  # fmt: skip
     setup = parse_ps(entry, "test", "")
     assert setup.missing() == []
     assert setup.predict("samples_per_s_per_worker").value > 0
+
+
+def test_workers_of_several_gpus_push_once_and_count_every_gpus_samples() -> None:
+    entry = {"topology": ["gtx980-1gbe"], "gpus": 4, "model": ["resnet50-cifar10"], "mode": "ps-sync",
+             "dtype": "fp32", "micro_batch": 32, "optimizer": "sgd-momentum"}  # fmt: skip
+    per_gpu = parse_ps(entry, "test", "")
+    per_machine = parse_ps({**entry, "gpus_per_worker": 2}, "test", "")
+    assert per_machine.workers == 2 and "2 workers of 2 GPUs" in per_machine.describe()
+    # each worker's step counts both GPUs' samples (x2) and, bound by the 1 GbE exchange, each
+    # machine pushes once instead of twice: more than twice the per-GPU worker's speed
+    speed = per_machine.predict("samples_per_s_per_worker").value
+    assert speed > 2.5 * per_gpu.predict("samples_per_s_per_worker").value
+    with pytest.raises(TrainsimError, match="workers of 4 GPUs"):
+        parse_ps({**entry, "gpus": 6, "gpus_per_worker": 4}, "test", "")
 
 
 # --- the command line -----------------------------------------------------------------------------

@@ -79,6 +79,32 @@ def test_contention_follows_the_channels_over_the_sms() -> None:
     assert nvswitch == pytest.approx(108 / (108 - 24)) and 1.0 < pcie < nvswitch
 
 
+def test_network_collectives_take_two_channels_per_nic_whatever_the_fabric() -> None:
+    """RoCE and EFA run NCCL's channels like IB: per NIC on the host, not a free pass."""
+    from simcore.compute.roofline import ComputeModel
+    from simcore.hardware import device_spec
+
+    ctx = toy_context(8)
+    ctx.timer = ComputeModel(device_spec("h100-sxm"), "bf16")
+    ctx.nics_per_node = 8
+    eight = {kind: ctx.contention(CommCost(1.0, "", kind)) for kind in ("ib", "roce", "efa", "ethernet")}
+    assert all(f == pytest.approx(132 / (132 - 16)) for f in eight.values())
+    ctx.nics_per_node = 2
+    assert ctx.contention(CommCost(1.0, "", "roce")) == pytest.approx(132 / (132 - 4))
+    ctx.nics_per_node = 0  # unknown NICs: the per-kind figure
+    assert ctx.contention(CommCost(1.0, "", "efa")) == pytest.approx(132 / (132 - 16))
+
+
+def test_make_context_counts_the_nics_of_rank_zeros_host() -> None:
+    from simcore.strategies.runner import make_context
+    from simcore.workload.loader import load_workload
+    from topologies import load_cluster
+
+    cfg = TrainingConfig(global_batch=16, micro_batch=1, seq_len=128)
+    ctx = make_context(load_workload("gpt2-small", seq_len=128), cfg, load_cluster("h100-roce-800g", gpus=16))
+    assert ctx.nics_per_node == 8
+
+
 def test_jitter_per_sync_point_pays_more_where_there_are_more_sync_points() -> None:
     def p50(name: str, scope: str) -> float:
         cfg = TrainingConfig(

@@ -52,7 +52,7 @@ def test_a_relu_output_saved_by_the_next_convolution_counts_once() -> None:
 )
 def test_import_matches_what_a_real_forward_saves(factory: str, shape: dict[str, Any]) -> None:
     """Meta trace (fused attention accounting, storages counted once) = real CPU forward pass."""
-    from calibrate.memory_truth import cli as memory_truth
+    from calibrate.memory_truth import measure as memory_truth
 
     workload = load_workload(f"calibrate.memory_truth:{factory}", dtype="fp32", **shape)
     model = getattr(memory_truth, factory)()

@@ -165,3 +165,15 @@ def test_wider_or_deeper_cnn_never_has_fewer_params_or_flops(width, extra, depth
     for bigger in (build(width + extra, depth), build(width, depth + more_layers)):
         assert bigger.params >= base.params
         assert bigger.fwd_flops_per_sample >= base.fwd_flops_per_sample
+
+
+def test_a_transformer_preset_can_run_its_attention_eager() -> None:
+    """Eager attention materialises the scores: more bytes moved and saved, the same FLOPs counted."""
+    fused = load_workload("gpt2-medium", seq_len=512, flash_attention=True)
+    eager = load_workload("gpt2-medium", seq_len=512, flash_attention=False)
+    core = {w: next(layer for layer in w.layers if layer.name.endswith("attn_core")) for w in (fused, eager)}
+    assert core[fused].kind == "attention" and core[eager].kind == "attention_math"
+    assert core[eager].activation_bytes > core[fused].activation_bytes
+    assert load_workload("gpt2-medium", seq_len=512) == fused  # the preset's own default
+    with pytest.raises(TrainsimError, match="no attention"):
+        load_workload("resnet50", flash_attention=False)

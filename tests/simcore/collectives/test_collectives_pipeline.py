@@ -1,0 +1,86 @@
+"""Pipeline fill: NCCL's chunk sizes, the fill's growth with the chunk, and platform NCCL settings."""
+
+from __future__ import annotations
+
+import pytest
+
+from simcore.collectives import NcclOptions, price
+from simcore.collectives.group import GroupInfo
+from simcore.collectives.pipeline import chunk_bytes, tree_depth
+from simcore.errors import TrainsimError
+from topologies import load_cluster
+
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+
+
+def _info(**kw: object) -> GroupInfo:
+    base = dict(ranks=16, nodes=2, ppn=8, backend="nccl", arch="ampere", nics=4)
+    base.update(kw)
+    return GroupInfo(**base)  # type: ignore[arg-type]
+
+
+def test_tree_depth_is_the_chain_plus_the_levels_between_nodes() -> None:
+    assert tree_depth(_info()) == 8
+    assert tree_depth(_info(ranks=8, nodes=1)) == 7
+    assert tree_depth(_info(ranks=64, nodes=8)) == 10
+
+
+@pytest.mark.parametrize(
+    ("size", "chunk"),
+    # 8 channels, depth 8: halve while a channel gets < 64 chunks (floor 128K), < 32 (64K), < 8 (32K).
+    [(16 * MiB, 64 * KiB), (128 * MiB, 256 * KiB), (GiB, 512 * KiB), (1 * MiB, 32 * KiB)],
+)
+def test_tree_simple_chunks_follow_nccls_halving_rules(size: int, chunk: int) -> None:
+    assert chunk_bytes("tree", "Simple", size, _info()) == chunk
+
+
+def test_nvls_tree_chunks_drop_at_nccls_thresholds_and_obey_the_platform_cap() -> None:
+    hopper = _info(arch="hopper", nics=32)  # 16 NVLS channels x 8 heads = 128 operations
+    assert chunk_bytes("nvls_tree", "Simple", 16 * MiB, hopper) == 64 * KiB
+    assert chunk_bytes("nvls_tree", "Simple", 16 * GiB, hopper) == 128 * KiB
+    big = _info(arch="hopper", nics=32, nvls_chunk=512 * KiB, nvls_tree_max_chunk=512 * KiB)
+    assert chunk_bytes("nvls_tree", "Simple", 16 * GiB, big) == 512 * KiB
+    assert chunk_bytes("nvls_tree", "Simple", 128 * MiB, big) == 128 * KiB
+
+
+def test_fill_grows_with_the_chunk_but_stays_a_small_share_of_large_messages() -> None:
+    topo = load_cluster("dgx-a100", gpus=16)
+    small, large = (
+        price(topo, "all_reduce", s, algorithm="tree", protocol="Simple") for s in (16 * MiB, GiB)
+    )
+    fill_small = (
+        small.costs[0].latency_s
+        - price(topo, "all_reduce", 8, algorithm="tree", protocol="Simple").costs[0].latency_s
+    )
+    fill_large = (
+        large.costs[0].latency_s
+        - price(topo, "all_reduce", 8, algorithm="tree", protocol="Simple").costs[0].latency_s
+    )
+    assert 0 < fill_small < fill_large < 0.2 * large.closed_form_s
+
+
+def test_rings_have_no_separate_fill() -> None:
+    topo = load_cluster("dgx-a100", gpus=16)
+    latencies = {
+        price(topo, "all_reduce", s, algorithm="ring", protocol="LL128").costs[0].latency_s
+        for s in (MiB, GiB)
+    }
+    assert len(latencies) == 1
+
+
+def test_the_platform_environment_restricts_protocols_unless_the_user_sets_them() -> None:
+    p4de = load_cluster("p4de.24xlarge", gpus=16)  # aws-ofi-nccl forces NCCL_PROTO=simple on EFA gen1
+    assert {price(p4de, "all_reduce", s).protocol for s in (8, MiB, GiB)} == {"Simple"}
+    with pytest.raises(TrainsimError, match="protocol LL cannot run"):
+        price(p4de, "all_reduce", 8, protocol="LL")
+    mine = NcclOptions.from_env({"NCCL_PROTO": "LL,Simple"})
+    assert price(p4de, "all_reduce", 8, options=mine).protocol == "LL"
+
+
+def test_nccl_size_switches_are_checked() -> None:
+    assert NcclOptions.from_env({"NCCL_BUFFSIZE": "8388608"}).buffsize == 8 * MiB
+    with pytest.raises(TrainsimError, match="NCCL_NVLS_CHUNKSIZE='1k' is not allowed"):
+        NcclOptions.from_env({"NCCL_NVLS_CHUNKSIZE": "1k"})
+    platform = NcclOptions.from_env({"NCCL_BUFFSIZE": "8388608", "NCCL_PROTO": "simple"})
+    merged = NcclOptions.from_env({"NCCL_BUFFSIZE": "4194304"}).over(platform)
+    assert (merged.buffsize, merged.protocols) == (4 * MiB, frozenset({"Simple"}))
