@@ -14,6 +14,15 @@ saying on stderr how many (and any torn row a killed run left, which it drops an
 An ``--out`` already holding ``collectives.jsonl`` is refused without ``--resume`` or ``--force``
 (see :mod:`calibrate.common.prereq`).
 
+``--after-compute-ms MS`` (CPU ranks only) times each collective as a training step issues a
+blocking one: before every timed iteration each rank computes (small matmuls) for ``MS``
+milliseconds, counted from the end of the previous collective, so the ranks arrive together but
+after a stretch of compute rather than straight from the last collective. FSDP2 on CPU blocks the
+training thread in every all-gather and reduce-scatter between its units' compute, and on gloo such
+a collective takes longer than the back-to-back ones of the plain sweep. Its rows carry
+``after_compute_ms``; ``calibrate.fit`` fits them apart (the profile's
+``collectives_after_compute``). Give such a sweep an ``--out`` of its own.
+
 Sizes follow nccl-tests: for all_gather / reduce_scatter / alltoall the size is the whole
 concatenated buffer, rounded down to a multiple of ranks x element size.
 """
@@ -26,6 +35,7 @@ from calibrate.collectives.options import (
     DEFAULT_OPS,
     DTYPE_NAMES,
     GROUPS,
+    MAX_AFTER_COMPUTE_MS,
     MAX_ITERS,
     MAX_REPEATS,
     OPS,
@@ -64,6 +74,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="torch threads per rank (default: CPUs / local ranks)")  # fmt: skip
     p.add_argument("--backend", default=None, choices=BACKENDS,
                    help="process-group backend (default: nccl when CUDA is available, else gloo)")  # fmt: skip
+    p.add_argument("--after-compute-ms", type=int_range(0, MAX_AFTER_COMPUTE_MS), default=0,
+                   help="CPU ranks: compute this long before each timed collective, as training "
+                        "issues blocking ones (default 0: back to back)")  # fmt: skip
     p.add_argument("--csv", action="store_true", help="also write collectives.csv")
     p.add_argument("--resume", action="store_true", help="skip (op, size, group, repeat) already in --out")
     p.add_argument("--force", action="store_true",

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from simcore.errors import TrainsimError
 
-__all__ = ["DEFAULT_OPS", "DTYPE_NAMES", "GROUPS", "MAX_ITERS", "MAX_REPEATS", "OPS", "sweep_sizes"]
+__all__ = [
+    "DEFAULT_OPS",
+    "DTYPE_NAMES",
+    "GROUPS",
+    "MAX_AFTER_COMPUTE_MS",
+    "MAX_ITERS",
+    "MAX_REPEATS",
+    "OPS",
+    "sweep_sizes",
+]
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "send_recv", "alltoall")
 DEFAULT_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv")
@@ -12,6 +21,7 @@ GROUPS = ("world", "intra", "inter")
 DTYPE_NAMES = ("bfloat16", "float16", "float32", "float64")  # torch's names: the sweep's --dtype
 MAX_ITERS = 1_000_000  # per size and repeat: far past any useful sweep, short of a run that never ends
 MAX_REPEATS = 1_000_000  # an "endless" sweep that a time limit or scancel ends is legitimate
+MAX_AFTER_COMPUTE_MS = 60_000  # --after-compute-ms: a minute, far past a layer's compute between collectives
 
 
 def sweep_sizes(min_bytes: int, max_bytes: int, factor: int) -> list[int]:

@@ -34,6 +34,7 @@ DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 _IN_PLACE = ("all_reduce", "broadcast", "reduce")  # torch's forms of these overwrite their buffer
 _SPLIT = ("all_gather", "reduce_scatter", "alltoall")  # size = whole buffer, one slice per rank
 _RESUME_KEY = ("op", "size_bytes", "group", "repeat")
+_COMPUTE_BLOCK = 128  # the --after-compute-ms matmuls: 128 x 128 fp32, ~4 MFLOP each
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,8 +100,18 @@ def _ring_exchange(send: torch.Tensor, recv: torch.Tensor, peers: tuple[int, int
         request.wait()
 
 
-def _iteration_times_s(run: Callable[[], None], iters: int, device: torch.device) -> torch.Tensor:
-    """Per-iteration seconds on this rank; on GPU from CUDA events on back-to-back launches."""
+def _compute_for(seconds: float, a: torch.Tensor) -> None:
+    """Keep this rank's thread computing (small matmuls, as a layer would) for ``seconds``."""
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        torch.mm(a, a)
+
+
+def _iteration_times_s(
+    run: Callable[[], None], iters: int, device: torch.device, after_compute_s: float = 0.0
+) -> torch.Tensor:
+    """Per-iteration seconds on this rank; on GPU from CUDA events on back-to-back launches; on CPU
+    each after ``after_compute_s`` of compute when that is positive (the compute is not timed)."""
     if device.type == "cuda":
         events = [
             (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)
@@ -112,7 +123,10 @@ def _iteration_times_s(run: Callable[[], None], iters: int, device: torch.device
         torch.cuda.synchronize()
         return torch.tensor([s.elapsed_time(e) * 1e-3 for s, e in events], dtype=torch.float64, device=device)
     times = []
+    block = torch.ones(_COMPUTE_BLOCK, _COMPUTE_BLOCK)
     for _ in range(iters):
+        if after_compute_s > 0:
+            _compute_for(after_compute_s, block)
         begin = time.perf_counter()
         run()
         times.append(time.perf_counter() - begin)
@@ -120,11 +134,11 @@ def _iteration_times_s(run: Callable[[], None], iters: int, device: torch.device
 
 
 def _measure(
-    run: Callable[[], None], iters: int, shape: GroupShape, device: torch.device
+    run: Callable[[], None], iters: int, shape: GroupShape, device: torch.device, after_compute_s: float = 0.0
 ) -> dict[str, float]:
     """One repeat: timed iterations, each reduced to the slowest rank's time over the world."""
     dist.barrier(group=shape.handle)
-    times = _iteration_times_s(run, iters, device)
+    times = _iteration_times_s(run, iters, device, after_compute_s)
     dist.all_reduce(times, op=dist.ReduceOp.MAX)  # all ranks run this, whichever group they timed
     us = times.cpu() * 1e6
     return {"time_us_mean": float(us.mean()), "time_us_p50": float(us.median()),
@@ -188,12 +202,14 @@ def _sweep_op(ctx: cdist.DistContext, args: argparse.Namespace, op: str, shape: 
         for _ in range(args.warmup):
             run()
         for repeat in todo:
-            stats = _measure(run, args.iters, shape, ctx.device)
+            stats = _measure(run, args.iters, shape, ctx.device, args.after_compute_ms / 1e3)
             row = collective_row(
                 op=op, size_bytes=size, ranks=shape.size, ranks_per_node=shape.ranks_per_node, group=shape.name,
                 count=size // elem, dtype=args.dtype, backend=ctx.backend, in_place=op in _IN_PLACE,
                 iters=args.iters, repeat=repeat, device=_device_name(ctx.device), **stats,
             )  # fmt: skip
+            if args.after_compute_ms > 0:
+                row["after_compute_ms"] = args.after_compute_ms
             if out is not None:
                 out.write(row)
                 print(format_table_row(row), flush=True)
@@ -214,6 +230,8 @@ def _resume_keys(ctx: cdist.DistContext, path: Path, resume: bool) -> set[tuple[
 def run_sweep(args: argparse.Namespace) -> int:
     ctx = cdist.init_distributed(args.backend)
     try:
+        if args.after_compute_ms > 0 and ctx.device.type != "cpu":
+            raise TrainsimError(f"--after-compute-ms needs CPU ranks (gloo); this run uses {ctx.device.type}")
         threads = cdist.set_threads(args.threads)
         out_dir = Path(args.out)
         done = _resume_keys(ctx, out_dir / "collectives.jsonl", args.resume)

@@ -390,11 +390,15 @@ def fit_profile(rows: list[dict[str, Any]], sources: Sequence[str] = (), *,
     for row in rows:
         by_kind[str(row["kind"])].append(row)
     memory = [float(r["bandwidth_Bps"]) for r in by_kind["memory"]]
+    # calibrate.collectives --after-compute-ms rows: collectives issued after compute, fitted apart
+    after_compute = [r for r in by_kind["collective"] if float(r.get("after_compute_ms") or 0.0) > 0]
+    back_to_back = [r for r in by_kind["collective"] if float(r.get("after_compute_ms") or 0.0) <= 0]
     slowdown = [float(r["slowdown"]) for r in by_kind["slowdown"]]
     threads = {int(r["threads"]) for r in by_kind["matmul"] if r.get("threads") is not None}
     profile = CalibrationProfile(
         cluster=_cluster(rows),
-        collectives=fit_collectives(by_kind["collective"], max_mape, min_r2),
+        collectives=fit_collectives(back_to_back, max_mape, min_r2),
+        after_compute=fit_collectives(after_compute, max_mape, min_r2),
         compute=fit_compute(by_kind["matmul"], max_mape, min_r2),
         memory_bandwidth_Bps=statistics.median(memory) if memory else None,
         comm_compute_slowdown=max(1.0, statistics.median(slowdown)) if slowdown else None,
@@ -405,6 +409,7 @@ def fit_profile(rows: list[dict[str, Any]], sources: Sequence[str] = (), *,
     )
     if not (
         profile.collectives
+        or profile.after_compute
         or profile.compute
         or profile.memory_bandwidth_Bps
         or profile.comm_compute_slowdown
@@ -420,10 +425,12 @@ def format_report(profile: CalibrationProfile) -> str:
     lines = [
         f"{'fit':<34} {'points':>6} {'alpha / overhead':>17} {'bandwidth / peak':>18} {'MAPE':>7} {'R2':>7}"
     ]
-    for fit in profile.collectives.values():
+    fits = [(fit, "") for fit in profile.collectives.values()]
+    fits += [(fit, " after compute") for fit in profile.after_compute.values()]
+    for fit, when in fits:
         q = fit.quality or FitQuality(0, float("nan"), float("nan"), False)
         flag = "  POOR" if q.poor else ""
-        lines.append(f"{fit.op + '/' + str(fit.ranks) + '/' + fit.scope:<34} {q.points:>6} {fit.alpha_s * 1e6:>14.2f} us "
+        lines.append(f"{fit.op + '/' + str(fit.ranks) + '/' + fit.scope + when:<34} {q.points:>6} {fit.alpha_s * 1e6:>14.2f} us "
                      f"{fit.busbw_Bps / 1e9:>12.3f} GB/s {q.mape:>7.1%} {q.r2:>7.3f}{flag}")  # fmt: skip
         simple = fit.protocols.get("Simple")
         for name, line in fit.protocols.items():

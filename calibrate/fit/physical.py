@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
-from simcore.calibration.profile import CalibrationProfile, ProfileError
+from simcore.calibration.profile import CalibrationProfile, CollectiveFit, ProfileError
 from simcore.calibration.ranges import physical_range
 
 __all__ = ["keep_physical"]
@@ -34,14 +34,21 @@ def _print_warning(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr, flush=True)
 
 
+def _physical_collectives(
+    fits: Mapping[tuple[str, int, str], CollectiveFit], when: str, warn: Callable[[str], None]
+) -> dict[tuple[str, int, str], CollectiveFit]:
+    return {
+        key: fit for key, fit in fits.items()
+        if _ok([("latency_s", fit.alpha_s), ("bandwidth_Bps", fit.busbw_Bps)], f"{key[0]}/{key[1]}/{key[2]}{when}", warn)
+    }  # fmt: skip
+
+
 def keep_physical(
     profile: CalibrationProfile, warn: Callable[[str], None] = _print_warning
 ) -> CalibrationProfile:
     """``profile`` without the fits whose numbers lie outside their physical ranges."""
-    collectives = {
-        key: fit for key, fit in profile.collectives.items()
-        if _ok([("latency_s", fit.alpha_s), ("bandwidth_Bps", fit.busbw_Bps)], f"{key[0]}/{key[1]}/{key[2]}", warn)
-    }  # fmt: skip
+    collectives = _physical_collectives(profile.collectives, "", warn)
+    after_compute = _physical_collectives(profile.after_compute, " after compute", warn)
     compute = {
         dtype: curve for dtype, curve in profile.compute.items()
         if _ok([("peak_flops", curve.peak_flops), ("half_flops", curve.half_flops)], f"compute/{dtype}", warn)
@@ -55,5 +62,6 @@ def keep_physical(
         memory = None
     if slowdown is not None and not _ok([("comm_compute_slowdown", slowdown)], "comm/compute slowdown", warn):
         slowdown = None
-    return dataclasses.replace(profile, collectives=collectives, compute=compute, op_overhead_s=overheads,
+    return dataclasses.replace(profile, collectives=collectives, after_compute=after_compute, compute=compute,
+                               op_overhead_s=overheads,
                                memory_bandwidth_Bps=memory, comm_compute_slowdown=slowdown)  # fmt: skip

@@ -3,7 +3,9 @@
     python -m experiments.validate [--quick] [--out DIR [--force]] [--measured DIR [--in-place]] [--no-testbed]
 
 1. Calibrates the machine with the microbenchmark jobs only (``calibrate.collectives`` at each
-   world size of the grid, ``calibrate.compute`` on two ranks: matmuls, memory copy, the layer
+   world size of the grid, and for FSDP's world sizes its all-gather and reduce-scatter again
+   after 20 ms of compute each, as FSDP2 issues them on CPU; on each emulated link of the testbed
+   runs, its all-gather, reduce-scatter and all-reduce; ``calibrate.compute`` on two ranks: matmuls, memory copy, the layer
    benchmarks at the grid's transformer width, the per-operator overhead chains) and fits a
    profile (``calibrate.fit``).
 2. Trains for real (``calibrate.train``) every configuration of the grid
@@ -40,6 +42,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -50,12 +53,12 @@ from calibrate.testbed.cli import run_job
 from calibrate.testbed.net import LinkShape, Testbed, TestbedError, can_create_namespaces
 from calibrate.train.cli import launch_local
 from experiments.validate.grid import RunSpec, full_grid, quick_grid, train_argv
-from experiments.validate.report import load_measured, write_report
+from experiments.validate.report import link_dir, load_measured, write_report
 from simcore.calibration.profile_json import profile_to_json
 from simcore.cliargs import Parser, add_out, output_dir
 from simcore.errors import TrainsimError, cli_entry
 
-__all__ = ["calibrate_machine", "launch_module", "main", "measure_runs", "testbed_reason"]
+__all__ = ["calibrate_links", "calibrate_machine", "launch_module", "main", "measure_runs", "testbed_reason"]
 
 COMMITTED = "experiments/results/validation"  # the committed full run: its measurements are never rewritten
 
@@ -96,8 +99,18 @@ def launch_module(module: str, argv: list[str], nproc: int, timeout_s: float) ->
     return status
 
 
-def calibrate_machine(out: Path, worlds: list[int], *, quick: bool) -> Path:
-    """Microbenchmarks only: collectives at each world size, compute on two ranks; fit; profile path."""
+# FSDP2's all-gathers and reduce-scatters block a CPU rank between its units' compute (10-40 ms of
+# a block's forward or backward in the grid's transformers); calibrate.collectives times them after
+# that much compute as well (--after-compute-ms), for the world sizes FSDP runs at.
+AFTER_COMPUTE_MS = 20
+LINK_OPS = "all_gather,reduce_scatter,all_reduce"  # what DDP and FSDP run over the testbed's links
+
+
+def calibrate_machine(
+    out: Path, worlds: list[int], *, quick: bool, blocking_worlds: Sequence[int] = ()
+) -> Path:
+    """Microbenchmarks only: collectives at each world size (those of ``blocking_worlds`` also after
+    compute), compute on two ranks; fit; profile path."""
     sizes = ["-b", "1K", "-e", "256K" if quick else "16M", "-f", "4"]
     reps = ["-n", "3" if quick else "5", "-w", "1" if quick else "2", "--repeats", "1" if quick else "2"]
     ops = "all_reduce,send_recv" if quick else "all_reduce,all_gather,reduce_scatter,send_recv"
@@ -109,6 +122,17 @@ def calibrate_machine(out: Path, worlds: list[int], *, quick: bool) -> Path:
                                                          "--groups", "world", "--threads", "1"], world, 300)  # fmt: skip
         if status:
             raise TrainsimError(f"calibrate.collectives on {world} ranks failed (exit status {status})")
+        sources.append(str(target))
+    for world in blocking_worlds:
+        target = out / "calibration" / f"collectives-after-compute-w{world}"
+        _fresh(target)
+        status = launch_module("calibrate.collectives", ["--out", str(target), *sizes, *reps, "--ops",
+                                                         "all_gather,reduce_scatter", "--groups", "world", "--threads",
+                                                         "1", "--after-compute-ms", str(AFTER_COMPUTE_MS)], world, 300)  # fmt: skip
+        if status:
+            raise TrainsimError(
+                f"calibrate.collectives --after-compute-ms on {world} ranks failed (exit status {status})"
+            )
         sources.append(str(target))
     target = out / "calibration" / "compute"
     _fresh(target)
@@ -143,16 +167,42 @@ def _run_one(spec: RunSpec, out_file: Path) -> int:
     argv = train_argv(spec, str(out_file))
     if spec.network == "loopback":
         return launch_local(argv, spec.world, 300, via_torchrun=False, env={"OMP_NUM_THREADS": "1"})
+    return _on_testbed(spec, ["calibrate.train", *argv], spec.key)
+
+
+def _on_testbed(spec: RunSpec, job: list[str], what: str) -> int:
+    """Run ``job`` on an emulated cluster of ``spec``'s ranks and link rate; its exit status."""
     assert spec.bandwidth_Bps is not None  # RunSpec guarantees it for testbed runs
     testbed = Testbed(spec.world, LinkShape(spec.bandwidth_Bps))
     try:
         testbed.create()
-        return run_job(testbed, ["calibrate.train", *argv], port=_free_port(), threads=1, timeout_s=300)
+        return run_job(testbed, job, port=_free_port(), threads=1, timeout_s=300)
     except TestbedError as error:
-        print(f"validate: {spec.key}: {error}", file=sys.stderr)
+        print(f"validate: {what}: {error}", file=sys.stderr)
         return 124
     finally:
         testbed.destroy()
+
+
+def calibrate_links(out: Path, specs: Sequence[RunSpec]) -> list[Path]:
+    """The collectives the testbed runs use, swept on each emulated link they run over (its rows in
+    :func:`experiments.validate.report.link_dir`); the folders written. A shaped link carries
+    gloo's collectives at their own efficiency (its all-gather reaches less of the rate than its
+    all-reduce), which the loopback sweeps, CPU-bound, cannot show."""
+    done = []
+    for spec in sorted({s for s in specs if s.network == "testbed" and s.strategy in ("ddp", "fsdp")},
+                       key=lambda s: (s.world, s.bandwidth_Bps or 0)):  # fmt: skip
+        target = link_dir(out, spec)
+        if target in done:
+            continue
+        _fresh(target)
+        job = ["calibrate.collectives", "--out", str(target), "-b", "64K", "-e", "16M", "-f", "4", "-n", "3", "-w",
+               "1", "--repeats", "1", "--ops", LINK_OPS, "--groups", "world", "--threads", "1"]  # fmt: skip
+        status = _on_testbed(spec, job, f"link sweep for {spec.key}")
+        if status:
+            raise TrainsimError(f"calibrate.collectives on the {spec.key} link failed (exit status {status})")
+        done.append(target)
+    return done
 
 
 def cpu_share_probe(seconds: float = 0.5) -> float:
@@ -286,7 +336,9 @@ def main(argv: list[str] | None = None) -> int:
         reason = "skipped (--quick or --no-testbed)" if args.quick or args.no_testbed else testbed_reason()
         specs = quick_grid() if args.quick else full_grid(testbed=reason is None)
         worlds = sorted({s.world for s in specs if s.network == "loopback"})
-        calibrate_machine(out, worlds, quick=args.quick)
+        blocking = sorted({s.world for s in specs if s.network == "loopback" and s.strategy == "fsdp"})
+        calibrate_machine(out, worlds, quick=args.quick, blocking_worlds=blocking)
+        calibrate_links(out, specs)
         measure_runs(specs, out)
         atomic_write_json(out / "provenance.json", _machine(out, args, reason or "used", started, load_start))
     runs, provenance = load_measured(source)

@@ -56,7 +56,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from experiments.validate.grid import MODEL_SIZES, RunSpec
@@ -85,6 +85,7 @@ __all__ = [
     "LayerCorrectedTimer",
     "MeasuredRun",
     "Prediction",
+    "blocking_profile",
     "compute_slowdown",
     "layer_corrections",
     "measured_step",
@@ -260,8 +261,6 @@ class LayerCorrectedTimer:
 def scaled_compute_profile(profile: CalibrationProfile, factor: float) -> CalibrationProfile:
     """``profile`` with every calibrated compute time multiplied by ``factor``: matmul rate and
     memory bandwidth divided by it, per-operator overhead multiplied (links untouched)."""
-    from dataclasses import replace
-
     if factor == 1.0:
         return profile
     curves = {
@@ -319,12 +318,37 @@ def training_config(spec: RunSpec) -> TrainingConfig:
     )  # fmt: skip
 
 
+def _collective_profile(
+    spec: RunSpec, profile: CalibrationProfile, link: CalibrationProfile | None
+) -> CalibrationProfile:
+    """The fits pricing ``spec``'s collectives: on loopback FSDP's blocking ones as measured after
+    compute (:func:`blocking_profile`); on a testbed link those measured on it, where given."""
+    if spec.network == "loopback":
+        return blocking_profile(profile) if spec.strategy == "fsdp" else profile
+    if link is None:
+        return profile
+    return replace(profile, collectives={**profile.collectives, **link.collectives})
+
+
+def blocking_profile(profile: CalibrationProfile) -> CalibrationProfile:
+    """``profile`` with its collectives-after-compute fits (``calibrate.collectives
+    --after-compute-ms``) in place of the back-to-back ones they measured again: FSDP2 on CPU ranks
+    blocks the training thread in each all-gather and reduce-scatter between its units' compute,
+    which is how that probe issues them. Unchanged when the profile has none."""
+    if not profile.after_compute:
+        return profile
+    return replace(profile, collectives={**profile.collectives, **profile.after_compute})
+
+
 def predict(run: MeasuredRun, profile: CalibrationProfile, cores: int, *, idle: bool = False,
-            corrections: Mapping[tuple[str, str], float] | None = None) -> Prediction:  # fmt: skip
+            corrections: Mapping[tuple[str, str], float] | None = None,
+            link: CalibrationProfile | None = None) -> Prediction:  # fmt: skip
     """The simulator's step time for ``run``'s configuration on the calibrated machine.
 
     The ranks share ``cores`` with the run's measured background load, or (``idle``) with nothing.
-    ``corrections`` (:func:`layer_corrections`) scale each layer kind's compute time.
+    ``corrections`` (:func:`layer_corrections`) scale each layer kind's compute time. ``link``: the
+    collectives measured on a testbed run's emulated link (``calibrate.collectives`` there), which
+    then price DDP's and FSDP's collectives in place of the shaped NIC's ideal rate.
     """
     spec = run.spec
     size = MODEL_SIZES[spec.size]
@@ -339,19 +363,23 @@ def predict(run: MeasuredRun, profile: CalibrationProfile, cores: int, *, idle: 
     if spec.is_ps:
         ratio = timer.gradient_ratio(workload, size.batch)
         return _predict_ps(spec, workload, topology, profile, ratio, cores, background)
-    return _predict_collective(spec, workload, topology, profile, (slowdown, comm_slowdown), timer)
+    return _predict_collective(spec, workload, topology, profile, (slowdown, comm_slowdown), timer, link)
 
 
 def _predict_collective(spec: RunSpec, workload: Workload, topology: Topology, profile: CalibrationProfile,
-                        slowdowns: tuple[float, float], timer: LayerCorrectedTimer) -> Prediction:  # fmt: skip
+                        slowdowns: tuple[float, float], timer: LayerCorrectedTimer,
+                        link: CalibrationProfile | None = None) -> Prediction:  # fmt: skip
     training = training_config(spec)
     slowdown, comm_slowdown = slowdowns
-    priced = collective_model(topology, profile)
     cpu_bound = spec.network == "loopback"  # gloo over loopback is CPU work; a tc-shaped NIC is not
+    priced = collective_model(topology, _collective_profile(spec, profile, link))
+    measured_rs = (
+        link is not None and link.collective_fit("reduce_scatter", spec.world, "inter_node") is not None
+    )
 
     def collective(op: str, size_bytes: float, group: tuple[int, ...]) -> CommCost:
-        if op == "reduce_scatter" and not cpu_bound:
-            op = GLOO_REDUCE_SCATTER  # the loopback fits already measured gloo's own
+        if op == "reduce_scatter" and not cpu_bound and not measured_rs:
+            op = GLOO_REDUCE_SCATTER  # the loopback and link fits already measured gloo's own
         cost = priced(op, size_bytes, group)
         scale = comm_slowdown if cpu_bound else 1.0
         return CommCost(cost.time_s * scale, cost.bottleneck_link, cost.link_kind)

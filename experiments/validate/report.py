@@ -20,17 +20,22 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from calibrate.common.records import read_records
+from calibrate.fit.cli import fit_profile, load_rows
+from calibrate.fit.physical import keep_physical
 from experiments.validate.grid import STRATEGIES, RunSpec
 from experiments.validate.metrics import GOAL_OVERALL, GOAL_STRATEGY, Row, mape, strategy_order
 from experiments.validate.predict import MeasuredRun, layer_corrections, measured_step, predict
 from simcore.calibration.profile_json import load_profile
 from simcore.errors import TrainsimError
 
-__all__ = ["GOAL_OVERALL", "GOAL_STRATEGY", "Row", "compare", "load_measured", "mape", "strategy_order",
-           "write_report"]  # fmt: skip
+if TYPE_CHECKING:
+    from simcore.calibration.profile import CalibrationProfile
+
+__all__ = ["GOAL_OVERALL", "GOAL_STRATEGY", "Row", "compare", "link_dir", "load_link", "load_measured", "mape",
+           "strategy_order", "write_report"]  # fmt: skip
 
 CSV_FIELDS = ("key", "strategy", "size", "world", "network", "bandwidth", "slow", "measured_ms",
               "predicted_ms", "error_pct", "predicted_compute_ms", "measured_fwd_bwd_opt_ms", "background_threads", "predicted_idle_ms",
@@ -69,8 +74,21 @@ def load_corrections(out: Path, profile: Any) -> dict[tuple[str, str], float]:
     return layer_corrections(rows, profile)
 
 
+def link_dir(out: Path, spec: RunSpec) -> Path:
+    """Where the sweep of ``spec``'s emulated link (``calibrate.collectives`` on the testbed) lives."""
+    return out / "calibration" / f"collectives-link-{8 * (spec.bandwidth_Bps or 0):.0f}bit-w{spec.world}"
+
+
+def load_link(out: Path, spec: RunSpec) -> CalibrationProfile | None:
+    """The collective fits measured on ``spec``'s emulated link, None for loopback or when not swept."""
+    directory = link_dir(out, spec)
+    if spec.network != "testbed" or not (directory / "collectives.jsonl").exists():
+        return None
+    return keep_physical(fit_profile(load_rows([str(directory)]), [str(directory.relative_to(out))]))
+
+
 def compare(runs: Sequence[tuple[RunSpec, MeasuredRun | None, str]], out: Path, cores: int) -> list[Row]:
-    """Predict every measured run from ``out/profile.json``."""
+    """Predict every measured run from ``out/profile.json`` (and its link's sweep, if any)."""
     profile = load_profile(out / "profile.json")
     corrections = load_corrections(out, profile)
     rows = []
@@ -78,9 +96,10 @@ def compare(runs: Sequence[tuple[RunSpec, MeasuredRun | None, str]], out: Path, 
         if measured is None:
             rows.append(Row(spec, None, None, note=note))
             continue
-        rows.append(Row(spec, measured, predict(measured, profile, cores, corrections=corrections),
-                        predict(measured, profile, cores, idle=True, corrections=corrections),
-                        predict(measured, profile, cores), note))  # fmt: skip
+        link = load_link(out, spec)
+        rows.append(Row(spec, measured, predict(measured, profile, cores, corrections=corrections, link=link),
+                        predict(measured, profile, cores, idle=True, corrections=corrections, link=link),
+                        predict(measured, profile, cores, link=link), note))  # fmt: skip
     return rows
 
 
@@ -174,7 +193,11 @@ def _calibration_md(out: Path) -> str:
     profile = load_profile(out / "profile.json")
     lines = ["### Calibration used (microbenchmarks only)", "",
              "| collective | ranks | alpha (us) | busbw (GB/s) | fit MAPE |", "|---|---:|---:|---:|---:|"]  # fmt: skip
-    for (op, ranks, _), fit in sorted(profile.collectives.items()):
+    fits = [(op, ranks, fit) for (op, ranks, _), fit in sorted(profile.collectives.items())]
+    fits += [
+        (f"{op} after compute", ranks, fit) for (op, ranks, _), fit in sorted(profile.after_compute.items())
+    ]
+    for op, ranks, fit in fits:
         quality = f"{100 * fit.quality.mape:.0f}%" if fit.quality else "n/a"
         lines.append(f"| {op} | {ranks} | {1e6 * fit.alpha_s:.0f} | {fit.busbw_Bps / 1e9:.3f} | {quality} |")
     curve = profile.compute.get("fp32")
@@ -236,9 +259,15 @@ sees their configuration only.
   busy then, independently, with the busy fractions the simulation itself gives, to the fixed
   point (`simcore.compute.core_sharing`).
 - Links: collectives use the alpha-beta fit at the run's world size; the loopback links (the
-  parameter server's point-to-point traffic) take the send/recv fit. Testbed runs put each rank on
+  parameter server's point-to-point traffic) take the send/recv fit. FSDP's all-gathers and
+  reduce-scatters on loopback block the training thread between units' compute and take the fits
+  of the same collectives timed after 20 ms of compute (`calibrate.collectives --after-compute-ms`)
+  where the profile has them, else the back-to-back ones. Testbed runs put each rank on
   its own host behind a NIC of the tc rate, of which TCP payload gets 1448 of every 1514 bytes
   (Ethernet, IPv4 and TCP headers with timestamps), without added delay (no netem on this kernel).
+  Where the validation swept the collectives on a run's emulated link (`calibrate.collectives`
+  inside the testbed, `calibration/collectives-link-*`), DDP's and FSDP's collectives take those
+  fits instead: gloo's all-gather reaches less of a shaped link's rate than its all-reduce.
 - The slow rank computes `factor` times longer (it sleeps (factor - 1) x its compute): synchronous
   steps wait for it; the parameter server gets a straggler on that worker."""
 
@@ -249,13 +278,14 @@ What the simulator does not model here, and what would fix it:
   the calibrated per-operator cost; the autograd nodes between layers (residual adds, views,
   split/transpose, the loss) and the training loop's bookkeeping are not. *Fix*: count them with
   a dispatch-mode counter on the same module, a property of the model like its FLOPs.
-- **Rank skew at FSDP2's blocking collectives.** FSDP2's hooks (per unit and per parameter
-  tensor, from an FSDP2 microbenchmark) and its copies are priced, and on CPU every all-gather and
-  reduce-scatter blocks the training thread (no overlap); gloo's reduce_scatter is priced with
-  all_reduce's traffic, which is what it moves. Each blocking collective also waits for the slower
-  rank, so the ranks' noise is paid at every unit, not once per step as in DDP; the simulator has
-  no noise here. *Fix*: measure the per-unit spread between ranks and give it as jitter per sync
-  point (``jitter_scope="sync"``).
+- **FSDP2's blocking collectives.** FSDP2's hooks (per unit and per parameter tensor, from an
+  FSDP2 microbenchmark) and its copies are priced, and on CPU every all-gather and reduce-scatter
+  blocks the training thread (no overlap); gloo's reduce_scatter is priced with all_reduce's
+  traffic, which is what it moves. A collective issued after a unit's compute takes longer on gloo
+  than the back-to-back ones of the collectives sweep, and each also waits for the slower rank.
+  *Fix*: time them after compute (`calibrate.collectives --after-compute-ms`, part of this
+  validation's calibration since it was found; a profile without those fits prices them back to
+  back), and give the ranks' per-unit spread as jitter per sync point (``jitter_scope="sync"``).
 - **Shared, noisy cores.** When other jobs run on the same cores, a probe before and after each
   run estimates their load, but it changes during a run. *Fix*: validate on an idle machine, pin
   ranks to cores, repeat runs to show a spread.

@@ -31,6 +31,9 @@ JSON so the simulator never needs torch. Format ``trainsim-profile``, version 1:
         "threads": 8,                     # torch intra-op threads per rank (CPU runs)
         "op_overhead_s": {"fwd": 2.1e-05, "bwd": 3.5e-05}   # optional: framework cost per op
       },
+      "collectives_after_compute": [      # optional: as "collectives", each timed after compute
+        {"op": "all_gather", "ranks": 2, "scope": "intra_node", "alpha_s": 0.0021, "busbw_Bps": 6.5e+08}
+      ],
       "sources": ["runs/collectives.jsonl", "runs/compute.jsonl"]
     }
 
@@ -50,6 +53,13 @@ Meaning of the models:
   host cost of one dispatched torch operator (dispatcher, autograd bookkeeping, Python) in the
   forward (``fwd``) and the backward (``bwd``, one autograd node running one operator) pass, from
   ``calibrate.compute``'s chain-of-tiny-ops benchmark (the slope of time over chain length).
+- **Collectives after compute** (optional, a later minor addition): the same α–β fits from
+  ``calibrate.collectives --after-compute-ms``, where every rank computes for a while before each
+  timed collective, as a training step issues its blocking collectives (FSDP2's all-gathers and
+  reduce-scatters on CPU ranks block the training thread between units' compute). On gloo such a
+  collective takes longer than the back-to-back ones of the plain sweep: the process group's
+  threads sleep while the rank computes and must be woken and scheduled again, which a sweep of
+  consecutive collectives does not see.
 - Fits whose residuals are too large carry ``"poor": true``; they are still usable but the
   simulator's prediction in that regime is no better than the fit.
 
@@ -199,6 +209,8 @@ class CalibrationProfile:
     sources: tuple[str, ...] = ()
     created: str = ""
     op_overhead_s: Mapping[str, float] = field(default_factory=dict)  # phase ("fwd"/"bwd") -> s/op
+    # the same collectives issued right after a stretch of compute (see the module docstring)
+    after_compute: Mapping[tuple[str, int, str], CollectiveFit] = field(default_factory=dict)
 
     def collective_fit(self, op: str, ranks: int, scope: str) -> CollectiveFit | None:
         """The measured fit for ``op`` on ``ranks`` ranks in ``scope``, else None."""

@@ -39,30 +39,26 @@ def _quality_json(q: FitQuality | None) -> dict[str, Any] | None:
     return {"points": q.points, "mape": q.mape, "r2": q.r2, "poor": q.poor}
 
 
+def _collective_json(f: CollectiveFit) -> dict[str, Any]:
+    entry: dict[str, Any] = {"op": f.op, "ranks": f.ranks, "scope": f.scope, "alpha_s": f.alpha_s,
+                             "busbw_Bps": f.busbw_Bps}  # fmt: skip
+    if f.quality is not None:
+        entry["fit"] = _quality_json(f.quality)
+    if f.protocols:
+        simple = f.protocols.get("Simple")
+        entry["protocols"] = {
+            name: {"alpha_s": p.alpha_s, "busbw_Bps": p.busbw_Bps}
+            | ({"efficiency": p.busbw_Bps / simple.busbw_Bps} if simple else {})
+            for name, p in f.protocols.items()
+        }
+        entry["undetermined"] = list(f.undetermined)
+    return entry
+
+
 def profile_to_json(profile: CalibrationProfile) -> dict[str, Any]:
     """The profile as the JSON document :func:`profile_from_json` reads."""
     c = profile.cluster
-    collectives = []
-    for key in sorted(profile.collectives):
-        f = profile.collectives[key]
-        entry: dict[str, Any] = {
-            "op": f.op,
-            "ranks": f.ranks,
-            "scope": f.scope,
-            "alpha_s": f.alpha_s,
-            "busbw_Bps": f.busbw_Bps,
-        }
-        if f.quality is not None:
-            entry["fit"] = _quality_json(f.quality)
-        if f.protocols:
-            simple = f.protocols.get("Simple")
-            entry["protocols"] = {
-                name: {"alpha_s": p.alpha_s, "busbw_Bps": p.busbw_Bps}
-                | ({"efficiency": p.busbw_Bps / simple.busbw_Bps} if simple else {})
-                for name, p in f.protocols.items()
-            }
-            entry["undetermined"] = list(f.undetermined)
-        collectives.append(entry)
+    collectives = [_collective_json(profile.collectives[key]) for key in sorted(profile.collectives)]
     dtypes: dict[str, dict[str, Any]] = {}
     for dtype in sorted(profile.compute):
         curve = profile.compute[dtype]
@@ -83,6 +79,15 @@ def profile_to_json(profile: CalibrationProfile) -> dict[str, Any]:
             "hostnames": list(c.hostnames),
         },
         "collectives": collectives,
+        **(
+            {
+                "collectives_after_compute": [
+                    _collective_json(profile.after_compute[k]) for k in sorted(profile.after_compute)
+                ]
+            }
+            if profile.after_compute
+            else {}
+        ),
         "compute": {
             "dtypes": dtypes,
             "memory_bandwidth_Bps": profile.memory_bandwidth_Bps,
@@ -176,12 +181,14 @@ def _cluster_from_json(r: _Reader) -> ClusterDescription:
     )
 
 
-def _collectives_from_json(entries: Any, where: str) -> dict[tuple[str, int, str], CollectiveFit]:
+def _collectives_from_json(
+    entries: Any, where: str, name: str = "collectives"
+) -> dict[tuple[str, int, str], CollectiveFit]:
     if not isinstance(entries, list):
-        raise ProfileError(f"{where}.collectives: expected a list, got {type(entries).__name__}")
+        raise ProfileError(f"{where}.{name}: expected a list, got {type(entries).__name__}")
     fits: dict[tuple[str, int, str], CollectiveFit] = {}
     for i, entry in enumerate(entries):
-        r = _Reader(entry, f"{where}.collectives[{i}]")
+        r = _Reader(entry, f"{where}.{name}[{i}]")
         fit = CollectiveFit(
             op=r.text("op", tuple(_BUSBW_FACTORS)),
             ranks=r.integer("ranks"),
@@ -249,6 +256,9 @@ def profile_from_json(data: Any, where: str = "profile") -> CalibrationProfile:
     return CalibrationProfile(
         cluster=_cluster_from_json(r.sub("cluster")),
         collectives=_collectives_from_json(r.data.get("collectives", []), where),
+        after_compute=_collectives_from_json(
+            r.data.get("collectives_after_compute", []), where, "collectives_after_compute"
+        ),
         compute=curves,
         memory_bandwidth_Bps=compute.optional("memory_bandwidth_Bps", "bandwidth_Bps"),
         comm_compute_slowdown=compute.optional("comm_compute_slowdown", "comm_compute_slowdown"),

@@ -219,6 +219,29 @@ def test_op_chain_runs_one_operator_per_link() -> None:
     assert counts[("bwd", 32)] - counts[("bwd", 8)] == 24
 
 
+def test_collectives_after_compute_are_measured_and_fitted_apart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--after-compute-ms``: two gloo ranks compute 2 ms before each timed collective; its rows say
+    so and ``calibrate.fit`` puts their fits in the profile's ``collectives_after_compute``."""
+    runs = tmp_path / "runs"
+    sweep = ["-b", "64K", "-e", "1M", "-f", "4", "-n", "2", "-w", "1", "--repeats", "1", "--threads", "1",
+             "--ops", "all_gather,reduce_scatter", "--groups", "world"]  # fmt: skip
+    _torchrun("calibrate.collectives", ["--out", str(runs), "--after-compute-ms", "2", *sweep])
+    rows = [r for r in read_records(runs / "collectives.jsonl") if r["kind"] == "collective"]
+    assert {r["op"] for r in rows} == {"all_gather", "reduce_scatter"}
+    assert len(rows) == 6 and all(r["after_compute_ms"] == 2 for r in rows)
+    profile_path = tmp_path / "profile.json"
+    capsys.readouterr()
+    assert fit.main([str(runs), "-o", str(profile_path)]) == 0
+    profile = load_profile(profile_path)
+    assert profile.collectives == {}
+    left_out = capsys.readouterr().err
+    for op in ("all_gather", "reduce_scatter"):  # fitted, or (a noisy sweep) named as left out
+        fitted = (op, 2, "intra_node") in profile.after_compute
+        assert fitted or f"{op}/2/intra_node after compute" in left_out
+
+
 def test_the_parser_lists_every_layer_benchmark() -> None:
     """``--layers`` is checked against names that need no torch; they must be the benchmarks' own."""
     from calibrate.compute.layers import LAYERS

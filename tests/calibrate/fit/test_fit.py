@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from calibrate.fit import cli as fit
 from calibrate.nccl_tests.parser import collective_row
 from simcore.calibration.profile import busbw_factor
-from simcore.calibration.profile_json import load_profile
+from simcore.calibration.profile_json import load_profile, profile_to_json
 from simcore.errors import TrainsimError
 from tests.paths import TESTS
 
@@ -275,3 +275,21 @@ def test_a_bar_counts_the_files_on_a_terminal_unless_quiet(
     assert fit.main([*captures, "-o", str(tmp_path / "p.json"), *(["--quiet"] if quiet else [])]) == 0
     assert ("reading: " in terminal.getvalue()) is not quiet
     assert "reading:" not in capsys.readouterr().out  # the bar never touches the table on stdout
+
+
+def test_collectives_after_compute_are_fitted_apart_and_round_trip(tmp_path: Path) -> None:
+    """Rows of ``calibrate.collectives --after-compute-ms`` get their own fits (the profile's
+    ``collectives_after_compute``), the back-to-back ones keep theirs, and both survive JSON."""
+    plain = [{**r, "backend": "gloo"} for r in _synthetic_rows("all_gather", 2, 2e-4, 1e9, noise=0.0)]
+    after = [{**r, "backend": "gloo", "after_compute_ms": 20}
+             for r in _synthetic_rows("all_gather", 2, 3e-3, 5e8, noise=0.0)]  # fmt: skip
+    profile = fit.fit_profile(plain + after)
+    key = ("all_gather", 2, "intra_node")
+    assert profile.collectives[key].alpha_s == pytest.approx(2e-4, rel=0.01)
+    assert profile.after_compute[key].alpha_s == pytest.approx(3e-3, rel=0.01)
+    assert profile.after_compute[key].busbw_Bps == pytest.approx(5e8, rel=0.01)
+    assert "all_gather/2/intra_node after compute" in fit.format_report(profile)
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(profile_to_json(profile)))
+    assert load_profile(path).after_compute == profile.after_compute
+    assert fit.fit_profile(plain).after_compute == {}

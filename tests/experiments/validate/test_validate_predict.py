@@ -234,3 +234,56 @@ def test_a_shaped_link_carries_tcp_payload_at_its_rate_less_the_headers() -> Non
     graph = measured_topology(RunSpec("ddp", "transformer-s", 2, "testbed", GBIT), _profile()).graph
     rates = {d["bandwidth_Bps"] for _, _, d in graph.edges(data=True)}
     assert GBIT * 1448 / 1514 in rates and GBIT not in rates
+
+
+def _with_after_compute(alpha_s: float) -> dict:
+    data = profile_to_json(_profile())
+    data["collectives_after_compute"] = [
+        {"op": op, "ranks": 2, "scope": "intra_node", "alpha_s": alpha_s, "busbw_Bps": 1e9}
+        for op in ("all_gather", "reduce_scatter")
+    ]
+    return data
+
+
+def test_fsdp_on_loopback_prices_its_blocking_collectives_as_measured_after_compute() -> None:
+    """FSDP2's all-gathers and reduce-scatters block a CPU rank between units' compute: with
+    after-compute fits in the profile, each costs their alpha (here 5 ms more than back to back)
+    and nothing else changes: DDP, shaped links and a profile without them stay as they were."""
+    from experiments.validate.predict import blocking_profile
+
+    slower = profile_from_json(_with_after_compute(5e-3))
+    assert blocking_profile(_profile()) == _profile()
+    assert blocking_profile(slower).collective_alpha_beta("all_gather", 2, "intra_node") == (5e-3, 1e9)
+    assert blocking_profile(slower).collective_alpha_beta("all_reduce", 2, "intra_node") == (1e-4, 1e9)
+    fsdp = _run(RunSpec("fsdp", "transformer-s", 2))
+    base, after = predict(fsdp, _profile(), 2).step_time_s, predict(fsdp, slower, 2).step_time_s
+    assert base is not None and after is not None
+    # 3 units (the root and two blocks): 3 + 3 all-gathers and 3 reduce-scatters, 4.9 ms more each
+    assert after - base == pytest.approx(9 * 4.9e-3, rel=0.05)
+    for spec in (RunSpec("ddp", "transformer-s", 2), RunSpec("fsdp", "transformer-s", 2, "testbed", GBIT)):
+        assert predict(_run(spec), slower, 2).step_time_s == predict(_run(spec), _profile(), 2).step_time_s
+
+
+def _link(alpha_s: float, busbw_Bps: float) -> dict:
+    data = profile_to_json(_profile())
+    data["collectives"] = [
+        {"op": op, "ranks": 2, "scope": "inter_node", "alpha_s": alpha_s, "busbw_Bps": busbw_Bps}
+        for op in ("all_gather", "reduce_scatter", "all_reduce")
+    ]
+    return data
+
+
+def test_a_testbed_run_prices_its_collectives_as_measured_on_its_link() -> None:
+    """With the collectives swept on the run's emulated link, FSDP's all-gathers and reduce-scatters
+    (measured as gloo runs them: no all-reduce stand-in) take those fits; a slower link sweep gives a
+    slower step, loopback runs ignore it."""
+    spec = RunSpec("fsdp", "transformer-s", 2, "testbed", MBIT * 100)
+    fast, slow = profile_from_json(_link(1e-4, 5e7)), profile_from_json(_link(1e-4, 5e6))
+    times = [predict(_run(spec), _profile(), 2, link=link).step_time_s for link in (None, fast, slow)]
+    assert all(t is not None for t in times)
+    assert times[1] < times[2]  # type: ignore[operator]
+    loopback = _run(RunSpec("fsdp", "transformer-s", 2))
+    assert (
+        predict(loopback, _profile(), 2, link=slow).step_time_s
+        == predict(loopback, _profile(), 2).step_time_s
+    )

@@ -177,3 +177,80 @@ def test_committed_run_repredicts_to_the_golden_summary(tmp_path):
     )
     text = summary + "\n\n" + (copy / "comparison.csv").read_text()
     assert_golden("validate_committed_summary.txt", text)
+
+
+def test_calibration_times_fsdps_collectives_after_compute_at_its_world_sizes(tmp_path, monkeypatch):
+    """The validation's calibration sweeps all-gather and reduce-scatter a second time after compute
+    (``--after-compute-ms``) for the world sizes FSDP runs at, and fits them with the rest."""
+    from experiments.validate import cli
+
+    launched: list[tuple[str, list[str], int]] = []
+    monkeypatch.setattr(
+        cli,
+        "launch_module",
+        lambda module, argv, nproc, timeout_s: launched.append((module, argv, nproc)) or 0,
+    )
+    monkeypatch.setattr(cli, "load_rows", lambda sources: sources)  # the names cli calls
+    monkeypatch.setattr(cli, "fit_profile", lambda rows, sources: _profile())
+    cli.calibrate_machine(tmp_path, [2, 3, 4], quick=False, blocking_worlds=[2, 4])
+    after = [(argv, n) for module, argv, n in launched if "--after-compute-ms" in argv]
+    assert [n for _, n in after] == [2, 4]
+    for argv, _ in after:
+        assert argv[argv.index("--after-compute-ms") + 1] == str(cli.AFTER_COMPUTE_MS)
+        assert argv[argv.index("--ops") + 1] == "all_gather,reduce_scatter"
+    assert len(launched) == 3 + 2 + 1  # back-to-back sweeps, after-compute sweeps, compute
+
+
+def test_the_testbed_links_are_swept_once_each_and_read_back(tmp_path, monkeypatch):
+    """``calibrate_links`` sweeps the collectives once per emulated link the DDP/FSDP testbed runs
+    use; ``load_link`` fits what it wrote (None for loopback or an unswept link)."""
+    from calibrate.common.records import RecordWriter
+    from calibrate.nccl_tests.parser import collective_row
+    from experiments.validate import cli
+    from experiments.validate.grid import MBIT
+    from experiments.validate.report import link_dir, load_link
+
+    swept: list[list[str]] = []
+
+    def fake(spec, job, what):
+        swept.append(job)
+        out = Path(job[job.index("--out") + 1])
+        with RecordWriter(out / "collectives.jsonl") as writer:
+            for op in ("all_gather", "reduce_scatter", "all_reduce"):
+                for size in (2**16, 2**20, 2**24):
+                    row = collective_row(
+                        op=op, size_bytes=size, ranks=2, ranks_per_node=1, time_us_mean=1e3 + size / 1e4
+                    )
+                    writer.write({**row, "backend": "gloo", "scope": "inter_node", "nodes": 2})
+        return 0
+
+    monkeypatch.setattr(cli, "_on_testbed", fake)
+    specs = [RunSpec(s, "transformer-w256", 2, "testbed", MBIT * 100) for s in ("ddp", "fsdp", "ps-sync")]
+    specs.append(RunSpec("ddp", "transformer-w256", 2))
+    assert cli.calibrate_links(tmp_path, specs) == [link_dir(tmp_path, specs[0])]
+    assert len(swept) == 1 and swept[0][swept[0].index("--ops") + 1] == cli.LINK_OPS
+    link = load_link(tmp_path, specs[1])
+    assert link is not None and link.collective_fit("all_gather", 2, "inter_node") is not None
+    assert load_link(tmp_path, specs[3]) is None
+    assert load_link(tmp_path, RunSpec("ddp", "transformer-w256", 2, "testbed", MBIT * 1000)) is None
+
+
+@pytest.mark.root
+@pytest.mark.integration
+def test_a_real_link_sweep_lands_where_the_prediction_reads_it(tmp_path):
+    """As root: ``calibrate_links`` sweeps gloo's collectives over a real 1 Gbit/s emulated link, and
+    ``load_link`` fits them; nothing crosses the link faster than its rate."""
+    pytest.importorskip("torch")
+    from experiments.validate import cli
+    from experiments.validate.grid import GBIT
+    from experiments.validate.report import load_link
+
+    if (reason := cli.testbed_reason()) is not None:
+        pytest.skip(reason)
+    spec = RunSpec("fsdp", "transformer-w256", 2, "testbed", GBIT)
+    cli.calibrate_links(tmp_path, [spec])
+    link = load_link(tmp_path, spec)
+    assert link is not None
+    for op in ("all_gather", "reduce_scatter", "all_reduce"):
+        fit = link.collective_fit(op, 2, "inter_node")
+        assert fit is not None and fit.busbw_Bps < GBIT * 1.2
