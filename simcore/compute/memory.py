@@ -21,6 +21,7 @@ N data-parallel ranks and K optimizer bytes per parameter, DDP holds (2 + 2 + K)
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -148,8 +149,10 @@ class RuntimeMemory:
         return self.cuda_context_bytes + communicators * per_comm
 
 
+@functools.cache
 def runtime_memory(device_kind: str) -> RuntimeMemory:
-    """The runtime memory figures of ``device_kind`` (``gpu`` or ``cpu``)."""
+    """The runtime memory figures of ``device_kind`` (``gpu`` or ``cpu``), read once per process
+    (every step plan asks for them, and parsing the table costs tens of milliseconds)."""
     from pathlib import Path
 
     import yaml
