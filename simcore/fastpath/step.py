@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from simcore.fastpath.evaluate import TimedRun, evaluate_plan_timed
 from simcore.report import StepReport
 from simcore.strategies.base import StepContext, Strategy
-from simcore.strategies.runner import StepResult, report_step, simulate_step
+from simcore.strategies.runner import StepResult, comm_slowdown_under_compute, report_step, simulate_step
 from simcore.strategies.schedule import COMM, COMPUTE, Op, StepPlan
 
 __all__ = ["MIN_EXTRAPOLATED", "PROBES", "fast_step_report"]
@@ -63,24 +63,42 @@ def fast_step_report(
     peak_flops: float,
     slowdown: float | None,
 ) -> StepReport:
-    """``strategy``'s step on ``ctx`` evaluated on the fast path."""
+    """``strategy``'s step on ``ctx`` evaluated on the fast path (``slowdown`` as
+    :func:`~simcore.strategies.runner.simulate_step` takes it: None is per-collective contention)."""
     k = ctx.accumulation
-    if slowdown is None or ctx.config.steps > 1 or ctx.config.compute_jitter_sigma > 0:
-        # per-collective contention (slowdown None) runs in the discrete-event engine
+    if ctx.config.steps > 1 or ctx.config.compute_jitter_sigma > 0:
         result = simulate_step(strategy, ctx, slowdown=slowdown, path="fast")
         return report_step(result, ctx, cluster=cluster, device=device, peak_flops=peak_flops)
+    contention = _Contention(slowdown, comm_slowdown_under_compute(ctx) if slowdown is None else 1.0)
     if k >= MIN_EXTRAPOLATED:
         report = _extrapolated(strategy, ctx, k, cluster=cluster, device=device, peak_flops=peak_flops,
-                               slowdown=slowdown)  # fmt: skip
+                               contention=contention)  # fmt: skip
         if report is not None:
             return report
     # One step, as simulate_step would run it; only the spans a report reads.
     plan = strategy.build_plan(ctx)
-    timed = evaluate_plan_timed(
-        plan, capacity_bytes=ctx.device_memory_bytes, slowdown=slowdown, comm_spans_only=True
-    )
+    timed = _evaluate(plan, ctx, contention)
     result = StepResult(plan, timed.run, [timed.run.step_time_s])
     return report_step(result, ctx, cluster=cluster, device=device, peak_flops=peak_flops)
+
+
+@dataclass(frozen=True, slots=True)
+class _Contention:
+    """The contention settings of :func:`~simcore.strategies.schedule.run_plan`, as simulate_step
+    derives them from its ``slowdown``."""
+
+    slowdown: float | None
+    comm_slowdown: float
+
+
+def _evaluate(plan: StepPlan, ctx: StepContext, contention: _Contention) -> TimedRun:
+    return evaluate_plan_timed(
+        plan,
+        capacity_bytes=ctx.device_memory_bytes,
+        slowdown=contention.slowdown,
+        comm_slowdown=contention.comm_slowdown,
+        comm_spans_only=True,
+    )
 
 
 @dataclass(slots=True)
@@ -101,12 +119,12 @@ def _extrapolated(
     cluster: str,
     device: str,
     peak_flops: float,
-    slowdown: float,
+    contention: _Contention,
 ) -> StepReport | None:
     key = (strategy.name, ctx.gpus == 1)
     first = _FIRST_PROBE.get(key, PROBES[0])
     for size in (p for p in PROBES if first and first <= p <= k):
-        probe = _probe(strategy, ctx, size, slowdown)
+        probe = _probe(strategy, ctx, size, contention)
         if isinstance(probe, str):
             _FIRST_PROBE[key] = 0
             return None
@@ -146,7 +164,7 @@ def _report(
     )
 
 
-def _probe(strategy: Strategy, ctx: StepContext, size: int, slowdown: float) -> _Probe | str:
+def _probe(strategy: Strategy, ctx: StepContext, size: int, contention: _Contention) -> _Probe | str:
     """The plan of ``size`` micro-batches, evaluated (``"structure"`` if it is not built one
     micro-batch after another, as DDP's and ZeRO-1's are not)."""
     probe_ctx = replace(
@@ -158,9 +176,7 @@ def _probe(strategy: Strategy, ctx: StepContext, size: int, slowdown: float) -> 
     starts = _microbatch_starts(plan)
     if len(starts) != size:
         return "structure"
-    timed = evaluate_plan_timed(
-        plan, capacity_bytes=ctx.device_memory_bytes, slowdown=slowdown, comm_spans_only=True
-    )
+    timed = _evaluate(plan, ctx, contention)
     return _Probe(plan, timed, starts, _period(plan, timed, starts))
 
 
@@ -179,8 +195,8 @@ def _microbatch_starts(plan: StepPlan) -> list[int]:
 
 def _same_op(a: Op, b: Op, shift: int) -> bool:
     return (
-        (a.stream, a.kind, a.duration_s, a.bytes, a.link, a.link_kind)
-        == (b.stream, b.kind, b.duration_s, b.bytes, b.link, b.link_kind)
+        (a.stream, a.kind, a.duration_s, a.bytes, a.link, a.link_kind, a.contention)
+        == (b.stream, b.kind, b.duration_s, b.bytes, b.link, b.link_kind, b.contention)
         and (a.on_start, a.on_end, a.after_end) == (b.on_start, b.on_end, b.after_end)
         and tuple(i + shift for i in a.after) == b.after
         and tuple(i + shift for i in a.after_start) == b.after_start
