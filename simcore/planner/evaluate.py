@@ -15,15 +15,16 @@ from typing import TYPE_CHECKING
 
 from simcore.compute.heterogeneity import NO_HETEROGENEITY, sync_compute_scale
 from simcore.errors import TrainsimError
-from simcore.fastpath.costs import fast_collective_model
+from simcore.fastpath.costs import fast_collective_model, fast_concurrent_model
 from simcore.fastpath.path import DEFAULT_ENGINE_PATH, check_engine_path, choose_path
 from simcore.fastpath.step import fast_step_report
 from simcore.planner.space import Layout
 from simcore.report import StepReport
 from simcore.strategies import get_strategy
-from simcore.strategies.base import CollectiveFn, LayerTimer, TrainingConfig
+from simcore.strategies.base import CollectiveFn, ConcurrentFn, LayerTimer, TrainingConfig
 from simcore.strategies.runner import (
     collective_model,
+    concurrent_model,
     gating_device,
     make_context,
     report_step,
@@ -79,6 +80,7 @@ class _Cluster:
     timer: LayerTimer
     path: str
     collective: CollectiveFn
+    concurrent: ConcurrentFn  # same-shape groups priced together (HSDP's replicate groups)
 
 
 # Per process: (loader, cluster, gpus, dtype, calibration id, engine path) -> the loaded cluster.
@@ -104,13 +106,16 @@ def _cluster(job: PlanJob, gpus: int) -> _Cluster:
         topology = load_topology(job.loader, job.cluster, gpus)
         device = gating_device(topology, job.config.dtype)
         path = choose_path(job.engine_path, topology)
-        price = fast_collective_model if path == "fast" else collective_model
+        fast = path == "fast"
+        price = fast_collective_model if fast else collective_model
+        together = fast_concurrent_model if fast else concurrent_model
         known = _CLUSTERS[key] = _Cluster(
             topology,
             device,
             ComputeModel(device, job.config.dtype, job.calibration),
             path,
             price(topology, job.calibration),
+            together(topology, job.calibration),
         )
     return known
 
@@ -121,6 +126,7 @@ def _evaluate(job: PlanJob, gpus: int, layout: Layout) -> Outcome:
     ctx = make_context(
         job.workload, config, cluster.topology, calibration=job.calibration, timer=cluster.timer,
         collective=cluster.collective, device_memory_bytes=cluster.device.memory_bytes,
+        concurrent=cluster.concurrent,
     )  # fmt: skip
     slowdown = config.slowdown(job.calibration.comm_compute_slowdown if job.calibration else None)
     strategy = get_strategy(layout.strategy)

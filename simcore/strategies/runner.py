@@ -176,8 +176,12 @@ def make_context(
     timer: LayerTimer | None = None,
     collective: CollectiveFn | None = None,
     device_memory_bytes: int | None = None,
+    concurrent: ConcurrentFn | None = None,
 ) -> StepContext:
-    """A step context for ``topology``'s ranks on their :func:`gating_device`, unless a timer is given."""
+    """A step context for ``topology``'s ranks on their :func:`gating_device`, unless a timer is given.
+
+    ``collective`` replaces the simulated collective model; ``concurrent`` then prices same-shape
+    groups together (None: one at a time, unless ``collective`` is None too)."""
     if timer is None or device_memory_bytes is None:
         from simcore.compute.roofline import ComputeModel
 
@@ -197,7 +201,7 @@ def make_context(
         node,
         cross,
         device_memory_bytes,
-        concurrent=None if collective is not None else concurrent_model(topology, calibration),
+        concurrent=concurrent if collective is not None else concurrent_model(topology, calibration),
     )
 
 
