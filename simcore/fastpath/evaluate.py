@@ -268,8 +268,10 @@ class _Evaluator:
             self.schedule(_STARTED, op.id)
         rank = stream.rank
         if stream.communicates:
-            # Memory changed by a collective is attributed to the compute running at that moment.
-            stream.label = f"{rank.current_compute} ({op.name})"
+            # Memory changed by a collective is attributed to the compute running at that moment
+            # (the label is only spelled out where the collective changes memory).
+            if op.on_start or op.on_end or op.after_end:
+                stream.label = f"{rank.current_compute} ({op.name})"
         else:
             rank.current_compute = stream.label = op.name
         if op.on_start:
@@ -277,7 +279,8 @@ class _Evaluator:
         if not stream.communicates:
             if self.per_op:
                 rank.computing = True
-                self._notify(rank)
+                if rank.waiting:
+                    self._notify(rank)
             work = op.duration_s * stream.scale
             stream.remaining, stream.tolerance = work, 1e-12 * work
             return self._segment(index, stream)
@@ -330,12 +333,14 @@ class _Evaluator:
             if stream.ops[stream.index].duration_s > 0:
                 self._toggle(stream.rank, -1)
         elif self.per_op:
-            stream.rank.computing = False
-            self._notify(stream.rank)
-        self._finish(index)
+            rank = stream.rank
+            rank.computing = False
+            if rank.waiting:
+                self._notify(rank)
+        self._finish(index, stream)
 
-    def _finish(self, index: int) -> None:
-        stream = self.streams[index]
+    def _finish(self, index: int, stream: _Stream | None = None) -> None:
+        stream = stream or self.streams[index]
         op = stream.ops[stream.index]
         now, label = self.now, stream.label
         self.ends[op.id] = now

@@ -334,6 +334,9 @@ class StepContext:
     cross_node: tuple[int, ...]
     device_memory_bytes: int
     _layer_times: dict[str, list[float]] = field(default_factory=dict)
+    # Results of pure functions of this context's workload, config and timer (span times, tensor
+    # counts), which every micro-batch of a plan asks for again; shared by copies as _layer_times is.
+    _memo: dict[tuple[Any, ...], Any] = field(default_factory=dict)
     concurrent: ConcurrentFn | None = None  # same-shape groups priced together (None: one at a time)
 
     @property
@@ -360,6 +363,22 @@ class StepContext:
         device work (``kernel_extra_s``: casts, copies) and host work (``host_extra_ops`` operator
         dispatches: hooks). On a GPU the host runs ahead, so the span takes the longer of its kernels
         and its dispatch; on a CPU rank they add (:meth:`ComputeModel.combine`)."""
+        key = ("span", phase, tuple(layers), kernel_extra_s, host_extra_ops)
+        known = self._memo.get(key)
+        if known is None:
+            known = self._memo[key] = self._span_time(phase, layers, kernel_extra_s, host_extra_ops)
+        return float(known)
+
+    def memo(self, key: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
+        """``compute()``, once per ``key`` for this context (a pure function of its inputs)."""
+        known = self._memo.get(key)
+        if known is None:
+            known = self._memo[key] = compute()
+        return known
+
+    def _span_time(
+        self, phase: str, layers: Sequence[int], kernel_extra_s: float, host_extra_ops: float
+    ) -> float:
         parts = getattr(self.timer, "layer_parts_s", None)
         if parts is None:  # a timer without a host/device split (test doubles)
             times = self.layer_times(phase)
