@@ -12,8 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from simcore.data import parse_yaml
 from topologies.spec import parse_cluster_spec
 from topologies.spec_types import ClusterSpec, NodeType
 from topologies.yamlcheck import SpecError, read_yaml
@@ -41,7 +40,7 @@ def preset_spec(name: str) -> ClusterSpec:
         )
     text = resources.files("topologies").joinpath("presets").joinpath(files[name]).read_text(encoding="utf-8")
     where = f"topologies/presets/{files[name]}"
-    return parse_spec(yaml.safe_load(text), where, default_name=name)
+    return parse_spec(parse_yaml(text), where, default_name=name)
 
 
 def preset_node_type(name: str, declared: tuple[str, ...], where: str) -> NodeType:

@@ -15,8 +15,7 @@ from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
-import yaml
-
+from simcore.data import parse_yaml
 from simcore.errors import TrainsimError
 
 __all__ = [
@@ -66,7 +65,7 @@ def _check(data: Any) -> Mapping[str, Any]:
 def tables() -> Mapping[str, Any]:
     """The parsed tuning tables (checked once)."""
     text = resources.files("simcore.data").joinpath(_DATA_FILE).read_text(encoding="utf-8")
-    return _check(yaml.safe_load(text))
+    return _check(parse_yaml(text))
 
 
 @functools.cache

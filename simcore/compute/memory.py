@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from simcore.compute.optimizer import OPTIMIZER_IMPLS, resolve_optimizer_impl
+from simcore.data import data_file
 from simcore.errors import TrainsimError
 
 __all__ = [
@@ -153,13 +154,7 @@ class RuntimeMemory:
 def runtime_memory(device_kind: str) -> RuntimeMemory:
     """The runtime memory figures of ``device_kind`` (``gpu`` or ``cpu``), read once per process
     (every step plan asks for them, and parsing the table costs tens of milliseconds)."""
-    from pathlib import Path
-
-    import yaml
-
-    path = Path(__file__).parent.parent / "data" / "efficiency.yaml"
-    with path.open(encoding="utf-8") as handle:
-        table = yaml.safe_load(handle)["allocator"]
+    table = data_file("efficiency.yaml")["allocator"]
     entry = table.get(device_kind, table["gpu"])
     return RuntimeMemory(
         float(entry["cuda_context_bytes"]),

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from simcore.data import data_file
 from simcore.errors import TrainsimError
 
 __all__ = [
@@ -53,10 +54,7 @@ _DATA_FILE = Path(__file__).parent.parent / "data" / "efficiency.yaml"
 
 @functools.lru_cache(maxsize=1)
 def _table() -> dict[str, Any]:
-    import yaml
-
-    with _DATA_FILE.open(encoding="utf-8") as handle:
-        return dict(yaml.safe_load(handle)["optimizers"])
+    return dict(data_file(_DATA_FILE.name)["optimizers"])
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,8 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
+from simcore.data import data_file
+
 __all__ = ["FrameworkOverheads", "framework_overheads"]
 
 _DATA_FILE = Path(__file__).parent.parent / "data" / "efficiency.yaml"
@@ -39,10 +41,7 @@ def _pair(value: list[float]) -> tuple[float, float]:
 @functools.lru_cache(maxsize=1)
 def framework_overheads() -> FrameworkOverheads:
     """The figures of ``data/efficiency.yaml``, section ``frameworks``."""
-    import yaml
-
-    with _DATA_FILE.open(encoding="utf-8") as handle:
-        table = yaml.safe_load(handle)["frameworks"]
+    table = data_file(_DATA_FILE.name)["frameworks"]
     return FrameworkOverheads(
         fsdp2_unit_ops=_pair(table["fsdp2_unit_ops"]),
         fsdp2_tensor_ops=_pair(table["fsdp2_tensor_ops"]),

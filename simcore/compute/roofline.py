@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from simcore.compute.optimizer import OptimizerStepCost, optimizer_step_cost, resolve_optimizer_impl
+from simcore.data import data_file
 from simcore.dtypes import DTYPE_BYTES
 from simcore.errors import TrainsimError
 
@@ -126,10 +127,7 @@ class EfficiencyCurve:
 
 @functools.lru_cache(maxsize=1)
 def _efficiency_table() -> dict[str, Any]:
-    import yaml
-
-    with _EFFICIENCY_FILE.open(encoding="utf-8") as handle:
-        return yaml.safe_load(handle)
+    return dict(data_file(_EFFICIENCY_FILE.name))
 
 
 def _curve_from(entry: dict[str, Any], where: str) -> EfficiencyCurve:

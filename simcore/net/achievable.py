@@ -14,8 +14,7 @@ from collections.abc import Iterable, Mapping
 from importlib import resources
 from typing import Any
 
-import yaml
-
+from simcore.data import parse_yaml
 from simcore.errors import TrainsimError
 from simcore.topology import LINK_KINDS
 
@@ -27,7 +26,7 @@ _DATA_FILE = "links.yaml"
 @functools.cache
 def _table() -> Mapping[str, Any]:
     text = resources.files("simcore.data").joinpath(_DATA_FILE).read_text(encoding="utf-8")
-    data = yaml.safe_load(text)
+    data = parse_yaml(text)
     where = f"simcore/data/{_DATA_FILE}"
     if not isinstance(data, dict):
         raise TrainsimError(f"{where}: expected a mapping of link kind -> achievable fraction")

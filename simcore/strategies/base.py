@@ -20,7 +20,6 @@ import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from simcore.compute.memory import optimizer_step_temp_bytes, runtime_memory
@@ -34,6 +33,7 @@ from simcore.compute.optimizer import (
 from simcore.compute.overheads import framework_overheads
 from simcore.compute.precision import PRECISION_MODES, Precision, resolve_precision, strategy_framework
 from simcore.compute.roofline import param_tensor_count
+from simcore.data import data_file
 from simcore.dtypes import DTYPE_BYTES
 from simcore.errors import TrainsimError
 
@@ -269,11 +269,7 @@ class TrainingConfig:
 @functools.lru_cache(maxsize=1)
 def contention_table() -> dict[str, Any]:
     """``data/efficiency.yaml``, section ``contention``."""
-    import yaml
-
-    path = Path(__file__).parent.parent / "data" / "efficiency.yaml"
-    with path.open(encoding="utf-8") as handle:
-        return dict(yaml.safe_load(handle)["contention"])
+    return dict(data_file("efficiency.yaml")["contention"])
 
 
 def optimizer_state_bytes(precision: Precision, optimizer: str) -> int:

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from simcore.data import parse_yaml
 from simcore.dtypes import DTYPE_BYTES
 from simcore.errors import TrainsimError
 from simcore.workload.shapefile import load_shape_file
@@ -37,10 +38,8 @@ _PRESETS_FILE = Path(__file__).parent / "models" / "presets.yaml"
 
 @functools.lru_cache(maxsize=1)
 def _preset_table() -> Mapping[str, Mapping[str, Any]]:
-    import yaml
-
     with _PRESETS_FILE.open(encoding="utf-8") as handle:
-        data = yaml.safe_load(handle)
+        data = parse_yaml(handle)
     return data["presets"]
 
 
