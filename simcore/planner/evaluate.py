@@ -138,12 +138,24 @@ def _evaluate(job: PlanJob, gpus: int, layout: Layout) -> Outcome:
     )  # fmt: skip
     if cluster.path == "fast" and scale is None:
         report = fast_step_report(
-            strategy, ctx, cluster=job.cluster, device=device, peak_flops=peak, slowdown=slowdown
-        )
+            strategy, ctx, cluster=job.cluster, device=device, peak_flops=peak, slowdown=slowdown,
+            reuse=_probe_key(job, gpus, layout, config),
+        )  # fmt: skip
     else:
         result = simulate_step(strategy, ctx, slowdown=slowdown, compute_scale=scale, path=cluster.path)
         report = report_step(result, ctx, cluster=job.cluster, device=device, peak_flops=peak)
     return Outcome(gpus, layout, report, path=cluster.path)
+
+
+def _probe_key(job: PlanJob, gpus: int, layout: Layout, config: TrainingConfig) -> tuple[object, ...] | None:
+    """What a layout's step plan depends on besides the global batch: a sweep over batch sizes
+    (one job per batch) then evaluates each long-accumulation probe once. None with a calibration
+    profile (not compared by value)."""
+    if job.calibration is not None:
+        return None
+    loader = (getattr(job.loader, "__module__", ""), getattr(job.loader, "__qualname__", repr(job.loader)))
+    batchless = replace(config, global_batch=gpus * config.micro_batch)
+    return (loader, job.cluster, gpus, job.engine_path, job.workload, batchless, layout)
 
 
 def evaluate_tasks(job: PlanJob, tasks: Sequence[Task]) -> list[Outcome]:

@@ -90,3 +90,33 @@ def test_a_real_model_is_extrapolated_and_exact(
     assert got.accumulation_steps == 11
     _assert_same(got, _full(name, ctx, slowdown))
     assert device.memory_bytes == got.memory_capacity_bytes
+
+
+def test_a_probe_is_shared_between_batch_sizes_and_each_report_is_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    topology = load_cluster("dgx-a100", gpus=16)
+    workload = load_workload("gpt2-medium", seq_len=512)
+    probed: list[int] = []
+    original = fast_step._probe
+    monkeypatch.setattr(fast_step, "_probe", lambda *a: probed.append(a[2]) or original(*a))
+    reports: dict[tuple[str | None, int], StepReport] = {}
+    for reuse in (None, "fsdp mb=2 on 16 GPUs"):
+        fast_step.clear_probe_cache()
+        probed.clear()
+        for k in (6, 9, 13):
+            config = TrainingConfig(global_batch=16 * 2 * k, micro_batch=2, seq_len=512)
+            ctx = make_context(workload, config, topology, collective=fast_collective_model(topology))
+            reports[(reuse, k)] = fast_step_report(
+                get_strategy("fsdp"),
+                ctx,
+                cluster="c",
+                device="d",
+                peak_flops=1e14,
+                slowdown=None,
+                reuse=reuse,
+            )
+        assert len(probed) == (3 if reuse is None else 1)
+    for k in (6, 9, 13):
+        assert reports[("fsdp mb=2 on 16 GPUs", k)] == reports[(None, k)]
+        assert reports[(None, k)].accumulation_steps == k
