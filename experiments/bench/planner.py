@@ -36,6 +36,7 @@ from pathlib import Path
 
 from experiments.console import COMMANDS
 from simcore.collectives import build_plan
+from simcore.fastpath.step import clear_probe_cache
 from simcore.planner.evaluate import Outcome, PlanJob, Task, evaluate_tasks, load_topology
 from simcore.planner.executors import run_sweeps
 from simcore.planner.space import Layout, SearchSpace, layouts_for
@@ -95,6 +96,7 @@ def _timed(job: PlanJob, tasks: Sequence[Task]) -> list[float]:
     evaluate_tasks(job, tasks)
     times = []
     for task in tasks:
+        clear_probe_cache()  # each configuration's own cost: no probe of the warm-up pass reused
         start = time.process_time()
         evaluate_tasks(job, [task])
         times.append(time.process_time() - start)
@@ -160,6 +162,7 @@ def sweep_rows(
         for gpus in sorted({g for g, _ in tasks}):
             load_topology(job.loader, job.cluster, gpus)
     total = sum(len(tasks) for _, tasks in parts)
+    clear_probe_cache()  # the sweep shares probes between its own batch sizes, not the rows' before it
     before = os.times()
     start = time.perf_counter()
     local = run_sweeps(parts, workers=workers)

@@ -26,8 +26,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from simcore.compute.optimizer import OPTIMIZER_IMPLS, resolve_optimizer_impl
+from simcore.data import data_file
 from simcore.errors import TrainsimError
-from simcore.yamlload import safe_load
 
 __all__ = [
     "CATEGORIES",
@@ -150,14 +150,11 @@ class RuntimeMemory:
         return self.cuda_context_bytes + communicators * per_comm
 
 
-@functools.cache  # read once: a what-if asks ~150 times, and each parse takes ~15 ms
+@functools.cache
 def runtime_memory(device_kind: str) -> RuntimeMemory:
-    """The runtime memory figures of ``device_kind`` (``gpu`` or ``cpu``)."""
-    from pathlib import Path
-
-    path = Path(__file__).parent.parent / "data" / "efficiency.yaml"
-    with path.open(encoding="utf-8") as handle:
-        table = safe_load(handle)["allocator"]
+    """The runtime memory figures of ``device_kind`` (``gpu`` or ``cpu``), read once per process
+    (every step plan asks for them, and parsing the table costs tens of milliseconds)."""
+    table = data_file("efficiency.yaml")["allocator"]
     entry = table.get(device_kind, table["gpu"])
     return RuntimeMemory(
         float(entry["cuda_context_bytes"]),

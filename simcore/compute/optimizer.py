@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from simcore.data import data_file
 from simcore.errors import TrainsimError
-from simcore.yamlload import safe_load
 
 __all__ = [
     "IMPL_ALIASES",
@@ -54,8 +54,7 @@ _DATA_FILE = Path(__file__).parent.parent / "data" / "efficiency.yaml"
 
 @functools.lru_cache(maxsize=1)
 def _table() -> dict[str, Any]:
-    with _DATA_FILE.open(encoding="utf-8") as handle:
-        return dict(safe_load(handle)["optimizers"])
+    return dict(data_file(_DATA_FILE.name)["optimizers"])
 
 
 @dataclass(frozen=True, slots=True)

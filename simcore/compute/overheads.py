@@ -15,7 +15,7 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-from simcore.yamlload import safe_load
+from simcore.data import data_file
 
 __all__ = ["FrameworkOverheads", "framework_overheads"]
 
@@ -41,8 +41,7 @@ def _pair(value: list[float]) -> tuple[float, float]:
 @functools.lru_cache(maxsize=1)
 def framework_overheads() -> FrameworkOverheads:
     """The figures of ``data/efficiency.yaml``, section ``frameworks``."""
-    with _DATA_FILE.open(encoding="utf-8") as handle:
-        table = safe_load(handle)["frameworks"]
+    table = data_file(_DATA_FILE.name)["frameworks"]
     return FrameworkOverheads(
         fsdp2_unit_ops=_pair(table["fsdp2_unit_ops"]),
         fsdp2_tensor_ops=_pair(table["fsdp2_tensor_ops"]),

@@ -43,9 +43,9 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from simcore.compute.optimizer import OptimizerStepCost, optimizer_step_cost, resolve_optimizer_impl
+from simcore.data import data_file
 from simcore.dtypes import DTYPE_BYTES
 from simcore.errors import TrainsimError
-from simcore.yamlload import safe_load
 
 # numpy: imported inside the functions that use them, so --help does not load them
 if TYPE_CHECKING:
@@ -128,8 +128,7 @@ class EfficiencyCurve:
 
 @functools.lru_cache(maxsize=1)
 def _efficiency_table() -> dict[str, Any]:
-    with _EFFICIENCY_FILE.open(encoding="utf-8") as handle:
-        return safe_load(handle)
+    return dict(data_file(_EFFICIENCY_FILE.name))
 
 
 def _curve_from(entry: dict[str, Any], where: str) -> EfficiencyCurve:

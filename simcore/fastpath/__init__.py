@@ -1,14 +1,16 @@
 """The fast analytical path: a step plan evaluated without SimPy, collectives priced by closed forms.
 
 For homogeneous synchronous data parallelism every rank runs the same plan and every collective
-has the fabric to itself, so the step is fully described by one representative rank's
-:class:`~simcore.strategies.schedule.StepPlan` and the uncontended cost of each collective. This
+has the fabric to itself (or shares it with same-shape groups in a symmetric way, HSDP's replicate
+groups), so the step is fully described by one representative rank's
+:class:`~simcore.strategies.schedule.StepPlan` and the closed-form cost of each collective. This
 package evaluates exactly that, with no per-flow simulation:
 
-- :mod:`simcore.fastpath.evaluate`: the plan, list-scheduled in time order (bit-identical to the
-  SimPy run of :func:`simcore.strategies.schedule.run_plan`);
+- :mod:`simcore.fastpath.evaluate`: the plan, list-scheduled in time order, with the same
+  compute/communication contention (uniform, or per collective: the default) and bit-identical to
+  the SimPy run of :func:`simcore.strategies.schedule.run_plan`;
 - :mod:`simcore.fastpath.costs`: collective costs from the closed forms, cached per shape
-  (operation, size, group, topology fingerprint), so a sweep prices each shape once;
+  (operation, size, group or groups, topology fingerprint), so a sweep prices each shape once;
 - :mod:`simcore.fastpath.step`: one step as a report, long gradient accumulation extrapolated
   exactly from a probe of a few micro-batches;
 - :mod:`simcore.fastpath.path`: which path a point takes (``auto``, ``fast`` or ``des``).

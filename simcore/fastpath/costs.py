@@ -9,7 +9,10 @@ by (topology fingerprint, operation, bytes, group): a sweep that loads the same 
 the same cluster at many micro-batch sizes and strategies, prices each shape once.
 
 Sizes are priced exactly as the discrete-event path prices them: at the two powers of two around
-the size, interpolated linearly (:func:`simcore.strategies.runner.collective_model`).
+the size, interpolated linearly (:func:`simcore.strategies.runner.collective_model`). Same-shape
+groups running one collective at once (HSDP's replicate groups) are priced together by
+:func:`simcore.collectives.concurrent_collective_time`, itself a closed form over the links the
+groups share, as :func:`simcore.strategies.runner.concurrent_model` prices them.
 """
 
 from __future__ import annotations
@@ -17,19 +20,28 @@ from __future__ import annotations
 import hashlib
 import math
 import weakref
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from simcore.collectives import busbw_factor
+from simcore.collectives import busbw_factor, concurrent_collective_time
 from simcore.collectives.api import price
 from simcore.collectives.plan import rank_hosts
 from simcore.collectives.result import describe_link
-from simcore.strategies.base import CollectiveFn, CommCost
+from simcore.strategies.base import CollectiveFn, CommCost, ConcurrentFn
 from simcore.topology import Topology
 
 if TYPE_CHECKING:
     from simcore.calibration.profile import CalibrationProfile
 
-__all__ = ["clear_cost_cache", "closed_form_cost", "cost_cache_size", "fast_collective_model", "topology_key"]
+__all__ = [
+    "clear_cost_cache",
+    "closed_form_cost",
+    "concurrent_closed_form_cost",
+    "cost_cache_size",
+    "fast_collective_model",
+    "fast_concurrent_model",
+    "topology_key",
+]
 
 _TopologyKey = tuple[str, int, str]
 _FINGERPRINTS: weakref.WeakKeyDictionary[Topology, _TopologyKey] = weakref.WeakKeyDictionary()
@@ -98,20 +110,46 @@ def closed_form_cost(
     return cost
 
 
-def fast_collective_model(
-    topology: Topology, calibration: CalibrationProfile | None = None, *, exact: bool = False
-) -> CollectiveFn:
-    """:func:`simcore.strategies.runner.collective_model` from closed forms instead of simulations.
+def concurrent_closed_form_cost(
+    topology: Topology,
+    op: str,
+    size_bytes: float,
+    groups: tuple[tuple[int, ...], ...],
+    calibration: CalibrationProfile | None = None,
+) -> CommCost:
+    """What each of ``groups`` takes when all run one collective at once, cached per shape; a
+    calibration profile's fit for the first group's shape answers instead (as in the DES path)."""
+    if calibration is not None:
+        _PROFILES.setdefault(id(calibration), calibration)
+    key = (
+        topology_key(topology),
+        id(calibration) if calibration else 0,
+        "concurrent",
+        op,
+        size_bytes,
+        groups,
+    )
+    cost = _COSTS.get(key)
+    if cost is not None:
+        return cost
+    cost = None
+    if calibration is not None:
+        priced = price(topology, op, size_bytes, groups[0])
+        cost = _calibrated(topology, op, priced.size_bytes, priced.group, calibration)
+    if cost is None:
+        result = concurrent_collective_time(topology, op, size_bytes, groups)
+        link = result.bottleneck
+        cost = CommCost(float(result.time_s), describe_link(link), link.kind if link else "")
+    _COSTS[key] = cost
+    return cost
 
-    Groups are recognised by identity first (a step context hands the same tuples over and over),
-    so pricing a collective seen before costs one dictionary lookup, not a hash of every rank.
-    """
-    memo: dict[tuple[str, float, int], tuple[tuple[int, ...], CommCost]] = {}
 
-    def point(op: str, size_bytes: float, group: tuple[int, ...]) -> CommCost:
-        return closed_form_cost(topology, op, size_bytes, group, calibration)
+def _interpolated(
+    point: Callable[[str, float, Any], CommCost], exact: bool
+) -> Callable[[str, float, Any], CommCost]:
+    """A size priced between the two powers of two around it, as the discrete-event path does."""
 
-    def interpolated(op: str, size_bytes: float, group: tuple[int, ...]) -> CommCost:
+    def interpolated(op: str, size_bytes: float, group: Any) -> CommCost:
         if exact or size_bytes < 1024:
             return point(op, size_bytes, group)
         low = float(2 ** math.floor(math.log2(size_bytes)))
@@ -123,15 +161,45 @@ def fast_collective_model(
         nearer = above if share >= 0.5 else below
         return CommCost(time_s, nearer.bottleneck_link, nearer.link_kind)
 
-    def price(op: str, size_bytes: float, group: tuple[int, ...]) -> CommCost:
+    return interpolated
+
+
+def _by_identity(priced: Callable[[str, float, Any], CommCost]) -> Callable[[str, float, Any], CommCost]:
+    """Groups recognised by identity first (a step context hands the same tuples over and over),
+    so pricing a collective seen before costs one dictionary lookup, not a hash of every rank."""
+    memo: dict[tuple[str, float, int], tuple[object, CommCost]] = {}
+
+    def price(op: str, size_bytes: float, group: Any) -> CommCost:
         key = (op, size_bytes, id(group))
         known = memo.get(key)
         if known is not None and known[0] is group:
             return known[1]
         if len(memo) >= _MEMO_LIMIT:  # contexts come and go in a sweep: forget their groups
             memo.clear()
-        cost = interpolated(op, size_bytes, group)
+        cost = priced(op, size_bytes, group)
         memo[key] = (group, cost)
         return cost
 
     return price
+
+
+def fast_collective_model(
+    topology: Topology, calibration: CalibrationProfile | None = None, *, exact: bool = False
+) -> CollectiveFn:
+    """:func:`simcore.strategies.runner.collective_model` from closed forms instead of simulations."""
+
+    def point(op: str, size_bytes: float, group: tuple[int, ...]) -> CommCost:
+        return closed_form_cost(topology, op, size_bytes, group, calibration)
+
+    return _by_identity(_interpolated(point, exact))
+
+
+def fast_concurrent_model(
+    topology: Topology, calibration: CalibrationProfile | None = None, *, exact: bool = False
+) -> ConcurrentFn:
+    """:func:`simcore.strategies.runner.concurrent_model`, cached per shape for the whole process."""
+
+    def point(op: str, size_bytes: float, groups: tuple[tuple[int, ...], ...]) -> CommCost:
+        return concurrent_closed_form_cost(topology, op, size_bytes, groups, calibration)
+
+    return _by_identity(_interpolated(point, exact))

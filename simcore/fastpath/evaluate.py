@@ -2,18 +2,26 @@
 
 :func:`evaluate_plan` is a list scheduler in time order. Each stream issues its operations in
 order; an operation starts once its stream is free and the operations it waits for have ended
-(``after``) or started (``after_start``); a communication operation lasts its collective time; a
-compute operation's work runs at 1/slowdown of its speed while a communication operation of its
-rank is in flight, applied piecewise whenever communication starts or stops. That is the model of
-:func:`simcore.strategies.schedule.run_plan`, and the result is bit for bit the same: the times are
-computed with the same floating-point expressions.
+(``after``) or started (``after_start``). Contention couples a rank's streams, as in
+:func:`simcore.strategies.schedule.run_plan`, and is applied piecewise whenever the rank's state
+changes (each rate is read when the affected work resumes):
+
+- uniform (``slowdown`` a number): compute runs at 1/slowdown of its speed while a communication
+  operation of its rank is in flight; a collective lasts its own time;
+- per collective (``slowdown=None``): compute runs at 1/``Op.contention`` of the collective in
+  flight, and a collective progresses at 1/``comm_slowdown`` of its speed while its rank computes.
+
+The result is bit for bit run_plan's: the times are computed with the same floating-point
+expressions (:meth:`_Evaluator.rate` mirrors ``_compute_rate`` and ``_comm_rate``; a new
+contention term in run_plan belongs there, and the exact-match tests catch any drift).
 
 The memory timeline is order-sensitive when allocations and frees of different streams fall on
 the same instant (the peak sees whichever comes first), so the scheduler dispatches work at equal
 times in the order SimPy would: a stream continues synchronously as far as it can; a stream woken
 by another operation's start or end resumes after everything already scheduled for that instant;
-a wait on several operations, or compute slowed by communication, costs one more hand-off (SimPy's
-condition events). Dispatch is a binary heap of (time, priority, sequence), as in SimPy's own
+a wait on several operations, or work whose rate can change while it runs, costs one more hand-off
+(SimPy's condition events); every change of a rank's state (communication or, per collective,
+compute starting or stopping) wakes that rank's rate-coupled work one hand-off later. Dispatch is a binary heap of (time, priority, sequence), as in SimPy's own
 queue, but with plain callbacks instead of event objects and generators: several times faster.
 """
 
@@ -33,9 +41,11 @@ __all__ = ["TimedRun", "evaluate_plan", "evaluate_plan_timed"]
 
 _URGENT, _NORMAL = 0, 1  # SimPy's priorities: a process's first step runs before anything else
 # What a queue entry does when dispatched (entries are (time, priority, sequence, code, a, b)).
-_INIT, _COMPUTE_DONE, _COMM_DONE, _ENDED, _STARTED, _CHANGED, _RESUME = range(7)
-# What a stream is doing with its current operation.
-_NEXT, _WAITING, _COMPUTING, _COMMUNICATING = range(4)
+_INIT, _PROGRESS_DONE, _COMM_DONE, _ENDED, _STARTED, _CHANGED, _RESUME = range(7)
+# What a stream is doing with its current operation: waiting for its dependencies, working at a
+# rate that contention may change (compute, or a collective slowed by compute), or a collective
+# at its own speed.
+_NEXT, _WAITING, _PROGRESSING, _COMMUNICATING = range(4)
 
 
 class _AllOf:
@@ -50,12 +60,14 @@ class _AllOf:
 class _Rank:
     """One process's coupling of its streams: communication in flight and the compute running."""
 
-    __slots__ = ("comm_active", "current_compute", "waiting")
+    __slots__ = ("comm_active", "comm_factor", "computing", "current_compute", "waiting")
 
     def __init__(self) -> None:
         self.comm_active = 0
+        self.comm_factor = 1.0  # the running collective's contention (per-collective mode)
+        self.computing = False  # per-collective mode: a compute operation is running
         self.current_compute = "start of step"
-        self.waiting: list[tuple[int, int]] = []  # (stream, segment) slowed compute waiting on a toggle
+        self.waiting: list[tuple[int, int]] = []  # (stream, segment) rate-coupled work awaiting a change
 
 
 class _Stream:
@@ -92,10 +104,17 @@ class _Evaluator:
         self,
         plan: StepPlan,
         memory: MemoryTimeline,
-        slowdown: float,
+        slowdown: float | None,
         compute_scale: float | Mapping[str, float],
+        comm_slowdown: float = 1.0,
     ) -> None:
-        self.plan, self.memory, self.slowdown = plan, memory, slowdown
+        self.plan, self.memory = plan, memory
+        # The same settings as run_plan's _Runner: per-collective contention when slowdown is None.
+        self.per_op = slowdown is None
+        self.slowdown = 1.0 if slowdown is None else slowdown
+        self.comm_slowdown = comm_slowdown if self.per_op else 1.0
+        self.comm_coupled = self.comm_slowdown != 1.0
+        self.coupled = self.per_op or self.slowdown != 1.0
         self.now = 0.0
         self.queue: list[tuple[float, int, int, int, Any, int]] = []
         # Entries due now (delay 0, normal priority), in the order scheduled: SimPy would put them
@@ -158,11 +177,11 @@ class _Evaluator:
                 )
             if code == _RESUME:
                 advance(a)
-            elif code == _COMPUTE_DONE:
+            elif code == _PROGRESS_DONE:
                 stream = streams[a]
                 if b != stream.segment:
-                    continue  # a segment re-planned when communication started or stopped
-                if self.slowdown == 1.0:
+                    continue  # a segment re-planned when the rank's state changed
+                if not self.coupled:
                     self._finish(a)
                     advance(a)
                     continue
@@ -174,9 +193,7 @@ class _Evaluator:
                 else:
                     self._fire(a, b)
             elif code == _COMM_DONE:
-                stream = streams[a]
-                self._toggle(stream.rank, -1)
-                self._finish(a)
+                self._complete(a)
                 advance(a)
             elif code == _CHANGED:
                 for stream_index, segment in a:
@@ -200,7 +217,7 @@ class _Evaluator:
         return self.end
 
     def _fire(self, index: int, segment: int) -> None:
-        """A slowed compute segment's wait (finish or a comm toggle, SimPy's AnyOf) is over."""
+        """A rate-coupled segment's wait (its end or a change of the rank, SimPy's AnyOf) is over."""
         stream = self.streams[index]
         if segment == stream.segment and stream.fired_segment != segment:
             stream.fired_segment = segment
@@ -221,18 +238,16 @@ class _Evaluator:
                 if pending:
                     self._wait(index, pending)
                     return
-            elif phase == _COMPUTING:
-                if stream.finished_segment == stream.segment:
-                    self._finish(index)
-                    continue
-                stream.remaining -= (self.now - stream.segment_start) * stream.rate
-                if self._segment(index, stream):
-                    return
-                self._finish(index)
+            elif phase == _PROGRESSING:
+                if stream.finished_segment != stream.segment:
+                    stream.remaining -= (self.now - stream.segment_start) * stream.rate
+                    if self._segment(index, stream):
+                        return
+                self._complete(index)
                 continue
             if self._begin(index, stream, op):
                 return
-            self._finish(index)
+            self._complete(index)
         self.running -= 1
         if self.now > self.end:
             self.end = self.now
@@ -253,44 +268,79 @@ class _Evaluator:
             self.schedule(_STARTED, op.id)
         rank = stream.rank
         if stream.communicates:
-            # Memory changed by a collective is attributed to the compute running at that moment.
-            stream.label = f"{rank.current_compute} ({op.name})"
+            # Memory changed by a collective is attributed to the compute running at that moment
+            # (the label is only spelled out where the collective changes memory).
+            if op.on_start or op.on_end or op.after_end:
+                stream.label = f"{rank.current_compute} ({op.name})"
         else:
             rank.current_compute = stream.label = op.name
         if op.on_start:
             self.memory.apply(op.on_start, stream.label, now)
         if not stream.communicates:
+            if self.per_op:
+                rank.computing = True
+                if rank.waiting:
+                    self._notify(rank)
             work = op.duration_s * stream.scale
             stream.remaining, stream.tolerance = work, 1e-12 * work
             return self._segment(index, stream)
         if op.duration_s > 0:
-            self._toggle(rank, +1)
+            self._toggle(rank, +1, op.contention)
+            if self.comm_coupled:
+                stream.remaining, stream.tolerance = op.duration_s, 1e-12 * op.duration_s
+                return self._segment(index, stream)
             stream.phase = _COMMUNICATING
             self.schedule(_COMM_DONE, index, delay=op.duration_s)
             return True
         return False
 
+    def rate(self, stream: _Stream) -> float:
+        """How fast the stream's work progresses now (run_plan's ``_compute_rate``/``_comm_rate``)."""
+        rank = stream.rank
+        if stream.communicates:
+            return 1.0 / self.comm_slowdown if rank.computing else 1.0
+        if not rank.comm_active:
+            return 1.0
+        return 1.0 / (rank.comm_factor if self.per_op else self.slowdown)
+
     def _segment(self, index: int, stream: _Stream) -> bool:
-        """Run the compute's remaining work at the current rate; True while it is not finished."""
+        """Run the operation's remaining work at the current rate; True while it is not finished."""
         if not stream.remaining > stream.tolerance:
             return False
-        rank = stream.rank
-        rate = 1.0 / self.slowdown if rank.comm_active else 1.0
-        stream.rate, stream.segment_start, stream.phase = rate, self.now, _COMPUTING
+        rate = self.rate(stream)
+        stream.rate, stream.segment_start, stream.phase = rate, self.now, _PROGRESSING
         stream.segment += 1
-        self.schedule(_COMPUTE_DONE, index, stream.segment, delay=stream.remaining / rate)
-        if self.slowdown != 1.0:
-            rank.waiting.append((index, stream.segment))
+        self.schedule(_PROGRESS_DONE, index, stream.segment, delay=stream.remaining / rate)
+        if self.coupled:
+            stream.rank.waiting.append((index, stream.segment))
         return True
 
-    def _toggle(self, rank: _Rank, delta: int) -> None:
-        rank.comm_active += delta
-        if rank.waiting:  # nobody can start waiting on this toggle any more: skip it if nobody does
+    def _notify(self, rank: _Rank) -> None:
+        """The rank's state changed: its rate-coupled work re-reads its rate (SimPy's ``changed``)."""
+        if rank.waiting:  # nobody can start waiting on this change any more: skip it if nobody does
             self.schedule(_CHANGED, rank.waiting)
             rank.waiting = []
 
-    def _finish(self, index: int) -> None:
+    def _toggle(self, rank: _Rank, delta: int, factor: float = 1.0) -> None:
+        rank.comm_active += delta
+        rank.comm_factor = factor if delta > 0 else 1.0
+        self._notify(rank)
+
+    def _complete(self, index: int) -> None:
+        """The running operation's work is done: release the rank's state, then finish it."""
         stream = self.streams[index]
+        if stream.communicates:
+            if stream.ops[stream.index].duration_s > 0:
+                self._toggle(stream.rank, -1)
+        elif self.per_op:
+            rank = stream.rank
+            rank.computing = False
+            if rank.waiting:
+                self._notify(rank)
+        self._finish(index, stream)
+
+    def _finish(self, index: int, stream: _Stream | None = None) -> None:
+        stream = stream or self.streams[index]
         op = stream.ops[stream.index]
         now, label = self.now, stream.label
         self.ends[op.id] = now
@@ -318,8 +368,9 @@ def evaluate_plan_timed(
     plan: StepPlan,
     *,
     capacity_bytes: float,
-    slowdown: float = 1.0,
+    slowdown: float | None = 1.0,
     compute_scale: float | Mapping[str, float] = 1.0,
+    comm_slowdown: float = 1.0,
     comm_spans_only: bool = False,
 ) -> TimedRun:
     """:func:`evaluate_plan`, also returning every operation's start and end time.
@@ -329,7 +380,7 @@ def evaluate_plan_timed(
     """
     memory = MemoryTimeline(capacity_bytes, plan.fragmentation)
     memory.apply(plan.initial_memory.items(), "start of step", 0.0)
-    evaluator = _Evaluator(plan, memory, slowdown, compute_scale)
+    evaluator = _Evaluator(plan, memory, slowdown, compute_scale, comm_slowdown)
     step_time = evaluator.run() if evaluator.streams else 0.0
     spans = _spans(plan, evaluator, comm_spans_only)
     return TimedRun(PlanRun(step_time, spans, memory), evaluator.starts, evaluator.ends)
@@ -339,16 +390,21 @@ def evaluate_plan(
     plan: StepPlan,
     *,
     capacity_bytes: float,
-    slowdown: float = 1.0,
+    slowdown: float | None = 1.0,
     compute_scale: float | Mapping[str, float] = 1.0,
+    comm_slowdown: float = 1.0,
 ) -> PlanRun:
     """``plan`` evaluated without SimPy; the same :class:`PlanRun` as :func:`run_plan` from time 0.
 
     Arguments as :func:`simcore.strategies.schedule.run_plan` (``compute_scale`` one factor or one
-    per rank prefix).
+    per rank prefix; ``slowdown=None`` with ``comm_slowdown``: per-collective contention).
     """
     return evaluate_plan_timed(
-        plan, capacity_bytes=capacity_bytes, slowdown=slowdown, compute_scale=compute_scale
+        plan,
+        capacity_bytes=capacity_bytes,
+        slowdown=slowdown,
+        compute_scale=compute_scale,
+        comm_slowdown=comm_slowdown,
     ).run
 
 

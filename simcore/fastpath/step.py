@@ -14,6 +14,11 @@ plan is built and evaluated. Four micro-batches are tried first; where the first
 leaves a different trace in the next (ZeRO-2 keeps its gradient shard), five, so that the compared
 micro-batches both follow a middle one; a process remembers which size worked per strategy. Only
 the representative rank's plan (streams ``compute`` and ``comm``) is extrapolated.
+
+A probe does not depend on the global batch (it runs ``size`` micro-batches whatever ``k`` is), so
+a caller that names everything else the plan depends on (``reuse``: the planner's cluster, GPU
+count, workload, configuration but the batch, layout) gets the probe evaluated once for every
+batch size of a sweep; the last :data:`PROBE_CACHE_SIZE` are kept (:func:`clear_probe_cache`).
 """
 
 from __future__ import annotations
@@ -21,15 +26,17 @@ from __future__ import annotations
 import bisect
 import math
 import re
+from collections import OrderedDict
+from collections.abc import Hashable
 from dataclasses import dataclass, replace
 
 from simcore.fastpath.evaluate import TimedRun, evaluate_plan_timed
 from simcore.report import StepReport
 from simcore.strategies.base import StepContext, Strategy
-from simcore.strategies.runner import StepResult, report_step, simulate_step
+from simcore.strategies.runner import StepResult, comm_slowdown_under_compute, report_step, simulate_step
 from simcore.strategies.schedule import COMM, COMPUTE, Op, StepPlan
 
-__all__ = ["MIN_EXTRAPOLATED", "PROBES", "fast_step_report"]
+__all__ = ["MIN_EXTRAPOLATED", "PROBES", "PROBE_CACHE_SIZE", "clear_probe_cache", "fast_step_report"]
 
 # Micro-batches of a probe plan: the first, two middle ones to compare (after a fifth's middle one
 # when four are not enough), and the last.
@@ -39,6 +46,8 @@ MIN_EXTRAPOLATED = 4  # from here a probe costs no more than the full plan (and 
 # not built micro-batch by micro-batch (DDP and ZeRO-1 run all but the last as one operation).
 _FIRST_PROBE: dict[tuple[str, bool], int] = {}
 _PASSES = ("fwd", "bwd", "recompute", "fwd+bwd")
+PROBE_CACHE_SIZE = 128  # a probe holds its plan and timeline (under a megabyte each)
+_PROBE_CACHE: OrderedDict[Hashable, _Probe] = OrderedDict()
 _TAG = re.compile(r"micro-batch (\d+)")
 
 
@@ -62,25 +71,47 @@ def fast_step_report(
     device: str,
     peak_flops: float,
     slowdown: float | None,
+    reuse: Hashable | None = None,
 ) -> StepReport:
-    """``strategy``'s step on ``ctx`` evaluated on the fast path."""
+    """``strategy``'s step on ``ctx`` evaluated on the fast path (``slowdown`` as
+    :func:`~simcore.strategies.runner.simulate_step` takes it: None is per-collective contention).
+
+    ``reuse``: a key for everything ``ctx``'s plan depends on except the global batch, to share
+    probes between batch sizes (see the module docstring); None evaluates afresh."""
     k = ctx.accumulation
-    if slowdown is None or ctx.config.steps > 1 or ctx.config.compute_jitter_sigma > 0:
-        # per-collective contention (slowdown None) runs in the discrete-event engine
+    if ctx.config.steps > 1 or ctx.config.compute_jitter_sigma > 0:
         result = simulate_step(strategy, ctx, slowdown=slowdown, path="fast")
         return report_step(result, ctx, cluster=cluster, device=device, peak_flops=peak_flops)
+    contention = _Contention(slowdown, comm_slowdown_under_compute(ctx) if slowdown is None else 1.0)
     if k >= MIN_EXTRAPOLATED:
         report = _extrapolated(strategy, ctx, k, cluster=cluster, device=device, peak_flops=peak_flops,
-                               slowdown=slowdown)  # fmt: skip
+                               contention=contention, reuse=reuse)  # fmt: skip
         if report is not None:
             return report
     # One step, as simulate_step would run it; only the spans a report reads.
     plan = strategy.build_plan(ctx)
-    timed = evaluate_plan_timed(
-        plan, capacity_bytes=ctx.device_memory_bytes, slowdown=slowdown, comm_spans_only=True
-    )
+    timed = _evaluate(plan, ctx, contention)
     result = StepResult(plan, timed.run, [timed.run.step_time_s])
     return report_step(result, ctx, cluster=cluster, device=device, peak_flops=peak_flops)
+
+
+@dataclass(frozen=True, slots=True)
+class _Contention:
+    """The contention settings of :func:`~simcore.strategies.schedule.run_plan`, as simulate_step
+    derives them from its ``slowdown``."""
+
+    slowdown: float | None
+    comm_slowdown: float
+
+
+def _evaluate(plan: StepPlan, ctx: StepContext, contention: _Contention) -> TimedRun:
+    return evaluate_plan_timed(
+        plan,
+        capacity_bytes=ctx.device_memory_bytes,
+        slowdown=contention.slowdown,
+        comm_slowdown=contention.comm_slowdown,
+        comm_spans_only=True,
+    )
 
 
 @dataclass(slots=True)
@@ -101,12 +132,17 @@ def _extrapolated(
     cluster: str,
     device: str,
     peak_flops: float,
-    slowdown: float,
+    contention: _Contention,
+    reuse: Hashable | None = None,
 ) -> StepReport | None:
     key = (strategy.name, ctx.gpus == 1)
     first = _FIRST_PROBE.get(key, PROBES[0])
+    known = None if reuse is None else _PROBE_CACHE.get((reuse, strategy.name, contention))
+    if known is not None and known.period is not None and first and first <= len(known.starts) < k:
+        _PROBE_CACHE.move_to_end((reuse, strategy.name, contention))
+        return _report(known, known.period, ctx, k, cluster=cluster, device=device, peak_flops=peak_flops)
     for size in (p for p in PROBES if first and first <= p <= k):
-        probe = _probe(strategy, ctx, size, slowdown)
+        probe = _probe(strategy, ctx, size, contention)
         if isinstance(probe, str):
             _FIRST_PROBE[key] = 0
             return None
@@ -115,8 +151,22 @@ def _extrapolated(
             return report_step(result, ctx, cluster=cluster, device=device, peak_flops=peak_flops)
         if probe.period is not None:
             _FIRST_PROBE[key] = size
+            if reuse is not None:
+                _remember((reuse, strategy.name, contention), probe)
             return _report(probe, probe.period, ctx, k, cluster=cluster, device=device, peak_flops=peak_flops)
     return None
+
+
+def _remember(key: Hashable, probe: _Probe) -> None:
+    _PROBE_CACHE[key] = probe
+    _PROBE_CACHE.move_to_end(key)
+    while len(_PROBE_CACHE) > PROBE_CACHE_SIZE:
+        _PROBE_CACHE.popitem(last=False)
+
+
+def clear_probe_cache() -> None:
+    """Forget every kept probe (a benchmark of one configuration's cost clears it first)."""
+    _PROBE_CACHE.clear()
 
 
 def _report(
@@ -146,7 +196,7 @@ def _report(
     )
 
 
-def _probe(strategy: Strategy, ctx: StepContext, size: int, slowdown: float) -> _Probe | str:
+def _probe(strategy: Strategy, ctx: StepContext, size: int, contention: _Contention) -> _Probe | str:
     """The plan of ``size`` micro-batches, evaluated (``"structure"`` if it is not built one
     micro-batch after another, as DDP's and ZeRO-1's are not)."""
     probe_ctx = replace(
@@ -158,9 +208,7 @@ def _probe(strategy: Strategy, ctx: StepContext, size: int, slowdown: float) -> 
     starts = _microbatch_starts(plan)
     if len(starts) != size:
         return "structure"
-    timed = evaluate_plan_timed(
-        plan, capacity_bytes=ctx.device_memory_bytes, slowdown=slowdown, comm_spans_only=True
-    )
+    timed = _evaluate(plan, ctx, contention)
     return _Probe(plan, timed, starts, _period(plan, timed, starts))
 
 
@@ -179,8 +227,8 @@ def _microbatch_starts(plan: StepPlan) -> list[int]:
 
 def _same_op(a: Op, b: Op, shift: int) -> bool:
     return (
-        (a.stream, a.kind, a.duration_s, a.bytes, a.link, a.link_kind)
-        == (b.stream, b.kind, b.duration_s, b.bytes, b.link, b.link_kind)
+        (a.stream, a.kind, a.duration_s, a.bytes, a.link, a.link_kind, a.contention)
+        == (b.stream, b.kind, b.duration_s, b.bytes, b.link, b.link_kind, b.contention)
         and (a.on_start, a.on_end, a.after_end) == (b.on_start, b.on_end, b.after_end)
         and tuple(i + shift for i in a.after) == b.after
         and tuple(i + shift for i in a.after_start) == b.after_start

@@ -16,15 +16,16 @@ from typing import TYPE_CHECKING
 from simcore.compute.heterogeneity import NO_HETEROGENEITY, sync_compute_scale
 from simcore.compute.roofline import ComputeModel
 from simcore.errors import TrainsimError
-from simcore.fastpath.costs import fast_collective_model
+from simcore.fastpath.costs import fast_collective_model, fast_concurrent_model
 from simcore.fastpath.path import DEFAULT_ENGINE_PATH, check_engine_path, choose_path
 from simcore.fastpath.step import fast_step_report
 from simcore.planner.space import Layout
 from simcore.report import StepReport
 from simcore.strategies import get_strategy
-from simcore.strategies.base import CollectiveFn, LayerTimer, TrainingConfig
+from simcore.strategies.base import CollectiveFn, ConcurrentFn, LayerTimer, TrainingConfig
 from simcore.strategies.runner import (
     collective_model,
+    concurrent_model,
     gating_device,
     make_context,
     report_step,
@@ -80,6 +81,7 @@ class _Cluster:
     timer: LayerTimer
     path: str
     collective: CollectiveFn
+    concurrent: ConcurrentFn  # same-shape groups priced together (HSDP's replicate groups)
 
 
 # Per process: (loader, cluster, gpus, dtype, calibration id, engine path) -> the loaded cluster.
@@ -103,13 +105,16 @@ def _cluster(job: PlanJob, gpus: int) -> _Cluster:
         topology = load_topology(job.loader, job.cluster, gpus)
         device = gating_device(topology, job.config.dtype)
         path = choose_path(job.engine_path, topology)
-        price = fast_collective_model if path == "fast" else collective_model
+        fast = path == "fast"
+        price = fast_collective_model if fast else collective_model
+        together = fast_concurrent_model if fast else concurrent_model
         known = _CLUSTERS[key] = _Cluster(
             topology,
             device,
             ComputeModel(device, job.config.dtype, job.calibration),
             path,
             price(topology, job.calibration),
+            together(topology, job.calibration),
         )
     return known
 
@@ -120,6 +125,7 @@ def _evaluate(job: PlanJob, gpus: int, layout: Layout) -> Outcome:
     ctx = make_context(
         job.workload, config, cluster.topology, calibration=job.calibration, timer=cluster.timer,
         collective=cluster.collective, device_memory_bytes=cluster.device.memory_bytes,
+        concurrent=cluster.concurrent,
     )  # fmt: skip
     slowdown = config.slowdown(job.calibration.comm_compute_slowdown if job.calibration else None)
     strategy = get_strategy(layout.strategy)
@@ -131,12 +137,24 @@ def _evaluate(job: PlanJob, gpus: int, layout: Layout) -> Outcome:
     )  # fmt: skip
     if cluster.path == "fast" and scale is None:
         report = fast_step_report(
-            strategy, ctx, cluster=job.cluster, device=device, peak_flops=peak, slowdown=slowdown
-        )
+            strategy, ctx, cluster=job.cluster, device=device, peak_flops=peak, slowdown=slowdown,
+            reuse=_probe_key(job, gpus, layout, config),
+        )  # fmt: skip
     else:
         result = simulate_step(strategy, ctx, slowdown=slowdown, compute_scale=scale, path=cluster.path)
         report = report_step(result, ctx, cluster=job.cluster, device=device, peak_flops=peak)
     return Outcome(gpus, layout, report, path=cluster.path)
+
+
+def _probe_key(job: PlanJob, gpus: int, layout: Layout, config: TrainingConfig) -> tuple[object, ...] | None:
+    """What a layout's step plan depends on besides the global batch: a sweep over batch sizes
+    (one job per batch) then evaluates each long-accumulation probe once. None with a calibration
+    profile (not compared by value)."""
+    if job.calibration is not None:
+        return None
+    loader = (getattr(job.loader, "__module__", ""), getattr(job.loader, "__qualname__", repr(job.loader)))
+    batchless = replace(config, global_batch=gpus * config.micro_batch)
+    return (loader, job.cluster, gpus, job.engine_path, job.workload, batchless, layout)
 
 
 def evaluate_tasks(job: PlanJob, tasks: Sequence[Task]) -> list[Outcome]:

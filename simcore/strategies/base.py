@@ -20,7 +20,6 @@ import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from simcore.collectives.tuning import channels as nccl_channels
@@ -35,9 +34,9 @@ from simcore.compute.optimizer import (
 from simcore.compute.overheads import framework_overheads
 from simcore.compute.precision import PRECISION_MODES, Precision, resolve_precision, strategy_framework
 from simcore.compute.roofline import param_tensor_count
+from simcore.data import data_file
 from simcore.dtypes import DTYPE_BYTES
 from simcore.errors import TrainsimError
-from simcore.yamlload import safe_load
 
 if TYPE_CHECKING:
     from simcore.strategies.schedule import StepPlan
@@ -271,9 +270,7 @@ class TrainingConfig:
 @functools.lru_cache(maxsize=1)
 def contention_table() -> dict[str, Any]:
     """``data/efficiency.yaml``, section ``contention``."""
-    path = Path(__file__).parent.parent / "data" / "efficiency.yaml"
-    with path.open(encoding="utf-8") as handle:
-        return dict(safe_load(handle)["contention"])
+    return dict(data_file("efficiency.yaml")["contention"])
 
 
 def optimizer_state_bytes(precision: Precision, optimizer: str) -> int:
@@ -334,6 +331,9 @@ class StepContext:
     cross_node: tuple[int, ...]
     device_memory_bytes: int
     _layer_times: dict[str, list[float]] = field(default_factory=dict)
+    # Results of pure functions of this context's workload, config and timer (span times, tensor
+    # counts), which every micro-batch of a plan asks for again; shared by copies as _layer_times is.
+    _memo: dict[tuple[Any, ...], Any] = field(default_factory=dict)
     concurrent: ConcurrentFn | None = None  # same-shape groups priced together (None: one at a time)
     nics_per_node: int = 0  # NICs on rank 0's host (0: unknown): network collectives' channel count
 
@@ -361,6 +361,22 @@ class StepContext:
         device work (``kernel_extra_s``: casts, copies) and host work (``host_extra_ops`` operator
         dispatches: hooks). On a GPU the host runs ahead, so the span takes the longer of its kernels
         and its dispatch; on a CPU rank they add (:meth:`ComputeModel.combine`)."""
+        key = ("span", phase, tuple(layers), kernel_extra_s, host_extra_ops)
+        known = self._memo.get(key)
+        if known is None:
+            known = self._memo[key] = self._span_time(phase, layers, kernel_extra_s, host_extra_ops)
+        return float(known)
+
+    def memo(self, key: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
+        """``compute()``, once per ``key`` for this context (a pure function of its inputs)."""
+        known = self._memo.get(key)
+        if known is None:
+            known = self._memo[key] = compute()
+        return known
+
+    def _span_time(
+        self, phase: str, layers: Sequence[int], kernel_extra_s: float, host_extra_ops: float
+    ) -> float:
         parts = getattr(self.timer, "layer_parts_s", None)
         if parts is None:  # a timer without a host/device split (test doubles)
             times = self.layer_times(phase)

@@ -78,8 +78,14 @@ def chunk_param_tensors(ctx: StepContext, layers: Sequence[int]) -> int:
     """Parameter tensors of ``layers`` (weights and biases)."""
     from dataclasses import replace
 
-    sub = replace(ctx.workload, layers=tuple(ctx.workload.layers[i] for i in layers), ties=())
-    return param_tensor_count(sub)
+    chosen = tuple(layers)
+
+    def count() -> int:
+        return param_tensor_count(
+            replace(ctx.workload, layers=tuple(ctx.workload.layers[i] for i in chosen), ties=())
+        )
+
+    return int(ctx.memo(("param tensors", chosen), count))
 
 
 class BucketHooks(PassHooks):

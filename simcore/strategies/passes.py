@@ -151,7 +151,9 @@ def autocast_extras(
     if params == 0:
         return 0.0, 0.0, []
     low = DTYPE_BYTES[precision.low]
-    tensors = param_tensor_count(_chunk_workload(ctx, chunk))
+    tensors = ctx.memo(
+        ("param tensors", chunk.layers), lambda: param_tensor_count(_chunk_workload(ctx, chunk))
+    )
     seconds = ctx.copy_time_s(params * (4 + low) / 2.0)
     if phase == "bwd":
         return seconds, float(tensors), [("buffers", -float(params * low))]

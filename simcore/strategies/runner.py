@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 __all__ = [
     "StepResult",
     "collective_model",
+    "comm_slowdown_under_compute",
     "concurrent_model",
     "gating_device",
     "make_context",
@@ -171,8 +172,12 @@ def make_context(
     timer: LayerTimer | None = None,
     collective: CollectiveFn | None = None,
     device_memory_bytes: int | None = None,
+    concurrent: ConcurrentFn | None = None,
 ) -> StepContext:
-    """A step context for ``topology``'s ranks on their :func:`gating_device`, unless a timer is given."""
+    """A step context for ``topology``'s ranks on their :func:`gating_device`, unless a timer is given.
+
+    ``collective`` replaces the simulated collective model; ``concurrent`` then prices same-shape
+    groups together (None: one at a time, unless ``collective`` is None too)."""
     if timer is None or device_memory_bytes is None:
         device = gating_device(topology, config.dtype)
         timer = timer or ComputeModel(device, config.dtype, calibration)
@@ -190,7 +195,7 @@ def make_context(
         node,
         cross,
         device_memory_bytes,
-        concurrent=None if collective is not None else concurrent_model(topology, calibration),
+        concurrent=concurrent if collective is not None else concurrent_model(topology, calibration),
         nics_per_node=nics_on_host(topology, topology.host_of_rank(0)),
     )
 
@@ -246,7 +251,7 @@ def simulate_step(
     if compute_scale is not None and cfg.jitter_scope == "sync":
         return _simulate_per_interval(plan, ctx, sim, slowdown, compute_scale)
 
-    comm_slowdown = _comm_slowdown(ctx) if slowdown is None else 1.0
+    comm_slowdown = comm_slowdown_under_compute(ctx) if slowdown is None else 1.0
     first = run(
         sim,
         plan,
@@ -272,7 +277,7 @@ def simulate_step(
     return StepResult(plan, first, times)
 
 
-def _comm_slowdown(ctx: StepContext) -> float:
+def comm_slowdown_under_compute(ctx: StepContext) -> float:
     """Collectives' slowdown while compute runs beside them (GPUs whose SMs are known), else 1."""
     sms = int(getattr(getattr(ctx.timer, "curve", None), "sms", 0) or 0)
     return float(contention_table()["comm_slowdown_under_compute"]) if sms > 0 else 1.0
@@ -314,7 +319,7 @@ def _simulate_per_interval(
         ])  # fmt: skip
         runs.append(run_plan(
             sim, scaled, capacity_bytes=ctx.device_memory_bytes, slowdown=slowdown,
-            comm_slowdown=_comm_slowdown(ctx) if slowdown is None else 1.0,
+            comm_slowdown=comm_slowdown_under_compute(ctx) if slowdown is None else 1.0,
         ))  # fmt: skip
     return StepResult(plan, runs[0], [r.step_time_s for r in runs])
 
@@ -328,15 +333,11 @@ def _evaluate_plan(
     compute_scale: float | Mapping[str, float] = 1.0,
     comm_slowdown: float = 1.0,
 ) -> PlanRun:
-    """The event-free evaluator where it computes what :func:`run_plan` does: one uniform compute
-    slowdown and collectives at their own speed; per-collective contention (``slowdown=None``) and
-    collectives slowed by compute run in the discrete-event engine."""
-    if slowdown is None or comm_slowdown != 1.0:
-        return run_plan(
-            sim, plan, capacity_bytes=capacity_bytes, slowdown=slowdown,
-            compute_scale=compute_scale, comm_slowdown=comm_slowdown,
-        )  # fmt: skip
-    return evaluate_plan(plan, capacity_bytes=capacity_bytes, slowdown=slowdown, compute_scale=compute_scale)
+    """:func:`run_plan`'s result from the event-free evaluator (the simulation is not advanced)."""
+    return evaluate_plan(
+        plan, capacity_bytes=capacity_bytes, slowdown=slowdown, compute_scale=compute_scale,
+        comm_slowdown=comm_slowdown,
+    )  # fmt: skip
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 
 from simcore.compute.heterogeneity import NO_HETEROGENEITY, Heterogeneity, sync_compute_scale
 from simcore.errors import TrainsimError
-from simcore.fastpath.costs import fast_collective_model
+from simcore.fastpath.costs import fast_collective_model, fast_concurrent_model
 from simcore.fastpath.path import DEFAULT_ENGINE_PATH, check_engine_path, choose_path
 from simcore.paramserver import PS_MODES, PSConfig, PSResult, load_ps_cluster, run_modes
 from simcore.report import StepReport
@@ -223,8 +223,12 @@ def _simulate_cluster(
     for n, topo in sorted(topologies.items()):
         path = choose_path(engine_path, topo, heterogeneity.restricted(n))
         result.engine_paths[(cluster, n)] = path
-        collective = fast_collective_model(topo, calibration) if path == "fast" else None
-        ctx = make_context(workload, config.for_gpus(n), topo, calibration=calibration, collective=collective)
+        fast = path == "fast"
+        ctx = make_context(
+            workload, config.for_gpus(n), topo, calibration=calibration,
+            collective=fast_collective_model(topo, calibration) if fast else None,
+            concurrent=fast_concurrent_model(topo, calibration) if fast else None,
+        )  # fmt: skip
         device = gating_device(topo, config.dtype)
         scale = sync_compute_scale(
             topo, workload, config.dtype, config.micro_batch, heterogeneity.restricted(n),

@@ -25,10 +25,17 @@ def _same(a: PlanRun, b: PlanRun) -> None:
     assert b.memory.category_max == a.memory.category_max
 
 
-def _both(plan: StepPlan, slowdown: float, scale: float | dict[str, float] = 1.0) -> tuple[PlanRun, PlanRun]:
-    des = run_plan(Simulation(0), plan, capacity_bytes=CAPACITY, slowdown=slowdown, compute_scale=scale)
-    fast = evaluate_plan(plan, capacity_bytes=CAPACITY, slowdown=slowdown, compute_scale=scale)
+def _both(
+    plan: StepPlan, slowdown: float | None, scale: float | dict[str, float] = 1.0, comm_slowdown: float = 1.0
+) -> tuple[PlanRun, PlanRun]:
+    settings = {"slowdown": slowdown, "compute_scale": scale, "comm_slowdown": comm_slowdown}
+    des = run_plan(Simulation(0), plan, capacity_bytes=CAPACITY, **settings)  # type: ignore[arg-type]
+    fast = evaluate_plan(plan, capacity_bytes=CAPACITY, **settings)  # type: ignore[arg-type]
     return des, fast
+
+
+# Per-collective contention (slowdown None) with and without collectives slowed by compute.
+SLOWDOWNS = st.sampled_from([(1.0, 1.0), (1.1, 1.0), (1.7, 1.0), (None, 1.0), (None, 1.3)])
 
 
 @settings(max_examples=60, deadline=None)
@@ -42,7 +49,7 @@ def _both(plan: StepPlan, slowdown: float, scale: float | dict[str, float] = 1.0
     prefetch=st.integers(0, 2),
     bucket_view=st.booleans(),
     wrap=st.sampled_from(["per-block", "every-2-layers", "every-2-blocks"]),
-    slowdown=st.sampled_from([1.0, 1.1, 1.7]),
+    slowdowns=SLOWDOWNS,
 )
 def test_strategy_plans_match_the_simpy_run_exactly(
     name: str,
@@ -54,7 +61,7 @@ def test_strategy_plans_match_the_simpy_run_exactly(
     prefetch: int,
     bucket_view: bool,
     wrap: str,
-    slowdown: float,
+    slowdowns: tuple[float | None, float],
 ) -> None:
     config = TrainingConfig(
         global_batch=gpus * micro_batch * accumulation,
@@ -66,7 +73,8 @@ def test_strategy_plans_match_the_simpy_run_exactly(
         bucket_size_bytes=8 * 2**20,
     )
     ctx = toy_context(gpus, config, workload=toy_transformer(blocks=blocks))
-    _same(*_both(get_strategy(name).build_plan(ctx), slowdown))
+    slowdown, comm_slowdown = slowdowns
+    _same(*_both(get_strategy(name).build_plan(ctx), slowdown, comm_slowdown=comm_slowdown))
 
 
 @st.composite
@@ -81,6 +89,7 @@ def random_plans(draw: st.DrawFn) -> StepPlan:
         earlier = st.lists(st.integers(0, index - 1), max_size=2, unique=True) if index else st.just([])
         duration = draw(st.sampled_from([0.0, 0.5, 1.0, 1.5, 2.0, 3.25]))
         change = draw(st.sampled_from(categories)), float(draw(st.integers(-3, 5)))
+        contention = draw(st.sampled_from([1.0, 1.1, 1.5])) if stream.endswith("comm") else 1.0
         builder.add(
             stream,
             f"op{index}",
@@ -90,20 +99,22 @@ def random_plans(draw: st.DrawFn) -> StepPlan:
             on_start=(change,) if draw(st.booleans()) else (),
             on_end=(change,) if draw(st.booleans()) else (),
             after_end=((change[0], -change[1]),) if draw(st.booleans()) else (),
+            contention=contention,
         )
     return builder.plan
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
     plan=random_plans(),
-    slowdown=st.sampled_from([1.0, 1.25, 2.0]),
+    slowdowns=st.sampled_from([(1.0, 1.0), (1.25, 1.0), (2.0, 1.0), (None, 1.0), (None, 1.25), (None, 2.0)]),
     scale=st.sampled_from([1.0, 0.5, {"r1": 3.0}]),
 )
 def test_random_plans_match_the_simpy_run_exactly(
-    plan: StepPlan, slowdown: float, scale: float | dict[str, float]
+    plan: StepPlan, slowdowns: tuple[float | None, float], scale: float | dict[str, float]
 ) -> None:
-    _same(*_both(plan, slowdown, scale))
+    slowdown, comm_slowdown = slowdowns
+    _same(*_both(plan, slowdown, scale, comm_slowdown))
 
 
 def test_an_empty_plan_takes_no_time() -> None:
@@ -120,6 +131,18 @@ def test_compute_slowed_while_communication_runs() -> None:
     builder.comm("all_reduce", 1.0, kind="all_reduce", size_bytes=1.0, after_start=[first])
     run = evaluate_plan(builder.plan, capacity_bytes=1.0, slowdown=2.0)
     assert run.step_time_s == pytest.approx(2.5)
+
+
+def test_each_collective_slows_compute_by_its_own_factor_and_compute_slows_it() -> None:
+    """Per collective: 2 s of compute beside a 1 s collective of contention 2 with comm_slowdown
+    1.5 from their common start. Both slowed: after 1.5 s the collective is done (1 s of its work
+    at 2/3) and the compute has done 0.75 s of work; the remaining 1.25 s run at full speed: 2.75 s."""
+    builder = PlanBuilder("overlap")
+    first = builder.compute("forward", 2.0)
+    builder.comm("all_reduce", 1.0, kind="all_reduce", size_bytes=1.0, after_start=[first], contention=2.0)
+    run = evaluate_plan(builder.plan, capacity_bytes=1.0, slowdown=None, comm_slowdown=1.5)
+    assert run.step_time_s == pytest.approx(2.75)
+    assert [span.end_s for span in run.spans] == pytest.approx([1.5, 2.75])
 
 
 def test_a_plan_that_waits_on_itself_is_refused() -> None:

@@ -20,7 +20,7 @@ from tests.simcore.strategies.test_strategies_support import toy_context, toy_tr
 from topologies import load_cluster
 
 
-def _full(name: str, ctx: StepContext, slowdown: float) -> StepReport:
+def _full(name: str, ctx: StepContext, slowdown: float | None) -> StepReport:
     result = simulate_step(get_strategy(name), ctx, slowdown=slowdown, path="fast")
     return report_step(result, ctx, cluster="c", device="d", peak_flops=1e14)
 
@@ -45,10 +45,16 @@ def _assert_same(got: StepReport, want: StepReport) -> None:
     micro_batch=st.integers(1, 2),
     blocks=st.integers(1, 4),
     checkpoint=st.booleans(),
-    slowdown=st.sampled_from([1.0, 1.1]),
+    slowdown=st.sampled_from([1.0, 1.1, None]),
 )
 def test_extrapolated_steps_report_what_the_full_plan_does(
-    name: str, gpus: int, accumulation: int, micro_batch: int, blocks: int, checkpoint: bool, slowdown: float
+    name: str,
+    gpus: int,
+    accumulation: int,
+    micro_batch: int,
+    blocks: int,
+    checkpoint: bool,
+    slowdown: float | None,
 ) -> None:
     config = TrainingConfig(
         global_batch=gpus * micro_batch * accumulation,
@@ -63,8 +69,12 @@ def test_extrapolated_steps_report_what_the_full_plan_does(
     _assert_same(got, _full(name, ctx, slowdown))
 
 
-@pytest.mark.parametrize("name", ["fsdp", "zero2", "zero3", "hsdp"])
-def test_a_real_model_is_extrapolated_and_exact(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("name", "slowdown"), [("fsdp", None), ("zero2", 1.1), ("zero3", None), ("hsdp", None)]
+)
+def test_a_real_model_is_extrapolated_and_exact(
+    name: str, slowdown: float | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     topology = load_cluster("dgx-a100", gpus=16)
     workload = load_workload("gpt2-medium", seq_len=512)
     config = TrainingConfig(global_batch=16 * 2 * 11, micro_batch=2, seq_len=512)
@@ -73,8 +83,40 @@ def test_a_real_model_is_extrapolated_and_exact(name: str, monkeypatch: pytest.M
     probes: list[object] = []
     original = fast_step._period
     monkeypatch.setattr(fast_step, "_period", lambda *a: probes.append(original(*a)) or probes[-1])
-    got = fast_step_report(get_strategy(name), ctx, cluster="c", device="d", peak_flops=1e14, slowdown=1.1)
+    got = fast_step_report(
+        get_strategy(name), ctx, cluster="c", device="d", peak_flops=1e14, slowdown=slowdown
+    )
     assert probes and probes[-1] is not None, "a probe's middle micro-batches should repeat"
     assert got.accumulation_steps == 11
-    _assert_same(got, _full(name, ctx, 1.1))
+    _assert_same(got, _full(name, ctx, slowdown))
     assert device.memory_bytes == got.memory_capacity_bytes
+
+
+def test_a_probe_is_shared_between_batch_sizes_and_each_report_is_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    topology = load_cluster("dgx-a100", gpus=16)
+    workload = load_workload("gpt2-medium", seq_len=512)
+    probed: list[int] = []
+    original = fast_step._probe
+    monkeypatch.setattr(fast_step, "_probe", lambda *a: probed.append(a[2]) or original(*a))
+    reports: dict[tuple[str | None, int], StepReport] = {}
+    for reuse in (None, "fsdp mb=2 on 16 GPUs"):
+        fast_step.clear_probe_cache()
+        probed.clear()
+        for k in (6, 9, 13):
+            config = TrainingConfig(global_batch=16 * 2 * k, micro_batch=2, seq_len=512)
+            ctx = make_context(workload, config, topology, collective=fast_collective_model(topology))
+            reports[(reuse, k)] = fast_step_report(
+                get_strategy("fsdp"),
+                ctx,
+                cluster="c",
+                device="d",
+                peak_flops=1e14,
+                slowdown=None,
+                reuse=reuse,
+            )
+        assert len(probed) == (3 if reuse is None else 1)
+    for k in (6, 9, 13):
+        assert reports[("fsdp mb=2 on 16 GPUs", k)] == reports[(None, k)]
+        assert reports[(None, k)].accumulation_steps == k
