@@ -49,6 +49,7 @@ from typing import Any
 
 from calibrate.common.records import RecordWriter, atomic_write_json, read_records
 from calibrate.fit.cli import fit_profile, load_rows
+from calibrate.fit.physical import keep_physical
 from calibrate.testbed.cli import run_job
 from calibrate.testbed.net import LinkShape, Testbed, TestbedError, can_create_namespaces
 from calibrate.train.cli import launch_local
@@ -146,7 +147,11 @@ def calibrate_machine(
     if status:
         raise TrainsimError(f"calibrate.compute on 2 ranks failed (exit status {status})")
     sources.append(str(target))
-    profile = fit_profile(load_rows(sources), [str(Path(source).relative_to(out)) for source in sources])
+    # Fits the sweep could not determine (a slope lost in a loaded machine's noise) are left out with
+    # a warning, as calibrate.fit does, so the profile written here is one load_profile accepts.
+    profile = keep_physical(
+        fit_profile(load_rows(sources), [str(Path(source).relative_to(out)) for source in sources])
+    )
     path = out / "profile.json"
     atomic_write_json(path, profile_to_json(profile))
     return path

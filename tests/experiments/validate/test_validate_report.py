@@ -254,3 +254,26 @@ def test_a_real_link_sweep_lands_where_the_prediction_reads_it(tmp_path):
     for op in ("all_gather", "reduce_scatter", "all_reduce"):
         fit = link.collective_fit(op, 2, "inter_node")
         assert fit is not None and fit.busbw_Bps < GBIT * 1.2
+
+
+def test_a_fit_lost_in_noise_is_left_out_of_the_profile_the_calibration_writes(tmp_path, monkeypatch, capsys):
+    """CI once fitted 5.8e18 B/s from a loaded machine's quick sweep; the profile the validation
+    writes drops that fit with one warning (as calibrate.fit does) and stays readable."""
+    import dataclasses
+
+    from experiments.validate import cli
+    from simcore.calibration.profile_json import load_profile
+
+    good = _profile()
+    key = next(iter(good.collectives))
+    noisy = dataclasses.replace(
+        good,
+        collectives={**good.collectives, key: dataclasses.replace(good.collectives[key], busbw_Bps=5.8e18)},
+    )
+    monkeypatch.setattr(cli, "launch_module", lambda module, argv, nproc, timeout_s: 0)
+    monkeypatch.setattr(cli, "load_rows", lambda sources: sources)
+    monkeypatch.setattr(cli, "fit_profile", lambda rows, sources: noisy)
+    path = cli.calibrate_machine(tmp_path, [2], quick=True)
+    profile = load_profile(path)
+    assert key not in profile.collectives and len(profile.collectives) == len(good.collectives) - 1
+    assert capsys.readouterr().err.count("warning:") == 1
