@@ -422,10 +422,11 @@ def _spans(plan: StepPlan, evaluator: _Evaluator, comm_only: bool) -> list[Span]
     """Spans as run_plan records them: in the order operations ended, then sorted by (start, end)."""
     starts, ends = evaluator.starts, evaluator.ends
     ops = (plan.ops[i] for i in evaluator.finished)
+    kept = {name for name in {op.stream for op in plan.ops} if not comm_only or is_comm_stream(name)}
     spans = [
         Span(op.stream, op.name, op.kind, starts[op.id], ends[op.id], op.bytes, op.link_kind)
         for op in ops
-        if not comm_only or is_comm_stream(op.stream)
+        if op.stream in kept
     ]
     spans.sort(key=_span_order)
     return spans
