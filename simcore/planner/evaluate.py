@@ -93,6 +93,12 @@ _TOPOLOGIES: dict[tuple[object, ...], Topology] = {}
 # the objects are kept so that an id is not reused while its entry lives (and checked on a hit).
 _CONTEXTS: OrderedDict[tuple[int, int, int], tuple[object, object, StepContext]] = OrderedDict()
 CONTEXT_CACHE_SIZE = 64  # a context's caches hold per-layer and span times (kilobytes)
+# Per process: one workload object per distinct workload (by value), and the last few objects seen
+# (a job arrives unpickled afresh with each chunk of tasks) with theirs: caches keyed on the one
+# object's identity then serve every chunk, without hashing a workload per configuration.
+_WORKLOADS: dict[Workload, Workload] = {}
+_WORKLOAD_OF: OrderedDict[int, tuple[Workload, Workload]] = OrderedDict()
+WORKLOAD_CACHE_SIZE = 16
 
 
 def load_topology(loader: ClusterLoader, cluster: str, gpus: int) -> Topology:
@@ -149,23 +155,37 @@ def _evaluate(job: PlanJob, gpus: int, layout: Layout) -> Outcome:
     return Outcome(gpus, layout, report, path=cluster.path)
 
 
+def _workload(job: PlanJob) -> Workload:
+    """The process's one object equal to ``job.workload``."""
+    known = _WORKLOAD_OF.get(id(job.workload))
+    if known is not None and known[0] is job.workload:
+        _WORKLOAD_OF.move_to_end(id(job.workload))
+        return known[1]
+    canonical = _WORKLOADS.setdefault(job.workload, job.workload)
+    _WORKLOAD_OF[id(job.workload)] = (job.workload, canonical)
+    while len(_WORKLOAD_OF) > WORKLOAD_CACHE_SIZE:
+        _WORKLOAD_OF.popitem(last=False)
+    return canonical
+
+
 def _context(job: PlanJob, cluster: _Cluster, micro_batch: int) -> StepContext:
     """A context of ``job``'s workload on ``cluster`` at ``micro_batch``, for copies with each
     configuration: a copy shares its caches (per-layer and span times, tensor counts: pure functions
     of the workload, timer and micro-batch), so a sweep derives them once, not per configuration,
     and the placement (rank groups, NICs) is read off the topology once."""
-    key = (id(job.workload), id(cluster), micro_batch)
+    workload = _workload(job)
+    key = (id(workload), id(cluster), micro_batch)
     known = _CONTEXTS.get(key)
-    if known is not None and known[0] is job.workload and known[1] is cluster:
+    if known is not None and known[0] is workload and known[1] is cluster:
         _CONTEXTS.move_to_end(key)
         return known[2]
     config = replace(job.config, micro_batch=micro_batch)
     ctx = make_context(
-        job.workload, config, cluster.topology, calibration=job.calibration, timer=cluster.timer,
+        workload, config, cluster.topology, calibration=job.calibration, timer=cluster.timer,
         collective=cluster.collective, device_memory_bytes=cluster.device.memory_bytes,
         concurrent=cluster.concurrent,
     )  # fmt: skip
-    _CONTEXTS[key] = (job.workload, cluster, ctx)
+    _CONTEXTS[key] = (workload, cluster, ctx)
     while len(_CONTEXTS) > CONTEXT_CACHE_SIZE:
         _CONTEXTS.popitem(last=False)
     return ctx
@@ -179,7 +199,7 @@ def _probe_key(job: PlanJob, gpus: int, layout: Layout, config: TrainingConfig) 
         return None
     loader = (getattr(job.loader, "__module__", ""), getattr(job.loader, "__qualname__", repr(job.loader)))
     batchless = replace(config, global_batch=gpus * config.micro_batch)
-    return (loader, job.cluster, gpus, job.engine_path, job.workload, batchless, layout)
+    return (loader, job.cluster, gpus, job.engine_path, id(_workload(job)), batchless, layout)
 
 
 def evaluate_tasks(job: PlanJob, tasks: Sequence[Task]) -> list[Outcome]:
