@@ -151,11 +151,11 @@ class _Evaluator:
         self.running = len(self.streams)
 
     def schedule(self, code: int, a: Any, b: int = 0, delay: float = 0.0, priority: int = _NORMAL) -> None:
-        self.sequence += 1
+        self.sequence = sequence = self.sequence + 1
         if delay == 0.0 and priority == _NORMAL:
-            self.instant.append((self.sequence, code, a, b))
+            self.instant.append((sequence, code, a, b))
         else:
-            heapq.heappush(self.queue, (self.now + delay, priority, self.sequence, code, a, b))
+            heapq.heappush(self.queue, (self.now + delay, priority, sequence, code, a, b))
 
     def run(self) -> float:
         for index in range(len(self.streams)):
@@ -165,7 +165,10 @@ class _Evaluator:
         while self.running:
             # The next entry in SimPy's order, (time, priority, sequence), over the heap and the FIFO.
             if instant and (
-                not queue or queue[0][0] > self.now or (queue[0][1], queue[0][2]) > (_NORMAL, instant[0][0])
+                not queue
+                or queue[0][0] > self.now
+                or queue[0][1] > _NORMAL
+                or (queue[0][1] == _NORMAL and queue[0][2] > instant[0][0])
             ):
                 _, code, a, b = popleft()
             elif queue:
@@ -232,12 +235,13 @@ class _Evaluator:
             op = ops[stream.index]
             phase = stream.phase
             if phase == _NEXT:
-                pending = [i for i in op.after if not ended[i]]
-                if op.after_start:
-                    pending += [-1 - i for i in op.after_start if not started[i]]
-                if pending:
-                    self._wait(index, pending)
-                    return
+                if op.after or op.after_start:
+                    pending = [i for i in op.after if not ended[i]]
+                    if op.after_start:
+                        pending += [-1 - i for i in op.after_start if not started[i]]
+                    if pending:
+                        self._wait(index, pending)
+                        return
             elif phase == _PROGRESSING:
                 if stream.finished_segment != stream.segment:
                     stream.remaining -= (self.now - stream.segment_start) * stream.rate
@@ -309,10 +313,16 @@ class _Evaluator:
             return False
         rate = self.rate(stream)
         stream.rate, stream.segment_start, stream.phase = rate, self.now, _PROGRESSING
-        stream.segment += 1
-        self.schedule(_PROGRESS_DONE, index, stream.segment, delay=stream.remaining / rate)
+        stream.segment = segment = stream.segment + 1
+        # self.schedule(_PROGRESS_DONE, index, segment, delay=...), inlined: the hottest call
+        self.sequence = sequence = self.sequence + 1
+        delay = stream.remaining / rate
+        if delay == 0.0:
+            self.instant.append((sequence, _PROGRESS_DONE, index, segment))
+        else:
+            heapq.heappush(self.queue, (self.now + delay, _NORMAL, sequence, _PROGRESS_DONE, index, segment))
         if self.coupled:
-            stream.rank.waiting.append((index, stream.segment))
+            stream.rank.waiting.append((index, segment))
         return True
 
     def _notify(self, rank: _Rank) -> None:
@@ -412,10 +422,11 @@ def _spans(plan: StepPlan, evaluator: _Evaluator, comm_only: bool) -> list[Span]
     """Spans as run_plan records them: in the order operations ended, then sorted by (start, end)."""
     starts, ends = evaluator.starts, evaluator.ends
     ops = (plan.ops[i] for i in evaluator.finished)
+    kept = {name for name in {op.stream for op in plan.ops} if not comm_only or is_comm_stream(name)}
     spans = [
         Span(op.stream, op.name, op.kind, starts[op.id], ends[op.id], op.bytes, op.link_kind)
         for op in ops
-        if not comm_only or is_comm_stream(op.stream)
+        if op.stream in kept
     ]
     spans.sort(key=_span_order)
     return spans

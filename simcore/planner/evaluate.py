@@ -9,11 +9,12 @@ per process, so a worker that gets many tasks of one GPU count loads and prices 
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from simcore.compute.heterogeneity import NO_HETEROGENEITY, sync_compute_scale
+from simcore.compute.heterogeneity import NO_HETEROGENEITY, is_mixed_devices, sync_compute_scale
 from simcore.compute.roofline import ComputeModel
 from simcore.errors import TrainsimError
 from simcore.fastpath.costs import fast_collective_model, fast_concurrent_model
@@ -22,7 +23,7 @@ from simcore.fastpath.step import fast_step_report
 from simcore.planner.space import Layout
 from simcore.report import StepReport
 from simcore.strategies import get_strategy
-from simcore.strategies.base import CollectiveFn, ConcurrentFn, LayerTimer, TrainingConfig
+from simcore.strategies.base import CollectiveFn, ConcurrentFn, LayerTimer, StepContext, TrainingConfig
 from simcore.strategies.runner import (
     collective_model,
     concurrent_model,
@@ -82,11 +83,22 @@ class _Cluster:
     path: str
     collective: CollectiveFn
     concurrent: ConcurrentFn  # same-shape groups priced together (HSDP's replicate groups)
+    mixed: bool  # more than one device type: each step waits for the slowest rank
 
 
 # Per process: (loader, cluster, gpus, dtype, calibration id, engine path) -> the loaded cluster.
 _CLUSTERS: dict[tuple[object, ...], _Cluster] = {}
 _TOPOLOGIES: dict[tuple[object, ...], Topology] = {}
+# Per process: (workload id, cluster id, micro-batch) -> (workload, cluster, a context to copy);
+# the objects are kept so that an id is not reused while its entry lives (and checked on a hit).
+_CONTEXTS: OrderedDict[tuple[int, int, int], tuple[object, object, StepContext]] = OrderedDict()
+CONTEXT_CACHE_SIZE = 64  # a context's caches hold per-layer and span times (kilobytes)
+# Per process: one workload object per distinct workload (by value), and the last few objects seen
+# (a job arrives unpickled afresh with each chunk of tasks) with theirs: caches keyed on the one
+# object's identity then serve every chunk, without hashing a workload per configuration.
+_WORKLOADS: dict[Workload, Workload] = {}
+_WORKLOAD_OF: OrderedDict[int, tuple[Workload, Workload]] = OrderedDict()
+WORKLOAD_CACHE_SIZE = 16
 
 
 def load_topology(loader: ClusterLoader, cluster: str, gpus: int) -> Topology:
@@ -115,6 +127,7 @@ def _cluster(job: PlanJob, gpus: int) -> _Cluster:
             path,
             price(topology, job.calibration),
             together(topology, job.calibration),
+            is_mixed_devices(topology),
         )
     return known
 
@@ -122,16 +135,12 @@ def _cluster(job: PlanJob, gpus: int) -> _Cluster:
 def _evaluate(job: PlanJob, gpus: int, layout: Layout) -> Outcome:
     cluster = _cluster(job, gpus)
     config = replace(job.config, micro_batch=layout.micro_batch, activation_checkpointing=layout.recompute)
-    ctx = make_context(
-        job.workload, config, cluster.topology, calibration=job.calibration, timer=cluster.timer,
-        collective=cluster.collective, device_memory_bytes=cluster.device.memory_bytes,
-        concurrent=cluster.concurrent,
-    )  # fmt: skip
+    ctx = replace(_context(job, cluster, config.micro_batch), config=config)
     slowdown = config.slowdown(job.calibration.comm_compute_slowdown if job.calibration else None)
     strategy = get_strategy(layout.strategy)
     device, peak = cluster.device.name, cluster.device.flops(config.dtype)
     # Mixed devices: every step waits for the slowest rank, as in the what-if.
-    scale = sync_compute_scale(
+    scale = None if not cluster.mixed else sync_compute_scale(
         cluster.topology, job.workload, config.dtype, config.micro_batch, NO_HETEROGENEITY,
         reference=device, recompute=config.activation_checkpointing, calibration=job.calibration,
     )  # fmt: skip
@@ -146,6 +155,42 @@ def _evaluate(job: PlanJob, gpus: int, layout: Layout) -> Outcome:
     return Outcome(gpus, layout, report, path=cluster.path)
 
 
+def _workload(job: PlanJob) -> Workload:
+    """The process's one object equal to ``job.workload``."""
+    known = _WORKLOAD_OF.get(id(job.workload))
+    if known is not None and known[0] is job.workload:
+        _WORKLOAD_OF.move_to_end(id(job.workload))
+        return known[1]
+    canonical = _WORKLOADS.setdefault(job.workload, job.workload)
+    _WORKLOAD_OF[id(job.workload)] = (job.workload, canonical)
+    while len(_WORKLOAD_OF) > WORKLOAD_CACHE_SIZE:
+        _WORKLOAD_OF.popitem(last=False)
+    return canonical
+
+
+def _context(job: PlanJob, cluster: _Cluster, micro_batch: int) -> StepContext:
+    """A context of ``job``'s workload on ``cluster`` at ``micro_batch``, for copies with each
+    configuration: a copy shares its caches (per-layer and span times, tensor counts: pure functions
+    of the workload, timer and micro-batch), so a sweep derives them once, not per configuration,
+    and the placement (rank groups, NICs) is read off the topology once."""
+    workload = _workload(job)
+    key = (id(workload), id(cluster), micro_batch)
+    known = _CONTEXTS.get(key)
+    if known is not None and known[0] is workload and known[1] is cluster:
+        _CONTEXTS.move_to_end(key)
+        return known[2]
+    config = replace(job.config, micro_batch=micro_batch)
+    ctx = make_context(
+        workload, config, cluster.topology, calibration=job.calibration, timer=cluster.timer,
+        collective=cluster.collective, device_memory_bytes=cluster.device.memory_bytes,
+        concurrent=cluster.concurrent,
+    )  # fmt: skip
+    _CONTEXTS[key] = (workload, cluster, ctx)
+    while len(_CONTEXTS) > CONTEXT_CACHE_SIZE:
+        _CONTEXTS.popitem(last=False)
+    return ctx
+
+
 def _probe_key(job: PlanJob, gpus: int, layout: Layout, config: TrainingConfig) -> tuple[object, ...] | None:
     """What a layout's step plan depends on besides the global batch: a sweep over batch sizes
     (one job per batch) then evaluates each long-accumulation probe once. None with a calibration
@@ -154,7 +199,7 @@ def _probe_key(job: PlanJob, gpus: int, layout: Layout, config: TrainingConfig) 
         return None
     loader = (getattr(job.loader, "__module__", ""), getattr(job.loader, "__qualname__", repr(job.loader)))
     batchless = replace(config, global_batch=gpus * config.micro_batch)
-    return (loader, job.cluster, gpus, job.engine_path, job.workload, batchless, layout)
+    return (loader, job.cluster, gpus, job.engine_path, id(_workload(job)), batchless, layout)
 
 
 def evaluate_tasks(job: PlanJob, tasks: Sequence[Task]) -> list[Outcome]:

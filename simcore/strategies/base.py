@@ -400,12 +400,19 @@ class StepContext:
         """How much slower compute runs while this collective runs: ``sms / (sms - channels)`` for
         the channels NCCL uses over the collective's limiting link (``data/efficiency.yaml``,
         ``contention``); :data:`DEFAULT_COMM_COMPUTE_SLOWDOWN` where the device's SMs are unknown."""
+        key = ("contention", cost.link_kind, self.nics_per_node)
+        known = self._memo.get(key)
+        if known is None:
+            known = self._memo[key] = self._contention(cost.link_kind)
+        return float(known)
+
+    def _contention(self, link_kind: str) -> float:
         sms = int(getattr(getattr(self.timer, "curve", None), "sms", 0) or 0)
         if sms <= 0:
             return DEFAULT_COMM_COMPUTE_SLOWDOWN
         table = contention_table()
-        channels = table["channels"].get(cost.link_kind, 0)
-        if cost.link_kind in table["network_kinds"] and self.nics_per_node > 0:
+        channels = table["channels"].get(link_kind, 0)
+        if link_kind in table["network_kinds"] and self.nics_per_node > 0:
             # across nodes NCCL runs a fixed number of channels per NIC (the collective model's rule)
             channels = nccl_channels(2, self.nics_per_node)
         return sms / max(1.0, sms - min(float(channels), sms - 1.0))

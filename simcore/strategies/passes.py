@@ -51,7 +51,13 @@ class Chunk:
 
 
 def make_chunks(ctx: StepContext, group_of_layer: Sequence[int]) -> list[Chunk]:
-    """Cut the layers into chunks: a new chunk wherever the block or the group changes."""
+    """Cut the layers into chunks: a new chunk wherever the block or the group changes (once per
+    grouping for the context's workload: every plan of a sweep cuts the same ones)."""
+    groups = tuple(group_of_layer)
+    return list(ctx.memo(("chunks", groups), lambda: _make_chunks(ctx, groups)))
+
+
+def _make_chunks(ctx: StepContext, group_of_layer: Sequence[int]) -> tuple[Chunk, ...]:
     layers = ctx.workload.layers
     runs: list[list[int]] = []
     for index, layer in enumerate(layers):
@@ -82,7 +88,7 @@ def make_chunks(ctx: StepContext, group_of_layer: Sequence[int]) -> list[Chunk]:
             seen[block] = seen.get(block, 0) + 1
             label = f"{label} (part {seen[block]} of {parts[block]})"
         chunks.append(Chunk(tuple(run), block, group_of_layer[run[0]], label))
-    return chunks
+    return tuple(chunks)
 
 
 class PassHooks:

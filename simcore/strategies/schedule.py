@@ -122,16 +122,14 @@ class PlanBuilder:
         on_end: Sequence[MemoryChange] = (),
         after_end: Sequence[MemoryChange] = (),
     ) -> int:
-        return self.add(
-            COMPUTE,
-            name,
-            duration_s,
-            kind=kind,
-            after=tuple(after),
-            on_start=tuple(on_start),
-            on_end=tuple(on_end),
-            after_end=tuple(after_end),
-        )
+        # Op built here directly (not through add's keywords): plans hold thousands of operations.
+        ops = self.plan.ops
+        op_id = len(ops)
+        ops.append(
+            Op(op_id, COMPUTE, name, float(duration_s), kind, tuple(after), (), tuple(on_start),
+               tuple(on_end), 0.0, tuple(after_end))
+        )  # fmt: skip
+        return op_id
 
     def comm(
         self,
@@ -148,21 +146,13 @@ class PlanBuilder:
         on_end: Sequence[MemoryChange] = (),
         contention: float = 1.0,
     ) -> int:
-        self.last_comm = self.add(
-            COMM,
-            name,
-            duration_s,
-            kind=kind,
-            bytes=float(size_bytes),
-            link=link,
-            link_kind=link_kind,
-            contention=float(contention),
-            after=tuple(after),
-            after_start=tuple(after_start),
-            on_start=tuple(on_start),
-            on_end=tuple(on_end),
-        )
-        return self.last_comm
+        ops = self.plan.ops
+        self.last_comm = op_id = len(ops)
+        ops.append(
+            Op(op_id, COMM, name, float(duration_s), kind, tuple(after), tuple(after_start), tuple(on_start),
+               tuple(on_end), float(size_bytes), (), link, link_kind, float(contention))
+        )  # fmt: skip
+        return op_id
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,8 @@ study (Ovi, arXiv 2505.12832, 2025), as its author reports it.
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from simcore.errors import TrainsimError
@@ -127,8 +129,31 @@ def _plan(workload: Workload, raw: list[int], has_root: bool) -> UnitPlan:
     return UnitPlan(unit_of, units, has_root, split, frozenset(fwd), frozenset(bwd))
 
 
+# The last few unit plans per (workload id, policy): a sweep plans the same units for every
+# configuration. The workload is kept with its plan so that its id is not reused while cached.
+_KNOWN: OrderedDict[tuple[object, ...], tuple[Workload, UnitPlan]] = OrderedDict()
+_KNOWN_SIZE = 32
+
+
+def _remembered(workload: Workload, policy: tuple[object, ...], make: Callable[[], UnitPlan]) -> UnitPlan:
+    key = (id(workload), *policy)
+    known = _KNOWN.get(key)
+    if known is not None and known[0] is workload:
+        _KNOWN.move_to_end(key)
+        return known[1]
+    plan = make()
+    _KNOWN[key] = (workload, plan)
+    while len(_KNOWN) > _KNOWN_SIZE:
+        _KNOWN.popitem(last=False)
+    return plan
+
+
 def wrap_units(workload: Workload, wrap: str | tuple[int, ...]) -> UnitPlan:
     """FSDP's units for ``wrap``; unit 0 is the root when some layers stay unwrapped."""
+    return _remembered(workload, ("wrap", wrap), lambda: _wrap_units(workload, wrap))
+
+
+def _wrap_units(workload: Workload, wrap: str | tuple[int, ...]) -> UnitPlan:
     raw = _raw_units(workload, wrap)
     has_root = 0 in raw
     if not has_root:
@@ -142,6 +167,12 @@ def bucket_units(workload: Workload, params_per_unit: int) -> UnitPlan:
     DeepSpeed gathers parameters in the traced execution order in prefetch buckets, regardless of
     module boundaries, so a group may end inside a block without breaking prefetch.
     """
+    return _remembered(
+        workload, ("bucket", params_per_unit), lambda: _bucket_units(workload, params_per_unit)
+    )
+
+
+def _bucket_units(workload: Workload, params_per_unit: int) -> UnitPlan:
     raw, current, filled = [], 0, 0
     for layer in workload.layers:
         raw.append(current)
