@@ -27,13 +27,12 @@ from __future__ import annotations
 import logging
 import os
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
+from experiments.bench.whatif import timed_command
 from experiments.console import COMMANDS
 from simcore.collectives import build_plan
 from simcore.fastpath.step import clear_probe_cache
@@ -217,31 +216,10 @@ def _cpu_since(before: os.times_result) -> float:
     )
 
 
-def _wall(command: Sequence[str], repeats: int) -> tuple[float, float]:
-    """Median wall and CPU seconds of ``command`` in a fresh interpreter."""
-    walls, cpus = [], []
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(Path.cwd()), os.environ.get("PYTHONPATH")])),
-    }
-    # Start-up as a user sees it, from cached bytecode (the first run writes it; the median skips
-    # that run): with caching turned off every start would compile each module again (~0.2 s more).
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    for _ in range(repeats):
-        before = os.times()
-        start = time.perf_counter()
-        subprocess.run(
-            command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, timeout=600
-        )
-        walls.append(time.perf_counter() - start)
-        cpus.append(_cpu_since(before))
-    return statistics.median(walls), statistics.median(cpus)
-
-
 def _started(
     case: str, command: Sequence[str], target: float, repeats: int, **kwargs: object
 ) -> PlannerBenchRow:
-    wall, cpu = _wall(command, repeats)
+    wall, cpu = timed_command(command, repeats)
     note = f"{cpu:.2f} CPU s" + (f"; {kwargs.pop('note')}" if "note" in kwargs else "")
     return _row(case, wall, "s", target, note=note, **{"gpus": None, "configs": None, **kwargs})
 
