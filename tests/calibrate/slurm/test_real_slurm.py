@@ -31,7 +31,9 @@ from tests.paths import REPO
 
 pytestmark = [needs_slurm, pytest.mark.root, pytest.mark.integration, pytest.mark.slow]
 
-TINY_SWEEP = "--ops all_reduce,send_recv -b 8 -e 4K -f 8 -n 3 -w 1 --repeats 2"
+# Up to 256 KiB: the fit needs sizes where the bandwidth term shows above the latency's jitter (a
+# sweep that stopped at 4 KiB once fitted 2.6e18 B/s, and the fit was rightly dropped).
+TINY_SWEEP = "--ops all_reduce,send_recv -b 8 -e 256K -f 8 -n 3 -w 1 --repeats 2"
 TINY_COMPUTE = ("--matmul-sizes 16,32,64 --mem-bytes 256K -n 2 -w 1 --repeats 1 --layers linear,conv2d "
                 "--slowdown-bytes 64K --dtypes fp32 --op-chains 4,16")  # fmt: skip
 TINY_TRAIN = (
@@ -88,7 +90,7 @@ def test_srun_template_runs_one_task_per_rank(slurm: RealSlurm, measured: Path) 
     rows = _collectives(measured / "collectives.jsonl")
     assert {(r["op"], r["ranks"], r["nodes"], r["scope"]) for r in rows} == {
         ("all_reduce", 2, 2, "inter_node"), ("send_recv", 2, 2, "inter_node")}  # fmt: skip
-    assert len(rows) == 2 * 4 * 2  # ops x sizes (8 B..4 KiB) x repeats
+    assert len(rows) == 2 * 6 * 2  # ops x sizes (8 B..256 KiB) x repeats
     assert Counter(_keys(rows)).most_common(1)[0][1] == 1
     compute = read_records(measured / "compute.jsonl")
     assert (compute[0]["hostname"], compute[0]["env"]["SLURM_NNODES"]) == ("node0", "2")
