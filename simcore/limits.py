@@ -15,12 +15,11 @@ import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
+from simcore.data import data_file
 from simcore.errors import TrainsimError
 from simcore.units import parse_bandwidth, parse_flops, parse_size, parse_time
-from simcore.yamlload import safe_load
 
 __all__ = [
     "DEVICES_PER_CLUSTER",
@@ -207,8 +206,7 @@ def _parse_range(name: str, entry: Any, where: str) -> PhysicalRange:
 @functools.cache
 def _ranges() -> dict[str, PhysicalRange]:
     where = f"simcore/data/{_RANGES_FILE}"
-    text = resources.files("simcore.data").joinpath(_RANGES_FILE).read_text(encoding="utf-8")
-    data = safe_load(text)
+    data = data_file(_RANGES_FILE)
     return {str(name): _parse_range(str(name), entry, where) for name, entry in data.items()}
 
 

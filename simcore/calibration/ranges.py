@@ -11,11 +11,10 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 from simcore.calibration.profile import ProfileError
-from simcore.yamlload import safe_load
+from simcore.data import data_file
 
 __all__ = ["DATA_FILE", "PhysicalRange", "physical_range"]
 
@@ -53,8 +52,7 @@ def _parse(name: str, entry: Any) -> PhysicalRange:
 
 @functools.cache
 def _ranges() -> dict[str, PhysicalRange]:
-    text = resources.files("simcore.data").joinpath("calibration_ranges.yaml").read_text(encoding="utf-8")
-    data = safe_load(text)
+    data = data_file("calibration_ranges.yaml")
     return {str(name): _parse(str(name), entry) for name, entry in data.items()}
 
 

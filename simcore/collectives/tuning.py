@@ -12,11 +12,10 @@ import fnmatch
 import functools
 import math
 from collections.abc import Mapping
-from importlib import resources
 from typing import Any
 
+from simcore.data import data_file
 from simcore.errors import TrainsimError
-from simcore.yamlload import safe_load
 
 __all__ = [
     "PROTOCOLS",
@@ -64,8 +63,7 @@ def _check(data: Any) -> Mapping[str, Any]:
 @functools.cache
 def tables() -> Mapping[str, Any]:
     """The parsed tuning tables (checked once)."""
-    text = resources.files("simcore.data").joinpath(_DATA_FILE).read_text(encoding="utf-8")
-    return _check(safe_load(text))
+    return _check(data_file(_DATA_FILE))
 
 
 @functools.cache

@@ -18,7 +18,6 @@ groups share, as :func:`simcore.strategies.runner.concurrent_model` prices them.
 from __future__ import annotations
 
 import hashlib
-import math
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -27,7 +26,7 @@ from simcore.collectives import busbw_factor, concurrent_collective_time
 from simcore.collectives.api import price
 from simcore.collectives.plan import rank_hosts
 from simcore.collectives.result import describe_link
-from simcore.strategies.base import CollectiveFn, CommCost, ConcurrentFn
+from simcore.strategies.base import CollectiveFn, CommCost, ConcurrentFn, priced_between_powers_of_two
 from simcore.topology import Topology
 
 if TYPE_CHECKING:
@@ -144,26 +143,6 @@ def concurrent_closed_form_cost(
     return cost
 
 
-def _interpolated(
-    point: Callable[[str, float, Any], CommCost], exact: bool
-) -> Callable[[str, float, Any], CommCost]:
-    """A size priced between the two powers of two around it, as the discrete-event path does."""
-
-    def interpolated(op: str, size_bytes: float, group: Any) -> CommCost:
-        if exact or size_bytes < 1024:
-            return point(op, size_bytes, group)
-        low = float(2 ** math.floor(math.log2(size_bytes)))
-        if low == size_bytes:
-            return point(op, size_bytes, group)
-        below, above = point(op, low, group), point(op, 2 * low, group)
-        share = (size_bytes - low) / low
-        time_s = below.time_s + share * (above.time_s - below.time_s)
-        nearer = above if share >= 0.5 else below
-        return CommCost(time_s, nearer.bottleneck_link, nearer.link_kind)
-
-    return interpolated
-
-
 def _by_identity(priced: Callable[[str, float, Any], CommCost]) -> Callable[[str, float, Any], CommCost]:
     """Groups recognised by identity first (a step context hands the same tuples over and over),
     so pricing a collective seen before costs one dictionary lookup, not a hash of every rank."""
@@ -191,7 +170,7 @@ def fast_collective_model(
     def point(op: str, size_bytes: float, group: tuple[int, ...]) -> CommCost:
         return closed_form_cost(topology, op, size_bytes, group, calibration)
 
-    return _by_identity(_interpolated(point, exact))
+    return _by_identity(priced_between_powers_of_two(point, exact))
 
 
 def fast_concurrent_model(
@@ -202,4 +181,4 @@ def fast_concurrent_model(
     def point(op: str, size_bytes: float, groups: tuple[tuple[int, ...], ...]) -> CommCost:
         return concurrent_closed_form_cost(topology, op, size_bytes, groups, calibration)
 
-    return _by_identity(_interpolated(point, exact))
+    return _by_identity(priced_between_powers_of_two(point, exact))

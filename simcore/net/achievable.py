@@ -11,12 +11,11 @@ from __future__ import annotations
 import fnmatch
 import functools
 from collections.abc import Iterable, Mapping
-from importlib import resources
 from typing import Any
 
+from simcore.data import data_file
 from simcore.errors import TrainsimError
 from simcore.topology import LINK_KINDS
-from simcore.yamlload import safe_load
 
 __all__ = ["achievable_fraction", "shm_efficiency"]
 
@@ -25,8 +24,7 @@ _DATA_FILE = "links.yaml"
 
 @functools.cache
 def _table() -> Mapping[str, Any]:
-    text = resources.files("simcore.data").joinpath(_DATA_FILE).read_text(encoding="utf-8")
-    data = safe_load(text)
+    data = data_file(_DATA_FILE)
     where = f"simcore/data/{_DATA_FILE}"
     if not isinstance(data, dict):
         raise TrainsimError(f"{where}: expected a mapping of link kind -> achievable fraction")

@@ -24,7 +24,7 @@ from simcore.parallel.step import simulate_parallel_step
 from simcore.strategies import strategy_names
 from simcore.topology import ClusterLoader
 from simcore.whatif.recommend import Recommendation, recommend
-from simcore.whatif.sweep import WhatIfResult
+from simcore.whatif.sweep import WhatIfResult, counted_progress, gpu_counts, load_topologies
 
 if TYPE_CHECKING:
     from simcore.calibration.profile import CalibrationProfile
@@ -73,25 +73,13 @@ def run_parallel_what_if(
             f"parallel layouts combine with the synchronous strategies ({', '.join(strategy_names())}); "
             f"{unknown[0]!r} is not one of them"
         )
-    counts = sorted(set(gpus))
-    if not counts or counts[0] < 1:
-        raise TrainsimError(f"--gpus must list positive counts, got {list(gpus)}")
+    counts = gpu_counts(gpus)
     for n, layout in itertools.product(counts, layouts):
         check_layout(layout, n, workload, cp_kind=options.cp_kind)
     result = WhatIfResult([], [])
-    done = [0]
-    total = len(clusters) * len(names) * (len(layouts) * len(counts) + 1)
-
-    def tick(line: str) -> None:
-        done[0] += 1
-        if progress is not None:
-            progress(f"[{done[0]}/{total}] {line}")
-
+    tick = counted_progress(len(clusters) * len(names) * (len(layouts) * len(counts) + 1), progress)
     for cluster in clusters:
-        topologies = {n: loader(cluster, gpus=n) for n in sorted({1, *counts})}
-        result.topologies.update({(cluster, n): t for n, t in topologies.items()})
-        if calibration is not None:
-            calibration.check_against(topologies[counts[-1]], strict=False)
+        topologies = load_topologies(result, cluster, counts, loader, calibration)
         for name in names:
             base = simulate_parallel_step(
                 workload,

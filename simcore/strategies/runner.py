@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from simcore.collectives import collective_time, concurrent_collective_time, describe_link
 from simcore.compute.optimizer import canonical_impl, check_impl_supported
@@ -41,6 +41,7 @@ from simcore.strategies.base import (
     TrainingConfig,
     contention_table,
     model_flops_per_step,
+    priced_between_powers_of_two,
 )
 from simcore.strategies.schedule import COMM, PlanRun, StepPlan, run_plan
 from simcore.strategies.zero import zero_stages_coincide
@@ -79,26 +80,6 @@ def rank_groups(topology: Topology) -> tuple[tuple[int, ...], tuple[int, ...], t
     return world, node, cross
 
 
-def _interpolated(
-    simulated: Callable[[str, float, Any], CommCost], exact: bool
-) -> Callable[[str, float, Any], CommCost]:
-    """Price a size by linear interpolation between the two powers of two around it."""
-
-    def price(op: str, size_bytes: float, group: Any) -> CommCost:
-        if exact or size_bytes < 1024:
-            return simulated(op, size_bytes, group)
-        low = float(2 ** math.floor(math.log2(size_bytes)))
-        if low == size_bytes:
-            return simulated(op, size_bytes, group)
-        below, above = simulated(op, low, group), simulated(op, 2 * low, group)
-        share = (size_bytes - low) / low
-        time_s = below.time_s + share * (above.time_s - below.time_s)
-        nearer = above if share >= 0.5 else below
-        return CommCost(time_s, nearer.bottleneck_link, nearer.link_kind)
-
-    return price
-
-
 def collective_model(
     topology: Topology, calibration: CalibrationProfile | None = None, *, exact: bool = False
 ) -> CollectiveFn:
@@ -121,7 +102,7 @@ def collective_model(
             memo[key] = cost
         return cost
 
-    return _interpolated(simulated, exact)
+    return priced_between_powers_of_two(simulated, exact)
 
 
 def concurrent_model(
@@ -144,7 +125,7 @@ def concurrent_model(
             memo[key] = cost
         return cost
 
-    return _interpolated(simulated, exact)
+    return priced_between_powers_of_two(simulated, exact)
 
 
 def gating_device(topology: Topology, dtype: str) -> DeviceSpec:

@@ -64,6 +64,9 @@ __all__ = [
     "UNEVEN_PS_STEPS",
     "WhatIfResult",
     "all_strategy_names",
+    "counted_progress",
+    "gpu_counts",
+    "load_topologies",
     "run_what_if",
 ]
 
@@ -115,6 +118,42 @@ def _check_names(names: Sequence[str]) -> tuple[list[Strategy], list[str]]:
     return [get_strategy(n) for n in names if n not in PS_MODES], [n for n in names if n in PS_MODES]
 
 
+def gpu_counts(gpus: Sequence[int]) -> list[int]:
+    """The distinct GPU counts of a sweep, ascending; one clear error when any is below 1."""
+    counts = sorted(set(gpus))
+    if not counts or counts[0] < 1:
+        raise TrainsimError(f"--gpus must list positive counts, got {list(gpus)}")
+    return counts
+
+
+def counted_progress(total: int, progress: Callable[[str], None] | None) -> Callable[[str], None]:
+    """A callback that prefixes each finished point with ``[done/total]`` for ``progress``."""
+    done = [0]
+
+    def tick(line: str) -> None:
+        done[0] += 1
+        if progress is not None:
+            progress(f"[{done[0]}/{total}] {line}")
+
+    return tick
+
+
+def load_topologies(
+    result: WhatIfResult,
+    cluster: str,
+    counts: Sequence[int],
+    loader: ClusterLoader,
+    calibration: CalibrationProfile | None,
+) -> dict[int, Topology]:
+    """``cluster`` at 1 GPU (the scaling baseline) and at each count, recorded in ``result`` and
+    checked against ``calibration`` at the largest count."""
+    topologies = {n: loader(cluster, gpus=n) for n in sorted({1, *counts})}
+    result.topologies.update({(cluster, n): t for n, t in topologies.items()})
+    if calibration is not None:
+        calibration.check_against(topologies[counts[-1]], strict=False)
+    return topologies
+
+
 def run_what_if(
     workload: Workload,
     clusters: Sequence[str],
@@ -140,25 +179,14 @@ def run_what_if(
     check_engine_path(engine_path)
     names = list(strategies) if strategies else all_strategy_names()
     chosen, ps_modes = _check_names(names)
-    counts = sorted(set(gpus))
-    if not counts or counts[0] < 1:
-        raise TrainsimError(f"--gpus must list positive counts, got {list(gpus)}")
+    counts = gpu_counts(gpus)
     for count in counts:
         config.for_gpus(count).accumulation_steps(count)
     heterogeneity.check(counts[-1])
     result = WhatIfResult([], [], heterogeneity=heterogeneity)
-    total, done = len(clusters) * len(names) * (len(counts) + (1 not in counts)), [0]
-
-    def tick(line: str) -> None:
-        done[0] += 1
-        if progress is not None:
-            progress(f"[{done[0]}/{total}] {line}")
-
+    tick = counted_progress(len(clusters) * len(names) * (len(counts) + (1 not in counts)), progress)
     for cluster in clusters:
-        topologies = {n: loader(cluster, gpus=n) for n in sorted({1, *counts})}
-        result.topologies.update({(cluster, n): t for n, t in topologies.items()})
-        if calibration is not None:
-            calibration.check_against(topologies[counts[-1]], strict=False)
+        topologies = load_topologies(result, cluster, counts, loader, calibration)
         by_point = _simulate_cluster(
             result, cluster, topologies, chosen, workload, config, calibration, seed, tick, heterogeneity,
             engine_path,

@@ -89,44 +89,32 @@ def test_only_the_writing_rank_checks_the_folder(
 
 
 @pytest.mark.parametrize(
-    ("argv", "message"),
+    ("job", "argv", "message"),
     [
-        (["-b", "0"], "-b/--minbytes: size: '0' is not allowed"),
-        (["-n", "0"], "-n/--iters: 0 is out of range; allowed 1..1000000"),
-        (["--backend", "tcp"], "--backend: invalid choice: 'tcp'"),
-        (["--ops", "all_reduce,allgather"], "--ops: unknown op 'allgather'"),
+        ("collectives", ["-b", "0"], "-b/--minbytes: size: '0' is not allowed"),
+        ("collectives", ["-n", "0"], "-n/--iters: 0 is out of range; allowed 1..1000000"),
+        ("collectives", ["--backend", "tcp"], "--backend: invalid choice: 'tcp'"),
+        ("collectives", ["--ops", "all_reduce,allgather"], "--ops: unknown op 'allgather'"),
+        ("compute", ["--matmul-sizes", "64,x"], "--matmul-sizes: expected a whole number, got 'x'"),
+        ("compute", ["--matmul-sizes", "0"], "--matmul-sizes: 0 is out of range; allowed 1..32768"),
+        ("compute", ["--layers", "linear,lstm"], "--layers: unknown layer 'lstm'"),
+        ("compute", ["--op-chains", "4,-1"], "--op-chains: -1 is out of range"),
+        (
+            "compute",
+            ["--mem-bytes", "1000G"],
+            "--mem-bytes: size '1000G' is larger than the 64.00 GiB allowed",
+        ),
     ],
 )
-def test_collective_options_are_checked_by_their_types(
+def test_job_options_are_checked_by_their_types(
+    job: str,
     argv: list[str],
     message: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    main, calls, _, _ = _job("collectives", monkeypatch)
-    code, err = _run(main, ["--out", str(tmp_path), *argv], capsys)
-    assert (code, calls) == (2, []) and err.startswith(f"error: {message}") and err.count("\n") == 1
-
-
-@pytest.mark.parametrize(
-    ("argv", "message"),
-    [
-        (["--matmul-sizes", "64,x"], "--matmul-sizes: expected a whole number, got 'x'"),
-        (["--matmul-sizes", "0"], "--matmul-sizes: 0 is out of range; allowed 1..32768"),
-        (["--layers", "linear,lstm"], "--layers: unknown layer 'lstm'"),
-        (["--op-chains", "4,-1"], "--op-chains: -1 is out of range"),
-        (["--mem-bytes", "1000G"], "--mem-bytes: size '1000G' is larger than the 64.00 GiB allowed"),
-    ],
-)
-def test_compute_options_are_checked_by_their_types(
-    argv: list[str],
-    message: str,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    main, calls, _, _ = _job("compute", monkeypatch)
+    main, calls, _, _ = _job(job, monkeypatch)
     code, err = _run(main, ["--out", str(tmp_path), *argv], capsys)
     assert (code, calls) == (2, []) and err.startswith(f"error: {message}") and err.count("\n") == 1
 
