@@ -103,6 +103,9 @@ class MemoryTimeline:
     _peak: float = -1.0
     _peak_phase: str = ""
     _peak_breakdown: dict[str, float] = field(default_factory=dict)
+    # When a dict: per phase, its largest total, when it was first reached and the categories then
+    # (what simcore.fastpath.fold extrapolates to find a deeper model's peak).
+    phase_peaks: dict[str, tuple[float, float, dict[str, float]]] | None = None
 
     def apply(self, changes: Iterable[MemoryChange], phase: str, time_s: float = 0.0) -> None:
         """Apply allocations (+) and frees (-) made at ``time_s`` during ``phase``."""
@@ -118,6 +121,10 @@ class MemoryTimeline:
             return
         total = sum(self.current.values())
         self.samples.append((time_s, total, phase))
+        if self.phase_peaks is not None:
+            known = self.phase_peaks.get(phase)
+            if known is None or total > known[0]:
+                self.phase_peaks[phase] = (total, time_s, dict(self.current))
         if total > self._peak:
             self._peak = total
             self._peak_phase = phase
@@ -127,11 +134,21 @@ class MemoryTimeline:
         """The peak as the allocator sees it: tensors, plus fragmentation on them in ``overhead``."""
         if self._peak < 0:
             self.apply((), "start of step")
-        breakdown = {c: max(0.0, self._peak_breakdown.get(c, 0.0)) for c in CATEGORIES}
-        tensors = sum(v for c, v in breakdown.items() if c != "overhead")
-        extra = self.fragmentation * tensors
-        breakdown["overhead"] += extra
-        return MemoryPeak(self._peak + extra, self._peak_phase, breakdown, self.capacity_bytes)
+        return allocator_peak(
+            self._peak, self._peak_phase, self._peak_breakdown, self.fragmentation, self.capacity_bytes
+        )
+
+
+def allocator_peak(
+    total: float, phase: str, categories: Mapping[str, float], fragmentation: float, capacity_bytes: float
+) -> MemoryPeak:
+    """A footprint of ``total`` tensor bytes made of ``categories`` as the allocator holds it:
+    fragmentation on the tensors, charged to ``overhead``."""
+    breakdown = {c: max(0.0, categories.get(c, 0.0)) for c in CATEGORIES}
+    tensors = sum(v for c, v in breakdown.items() if c != "overhead")
+    extra = fragmentation * tensors
+    breakdown["overhead"] += extra
+    return MemoryPeak(total + extra, phase, breakdown, capacity_bytes)
 
 
 @dataclass(frozen=True, slots=True)

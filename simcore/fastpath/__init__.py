@@ -13,6 +13,8 @@ package evaluates exactly that, with no per-flow simulation:
   (operation, size, group or groups, topology fingerprint), so a sweep prices each shape once;
 - :mod:`simcore.fastpath.step`: one step as a report, long gradient accumulation extrapolated
   exactly from a probe of a few micro-batches;
+- :mod:`simcore.fastpath.fold`: a deep model's step extrapolated exactly from three shallower
+  copies of its run of identical blocks, so a configuration costs about the same at any depth;
 - :mod:`simcore.fastpath.path`: which path a point takes (``auto``, ``fast`` or ``des``).
 
 The discrete-event path stays for whatever breaks symmetry: parameter servers (per-rank processes

@@ -382,13 +382,15 @@ def evaluate_plan_timed(
     compute_scale: float | Mapping[str, float] = 1.0,
     comm_slowdown: float = 1.0,
     comm_spans_only: bool = False,
+    phase_peaks: bool = False,
 ) -> TimedRun:
     """:func:`evaluate_plan`, also returning every operation's start and end time.
 
     ``comm_spans_only`` keeps only the spans of communication streams (all a
-    :class:`~simcore.report.StepReport` reads; a trace wants them all).
+    :class:`~simcore.report.StepReport` reads; a trace wants them all); ``phase_peaks`` has the
+    memory timeline keep each phase's largest footprint.
     """
-    memory = MemoryTimeline(capacity_bytes, plan.fragmentation)
+    memory = MemoryTimeline(capacity_bytes, plan.fragmentation, phase_peaks={} if phase_peaks else None)
     memory.apply(plan.initial_memory.items(), "start of step", 0.0)
     evaluator = _Evaluator(plan, memory, slowdown, compute_scale, comm_slowdown)
     step_time = evaluator.run() if evaluator.streams else 0.0

@@ -27,10 +27,11 @@ import bisect
 import math
 import re
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
 
 from simcore.fastpath.evaluate import TimedRun, evaluate_plan_timed
+from simcore.fastpath.fold import Measured, fold_step
 from simcore.report import StepReport
 from simcore.strategies.base import StepContext, Strategy
 from simcore.strategies.runner import StepResult, comm_slowdown_under_compute, report_step, simulate_step
@@ -77,31 +78,76 @@ def fast_step_report(
     :func:`~simcore.strategies.runner.simulate_step` takes it: None is per-collective contention).
 
     ``reuse``: a key for everything ``ctx``'s plan depends on except the global batch, to share
-    probes between batch sizes (see the module docstring); None evaluates afresh."""
-    k = ctx.accumulation
+    probes between batch sizes (see the module docstring); None evaluates afresh. A long run of
+    identical blocks is folded first (:mod:`simcore.fastpath.fold`)."""
     if ctx.config.steps > 1 or ctx.config.compute_jitter_sigma > 0:
         result = simulate_step(strategy, ctx, slowdown=slowdown, path="fast")
         return report_step(result, ctx, cluster=cluster, device=device, peak_flops=peak_flops)
     contention = _Contention(slowdown, comm_slowdown_under_compute(ctx) if slowdown is None else 1.0)
+    copies = replace(contention, phase_peaks=True)
+
+    def measure(sub: StepContext, key: Hashable | None) -> Measured:
+        return _measure(strategy, sub, cluster=cluster, device=device, peak_flops=peak_flops,
+                        contention=copies, reuse=key)  # fmt: skip
+
+    folded = fold_step(strategy, ctx, measure, peak_flops=peak_flops, reuse=reuse)
+    if folded is not None:
+        return folded
+    return _measure(strategy, ctx, cluster=cluster, device=device, peak_flops=peak_flops,
+                    contention=contention, reuse=reuse).report  # fmt: skip
+
+
+def _measure(
+    strategy: Strategy,
+    ctx: StepContext,
+    *,
+    cluster: str,
+    device: str,
+    peak_flops: float,
+    contention: _Contention,
+    reuse: Hashable | None,
+) -> Measured:
+    """The step unfolded: extrapolated from a probe when accumulation is long, else whole."""
+    k = ctx.accumulation
     if k >= MIN_EXTRAPOLATED:
-        report = _extrapolated(strategy, ctx, k, cluster=cluster, device=device, peak_flops=peak_flops,
-                               contention=contention, reuse=reuse)  # fmt: skip
-        if report is not None:
-            return report
+        got = _extrapolated(strategy, ctx, k, cluster=cluster, device=device, peak_flops=peak_flops,
+                            contention=contention, reuse=reuse)  # fmt: skip
+        if got is not None:
+            return got
     # One step, as simulate_step would run it; only the spans a report reads.
     plan = strategy.build_plan(ctx)
     timed = _evaluate(plan, ctx, contention)
     result = StepResult(plan, timed.run, [timed.run.step_time_s])
-    return report_step(result, ctx, cluster=cluster, device=device, peak_flops=peak_flops)
+    report = report_step(result, ctx, cluster=cluster, device=device, peak_flops=peak_flops)
+    kinds, links = _busy(plan, timed)
+    return _measured(report, kinds, links, timed)
+
+
+def _measured(
+    report: StepReport,
+    kinds: dict[str, float],
+    links: dict[str, float],
+    timed: TimedRun,
+    rename: Callable[[str, float], str] = lambda phase, _: phase,
+) -> Measured:
+    """What folding reads of a step (``rename``: a phase as the report names it, given when)."""
+    memory = timed.run.memory
+    peaks = {
+        rename(phase, at): (total, at, parts)
+        for phase, (total, at, parts) in (memory.phase_peaks or {}).items()
+    }
+    return Measured(report, kinds, links, peaks, memory.fragmentation)
 
 
 @dataclass(frozen=True, slots=True)
 class _Contention:
     """The contention settings of :func:`~simcore.strategies.schedule.run_plan`, as simulate_step
-    derives them from its ``slowdown``."""
+    derives them from its ``slowdown``, and whether the memory timeline keeps each phase's peak
+    (a folded model's copies: :mod:`simcore.fastpath.fold`)."""
 
     slowdown: float | None
     comm_slowdown: float
+    phase_peaks: bool = False
 
 
 def _evaluate(plan: StepPlan, ctx: StepContext, contention: _Contention) -> TimedRun:
@@ -111,6 +157,7 @@ def _evaluate(plan: StepPlan, ctx: StepContext, contention: _Contention) -> Time
         slowdown=contention.slowdown,
         comm_slowdown=contention.comm_slowdown,
         comm_spans_only=True,
+        phase_peaks=contention.phase_peaks,
     )
 
 
@@ -134,7 +181,7 @@ def _extrapolated(
     peak_flops: float,
     contention: _Contention,
     reuse: Hashable | None = None,
-) -> StepReport | None:
+) -> Measured | None:
     key = (strategy.name, ctx.gpus == 1)
     first = _FIRST_PROBE.get(key, PROBES[0])
     known = None if reuse is None else _PROBE_CACHE.get((reuse, strategy.name, contention))
@@ -148,7 +195,8 @@ def _extrapolated(
             return None
         if size == k:  # the probe is the whole step
             result = StepResult(probe.plan, probe.timed.run, [probe.timed.run.step_time_s])
-            return report_step(result, ctx, cluster=cluster, device=device, peak_flops=peak_flops)
+            report = report_step(result, ctx, cluster=cluster, device=device, peak_flops=peak_flops)
+            return _measured(report, *_busy(probe.plan, probe.timed), probe.timed)
         if probe.period is not None:
             _FIRST_PROBE[key] = size
             if reuse is not None:
@@ -171,7 +219,7 @@ def clear_probe_cache() -> None:
 
 def _report(
     probe: _Probe, period: _Period, ctx: StepContext, k: int, *, cluster: str, device: str, peak_flops: float
-) -> StepReport:
+) -> Measured:
     """The probe's report with ``k - size`` more middle micro-batches (fewer when negative)."""
     plan, timed, starts = probe.plan, probe.timed, probe.starts
     extra = k - len(starts)
@@ -184,7 +232,7 @@ def _report(
         busy_kind[kind] = busy_kind.get(kind, 0.0) + extra * seconds
     for link, seconds in period.busy_by_link.items():
         busy_link[link] = busy_link.get(link, 0.0) + extra * seconds
-    return replace(
+    report = replace(
         report,
         compute_s=compute_s,
         exposed_comm_s=max(0.0, step_s - compute_s),
@@ -193,6 +241,10 @@ def _report(
         link_utilisation={kind: busy_kind[kind] / step_s for kind in sorted(busy_kind)},
         bottleneck_link=max(sorted(busy_link), key=lambda name: busy_link[name]) if busy_link else "",
         peak_phase=_peak_phase(timed, starts, report.peak_phase, extra),
+    )
+    size, last_start = len(starts), timed.starts[starts[-1]]
+    return _measured(
+        report, busy_kind, busy_link, timed, lambda phase, at: _renumbered(phase, at, last_start, size, extra)
     )
 
 
@@ -319,10 +371,15 @@ def _busy(plan: StepPlan, timed: TimedRun) -> tuple[dict[str, float], dict[str, 
 
 def _peak_phase(timed: TimedRun, starts: list[int], phase: str, extra: int) -> str:
     """The probe's peak phase, renumbered when the peak falls in the last micro-batch."""
-    peak = timed.run.memory.peak()
     samples = timed.run.memory.samples
-    first_at = next((t for t, total, _ in samples if total == peak.peak_bytes), 0.0)
-    if first_at < timed.starts[starts[-1]]:
+    top = max((total for _, total, _ in samples), default=0.0)  # before fragmentation, as sampled
+    first_at = next((t for t, total, _ in samples if total == top), 0.0)
+    return _renumbered(phase, first_at, timed.starts[starts[-1]], len(starts), extra)
+
+
+def _renumbered(phase: str, at: float, last_start: float, size: int, extra: int) -> str:
+    """``phase`` of a probe of ``size`` micro-batches, reached at ``at``, in a step of ``extra`` more:
+    from the last micro-batch on (it starts at ``last_start``), the numbers move up by ``extra``."""
+    if at < last_start:
         return phase
-    size = len(starts)
     return _TAG.sub(lambda m: f"micro-batch {int(m[1]) + extra if int(m[1]) >= size - 1 else m[1]}", phase)

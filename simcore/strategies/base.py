@@ -359,6 +359,10 @@ class StepContext:
     _memo: dict[tuple[Any, ...], Any] = field(default_factory=dict)
     concurrent: ConcurrentFn | None = None  # same-shape groups priced together (None: one at a time)
     nics_per_node: int = 0  # NICs on rank 0's host (0: unknown): network collectives' channel count
+    # On a shallower copy of a model (simcore.fastpath.fold): the model's own context. Operations
+    # over the whole model (the optimizer update, no-sync micro-batches run as one) take the model's
+    # time there, so that a copy's plan is the model's with blocks removed.
+    whole: StepContext | None = None
 
     @property
     def accumulation(self) -> int:
@@ -489,6 +493,21 @@ class StepContext:
         With fp32 master weights the casts around the update are added
         (:func:`simcore.compute.optimizer.master_cast_bytes`).
         """
+        whole = self.whole
+        if whole is not None:
+            local = params * whole.workload.params / self.workload.params
+            return self.memo(  # the same for every copy of the model: computed once per context family
+                (
+                    "whole-model optimizer step",
+                    id(whole.workload),
+                    strategy,
+                    local,
+                    shards,
+                    flat,
+                    self.config,
+                ),
+                lambda: whole.optimizer_step(strategy, local, shards, flat=flat),
+            )
         precision, impl = self.precision(strategy), self.optimizer_impl(strategy)
         tensors = 1 if flat else param_tensor_count(self.workload)
         cost = optimizer_step_cost(self.config.optimizer, impl, params, tensors, precision.bytes("state"))

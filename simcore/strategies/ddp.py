@@ -200,11 +200,26 @@ class BucketHooks(PassHooks):
         )
 
 
+def _copy_out_s(ctx: StepContext, copies: bool, compress: bool, ops_per_tensor: float) -> float:
+    """The copy of the reduced buckets back into every gradient (and the compression hook's casts),
+    over the whole model of ``ctx``: its kernels or its dispatch, the longer."""
+    precision = ctx.precision("ddp")
+    params, grad_bytes = ctx.workload.params, precision.bytes("grad")
+    moved = (params * grad_bytes if copies else 0.0) + (
+        params * (grad_bytes + precision.bytes("reduce")) / 2 if compress else 0.0
+    )
+    return ctx.timer_combine(ctx.copy_time_s(moved), ops_per_tensor * param_tensor_count(ctx.workload), "bwd")
+
+
 class DDPStrategy:
     """Replicated parameters, gradients and optimizer state; bucketed all-reduce."""
 
     name = "ddp"
     description = "DDP: full replica per GPU, bucketed gradient all-reduce overlapped with backward"
+
+    def layer_groups(self, ctx: StepContext) -> list[int]:
+        """The bucket of each layer: the plan's only grouping across blocks (see fastpath.fold)."""
+        return assign_buckets(ctx, ctx.precision(self.name).bytes("grad"))
 
     def build_plan(self, ctx: StepContext) -> StepPlan:
         cfg, params = ctx.config, ctx.workload.params
@@ -234,12 +249,7 @@ class DDPStrategy:
         after = [builder.last_comm] if builder.last_comm is not None else []
         compress = precision.bytes("reduce") < grad_bytes
         if copies or compress:
-            moved = (grads_total if copies else 0.0) + (
-                params * (grad_bytes + precision.bytes("reduce")) / 2 if compress else 0.0
-            )
-            seconds = ctx.timer_combine(
-                ctx.copy_time_s(moved), copy_out_ops * param_tensor_count(ctx.workload), "bwd"
-            )
+            seconds = _copy_out_s(ctx.whole or ctx, copies, compress, copy_out_ops)
             after = [builder.compute("copy buckets out to gradients", seconds, kind="copy", after=after)]
         step = ctx.optimizer_step(self.name, params, 1)
         builder.compute(

@@ -435,6 +435,10 @@ class FSDPStrategy:
     name = "fsdp"
     description = "FSDP: fully sharded; per-unit all-gather (prefetched) and reduce-scatter"
 
+    def layer_groups(self, ctx: StepContext) -> list[int]:
+        """The unit of each layer (see fastpath.fold)."""
+        return list(wrap_units(ctx.workload, ctx.config.wrap).unit_of_layer)
+
     def build_plan(self, ctx: StepContext) -> StepPlan:
         return build_sharded_plan(
             ctx,
@@ -450,6 +454,10 @@ class Zero3Strategy:
 
     name = "zero3"
     description = "ZeRO-3: fully sharded; gathers in parameter buckets (DeepSpeed), all resharded"
+
+    def layer_groups(self, ctx: StepContext) -> list[int]:
+        """The prefetch bucket of each layer (see fastpath.fold)."""
+        return list(bucket_units(ctx.workload, ctx.config.zero3_prefetch_bucket_params).unit_of_layer)
 
     def build_plan(self, ctx: StepContext) -> StepPlan:
         units = bucket_units(ctx.workload, ctx.config.zero3_prefetch_bucket_params)

@@ -29,6 +29,10 @@ class HSDPStrategy:
     name = "hsdp"
     description = "HSDP: sharded within a node, replicated across nodes (all-reduce of shards)"
 
+    def layer_groups(self, ctx: StepContext) -> list[int]:
+        """The unit of each layer (see fastpath.fold)."""
+        return list(wrap_units(ctx.workload, ctx.config.wrap).unit_of_layer)
+
     def build_plan(self, ctx: StepContext) -> StepPlan:
         if ctx.gpus % len(ctx.node):
             raise TrainsimError(

@@ -315,6 +315,13 @@ def build_quiet_microbatches(
     """
     if count <= 0:
         return None
+    seconds = _whole_microbatch_s(ctx.whole or ctx, precision, host_extra_ops)
+    name = "micro-batch 1 (no sync)" if count == 1 else f"micro-batches 1-{count} (no sync)"
+    return builder.compute(name, count * seconds, kind="fwd+bwd", on_end=on_end)
+
+
+def _whole_microbatch_s(ctx: StepContext, precision: Precision | None, host_extra_ops: float) -> float:
+    """One micro-batch over the whole model as one operation (its kernels or its dispatch, the longer)."""
     whole = Chunk(tuple(range(len(ctx.workload.layers))), -1, 0, "model")
     phases = ("fwd", "bwd", "recompute") if ctx.config.activation_checkpointing else ("fwd", "bwd")
     seconds = 0.0
@@ -324,8 +331,7 @@ def build_quiet_microbatches(
         seconds += ctx.span_time(
             phase, whole.layers, kernel_extra_s=kernel_s, host_extra_ops=host_ops + extra
         )
-    name = "micro-batch 1 (no sync)" if count == 1 else f"micro-batches 1-{count} (no sync)"
-    return builder.compute(name, count * seconds, kind="fwd+bwd", on_end=on_end)
+    return seconds
 
 
 def add_collective(

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simcore.fastpath import fold
 from simcore.fastpath import step as fast_step
 from simcore.fastpath.costs import fast_collective_model
 from simcore.fastpath.step import MIN_EXTRAPOLATED, fast_step_report
@@ -95,6 +96,7 @@ def test_a_real_model_is_extrapolated_and_exact(
 def test_a_probe_is_shared_between_batch_sizes_and_each_report_is_its_own(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(fold, "MIN_RUN", 10**9)  # probes of the model itself, not of folded copies
     topology = load_cluster("dgx-a100", gpus=16)
     workload = load_workload("gpt2-medium", seq_len=512)
     probed: list[int] = []

@@ -1,0 +1,450 @@
+"""Deep models folded: a step over a long run of identical blocks, from three shallower copies.
+
+A transformer's blocks are identical, and the step plans of DDP, FSDP, HSDP and ZeRO-3 treat them
+alike: per block (FSDP units, compute chunks) or in groups whose boundaries repeat every ``p``
+blocks (DDP's gradient buckets, ZeRO-3's prefetch buckets). A long run of blocks then adds the
+same to the step per ``p`` blocks, as a long gradient accumulation adds the same per micro-batch
+(:mod:`simcore.fastpath.step`): the step time, compute, communication, bytes, link use and every
+phase's memory footprint are affine in the depth. So the step of a model whose run has ``R``
+blocks is evaluated on three copies with ``n``, ``n + p`` and ``n + 2p`` blocks of the run (its
+first :data:`HEAD` blocks and its last ones, with their names) and extrapolated to ``R``.
+
+A copy's plan must be the model's with whole periods of blocks removed. So operations over the
+whole model take the model's own time in every copy (the optimizer update, and no-sync
+micro-batches run as one operation: :attr:`~simcore.strategies.base.StepContext.whole`): their
+durations are maxima and roundings of the model's totals (kernels against dispatch, launch
+counts), not affine in the depth. Strategies whose collectives are as large as the model (ZeRO-1
+and ZeRO-2 reduce the model in one bucket unless it outgrows 5e8 elements, and gather it back;
+their algorithm and protocol change with the size) name no grouping and are not folded.
+
+Folding is refused, and the whole plan evaluated, unless all of this holds:
+
+- the run is at least :data:`MIN_RUN` blocks, and the three copies together have at most two
+  thirds of its blocks;
+- the strategy names its grouping across layers (``layer_groups``), the grouping repeats every
+  ``p <= MAX_PERIOD`` blocks between the copies' ends, and each copy's own grouping is the
+  model's with the removed blocks cut out (``R - n`` is a multiple of ``p``); explicit wrap
+  indices and parameter ties into the removed blocks are refused;
+- every reported quantity of the three copies is affine in the depth (to :data:`TOLERANCE` of
+  its size; they are by construction, the tolerance absorbs rounding).
+
+The memory peak is the largest of the extrapolated per-phase peaks of the phases the three copies
+share (group numbers named by blocks, :class:`_Names`), with that phase's categories; each copy's
+own peak must be one of them. A phase inside the removed blocks needs no copy of its own: its
+footprint is affine in the block index, so its largest value is at a kept block.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from simcore.compute.memory import MemoryPeak, allocator_peak
+from simcore.report import StepReport
+from simcore.strategies.base import StepContext, Strategy, model_flops_per_step
+from simcore.workload.types import Layer, Workload
+
+__all__ = [
+    "HEAD",
+    "MAX_PERIOD",
+    "MIN_RUN",
+    "TOLERANCE",
+    "Measured",
+    "fold_step",
+    "identical_run",
+    "shallower",
+]
+
+HEAD = 2  # blocks kept at the start of the run; the rest of a copy's blocks are the run's last ones
+MIN_DEPTH = 4  # blocks of the shallowest copy (transients at both ends: prefetch, the first bucket)
+MAX_PERIOD = 8  # longest repeat of a grouping, in blocks, that is still worth folding
+MIN_RUN = 24  # three copies of 4, 5 and 6 blocks cost 15: worth it from here (GPT-2 medium, BERT-large) on
+TOLERANCE = 1e-4  # relative departure from affine accepted (optimizer launch rounding)
+_CACHE_SIZE = 64
+_GROUP_LABEL = re.compile(r"\b(unit|bucket) (\d+)\b")
+_TOKEN = re.compile(r"\b(unit|bucket) @([^\s/()\[\]]+)(?:/(\d+))?")
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """One evaluated step: the report, and what extrapolating it needs besides.
+
+    ``busy_by_kind`` / ``busy_by_link``: seconds each link kind and link carried a collective;
+    ``phase_peaks``: per phase (named as the report names it) its largest footprint of tensors,
+    when that was first reached, and the categories then; ``fragmentation``: the allocator's, as
+    the plan charges it at the peak."""
+
+    report: StepReport
+    busy_by_kind: Mapping[str, float]
+    busy_by_link: Mapping[str, float]
+    phase_peaks: Mapping[str, tuple[float, float, Mapping[str, float]]]
+    fragmentation: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Copy:
+    workload: Workload
+    kept: tuple[int, ...]  # the model's index of each of the copy's layers
+
+
+_RUNS: OrderedDict[int, tuple[Workload, tuple[int, int] | None]] = OrderedDict()
+_COPIES: OrderedDict[tuple[int, int], tuple[Workload, _Copy | None]] = OrderedDict()
+_CONTEXTS: OrderedDict[tuple[int, int, int], tuple[StepContext, StepContext]] = OrderedDict()
+
+
+def _remember(cache: OrderedDict, key: object, value: object) -> None:
+    cache[key] = value
+    cache.move_to_end(key)
+    while len(cache) > _CACHE_SIZE:
+        cache.popitem(last=False)
+
+
+def _signature(layer: Layer) -> tuple[object, ...]:
+    return (
+        layer.kind, layer.params, layer.fwd_flops, layer.bwd_flops, layer.activation_bytes,
+        layer.output_bytes, layer.memory_bytes, layer.gemm,
+    )  # fmt: skip
+
+
+def identical_run(workload: Workload) -> tuple[int, int] | None:
+    """(first block, blocks) of the longest run of consecutive identical blocks, None if none."""
+    known = _RUNS.get(id(workload))
+    if known is not None and known[0] is workload:
+        return known[1]
+    layers_of: dict[int, list[int]] = {}
+    for index, layer in enumerate(workload.layers):
+        if layer.block >= 0:
+            layers_of.setdefault(layer.block, []).append(index)
+    blocks = sorted(layers_of)
+    contiguous = all(
+        layers_of[b][-1] + 1 == layers_of[c][0] and c == b + 1 for b, c in itertools.pairwise(blocks)
+    )
+    best: tuple[int, int] | None = None
+    if blocks and contiguous:
+        shapes = [tuple(_signature(workload.layers[i]) for i in layers_of[b]) for b in blocks]
+        start = 0
+        for end in range(1, len(blocks) + 1):
+            if end == len(blocks) or shapes[end] != shapes[start]:
+                if best is None or end - start > best[1]:
+                    best = (blocks[start], end - start)
+                start = end
+    _remember(_RUNS, id(workload), (workload, best))
+    return best
+
+
+def shallower(workload: Workload, run: tuple[int, int], depth: int) -> _Copy | None:
+    """``workload`` with ``depth`` blocks of ``run`` (the first :data:`HEAD` and the last ones);
+    None when a parameter tie reaches into the removed blocks."""
+    key = (id(workload), depth)
+    known = _COPIES.get(key)
+    if known is not None and known[0] is workload:
+        return known[1]
+    first, length = run
+    dropped = set(range(first + HEAD, first + length - (depth - HEAD)))
+    kept = tuple(i for i, layer in enumerate(workload.layers) if layer.block not in dropped)
+    new_index = {old: new for new, old in enumerate(kept)}
+    copy: _Copy | None = None
+    if all(i in new_index for tie in workload.ties for i in tie.layers):
+        blocks = [b for b in range(len(workload.block_names)) if b not in dropped]
+        new_block = {old: new for new, old in enumerate(blocks)}
+        layers = tuple(
+            replace(layer, block=new_block[layer.block] if layer.block >= 0 else -1)
+            for layer in (workload.layers[i] for i in kept)
+        )
+        ties = tuple(replace(tie, layers=tuple(new_index[i] for i in tie.layers)) for tie in workload.ties)
+        copy = _Copy(
+            replace(
+                workload,
+                layers=layers,
+                block_names=tuple(workload.block_names[b] for b in blocks),
+                ties=ties,
+                dims=None
+                if workload.dims is None
+                else replace(workload.dims, layers=workload.dims.layers - len(dropped)),
+            ),
+            kept,
+        )
+    _remember(_COPIES, key, (workload, copy))
+    return copy
+
+
+def _boundaries(groups: Sequence[int]) -> list[bool]:
+    return [i == 0 or groups[i] != groups[i - 1] for i in range(len(groups))]
+
+
+def _period(groups: Sequence[int], workload: Workload, run: tuple[int, int], depth: int) -> int | None:
+    """Blocks after which the grouping's boundaries repeat, from the last head block to the first
+    tail block a copy of ``depth`` blocks keeps (None above :data:`MAX_PERIOD`)."""
+    first, length = run
+    starts = [i for i, layer in enumerate(workload.layers) if layer.block == first]
+    size = len(starts)
+    begin = starts[0] + (HEAD - 1) * size
+    end = starts[0] + (length - (depth - HEAD) + 1) * size
+    flags = _boundaries(groups)
+    for period in range(1, MAX_PERIOD + 1):
+        shift = period * size
+        if all(flags[i] == flags[i + shift] for i in range(begin, end - shift)):
+            return period
+    return None
+
+
+def _context(ctx: StepContext, depth: int, copy: _Copy) -> StepContext:
+    """``ctx`` on the copy: its own per-layer caches, shared by every context that shares ``ctx``'s."""
+    key = (id(ctx._memo), id(ctx._layer_times), depth)
+    known = _CONTEXTS.get(key)
+    if known is not None and known[0]._memo is ctx._memo and known[0]._layer_times is ctx._layer_times:
+        base = known[1]
+    else:
+        base = replace(ctx, workload=copy.workload, _layer_times={}, _memo={})
+        _remember(_CONTEXTS, key, (ctx, base))
+    return replace(ctx, workload=copy.workload, _layer_times=base._layer_times, _memo=base._memo, whole=ctx)
+
+
+def _affine(values: Sequence[float], steps: float) -> float | None:
+    """The value ``steps`` periods past the first of three, or None if they are not affine."""
+    a, b, c = values
+    scale = max(abs(a), abs(b), abs(c))
+    if abs((c - b) - (b - a)) > TOLERANCE * scale + 1e-30:
+        return None
+    return a + steps * (b - a)
+
+
+class _Names:
+    """Group numbers in phase names ("unit 31", "bucket 4") in terms of blocks, so that the same
+    phase has the same name in every copy and in the model.
+
+    A group is named by its first layer: a layer outside the blocks by its name, one in a block by
+    the block and its offset there; when the phase names a block of its own (its anchor: "backward
+    of block30 (all_gather unit 31 ...)"), relative to the anchor, as the copies and the model
+    order their blocks alike around it (the prefetched neighbour of a copy's first tail block is
+    its last head block, which the model's period makes the same)."""
+
+    def __init__(self, workload: Workload, groups: Sequence[int]) -> None:
+        self.workload, self.groups = workload, tuple(groups)
+        self.first_layer: dict[int, int] = {}
+        for index, group in enumerate(groups):
+            self.first_layer.setdefault(group, index)
+        self.block_start: dict[int, int] = {}
+        for index, layer in enumerate(workload.layers):
+            self.block_start.setdefault(layer.block, index)
+        self.block_index = {name: b for b, name in enumerate(workload.block_names)}
+        self.layer_index: dict[str, int] = {}
+        for index, layer in enumerate(workload.layers):
+            self.layer_index.setdefault(layer.name, index)
+        names = "|".join(re.escape(n) for n in sorted(self.block_index, key=len, reverse=True))
+        self.anchor = re.compile(rf"(?<![\w.@])({names})(?![\w.])") if names else None
+        self._canonical: dict[str, str] = {}  # a sweep meets the same phases again
+
+    def _anchor(self, phase: str) -> int | None:
+        found = self.anchor.search(_TOKEN.sub("", phase)) if self.anchor is not None else None
+        return None if found is None else self.block_index[found[1]]
+
+    def canonical(self, phase: str) -> str:
+        known = self._canonical.get(phase)
+        if known is None:
+            known = self._canonical[phase] = self._canonical_of(phase)
+        return known
+
+    def _canonical_of(self, phase: str) -> str:
+        anchor = self._anchor(phase)
+
+        def token(match: re.Match[str]) -> str:
+            layer = self.first_layer.get(int(match[2]))
+            if layer is None:
+                return match[0]
+            block = self.workload.layers[layer].block
+            if block < 0:
+                return f"{match[1]} @{self.workload.layers[layer].name}"
+            offset = layer - self.block_start[block]
+            where = f"{block - anchor:+d}" if anchor is not None else self.workload.block_names[block]
+            return f"{match[1]} @{where}/{offset}"
+
+        return _GROUP_LABEL.sub(token, phase)
+
+    def named(self, canonical: str) -> str | None:
+        """The phase as this workload names it; None if a group it names is not here."""
+        anchor = self._anchor(canonical)
+        missing = False
+
+        def token(match: re.Match[str]) -> str:
+            nonlocal missing
+            where, offset = match[2], match[3]
+            if offset is None:
+                layer = self.layer_index.get(where)
+            else:
+                if where[0] in "+-":
+                    block = None if anchor is None else anchor + int(where)
+                else:
+                    block = self.block_index.get(where)
+                start = self.block_start.get(block) if block is not None else None
+                layer = None if start is None else start + int(offset)
+            if layer is None or not 0 <= layer < len(self.groups):
+                missing = True
+                return match[0]
+            return f"{match[1]} {self.groups[layer]}"
+
+        named = _TOKEN.sub(token, canonical)
+        return None if missing else named
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """How a model folds for one strategy and configuration: the copies' depths, the copies, the
+    group number of the model for each of a copy's groups, and the periods from the shallowest
+    copy to the model."""
+
+    depths: tuple[int, int, int]
+    copies: tuple[_Copy, _Copy, _Copy]
+    names: tuple[_Names, _Names, _Names]
+    model: _Names
+    steps: float
+
+
+def fold_step(
+    strategy: Strategy,
+    ctx: StepContext,
+    measure: Callable[[StepContext, Hashable | None], Measured],
+    *,
+    peak_flops: float,
+    reuse: Hashable | None = None,
+) -> StepReport | None:
+    """``strategy``'s step on ``ctx`` from three shallower copies (``measure`` evaluates one), or
+    None when folding does not apply (see the module docstring)."""
+    if getattr(strategy, "layer_groups", None) is None or isinstance(ctx.config.wrap, tuple):
+        return None
+    plan = ctx.memo(("fold", strategy.name, ctx.config), lambda: _fold_plan(strategy, ctx) or "no fold")
+    if not isinstance(plan, _Plan):
+        return None
+    measured = [
+        measure(_context(ctx, n, copy), None if reuse is None else (reuse, "fold", n))
+        for n, copy in zip(plan.depths, plan.copies, strict=True)
+    ]
+    return _extrapolate(measured, plan, ctx, peak_flops)
+
+
+def _fold_plan(strategy: Strategy, ctx: StepContext) -> _Plan | None:
+    run = identical_run(ctx.workload)
+    if run is None or run[1] < MIN_RUN:
+        return None
+    groups_full = strategy.layer_groups(ctx)  # type: ignore[attr-defined]
+    period = None if groups_full is None else _period(groups_full, ctx.workload, run, MIN_DEPTH)
+    if groups_full is None or period is None:
+        return None
+    length = run[1]
+    depth = MIN_DEPTH + (length - MIN_DEPTH) % period
+    depths = (depth, depth + period, depth + 2 * period)
+    if 3 * sum(depths) > 2 * length:  # the copies would cost about as much as the model
+        return None
+    flags = _boundaries(groups_full)
+    copies, names = [], []
+    for n in depths:
+        copy = shallower(ctx.workload, run, n)
+        if copy is None:
+            return None
+        groups = strategy.layer_groups(_context(ctx, n, copy))  # type: ignore[attr-defined]
+        if groups is None or _boundaries(groups) != [flags[i] for i in copy.kept]:
+            return None
+        copies.append(copy)
+        names.append(_Names(copy.workload, groups))
+    model = _Names(ctx.workload, groups_full)
+    return _Plan(depths, tuple(copies), tuple(names), model, (length - depth) / period)  # type: ignore[arg-type]
+
+
+def _extrapolate(
+    measured: Sequence[Measured], plan: _Plan, ctx: StepContext, peak_flops: float
+) -> StepReport | None:
+    steps = plan.steps
+    reports = [m.report for m in measured]
+    first = reports[0]
+    same = ("strategy", "memory_capacity_bytes", "precision", "optimizer_impl", "note", "accumulation_steps")
+    if any(getattr(r, name) != getattr(first, name) for r in reports[1:] for name in same):
+        return None
+    fields = {
+        name: _affine([float(getattr(r, name)) for r in reports], steps)
+        for name in ("step_time_s", "step_time_p99_s", "compute_s", "comm_s", "comm_bytes")
+    }
+    kinds = _extend_maps([m.busy_by_kind for m in measured], steps)
+    links = _extend_maps([m.busy_by_link for m in measured], steps)
+    peak = _peak(measured, plan)
+    if any(v is None for v in fields.values()) or kinds is None or links is None or peak is None:
+        return None
+    step, compute = float(fields["step_time_s"]), float(fields["compute_s"])  # type: ignore[arg-type]
+    if not (step > 0 and math.isfinite(step)):
+        return None
+    samples_per_s = first.global_batch / step
+    workload = ctx.workload
+    return replace(
+        first,
+        step_time_s=step,
+        step_time_p99_s=float(fields["step_time_p99_s"]),  # type: ignore[arg-type]
+        samples_per_s=samples_per_s,
+        tokens_per_s=samples_per_s * workload.tokens_per_sample if workload.tokens_per_sample else None,
+        mfu=model_flops_per_step(workload, first.global_batch) / (ctx.gpus * peak_flops * step),
+        compute_s=compute,
+        exposed_comm_s=max(0.0, step - compute),
+        comm_s=float(fields["comm_s"]),  # type: ignore[arg-type]
+        comm_bytes=float(fields["comm_bytes"]),  # type: ignore[arg-type]
+        peak_memory_bytes=peak.peak_bytes,
+        peak_phase=peak.phase,
+        memory_breakdown=peak.breakdown,
+        fits=peak.fits,
+        oom_verdict=peak.verdict(),
+        memory_status=peak.status,
+        link_utilisation={kind: kinds[kind] / step for kind in sorted(kinds)},
+        bottleneck_link=max(sorted(links), key=lambda name: links[name]) if links else "",
+    )
+
+
+def _peak(measured: Sequence[Measured], plan: _Plan) -> MemoryPeak | None:
+    """The model's memory peak: the largest extrapolated footprint of a phase all three copies
+    share (ties go to the phase reached first, as in the timeline), with its categories."""
+    peaks = [
+        {names.canonical(phase): value for phase, value in m.phase_peaks.items()}
+        for m, names in zip(measured, plan.names, strict=True)
+    ]
+    if len({m.fragmentation for m in measured}) != 1 or not peaks[0]:
+        return None
+    shared = set(peaks[0]).intersection(*peaks[1:])
+    totals: dict[str, float] = {}
+    for phase in shared:
+        total = _affine([p[phase][0] for p in peaks], plan.steps)
+        if total is None:
+            return None
+        totals[phase] = total
+    # The copies' own peaks must be shared phases, or a phase the copies do not share could win.
+    own = [max(p, key=lambda phase: p[phase][0]) for p in peaks]
+    if not totals or any(phase not in totals for phase in own):
+        return None
+    top = max(totals.values())
+    tied = [phase for phase, total in totals.items() if total >= top - 1e-12 * abs(top)]
+    phase = min(tied, key=lambda name: (peaks[-1][name][1], name))
+    parts = _extend_maps([p[phase][2] for p in peaks], plan.steps)
+    named = plan.model.named(phase)
+    if parts is None or named is None:
+        return None
+    first = measured[0]
+    return allocator_peak(
+        totals[phase], named, parts, first.fragmentation, first.report.memory_capacity_bytes
+    )
+
+
+def _extend_maps(
+    maps: Sequence[Mapping[str, float]], steps: float, *, shared_only: bool = False
+) -> dict[str, float] | None:
+    """Each key's value extrapolated; None unless all are affine (and, unless ``shared_only``,
+    every map has the same keys; with it, keys missing from one are left out)."""
+    keys = set(maps[0])
+    if not shared_only and any(set(m) != keys for m in maps[1:]):
+        return None
+    keys = keys.intersection(*maps[1:])
+    out: dict[str, float] = {}
+    for key in sorted(keys):
+        value = _affine([m[key] for m in maps], steps)
+        if value is None:
+            return None
+        out[key] = value
+    return out

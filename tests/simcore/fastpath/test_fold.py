@@ -1,0 +1,237 @@
+"""A deep model folded from three shallower copies gives the report of the whole model."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simcore.errors import TrainsimError
+from simcore.fastpath import fold
+from simcore.fastpath.costs import fast_collective_model, fast_concurrent_model
+from simcore.fastpath.step import fast_step_report
+from simcore.report import StepReport
+from simcore.strategies import get_strategy, strategy_names
+from simcore.strategies.base import StepContext, TrainingConfig
+from simcore.strategies.runner import make_context
+from simcore.workload.loader import load_workload
+from simcore.workload.types import ParameterTie
+from tests.simcore.strategies.test_strategies_support import toy_context, toy_transformer
+from topologies import load_cluster
+
+
+def _report(name: str, ctx: StepContext, slowdown: float | None) -> StepReport:
+    return fast_step_report(
+        get_strategy(name), ctx, cluster="c", device="d", peak_flops=1e14, slowdown=slowdown
+    )
+
+
+def _unfolded(
+    name: str, ctx: StepContext, slowdown: float | None, monkeypatch: pytest.MonkeyPatch
+) -> StepReport:
+    with monkeypatch.context() as patch:
+        patch.setattr(fold, "MIN_RUN", 10**9)
+        fresh = replace(ctx, _layer_times={}, _memo={})  # no fold plan remembered
+        return _report(name, fresh, slowdown)
+
+
+def _folds(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Whether each fold attempt from here on extrapolated."""
+    outcomes: list[bool] = []
+    original = fold._extrapolate
+    monkeypatch.setattr(
+        fold, "_extrapolate", lambda *a: outcomes.append((r := original(*a)) is not None) or r
+    )
+    return outcomes
+
+
+def _assert_same(got: StepReport, want: StepReport) -> None:
+    for key, expected in want.to_record().items():
+        value = got.to_record()[key]
+        if isinstance(expected, float):
+            assert math.isclose(value, expected, rel_tol=1e-9, abs_tol=1e-12), key
+        elif isinstance(expected, dict):
+            assert value.keys() == expected.keys(), key
+            assert all(math.isclose(value[q], expected[q], rel_tol=1e-9, abs_tol=1e-12) for q in value), key
+        else:
+            assert value == expected, key
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    name=st.sampled_from(strategy_names()),
+    gpus=st.sampled_from([2, 8, 16]),
+    accumulation=st.sampled_from([1, 2, 5]),
+    micro_batch=st.integers(1, 2),
+    blocks=st.integers(fold.MIN_RUN, fold.MIN_RUN + 16),
+    layers_per_block=st.integers(1, 4),
+    checkpoint=st.booleans(),
+    bucket_mb=st.sampled_from([1, 8, 25]),
+    slowdown=st.sampled_from([1.0, 1.1, None]),
+)
+def test_a_folded_step_reports_what_the_whole_model_does(
+    name: str,
+    gpus: int,
+    accumulation: int,
+    micro_batch: int,
+    blocks: int,
+    layers_per_block: int,
+    checkpoint: bool,
+    bucket_mb: int,
+    slowdown: float | None,
+) -> None:
+    config = TrainingConfig(
+        global_batch=gpus * micro_batch * accumulation,
+        micro_batch=micro_batch,
+        activation_checkpointing=checkpoint,
+        bucket_size_bytes=bucket_mb * 2**20,
+        zero3_prefetch_bucket_params=3_000_000,
+    )
+    workload = toy_transformer(blocks=blocks, layers_per_block=layers_per_block)
+    with pytest.MonkeyPatch.context() as patch:
+        outcomes = _folds(patch)
+        got = _report(name, toy_context(gpus, config, workload=workload), slowdown)
+        want = _unfolded(name, toy_context(gpus, config, workload=workload), slowdown, patch)
+    if name in ("fsdp", "hsdp"):  # a unit per block: always folded
+        assert outcomes == [True]
+    _assert_same(got, want)
+
+
+@pytest.mark.parametrize(
+    ("model", "seq_len", "cluster", "gpus", "name", "micro_batch", "accumulation", "checkpoint"),
+    [
+        ("gpt2-xl", 1024, "dgx-a100", 128, "ddp", 2, 4, False),  # the peak moves to the forward's end
+        ("gpt2-xl", 1024, "dgx-a100", 128, "fsdp", 1, 8, True),  # ties between micro-batches
+        ("gpt2-xl", 1024, "dgx-a100", 128, "hsdp", 2, 4, False),
+        ("llama2-7b", 1024, "hgx-h100", 64, "hsdp", 4, 2, True),  # the peak at the second-last block
+        ("llama2-7b", 1024, "hgx-h100", 64, "zero3", 2, 1, False),
+    ],
+)
+def test_real_models_fold_exactly(
+    model: str,
+    seq_len: int,
+    cluster: str,
+    gpus: int,
+    name: str,
+    micro_batch: int,
+    accumulation: int,
+    checkpoint: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    topology = load_cluster(cluster, gpus=gpus)
+    config = TrainingConfig(
+        global_batch=gpus * micro_batch * accumulation,
+        micro_batch=micro_batch,
+        seq_len=seq_len,
+        activation_checkpointing=checkpoint,
+    )
+    ctx = make_context(
+        load_workload(model, seq_len=seq_len), config, topology,
+        collective=fast_collective_model(topology), concurrent=fast_concurrent_model(topology),
+    )  # fmt: skip
+    outcomes = _folds(monkeypatch)
+    got = _report(name, ctx, None)
+    assert outcomes == [True], "the model should fold"
+    _assert_same(got, _unfolded(name, ctx, None, monkeypatch))
+
+
+@pytest.mark.slow
+@settings(max_examples=30, deadline=None)
+@given(
+    model=st.sampled_from(
+        [
+            ("gpt2-medium", 512),
+            ("gpt2-large", 1024),
+            ("gpt2-xl", 1024),
+            ("llama2-7b", 2048),
+            ("bert-large", 512),
+        ]
+    ),
+    cluster=st.sampled_from(["dgx-a100", "hgx-h100", "g5.48xlarge", "p4d.24xlarge"]),
+    name=st.sampled_from(["ddp", "fsdp", "hsdp", "zero3"]),
+    gpus=st.sampled_from([8, 16, 64]),
+    micro_batch=st.sampled_from([1, 2, 4]),
+    accumulation=st.sampled_from([1, 2, 3, 8]),
+    checkpoint=st.booleans(),
+    dtype=st.sampled_from(["bf16", "fp32"]),
+    slowdown=st.sampled_from([None, 1.1]),
+)
+def test_real_models_fold_to_what_the_whole_model_does(
+    model: tuple[str, int],
+    cluster: str,
+    name: str,
+    gpus: int,
+    micro_batch: int,
+    accumulation: int,
+    checkpoint: bool,
+    dtype: str,
+    slowdown: float | None,
+) -> None:
+    topology = load_cluster(cluster, gpus=gpus)
+    config = TrainingConfig(
+        global_batch=gpus * micro_batch * accumulation, micro_batch=micro_batch, seq_len=model[1],
+        activation_checkpointing=checkpoint, dtype=dtype,
+    )  # fmt: skip
+    ctx = make_context(
+        load_workload(model[0], seq_len=model[1]), config, topology,
+        collective=fast_collective_model(topology), concurrent=fast_concurrent_model(topology),
+    )  # fmt: skip
+    try:
+        got = _report(name, ctx, slowdown)
+    except TrainsimError:  # hsdp on part of a node, say: refused the same way unfolded
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        _assert_same(got, _unfolded(name, ctx, slowdown, patch))
+
+
+def test_collectives_as_large_as_the_model_are_not_folded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ZeRO-2 reduces GPT-2 XL in 5e8-element buckets (17 blocks each): no copy has that plan."""
+    topology = load_cluster("dgx-a100", gpus=16)
+    config = TrainingConfig(global_batch=16 * 2, micro_batch=2, seq_len=1024)
+    ctx = make_context(load_workload("gpt2-xl", seq_len=1024), config, topology,
+                       collective=fast_collective_model(topology))  # fmt: skip
+    assert not hasattr(get_strategy("zero2"), "layer_groups")
+    outcomes = _folds(monkeypatch)
+    _report("zero2", ctx, None)
+    assert outcomes == []
+
+
+def test_the_longest_run_of_identical_blocks_is_found() -> None:
+    assert fold.identical_run(load_workload("gpt2-xl", seq_len=1024)) == (0, 48)
+    assert fold.identical_run(toy_transformer(blocks=20)) == (0, 20)
+    resnet = fold.identical_run(load_workload("resnet50"))
+    assert resnet is not None and resnet[1] < fold.MIN_RUN  # stages differ: nothing to fold
+
+
+def test_a_copy_keeps_the_ends_of_the_run_with_their_names_and_ties() -> None:
+    workload = toy_transformer(blocks=20, layers_per_block=2)
+    tied = replace(workload, ties=(ParameterTie(1_000_000, (0, len(workload.layers) - 1)),))
+    copy = fold.shallower(tied, (0, 20), 5)
+    assert copy is not None
+    assert copy.workload.block_names == ("block0", "block1", "block17", "block18", "block19")
+    assert copy.kept == (0, 1, 2, 3, 4, *range(35, 42))
+    assert [layer.name for layer in copy.workload.layers][1:3] == ["block0.l0", "block0.l1"]
+    assert copy.workload.ties[0].layers == (0, len(copy.workload.layers) - 1)
+    assert copy.workload.params == tied.params - 15 * 2 * 2_000_000
+    inner = replace(workload, ties=(ParameterTie(2_000_000, (3, 20)),))  # a tie into removed blocks
+    assert fold.shallower(inner, (0, 20), 5) is None
+
+
+def test_group_numbers_in_phases_are_named_by_blocks_the_same_in_a_copy_and_the_model() -> None:
+    workload = toy_transformer(blocks=20, layers_per_block=1)
+    copy = fold.shallower(workload, (0, 20), 4)
+    assert copy is not None
+    unit_of = list(range(len(workload.layers)))  # one unit per layer: embed 0, block b is b + 1
+    copy_units = list(range(len(copy.workload.layers)))
+    model, small = fold._Names(workload, unit_of), fold._Names(copy.workload, copy_units)
+    # The copy's first tail block (block18) prefetches its last head block (block1, unit 2); the
+    # model's block18 prefetches block17 (unit 18): the same neighbour, one block back.
+    phase = small.canonical("backward of block18 (all_gather unit 2 (backward prefetch))")
+    assert phase == model.canonical("backward of block18 (all_gather unit 18 (backward prefetch))")
+    assert model.named(phase) == "backward of block18 (all_gather unit 18 (backward prefetch))"
+    assert small.canonical("reduce_scatter unit 0") == "reduce_scatter unit @embed"
+    assert model.named("all_gather unit @block19/0") == "all_gather unit 20"
+    assert model.named("all_gather unit @block99/0") is None
