@@ -63,7 +63,7 @@ HEAD = 2  # blocks kept at the start of the run; the rest of a copy's blocks are
 MIN_DEPTH = 4  # blocks of the shallowest copy (transients at both ends: prefetch, the first bucket)
 MAX_PERIOD = 8  # longest repeat of a grouping, in blocks, that is still worth folding
 MIN_RUN = 24  # three copies of 4, 5 and 6 blocks cost 15: worth it from here (GPT-2 medium, BERT-large) on
-TOLERANCE = 1e-4  # relative departure from affine accepted (optimizer launch rounding)
+TOLERANCE = 1e-4  # relative departure from affine accepted (sums over more layers round differently)
 _CACHE_SIZE = 64
 _GROUP_LABEL = re.compile(r"\b(unit|bucket) (\d+)\b")
 _TOKEN = re.compile(r"\b(unit|bucket) @([^\s/()\[\]]+)(?:/(\d+))?")
@@ -328,8 +328,9 @@ def fold_step(
 
 def _fold_plan(strategy: Strategy, ctx: StepContext) -> _Plan | None:
     run = identical_run(ctx.workload)
-    if run is None or run[1] < MIN_RUN:
-        return None
+    dims = ctx.workload.dims
+    if run is None or run[1] < MIN_RUN or (dims is not None and dims.moe is not None):
+        return None  # (expert blocks are numbered in the model's dims: not renumbered in a copy)
     groups_full = strategy.layer_groups(ctx)  # type: ignore[attr-defined]
     period = None if groups_full is None else _period(groups_full, ctx.workload, run, MIN_DEPTH)
     if groups_full is None or period is None:
