@@ -93,7 +93,6 @@ class _Copy:
 
 _RUNS: OrderedDict[int, tuple[Workload, tuple[int, int] | None]] = OrderedDict()
 _COPIES: OrderedDict[tuple[int, int], tuple[Workload, _Copy | None]] = OrderedDict()
-_CONTEXTS: OrderedDict[tuple[int, int, int], tuple[StepContext, StepContext]] = OrderedDict()
 
 
 def _remember(cache: OrderedDict, key: object, value: object) -> None:
@@ -193,15 +192,10 @@ def _period(groups: Sequence[int], workload: Workload, run: tuple[int, int], dep
 
 
 def _context(ctx: StepContext, depth: int, copy: _Copy) -> StepContext:
-    """``ctx`` on the copy: its own per-layer caches, shared by every context that shares ``ctx``'s."""
-    key = (id(ctx._memo), id(ctx._layer_times), depth)
-    known = _CONTEXTS.get(key)
-    if known is not None and known[0]._memo is ctx._memo and known[0]._layer_times is ctx._layer_times:
-        base = known[1]
-    else:
-        base = replace(ctx, workload=copy.workload, _layer_times={}, _memo={})
-        _remember(_CONTEXTS, key, (ctx, base))
-    return replace(ctx, workload=copy.workload, _layer_times=base._layer_times, _memo=base._memo, whole=ctx)
+    """``ctx`` on the copy: its own per-layer caches, kept in ``ctx``'s (so shared by every context
+    that shares those, as a sweep's configurations do)."""
+    layer_times, memo = ctx.memo(("fold copy caches", depth), lambda: ({}, {}))
+    return replace(ctx, workload=copy.workload, _layer_times=layer_times, _memo=memo, whole=ctx)
 
 
 def _affine(values: Sequence[float], steps: float) -> float | None:
@@ -229,12 +223,11 @@ class _Names:
         for index, group in enumerate(groups):
             self.first_layer.setdefault(group, index)
         self.block_start: dict[int, int] = {}
-        for index, layer in enumerate(workload.layers):
-            self.block_start.setdefault(layer.block, index)
-        self.block_index = {name: b for b, name in enumerate(workload.block_names)}
         self.layer_index: dict[str, int] = {}
         for index, layer in enumerate(workload.layers):
+            self.block_start.setdefault(layer.block, index)
             self.layer_index.setdefault(layer.name, index)
+        self.block_index = {name: b for b, name in enumerate(workload.block_names)}
         names = "|".join(re.escape(n) for n in sorted(self.block_index, key=len, reverse=True))
         self.anchor = re.compile(rf"(?<![\w.@])({names})(?![\w.])") if names else None
         self._canonical: dict[str, str] = {}  # a sweep meets the same phases again
@@ -364,16 +357,14 @@ def _extrapolate(
     same = ("strategy", "memory_capacity_bytes", "precision", "optimizer_impl", "note", "accumulation_steps")
     if any(getattr(r, name) != getattr(first, name) for r in reports[1:] for name in same):
         return None
-    fields = {
-        name: _affine([float(getattr(r, name)) for r in reports], steps)
-        for name in ("step_time_s", "step_time_p99_s", "compute_s", "comm_s", "comm_bytes")
-    }
+    names = ("step_time_s", "step_time_p99_s", "compute_s", "comm_s", "comm_bytes")
+    fields = _extend_maps([{name: float(getattr(r, name)) for name in names} for r in reports], steps)
     kinds = _extend_maps([m.busy_by_kind for m in measured], steps)
     links = _extend_maps([m.busy_by_link for m in measured], steps)
     peak = _peak(measured, plan)
-    if any(v is None for v in fields.values()) or kinds is None or links is None or peak is None:
+    if fields is None or kinds is None or links is None or peak is None:
         return None
-    step, compute = float(fields["step_time_s"]), float(fields["compute_s"])  # type: ignore[arg-type]
+    step, compute = fields["step_time_s"], fields["compute_s"]
     if not (step > 0 and math.isfinite(step)):
         return None
     samples_per_s = first.global_batch / step
@@ -381,14 +372,14 @@ def _extrapolate(
     return replace(
         first,
         step_time_s=step,
-        step_time_p99_s=float(fields["step_time_p99_s"]),  # type: ignore[arg-type]
+        step_time_p99_s=fields["step_time_p99_s"],
         samples_per_s=samples_per_s,
         tokens_per_s=samples_per_s * workload.tokens_per_sample if workload.tokens_per_sample else None,
         mfu=model_flops_per_step(workload, first.global_batch) / (ctx.gpus * peak_flops * step),
         compute_s=compute,
         exposed_comm_s=max(0.0, step - compute),
-        comm_s=float(fields["comm_s"]),  # type: ignore[arg-type]
-        comm_bytes=float(fields["comm_bytes"]),  # type: ignore[arg-type]
+        comm_s=fields["comm_s"],
+        comm_bytes=fields["comm_bytes"],
         peak_memory_bytes=peak.peak_bytes,
         peak_phase=peak.phase,
         memory_breakdown=peak.breakdown,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 import pytest
@@ -19,6 +18,7 @@ from simcore.strategies.base import StepContext, TrainingConfig
 from simcore.strategies.runner import make_context
 from simcore.workload.loader import load_workload
 from simcore.workload.types import ParameterTie
+from tests.simcore.fastpath.support import assert_same_report
 from tests.simcore.strategies.test_strategies_support import toy_context, toy_transformer
 from topologies import load_cluster
 
@@ -38,6 +38,15 @@ def _unfolded(
         return _report(name, fresh, slowdown)
 
 
+def _real_context(model: str, seq_len: int, cluster: str, gpus: int, config: TrainingConfig) -> StepContext:
+    """``model`` on ``gpus`` GPUs of ``cluster``, collectives priced as the planner prices them."""
+    topology = load_cluster(cluster, gpus=gpus)
+    return make_context(
+        load_workload(model, seq_len=seq_len), config, topology,
+        collective=fast_collective_model(topology), concurrent=fast_concurrent_model(topology),
+    )  # fmt: skip
+
+
 def _folds(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """Whether each fold attempt from here on extrapolated."""
     outcomes: list[bool] = []
@@ -46,18 +55,6 @@ def _folds(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
         fold, "_extrapolate", lambda *a: outcomes.append((r := original(*a)) is not None) or r
     )
     return outcomes
-
-
-def _assert_same(got: StepReport, want: StepReport) -> None:
-    for key, expected in want.to_record().items():
-        value = got.to_record()[key]
-        if isinstance(expected, float):
-            assert math.isclose(value, expected, rel_tol=1e-9, abs_tol=1e-12), key
-        elif isinstance(expected, dict):
-            assert value.keys() == expected.keys(), key
-            assert all(math.isclose(value[q], expected[q], rel_tol=1e-9, abs_tol=1e-12) for q in value), key
-        else:
-            assert value == expected, key
 
 
 @settings(max_examples=40, deadline=None)
@@ -97,7 +94,7 @@ def test_a_folded_step_reports_what_the_whole_model_does(
         want = _unfolded(name, toy_context(gpus, config, workload=workload), slowdown, patch)
     if name in ("fsdp", "hsdp"):  # a unit per block: always folded
         assert outcomes == [True]
-    _assert_same(got, want)
+    assert_same_report(got, want)
 
 
 @pytest.mark.parametrize(
@@ -121,21 +118,17 @@ def test_real_models_fold_exactly(
     checkpoint: bool,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    topology = load_cluster(cluster, gpus=gpus)
     config = TrainingConfig(
         global_batch=gpus * micro_batch * accumulation,
         micro_batch=micro_batch,
         seq_len=seq_len,
         activation_checkpointing=checkpoint,
     )
-    ctx = make_context(
-        load_workload(model, seq_len=seq_len), config, topology,
-        collective=fast_collective_model(topology), concurrent=fast_concurrent_model(topology),
-    )  # fmt: skip
+    ctx = _real_context(model, seq_len, cluster, gpus, config)
     outcomes = _folds(monkeypatch)
     got = _report(name, ctx, None)
     assert outcomes == [True], "the model should fold"
-    _assert_same(got, _unfolded(name, ctx, None, monkeypatch))
+    assert_same_report(got, _unfolded(name, ctx, None, monkeypatch))
 
 
 @pytest.mark.slow
@@ -170,29 +163,23 @@ def test_real_models_fold_to_what_the_whole_model_does(
     dtype: str,
     slowdown: float | None,
 ) -> None:
-    topology = load_cluster(cluster, gpus=gpus)
     config = TrainingConfig(
         global_batch=gpus * micro_batch * accumulation, micro_batch=micro_batch, seq_len=model[1],
         activation_checkpointing=checkpoint, dtype=dtype,
     )  # fmt: skip
-    ctx = make_context(
-        load_workload(model[0], seq_len=model[1]), config, topology,
-        collective=fast_collective_model(topology), concurrent=fast_concurrent_model(topology),
-    )  # fmt: skip
+    ctx = _real_context(model[0], model[1], cluster, gpus, config)
     try:
         got = _report(name, ctx, slowdown)
     except TrainsimError:  # hsdp on part of a node, say: refused the same way unfolded
         return
     with pytest.MonkeyPatch.context() as patch:
-        _assert_same(got, _unfolded(name, ctx, slowdown, patch))
+        assert_same_report(got, _unfolded(name, ctx, slowdown, patch))
 
 
 def test_collectives_as_large_as_the_model_are_not_folded(monkeypatch: pytest.MonkeyPatch) -> None:
     """ZeRO-2 reduces GPT-2 XL in 5e8-element buckets (17 blocks each): no copy has that plan."""
-    topology = load_cluster("dgx-a100", gpus=16)
     config = TrainingConfig(global_batch=16 * 2, micro_batch=2, seq_len=1024)
-    ctx = make_context(load_workload("gpt2-xl", seq_len=1024), config, topology,
-                       collective=fast_collective_model(topology))  # fmt: skip
+    ctx = _real_context("gpt2-xl", 1024, "dgx-a100", 16, config)
     assert not hasattr(get_strategy("zero2"), "layer_groups")
     outcomes = _folds(monkeypatch)
     _report("zero2", ctx, None)

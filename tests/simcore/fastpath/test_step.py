@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,6 +15,7 @@ from simcore.strategies import get_strategy, strategy_names
 from simcore.strategies.base import StepContext, TrainingConfig
 from simcore.strategies.runner import gating_device, make_context, report_step, simulate_step
 from simcore.workload.loader import load_workload
+from tests.simcore.fastpath.support import assert_same_report
 from tests.simcore.strategies.test_strategies_support import toy_context, toy_transformer
 from topologies import load_cluster
 
@@ -24,18 +23,6 @@ from topologies import load_cluster
 def _full(name: str, ctx: StepContext, slowdown: float | None) -> StepReport:
     result = simulate_step(get_strategy(name), ctx, slowdown=slowdown, path="fast")
     return report_step(result, ctx, cluster="c", device="d", peak_flops=1e14)
-
-
-def _assert_same(got: StepReport, want: StepReport) -> None:
-    for key, expected in want.to_record().items():
-        value = got.to_record()[key]
-        if isinstance(expected, float):
-            assert math.isclose(value, expected, rel_tol=1e-9, abs_tol=1e-12), key
-        elif isinstance(expected, dict):
-            assert value.keys() == expected.keys(), key
-            assert all(math.isclose(value[q], expected[q], rel_tol=1e-9, abs_tol=1e-12) for q in value), key
-        else:
-            assert value == expected, key
 
 
 @settings(max_examples=40, deadline=None)
@@ -67,7 +54,7 @@ def test_extrapolated_steps_report_what_the_full_plan_does(
     got = fast_step_report(
         get_strategy(name), ctx, cluster="c", device="d", peak_flops=1e14, slowdown=slowdown
     )
-    _assert_same(got, _full(name, ctx, slowdown))
+    assert_same_report(got, _full(name, ctx, slowdown))
 
 
 @pytest.mark.parametrize(
@@ -89,7 +76,7 @@ def test_a_real_model_is_extrapolated_and_exact(
     )
     assert probes and probes[-1] is not None, "a probe's middle micro-batches should repeat"
     assert got.accumulation_steps == 11
-    _assert_same(got, _full(name, ctx, slowdown))
+    assert_same_report(got, _full(name, ctx, slowdown))
     assert device.memory_bytes == got.memory_capacity_bytes
 
 
