@@ -18,9 +18,9 @@ Contract (topologies/ builds it, simcore reads it):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from simcore.errors import TrainsimError
 
@@ -39,6 +39,8 @@ __all__ = [
 ]
 
 NODE_KINDS = ("gpu", "cpu", "nic", "switch", "pcie")
+_T = TypeVar("_T")
+
 LINK_KINDS = ("nvlink", "nvswitch", "pcie", "ib", "roce", "efa", "ethernet", "smp", "loopback", "memory")
 
 
@@ -74,9 +76,27 @@ class Topology:
     graph: nx.DiGraph
     ranks: list[str]
     metadata: dict[str, Any] = field(default_factory=dict)
+    # What the simulator derives from this graph once (routes, link numbering, collective plans),
+    # kept with the topology and gone with it: owned by whoever holds the topology, not by a module.
+    _derived: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.validate()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without what was derived (a process that unpickles it derives its own)."""
+        return {**self.__dict__, "_derived": {}}
+
+    def derived(self, name: str, make: Callable[[], _T]) -> _T:
+        """The value ``make()`` builds from this topology's graph, built on the first call for
+        ``name``; later calls return that object while ``graph`` is the same object (a topology whose
+        graph is replaced derives everything afresh)."""
+        known = self._derived.get(name)
+        if known is not None and known[0] is self.graph:
+            return known[1]
+        value = make()
+        self._derived[name] = (self.graph, value)
+        return value
 
     # --- structure -------------------------------------------------------------------------
     @property

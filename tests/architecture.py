@@ -37,6 +37,8 @@ __all__ = [
     "cycles",
     "deferred_project_imports",
     "heavy_module_level_imports",
+    "module_level_caches",
+    "package_cycles",
     "problems",
     "upward_imports",
 ]
@@ -217,6 +219,100 @@ def cycles(graph: ImportGraph) -> list[str]:
     return lines
 
 
+def package_of(module: str, depth: int = 2) -> str:
+    """The unit a module belongs to at package level: its first ``depth`` dotted parts
+    (``simcore.strategies.runner`` -> ``simcore.strategies``; a top-level module stands alone)."""
+    return ".".join(module.split(".")[:depth])
+
+
+def package_cycles(graph: ImportGraph, depth: int = 2) -> list[str]:
+    """One line per group of packages that import each other (through any of their modules).
+
+    A package-level cycle can hide behind a module graph without one: ``a.x`` imports ``b.y`` and
+    ``b.z`` imports ``a.w``. Each line names one module-level edge per package edge of a cycle.
+    """
+    packages = nx.DiGraph()
+    for a, b in graph.graph.edges:
+        pa, pb = package_of(a, depth), package_of(b, depth)
+        if pa != pb and not packages.has_edge(pa, pb):
+            packages.add_edge(pa, pb, via=(a, b))
+    lines = []
+    for component in sorted((sorted(c) for c in nx.strongly_connected_components(packages)), key=str):
+        if len(component) < 2:
+            continue
+        loop = nx.find_cycle(packages.subgraph(component), source=component[0])
+        path = " -> ".join([a for a, _ in loop] + [loop[0][0]])
+        detail = "; ".join(
+            f"{packages.edges[a, b]['via'][0]} -> {packages.edges[a, b]['via'][1]} at "
+            f"{graph.where(*packages.edges[a, b]['via'])}"
+            for a, b in loop
+        )
+        lines.append(f"package cycle: {path}: {detail}")
+    return lines
+
+
+# Containers a module-level name may start empty as only to be filled at run time (a cache).
+_CONTAINERS = frozenset(
+    {"dict", "list", "set", "OrderedDict", "WeakKeyDictionary", "WeakValueDictionary", "defaultdict",
+     "deque", "Counter"}
+)  # fmt: skip
+# Memoised functions of other arguments that still only read data files once, each with why.
+READ_ONCE = {
+    "simcore.workload.loader._build_preset": "a preset's workload: immutable, a pure function of the "
+    "preset file and the arguments that select it",
+}
+_CACHE_DECORATORS = frozenset({"cache", "lru_cache", "functools.cache", "functools.lru_cache"})
+
+
+def _empty_container(value: ast.expr) -> bool:
+    if isinstance(value, ast.Dict):
+        return not value.keys
+    if isinstance(value, ast.List | ast.Set):
+        return not value.elts
+    if isinstance(value, ast.Call):
+        func = value.func
+        name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+        return name in _CONTAINERS and not value.args and not value.keywords
+    return False
+
+
+def _cache_decorator(decorator: ast.expr) -> bool:
+    target = decorator.func if isinstance(decorator, ast.Call) else decorator
+    return ast.unparse(target) in _CACHE_DECORATORS
+
+
+def module_level_caches(graph: ImportGraph, layer: str = "simcore") -> list[str]:
+    """Module-level state a run fills in: names bound to an empty container at module level, and
+    functions memoised with ``functools.cache``/``lru_cache`` that take arguments.
+
+    A memoised function of no arguments reads a data file once, and one whose arguments are all names
+    (``str``) looks a name up in such a table (both allowed); anything keyed by what a run passes in
+    (topologies, workloads, sizes) is a cache, and caches are objects owned by whoever
+    runs a sweep, handed down, so that no test or benchmark has to clear them by hand.
+    """
+    lines = []
+    for name, path in sorted(graph.modules.items()):
+        if name.split(".")[0] != layer:
+            continue
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            place = f"{path.relative_to(graph.root).as_posix()}:{node.lineno}"
+            if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+                target = node.targets[0] if isinstance(node, ast.Assign) else node.target
+                if _empty_container(node.value):
+                    lines.append(
+                        f"{name}.{ast.unparse(target)} is a module-level container filled at run time ({place})"
+                    )
+            elif isinstance(node, ast.FunctionDef) and any(map(_cache_decorator, node.decorator_list)):
+                arguments = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+                by_name = all(
+                    a.annotation is not None and ast.unparse(a.annotation) == "str" for a in arguments
+                )
+                allowed = f"{name}.{node.name}" in READ_ONCE
+                if not (by_name or allowed) or node.args.vararg or node.args.kwarg:
+                    lines.append(f"{name}.{node.name} is memoised at module level on its arguments ({place})")
+    return lines
+
+
 def _layer(module: str) -> int:
     return LAYERS.index(module.split(".")[0])
 
@@ -279,9 +375,9 @@ def deferred_project_imports(graph: ImportGraph) -> list[str]:
 
 
 def problems(root: Path | str) -> list[str]:
-    """Every cycle and upward import under ``root``, one line each."""
+    """Every cycle (of modules or of packages) and upward import under ``root``, one line each."""
     graph = build_graph(root)
-    return cycles(graph) + upward_imports(graph)
+    return cycles(graph) + package_cycles(graph) + upward_imports(graph)
 
 
 def main(argv: Iterable[str] | None = None) -> int:

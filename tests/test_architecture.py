@@ -19,6 +19,8 @@ from tests.architecture import (
     deferred_project_imports,
     heavy_module_level_imports,
     main,
+    module_level_caches,
+    package_cycles,
     upward_imports,
 )
 from tests.paths import REPO
@@ -220,4 +222,51 @@ def test_deferred_project_imports_are_listed_except_those_that_pull_in_a_heavy_p
     assert found == [
         "simcore.units imports simcore.net.routing inside a function (simcore/units.py:2)",
         "experiments.run imports topologies.builders inside a function (experiments/run.py:4)",
+    ]
+
+
+def test_a_cycle_between_packages_through_different_modules_is_reported(tmp_path: Path) -> None:
+    files = CLEAN | {
+        "simcore/strategies/runner.py": "from simcore.fastpath.evaluate import run\n",
+        "simcore/fastpath/evaluate.py": "run = 1\n",
+        "simcore/fastpath/step.py": "from simcore.strategies.runner import x\n",
+    }
+    graph = build_graph(_tree(tmp_path, files))
+    assert cycles(graph) == []  # no module imports itself through others
+    [line] = package_cycles(graph)
+    assert line.startswith("package cycle: simcore.fastpath -> simcore.strategies -> simcore.fastpath")
+    assert "simcore/strategies/runner.py:1" in line and "simcore/fastpath/step.py:1" in line
+    assert main([str(tmp_path)]) == 1
+    del files["simcore/fastpath/step.py"]
+    assert package_cycles(build_graph(_tree(tmp_path / "b", files))) == []
+
+
+def test_module_level_caches_are_reported_and_read_once_tables_are_not(tmp_path: Path) -> None:
+    files = CLEAN | {
+        "simcore/caches.py": """\
+            import functools
+            import weakref
+            from collections import OrderedDict
+            TABLE = {"adamw": 8}
+            NAMES = ("a", "b")
+            _MEMO = {}
+            _SEEN: OrderedDict[int, int] = OrderedDict()
+            _BY_TOPOLOGY = weakref.WeakKeyDictionary()
+            @functools.cache
+            def table():
+                return {}
+            @functools.cache
+            def arch_of(gpu: str) -> str:
+                return gpu
+            @functools.lru_cache(maxsize=8)
+            def build(name, size):
+                return name * size
+            """,
+    }
+    found = module_level_caches(build_graph(_tree(tmp_path, files)), "simcore")
+    assert [line.split(" (")[0] for line in found] == [
+        "simcore.caches._MEMO is a module-level container filled at run time",
+        "simcore.caches._SEEN is a module-level container filled at run time",
+        "simcore.caches._BY_TOPOLOGY is a module-level container filled at run time",
+        "simcore.caches.build is memoised at module level on its arguments",
     ]

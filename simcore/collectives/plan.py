@@ -21,7 +21,6 @@ bytes (weighted max-min fairness), so they all finish when the most loaded link 
 from __future__ import annotations
 
 import itertools
-import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -61,22 +60,16 @@ _NVLINK_KINDS = frozenset({"nvlink", "nvswitch"})
 # gloo's per-message overhead is a few microseconds; calibration (calibrate.collectives) replaces it.
 STEP_OVERHEAD_S = 1.0e-6
 
-_EDGE_TABLES: weakref.WeakKeyDictionary[Topology, dict[Edge, tuple[float, float]]] = (
-    weakref.WeakKeyDictionary()
-)
-_NEAREST_CPU: weakref.WeakKeyDictionary[Topology, dict[str, str]] = weakref.WeakKeyDictionary()
-
 
 def edge_table(topology: Topology) -> dict[Edge, tuple[float, float]]:
     """``(usable bandwidth_Bps, latency_s)`` of every directed link, read once per topology object."""
-    table = _EDGE_TABLES.get(topology)
-    if table is None:
-        table = {
+    return topology.derived(
+        "edge_table",
+        lambda: {
             (u, v): (effective_bandwidth(a), float(a["latency_s"]))
             for u, v, a in topology.graph.edges(data=True)
-        }
-        _EDGE_TABLES[topology] = table
-    return table
+        },
+    )
 
 
 def route_latency(topology: Topology, route: Route) -> float:
@@ -227,7 +220,7 @@ class PlanContext:
 
     def nearest_cpu(self, device: str) -> str:
         """The CPU (host memory) nearest ``device`` on its server, by route latency."""
-        known = _NEAREST_CPU.setdefault(self.topology, {})
+        known: dict[str, str] = self.topology.derived("nearest_cpu", dict)
         cpu = known.get(device)
         if cpu is None:
             nodes = self.topology.graph.nodes

@@ -19,20 +19,15 @@ planning stays linear in the nodes.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
 
 from simcore.collectives.plan import Move, PlanContext, route_latency
-from simcore.topology import Topology
 
 __all__ = ["Gateway", "host_nics", "nic_owners", "striped_moves"]
 
 Gateway = tuple[str, str]  # (device next to the NIC, NIC)
 
-# per topology: host -> (NICs in order, GPU -> NICs it owns, NIC -> nearest GPUs)
-_OWNERS: weakref.WeakKeyDictionary[
-    Topology, dict[int, tuple[list[str], dict[str, list[str]], dict[str, list[str]]]]
-] = weakref.WeakKeyDictionary()
+_Owners = tuple[list[str], dict[str, list[str]], dict[str, list[str]]]
 
 
 def _local(name: str) -> tuple[str, str]:
@@ -42,7 +37,8 @@ def _local(name: str) -> tuple[str, str]:
 
 def nic_owners(ctx: PlanContext, host: int) -> tuple[list[str], dict[str, list[str]], dict[str, list[str]]]:
     """A host's NICs (in declaration order), each GPU's own NICs, and each NIC's nearest GPUs."""
-    known = _OWNERS.setdefault(ctx.topology, {})
+    # per topology: host -> (NICs in order, GPU -> NICs it owns, NIC -> nearest GPUs)
+    known: dict[int, _Owners] = ctx.topology.derived("nic_owners", dict)
     found = known.get(host)
     if found is not None:
         return found

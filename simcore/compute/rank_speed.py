@@ -2,8 +2,8 @@
 
 A mixed cluster (A100 and A10G nodes) has ranks whose forward + backward take different times;
 these functions price a gradient with :class:`simcore.compute.roofline.ComputeModel` on every distinct
-device once (and cache it), so a what-if that prices the same gradient for many modes and GPU
-counts pays for it once.
+device once per topology (kept with it), so a what-if that prices the same gradient for many modes
+pays for it once per cluster size.
 """
 
 from __future__ import annotations
@@ -23,11 +23,6 @@ if TYPE_CHECKING:
 
 __all__ = ["device_gradient_time_s", "rank_compute_times", "rank_speed_factors"]
 
-# (device, id(workload), dtype, micro-batch, recompute, id(calibration)) -> (workload, calibration,
-# seconds); the objects are kept so that a reused id() is never mistaken for the same workload.
-_GRADIENT_TIMES: dict[tuple[object, ...], tuple[object, object, float]] = {}
-_GRADIENT_CACHE_SIZE = 64
-
 
 def device_gradient_time_s(
     device: str,
@@ -38,23 +33,29 @@ def device_gradient_time_s(
     accumulation: int = 1,
     recompute: bool = False,
     calibration: CalibrationProfile | None = None,
+    memo: dict[tuple[object, ...], tuple[object, float]] | None = None,
 ) -> float:
     """Seconds of forward + backward (+ recompute) of ``accumulation`` micro-batches on ``device``.
 
-    Cached per (device, workload object, dtype, micro-batch, recompute, calibration object): the
-    what-if prices the same gradient for every parameter-server mode and GPU count.
+    ``memo``: where the caller keeps one gradient per (device, workload, dtype, micro-batch,
+    recompute, calibration); the functions below keep it with the topology, so a what-if that
+    prices the same gradient for every parameter-server mode pays for it once per cluster.
     """
-    key = (device, id(workload), dtype, micro_batch, recompute, id(calibration))
-    hit = _GRADIENT_TIMES.get(key)
-    if hit is None or hit[0] is not workload or hit[1] is not calibration:
+    key = (device, workload, dtype, micro_batch, recompute, id(calibration))
+    hit = memo.get(key) if memo is not None else None
+    if hit is None or hit[0] is not calibration:
         model = ComputeModel(device_spec(device), dtype, calibration)
         seconds = sum(model.phase_time_s(workload, micro_batch, phase) for phase in ("fwd", "bwd"))
         if recompute:
             seconds += model.phase_time_s(workload, micro_batch, "recompute")
-        if len(_GRADIENT_TIMES) >= _GRADIENT_CACHE_SIZE:
-            _GRADIENT_TIMES.clear()
-        hit = _GRADIENT_TIMES[key] = (workload, calibration, seconds)
-    return hit[2] * accumulation
+        hit = (calibration, seconds)
+        if memo is not None:
+            memo[key] = hit
+    return hit[1] * accumulation
+
+
+def _memo(topology: Topology) -> dict[tuple[object, ...], tuple[object, float]]:
+    return topology.derived("gradient_times", dict)
 
 
 def rank_compute_times(
@@ -86,6 +87,7 @@ def rank_compute_times(
                 accumulation=accumulation,
                 recompute=recompute,
                 calibration=calibration,
+                memo=_memo(topology),
             )
         times[rank] = by_device[name]
     return times
@@ -108,6 +110,7 @@ def rank_speed_factors(
     if reference is None:
         return times / times[0]
     ref = device_gradient_time_s(
-        reference, workload, dtype, micro_batch, recompute=recompute, calibration=calibration
-    )
+        reference, workload, dtype, micro_batch, recompute=recompute, calibration=calibration,
+        memo=_memo(topology),
+    )  # fmt: skip
     return times / ref

@@ -8,9 +8,9 @@ flows and flows that crossed. :class:`LinkStatsView` reads them as ``{(u, v): Li
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from simcore.errors import TrainsimError
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = ["LinkClassSummary", "LinkIndex", "LinkStats", "LinkStatsView", "LinkTable", "link_name"]
 
-_NO_LINKS: dict[str, dict[str, Any]] = {}  # what a node without out-links has (never written)
+_NO_LINKS: Mapping[str, dict[str, Any]] = MappingProxyType({})  # what a node without out-links has
 _COUNTERS = (("bytes_done", "float64"), ("busy_s", "float64"), ("max_flows", "int64"), ("flows", "int64"))
 
 
@@ -80,10 +80,7 @@ class LinkIndex:
 
     @classmethod
     def for_topology(cls, topology: Topology) -> LinkIndex:
-        shared = _LINK_INDEXES.get(topology)
-        if shared is None or shared.graph is not topology.graph:
-            shared = _LINK_INDEXES[topology] = cls(topology.graph)
-        return shared
+        return topology.derived("link_index", lambda: cls(topology.graph))
 
     def __len__(self) -> int:
         return len(self.edges)
@@ -129,9 +126,6 @@ class LinkIndex:
     def kind(self, i: int) -> str:
         u, v = self.edges[i]
         return str(self._succ[u][v]["kind"])
-
-
-_LINK_INDEXES: weakref.WeakKeyDictionary[Topology, LinkIndex] = weakref.WeakKeyDictionary()
 
 
 class LinkTable:

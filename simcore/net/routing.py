@@ -24,7 +24,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import re
-import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
@@ -57,9 +56,6 @@ _ServerEnds = tuple[str | None, str | None, tuple[Edge, ...] | None, tuple[Edge,
 def _rail(local: str) -> int | None:
     match = _TRAILING_NUMBER.search(local)
     return int(match.group(1)) if match else None
-
-
-_ROUTERS: weakref.WeakKeyDictionary[Topology, Router] = weakref.WeakKeyDictionary()
 
 
 class Router:
@@ -97,10 +93,7 @@ class Router:
     @classmethod
     def for_topology(cls, topology: Topology) -> Router:
         """The router shared by every network on ``topology`` (its graph must not change after)."""
-        router = _ROUTERS.get(topology)
-        if router is None or router.graph is not topology.graph:
-            router = _ROUTERS[topology] = cls(topology.graph, topology.name)
-        return router
+        return topology.derived("router", lambda: cls(topology.graph, topology.name))
 
     # --- public ----------------------------------------------------------------------------
     def route(self, src: str, dst: str) -> tuple[Edge, ...]:
