@@ -5,6 +5,8 @@
   bucket closes once its gradients reach the cap (``compute_bucket_assignment_by_size``);
 - DeepSpeed ZeRO-1/2 (``deepspeed/runtime/zero/config.py``): ``reduce_bucket_size`` and
   ``allgather_bucket_size`` 5e8 elements;
+- DeepSpeed ZeRO-3: parameters gathered (and gradients reduce-scattered) in groups of
+  ``stage3_prefetch_bucket_size`` = 5e7 parameters, in forward order;
 - FSDP: one reduce-scatter per wrapping unit, one all-gather per unit in forward and again in
   backward, except the root unit, which stays gathered from forward to backward.
 
@@ -74,6 +76,15 @@ def test_zero_reduce_and_gather_buckets_of_5e8_elements() -> None:
         plan = _plan(name, model)
         assert _comm(plan, "all_reduce") == [6.5e8 * FP32, 3e8 * FP32]
         assert _comm(plan, "all_gather") == [5e8 * FP32, 4.5e8 * FP32]
+
+
+def test_zero3_prefetch_buckets_of_5e7_parameters() -> None:
+    """In forward order: embedding 1e7 + blocks 0, 1 reach 5e7 (group 0); blocks 2, 3 and the head
+    (4.5e7) are group 1. Each group is reduce-scattered once and gathered in forward and backward."""
+    model = _model([20_000_000] * 4, embed=10_000_000, head=5_000_000)
+    plan = _plan("zero3", model)
+    assert _comm(plan, "reduce_scatter") == [4.5e7 * FP32, 5e7 * FP32]  # backward: last group first
+    assert Counter(_comm(plan, "all_gather")) == {5e7 * FP32: 2, 4.5e7 * FP32: 2}
 
 
 @pytest.mark.parametrize(
