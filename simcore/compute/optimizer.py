@@ -39,6 +39,7 @@ __all__ = [
     "OptimizerSpec",
     "OptimizerStepCost",
     "master_cast_bytes",
+    "optimizer_names",
     "optimizer_spec",
     "optimizer_step_cost",
     "resolve_optimizer_impl",
@@ -65,7 +66,14 @@ class OptimizerSpec:
     foreach_accesses: tuple[int, ...]  # element accesses (reads + writes) of each foreach pass
     fused_accesses: int  # element accesses of the fused kernel
     host_ops_per_tensor: int  # operators the single-tensor loop dispatches per parameter tensor
-    state_tensors: int  # optimizer-state tensors per parameter (moments, momentum buffer)
+    # torch.optim's per-parameter state (exp_avg, exp_avg_sq; momentum_buffer), one element per
+    # parameter each, in the dtype of what the optimizer updates
+    state_tensors: tuple[str, ...]
+
+
+def optimizer_names() -> tuple[str, ...]:
+    """The optimizers modelled, in the data file's order."""
+    return tuple(_table()["kinds"])
 
 
 def optimizer_spec(optimizer: str) -> OptimizerSpec:
@@ -79,7 +87,7 @@ def optimizer_spec(optimizer: str) -> OptimizerSpec:
         tuple(int(a) for a in entry["foreach_accesses"]),
         int(entry["fused_accesses"]),
         int(entry["host_ops_per_tensor"]),
-        int(entry["state_tensors"]),
+        tuple(str(name) for name in entry["state_tensors"]),
     )
 
 

@@ -28,6 +28,8 @@ from simcore.compute.optimizer import (
     IMPL_ALIASES,
     OPTIMIZER_IMPLS,
     master_cast_bytes,
+    optimizer_names,
+    optimizer_spec,
     optimizer_step_cost,
     resolve_optimizer_impl,
 )
@@ -72,8 +74,11 @@ COMPUTE_DTYPES = {
 # (1 MiB; torch/nn/parallel/distributed.py). The only place trainsim states them.
 DDP_BUCKET_BYTES = 25 * MiB
 DDP_FIRST_BUCKET_BYTES = 1 * MiB
-# fp32 optimizer state bytes per parameter, master weights excluded (ZeRO paper, section 3.1).
-OPTIMIZERS = {"sgd": 0, "sgd-momentum": 4, "adam": 8, "adamw": 8}
+# fp32 optimizer state bytes per parameter, master weights excluded (ZeRO paper, section 3.1): 4 bytes
+# per state tensor torch.optim keeps (data/efficiency.yaml, optimizers.kinds.*.state_tensors).
+OPTIMIZERS: dict[str, int] = {
+    name: len(optimizer_spec(name).state_tensors) * DTYPE_BYTES["fp32"] for name in optimizer_names()
+}
 # What the simulated rank is gated by when jitter is drawn (see TrainingConfig.jitter_scope).
 JITTER_SCOPES = ("step", "sync")
 # While a collective kernel runs, concurrent compute is this much slower where the device's SM count
@@ -276,9 +281,10 @@ def contention_table() -> dict[str, Any]:
 
 def optimizer_state_bytes(precision: Precision, optimizer: str) -> int:
     """Optimizer bytes per parameter: the fp32 master copy (mixed precision) plus the states, each in
-    the state dtype (torch.optim keeps states in the dtype of what it updates)."""
-    states = OPTIMIZERS[optimizer] // 4
-    master = 4 if precision.master else 0
+    the state dtype (torch.optim keeps states in the dtype of what it updates); an unknown
+    ``optimizer`` is a :class:`TrainsimError` naming the known ones."""
+    states = len(optimizer_spec(optimizer).state_tensors)
+    master = DTYPE_BYTES["fp32"] if precision.master else 0
     return master + states * precision.bytes("state")
 
 

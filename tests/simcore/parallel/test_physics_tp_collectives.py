@@ -1,0 +1,86 @@
+"""Tensor-parallel collectives per transformer block, counted by hand.
+
+Megatron-LM (Shoeybi et al. 2019, sec. 3, Figure 3): the ``g`` operator after each row-parallel
+linear all-reduces the block's output in forward and the ``f`` operator before each column-parallel
+linear all-reduces the input gradient in backward: with an attention and an MLP per block, two
+all-reduces in forward and two in backward, each of ``micro_batch x seq x hidden x dtype bytes``.
+With sequence parallelism (Korthikanti et al. 2022, sec. 4.2.2) each becomes an all-gather plus a
+reduce-scatter of the same buffer: per block two of each in forward and two of each in backward.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+
+import pytest
+
+from simcore.collectives import collective_time
+from simcore.parallel import ParallelLayout, ParallelOptions, simulate_parallel_step
+from simcore.parallel.shard import ShardSpec
+from simcore.parallel.tp import tensor_parallel_collectives
+from simcore.strategies.base import TrainingConfig
+from tests.simcore.parallel.support import cluster, small_gpt
+
+MICRO_BATCH, SEQ, HIDDEN, BF16 = 1, 512, 512, 2  # small_gpt: hidden 512, sequence 512, bf16
+HIDDEN_BYTES = MICRO_BATCH * SEQ * HIDDEN * BF16
+
+WITHOUT_SP = {("fwd", "all_reduce"): 2, ("bwd", "all_reduce"): 2}
+WITH_SP = {
+    ("fwd", "all_gather"): 2,
+    ("fwd", "reduce_scatter"): 2,
+    ("bwd", "all_gather"): 2,
+    ("bwd", "reduce_scatter"): 2,
+}
+
+
+@pytest.mark.parametrize(("sequence_parallel", "per_block"), [(False, WITHOUT_SP), (True, WITH_SP)])
+@pytest.mark.parametrize("tp", [2, 4])
+def test_collectives_of_each_block(
+    sequence_parallel: bool, per_block: dict[tuple[str, str], int], tp: int
+) -> None:
+    workload = small_gpt(4)
+    assert workload.dims is not None
+    spec = ShardSpec(tp=tp, sequence_parallel=sequence_parallel)
+    blocks: dict[int, Counter[tuple[str, str]]] = {}
+    for layer in workload.layers:
+        if layer.block < 0:
+            continue
+        for coll in tensor_parallel_collectives(layer, workload.dims, spec, MICRO_BATCH, BF16):
+            assert coll.size_bytes == HIDDEN_BYTES  # nccl-tests size: the full hidden state
+            blocks.setdefault(layer.block, Counter())[(coll.phase, coll.op)] += 1
+    assert sorted(blocks) == [0, 1, 2, 3]
+    assert all(counts == per_block for counts in blocks.values())
+
+
+def test_no_tensor_parallelism_no_collectives() -> None:
+    workload = small_gpt(4)
+    assert workload.dims is not None
+    assert all(
+        not tensor_parallel_collectives(lay, workload.dims, ShardSpec(), 1, BF16) for lay in workload.layers
+    )
+
+
+@functools.cache
+def _tp_comm_s(layers: int, sequence_parallel: bool) -> float:
+    config = TrainingConfig(global_batch=2 * MICRO_BATCH, micro_batch=MICRO_BATCH)  # two micro-batches
+    options = ParallelOptions(sequence_parallel=sequence_parallel)
+    layout = ParallelLayout(tp=2)
+    topology = cluster("dgx-a100", 2)
+    return simulate_parallel_step(
+        small_gpt(layers), config, topology, "ddp", layout, options
+    ).report.tp_comm_s
+
+
+@pytest.mark.parametrize("sequence_parallel", [False, True])
+def test_a_steps_tp_time_grows_by_the_blocks_collectives(sequence_parallel: bool) -> None:
+    """Four more blocks add, per micro-batch, 4 x 4 all-reduces (or 4 x 4 all-gathers and as many
+    reduce-scatters) of the hidden state over the TP pair; the embedding and head terms cancel."""
+    topology = cluster("dgx-a100", 2)
+
+    def t(op: str) -> float:
+        return collective_time(topology, op, HIDDEN_BYTES, (0, 1)).time_s
+
+    per_block = 4 * (t("all_gather") + t("reduce_scatter")) if sequence_parallel else 4 * t("all_reduce")
+    extra = _tp_comm_s(8, sequence_parallel) - _tp_comm_s(4, sequence_parallel)
+    assert extra == pytest.approx(2 * 4 * per_block, rel=1e-9)
