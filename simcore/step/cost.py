@@ -94,33 +94,33 @@ class CostModel:
     mode: str = "closed_form"
     exact: bool = False
     memo: CostMemo = field(default_factory=CostMemo, repr=False)
+    _alone_at: Callable[[str, float, Group], CommCost] = field(init=False, repr=False)
+    _together_at: Callable[[str, float, tuple[Group, ...]], CommCost] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.mode not in COST_MODES:
             raise TrainsimError(f"unknown cost mode {self.mode!r}; allowed: {', '.join(COST_MODES)}")
+        # built once: every size of 1 KiB and up is priced at the powers of two around it
+        object.__setattr__(self, "_alone_at", priced_between_powers_of_two(self._alone, self.exact))
+        object.__setattr__(self, "_together_at", priced_between_powers_of_two(self._together, self.exact))
 
     def price(self, request: CollectiveRequest) -> CommCost:
         """What ``request.group`` takes: alone, or together with its siblings when it has any."""
         if request.siblings:
-            return self.price_concurrent(request)
-        return self._interpolated(self._alone)(request.op, request.size_bytes, request.group)
+            return self._together_at(request.op, request.size_bytes, request.groups)
+        return self._alone_at(request.op, request.size_bytes, request.group)
 
     def price_concurrent(self, request: CollectiveRequest) -> CommCost:
         """What each of ``request.groups`` (same size) takes when all run the collective at once."""
-        return self._interpolated(self._together)(request.op, request.size_bytes, request.groups)
+        return self._together_at(request.op, request.size_bytes, request.groups)
 
     def collective_fn(self) -> CollectiveFn:
         """:meth:`price` as the ``(op, size_bytes, group)`` function a step context calls."""
-        return _by_identity(self._interpolated(self._alone))
+        return _by_identity(self._alone_at)
 
     def concurrent_fn(self) -> ConcurrentFn:
         """:meth:`price_concurrent` as the ``(op, size_bytes, groups)`` function a step context calls."""
-        return _by_identity(self._interpolated(self._together))
-
-    def _interpolated(
-        self, point: Callable[[str, float, Any], CommCost]
-    ) -> Callable[[str, float, Any], CommCost]:
-        return priced_between_powers_of_two(point, self.exact)
+        return _by_identity(self._together_at)
 
     def _alone(self, op: str, size_bytes: float, group: Group) -> CommCost:
         key = (op, size_bytes, group)
