@@ -16,7 +16,7 @@ from simcore.collectives.cost import PhaseCost, link_times, materialize, plan_co
 from simcore.collectives.gc_pause import gc_paused
 from simcore.collectives.group import GroupInfo, group_info
 from simcore.collectives.options import DEFAULT_OPTIONS, NcclOptions, algorithm_name
-from simcore.collectives.plan import Plan, PlanContext, rank_hosts
+from simcore.collectives.plan import Plan, PlanContext
 from simcore.collectives.registry import ALGORITHMS, OPS
 from simcore.collectives.result import CollectiveResult, LinkRef, link_ref
 from simcore.collectives.ring import node_contiguous
@@ -34,6 +34,7 @@ from simcore.engine import Simulation
 from simcore.errors import TrainsimError
 from simcore.net.network import Network
 from simcore.net.routing import Router
+from simcore.step.calibrated import calibrated_cost
 from simcore.topology import Topology
 
 # simpy: here for type names only (importing them would slow every --help)
@@ -343,12 +344,13 @@ def closed_form_time(
 def _calibrated(
     topology: Topology, op: str, size: float, group: tuple[int, ...], calibration: CalibrationProfile
 ) -> CollectiveResult | None:
-    scope = "intra_node" if len(set(rank_hosts(topology, group))) == 1 else "inter_node"
-    fit = calibration.collective_fit(op, len(group), scope)
-    if fit is None:
+    """The profile's answer by the project's one calibrated rule (:func:`simcore.step.calibrated.calibrated_cost`)."""
+    fitted = calibrated_cost(topology, op, size, group, calibration)
+    if fitted is None:
         return None
-    t, protocol = fit.protocol_time(size)
-    return CollectiveResult(op, "calibrated", size, group, t, t, None, 0, protocol)
+    return CollectiveResult(
+        op, "calibrated", size, group, fitted.time_s, fitted.time_s, None, 0, fitted.protocol
+    )
 
 
 def collective_time(
@@ -369,7 +371,8 @@ def collective_time(
     """``op`` of ``size_bytes`` over ``group`` (default: all ranks) with nothing else competing.
 
     Simulated in a private Simulation + Network. With ``calibration``, a profile that has alpha-beta
-    for (op, ranks, scope) answers instead (algorithm ``"calibrated"``). ``root`` is for
+    for (op, ranks, scope) answers instead (algorithm ``"calibrated"``, its fastest protocol's line:
+    :func:`simcore.step.calibrated.calibrated_cost`, the rule every cost model prices by). ``root`` is for
     broadcast/reduce (default: the group's first rank); ``servers`` lists the parameter-server
     ranks for ps_push/ps_pull (default: the group's first rank); ``splits`` the bytes rank i sends
     rank j in an all_to_allv (scaled to ``size_bytes`` per rank on average); ``options`` NCCL's

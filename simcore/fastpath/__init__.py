@@ -9,8 +9,8 @@ package evaluates exactly that, with no per-flow simulation:
 - :mod:`simcore.fastpath.evaluate`: the plan, list-scheduled in time order, with the same
   compute/communication contention (uniform, or per collective: the default) and bit-identical to
   the SimPy run of :func:`simcore.strategies.schedule.run_plan`;
-- :mod:`simcore.fastpath.costs`: collective costs from the closed forms, cached per shape
-  (operation, size, group or groups, topology fingerprint), so a sweep prices each shape once;
+- :mod:`simcore.fastpath.costs`: collective costs from the closed forms of the one cost model
+  (:class:`simcore.step.cost.CostModel`), kept per shape in the model a sweep holds per cluster;
 - :mod:`simcore.fastpath.step`: one step as a report, long gradient accumulation extrapolated
   exactly from a probe of a few micro-batches;
 - :mod:`simcore.fastpath.fold`: a deep model's step extrapolated exactly from three shallower

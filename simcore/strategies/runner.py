@@ -22,7 +22,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from simcore.collectives import collective_time, concurrent_collective_time, describe_link
 from simcore.compute.optimizer import canonical_impl, check_impl_supported
 from simcore.compute.precision import COMPUTE_DTYPES, check_precision, resolve_precision
 from simcore.compute.roofline import ComputeModel
@@ -31,9 +30,9 @@ from simcore.errors import TrainsimError
 from simcore.fastpath.evaluate import evaluate_plan
 from simcore.hardware import device_spec
 from simcore.report import StepReport
+from simcore.step.cost import CostModel
 from simcore.strategies.base import (
     CollectiveFn,
-    CommCost,
     ConcurrentFn,
     LayerTimer,
     StepContext,
@@ -41,7 +40,6 @@ from simcore.strategies.base import (
     TrainingConfig,
     contention_table,
     model_flops_per_step,
-    priced_between_powers_of_two,
 )
 from simcore.strategies.schedule import COMM, PlanRun, StepPlan, run_plan
 from simcore.strategies.zero import zero_stages_coincide
@@ -83,26 +81,16 @@ def rank_groups(topology: Topology) -> tuple[tuple[int, ...], tuple[int, ...], t
 def collective_model(
     topology: Topology, calibration: CalibrationProfile | None = None, *, exact: bool = False
 ) -> CollectiveFn:
-    """Price collectives on ``topology`` with :func:`simcore.collectives.collective_time`.
+    """Price collectives on ``topology`` by simulating their flows
+    (:class:`~simcore.step.cost.CostModel` in ``"flow"`` mode; a calibration profile's fit answers
+    where it has one).
 
     Unless ``exact``, a size is priced by linear interpolation between the two powers of two
     around it (each simulated once): exact for alpha-beta costs whenever the algorithm chosen is
     the same at both ends, and it keeps DDP's many slightly different bucket sizes from each
     costing a simulation.
     """
-    memo: dict[tuple[str, float, tuple[int, ...]], CommCost] = {}
-
-    def simulated(op: str, size_bytes: float, group: tuple[int, ...]) -> CommCost:
-        key = (op, size_bytes, group)
-        cost = memo.get(key)
-        if cost is None:
-            result = collective_time(topology, op, size_bytes, group, calibration=calibration)
-            link = result.bottleneck
-            cost = CommCost(float(result.time_s), describe_link(link), link.kind if link else "")
-            memo[key] = cost
-        return cost
-
-    return priced_between_powers_of_two(simulated, exact)
+    return CostModel(topology, calibration, "flow", exact).collective_fn()
 
 
 def concurrent_model(
@@ -110,22 +98,8 @@ def concurrent_model(
 ) -> ConcurrentFn:
     """Price one collective run by several same-shape groups at once (HSDP's replicate groups)
     with :func:`simcore.collectives.concurrent_collective_time`; a calibration profile's measured
-    fit for the shape answers instead, as in :func:`collective_model`."""
-    memo: dict[tuple[str, float, tuple[tuple[int, ...], ...]], CommCost] = {}
-
-    def simulated(op: str, size_bytes: float, groups: tuple[tuple[int, ...], ...]) -> CommCost:
-        key = (op, size_bytes, groups)
-        cost = memo.get(key)
-        if cost is None:
-            result = collective_time(topology, op, size_bytes, groups[0], calibration=calibration)
-            if result.algorithm != "calibrated":
-                result = concurrent_collective_time(topology, op, size_bytes, groups)
-            link = result.bottleneck
-            cost = CommCost(float(result.time_s), describe_link(link), link.kind if link else "")
-            memo[key] = cost
-        return cost
-
-    return priced_between_powers_of_two(simulated, exact)
+    fit for the first group's shape answers instead, as in :func:`collective_model`."""
+    return CostModel(topology, calibration, "flow", exact).concurrent_fn()
 
 
 def gating_device(topology: Topology, dtype: str) -> DeviceSpec:

@@ -1,10 +1,11 @@
-"""Closed-form collective costs, cached per shape, price exactly what the simulated model prices."""
+"""Closed-form collective costs, kept in their model per shape, price exactly what the simulated model prices."""
 
 from __future__ import annotations
 
 import pytest
 
-from simcore.fastpath.costs import clear_cost_cache, cost_cache_size, fast_collective_model, topology_key
+from simcore.fastpath.costs import fast_collective_model
+from simcore.step.cost import CollectiveRequest, CostModel
 from simcore.strategies.runner import collective_model, rank_groups
 from topologies import load_cluster
 
@@ -23,14 +24,15 @@ def test_fast_model_prices_as_the_simulated_one(cluster: str) -> None:
                 assert (got.bottleneck_link, got.link_kind) == (want.bottleneck_link, want.link_kind)
 
 
-def test_a_reloaded_cluster_reuses_the_cached_shapes() -> None:
-    clear_cost_cache()
-    first, again = load_cluster("dgx-a100", gpus=16), load_cluster("dgx-a100", gpus=16)
-    assert topology_key(first) == topology_key(again)
-    assert topology_key(first) != topology_key(load_cluster("dgx-a100", gpus=8))
+def test_a_model_prices_each_shape_once_and_keeps_it_to_itself() -> None:
+    topology = load_cluster("dgx-a100", gpus=16)
     world = tuple(range(16))
-    fast_collective_model(first)("all_reduce", 3e6, world)
-    cached = cost_cache_size()
-    assert cached == 2  # the powers of two around 3 MB
-    fast_collective_model(again)("all_reduce", 3.5e6, world)
-    assert cost_cache_size() == cached
+    model = CostModel(topology)
+    first = model.price(CollectiveRequest("all_reduce", 3e6, world))
+    assert len(model.memo) == 2  # the powers of two around 3 MB
+    again = model.price(CollectiveRequest("all_reduce", 3.5e6, world))
+    assert len(model.memo) == 2 and again.time_s > first.time_s
+    assert len(CostModel(topology).memo) == 0  # no cost is shared through the module
+    model.memo.clear()
+    assert len(model.memo) == 0
+    assert model.price(CollectiveRequest("all_reduce", 3e6, world)) == first

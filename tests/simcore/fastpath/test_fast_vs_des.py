@@ -6,6 +6,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simcore.calibration.profile import (
+    SCOPES,
+    CalibrationProfile,
+    ClusterDescription,
+    CollectiveFit,
+    ProtocolFit,
+)
 from simcore.compute.heterogeneity import NO_HETEROGENEITY, Heterogeneity, Straggler
 from simcore.errors import TrainsimError
 from simcore.fastpath.path import choose_path
@@ -33,6 +40,7 @@ def _what_if(
     config: TrainingConfig,
     path: str,
     heterogeneity: Heterogeneity = NO_HETEROGENEITY,
+    calibration: CalibrationProfile | None = None,
 ) -> WhatIfResult:
     return run_what_if(
         workload,
@@ -43,6 +51,24 @@ def _what_if(
         config=config,
         heterogeneity=heterogeneity,
         engine_path=path,
+        calibration=calibration,
+    )
+
+
+def collectives_profile(cluster: str, gpus: int) -> CalibrationProfile:
+    """A profile of ``cluster``'s collectives (at ``gpus`` GPUs) with LL and Simple lines for every data-parallel shape
+    (2 to 64 ranks, both scopes), each line unlike the overall one, and nothing else measured."""
+    topology = load_cluster(cluster, gpus=gpus)
+    per_node = len(topology.ranks_on_host(topology.host_of_rank(0)))
+    lines = {"LL": ProtocolFit(8e-6, 40e9), "Simple": ProtocolFit(35e-6, 180e9)}
+    fits = {
+        (op, ranks, scope): CollectiveFit(op, ranks, scope, 25e-6, 120e9, protocols=lines)
+        for op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+        for ranks in (2, 4, 8, 16, 32, 64)
+        for scope in SCOPES
+    }
+    return CalibrationProfile(
+        ClusterDescription("nccl", "gpu", "", gpus, per_node, len(topology.hosts)), fits
     )
 
 
@@ -163,3 +189,66 @@ def test_the_planners_fast_path_agrees_with_the_discrete_event_path(
         return
     assert (outcomes["des"].path, outcomes["fast"].path) == ("des", "fast")
     _close(outcomes["des"].report, outcomes["fast"].report)
+
+
+@settings(max_examples=16, deadline=None)
+@given(
+    model=st.sampled_from(["gpt2-small", "bert-base", "toy"]),
+    cluster=st.sampled_from(["dgx-a100", "g5.12xlarge", "pcie-nvl-pairs"]),
+    strategy=st.sampled_from(strategy_names()),
+    gpus=st.sampled_from([2, 4, 8, 16]),
+    micro_batch=st.sampled_from([1, 2]),
+    accumulation=st.integers(1, 2),
+    calibrated=st.booleans(),
+    planner=st.booleans(),
+)
+def test_whole_steps_agree_with_and_without_a_calibration_profile(
+    model: str,
+    cluster: str,
+    strategy: str,
+    gpus: int,
+    micro_batch: int,
+    accumulation: int,
+    calibrated: bool,
+    planner: bool,
+) -> None:
+    """Both paths price through the one cost model, so a profile's fits move them alike (in the
+    what-if, and in the planner, which keeps one collective model per loaded cluster)."""
+    if strategy == "hsdp" and gpus % 8:
+        gpus = 16
+    workload = toy_transformer() if model == "toy" else load_workload(model, seq_len=128)
+    config = TrainingConfig(
+        global_batch=gpus * micro_batch * accumulation, micro_batch=micro_batch, seq_len=128
+    )
+    profile = collectives_profile(cluster, gpus) if calibrated else None
+    if planner:
+        task = (gpus, Layout(strategy, micro_batch, False))
+        # the key names the profile in the planner's per-process caches (a job's id may be reused)
+        key = "calibrated" if calibrated else "modelled"
+        jobs = {p: PlanJob(workload, cluster, load_cluster, config, profile, p, key) for p in ("des", "fast")}
+        outcomes = {p: evaluate_tasks(job, [task])[0] for p, job in jobs.items()}
+        assert (outcomes["des"].path, outcomes["fast"].path) == ("des", "fast")
+        reports = [(outcomes["des"].report, outcomes["fast"].report)]
+    else:
+        runs = {
+            p: _what_if(workload, cluster, gpus, [strategy], config, p, calibration=profile)
+            for p in ("des", "fast")
+        }
+        assert runs["fast"].engine_paths[(cluster, gpus)] == "fast"
+        reports = list(zip(runs["des"].reports, runs["fast"].reports, strict=True))
+    for des, fast in reports:
+        _close(des, fast)
+        assert des is not None and fast is not None
+        assert fast.comm_s == pytest.approx(des.comm_s, rel=1e-9)  # exact, not merely within 1 %
+
+
+def test_a_profile_moves_both_paths_where_it_has_fits() -> None:
+    """The comparison above is not vacuous: the profile's fits change the step on both paths."""
+    workload = load_workload("gpt2-small", seq_len=128)
+    config = TrainingConfig(global_batch=8, micro_batch=1, seq_len=128)
+    profile = collectives_profile("dgx-a100", 8)
+    for path in ("des", "fast"):
+        plain = _what_if(workload, "dgx-a100", 8, ["fsdp"], config, path).reports[-1]
+        measured = _what_if(workload, "dgx-a100", 8, ["fsdp"], config, path, calibration=profile).reports[-1]
+        assert measured.comm_s != pytest.approx(plain.comm_s, rel=0.01)
+        assert measured.bottleneck_link == "calibrated (intra_node)"
