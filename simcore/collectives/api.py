@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
 
+from simcore.calibration.collective_cost import calibrated_cost
 from simcore.collectives.cost import PhaseCost, link_times, materialize, plan_cost
 from simcore.collectives.gc_pause import gc_paused
 from simcore.collectives.group import GroupInfo, group_info
@@ -34,7 +35,6 @@ from simcore.engine import Simulation
 from simcore.errors import TrainsimError
 from simcore.net.network import Network
 from simcore.net.routing import Router
-from simcore.step.calibrated import calibrated_cost
 from simcore.topology import Topology
 
 # simpy: here for type names only (importing them would slow every --help)
@@ -344,7 +344,7 @@ def closed_form_time(
 def _calibrated(
     topology: Topology, op: str, size: float, group: tuple[int, ...], calibration: CalibrationProfile
 ) -> CollectiveResult | None:
-    """The profile's answer by the project's one calibrated rule (:func:`simcore.step.calibrated.calibrated_cost`)."""
+    """The profile's answer by the project's one calibrated rule (:func:`simcore.calibration.collective_cost.calibrated_cost`)."""
     fitted = calibrated_cost(topology, op, size, group, calibration)
     if fitted is None:
         return None
@@ -372,7 +372,7 @@ def collective_time(
 
     Simulated in a private Simulation + Network. With ``calibration``, a profile that has alpha-beta
     for (op, ranks, scope) answers instead (algorithm ``"calibrated"``, its fastest protocol's line:
-    :func:`simcore.step.calibrated.calibrated_cost`, the rule every cost model prices by). ``root`` is for
+    :func:`simcore.calibration.collective_cost.calibrated_cost`, the rule every cost model prices by). ``root`` is for
     broadcast/reduce (default: the group's first rank); ``servers`` lists the parameter-server
     ranks for ps_push/ps_pull (default: the group's first rank); ``splits`` the bytes rank i sends
     rank j in an all_to_allv (scaled to ``size_bytes`` per rank on average); ``options`` NCCL's

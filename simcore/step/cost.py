@@ -13,34 +13,80 @@ They differ only in the mode:
   last and the closed form is the simulation's result (:mod:`simcore.collectives.plan`).
 
 Where the calibration profile has a fit for the request's (operation, ranks, scope), the fit
-answers instead, by the one rule of :mod:`simcore.step.calibrated` (the fastest measured protocol),
+answers instead, by the one rule of :mod:`simcore.calibration.collective_cost` (the fastest measured protocol),
 in both modes and also for same-shape groups running at once (the first group's shape: the fit was
 measured on one communicator). Otherwise groups running one collective at once are priced together
 by :func:`simcore.collectives.concurrent_collective_time`, itself a closed form over the links the
 groups share.
 
 Sizes of 1 KiB and up are priced at the two powers of two around them and interpolated linearly
-(:func:`simcore.strategies.base.priced_between_powers_of_two`) unless ``exact``. Costs are kept in
+(:func:`priced_between_powers_of_two`) unless ``exact``. Costs are kept in
 the model's own :class:`CostMemo`, for as long as the model lives: whoever runs a sweep keeps one
 model per loaded cluster (the planner does, per process) and so prices each shape once.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from simcore.calibration.collective_cost import calibrated_cost
 from simcore.collectives import LinkRef, collective_time, concurrent_collective_time, describe_link, price
 from simcore.errors import TrainsimError
-from simcore.step.calibrated import calibrated_cost
-from simcore.strategies.base import CollectiveFn, CommCost, ConcurrentFn, priced_between_powers_of_two
 from simcore.topology import Topology
 
 if TYPE_CHECKING:
     from simcore.calibration.profile import CalibrationProfile
 
-__all__ = ["COST_MODES", "CollectiveRequest", "CostMemo", "CostModel"]
+__all__ = [
+    "COST_MODES",
+    "CollectiveFn",
+    "CollectiveRequest",
+    "CommCost",
+    "ConcurrentFn",
+    "CostMemo",
+    "CostModel",
+    "priced_between_powers_of_two",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class CommCost:
+    """The uncontended time of one collective and the link that limits it."""
+
+    time_s: float
+    bottleneck_link: str = ""
+    link_kind: str = ""
+
+
+CollectiveFn = Callable[[str, float, tuple[int, ...]], CommCost]
+# prices one collective run by several same-shape groups at once (each group's time)
+ConcurrentFn = Callable[[str, float, tuple[tuple[int, ...], ...]], CommCost]
+
+
+def priced_between_powers_of_two(
+    point: Callable[[str, float, Any], CommCost], exact: bool
+) -> Callable[[str, float, Any], CommCost]:
+    """``point`` for sizes of 1 KiB and up priced by linear interpolation between the two powers of
+    two around them (so a sweep prices few distinct sizes); ``exact`` prices every size itself. The
+    discrete-event and the event-free paths both price through this, so they agree."""
+
+    def priced(op: str, size_bytes: float, group: Any) -> CommCost:
+        if exact or size_bytes < 1024:
+            return point(op, size_bytes, group)
+        low = float(2 ** math.floor(math.log2(size_bytes)))
+        if low == size_bytes:
+            return point(op, size_bytes, group)
+        below, above = point(op, low, group), point(op, 2 * low, group)
+        share = (size_bytes - low) / low
+        time_s = below.time_s + share * (above.time_s - below.time_s)
+        nearer = above if share >= 0.5 else below
+        return CommCost(time_s, nearer.bottleneck_link, nearer.link_kind)
+
+    return priced
+
 
 COST_MODES = ("closed_form", "flow")
 Group = tuple[int, ...]

@@ -39,6 +39,7 @@ from simcore.compute.roofline import param_tensor_count
 from simcore.data import data_file
 from simcore.dtypes import DTYPE_BYTES
 from simcore.errors import TrainsimError
+from simcore.step.cost import CollectiveFn, CommCost, ConcurrentFn, priced_between_powers_of_two
 
 if TYPE_CHECKING:
     from simcore.strategies.schedule import StepPlan
@@ -286,42 +287,6 @@ def optimizer_state_bytes(precision: Precision, optimizer: str) -> int:
     states = len(optimizer_spec(optimizer).state_tensors)
     master = DTYPE_BYTES["fp32"] if precision.master else 0
     return master + states * precision.bytes("state")
-
-
-@dataclass(frozen=True, slots=True)
-class CommCost:
-    """The uncontended time of one collective and the link that limits it."""
-
-    time_s: float
-    bottleneck_link: str = ""
-    link_kind: str = ""
-
-
-CollectiveFn = Callable[[str, float, tuple[int, ...]], CommCost]
-# prices one collective run by several same-shape groups at once (each group's time)
-ConcurrentFn = Callable[[str, float, tuple[tuple[int, ...], ...]], CommCost]
-
-
-def priced_between_powers_of_two(
-    point: Callable[[str, float, Any], CommCost], exact: bool
-) -> Callable[[str, float, Any], CommCost]:
-    """``point`` for sizes of 1 KiB and up priced by linear interpolation between the two powers of
-    two around them (so a sweep prices few distinct sizes); ``exact`` prices every size itself. The
-    discrete-event and the event-free paths both price through this, so they agree."""
-
-    def price(op: str, size_bytes: float, group: Any) -> CommCost:
-        if exact or size_bytes < 1024:
-            return point(op, size_bytes, group)
-        low = float(2 ** math.floor(math.log2(size_bytes)))
-        if low == size_bytes:
-            return point(op, size_bytes, group)
-        below, above = point(op, low, group), point(op, 2 * low, group)
-        share = (size_bytes - low) / low
-        time_s = below.time_s + share * (above.time_s - below.time_s)
-        nearer = above if share >= 0.5 else below
-        return CommCost(time_s, nearer.bottleneck_link, nearer.link_kind)
-
-    return price
 
 
 class LayerTimer(Protocol):

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from simcore.calibration.collective_cost import calibrated_cost, group_scope
 from simcore.calibration.profile import CalibrationProfile, ClusterDescription, CollectiveFit, ProtocolFit
 from simcore.collectives import collective_time
 from simcore.errors import TrainsimError
 from simcore.fastpath.costs import fast_collective_model, fast_concurrent_model
 from simcore.parallel.comm import GroupPricer
-from simcore.step.calibrated import calibrated_cost, group_scope
 from simcore.step.cost import CollectiveRequest, CostModel
 from simcore.strategies.runner import collective_model, concurrent_model
 from topologies import load_cluster

@@ -11,7 +11,7 @@ else ``inter_node``, as the profile's fits are keyed.
 
 Every pricing front end reaches this through :class:`simcore.step.cost.CostModel`;
 :func:`simcore.collectives.collective_time` calls it too, so there is one rule. It imports nothing
-from the collectives (which import it).
+from the collectives (which import it): it sits with the profile it reads.
 """
 
 from __future__ import annotations
