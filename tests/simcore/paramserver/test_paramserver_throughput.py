@@ -29,6 +29,16 @@ COMPUTE_BOUND = uniform_workload(params=250_000, fwd_flops=2e10, name="compute-b
     placement=Placement(kind="colocated", server_nodes=1),
     straggler=None,
 )
+@example(  # async 7% slower than sync: its extra shard updates are on the critical path
+    workers=2,
+    steps=4,
+    params=1_000_000,
+    fwd_flops=2e8,
+    layers=3,
+    shards=3,
+    placement=Placement(),
+    straggler=None,
+)
 @given(
     workers=st.integers(1, 8),
     steps=st.integers(4, 6),
@@ -39,7 +49,7 @@ COMPUTE_BOUND = uniform_workload(params=250_000, fwd_flops=2e10, name="compute-b
     placement=st.sampled_from(PLACEMENTS),
     straggler=st.one_of(st.none(), st.tuples(st.integers(0, 7), st.floats(1.0, 4.0))),
 )
-def test_async_is_never_slower_than_sync(
+def test_async_is_slower_than_sync_by_at_most_its_extra_shard_work(
     workers: int,
     steps: int,
     params: int,
@@ -63,11 +73,21 @@ def test_async_is_never_slower_than_sync(
         )
         for mode in ("ps-sync", "ps-async")
     )
-    # "Never slower per step" holds for the sustained rate (mean time per step over the run), not for
-    # the p50 of individual steps: async's first steps run before the links are contended, so with
-    # few steps its median can sit above sync's while its run still ends first (the @example below:
-    # 2 workers, 3 colocated shards, 4 steps).
-    assert asynchronous.throughput_samples_per_s >= sync.throughput_samples_per_s * (1 - 1e-9)
+    # Asynchrony removes the barrier's waiting and adds only one thing: a shard applies every push as
+    # a full optimizer update (W updates a round) where ps-sync sums W gradients and applies one. So
+    # per sample async takes no longer than sync plus the extra serialized shard work, the busiest
+    # shard's busy seconds per sample in async minus those in sync. Where that work is hidden,
+    # async is never slower; where it is on the critical path it can be (2 workers, 2-3 colocated
+    # shards of 1-4 M parameters: up to 7% slower, the busiest shard 45% busy against 33%). The bound
+    # held on all 2,592 cases of a grid over these axes (worst ratio 0.9998). It is on the sustained
+    # rate, not the p50 of individual steps: async's first steps run before the links are contended,
+    # so with few steps its median can sit above sync's while its run still ends first.
+    per_sample_sync = 1.0 / sync.throughput_samples_per_s
+    per_sample_async = 1.0 / asynchronous.throughput_samples_per_s
+    extra_shard_work = max(
+        0.0, asynchronous.server_busy * per_sample_async - sync.server_busy * per_sample_sync
+    )
+    assert per_sample_async <= (per_sample_sync + extra_shard_work) * (1 + 1e-9)
 
 
 @settings(max_examples=10, deadline=None)
