@@ -250,6 +250,24 @@ def run_pipeline(
     ``activation_weights[rank][chunk]`` weighs a chunk's in-flight activations (default 1 each):
     ``peak_in_flight`` is the most a rank holds at once in those units.
     """
+    run = _list_schedule(orders, times, p2p, split_w) if split_w else _in_order(orders, times, p2p)
+    run.makespan_s = max((end for _, _, _, end in run.spans), default=0.0)
+    run.peak_in_flight = _in_flight(orders, activation_weights)
+    return run
+
+
+def _deadlock(done: int, orders: list[list[PipelineOp]]) -> TrainsimError:
+    total = sum(len(order) for order in orders)
+    return TrainsimError(f"pipeline schedule deadlocked after {done} of {total} passes")
+
+
+def _list_schedule(
+    orders: list[list[PipelineOp]],
+    times: Sequence[Sequence[StageTimes]],
+    p2p: Callable[[int, int], float],
+    split_w: bool,
+) -> PipelineRun:
+    """Event-driven list scheduling: a rank takes a pending ``W`` when its next pass is not ready."""
     scheduler = _Scheduler(orders, times, p2p, split_w)
     heap = [(0.0, rank) for rank in range(len(orders))]
     heapq.heapify(heap)
@@ -258,13 +276,65 @@ def run_pipeline(
         if now < scheduler.free[rank]:
             continue  # a stale entry: the rank was rescheduled later
         scheduler.step(rank, now, heap)
-    total = sum(len(order) for order in orders)
     done = sum(1 for (_, op) in scheduler.end if op.kind != "W")
-    if done != total:
-        raise TrainsimError(f"pipeline schedule deadlocked after {done} of {total} passes")
-    run = scheduler.run
-    run.makespan_s = max(scheduler.free)
-    run.peak_in_flight = _in_flight(orders, activation_weights)
+    if done != sum(len(order) for order in orders):
+        raise _deadlock(done, orders)
+    return scheduler.run
+
+
+def _in_order(
+    orders: list[list[PipelineOp]], times: Sequence[Sequence[StageTimes]], p2p: Callable[[int, int], float]
+) -> PipelineRun:
+    """The same schedule when every rank runs its order as given (no ``W`` to fill gaps with).
+
+    Then nothing depends on when a rank looks for work: each pass starts at the later of its
+    rank's previous end and its input's arrival (the list scheduler's ``max(now, ready)``, the
+    same floating-point operations), so the passes are timed in one sweep over the ranks, each
+    rank advancing until it waits on a pass not yet timed.
+    """
+    pp, vpp = len(orders), len(times[0])
+    micro = 1 + max((op.micro for order in orders for op in order), default=0)
+    ends = {kind: [[-1.0] * micro for _ in range(pp * vpp)] for kind in "FB"}
+    link: dict[tuple[int, int], float] = {}
+    pos, free = [0] * pp, [0.0] * pp
+    run = PipelineRun(0.0, busy_s=[0.0] * pp, last_backward_end_s=[0.0] * pp)
+    remaining = sum(len(order) for order in orders)
+    while remaining:
+        progressed = 0
+        for rank in range(pp):
+            order, k = orders[rank], pos[rank]
+            while k < len(order):
+                op = order[k]
+                stage = op.chunk * pp + rank
+                if op.kind == "F" and stage == 0:
+                    src, done = rank, 0.0
+                elif op.kind == "F":
+                    src, done = (stage - 1) % pp, ends["F"][stage - 1][op.micro]
+                elif stage == pp * vpp - 1:
+                    src, done = rank, ends["F"][stage][op.micro]
+                else:
+                    src, done = (stage + 1) % pp, ends["B"][stage + 1][op.micro]
+                if done < 0.0:
+                    break
+                if src != rank:
+                    if (src, rank) not in link:
+                        link[(src, rank)] = p2p(src, rank)
+                    done += link[(src, rank)]
+                start = max(free[rank], done)
+                t = times[rank][op.chunk]
+                end = start + (t.f if op.kind == "F" else t.b)
+                ends[op.kind][stage][op.micro] = free[rank] = end
+                run.spans.append((rank, op, start, end))
+                run.busy_s[rank] += end - start
+                if op.kind == "B":
+                    run.last_backward_end_s[rank] = max(run.last_backward_end_s[rank], end)
+                k += 1
+            progressed += k - pos[rank]
+            pos[rank] = k
+        if not progressed:
+            raise _deadlock(sum(pos), orders)
+        remaining -= progressed
+    run.spans.sort(key=lambda span: (span[2], span[0]))
     return run
 
 

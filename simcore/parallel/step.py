@@ -25,11 +25,16 @@ step, run by the same code path as the what-if always ran (:func:`simcore.strate
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from simcore.compute.memory import TIGHT_HEADROOM
 from simcore.compute.roofline import ComputeModel
 from simcore.errors import TrainsimError
+from simcore.fastpath.costs import fast_collective_model, fast_concurrent_model
+from simcore.fastpath.path import DEFAULT_ENGINE_PATH, check_engine_path, choose_path
+from simcore.parallel.cache import ComposeCache
 from simcore.parallel.comm import GroupPricer, sharing_groups
 from simcore.parallel.layout import ParallelLayout, Placement, check_layout
 from simcore.parallel.offload import OffloadEffect, offload_effect
@@ -52,6 +57,7 @@ from simcore.strategies.schedule import PlanRun, Span
 
 if TYPE_CHECKING:
     from simcore.calibration.profile import CalibrationProfile
+    from simcore.hardware import DeviceSpec
     from simcore.topology import Topology
     from simcore.workload.types import Workload
 
@@ -93,12 +99,20 @@ class StagePrediction:
 
 @dataclass(slots=True)
 class ParallelStepResult:
-    """A parallel layout's step: its report, a step result for traces, stages and the pipeline run."""
+    """A parallel layout's step: its report, the first stage's run, stages and the pipeline run."""
 
     report: ParallelStepReport
-    step: StepResult
+    run: StepResult  # the first stage's data-parallel run (without pipelining: the step itself)
     stages: list[StagePrediction] = field(default_factory=list)
     pipeline: PipelineRun | None = None
+
+    @property
+    def step(self) -> StepResult:
+        """A step result for traces: the pipeline's passes, one lane per stage (built when asked
+        for: a planner reading only reports never pays for it), or the run without pipelining."""
+        if self.pipeline is None:
+            return self.run
+        return _trace_step(self.run, self.pipeline, self.report.step_time_s)
 
 
 def active_params(workload: Workload) -> int:
@@ -129,6 +143,10 @@ def _delegates(layout: ParallelLayout, options: ParallelOptions) -> bool:
     return layout.is_trivial and options.recompute in ("none", "full") and options.offload == "none"
 
 
+def _gating(cache: ComposeCache, topology: Topology, dtype: str) -> DeviceSpec:
+    return cache.get("device", (cache.identity(topology), dtype), lambda: gating_device(topology, dtype))
+
+
 def simulate_parallel_step(
     workload: Workload,
     config: TrainingConfig,
@@ -140,59 +158,51 @@ def simulate_parallel_step(
     calibration: CalibrationProfile | None = None,
     cluster: str = "",
     seed: int = 0,
+    path: str = DEFAULT_ENGINE_PATH,
+    cache: ComposeCache | None = None,
 ) -> ParallelStepResult:
-    """One training step of ``workload`` under ``layout`` with ``strategy`` on the data-parallel axis."""
+    """One training step of ``workload`` under ``layout`` with ``strategy`` on the data-parallel axis.
+
+    ``path`` (:mod:`simcore.fastpath.path`): ``auto`` runs the data-parallel steps on the
+    event-free evaluator where the topology's ranks are alike, ``fast``/``des`` force one.
+    ``cache``: what configurations of a sweep share (:class:`~simcore.parallel.cache.ComposeCache`);
+    None keeps a private one for this call.
+    """
     gpus = topology.world_size
+    check_engine_path(path)
     check_layout(layout, gpus, workload, cp_kind=options.cp_kind)
+    if not _delegates(layout, options):
+        return compose_parallel_step(
+            workload, config, topology, strategy, layout, options, calibration=calibration,
+            cluster=cluster, seed=seed, path=path, cache=cache,
+        )  # fmt: skip
     chosen = get_strategy(strategy)
-    device = gating_device(topology, config.dtype)
+    cache = cache if cache is not None else ComposeCache()
+    device = _gating(cache, topology, config.dtype)
     peak_flops = device.flops(config.dtype)
     slowdown = config.slowdown(calibration.comm_compute_slowdown if calibration else None)
-    if _delegates(layout, options):
-        cfg = replace(
-            config, activation_checkpointing=config.activation_checkpointing or options.recompute == "full"
-        )
-        ctx = make_context(workload, cfg, topology, calibration=calibration)
-        step = simulate_step(chosen, ctx, seed=seed, slowdown=slowdown)
-        base = report_step(
-            step, ctx, cluster=cluster or topology.name, device=device.name, peak_flops=peak_flops
-        )
-        report = _wrap(
-            base,
-            layout,
-            options,
-            gpus,
-            cfg.accumulation_steps(gpus),
-            0.0,
-            (base.peak_memory_bytes,),
-            {},
-            0.0,
-            0.0,
-            (),
-        )
-        stage = StagePrediction(
-            0,
-            len(workload.block_names),
-            base.peak_memory_bytes,
-            dict(base.memory_breakdown),
-            base.peak_phase,
-            1.0,
-            0.0,
-            {},
-        )
-        return ParallelStepResult(
-            replace(report, mfu=_mfu(workload, config, gpus, peak_flops, report.step_time_s)), step, [stage]
-        )
-    return compose_parallel_step(
-        workload,
-        config,
-        topology,
-        strategy,
-        layout,
-        options,
-        calibration=calibration,
-        cluster=cluster,
-        seed=seed,
+    engine = choose_path(path, topology)
+    fast = engine == "fast"
+    cfg = replace(
+        config, activation_checkpointing=config.activation_checkpointing or options.recompute == "full"
+    )
+    ctx = make_context(
+        workload, cfg, topology, calibration=calibration,
+        collective=fast_collective_model(topology, calibration) if fast else None,
+        concurrent=fast_concurrent_model(topology, calibration) if fast else None,
+    )  # fmt: skip
+    step = simulate_step(chosen, ctx, seed=seed, slowdown=slowdown, path=engine)
+    base = report_step(step, ctx, cluster=cluster or topology.name, device=device.name, peak_flops=peak_flops)
+    report = _wrap(
+        base, layout, options, gpus, cfg.accumulation_steps(gpus), 0.0, (base.peak_memory_bytes,), {}, 0.0,
+        0.0, (),
+    )  # fmt: skip
+    stage = StagePrediction(
+        0, len(workload.block_names), base.peak_memory_bytes, dict(base.memory_breakdown), base.peak_phase,
+        1.0, 0.0, {},
+    )  # fmt: skip
+    return ParallelStepResult(
+        replace(report, mfu=_mfu(workload, config, gpus, peak_flops, report.step_time_s)), step, [stage]
     )
 
 
@@ -207,19 +217,25 @@ def compose_parallel_step(
     calibration: CalibrationProfile | None = None,
     cluster: str = "",
     seed: int = 0,
+    path: str = DEFAULT_ENGINE_PATH,
+    cache: ComposeCache | None = None,
 ) -> ParallelStepResult:
     """The composed step (stages, data-parallel runs, pipeline) for any valid layout.
 
     :func:`simulate_parallel_step` hands pure data parallelism to the what-if's own step instead;
-    for that layout the two agree exactly (a property test keeps them so).
+    for that layout the two agree exactly (a property test keeps them so). ``path`` and ``cache``
+    as there.
     """
+    check_engine_path(path)
     check_layout(layout, topology.world_size, workload, cp_kind=options.cp_kind)
-    device = gating_device(topology, config.dtype)
+    cache = cache if cache is not None else ComposeCache()
+    device = _gating(cache, topology, config.dtype)
     slowdown = config.slowdown(calibration.comm_compute_slowdown if calibration else None)
-    composer = _Composer(
-        workload, config, topology, get_strategy(strategy).name, layout, options, calibration, seed, slowdown
-    )
-    return composer.run(cluster or topology.name, device.name, device.flops(config.dtype))
+    inputs = _Inputs(
+        workload, config, topology, get_strategy(strategy).name, layout, options, calibration, seed, slowdown,
+        choose_path(path, topology), device,
+    )  # fmt: skip
+    return _Composer(inputs, cache).run(cluster or topology.name, device.name, device.flops(config.dtype))
 
 
 def _wrap(
@@ -272,28 +288,62 @@ class _StageRun:
     tail_s: float
     offload: OffloadEffect
     last_backward_s: float  # end of the run's last backward (what follows is the tail)
+    key: tuple[object, ...]  # its key in the compose cache
+
+
+@dataclass(frozen=True, slots=True)
+class _Inputs:
+    """Everything one composed step depends on (the engine path already chosen)."""
+
+    workload: Workload
+    config: TrainingConfig
+    topology: Topology
+    strategy: str
+    layout: ParallelLayout
+    options: ParallelOptions
+    calibration: CalibrationProfile | None
+    seed: int
+    slowdown: float | None
+    path: str
+    device: DeviceSpec
+
+
+def _sibling_collective(
+    cache: ComposeCache, pricer: GroupPricer, tp: int
+) -> Callable[[str, float, tuple[int, ...]], CommCost]:
+    """A stage's data-parallel collectives, priced while the ``tp - 1`` groups beside it (the
+    other tensor-parallel coordinates of the same stage, on the same hosts) run theirs."""
+    topology = pricer.topology
+    where = (cache.identity(topology), tp)
+
+    def collective(op: str, size_bytes: float, group: tuple[int, ...]) -> CommCost:
+        def siblings() -> list[tuple[int, ...]]:
+            shifted = [tuple(r + t for r in group) for t in range(1, tp)]
+            return sharing_groups(topology, group, shifted)
+
+        return pricer.price(op, size_bytes, group, cache.get("siblings", (*where, group), siblings))
+
+    return collective
 
 
 class _Composer:
-    """Builds and runs every distinct stage, then the pipeline (see the module docstring)."""
+    """Builds and runs every distinct stage, then the pipeline (see the module docstring).
 
-    def __init__(
-        self,
-        workload: Workload,
-        config: TrainingConfig,
-        topology: Topology,
-        strategy: str,
-        layout: ParallelLayout,
-        options: ParallelOptions,
-        calibration: CalibrationProfile | None,
-        seed: int,
-        slowdown: float | None,
-    ) -> None:
+    Stage models and stage runs come from the compose cache: a stage model is keyed by everything
+    :func:`~simcore.parallel.stage.build_stage` reads (workload, topology, calibration, dtype,
+    layout and GPU count (the placement), options, micro-batch, rank, chunks), a stage run by that
+    and what its step reads besides (strategy, the stage's own training configuration, seed,
+    slowdown, engine path). With pipelining a stage runs one micro-batch whatever the global
+    batch, so batch sizes of a sweep share their stage runs.
+    """
+
+    def __init__(self, inputs: _Inputs, cache: ComposeCache) -> None:
+        config, options, layout, topology = inputs.config, inputs.options, inputs.layout, inputs.topology
         if config.activation_checkpointing and options.recompute == "none":
             options = replace(options, recompute="full")  # --checkpoint-activations is full recompute
-        self.workload, self.config, self.topology = workload, config, topology
-        self.strategy, self.layout, self.options = strategy, layout, options
-        self.seed, self.slowdown = seed, slowdown
+        self.workload, self.config, self.topology = inputs.workload, config, topology
+        self.strategy, self.layout, self.options = inputs.strategy, layout, options
+        self.seed, self.slowdown, self.path = inputs.seed, inputs.slowdown, inputs.path
         self.gpus = topology.world_size
         self.dp = layout.dp(self.gpus)
         per_step = self.dp * config.micro_batch
@@ -303,18 +353,36 @@ class _Composer:
                 f"{config.micro_batch} = {per_step}; choose a global batch that is a multiple of {per_step}"
             )
         self.micro = config.global_batch // per_step
-        self.placement = Placement(layout, self.gpus)
-        self.pricer = GroupPricer(topology, calibration)
-        self.device = gating_device(topology, config.dtype)
-        self.timer = ComputeModel(self.device, config.dtype, calibration)
+        self.cache = cache
+        topology_id, calibration_id = cache.identity(topology), cache.identity(inputs.calibration)
+        self.placement = cache.get("placement", (layout, self.gpus), lambda: Placement(layout, self.gpus))
+        self.pricer = cache.get(
+            "pricer", (topology_id, calibration_id), lambda: GroupPricer(topology, inputs.calibration)
+        )
+        self.device = inputs.device
+        self.timer = cache.get(
+            "timer",
+            (cache.identity(self.device), config.dtype, calibration_id),
+            lambda: ComputeModel(self.device, config.dtype, inputs.calibration),
+        )
         self.mode, _ = options.recompute_mode
-        self._collective_memo: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
+        self._collective = _sibling_collective(cache, self.pricer, layout.tp)
+        # What every stage model of this step depends on besides its rank and chunks.
+        self._where = (
+            cache.identity(self.workload), topology_id, calibration_id, config.dtype, layout, self.gpus,
+            options, config.micro_batch,
+        )  # fmt: skip
 
     # -- stages --------------------------------------------------------------------------------------
     def _chunks(self) -> list[list[tuple[int, ...]]]:
         lay = self.layout
-        virtual = partition_stages(self.workload, lay.pp * lay.vpp)
-        return [[virtual[c * lay.pp + r] for c in range(lay.vpp)] for r in range(lay.pp)]
+        key = (self.cache.identity(self.workload), lay.pp, lay.vpp)
+
+        def cut() -> list[list[tuple[int, ...]]]:
+            virtual = partition_stages(self.workload, lay.pp * lay.vpp)
+            return [[virtual[c * lay.pp + r] for c in range(lay.vpp)] for r in range(lay.pp)]
+
+        return self.cache.get("chunks", key, cut)
 
     def _signature(self, chunks: list[tuple[int, ...]]) -> tuple[object, ...]:
         layers = self.workload.layers
@@ -323,14 +391,18 @@ class _Composer:
             for c in chunks
         )
 
-    def _collective(self, op: str, size_bytes: float, group: tuple[int, ...]) -> CommCost:
-        siblings = self._collective_memo.get(group)
-        if siblings is None:
-            shifted = [tuple(r + t for r in group) for t in range(1, self.layout.tp)]
-            siblings = self._collective_memo[group] = sharing_groups(self.topology, group, shifted)
-        return self.pricer.price(op, size_bytes, group, siblings)
+    def _stage_config(self, accumulation: int) -> TrainingConfig:
+        """The training configuration of one stage's data-parallel step over its dp x cp group."""
+        n = self.dp * self.layout.cp
+        return replace(
+            self.config,
+            global_batch=n * self.config.micro_batch * accumulation,
+            activation_checkpointing=self.mode == "full",
+            steps=1,
+            compute_jitter_sigma=0.0,
+        )
 
-    def _context(self, model: StageModel, accumulation: int) -> StepContext:
+    def _context(self, model: StageModel, cfg: TrainingConfig) -> StepContext:
         stage = model.rank
         world = self.placement.dp_cp_group(stage)
         host = self.topology.host_of_rank(world[0])
@@ -338,18 +410,10 @@ class _Composer:
         first_on_host: dict[int, int] = {}
         for r in world:
             first_on_host.setdefault(self.topology.host_of_rank(r), r)
-        n = len(world)
-        cfg = replace(
-            self.config,
-            global_batch=n * self.config.micro_batch * accumulation,
-            activation_checkpointing=self.mode == "full",
-            steps=1,
-            compute_jitter_sigma=0.0,
-        )
         return StepContext(
             model.workload,
             cfg,
-            n,
+            len(world),
             model.timer,
             self._collective,
             world,
@@ -359,10 +423,29 @@ class _Composer:
             nics_per_node=nics_on_host(self.topology, host),
         )
 
-    def _run_stage(self, model: StageModel) -> _StageRun:
+    def _stage_run(self, rank: int, chunks: list[tuple[int, ...]]) -> _StageRun:
+        """Pipeline rank ``rank``'s stage model and run, from the cache or built."""
+        where = (*self._where, rank, tuple(chunks))
+
+        def build() -> StageModel:
+            return build_stage(
+                self.workload, rank, chunks, layout=self.layout, options=self.options,
+                placement=self.placement, pricer=self.pricer, timer=self.timer,
+                micro_batch=self.config.micro_batch,
+            )  # fmt: skip
+
+        cfg = self._stage_config(1 if self.layout.pp > 1 else self.micro)
+        key = (*where, self.strategy, cfg, self.seed, self.slowdown, self.path)
+        return self.cache.get(
+            "stage run", key, lambda: self._run_stage(self.cache.get("stage", where, build), cfg, key)
+        )
+
+    def _run_stage(self, model: StageModel, cfg: TrainingConfig, key: tuple[object, ...]) -> _StageRun:
         pipelined = self.layout.pp > 1
-        ctx = self._context(model, 1 if pipelined else self.micro)
-        result = simulate_step(get_strategy(self.strategy), ctx, seed=self.seed, slowdown=self.slowdown)
+        ctx = self._context(model, cfg)
+        result = simulate_step(
+            get_strategy(self.strategy), ctx, seed=self.seed, slowdown=self.slowdown, path=self.path
+        )
         mb = self.config.micro_batch
         pure = [
             (
@@ -391,7 +474,7 @@ class _Composer:
                 )
             )
         tail = (result.run.step_time_s - last_bwd if pipelined else 0.0) + effect.tail_s
-        return _StageRun(model, ctx, result, times, max(0.0, tail), effect, last_bwd)
+        return _StageRun(model, ctx, result, times, max(0.0, tail), effect, last_bwd, key)
 
     def _w_share(self, model: StageModel, chunk: int) -> float:
         """Weight-gradient seconds of a chunk's backward (the half of each linear layer's backward)."""
@@ -438,18 +521,7 @@ class _Composer:
         for rank, rank_chunks in enumerate(chunks):
             key = (self._signature(rank_chunks), rank == 0, rank == len(chunks) - 1)
             if key not in runs:
-                model = build_stage(
-                    self.workload,
-                    rank,
-                    rank_chunks,
-                    layout=self.layout,
-                    options=self.options,
-                    placement=self.placement,
-                    pricer=self.pricer,
-                    timer=self.timer,
-                    micro_batch=self.config.micro_batch,
-                )
-                runs[key] = self._run_stage(model)
+                runs[key] = self._stage_run(rank, rank_chunks)
             per_rank.append(runs[key])
         pipeline, p2p_s = self._pipeline(per_rank) if self.layout.pp > 1 else (None, 0.0)
         step_s = self._step_time(per_rank, pipeline)
@@ -471,17 +543,18 @@ class _Composer:
     def _pipeline(self, per_rank: list[_StageRun]) -> tuple[PipelineRun, float]:
         lay = self.layout
         size = self._p2p_bytes()
-        memo: dict[tuple[int, int], float] = {}
         stage_size = self.gpus // lay.pp
 
         def p2p(src: int, dst: int) -> float:
-            if (src, dst) not in memo:
+            def price() -> float:
                 a, b = self.placement.rank(pp=src), self.placement.rank(pp=dst)
                 pairs = [(a + o, b + o) for o in range(1, stage_size)]
-                memo[(src, dst)] = self.pricer.price(
+                return self.pricer.price(
                     "send_recv", size, (a, b), sharing_groups(self.topology, (a, b), pairs)
                 ).time_s
-            return memo[(src, dst)]
+
+            # every pair of ranks of one stage sends at once: the price depends on the placement
+            return self.cache.get("p2p", (*self._where[1:3], lay, self.gpus, size, src, dst), price)
 
         orders = rank_orders(self.options.schedule, lay.pp, lay.vpp, self.micro)
         weights = [
@@ -555,7 +628,13 @@ class _Composer:
     ) -> ParallelStepResult:
         worst = max(stages, key=lambda s: (s.peak_memory_bytes, -s.rank))
         first = per_rank[0]
-        base = report_step(first.result, first.ctx, cluster=cluster, device=device, peak_flops=peak_flops)
+        base = self.cache.get(
+            "stage report",
+            (*first.key, cluster, device, peak_flops),
+            lambda: report_step(
+                first.result, first.ctx, cluster=cluster, device=device, peak_flops=peak_flops
+            ),
+        )
         busy = max(pipeline.busy_s) if pipeline is not None else base.compute_s
         compute_s = busy if pipeline is not None else base.compute_s
         comm = {
@@ -592,6 +671,7 @@ class _Composer:
             memory_capacity_bytes=capacity,
             fits=fits,
             oom_verdict=verdict,
+            memory_status=_memory_status(worst.peak_memory_bytes, capacity),
         )
         notes = tuple(self.placement.notes(self.topology))
         report = _wrap(
@@ -610,8 +690,16 @@ class _Composer:
         if self.workload.dims is not None:
             spec = shard_spec(self.layout, self.options, self.workload.dims)
             report = replace(report, sequence_parallel=spec.sequence_parallel)
-        step = _trace_step(first.result, pipeline, step_s) if pipeline is not None else first.result
-        return ParallelStepResult(report, step, stages, pipeline)
+        return ParallelStepResult(report, first.result, stages, pipeline)
+
+
+def _memory_status(peak_bytes: float, capacity_bytes: float) -> str:
+    """The worst stage's memory status, as :meth:`simcore.compute.memory.MemoryPeak.status` words it."""
+    if peak_bytes > capacity_bytes:
+        return "OOM"
+    if capacity_bytes - peak_bytes < TIGHT_HEADROOM * capacity_bytes:
+        return "fits with < 10% headroom"
+    return "fits"
 
 
 def _stage_peak(run: _StageRun, extra: float) -> tuple[float, dict[str, float], str]:
