@@ -39,7 +39,16 @@ from simcore.parallel.comm import GroupPricer, sharing_groups
 from simcore.parallel.layout import ParallelLayout, Placement, check_layout
 from simcore.parallel.offload import OffloadEffect, offload_effect
 from simcore.parallel.options import ParallelOptions
-from simcore.parallel.pp import PipelineRun, StageTimes, partition_stages, rank_orders, run_pipeline
+from simcore.parallel.pp import (
+    CompiledOrders,
+    PipelineOp,
+    PipelineRun,
+    StageTimes,
+    compile_orders,
+    partition_stages,
+    rank_orders,
+    run_pipeline,
+)
 from simcore.parallel.report import ParallelStepReport
 from simcore.parallel.stage import StageModel, build_stage, shard_spec
 from simcore.report import StepReport
@@ -147,6 +156,10 @@ def _gating(cache: ComposeCache, topology: Topology, dtype: str) -> DeviceSpec:
     return cache.get("device", (cache.identity(topology), dtype), lambda: gating_device(topology, dtype))
 
 
+def _engine_path(cache: ComposeCache, path: str, topology: Topology) -> str:
+    return cache.get("path", (cache.identity(topology), path), lambda: choose_path(path, topology))
+
+
 def simulate_parallel_step(
     workload: Workload,
     config: TrainingConfig,
@@ -181,7 +194,7 @@ def simulate_parallel_step(
     device = _gating(cache, topology, config.dtype)
     peak_flops = device.flops(config.dtype)
     slowdown = config.slowdown(calibration.comm_compute_slowdown if calibration else None)
-    engine = choose_path(path, topology)
+    engine = _engine_path(cache, path, topology)
     fast = engine == "fast"
     cfg = replace(
         config, activation_checkpointing=config.activation_checkpointing or options.recompute == "full"
@@ -233,7 +246,7 @@ def compose_parallel_step(
     slowdown = config.slowdown(calibration.comm_compute_slowdown if calibration else None)
     inputs = _Inputs(
         workload, config, topology, get_strategy(strategy).name, layout, options, calibration, seed, slowdown,
-        choose_path(path, topology), device,
+        _engine_path(cache, path, topology), device,
     )  # fmt: skip
     return _Composer(inputs, cache).run(cluster or topology.name, device.name, device.flops(config.dtype))
 
@@ -374,13 +387,15 @@ class _Composer:
         )  # fmt: skip
 
     # -- stages --------------------------------------------------------------------------------------
-    def _chunks(self) -> list[list[tuple[int, ...]]]:
+    def _chunks(self) -> list[tuple[list[tuple[int, ...]], tuple[object, ...]]]:
+        """Each pipeline rank's chunks (layer indices) and what makes two ranks' work alike."""
         lay = self.layout
         key = (self.cache.identity(self.workload), lay.pp, lay.vpp)
 
-        def cut() -> list[list[tuple[int, ...]]]:
+        def cut() -> list[tuple[list[tuple[int, ...]], tuple[object, ...]]]:
             virtual = partition_stages(self.workload, lay.pp * lay.vpp)
-            return [[virtual[c * lay.pp + r] for c in range(lay.vpp)] for r in range(lay.pp)]
+            ranks = [[virtual[c * lay.pp + r] for c in range(lay.vpp)] for r in range(lay.pp)]
+            return [(chunks, self._signature(chunks)) for chunks in ranks]
 
         return self.cache.get("chunks", key, cut)
 
@@ -518,8 +533,8 @@ class _Composer:
         chunks = self._chunks()
         runs: dict[tuple[object, ...], _StageRun] = {}
         per_rank: list[_StageRun] = []
-        for rank, rank_chunks in enumerate(chunks):
-            key = (self._signature(rank_chunks), rank == 0, rank == len(chunks) - 1)
+        for rank, (rank_chunks, signature) in enumerate(chunks):
+            key = (signature, rank == 0, rank == len(chunks) - 1)
             if key not in runs:
                 runs[key] = self._stage_run(rank, rank_chunks)
             per_rank.append(runs[key])
@@ -556,7 +571,10 @@ class _Composer:
             # every pair of ranks of one stage sends at once: the price depends on the placement
             return self.cache.get("p2p", (*self._where[1:3], lay, self.gpus, size, src, dst), price)
 
-        orders = rank_orders(self.options.schedule, lay.pp, lay.vpp, self.micro)
+        shape = (self.options.schedule, lay.pp, lay.vpp, self.micro)
+        orders: list[list[PipelineOp]] | CompiledOrders = self.cache.get(
+            "orders", shape, lambda: compile_orders(rank_orders(*shape), lay.vpp)
+        )
         weights = [
             [run.model.held_per_sample[c] * self.config.micro_batch for c in range(lay.vpp)]
             for run in per_rank
@@ -753,7 +771,7 @@ def _trace_step(first: StepResult, pipeline: PipelineRun, step_s: float) -> Step
             start,
             end,
         )
-        for rank, op, start, end in pipeline.spans
+        for rank, op, start, end in sorted(pipeline.spans, key=lambda s: (s[2], s[3], s[0]))
     ]
-    run = PlanRun(step_s, sorted(spans, key=lambda s: (s.start_s, s.end_s)), first.run.memory)
+    run = PlanRun(step_s, spans, first.run.memory)
     return StepResult(first.plan, run, [step_s])
