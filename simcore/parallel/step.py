@@ -50,7 +50,7 @@ from simcore.parallel.pp import (
     run_pipeline,
 )
 from simcore.parallel.report import ParallelStepReport
-from simcore.parallel.stage import StageModel, build_stage, shard_spec
+from simcore.parallel.stage import ShardedStage, StageModel, build_stage, shard_spec, shard_stage
 from simcore.report import StepReport
 from simcore.strategies import get_strategy
 from simcore.strategies.base import CommCost, StepContext, TrainingConfig
@@ -342,10 +342,12 @@ def _sibling_collective(
 class _Composer:
     """Builds and runs every distinct stage, then the pipeline (see the module docstring).
 
-    Stage models and stage runs come from the compose cache: a stage model is keyed by everything
-    :func:`~simcore.parallel.stage.build_stage` reads (workload, topology, calibration, dtype,
-    layout and GPU count (the placement), options, micro-batch, rank, chunks), a stage run by that
-    and what its step reads besides (strategy, the stage's own training configuration, seed,
+    Stage models and stage runs come from the compose cache: a stage's sharded layers and compute
+    times by what :func:`~simcore.parallel.stage.shard_stage` reads (workload, compute model,
+    rank, chunks, pipeline degree, shard spec, recompute mode, micro-batch), its model by
+    everything :func:`~simcore.parallel.stage.build_stage` reads besides (topology, calibration,
+    layout and GPU count: the placement its communication is priced on; options), a stage run
+    by that and what its step reads (strategy, the stage's own training configuration, seed,
     slowdown, engine path). With pipelining a stage runs one micro-batch whatever the global
     batch, so batch sizes of a sweep share their stage runs.
     """
@@ -446,13 +448,37 @@ class _Composer:
             return build_stage(
                 self.workload, rank, chunks, layout=self.layout, options=self.options,
                 placement=self.placement, pricer=self.pricer, timer=self.timer,
-                micro_batch=self.config.micro_batch,
+                micro_batch=self.config.micro_batch, sharded=self._sharded(rank, chunks),
             )  # fmt: skip
 
         cfg = self._stage_config(1 if self.layout.pp > 1 else self.micro)
         key = (*where, self.strategy, cfg, self.seed, self.slowdown, self.path)
         return self.cache.get(
             "stage run", key, lambda: self._run_stage(self.cache.get("stage", where, build), cfg, key)
+        )
+
+    def _sharded(self, rank: int, chunks: list[tuple[int, ...]]) -> ShardedStage:
+        """The stage's sharded layers and compute times: shared by every topology, data-parallel
+        degree, schedule and strategy with the same split (what :func:`shard_stage` reads)."""
+        dims = self.workload.dims
+        assert dims is not None  # check_layout rejects model parallelism without a transformer shape
+        key = (
+            self.cache.identity(self.workload), self.cache.identity(self.timer), rank, tuple(chunks),
+            self.layout.pp, shard_spec(self.layout, self.options, dims), self.options.recompute,
+            self.config.micro_batch,
+        )  # fmt: skip
+        return self.cache.get(
+            "sharded stage",
+            key,
+            lambda: shard_stage(
+                self.workload,
+                rank,
+                chunks,
+                layout=self.layout,
+                options=self.options,
+                timer=self.timer,
+                micro_batch=self.config.micro_batch,
+            ),
         )
 
     def _run_stage(self, model: StageModel, cfg: TrainingConfig, key: tuple[object, ...]) -> _StageRun:
