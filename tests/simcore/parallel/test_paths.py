@@ -156,3 +156,42 @@ def test_cache_keeps_what_it_keys_by_identity_alive() -> None:
         cache.get("t", k, lambda k=k: build(k))  # type: ignore[misc]
     # 1 and 2 built; 1 hit (now most recent); 3 evicts 2; 2 is built again
     assert builds == [1, 2, 3, 2] and cache.size("t") == 2 and cache.hits == 1
+
+
+def test_every_input_the_cache_keys_on_changes_the_answer() -> None:
+    """One cache asked for points that differ in one input each: every answer is a fresh call's
+    (no point is answered with another's cached stage), and the inputs do change the step."""
+    base: dict[str, object] = {
+        "workload": small_gpt(),
+        "config": TrainingConfig(global_batch=16, micro_batch=1),
+        "topology": cluster("dgx-a100", 16),
+        "strategy": "zero1",
+        "layout": ParallelLayout(tp=2, pp=2),
+        "options": ParallelOptions(),
+    }
+    variants: list[dict[str, object]] = [
+        {},
+        {"workload": small_gpt(layers=12)},
+        {"workload": small_gpt(tied=False)},
+        {"config": TrainingConfig(global_batch=16, micro_batch=2)},
+        {"config": TrainingConfig(global_batch=16, micro_batch=1, dtype="fp32")},
+        {"config": TrainingConfig(global_batch=16, micro_batch=1, optimizer="sgd")},
+        {"topology": cluster("hgx-h100", 16)},
+        {"topology": cluster("dgx-a100", 32), "config": TrainingConfig(global_batch=32, micro_batch=1)},
+        {"strategy": "zero2"},
+        {"layout": ParallelLayout(tp=4, pp=2)},
+        {"layout": ParallelLayout(tp=2, pp=2, cp=2)},
+        {"options": ParallelOptions(schedule="gpipe")},
+        {"options": ParallelOptions(recompute="selective")},
+        {"options": ParallelOptions(sequence_parallel=True)},
+        {"options": ParallelOptions(offload="optimizer")},
+    ]
+    cache = ComposeCache()
+    seen = []
+    for variant in variants:
+        point = {**base, **variant}
+        args = [point[k] for k in ("workload", "config", "topology", "strategy", "layout", "options")]
+        shared = simulate_parallel_step(*args, cache=cache).report  # type: ignore[arg-type]
+        assert shared == simulate_parallel_step(*args).report, variant  # type: ignore[arg-type]
+        seen.append((shared.step_time_s, shared.peak_memory_bytes))
+    assert len(set(seen)) == len(seen)  # each input moves the step or its memory
