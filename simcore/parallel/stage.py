@@ -39,16 +39,32 @@ Group = tuple[int, ...]
 
 
 class StageTimer:
-    """A compute model's per-layer times plus fixed extra seconds per layer and phase."""
+    """A compute model's per-layer times plus fixed extra seconds per layer and phase.
 
-    def __init__(self, base: ComputeModel, extra: dict[str, np.ndarray]) -> None:
+    The extras belong to the layers of the stage's ``workload``; a workload of some of them (a
+    shallower copy of the model, as :mod:`simcore.fastpath.fold` times) gets theirs by layer name.
+    """
+
+    def __init__(
+        self, base: ComputeModel, extra: dict[str, np.ndarray], workload: Workload | None = None
+    ) -> None:
         self.base = base
         self.extra = extra
         self.device = base.device
         self.memory_bandwidth_Bps = base.memory_bandwidth_Bps
+        self._workload = workload
+        self._index = {layer.name: i for i, layer in enumerate(workload.layers)} if workload else {}
+
+    def _extra(self, workload: Workload, phase: str) -> np.ndarray:
+        extra = self.extra[phase]
+        if workload is self._workload or self._workload is None:
+            return extra
+        import numpy as np
+
+        return np.asarray([extra[self._index[layer.name]] for layer in workload.layers])
 
     def layer_times_s(self, workload: Workload, batch: int, phase: str) -> np.ndarray:
-        return self.base.layer_times_s(workload, batch, phase) + self.extra[phase]
+        return self.base.layer_times_s(workload, batch, phase) + self._extra(workload, phase)
 
     def layer_time_s(self, layer: Layer, batch: int, phase: str) -> float:
         return self.base.layer_time_s(layer, batch, phase)
@@ -69,7 +85,7 @@ class StageTimer:
         import numpy as np
 
         kernel, host = self.base.layer_parts_s(workload, batch, phase)
-        return np.asarray(kernel) + self.extra[phase], np.asarray(host)
+        return np.asarray(kernel) + self._extra(workload, phase), np.asarray(host)
 
     def combine(self, kernel_s: float, host_s: float) -> float:
         return float(self.base.combine(kernel_s, host_s))
@@ -251,7 +267,7 @@ def build_stage(
         sharded.chunks,
         sharded.workload,
         sharded.chunk_slices,
-        StageTimer(timer, extra),
+        StageTimer(timer, extra, sharded.workload),
         sharded.held_per_sample,
         sharded.transient_per_sample,
         by_axis,
