@@ -34,6 +34,7 @@ from simcore.compute.roofline import ComputeModel
 from simcore.errors import TrainsimError
 from simcore.fastpath.costs import fast_collective_model, fast_concurrent_model
 from simcore.fastpath.path import DEFAULT_ENGINE_PATH, check_engine_path, choose_path
+from simcore.fastpath.step import fast_step_report
 from simcore.parallel.cache import ComposeCache
 from simcore.parallel.comm import GroupPricer, sharing_groups
 from simcore.parallel.layout import ParallelLayout, Placement, check_layout
@@ -111,7 +112,9 @@ class ParallelStepResult:
     """A parallel layout's step: its report, the first stage's run, stages and the pipeline run."""
 
     report: ParallelStepReport
-    run: StepResult  # the first stage's data-parallel run (without pipelining: the step itself)
+    # the first stage's data-parallel run (without pipelining: the step itself); None when the
+    # caller asked for the report only (``trace=False``) and the step was evaluated without one
+    run: StepResult | None
     stages: list[StagePrediction] = field(default_factory=list)
     pipeline: PipelineRun | None = None
 
@@ -119,6 +122,8 @@ class ParallelStepResult:
     def step(self) -> StepResult:
         """A step result for traces: the pipeline's passes, one lane per stage (built when asked
         for: a planner reading only reports never pays for it), or the run without pipelining."""
+        if self.run is None:
+            raise TrainsimError("this step was evaluated for its report only (trace=False): no trace to show")
         if self.pipeline is None:
             return self.run
         return _trace_step(self.run, self.pipeline, self.report.step_time_s)
@@ -173,13 +178,18 @@ def simulate_parallel_step(
     seed: int = 0,
     path: str = DEFAULT_ENGINE_PATH,
     cache: ComposeCache | None = None,
+    trace: bool = True,
 ) -> ParallelStepResult:
     """One training step of ``workload`` under ``layout`` with ``strategy`` on the data-parallel axis.
 
     ``path`` (:mod:`simcore.fastpath.path`): ``auto`` runs the data-parallel steps on the
     event-free evaluator where the topology's ranks are alike, ``fast``/``des`` force one.
     ``cache``: what configurations of a sweep share (:class:`~simcore.parallel.cache.ComposeCache`);
-    None keeps a private one for this call.
+    None keeps a private one for this call. ``trace=False``: only the report is wanted, so on the
+    fast path a step without pipelining (nor offload, nor blocks rematerialised at once) is
+    evaluated by :func:`~simcore.fastpath.step.fast_step_report` (long gradient accumulation
+    extrapolated from a probe, deep models folded: the same report to rounding, many times
+    faster) and the result has no ``run`` to trace.
     """
     gpus = topology.world_size
     check_engine_path(path)
@@ -187,7 +197,7 @@ def simulate_parallel_step(
     if not _delegates(layout, options):
         return compose_parallel_step(
             workload, config, topology, strategy, layout, options, calibration=calibration,
-            cluster=cluster, seed=seed, path=path, cache=cache,
+            cluster=cluster, seed=seed, path=path, cache=cache, trace=trace,
         )  # fmt: skip
     chosen = get_strategy(strategy)
     cache = cache if cache is not None else ComposeCache()
@@ -204,8 +214,15 @@ def simulate_parallel_step(
         collective=fast_collective_model(topology, calibration) if fast else None,
         concurrent=fast_concurrent_model(topology, calibration) if fast else None,
     )  # fmt: skip
-    step = simulate_step(chosen, ctx, seed=seed, slowdown=slowdown, path=engine)
-    base = report_step(step, ctx, cluster=cluster or topology.name, device=device.name, peak_flops=peak_flops)
+    name = cluster or topology.name
+    step: StepResult | None = None
+    if fast and not trace:
+        base = fast_step_report(
+            chosen, ctx, cluster=name, device=device.name, peak_flops=peak_flops, slowdown=slowdown
+        )
+    else:
+        step = simulate_step(chosen, ctx, seed=seed, slowdown=slowdown, path=engine)
+        base = report_step(step, ctx, cluster=name, device=device.name, peak_flops=peak_flops)
     report = _wrap(
         base, layout, options, gpus, cfg.accumulation_steps(gpus), 0.0, (base.peak_memory_bytes,), {}, 0.0,
         0.0, (),
@@ -232,12 +249,13 @@ def compose_parallel_step(
     seed: int = 0,
     path: str = DEFAULT_ENGINE_PATH,
     cache: ComposeCache | None = None,
+    trace: bool = True,
 ) -> ParallelStepResult:
     """The composed step (stages, data-parallel runs, pipeline) for any valid layout.
 
     :func:`simulate_parallel_step` hands pure data parallelism to the what-if's own step instead;
-    for that layout the two agree exactly (a property test keeps them so). ``path`` and ``cache``
-    as there.
+    for that layout the two agree exactly (a property test keeps them so). ``path``, ``cache`` and
+    ``trace`` as there.
     """
     check_engine_path(path)
     check_layout(layout, topology.world_size, workload, cp_kind=options.cp_kind)
@@ -246,7 +264,7 @@ def compose_parallel_step(
     slowdown = config.slowdown(calibration.comm_compute_slowdown if calibration else None)
     inputs = _Inputs(
         workload, config, topology, get_strategy(strategy).name, layout, options, calibration, seed, slowdown,
-        _engine_path(cache, path, topology), device,
+        _engine_path(cache, path, topology), device, trace,
     )  # fmt: skip
     return _Composer(inputs, cache).run(cluster or topology.name, device.name, device.flops(config.dtype))
 
@@ -296,12 +314,23 @@ class _StageRun:
 
     model: StageModel
     ctx: StepContext
-    result: StepResult
+    result: StepResult | None  # None: evaluated for its report only (``report``)
     times: list[StageTimes]
     tail_s: float
     offload: OffloadEffect
     last_backward_s: float  # end of the run's last backward (what follows is the tail)
     key: tuple[object, ...]  # its key in the compose cache
+    report: StepReport | None = None  # the stage's own report, when it was evaluated for that only
+
+    @property
+    def step_time_s(self) -> float:
+        return self.result.run.step_time_s if self.result is not None else _own(self).step_time_s
+
+
+def _own(run: _StageRun) -> StepReport:
+    if run.report is None:
+        raise TrainsimError("a stage evaluated without its report")  # never: one of the two is set
+    return run.report
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,6 +348,7 @@ class _Inputs:
     slowdown: float | None
     path: str
     device: DeviceSpec
+    trace: bool = True
 
 
 def _sibling_collective(
@@ -359,6 +389,10 @@ class _Composer:
         self.workload, self.config, self.topology = inputs.workload, config, topology
         self.strategy, self.layout, self.options = inputs.strategy, layout, options
         self.seed, self.slowdown, self.path = inputs.seed, inputs.slowdown, inputs.path
+        # For the report only, a stage without pipelining or offload may be evaluated without a
+        # trace (fast_step_report); its peak is then its run's (no extra activations, see _stage_peak).
+        self.lean = not inputs.trace and self.path == "fast" and layout.pp == 1 and options.offload == "none"
+        self.labels: tuple[str, str, float] = ("", "", 0.0)  # cluster, device, peak FLOP/s of the report
         self.gpus = topology.world_size
         self.dp = layout.dp(self.gpus)
         per_step = self.dp * config.micro_batch
@@ -453,9 +487,27 @@ class _Composer:
 
         cfg = self._stage_config(1 if self.layout.pp > 1 else self.micro)
         key = (*where, self.strategy, cfg, self.seed, self.slowdown, self.path)
+        if self.lean:
+            return self.cache.get(
+                "lean stage run",
+                (*key, *self.labels),
+                lambda: self._lean_run(self.cache.get("stage", where, build), cfg, key),
+            )
         return self.cache.get(
             "stage run", key, lambda: self._run_stage(self.cache.get("stage", where, build), cfg, key)
         )
+
+    def _lean_run(self, model: StageModel, cfg: TrainingConfig, key: tuple[object, ...]) -> _StageRun:
+        """The stage's report without a trace, where nothing but its run's peak is read of it."""
+        if model.transient_per_sample:  # blocks rematerialised at once add to the run's peak
+            return self._run_stage(model, cfg, key)
+        ctx = self._context(model, cfg)
+        cluster, device, peak_flops = self.labels
+        report = fast_step_report(
+            get_strategy(self.strategy), ctx, cluster=cluster, device=device, peak_flops=peak_flops,
+            slowdown=self.slowdown,
+        )  # fmt: skip
+        return _StageRun(model, ctx, None, [], 0.0, OffloadEffect(), report.step_time_s, key, report)
 
     def _sharded(self, rank: int, chunks: list[tuple[int, ...]]) -> ShardedStage:
         """The stage's sharded layers and compute times: shared by every topology, data-parallel
@@ -556,6 +608,7 @@ class _Composer:
 
     # -- the step ------------------------------------------------------------------------------------
     def run(self, cluster: str, device: str, peak_flops: float) -> ParallelStepResult:
+        self.labels = (cluster, device, peak_flops)
         chunks = self._chunks()
         runs: dict[tuple[object, ...], _StageRun] = {}
         per_rank: list[_StageRun] = []
@@ -616,7 +669,7 @@ class _Composer:
         if pipeline is None:
             run = per_rank[0]
             extra = self.micro * (run.offload.per_micro_fwd_s + run.offload.per_micro_bwd_s)
-            return run.result.run.step_time_s + extra + run.tail_s
+            return run.step_time_s + extra + run.tail_s
         tied = self._tied_embedding_sync_s()
         ends = [
             pipeline.last_backward_end_s[r] + run.tail_s + (tied if r in (0, len(per_rank) - 1) else 0.0)
@@ -672,12 +725,15 @@ class _Composer:
     ) -> ParallelStepResult:
         worst = max(stages, key=lambda s: (s.peak_memory_bytes, -s.rank))
         first = per_rank[0]
-        base = self.cache.get(
-            "stage report",
-            (*first.key, cluster, device, peak_flops),
-            lambda: report_step(
-                first.result, first.ctx, cluster=cluster, device=device, peak_flops=peak_flops
-            ),
+        result = first.result
+        base = (
+            _own(first)
+            if result is None
+            else self.cache.get(
+                "stage report",
+                (*first.key, cluster, device, peak_flops),
+                lambda: report_step(result, first.ctx, cluster=cluster, device=device, peak_flops=peak_flops),
+            )
         )
         busy = max(pipeline.busy_s) if pipeline is not None else base.compute_s
         compute_s = busy if pipeline is not None else base.compute_s
@@ -749,6 +805,9 @@ def _memory_status(peak_bytes: float, capacity_bytes: float) -> str:
 def _stage_peak(run: _StageRun, extra: float) -> tuple[float, dict[str, float], str]:
     """A stage's peak: the run's timeline, with ``extra`` activations (micro-batches in flight beyond
     the run's one, blocks being recomputed) while the passes run and the offload's changes."""
+    if run.result is None:  # a lean run: nothing beyond its own peak (Composer.lean)
+        own = _own(run)
+        return own.peak_memory_bytes, dict(own.memory_breakdown), own.peak_phase
     timeline = run.result.run.memory
     peak = timeline.peak()
     cut = run.last_backward_s * (1 + 1e-12)

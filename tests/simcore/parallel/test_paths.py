@@ -70,9 +70,17 @@ def test_fast_path_gives_the_discrete_event_step(
 ) -> None:
     gpus, layout, options, config = point
     workload, topology = (load_workload(preset) if preset else small_gpt()), cluster("dgx-a100", gpus)
+    assume(layout.vpp == 1 or len(workload.block_names) % (layout.pp * layout.vpp) == 0)  # interleaving
     fast = compose_parallel_step(workload, config, topology, strategy, layout, options, path="fast").report
     des = compose_parallel_step(workload, config, topology, strategy, layout, options, path="des").report
     _assert_close(fast, des)
+    lean = compose_parallel_step(
+        workload, config, topology, strategy, layout, options, path="fast", trace=False
+    )
+    _assert_close(lean.report, des)
+    assert (lean.run is None) == (
+        layout.pp == 1 and options.offload == "none" and options.recompute in ("none", "full")
+    )
 
 
 @pytest.mark.parametrize(
@@ -102,6 +110,10 @@ def test_pure_data_parallel_delegate_takes_the_path(strategy: str) -> None:
     auto = simulate_parallel_step(workload, config, topology, strategy, ParallelLayout()).report
     _assert_close(fast, des)
     assert auto == fast  # a homogeneous cluster: auto takes the fast path
+    lean = simulate_parallel_step(workload, config, topology, strategy, ParallelLayout(), trace=False)
+    _assert_close(lean.report, des)
+    with pytest.raises(TrainsimError, match=r"report only \(trace=False\): no trace to show"):
+        _ = lean.step
 
 
 def test_unknown_path_is_refused() -> None:

@@ -228,7 +228,7 @@ def test_memory_status_is_the_worst_stages_verdict() -> None:
     config = TrainingConfig(global_batch=1024, micro_batch=1)
     result = simulate_parallel_step(workload, config, topology, "zero1", ParallelLayout(tp=8, pp=8, vpp=2))
     report = result.report
-    assert result.run.run.memory.peak().status == "fits"
+    assert result.run is not None and result.run.run.memory.peak().status == "fits"
     assert report.peak_memory_bytes == max(report.stage_peak_memory_bytes) > report.memory_capacity_bytes
     assert (report.fits, report.memory_status) == (False, "OOM")
     assert report.oom_verdict.startswith("OOM: stage 0 peaks at")
