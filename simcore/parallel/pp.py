@@ -290,10 +290,12 @@ def run_pipeline(
     *,
     split_w: bool = False,
     activation_weights: Sequence[Sequence[float]] | None = None,
+    spans: bool = True,
 ) -> PipelineRun:
     """List-schedule ``orders`` with ``times[rank][chunk]``; ``p2p(src, dst)`` is the send time.
 
     ``orders`` may come compiled (:func:`compile_orders`) when a caller times one shape often.
+    ``spans=False``: a caller that draws no timeline gets the run without its passes' spans.
     ``activation_weights[rank][chunk]`` weighs a chunk's in-flight activations (default 1 each):
     ``peak_in_flight`` is the most a rank holds at once in those units.
     """
@@ -304,7 +306,7 @@ def run_pipeline(
     if split_w:
         run = _list_schedule(plain, times, p2p, split_w)
     else:
-        run = _in_order(compiled or compile_orders(plain, len(times[0])), times, p2p)
+        run = _in_order(compiled or compile_orders(plain, len(times[0])), times, p2p, spans)
     run.peak_in_flight = _in_flight(plain, activation_weights)
     return run
 
@@ -337,56 +339,60 @@ def _list_schedule(
 
 
 def _in_order(
-    compiled: CompiledOrders, times: Sequence[Sequence[StageTimes]], p2p: Callable[[int, int], float]
+    compiled: CompiledOrders,
+    times: Sequence[Sequence[StageTimes]],
+    p2p: Callable[[int, int], float],
+    record: bool = True,
 ) -> PipelineRun:
     """The same schedule when every rank runs its order as given (no ``W`` to fill gaps with).
 
     Then nothing depends on when a rank looks for work: each pass starts at the later of its
     rank's previous end and its input's arrival (the list scheduler's ``max(now, ready)``, the
-    same floating-point operations), so the passes are timed in sweeps over the ranks, each rank
-    advancing until it waits on a pass not yet timed.
+    same floating-point operations), so the passes are timed rank by rank, each rank advancing
+    until it waits on a pass not yet timed and resuming once that pass is timed.
     """
     pp = len(compiled.ops)
     ends = [-1.0] * compiled.slots
+    waiter = [-1] * compiled.slots  # the rank stopped at a pass waiting for this slot
     link = [[0.0] * pp for _ in range(pp)]  # link[receiver][sender]
     for src, dst in compiled.links:
         link[dst][src] = p2p(src, dst)
     pos, free = [0] * pp, [0.0] * pp
     run = PipelineRun(0.0, busy_s=[0.0] * pp, last_backward_end_s=[0.0] * pp)
     spans = run.spans
-    remaining = sum(len(ops) for ops in compiled.ops)
-    while remaining:
-        progressed = 0
-        for rank in range(pp):
-            ops, k, now, busy, last_b = compiled.ops[rank], pos[rank], free[rank], run.busy_s[rank], 0.0
-            arrive, chunk_times = link[rank], times[rank]
-            while k < len(ops):
-                op, own, dep, src, chunk, forward = ops[k]
-                if dep < 0:
-                    ready = 0.0
-                else:
-                    ready = ends[dep]
-                    if ready < 0.0:
-                        break
-                    if src != rank:
-                        ready += arrive[src]
-                start = max(now, ready)
-                t = chunk_times[chunk]
-                now = ends[own] = start + (t.f if forward else t.b)
+    resume = list(range(pp - 1, -1, -1))
+    while resume:
+        rank = resume.pop()
+        ops, k, now, busy, last_b = compiled.ops[rank], pos[rank], free[rank], run.busy_s[rank], 0.0
+        arrive, chunk_times = link[rank], times[rank]
+        while k < len(ops):
+            op, own, dep, src, chunk, forward = ops[k]
+            if dep < 0:
+                ready = 0.0
+            else:
+                ready = ends[dep]
+                if ready < 0.0:
+                    waiter[dep] = rank
+                    break
+                if src != rank:
+                    ready += arrive[src]
+            start = max(now, ready)
+            t = chunk_times[chunk]
+            now = ends[own] = start + (t.f if forward else t.b)
+            if record:
                 spans.append((rank, op, start, now))
-                busy += now - start
-                if not forward:
-                    last_b = now
-                k += 1
-            if k > pos[rank]:
-                progressed += k - pos[rank]
-                run.busy_s[rank] = busy
-                if last_b:
-                    run.last_backward_end_s[rank] = max(run.last_backward_end_s[rank], last_b)
-                pos[rank], free[rank] = k, now
-        if not progressed:
-            raise _deadlock(sum(pos), compiled.orders)
-        remaining -= progressed
+            busy += now - start
+            if not forward:
+                last_b = now
+            if waiter[own] >= 0:
+                resume.append(waiter[own])
+            k += 1
+        run.busy_s[rank] = busy
+        if last_b:
+            run.last_backward_end_s[rank] = max(run.last_backward_end_s[rank], last_b)
+        pos[rank], free[rank] = k, now
+    if sum(pos) != sum(len(ops) for ops in compiled.ops):
+        raise _deadlock(sum(pos), compiled.orders)
     run.makespan_s = max(free)
     return run
 

@@ -117,12 +117,13 @@ class ParallelStepResult:
     run: StepResult | None
     stages: list[StagePrediction] = field(default_factory=list)
     pipeline: PipelineRun | None = None
+    traced: bool = True  # False: evaluated for the report only (no spans to draw)
 
     @property
     def step(self) -> StepResult:
         """A step result for traces: the pipeline's passes, one lane per stage (built when asked
         for: a planner reading only reports never pays for it), or the run without pipelining."""
-        if self.run is None:
+        if self.run is None or not self.traced:
             raise TrainsimError("this step was evaluated for its report only (trace=False): no trace to show")
         if self.pipeline is None:
             return self.run
@@ -189,7 +190,7 @@ def simulate_parallel_step(
     fast path a step without pipelining (nor offload, nor blocks rematerialised at once) is
     evaluated by :func:`~simcore.fastpath.step.fast_step_report` (long gradient accumulation
     extrapolated from a probe, deep models folded: the same report to rounding, many times
-    faster) and the result has no ``run`` to trace.
+    faster), a pipeline is timed without its passes' spans, and the result has no ``step`` to trace.
     """
     gpus = topology.world_size
     check_engine_path(path)
@@ -232,8 +233,9 @@ def simulate_parallel_step(
         1.0, 0.0, {},
     )  # fmt: skip
     return ParallelStepResult(
-        replace(report, mfu=_mfu(workload, config, gpus, peak_flops, report.step_time_s)), step, [stage]
-    )
+        replace(report, mfu=_mfu(workload, config, gpus, peak_flops, report.step_time_s)), step, [stage],
+        traced=trace,
+    )  # fmt: skip
 
 
 def compose_parallel_step(
@@ -391,6 +393,7 @@ class _Composer:
         self.seed, self.slowdown, self.path = inputs.seed, inputs.slowdown, inputs.path
         # For the report only, a stage without pipelining or offload may be evaluated without a
         # trace (fast_step_report); its peak is then its run's (no extra activations, see _stage_peak).
+        self.trace = inputs.trace
         self.lean = not inputs.trace and self.path == "fast" and layout.pp == 1 and options.offload == "none"
         self.labels: tuple[str, str, float] = ("", "", 0.0)  # cluster, device, peak FLOP/s of the report
         self.gpus = topology.world_size
@@ -660,7 +663,12 @@ class _Composer:
         ]
         times = [run.times for run in per_rank]
         pipeline = run_pipeline(
-            orders, times, p2p, split_w=self.options.schedule == "zb-h1", activation_weights=weights
+            orders,
+            times,
+            p2p,
+            split_w=self.options.schedule == "zb-h1",
+            activation_weights=weights,
+            spans=self.trace,
         )
         sends = 2 * self.micro * lay.vpp  # a forward and a backward send per micro-batch and chunk
         return pipeline, sends * p2p(0, 1 % lay.pp)
@@ -790,7 +798,7 @@ class _Composer:
         if self.workload.dims is not None:
             spec = shard_spec(self.layout, self.options, self.workload.dims)
             report = replace(report, sequence_parallel=spec.sequence_parallel)
-        return ParallelStepResult(report, first.result, stages, pipeline)
+        return ParallelStepResult(report, first.result, stages, pipeline, traced=self.trace)
 
 
 def _memory_status(peak_bytes: float, capacity_bytes: float) -> str:

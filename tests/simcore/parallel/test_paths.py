@@ -78,6 +78,7 @@ def test_fast_path_gives_the_discrete_event_step(
         workload, config, topology, strategy, layout, options, path="fast", trace=False
     )
     _assert_close(lean.report, des)
+    assert lean.pipeline is None or options.schedule == "zb-h1" or not lean.pipeline.spans
     assert (lean.run is None) == (
         layout.pp == 1 and options.offload == "none" and options.recompute in ("none", "full")
     )
