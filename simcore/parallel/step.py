@@ -20,6 +20,11 @@ run theirs (:class:`~simcore.parallel.comm.GroupPricer`):
 
 A layout of all ones with no recompute (or full recompute) and no offload is today's data-parallel
 step, run by the same code path as the what-if always ran (:func:`simcore.strategies.runner.simulate_step`).
+
+The stages' steps run on the engine path ``path`` picks (:mod:`simcore.fastpath.path`: the
+event-free evaluator where every rank is alike, the same result as the discrete-event run to
+rounding). What configurations of a sweep share (stage models, stage runs, collective prices,
+pipeline orders) lives in a :class:`~simcore.parallel.cache.ComposeCache` the caller owns.
 """
 
 from __future__ import annotations
