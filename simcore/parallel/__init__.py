@@ -9,12 +9,14 @@ Public API::
     check_layout(layout, gpus, workload)       one LayoutError naming the rule broken
     Placement(layout, gpus)                    process groups (Megatron's tp-cp-ep-dp-pp order)
     simulate_parallel_step(workload, config, topology, strategy, layout, options, *,
-                           calibration, cluster, seed) -> ParallelStepResult
+                           calibration, cluster, seed, path, cache) -> ParallelStepResult
+    ComposeCache()                             what a sweep's configurations share (simcore.parallel.cache)
     ParallelStepReport                         StepReport + layout fields (simcore.parallel.report)
     partition_stages, rank_orders, run_pipeline   pipeline stages and schedules (simcore.parallel.pp)
     activation_bytes_per_layer                 Korthikanti et al. 2022's formulas (simcore.parallel.memory)
 """
 
+from simcore.parallel.cache import ComposeCache
 from simcore.parallel.layout import LayoutError, ParallelLayout, Placement, check_layout
 from simcore.parallel.options import CP_KINDS, OFFLOAD_MODES, RECOMPUTE_MODES, ParallelOptions
 from simcore.parallel.pp import PIPELINE_SCHEDULES
@@ -26,6 +28,7 @@ __all__ = [
     "OFFLOAD_MODES",
     "PIPELINE_SCHEDULES",
     "RECOMPUTE_MODES",
+    "ComposeCache",
     "LayoutError",
     "ParallelLayout",
     "ParallelOptions",

@@ -39,9 +39,11 @@ from simcore.workload.types import Workload
 
 __all__ = [
     "PIPELINE_SCHEDULES",
+    "CompiledOrders",
     "PipelineOp",
     "PipelineRun",
     "StageTimes",
+    "compile_orders",
     "partition_stages",
     "rank_orders",
     "run_pipeline",
@@ -140,7 +142,8 @@ class PipelineRun:
     """When every pass of every rank ran, and what follows from it."""
 
     makespan_s: float
-    spans: list[tuple[int, PipelineOp, float, float]] = field(default_factory=list)  # rank, op, start, end
+    # rank, op, start, end (in the order they were timed: not sorted by time)
+    spans: list[tuple[int, PipelineOp, float, float]] = field(default_factory=list)
     busy_s: list[float] = field(default_factory=list)
     last_backward_end_s: list[float] = field(default_factory=list)
     peak_in_flight: list[float] = field(default_factory=list)  # activation units held at most, per rank
@@ -237,19 +240,89 @@ class _Scheduler:
         self._execute(rank, op, max(now, ready), heap)
 
 
+@dataclass(frozen=True, slots=True)
+class CompiledOrders:
+    """Rank orders as flat integer records for timing them in order (:func:`run_pipeline`).
+
+    ``ops[rank]`` holds, per pass: the pass, its slot in the table of pass end times, the slot of
+    the pass it waits for (-1: none), the rank that pass ran on, its chunk and whether it is a
+    forward. It depends only on the schedule's shape (``pp``, ``vpp``, micro-batches), so a sweep
+    can compile it once per shape.
+    """
+
+    orders: list[list[PipelineOp]]
+    ops: tuple[tuple[tuple[PipelineOp, int, int, int, int, bool], ...], ...]
+    slots: int
+    links: tuple[tuple[int, int], ...]  # (sender, receiver) pairs of different ranks that send
+
+
+def compile_orders(orders: list[list[PipelineOp]], vpp: int) -> CompiledOrders:
+    """``orders`` (of :func:`rank_orders`) with each pass's dependency resolved to a slot."""
+    pp = len(orders)
+    micro = 1 + max((op.micro for order in orders for op in order), default=0)
+    stages = pp * vpp
+
+    def slot(kind: str, stage: int, m: int) -> int:
+        return ((kind == "B") * stages + stage) * micro + m
+
+    ranks = []
+    for rank, order in enumerate(orders):
+        records = []
+        for op in order:
+            stage = op.chunk * pp + rank
+            if op.kind == "F":
+                dep = slot("F", stage - 1, op.micro) if stage else -1
+                src = (stage - 1) % pp if stage else rank
+            elif stage == stages - 1:
+                dep, src = slot("F", stage, op.micro), rank
+            else:
+                dep, src = slot("B", stage + 1, op.micro), (stage + 1) % pp
+            records.append((op, slot(op.kind, stage, op.micro), dep, src, op.chunk, op.kind == "F"))
+        ranks.append(tuple(records))
+    links = sorted({(r[3], rank) for rank, records in enumerate(ranks) for r in records if r[3] != rank})
+    return CompiledOrders(orders, tuple(ranks), 2 * stages * micro, tuple(links))
+
+
 def run_pipeline(
-    orders: list[list[PipelineOp]],
+    orders: list[list[PipelineOp]] | CompiledOrders,
     times: Sequence[Sequence[StageTimes]],
     p2p: Callable[[int, int], float],
     *,
     split_w: bool = False,
     activation_weights: Sequence[Sequence[float]] | None = None,
+    spans: bool = True,
 ) -> PipelineRun:
     """List-schedule ``orders`` with ``times[rank][chunk]``; ``p2p(src, dst)`` is the send time.
 
+    ``orders`` may come compiled (:func:`compile_orders`) when a caller times one shape often.
+    ``spans=False``: a caller that draws no timeline gets the run without its passes' spans.
     ``activation_weights[rank][chunk]`` weighs a chunk's in-flight activations (default 1 each):
     ``peak_in_flight`` is the most a rank holds at once in those units.
     """
+    if isinstance(orders, CompiledOrders):
+        compiled, plain = orders, orders.orders
+    else:
+        compiled, plain = None, orders
+    if split_w:
+        run = _list_schedule(plain, times, p2p, split_w)
+    else:
+        run = _in_order(compiled or compile_orders(plain, len(times[0])), times, p2p, spans)
+    run.peak_in_flight = _in_flight(plain, activation_weights)
+    return run
+
+
+def _deadlock(done: int, orders: list[list[PipelineOp]]) -> TrainsimError:
+    total = sum(len(order) for order in orders)
+    return TrainsimError(f"pipeline schedule deadlocked after {done} of {total} passes")
+
+
+def _list_schedule(
+    orders: list[list[PipelineOp]],
+    times: Sequence[Sequence[StageTimes]],
+    p2p: Callable[[int, int], float],
+    split_w: bool,
+) -> PipelineRun:
+    """Event-driven list scheduling: a rank takes a pending ``W`` when its next pass is not ready."""
     scheduler = _Scheduler(orders, times, p2p, split_w)
     heap = [(0.0, rank) for rank in range(len(orders))]
     heapq.heapify(heap)
@@ -258,13 +331,69 @@ def run_pipeline(
         if now < scheduler.free[rank]:
             continue  # a stale entry: the rank was rescheduled later
         scheduler.step(rank, now, heap)
-    total = sum(len(order) for order in orders)
     done = sum(1 for (_, op) in scheduler.end if op.kind != "W")
-    if done != total:
-        raise TrainsimError(f"pipeline schedule deadlocked after {done} of {total} passes")
-    run = scheduler.run
-    run.makespan_s = max(scheduler.free)
-    run.peak_in_flight = _in_flight(orders, activation_weights)
+    if done != sum(len(order) for order in orders):
+        raise _deadlock(done, orders)
+    scheduler.run.makespan_s = max(scheduler.free)
+    return scheduler.run
+
+
+def _in_order(
+    compiled: CompiledOrders,
+    times: Sequence[Sequence[StageTimes]],
+    p2p: Callable[[int, int], float],
+    record: bool = True,
+) -> PipelineRun:
+    """The same schedule when every rank runs its order as given (no ``W`` to fill gaps with).
+
+    Then nothing depends on when a rank looks for work: each pass starts at the later of its
+    rank's previous end and its input's arrival (the list scheduler's ``max(now, ready)``, the
+    same floating-point operations), so the passes are timed rank by rank, each rank advancing
+    until it waits on a pass not yet timed and resuming once that pass is timed.
+    """
+    pp = len(compiled.ops)
+    ends = [-1.0] * compiled.slots
+    waiter = [-1] * compiled.slots  # the rank stopped at a pass waiting for this slot
+    link = [[0.0] * pp for _ in range(pp)]  # link[receiver][sender]
+    for src, dst in compiled.links:
+        link[dst][src] = p2p(src, dst)
+    pos, free = [0] * pp, [0.0] * pp
+    run = PipelineRun(0.0, busy_s=[0.0] * pp, last_backward_end_s=[0.0] * pp)
+    spans = run.spans
+    resume = list(range(pp - 1, -1, -1))
+    while resume:
+        rank = resume.pop()
+        ops, k, now, busy, last_b = compiled.ops[rank], pos[rank], free[rank], run.busy_s[rank], 0.0
+        arrive, chunk_times = link[rank], times[rank]
+        while k < len(ops):
+            op, own, dep, src, chunk, forward = ops[k]
+            if dep < 0:
+                ready = 0.0
+            else:
+                ready = ends[dep]
+                if ready < 0.0:
+                    waiter[dep] = rank
+                    break
+                if src != rank:
+                    ready += arrive[src]
+            start = max(now, ready)
+            t = chunk_times[chunk]
+            now = ends[own] = start + (t.f if forward else t.b)
+            if record:
+                spans.append((rank, op, start, now))
+            busy += now - start
+            if not forward:
+                last_b = now
+            if waiter[own] >= 0:
+                resume.append(waiter[own])
+            k += 1
+        run.busy_s[rank] = busy
+        if last_b:
+            run.last_backward_end_s[rank] = max(run.last_backward_end_s[rank], last_b)
+        pos[rank], free[rank] = k, now
+    if sum(pos) != sum(len(ops) for ops in compiled.ops):
+        raise _deadlock(sum(pos), compiled.orders)
+    run.makespan_s = max(free)
     return run
 
 
@@ -272,9 +401,14 @@ def _in_flight(orders: list[list[PipelineOp]], weights: Sequence[Sequence[float]
     peaks = []
     for rank, order in enumerate(orders):
         held = peak = 0.0
+        rank_weights = weights[rank] if weights is not None else None
         for op in order:
-            weight = weights[rank][op.chunk] if weights is not None else 1.0
-            held += weight if op.kind == "F" else -weight
-            peak = max(peak, held)
+            weight = rank_weights[op.chunk] if rank_weights is not None else 1.0
+            if op.kind == "F":
+                held += weight
+                if held > peak:
+                    peak = held
+            else:
+                held -= weight
         peaks.append(peak)
     return peaks

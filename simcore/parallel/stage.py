@@ -33,22 +33,38 @@ if TYPE_CHECKING:
 
     from simcore.compute.roofline import ComputeModel
 
-__all__ = ["StageModel", "StageTimer", "build_stage", "shard_spec"]
+__all__ = ["ShardedStage", "StageModel", "StageTimer", "build_stage", "shard_spec", "shard_stage"]
 
 Group = tuple[int, ...]
 
 
 class StageTimer:
-    """A compute model's per-layer times plus fixed extra seconds per layer and phase."""
+    """A compute model's per-layer times plus fixed extra seconds per layer and phase.
 
-    def __init__(self, base: ComputeModel, extra: dict[str, np.ndarray]) -> None:
+    The extras belong to the layers of the stage's ``workload``; a workload of some of them (a
+    shallower copy of the model, as :mod:`simcore.fastpath.fold` times) gets theirs by layer name.
+    """
+
+    def __init__(
+        self, base: ComputeModel, extra: dict[str, np.ndarray], workload: Workload | None = None
+    ) -> None:
         self.base = base
         self.extra = extra
         self.device = base.device
         self.memory_bandwidth_Bps = base.memory_bandwidth_Bps
+        self._workload = workload
+        self._index = {layer.name: i for i, layer in enumerate(workload.layers)} if workload else {}
+
+    def _extra(self, workload: Workload, phase: str) -> np.ndarray:
+        extra = self.extra[phase]
+        if workload is self._workload or self._workload is None:
+            return extra
+        import numpy as np
+
+        return np.asarray([extra[self._index[layer.name]] for layer in workload.layers])
 
     def layer_times_s(self, workload: Workload, batch: int, phase: str) -> np.ndarray:
-        return self.base.layer_times_s(workload, batch, phase) + self.extra[phase]
+        return self.base.layer_times_s(workload, batch, phase) + self._extra(workload, phase)
 
     def layer_time_s(self, layer: Layer, batch: int, phase: str) -> float:
         return self.base.layer_time_s(layer, batch, phase)
@@ -69,7 +85,7 @@ class StageTimer:
         import numpy as np
 
         kernel, host = self.base.layer_parts_s(workload, batch, phase)
-        return np.asarray(kernel) + self.extra[phase], np.asarray(host)
+        return np.asarray(kernel) + self._extra(workload, phase), np.asarray(host)
 
     def combine(self, kernel_s: float, host_s: float) -> float:
         return float(self.base.combine(kernel_s, host_s))
@@ -147,27 +163,44 @@ def _stage_workload(
     )
 
 
-def build_stage(
+@dataclass(frozen=True, slots=True)
+class ShardedStage:
+    """The part of a :class:`StageModel` that does not depend on where the ranks are: the rank's
+    sharded layers after recompute and their compute times (shared by every topology and
+    data-parallel degree with the same split; see :func:`shard_stage`)."""
+
+    rank: int
+    chunks: tuple[tuple[int, ...], ...]
+    spec: ShardSpec
+    workload: Workload  # the rank's layers as one rank computes them
+    rerun: tuple[tuple[int, ...], ...]  # forwards rerun before each layer's backward (recompute)
+    transient_per_sample: float
+    base: dict[str, np.ndarray]  # compute seconds per layer and phase, one micro-batch
+    chunk_slices: tuple[range, ...]
+    held_per_sample: tuple[float, ...]
+    tied_copy_params: int
+
+
+def shard_stage(
     workload: Workload,
     rank: int,
     chunks: Sequence[tuple[int, ...]],
     *,
     layout: ParallelLayout,
     options: ParallelOptions,
-    placement: Placement,
-    pricer: GroupPricer,
     timer: ComputeModel,
     micro_batch: int,
-) -> StageModel:
-    """The :class:`StageModel` of pipeline rank ``rank`` holding ``chunks``."""
+) -> ShardedStage:
+    """Pipeline rank ``rank``'s sharded layers and compute times (what :func:`build_stage` prices
+    the communication of). Reads of ``layout`` only its tensor, context, expert and pipeline
+    degrees, of ``options`` the shard spec's fields and the recompute mode."""
     import numpy as np
 
     dims = workload.dims
     assert dims is not None  # check_layout rejects model parallelism without a transformer shape
     spec = shard_spec(layout, options, dims)
-    elem = workload.dtype_bytes
     order = [i for chunk in chunks for i in chunk]
-    sharded = [shard_layer(workload.layers[i], dims, spec, elem) for i in order]
+    sharded = [shard_layer(workload.layers[i], dims, spec, workload.dtype_bytes) for i in order]
     mode, every = options.recompute_mode
     plan = apply_recompute(sharded, [workload.layers[i].block for i in order], mode, every)
     tied_copy = 0
@@ -180,36 +213,65 @@ def build_stage(
         tied_copy = round(dims.vocab * dims.hidden / layout.tp)  # Megatron's copy of the word embedding
     stage_wl = _stage_workload(workload, order, plan.layers, rank, layout.tp, tied_copy)
     base = {phase: np.asarray(timer.layer_times_s(stage_wl, micro_batch, phase)) for phase in PHASES}
+    slices, start = [], 0
+    for chunk in chunks:
+        slices.append(range(start, start + len(chunk)))
+        start += len(chunk)
+    held = tuple(held_bytes([stage_wl.layers[i] for i in s], mode == "full") for s in slices)
+    return ShardedStage(
+        rank, tuple(tuple(c) for c in chunks), spec, stage_wl, tuple(tuple(r) for r in plan.rerun),
+        plan.transient_bytes, base, tuple(slices), held, tied_copy,
+    )  # fmt: skip
+
+
+def build_stage(
+    workload: Workload,
+    rank: int,
+    chunks: Sequence[tuple[int, ...]],
+    *,
+    layout: ParallelLayout,
+    options: ParallelOptions,
+    placement: Placement,
+    pricer: GroupPricer,
+    timer: ComputeModel,
+    micro_batch: int,
+    sharded: ShardedStage | None = None,
+) -> StageModel:
+    """The :class:`StageModel` of pipeline rank ``rank`` holding ``chunks`` (``sharded``: its
+    :func:`shard_stage`, when the caller has it already)."""
+    import numpy as np
+
+    dims = workload.dims
+    assert dims is not None  # check_layout rejects model parallelism without a transformer shape
+    if sharded is None:
+        sharded = shard_stage(
+            workload, rank, chunks, layout=layout, options=options, timer=timer, micro_batch=micro_batch
+        )
+    base = sharded.base
     fwd_comm, bwd_comm, by_axis = _exposed_comm(
-        [workload.layers[i] for i in order],
+        [workload.layers[i] for chunk in chunks for i in chunk],
         dims,
-        spec,
+        sharded.spec,
         options,
         placement,
         pricer,
         rank,
         micro_batch,
-        elem,
+        workload.dtype_bytes,
         base,
     )
-    bwd_rerun = np.array([sum(base["fwd"][j] + fwd_comm[j] for j in rerun) for rerun in plan.rerun])
+    bwd_rerun = np.array([sum(base["fwd"][j] + fwd_comm[j] for j in rerun) for rerun in sharded.rerun])
     extra = {"fwd": fwd_comm, "bwd": bwd_comm + bwd_rerun, "recompute": fwd_comm}
-    slices, start = [], 0
-    for chunk in chunks:
-        slices.append(range(start, start + len(chunk)))
-        start += len(chunk)
-    full = mode == "full"
-    held = tuple(held_bytes([stage_wl.layers[i] for i in s], full) for s in slices)
     return StageModel(
         rank,
-        tuple(tuple(c) for c in chunks),
-        stage_wl,
-        tuple(slices),
-        StageTimer(timer, extra),
-        held,
-        plan.transient_bytes,
+        sharded.chunks,
+        sharded.workload,
+        sharded.chunk_slices,
+        StageTimer(timer, extra, sharded.workload),
+        sharded.held_per_sample,
+        sharded.transient_per_sample,
         by_axis,
-        tied_copy,
+        sharded.tied_copy_params,
     )
 
 

@@ -20,23 +20,43 @@ run theirs (:class:`~simcore.parallel.comm.GroupPricer`):
 
 A layout of all ones with no recompute (or full recompute) and no offload is today's data-parallel
 step, run by the same code path as the what-if always ran (:func:`simcore.strategies.runner.simulate_step`).
+
+The stages' steps run on the engine path ``path`` picks (:mod:`simcore.fastpath.path`: the
+event-free evaluator where every rank is alike, the same result as the discrete-event run to
+rounding). What configurations of a sweep share (stage models, stage runs, collective prices,
+pipeline orders) lives in a :class:`~simcore.parallel.cache.ComposeCache` the caller owns.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from simcore.compute.memory import TIGHT_HEADROOM
 from simcore.compute.roofline import ComputeModel
 from simcore.errors import TrainsimError
+from simcore.fastpath.costs import fast_collective_model, fast_concurrent_model
+from simcore.fastpath.path import DEFAULT_ENGINE_PATH, check_engine_path, choose_path
+from simcore.fastpath.step import fast_step_report
+from simcore.parallel.cache import ComposeCache
 from simcore.parallel.comm import GroupPricer, sharing_groups
 from simcore.parallel.layout import ParallelLayout, Placement, check_layout
 from simcore.parallel.offload import OffloadEffect, offload_effect
 from simcore.parallel.options import ParallelOptions
-from simcore.parallel.pp import PipelineRun, StageTimes, partition_stages, rank_orders, run_pipeline
+from simcore.parallel.pp import (
+    CompiledOrders,
+    PipelineOp,
+    PipelineRun,
+    StageTimes,
+    compile_orders,
+    partition_stages,
+    rank_orders,
+    run_pipeline,
+)
 from simcore.parallel.report import ParallelStepReport
-from simcore.parallel.stage import StageModel, build_stage, shard_spec
+from simcore.parallel.stage import ShardedStage, StageModel, build_stage, shard_spec, shard_stage
 from simcore.report import StepReport
 from simcore.strategies import get_strategy
 from simcore.strategies.base import CommCost, StepContext, TrainingConfig
@@ -52,6 +72,7 @@ from simcore.strategies.schedule import PlanRun, Span
 
 if TYPE_CHECKING:
     from simcore.calibration.profile import CalibrationProfile
+    from simcore.hardware import DeviceSpec
     from simcore.topology import Topology
     from simcore.workload.types import Workload
 
@@ -93,12 +114,25 @@ class StagePrediction:
 
 @dataclass(slots=True)
 class ParallelStepResult:
-    """A parallel layout's step: its report, a step result for traces, stages and the pipeline run."""
+    """A parallel layout's step: its report, the first stage's run, stages and the pipeline run."""
 
     report: ParallelStepReport
-    step: StepResult
+    # the first stage's data-parallel run (without pipelining: the step itself); None when the
+    # caller asked for the report only (``trace=False``) and the step was evaluated without one
+    run: StepResult | None
     stages: list[StagePrediction] = field(default_factory=list)
     pipeline: PipelineRun | None = None
+    traced: bool = True  # False: evaluated for the report only (no spans to draw)
+
+    @property
+    def step(self) -> StepResult:
+        """A step result for traces: the pipeline's passes, one lane per stage (built when asked
+        for: a planner reading only reports never pays for it), or the run without pipelining."""
+        if self.run is None or not self.traced:
+            raise TrainsimError("this step was evaluated for its report only (trace=False): no trace to show")
+        if self.pipeline is None:
+            return self.run
+        return _trace_step(self.run, self.pipeline, self.report.step_time_s)
 
 
 def active_params(workload: Workload) -> int:
@@ -129,6 +163,14 @@ def _delegates(layout: ParallelLayout, options: ParallelOptions) -> bool:
     return layout.is_trivial and options.recompute in ("none", "full") and options.offload == "none"
 
 
+def _gating(cache: ComposeCache, topology: Topology, dtype: str) -> DeviceSpec:
+    return cache.get("device", (cache.identity(topology), dtype), lambda: gating_device(topology, dtype))
+
+
+def _engine_path(cache: ComposeCache, path: str, topology: Topology) -> str:
+    return cache.get("path", (cache.identity(topology), path), lambda: choose_path(path, topology))
+
+
 def simulate_parallel_step(
     workload: Workload,
     config: TrainingConfig,
@@ -140,60 +182,65 @@ def simulate_parallel_step(
     calibration: CalibrationProfile | None = None,
     cluster: str = "",
     seed: int = 0,
+    path: str = DEFAULT_ENGINE_PATH,
+    cache: ComposeCache | None = None,
+    trace: bool = True,
 ) -> ParallelStepResult:
-    """One training step of ``workload`` under ``layout`` with ``strategy`` on the data-parallel axis."""
+    """One training step of ``workload`` under ``layout`` with ``strategy`` on the data-parallel axis.
+
+    ``path`` (:mod:`simcore.fastpath.path`): ``auto`` runs the data-parallel steps on the
+    event-free evaluator where the topology's ranks are alike, ``fast``/``des`` force one.
+    ``cache``: what configurations of a sweep share (:class:`~simcore.parallel.cache.ComposeCache`);
+    None keeps a private one for this call. ``trace=False``: only the report is wanted, so on the
+    fast path a step without pipelining (nor offload, nor blocks rematerialised at once) is
+    evaluated by :func:`~simcore.fastpath.step.fast_step_report` (long gradient accumulation
+    extrapolated from a probe, deep models folded: the same report to rounding, many times
+    faster), a pipeline is timed without its passes' spans, and the result has no ``step`` to trace.
+    """
     gpus = topology.world_size
+    check_engine_path(path)
     check_layout(layout, gpus, workload, cp_kind=options.cp_kind)
+    if not _delegates(layout, options):
+        return compose_parallel_step(
+            workload, config, topology, strategy, layout, options, calibration=calibration,
+            cluster=cluster, seed=seed, path=path, cache=cache, trace=trace,
+        )  # fmt: skip
     chosen = get_strategy(strategy)
-    device = gating_device(topology, config.dtype)
+    cache = cache if cache is not None else ComposeCache()
+    device = _gating(cache, topology, config.dtype)
     peak_flops = device.flops(config.dtype)
     slowdown = config.slowdown(calibration.comm_compute_slowdown if calibration else None)
-    if _delegates(layout, options):
-        cfg = replace(
-            config, activation_checkpointing=config.activation_checkpointing or options.recompute == "full"
-        )
-        ctx = make_context(workload, cfg, topology, calibration=calibration)
-        step = simulate_step(chosen, ctx, seed=seed, slowdown=slowdown)
-        base = report_step(
-            step, ctx, cluster=cluster or topology.name, device=device.name, peak_flops=peak_flops
-        )
-        report = _wrap(
-            base,
-            layout,
-            options,
-            gpus,
-            cfg.accumulation_steps(gpus),
-            0.0,
-            (base.peak_memory_bytes,),
-            {},
-            0.0,
-            0.0,
-            (),
-        )
-        stage = StagePrediction(
-            0,
-            len(workload.block_names),
-            base.peak_memory_bytes,
-            dict(base.memory_breakdown),
-            base.peak_phase,
-            1.0,
-            0.0,
-            {},
-        )
-        return ParallelStepResult(
-            replace(report, mfu=_mfu(workload, config, gpus, peak_flops, report.step_time_s)), step, [stage]
-        )
-    return compose_parallel_step(
-        workload,
-        config,
-        topology,
-        strategy,
-        layout,
-        options,
-        calibration=calibration,
-        cluster=cluster,
-        seed=seed,
+    engine = _engine_path(cache, path, topology)
+    fast = engine == "fast"
+    cfg = replace(
+        config, activation_checkpointing=config.activation_checkpointing or options.recompute == "full"
     )
+    ctx = make_context(
+        workload, cfg, topology, calibration=calibration,
+        collective=fast_collective_model(topology, calibration) if fast else None,
+        concurrent=fast_concurrent_model(topology, calibration) if fast else None,
+    )  # fmt: skip
+    name = cluster or topology.name
+    step: StepResult | None = None
+    if fast and not trace:
+        base = fast_step_report(
+            chosen, ctx, cluster=name, device=device.name, peak_flops=peak_flops, slowdown=slowdown
+        )
+    else:
+        step = simulate_step(chosen, ctx, seed=seed, slowdown=slowdown, path=engine)
+        base = report_step(step, ctx, cluster=name, device=device.name, peak_flops=peak_flops)
+    report = _wrap(
+        base, layout, options, gpus, cfg.accumulation_steps(gpus), 0.0, (base.peak_memory_bytes,), {}, 0.0,
+        0.0, (),
+    )  # fmt: skip
+    stage = StagePrediction(
+        0, len(workload.block_names), base.peak_memory_bytes, dict(base.memory_breakdown), base.peak_phase,
+        1.0, 0.0, {},
+    )  # fmt: skip
+    return ParallelStepResult(
+        replace(report, mfu=_mfu(workload, config, gpus, peak_flops, report.step_time_s)), step, [stage],
+        traced=trace,
+    )  # fmt: skip
 
 
 def compose_parallel_step(
@@ -207,19 +254,26 @@ def compose_parallel_step(
     calibration: CalibrationProfile | None = None,
     cluster: str = "",
     seed: int = 0,
+    path: str = DEFAULT_ENGINE_PATH,
+    cache: ComposeCache | None = None,
+    trace: bool = True,
 ) -> ParallelStepResult:
     """The composed step (stages, data-parallel runs, pipeline) for any valid layout.
 
     :func:`simulate_parallel_step` hands pure data parallelism to the what-if's own step instead;
-    for that layout the two agree exactly (a property test keeps them so).
+    for that layout the two agree exactly (a property test keeps them so). ``path``, ``cache`` and
+    ``trace`` as there.
     """
+    check_engine_path(path)
     check_layout(layout, topology.world_size, workload, cp_kind=options.cp_kind)
-    device = gating_device(topology, config.dtype)
+    cache = cache if cache is not None else ComposeCache()
+    device = _gating(cache, topology, config.dtype)
     slowdown = config.slowdown(calibration.comm_compute_slowdown if calibration else None)
-    composer = _Composer(
-        workload, config, topology, get_strategy(strategy).name, layout, options, calibration, seed, slowdown
-    )
-    return composer.run(cluster or topology.name, device.name, device.flops(config.dtype))
+    inputs = _Inputs(
+        workload, config, topology, get_strategy(strategy).name, layout, options, calibration, seed, slowdown,
+        _engine_path(cache, path, topology), device, trace,
+    )  # fmt: skip
+    return _Composer(inputs, cache).run(cluster or topology.name, device.name, device.flops(config.dtype))
 
 
 def _wrap(
@@ -267,33 +321,86 @@ class _StageRun:
 
     model: StageModel
     ctx: StepContext
-    result: StepResult
+    result: StepResult | None  # None: evaluated for its report only (``report``)
     times: list[StageTimes]
     tail_s: float
     offload: OffloadEffect
     last_backward_s: float  # end of the run's last backward (what follows is the tail)
+    key: tuple[object, ...]  # its key in the compose cache
+    report: StepReport | None = None  # the stage's own report, when it was evaluated for that only
+
+    @property
+    def step_time_s(self) -> float:
+        return self.result.run.step_time_s if self.result is not None else _own(self).step_time_s
+
+
+def _own(run: _StageRun) -> StepReport:
+    if run.report is None:
+        raise TrainsimError("a stage evaluated without its report")  # never: one of the two is set
+    return run.report
+
+
+@dataclass(frozen=True, slots=True)
+class _Inputs:
+    """Everything one composed step depends on (the engine path already chosen)."""
+
+    workload: Workload
+    config: TrainingConfig
+    topology: Topology
+    strategy: str
+    layout: ParallelLayout
+    options: ParallelOptions
+    calibration: CalibrationProfile | None
+    seed: int
+    slowdown: float | None
+    path: str
+    device: DeviceSpec
+    trace: bool = True
+
+
+def _sibling_collective(
+    cache: ComposeCache, pricer: GroupPricer, tp: int
+) -> Callable[[str, float, tuple[int, ...]], CommCost]:
+    """A stage's data-parallel collectives, priced while the ``tp - 1`` groups beside it (the
+    other tensor-parallel coordinates of the same stage, on the same hosts) run theirs."""
+    topology = pricer.topology
+    where = (cache.identity(topology), tp)
+
+    def collective(op: str, size_bytes: float, group: tuple[int, ...]) -> CommCost:
+        def siblings() -> list[tuple[int, ...]]:
+            shifted = [tuple(r + t for r in group) for t in range(1, tp)]
+            return sharing_groups(topology, group, shifted)
+
+        return pricer.price(op, size_bytes, group, cache.get("siblings", (*where, group), siblings))
+
+    return collective
 
 
 class _Composer:
-    """Builds and runs every distinct stage, then the pipeline (see the module docstring)."""
+    """Builds and runs every distinct stage, then the pipeline (see the module docstring).
 
-    def __init__(
-        self,
-        workload: Workload,
-        config: TrainingConfig,
-        topology: Topology,
-        strategy: str,
-        layout: ParallelLayout,
-        options: ParallelOptions,
-        calibration: CalibrationProfile | None,
-        seed: int,
-        slowdown: float | None,
-    ) -> None:
+    Stage models and stage runs come from the compose cache: a stage's sharded layers and compute
+    times by what :func:`~simcore.parallel.stage.shard_stage` reads (workload, compute model,
+    rank, chunks, pipeline degree, shard spec, recompute mode, micro-batch), its model by
+    everything :func:`~simcore.parallel.stage.build_stage` reads besides (topology, calibration,
+    layout and GPU count: the placement its communication is priced on; options), a stage run
+    by that and what its step reads (strategy, the stage's own training configuration, seed,
+    slowdown, engine path). With pipelining a stage runs one micro-batch whatever the global
+    batch, so batch sizes of a sweep share their stage runs.
+    """
+
+    def __init__(self, inputs: _Inputs, cache: ComposeCache) -> None:
+        config, options, layout, topology = inputs.config, inputs.options, inputs.layout, inputs.topology
         if config.activation_checkpointing and options.recompute == "none":
             options = replace(options, recompute="full")  # --checkpoint-activations is full recompute
-        self.workload, self.config, self.topology = workload, config, topology
-        self.strategy, self.layout, self.options = strategy, layout, options
-        self.seed, self.slowdown = seed, slowdown
+        self.workload, self.config, self.topology = inputs.workload, config, topology
+        self.strategy, self.layout, self.options = inputs.strategy, layout, options
+        self.seed, self.slowdown, self.path = inputs.seed, inputs.slowdown, inputs.path
+        # For the report only, a stage without pipelining or offload may be evaluated without a
+        # trace (fast_step_report); its peak is then its run's (no extra activations, see _stage_peak).
+        self.trace = inputs.trace
+        self.lean = not inputs.trace and self.path == "fast" and layout.pp == 1 and options.offload == "none"
+        self.labels: tuple[str, str, float] = ("", "", 0.0)  # cluster, device, peak FLOP/s of the report
         self.gpus = topology.world_size
         self.dp = layout.dp(self.gpus)
         per_step = self.dp * config.micro_batch
@@ -303,18 +410,38 @@ class _Composer:
                 f"{config.micro_batch} = {per_step}; choose a global batch that is a multiple of {per_step}"
             )
         self.micro = config.global_batch // per_step
-        self.placement = Placement(layout, self.gpus)
-        self.pricer = GroupPricer(topology, calibration)
-        self.device = gating_device(topology, config.dtype)
-        self.timer = ComputeModel(self.device, config.dtype, calibration)
+        self.cache = cache
+        topology_id, calibration_id = cache.identity(topology), cache.identity(inputs.calibration)
+        self.placement = cache.get("placement", (layout, self.gpus), lambda: Placement(layout, self.gpus))
+        self.pricer = cache.get(
+            "pricer", (topology_id, calibration_id), lambda: GroupPricer(topology, inputs.calibration)
+        )
+        self.device = inputs.device
+        self.timer = cache.get(
+            "timer",
+            (cache.identity(self.device), config.dtype, calibration_id),
+            lambda: ComputeModel(self.device, config.dtype, inputs.calibration),
+        )
         self.mode, _ = options.recompute_mode
-        self._collective_memo: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
+        self._collective = _sibling_collective(cache, self.pricer, layout.tp)
+        # What every stage model of this step depends on besides its rank and chunks.
+        self._where = (
+            cache.identity(self.workload), topology_id, calibration_id, config.dtype, layout, self.gpus,
+            options, config.micro_batch,
+        )  # fmt: skip
 
     # -- stages --------------------------------------------------------------------------------------
-    def _chunks(self) -> list[list[tuple[int, ...]]]:
+    def _chunks(self) -> list[tuple[list[tuple[int, ...]], tuple[object, ...]]]:
+        """Each pipeline rank's chunks (layer indices) and what makes two ranks' work alike."""
         lay = self.layout
-        virtual = partition_stages(self.workload, lay.pp * lay.vpp)
-        return [[virtual[c * lay.pp + r] for c in range(lay.vpp)] for r in range(lay.pp)]
+        key = (self.cache.identity(self.workload), lay.pp, lay.vpp)
+
+        def cut() -> list[tuple[list[tuple[int, ...]], tuple[object, ...]]]:
+            virtual = partition_stages(self.workload, lay.pp * lay.vpp)
+            ranks = [[virtual[c * lay.pp + r] for c in range(lay.vpp)] for r in range(lay.pp)]
+            return [(chunks, self._signature(chunks)) for chunks in ranks]
+
+        return self.cache.get("chunks", key, cut)
 
     def _signature(self, chunks: list[tuple[int, ...]]) -> tuple[object, ...]:
         layers = self.workload.layers
@@ -323,14 +450,18 @@ class _Composer:
             for c in chunks
         )
 
-    def _collective(self, op: str, size_bytes: float, group: tuple[int, ...]) -> CommCost:
-        siblings = self._collective_memo.get(group)
-        if siblings is None:
-            shifted = [tuple(r + t for r in group) for t in range(1, self.layout.tp)]
-            siblings = self._collective_memo[group] = sharing_groups(self.topology, group, shifted)
-        return self.pricer.price(op, size_bytes, group, siblings)
+    def _stage_config(self, accumulation: int) -> TrainingConfig:
+        """The training configuration of one stage's data-parallel step over its dp x cp group."""
+        n = self.dp * self.layout.cp
+        return replace(
+            self.config,
+            global_batch=n * self.config.micro_batch * accumulation,
+            activation_checkpointing=self.mode == "full",
+            steps=1,
+            compute_jitter_sigma=0.0,
+        )
 
-    def _context(self, model: StageModel, accumulation: int) -> StepContext:
+    def _context(self, model: StageModel, cfg: TrainingConfig) -> StepContext:
         stage = model.rank
         world = self.placement.dp_cp_group(stage)
         host = self.topology.host_of_rank(world[0])
@@ -338,18 +469,10 @@ class _Composer:
         first_on_host: dict[int, int] = {}
         for r in world:
             first_on_host.setdefault(self.topology.host_of_rank(r), r)
-        n = len(world)
-        cfg = replace(
-            self.config,
-            global_batch=n * self.config.micro_batch * accumulation,
-            activation_checkpointing=self.mode == "full",
-            steps=1,
-            compute_jitter_sigma=0.0,
-        )
         return StepContext(
             model.workload,
             cfg,
-            n,
+            len(world),
             model.timer,
             self._collective,
             world,
@@ -359,10 +482,71 @@ class _Composer:
             nics_per_node=nics_on_host(self.topology, host),
         )
 
-    def _run_stage(self, model: StageModel) -> _StageRun:
+    def _stage_run(self, rank: int, chunks: list[tuple[int, ...]]) -> _StageRun:
+        """Pipeline rank ``rank``'s stage model and run, from the cache or built."""
+        where = (*self._where, rank, tuple(chunks))
+
+        def build() -> StageModel:
+            return build_stage(
+                self.workload, rank, chunks, layout=self.layout, options=self.options,
+                placement=self.placement, pricer=self.pricer, timer=self.timer,
+                micro_batch=self.config.micro_batch, sharded=self._sharded(rank, chunks),
+            )  # fmt: skip
+
+        cfg = self._stage_config(1 if self.layout.pp > 1 else self.micro)
+        key = (*where, self.strategy, cfg, self.seed, self.slowdown, self.path)
+        if self.lean:
+            return self.cache.get(
+                "lean stage run",
+                (*key, *self.labels),
+                lambda: self._lean_run(self.cache.get("stage", where, build), cfg, key),
+            )
+        return self.cache.get(
+            "stage run", key, lambda: self._run_stage(self.cache.get("stage", where, build), cfg, key)
+        )
+
+    def _lean_run(self, model: StageModel, cfg: TrainingConfig, key: tuple[object, ...]) -> _StageRun:
+        """The stage's report without a trace, where nothing but its run's peak is read of it."""
+        if model.transient_per_sample:  # blocks rematerialised at once add to the run's peak
+            return self._run_stage(model, cfg, key)
+        ctx = self._context(model, cfg)
+        cluster, device, peak_flops = self.labels
+        report = fast_step_report(
+            get_strategy(self.strategy), ctx, cluster=cluster, device=device, peak_flops=peak_flops,
+            slowdown=self.slowdown,
+        )  # fmt: skip
+        return _StageRun(model, ctx, None, [], 0.0, OffloadEffect(), report.step_time_s, key, report)
+
+    def _sharded(self, rank: int, chunks: list[tuple[int, ...]]) -> ShardedStage:
+        """The stage's sharded layers and compute times: shared by every topology, data-parallel
+        degree, schedule and strategy with the same split (what :func:`shard_stage` reads)."""
+        dims = self.workload.dims
+        assert dims is not None  # check_layout rejects model parallelism without a transformer shape
+        key = (
+            self.cache.identity(self.workload), self.cache.identity(self.timer), rank, tuple(chunks),
+            self.layout.pp, shard_spec(self.layout, self.options, dims), self.options.recompute,
+            self.config.micro_batch,
+        )  # fmt: skip
+        return self.cache.get(
+            "sharded stage",
+            key,
+            lambda: shard_stage(
+                self.workload,
+                rank,
+                chunks,
+                layout=self.layout,
+                options=self.options,
+                timer=self.timer,
+                micro_batch=self.config.micro_batch,
+            ),
+        )
+
+    def _run_stage(self, model: StageModel, cfg: TrainingConfig, key: tuple[object, ...]) -> _StageRun:
         pipelined = self.layout.pp > 1
-        ctx = self._context(model, 1 if pipelined else self.micro)
-        result = simulate_step(get_strategy(self.strategy), ctx, seed=self.seed, slowdown=self.slowdown)
+        ctx = self._context(model, cfg)
+        result = simulate_step(
+            get_strategy(self.strategy), ctx, seed=self.seed, slowdown=self.slowdown, path=self.path
+        )
         mb = self.config.micro_batch
         pure = [
             (
@@ -391,7 +575,7 @@ class _Composer:
                 )
             )
         tail = (result.run.step_time_s - last_bwd if pipelined else 0.0) + effect.tail_s
-        return _StageRun(model, ctx, result, times, max(0.0, tail), effect, last_bwd)
+        return _StageRun(model, ctx, result, times, max(0.0, tail), effect, last_bwd, key)
 
     def _w_share(self, model: StageModel, chunk: int) -> float:
         """Weight-gradient seconds of a chunk's backward (the half of each linear layer's backward)."""
@@ -432,24 +616,14 @@ class _Composer:
 
     # -- the step ------------------------------------------------------------------------------------
     def run(self, cluster: str, device: str, peak_flops: float) -> ParallelStepResult:
+        self.labels = (cluster, device, peak_flops)
         chunks = self._chunks()
         runs: dict[tuple[object, ...], _StageRun] = {}
         per_rank: list[_StageRun] = []
-        for rank, rank_chunks in enumerate(chunks):
-            key = (self._signature(rank_chunks), rank == 0, rank == len(chunks) - 1)
+        for rank, (rank_chunks, signature) in enumerate(chunks):
+            key = (signature, rank == 0, rank == len(chunks) - 1)
             if key not in runs:
-                model = build_stage(
-                    self.workload,
-                    rank,
-                    rank_chunks,
-                    layout=self.layout,
-                    options=self.options,
-                    placement=self.placement,
-                    pricer=self.pricer,
-                    timer=self.timer,
-                    micro_batch=self.config.micro_batch,
-                )
-                runs[key] = self._run_stage(model)
+                runs[key] = self._stage_run(rank, rank_chunks)
             per_rank.append(runs[key])
         pipeline, p2p_s = self._pipeline(per_rank) if self.layout.pp > 1 else (None, 0.0)
         step_s = self._step_time(per_rank, pipeline)
@@ -471,26 +645,35 @@ class _Composer:
     def _pipeline(self, per_rank: list[_StageRun]) -> tuple[PipelineRun, float]:
         lay = self.layout
         size = self._p2p_bytes()
-        memo: dict[tuple[int, int], float] = {}
         stage_size = self.gpus // lay.pp
 
         def p2p(src: int, dst: int) -> float:
-            if (src, dst) not in memo:
+            def price() -> float:
                 a, b = self.placement.rank(pp=src), self.placement.rank(pp=dst)
                 pairs = [(a + o, b + o) for o in range(1, stage_size)]
-                memo[(src, dst)] = self.pricer.price(
+                return self.pricer.price(
                     "send_recv", size, (a, b), sharing_groups(self.topology, (a, b), pairs)
                 ).time_s
-            return memo[(src, dst)]
 
-        orders = rank_orders(self.options.schedule, lay.pp, lay.vpp, self.micro)
+            # every pair of ranks of one stage sends at once: the price depends on the placement
+            return self.cache.get("p2p", (*self._where[1:3], lay, self.gpus, size, src, dst), price)
+
+        shape = (self.options.schedule, lay.pp, lay.vpp, self.micro)
+        orders: list[list[PipelineOp]] | CompiledOrders = self.cache.get(
+            "orders", shape, lambda: compile_orders(rank_orders(*shape), lay.vpp)
+        )
         weights = [
             [run.model.held_per_sample[c] * self.config.micro_batch for c in range(lay.vpp)]
             for run in per_rank
         ]
         times = [run.times for run in per_rank]
         pipeline = run_pipeline(
-            orders, times, p2p, split_w=self.options.schedule == "zb-h1", activation_weights=weights
+            orders,
+            times,
+            p2p,
+            split_w=self.options.schedule == "zb-h1",
+            activation_weights=weights,
+            spans=self.trace,
         )
         sends = 2 * self.micro * lay.vpp  # a forward and a backward send per micro-batch and chunk
         return pipeline, sends * p2p(0, 1 % lay.pp)
@@ -499,7 +682,7 @@ class _Composer:
         if pipeline is None:
             run = per_rank[0]
             extra = self.micro * (run.offload.per_micro_fwd_s + run.offload.per_micro_bwd_s)
-            return run.result.run.step_time_s + extra + run.tail_s
+            return run.step_time_s + extra + run.tail_s
         tied = self._tied_embedding_sync_s()
         ends = [
             pipeline.last_backward_end_s[r] + run.tail_s + (tied if r in (0, len(per_rank) - 1) else 0.0)
@@ -555,7 +738,16 @@ class _Composer:
     ) -> ParallelStepResult:
         worst = max(stages, key=lambda s: (s.peak_memory_bytes, -s.rank))
         first = per_rank[0]
-        base = report_step(first.result, first.ctx, cluster=cluster, device=device, peak_flops=peak_flops)
+        result = first.result
+        base = (
+            _own(first)
+            if result is None
+            else self.cache.get(
+                "stage report",
+                (*first.key, cluster, device, peak_flops),
+                lambda: report_step(result, first.ctx, cluster=cluster, device=device, peak_flops=peak_flops),
+            )
+        )
         busy = max(pipeline.busy_s) if pipeline is not None else base.compute_s
         compute_s = busy if pipeline is not None else base.compute_s
         comm = {
@@ -592,6 +784,7 @@ class _Composer:
             memory_capacity_bytes=capacity,
             fits=fits,
             oom_verdict=verdict,
+            memory_status=_memory_status(worst.peak_memory_bytes, capacity),
         )
         notes = tuple(self.placement.notes(self.topology))
         report = _wrap(
@@ -610,13 +803,24 @@ class _Composer:
         if self.workload.dims is not None:
             spec = shard_spec(self.layout, self.options, self.workload.dims)
             report = replace(report, sequence_parallel=spec.sequence_parallel)
-        step = _trace_step(first.result, pipeline, step_s) if pipeline is not None else first.result
-        return ParallelStepResult(report, step, stages, pipeline)
+        return ParallelStepResult(report, first.result, stages, pipeline, traced=self.trace)
+
+
+def _memory_status(peak_bytes: float, capacity_bytes: float) -> str:
+    """The worst stage's memory status, as :meth:`simcore.compute.memory.MemoryPeak.status` words it."""
+    if peak_bytes > capacity_bytes:
+        return "OOM"
+    if capacity_bytes - peak_bytes < TIGHT_HEADROOM * capacity_bytes:
+        return "fits with < 10% headroom"
+    return "fits"
 
 
 def _stage_peak(run: _StageRun, extra: float) -> tuple[float, dict[str, float], str]:
     """A stage's peak: the run's timeline, with ``extra`` activations (micro-batches in flight beyond
     the run's one, blocks being recomputed) while the passes run and the offload's changes."""
+    if run.result is None:  # a lean run: nothing beyond its own peak (Composer.lean)
+        own = _own(run)
+        return own.peak_memory_bytes, dict(own.memory_breakdown), own.peak_phase
     timeline = run.result.run.memory
     peak = timeline.peak()
     cut = run.last_backward_s * (1 + 1e-12)
@@ -665,7 +869,7 @@ def _trace_step(first: StepResult, pipeline: PipelineRun, step_s: float) -> Step
             start,
             end,
         )
-        for rank, op, start, end in pipeline.spans
+        for rank, op, start, end in sorted(pipeline.spans, key=lambda s: (s[2], s[3], s[0]))
     ]
-    run = PlanRun(step_s, sorted(spans, key=lambda s: (s.start_s, s.end_s)), first.run.memory)
+    run = PlanRun(step_s, spans, first.run.memory)
     return StepResult(first.plan, run, [step_s])

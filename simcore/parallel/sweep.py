@@ -17,6 +17,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from simcore.errors import TrainsimError
+from simcore.fastpath.path import DEFAULT_ENGINE_PATH, check_engine_path
+from simcore.parallel.cache import ComposeCache
 from simcore.parallel.layout import ParallelLayout, check_layout
 from simcore.parallel.options import ParallelOptions
 from simcore.parallel.report import ParallelStepReport
@@ -64,8 +66,15 @@ def run_parallel_what_if(
     calibration: CalibrationProfile | None = None,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
+    engine_path: str = DEFAULT_ENGINE_PATH,
 ) -> WhatIfResult:
-    """Simulate every point; reports are ordered cluster, strategy, layout, gpus."""
+    """Simulate every point; reports are ordered cluster, strategy, layout, gpus.
+
+    ``engine_path`` as :func:`~simcore.parallel.step.simulate_parallel_step` takes it; the points
+    share one :class:`~simcore.parallel.cache.ComposeCache` for the run.
+    """
+    check_engine_path(engine_path)
+    cache = ComposeCache()
     names = list(strategies) if strategies else strategy_names()
     unknown = [n for n in names if n not in strategy_names()]
     if unknown:
@@ -91,6 +100,8 @@ def run_parallel_what_if(
                 calibration=calibration,
                 cluster=cluster,
                 seed=seed,
+                path=engine_path,
+                cache=cache,
             ).report
             tick(f"{cluster} {name} 1 GPU (baseline)")
             for layout, n in itertools.product(layouts, counts):
@@ -104,6 +115,8 @@ def run_parallel_what_if(
                     calibration=calibration,
                     cluster=cluster,
                     seed=seed,
+                    path=engine_path,
+                    cache=cache,
                 )
                 rep = point.report
                 efficiency = rep.samples_per_s / (n * base.samples_per_s)

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simcore.errors import TrainsimError
-from simcore.parallel.pp import StageTimes, rank_orders, run_pipeline
+from simcore.parallel.pp import (
+    PipelineOp,
+    StageTimes,
+    _list_schedule,
+    compile_orders,
+    rank_orders,
+    run_pipeline,
+)
 
 
 def _run(schedule: str, pp: int, vpp: int, micro: int, f: float, b: float, w: float = 0.0, p2p: float = 0.0):
@@ -94,3 +103,36 @@ def test_more_micro_batches_never_increase_the_bubble_fraction(
 
     fewer, extra = micro * step, (micro + more) * step
     assert bubble(extra) <= bubble(fewer) + 1e-12
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    schedule=st.sampled_from(["1f1b", "gpipe"]),
+    pp=st.sampled_from([2, 3, 4, 8]),
+    vpp=st.sampled_from([1, 2, 3]),
+    groups=st.integers(1, 4),
+    seed=st.integers(0, 2**16),
+)
+def test_in_order_timing_is_the_list_scheduler_exactly(
+    schedule: str, pp: int, vpp: int, groups: int, seed: int
+) -> None:
+
+    rnd = random.Random(seed)
+    vpp = vpp if schedule == "1f1b" else 1
+    orders = rank_orders(schedule, pp, vpp, pp * groups)
+    times = [[StageTimes(rnd.random(), 2 * rnd.random()) for _ in range(vpp)] for _ in range(pp)]
+    links = {(a, c): rnd.random() / 10 for a in range(pp) for c in range(pp)}
+    listed = _list_schedule(orders, times, lambda a, c: links[(a, c)], False)
+    for given_orders in (orders, compile_orders(orders, vpp)):
+        timed = run_pipeline(given_orders, times, lambda a, c: links[(a, c)])
+        by_time = sorted(timed.spans, key=lambda s: (s[2], s[3], s[0]))
+        assert by_time == sorted(listed.spans, key=lambda s: (s[2], s[3], s[0]))
+        assert (timed.makespan_s, timed.busy_s) == (listed.makespan_s, listed.busy_s)
+        assert timed.last_backward_end_s == listed.last_backward_end_s
+
+
+def test_a_cyclic_order_is_reported_as_a_deadlock() -> None:
+    orders = [[PipelineOp("B", 0, 0), PipelineOp("F", 0, 0)], [PipelineOp("F", 0, 0), PipelineOp("B", 0, 0)]]
+    times = [[StageTimes(1.0, 2.0)], [StageTimes(1.0, 2.0)]]
+    with pytest.raises(TrainsimError, match="deadlocked after 0 of 4 passes"):
+        run_pipeline(orders, times, lambda a, c: 0.0)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from simcore.errors import TrainsimError
 from simcore.parallel import ParallelLayout, ParallelOptions, simulate_parallel_step
-from simcore.parallel.step import active_params, compose_parallel_step
+from simcore.parallel.step import _memory_status, active_params, compose_parallel_step
 from simcore.strategies import get_strategy, strategy_names
 from simcore.strategies.base import TrainingConfig
 from simcore.strategies.runner import make_context, report_step, simulate_step
@@ -219,3 +219,24 @@ def test_report_record_carries_the_layout_fields() -> None:
         and record["microbatches"] == 4
     )
     assert replace(report).strategy == "ddp"
+
+
+def test_memory_status_is_the_worst_stages_verdict() -> None:
+    # The case: stage 0 holds the interleaved schedule's micro-batches in flight (84.1 GiB
+    # of an 80 GiB GPU); its one-micro-batch run alone fits, and the table printed that run's status.
+    workload, topology = load_workload("llama2-70b"), cluster("hgx-h100", 1024)
+    config = TrainingConfig(global_batch=1024, micro_batch=1)
+    result = simulate_parallel_step(workload, config, topology, "zero1", ParallelLayout(tp=8, pp=8, vpp=2))
+    report = result.report
+    assert result.run is not None and result.run.run.memory.peak().status == "fits"
+    assert report.peak_memory_bytes == max(report.stage_peak_memory_bytes) > report.memory_capacity_bytes
+    assert (report.fits, report.memory_status) == (False, "OOM")
+    assert report.oom_verdict.startswith("OOM: stage 0 peaks at")
+
+
+@pytest.mark.parametrize(
+    ("peak_gib", "status"), [(80.5, "OOM"), (80.0, "fits with < 10% headroom"), (72.1, "fits with < 10% headroom"),
+                             (71.9, "fits")]
+)  # fmt: skip
+def test_memory_status_words_the_headroom(peak_gib: float, status: str) -> None:
+    assert _memory_status(peak_gib * 2**30, 80.0 * 2**30) == status  # 10% of 80 GiB: 8 GiB headroom
