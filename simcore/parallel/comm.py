@@ -69,11 +69,16 @@ def _merged(plans: Sequence[Plan]) -> Plan:
 class GroupPricer:
     """Collective times for the groups of one layout on one topology (cached)."""
 
-    def __init__(self, topology: Topology, calibration: CalibrationProfile | None = None) -> None:
+    def __init__(
+        self, topology: Topology, calibration: CalibrationProfile | None = None, mode: str = "flow"
+    ) -> None:
+        """``mode``: how a group alone is priced (:data:`simcore.step.cost.COST_MODES`): ``"flow"``
+        simulates its flows, as the discrete-event path does; ``"closed_form"`` takes the plan's
+        closed form, the same time where nothing competes (the event-free path)."""
         self.topology = topology
         self.calibration = calibration
-        self.costs = CostModel(topology, calibration, "flow")
-        self._physics = CostModel(topology, None, "flow")  # the siblings' sharing: modelled links only
+        self.costs = CostModel(topology, calibration, mode)
+        self._physics = CostModel(topology, None, mode)  # the siblings' sharing: modelled links only
         self._factors: dict[tuple[str, float, Group, tuple[Group, ...]], float] = {}
 
     def price(self, op: str, size_bytes: float, group: Group, siblings: Sequence[Group] = ()) -> CommCost:

@@ -414,7 +414,11 @@ class _Composer:
         topology_id, calibration_id = cache.identity(topology), cache.identity(inputs.calibration)
         self.placement = cache.get("placement", (layout, self.gpus), lambda: Placement(layout, self.gpus))
         self.pricer = cache.get(
-            "pricer", (topology_id, calibration_id), lambda: GroupPricer(topology, inputs.calibration)
+            "pricer",
+            (topology_id, calibration_id, self.path),
+            lambda: GroupPricer(
+                topology, inputs.calibration, "closed_form" if self.path == "fast" else "flow"
+            ),
         )
         self.device = inputs.device
         self.timer = cache.get(
