@@ -126,14 +126,14 @@ def _fitting(
     where: tuple[int, int, float],
     memo: dict[tuple[object, ...], float],
 ) -> tuple[float, list[PlanLayout]]:
-    """The candidate if its floor fits, else its offload variants whose floors fit; and the
-    smallest floor. ``where``: GPUs, GPUs per node, usable bytes per GPU."""
+    """The candidate if its floor fits, else (or when the space has no ``none`` offload) its
+    offload variants whose floors fit; and the smallest floor. ``where``: GPUs, GPUs per node, usable bytes per GPU."""
     gpus, node_size, usable = where
     config = replace(job.config, micro_batch=layout.micro_batch)
     floor = memory_floor_bytes(job.workload, config, layout, gpus, node_size, memo)
-    if floor <= usable:
-        return floor, [layout] if "none" in space.offload else []
-    chosen, smallest = [], floor
+    if floor <= usable and "none" in space.offload:
+        return floor, [layout]
+    chosen, smallest = [], floor if "none" in space.offload else float("inf")
     for mode in space.offload:
         if mode == "none":
             continue

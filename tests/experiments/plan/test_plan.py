@@ -121,7 +121,7 @@ def test_out_writes_the_plot_and_refuses_a_full_directory(
         (["--max-pp", "8", "--pp", "5"], "--pp 5: the model's 12 blocks do not divide into 5 equal pipeline stages"),
         (["--max-tp", "8", "--tp", "two"], "--tp: expected a comma list of whole numbers"),
         (["--max-ep", "2", "--ep", "2"], "--ep 2: ep 2 needs a mixture-of-experts model"),
-        (["--max-tp", "8", "--tp", "8", "--gpus", "4"], "tp x pp x cp = 8 x 1 x 1 does not divide 4 GPUs"),
+        (["--max-tp", "8", "--tp", "4", "--gpus", "2"], "2 GPUs: tp x pp x cp = 4 x 1 x 1 does not divide 2 GPUs"),
         (["--recompute", "sometimes"], "recompute 'sometimes' not understood"),
         (["--offload", "disk"], "--offload: 'disk' is not known"),
         (["--schedules", "zb-v"], "--schedules: 'zb-v' is not known"),
