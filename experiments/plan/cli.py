@@ -27,8 +27,8 @@ import sys
 from pathlib import Path
 
 from experiments.plan.plots import write_outputs
-from experiments.plan.report import format_csv, format_json, format_table
-from experiments.plan.run import SEQUENCE_PARALLEL, run_plan
+from experiments.plan.report import format_counts, format_csv, format_json, format_table
+from experiments.plan.run import SEQUENCE_PARALLEL, prepare_plan, run_plan
 from simcore.cliargs import Parser
 from simcore.errors import TrainsimError, cli_entry
 from simcore.units import parse_size
@@ -184,6 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     out.add_argument("--force", action="store_true", help="write into a non-empty --out")
     out.add_argument("--quiet", action="store_true", help="no progress bar")
+    out.add_argument(
+        "--count", action="store_true", help="print how many layouts each GPU count would time, and stop"
+    )
     return p
 
 
@@ -221,6 +224,14 @@ def _check_out(out: str | None, force: bool) -> Path | None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     out = _check_out(args.out, args.force)
+    if args.count:
+        print(
+            format_counts(
+                prepare_plan(args, _names(args.strategies, "--strategies"), _headroom(args.memory_headroom))
+            ),
+            end="",
+        )
+        return 0
     result = run_plan(args, _names(args.strategies, "--strategies"), _headroom(args.memory_headroom))
     if args.format == "json":
         print(format_json(result, top=args.top))

@@ -18,11 +18,11 @@ import json
 from typing import Any
 
 from simcore.planner.rank import Ranked, throughput
-from simcore.planner.search import CountResult, PlanResult
+from simcore.planner.search import CountResult, PlanResult, Prepared
 from simcore.planner.space import describe_axes
 from simcore.report import records_to_csv
 
-__all__ = ["SCHEMA", "format_csv", "format_json", "format_table", "plan_document"]
+__all__ = ["SCHEMA", "format_counts", "format_csv", "format_json", "format_table", "plan_document"]
 
 SCHEMA = "trainsim-plan"
 SCHEMA_VERSION = 1
@@ -221,6 +221,24 @@ def _frontier_lines(result: PlanResult) -> list[str]:
             f"${r.cost_per_million:.3g} per M {unit}{run}  {r.label}"
         )
     return lines
+
+
+def format_counts(prepared: Prepared) -> str:
+    """``--count``: the candidates per GPU count and how many would be timed, nothing timed."""
+    job = prepared.job
+    axes = describe_axes(prepared.space, prepared.axes) if prepared.axes else "strategy x micro-batch"
+    lines = [f"search for {job.workload.name} on {job.cluster}: {axes}"]
+    for gpus in sorted(prepared.counts):
+        count = prepared.counts[gpus]
+        timed = sum(1 for g, _ in prepared.tasks if g == gpus)
+        line = (
+            f"{gpus:>6} GPUs: {count.considered} layouts, {count.pruned} skipped untimed, {timed} to evaluate"
+            " (offload variants included)"
+        )
+        lines.append(line + (f" (no layout: {count.skipped})" if count.skipped else ""))
+    considered = sum(c.considered for c in prepared.counts.values())
+    lines.append(f"total: {considered} layouts, {len(prepared.tasks)} to evaluate")
+    return "\n".join(lines) + "\n"
 
 
 def format_table(result: PlanResult, *, top: int) -> str:

@@ -15,13 +15,21 @@ from simcore.fastpath.path import check_engine_path
 from simcore.planner.evaluate import PlanJob
 from simcore.planner.executors import Progress, check_engine, run_sweep
 from simcore.planner.rank import Budget
-from simcore.planner.search import PlanResult, finish, prepare
+from simcore.planner.search import PlanResult, Prepared, finish, prepare
 from simcore.planner.space import AXES, DEFAULT_MAX_VPP, SearchSpace, parse_gpu_counts, resolve_global_batch
 from simcore.strategies.base import TrainingConfig
 from simcore.workload.loader import load_workload
 from topologies import load_cluster
 
-__all__ = ["PROGRESS_AFTER_S", "RECOMPUTE", "SEQUENCE_PARALLEL", "progress_bar", "run_plan", "search_space"]
+__all__ = [
+    "PROGRESS_AFTER_S",
+    "RECOMPUTE",
+    "SEQUENCE_PARALLEL",
+    "prepare_plan",
+    "progress_bar",
+    "run_plan",
+    "search_space",
+]
 
 # --recompute shorthands (the data-parallel planner's on/off) beside comma lists of modes.
 RECOMPUTE = {"both": ("none", "full"), "off": ("none",), "on": ("full",)}
@@ -127,11 +135,10 @@ def progress_bar(total: int, *, quiet: bool) -> Iterator[Progress]:
         yield bar.update
 
 
-def run_plan(
+def prepare_plan(
     args: argparse.Namespace, strategies: Sequence[str], headroom: tuple[float, float]
-) -> PlanResult:
-    """Lay out, time and rank the search the arguments describe."""
-    start = time.perf_counter()
+) -> Prepared:
+    """Lay out the search the arguments describe (every candidate, the memory floor's verdict)."""
     check_engine(args.engine, args.address)
     job = _job(args)
     space = search_space(args, strategies)
@@ -146,7 +153,16 @@ def run_plan(
     )
     if args.top < 1:
         raise TrainsimError(f"--top must be at least 1, got {args.top}")
-    prepared = prepare(job, parse_gpu_counts(args.gpus), space, budget)
+    return prepare(job, parse_gpu_counts(args.gpus), space, budget)
+
+
+def run_plan(
+    args: argparse.Namespace, strategies: Sequence[str], headroom: tuple[float, float]
+) -> PlanResult:
+    """Lay out, time and rank the search the arguments describe."""
+    start = time.perf_counter()
+    prepared = prepare_plan(args, strategies, headroom)
+    job = prepared.job
     with progress_bar(len(prepared.tasks), quiet=args.quiet) as tick:
         sweep = run_sweep(
             job, prepared.tasks, engine=args.engine, workers=args.workers, address=args.address, progress=tick

@@ -81,8 +81,8 @@ def prepare(job: PlanJob, gpu_counts: Sequence[int], space: SearchSpace, budget:
     to time (naming, per GPU count, why).
 
     A candidate whose floor is above the usable memory is tried with each offload mode of the
-    space instead (offload never shortens a step: :mod:`simcore.planner.space`), and counted as
-    pruned when none brings its floor under.
+    space instead, unless the same candidate with full recompute fits (the memory levers in order:
+    :mod:`simcore.planner.space`); it is counted as pruned when none is tried.
     """
     budget.check_language_model(job.workload.tokens_per_sample)
     counts: dict[int, CountResult] = {}
@@ -133,6 +133,10 @@ def _fitting(
     floor = memory_floor_bytes(job.workload, config, layout, gpus, node_size, memo)
     if floor <= usable and "none" in space.offload:
         return floor, [layout]
+    if "none" in space.offload and "full" in space.recompute and layout.recompute != "full":
+        sibling = replace(layout, options=replace(layout.options, recompute="full"))
+        if memory_floor_bytes(job.workload, config, sibling, gpus, node_size, memo) <= usable:
+            return floor, []  # its full-recompute sibling is searched instead (see the module docstring)
     chosen, smallest = [], floor if "none" in space.offload else float("inf")
     for mode in space.offload:
         if mode == "none":

@@ -22,9 +22,12 @@ Rules the search applies before timing (each a stated dominance or a divisibilit
 - **GPipe** is searched only when asked (``--schedules``): it has the bubble of non-interleaved
   1F1B, ``(p-1)/(m+p-1)``, and keeps all ``m`` micro-batches in flight where 1F1B keeps at most
   ``p`` (Narayanan et al. 2021, sec. 2.2.1), so it never beats 1F1B on time or memory.
-- **Offload** is tried only for a layout whose memory floor without offload is above the usable
-  memory (:func:`simcore.planner.search.prepare`): moving state over PCIe and updating on the host
-  never shortens a step, it only frees device memory.
+- **Offload** is the last memory lever (:func:`simcore.planner.search.prepare`): it is tried only
+  for a layout whose memory floor without offload is above the usable memory (moving state over
+  PCIe and updating on the host never shortens a step, it only frees device memory), and only
+  when that layout with full recompute does not fit either (full recompute costs at most one more
+  forward, about a third of the step's compute, Chen et al. 2016; offload moves state over PCIe,
+  two orders of magnitude below HBM bandwidth, and updates on the host's slower memory).
 - **Pipelines run with DDP or ZeRO-1** (``pp > 1``): the frameworks that pipeline do not shard
   gradients or parameters across a pipeline's micro-batches (DeepSpeed: "ZeRO-2 and ZeRO-3 are
   incompatible with pipeline parallelism", ``deepspeed/runtime/pipe/engine.py``; Megatron-Core's
@@ -519,5 +522,5 @@ def describe_axes(space: SearchSpace, axes: SearchAxes) -> str:
         parts.append("sp " + "/".join("on" if s else "off" for s in space.sequence_parallel))
     parts.append(f"recompute {'/'.join(space.recompute)}")
     if space.offload != ("none",):
-        parts.append(f"offload {'/'.join(space.offload)} (where nothing fits without)")
+        parts.append(f"offload {'/'.join(space.offload)} (where nothing else fits)")
     return " x ".join(parts)

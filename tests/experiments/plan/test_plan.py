@@ -194,6 +194,20 @@ def test_each_space_flag_reaches_the_search(extra: list[str], seen: str, capsys:
     assert seen in out.splitlines()[2]
 
 
+def test_count_lays_out_the_search_without_timing(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from experiments.plan import run
+
+    monkeypatch.setattr(run, "run_sweep", lambda *a, **k: pytest.fail("--count must not time anything"))
+    code, out, _ = _run([*GOLDEN, "--count"], capsys)
+    assert code == 0
+    assert out.splitlines()[1:] == [
+        "     8 GPUs: 12 layouts, 6 skipped untimed, 6 to evaluate (offload variants included)",
+        "total: 12 layouts, 6 to evaluate",
+    ]
+
+
 def test_ray_missing_or_unreachable_is_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
