@@ -118,16 +118,35 @@ def test_out_writes_the_plot_and_refuses_a_full_directory(
         (["--max-vpp", "0"], "--max-vpp must be at least 1"),
         (["--tp", "2"], "--tp 2 contradicts --max-tp 1"),
         (["--max-tp", "8", "--tp", "5"], "--tp 5: attention heads (12) are not divisible by tp (5)"),
-        (["--max-pp", "8", "--pp", "5"], "--pp 5: the model's 12 blocks do not divide into 5 equal pipeline stages"),
+        (
+            ["--max-pp", "8", "--pp", "5"],
+            "--pp 5: the model's 12 blocks do not divide into 5 equal pipeline stages",
+        ),
         (["--max-tp", "8", "--tp", "two"], "--tp: expected a comma list of whole numbers"),
         (["--max-ep", "2", "--ep", "2"], "--ep 2: ep 2 needs a mixture-of-experts model"),
-        (["--max-tp", "8", "--tp", "4", "--gpus", "2"], "2 GPUs: tp x pp x cp = 4 x 1 x 1 does not divide 2 GPUs"),
+        (
+            ["--max-tp", "8", "--tp", "4", "--gpus", "2"],
+            "2 GPUs: tp x pp x cp = 4 x 1 x 1 does not divide 2 GPUs",
+        ),
         (["--recompute", "sometimes"], "recompute 'sometimes' not understood"),
         (["--offload", "disk"], "--offload: 'disk' is not known"),
         (["--schedules", "zb-v"], "--schedules: 'zb-v' is not known"),
         (["--sequence-parallel", "maybe"], "--sequence-parallel"),
-        (["--model", "llama2-70b", "--cluster", "g5.12xlarge", "--gpus", "4", "--global-batch", "4",
-          "--offload", "none"], "the search space is empty: 4 GPUs: no layout fits (smallest memory floor"),
+        (
+            [
+                "--model",
+                "llama2-70b",
+                "--cluster",
+                "g5.12xlarge",
+                "--gpus",
+                "4",
+                "--global-batch",
+                "4",
+                "--offload",
+                "none",
+            ],
+            "the search space is empty: 4 GPUs: no layout fits (smallest memory floor",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
@@ -187,7 +206,9 @@ def test_layout_degrees_in_json_and_csv(capsys: pytest.CaptureFixture[str]) -> N
         (["--offload", "optimizer"], "offload optimizer"),
     ],
 )
-def test_each_space_flag_reaches_the_search(extra: list[str], seen: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_each_space_flag_reaches_the_search(
+    extra: list[str], seen: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     argv = [*SMALL, "--gpus", "8", "--strategies", "ddp", "--micro-batches", "4"]
     code, out, _ = _run([*argv, *extra], capsys)
     assert code == 0
@@ -231,7 +252,7 @@ def test_ctrl_c_prints_what_finished(
 
     real = run.run_sweep
 
-    def interrupted(job, tasks, **kwargs):  # type: ignore[no-untyped-def]
+    def interrupted(job, tasks, **kwargs):
         done = real(job, tasks[:3], **kwargs)
         return SweepRun([*done.outcomes, *([None] * (len(tasks) - 3))], True, done.engine, done.workers)
 

@@ -18,7 +18,7 @@ from simcore.workload.loader import load_workload
 from topologies import load_cluster
 
 GPT2 = load_workload("gpt2-small")
-CONFIG = TrainingConfig(global_batch=64, seq_len=1024, allocator_overhead_bytes=0.0)
+CONFIG = TrainingConfig(global_batch=64, seq_len=1024, allocator_overhead_bytes=0)
 
 
 def _bytes(config: TrainingConfig) -> tuple[int, int, int]:
@@ -53,15 +53,17 @@ def test_activations_of_the_first_stage_in_flight() -> None:
     every = sum(layer.activation_bytes for layer in layers)
     assert activation_floor_per_sample(GPT2, PlanLayout("ddp", 1)) == every
     blocks = sum(layer.activation_bytes for layer in layers if layer.block >= 0)
-    embed = sum(layer.activation_bytes for layer in layers[: 1])  # GPT-2: the embedding, then block 0
+    embed = sum(layer.activation_bytes for layer in layers[:1])  # GPT-2: the embedding, then block 0
     cores = sum(layer.activation_bytes for layer in layers if layer.name.endswith("attn_core"))
     piped = PlanLayout("ddp", 2, ParallelLayout(tp=2, pp=4))
     assert activation_floor_per_sample(GPT2, piped) == pytest.approx((embed + blocks / 4) / 2)
     selective = replace(piped, options=ParallelOptions(recompute="selective"))
     assert activation_floor_per_sample(GPT2, selective) == pytest.approx((embed + (blocks - cores) / 4) / 2)
-    assert activation_floor_per_sample(GPT2, replace(piped, options=ParallelOptions(recompute="every-2"))) == 0.0
+    assert (
+        activation_floor_per_sample(GPT2, replace(piped, options=ParallelOptions(recompute="every-2"))) == 0.0
+    )
     # 16 GPUs, tp 2 x pp 4: dp 2, 64 samples -> 16 micro-batches of 2; 1F1B keeps pp = 4 in flight
-    p, g, o = _bytes(CONFIG)
+    p, _, o = _bytes(CONFIG)
     states = GPT2.params / 8
     one = (embed + blocks / 4) / 2 * 2
     assert memory_floor_bytes(GPT2, CONFIG, piped, 16, 8) == pytest.approx(states * (p + o) + 4 * one)
@@ -79,12 +81,19 @@ def test_activations_of_the_first_stage_in_flight() -> None:
     offload=st.sampled_from(["none", "optimizer", "activations"]),
 )
 def test_the_floor_never_exceeds_the_parallel_peak(
-    strategy: str, degrees: tuple[int, int, int], recompute: str, schedule: str, micro_batch: int, offload: str
+    strategy: str,
+    degrees: tuple[int, int, int],
+    recompute: str,
+    schedule: str,
+    micro_batch: int,
+    offload: str,
 ) -> None:
     """Candidates are skipped on the floor alone: it must bound the composed step's peak from below."""
     tp, pp, cp = degrees
     parallel = ParallelLayout(tp=tp, pp=pp, cp=cp, vpp=1)
-    options = ParallelOptions(schedule=schedule, sequence_parallel=tp > 1, recompute=recompute, offload=offload)
+    options = ParallelOptions(
+        schedule=schedule, sequence_parallel=tp > 1, recompute=recompute, offload=offload
+    )
     layout = PlanLayout(strategy, micro_batch, parallel, options)
     config = TrainingConfig(global_batch=16 * micro_batch, seq_len=1024)
     job = PlanJob(GPT2, "dgx-a100", load_cluster, config, key="floor-parallel")

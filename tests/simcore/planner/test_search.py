@@ -14,14 +14,13 @@ from dataclasses import replace
 import pytest
 
 from simcore.errors import TrainsimError
+from simcore.parallel.layout import ParallelLayout
+from simcore.parallel.report import ParallelStepReport
 from simcore.planner import executors
 from simcore.planner.evaluate import PlanJob, evaluate_tasks
 from simcore.planner.executors import check_engine, chunk_tasks, run_sweep
-from simcore.planner.rank import Budget
+from simcore.planner.rank import Budget, Ranked, deciding_factor, explain_winner, step_components
 from simcore.planner.search import PlanResult, plan, prepare
-from simcore.parallel.layout import ParallelLayout
-from simcore.parallel.report import ParallelStepReport
-from simcore.planner.rank import Ranked, deciding_factor, explain_winner, step_components
 from simcore.planner.space import PlanLayout, SearchSpace
 from simcore.strategies.base import TrainingConfig
 from simcore.workload.loader import load_workload
@@ -100,7 +99,9 @@ def test_offload_is_tried_only_where_nothing_fits_without() -> None:
     job = PlanJob(
         workload, "g5.48xlarge", load_cluster, TrainingConfig(global_batch=64, seq_len=2048), key="13b"
     )
-    space = SearchSpace(strategies=("ddp", "fsdp"), micro_batches=(1,), max_tp=1, max_pp=1, recompute=("full",))
+    space = SearchSpace(
+        strategies=("ddp", "fsdp"), micro_batches=(1,), max_tp=1, max_pp=1, recompute=("full",)
+    )
     prepared = prepare(job, (16,), space, Budget())
     chosen = {layout.label(16) for _, layout in prepared.tasks}
     # fsdp's floor fits without offload (13B x 18 B / 16 = 14.6 GB < 24 GB); ddp's does not, and
@@ -113,8 +114,12 @@ def test_offload_is_tried_only_where_nothing_fits_without() -> None:
 
 def test_no_layout_fits_is_an_error_naming_the_floor() -> None:
     workload = load_workload("llama2-70b", seq_len=2048)
-    job = PlanJob(workload, "g5.12xlarge", load_cluster, TrainingConfig(global_batch=16, seq_len=2048), key="70b")
-    with pytest.raises(TrainsimError, match=r"the search space is empty: 4 GPUs: no layout fits \(smallest memory floor"):
+    job = PlanJob(
+        workload, "g5.12xlarge", load_cluster, TrainingConfig(global_batch=16, seq_len=2048), key="70b"
+    )
+    with pytest.raises(
+        TrainsimError, match=r"the search space is empty: 4 GPUs: no layout fits \(smallest memory floor"
+    ):
         prepare(job, (4,), SearchSpace(offload=("none",), micro_batches=(1,)), Budget())
 
 
@@ -126,6 +131,7 @@ def test_budgets_price_and_drop_layouts() -> None:
     ok = plan(_job(), (8, 16), replace(DP, max_micro_batch=4, strategies=("ddp",)), Budget(train_tokens=1e9,
               price_per_gpu_hour=2.0), workers=1)  # fmt: skip
     best = ok.counts[0].ranked[0]
+    assert best.hours is not None and best.report.tokens_per_s is not None
     assert best.hours == pytest.approx(1e9 / best.report.tokens_per_s / 3600)
     assert best.cost == pytest.approx(best.hours * 8 * 2.0)
     assert ok.cost_frontier
@@ -142,7 +148,7 @@ def test_budgets_price_and_drop_layouts() -> None:
 )
 def test_contradictory_budgets(kwargs: dict[str, float], message: str) -> None:
     with pytest.raises(TrainsimError, match=message):
-        Budget(**kwargs)  # type: ignore[arg-type]
+        Budget(**kwargs)
 
 
 def test_an_empty_search_space_is_an_error() -> None:
@@ -248,12 +254,17 @@ def test_the_why_names_the_deciding_factor() -> None:
     plain = _ranked(dp, 16, step_time_s=1.5, compute_s=0.7, samples_per_s=10.0)
     assert deciding_factor(best, plain) == "exposed communication 0.200 s vs 0.800 s per step"
     # against a deeper pipeline, the bubble decides
-    deep = _ranked(piped, 16, step_time_s=1.3, compute_s=0.7, pipeline_bubble_fraction=0.4, samples_per_s=12.0)
+    deep = _ranked(
+        piped, 16, step_time_s=1.3, compute_s=0.7, pipeline_bubble_fraction=0.4, samples_per_s=12.0
+    )
     assert deciding_factor(best, deep) == "pipeline bubble 0.100 s vs 0.520 s per step"
     why = explain_winner([best, runner, plain], ["ddp"], 80 * 2**30, plain)
     assert why.startswith("zero1 dp4 tp2 pp2 mb=1 is the fastest of 3 layout(s) that fit")
     assert "1.14x the samples/s of the runner-up zero1 dp4 tp4 mb=1 (deciding: compute" in why
-    assert "1.60x the samples/s of the best pure data-parallel layout fsdp mb=1 (deciding: exposed communication" in why
+    assert (
+        "1.60x the samples/s of the best pure data-parallel layout fsdp mb=1 (deciding: exposed communication"
+        in why
+    )
     assert why.endswith("peak 1.0 of 80.0 GiB; ddp never fit here")
     alone = explain_winner([best, runner], [], 80 * 2**30, None)
     assert "memory: no pure data-parallel layout fits" in alone

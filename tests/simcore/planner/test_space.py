@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from simcore.errors import TrainsimError
@@ -19,6 +21,7 @@ from simcore.planner.space import (
     search_axes,
 )
 from simcore.workload.loader import load_workload
+from simcore.workload.types import Workload
 
 
 @pytest.mark.parametrize(
@@ -61,7 +64,7 @@ def test_global_batch_from_tokens_and_defaults() -> None:
 GPT2 = load_workload("gpt2-small")  # 12 blocks, 12 heads, ffn 3072
 
 
-def _labels(space: SearchSpace, gpus: int, batch: int, workload=GPT2) -> list[str]:  # type: ignore[no-untyped-def]
+def _labels(space: SearchSpace, gpus: int, batch: int, workload: Workload = GPT2) -> list[str]:
     layouts, why = layouts_for(space, search_axes(space, workload, 8), workload, gpus, batch, node_size=8)
     assert not why, why
     return sorted(layout.label(gpus) for layout in layouts)
@@ -110,8 +113,10 @@ def test_default_axes_come_from_the_cluster_and_the_model() -> None:
         ({"vpp": (2,)}, "vpp", (2,)),
     ],
 )
-def test_each_degree_flag_bounds_or_fixes_its_axis(kwargs: dict[str, object], axis: str, degrees: tuple[int, ...]) -> None:
-    assert getattr(search_axes(SearchSpace(**kwargs), GPT2, 8), axis) == degrees  # type: ignore[arg-type]
+def test_each_degree_flag_bounds_or_fixes_its_axis(
+    kwargs: dict[str, Any], axis: str, degrees: tuple[int, ...]
+) -> None:
+    assert getattr(search_axes(SearchSpace(**kwargs), GPT2, 8), axis) == degrees
 
 
 def test_cp_and_ep_caps() -> None:
@@ -124,14 +129,21 @@ def test_cp_and_ep_caps() -> None:
 
 
 def test_options_flags_change_the_candidates() -> None:
-    base = {"strategies": ("ddp",), "micro_batches": (1,), "recompute": ("none",), "tp": (2,), "pp": (2,),
+    base: dict[str, Any] = {"strategies": ("ddp",), "micro_batches": (1,), "recompute": ("none",), "tp": (2,), "pp": (2,),
             "vpp": (1,)}  # fmt: skip
-    assert _labels(SearchSpace(**base, schedules=("1f1b",)), 8, 16) == ["ddp dp2 tp2 pp2 mb=1 sp"]  # type: ignore[arg-type]
-    assert _labels(SearchSpace(**base, schedules=("gpipe",)), 8, 16) == ["ddp dp2 tp2 pp2 mb=1 schedule=gpipe sp"]  # type: ignore[arg-type]
-    both = _labels(SearchSpace(**base, schedules=("1f1b",), sequence_parallel=(False, True)), 8, 16)  # type: ignore[arg-type]
+    assert _labels(SearchSpace(**base, schedules=("1f1b",)), 8, 16) == ["ddp dp2 tp2 pp2 mb=1 sp"]
+    assert _labels(SearchSpace(**base, schedules=("gpipe",)), 8, 16) == [
+        "ddp dp2 tp2 pp2 mb=1 schedule=gpipe sp"
+    ]
+    both = _labels(SearchSpace(**base, schedules=("1f1b",), sequence_parallel=(False, True)), 8, 16)
     assert both == ["ddp dp2 tp2 pp2 mb=1", "ddp dp2 tp2 pp2 mb=1 sp"]
-    modes = _labels(SearchSpace(**{**base, "recompute": ("selective", "every-2")}, schedules=("1f1b",)), 8, 16)  # type: ignore[arg-type]
-    assert modes == ["ddp dp2 tp2 pp2 mb=1 recompute=every-2 sp", "ddp dp2 tp2 pp2 mb=1 recompute=selective sp"]
+    modes = _labels(
+        SearchSpace(**{**base, "recompute": ("selective", "every-2")}, schedules=("1f1b",)), 8, 16
+    )
+    assert modes == [
+        "ddp dp2 tp2 pp2 mb=1 recompute=every-2 sp",
+        "ddp dp2 tp2 pp2 mb=1 recompute=selective sp",
+    ]
 
 
 def test_micro_batches_split_the_replica_batch_and_hsdp_needs_whole_nodes() -> None:
@@ -157,7 +169,9 @@ def test_micro_batches_split_the_replica_batch_and_hsdp_needs_whole_nodes() -> N
 
 
 def test_interleaving_needs_micro_batches_divisible_by_pp() -> None:
-    space = SearchSpace(strategies=("ddp",), micro_batches=(1, 2), recompute=("none",), tp=(1,), pp=(2,), vpp=(2,))
+    space = SearchSpace(
+        strategies=("ddp",), micro_batches=(1, 2), recompute=("none",), tp=(1,), pp=(2,), vpp=(2,)
+    )
     # 8 GPUs, pp 2: dp 4. 32 samples: 8 per replica, mb 1 -> 8 micro-batches, mb 2 -> 4 (both even)
     assert _labels(space, 8, 32) == ["ddp dp4 pp2 vpp2 mb=1", "ddp dp4 pp2 vpp2 mb=2"]
     # 24 samples: 6 per replica, mb 1 -> 6 (even), mb 2 -> 3 (odd)
@@ -170,7 +184,10 @@ def test_interleaving_needs_micro_batches_divisible_by_pp() -> None:
 def test_labels_name_layouts_as_the_what_if_does() -> None:
     layout = PlanLayout("zero1", 1, ParallelLayout(tp=8, pp=4, vpp=2))
     assert layout.label(1024) == "zero1 dp32 tp8 pp4 vpp2 mb=1"
-    assert PlanLayout("fsdp", 2, options=ParallelOptions(recompute="full")).label(64) == "fsdp mb=2 recompute=full"
+    assert (
+        PlanLayout("fsdp", 2, options=ParallelOptions(recompute="full")).label(64)
+        == "fsdp mb=2 recompute=full"
+    )
     odd = PlanLayout("ddp", 4, ParallelLayout(tp=2, pp=2, cp=2), ParallelOptions(
         schedule="zb-h1", sequence_parallel=True, recompute="selective", offload="optimizer"))  # fmt: skip
     assert odd.label(16) == "ddp dp2 tp2 pp2 cp2 mb=4 recompute=selective offload=optimizer schedule=zb-h1 sp"
@@ -178,7 +195,10 @@ def test_labels_name_layouts_as_the_what_if_does() -> None:
     assert record == {"label": odd.label(16), "strategy": "ddp", "micro_batch": 4, "dp": 2, "tp": 2, "pp": 2,
                       "cp": 2, "ep": 1, "vpp": 1, "schedule": "zb-h1", "sequence_parallel": True,
                       "recompute": "selective", "offload": "optimizer"}  # fmt: skip
-    assert PlanLayout("ddp", 1).fast_path and PlanLayout("ddp", 1, options=ParallelOptions(recompute="full")).fast_path
+    assert (
+        PlanLayout("ddp", 1).fast_path
+        and PlanLayout("ddp", 1, options=ParallelOptions(recompute="full")).fast_path
+    )
     assert not PlanLayout("ddp", 1, options=ParallelOptions(recompute="selective")).fast_path
     assert not PlanLayout("ddp", 1, ParallelLayout(tp=2)).fast_path
 
@@ -201,16 +221,20 @@ def test_labels_name_layouts_as_the_what_if_does() -> None:
         ({"schedules": ()}, "--schedules lists nothing"),
     ],
 )
-def test_search_space_refuses_nonsense(kwargs: dict[str, object], message: str) -> None:
+def test_search_space_refuses_nonsense(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(TrainsimError, match=message):
-        SearchSpace(**kwargs)  # type: ignore[arg-type]
+        SearchSpace(**kwargs)
 
 
 @pytest.mark.parametrize(
     ("kwargs", "model", "message"),
     [
         ({"tp": (5,)}, "gpt2-small", r"--tp 5: attention heads \(12\) are not divisible by tp \(5\)"),
-        ({"pp": (5,)}, "gpt2-small", "--pp 5: the model's 12 blocks do not divide into 5 equal pipeline stages"),
+        (
+            {"pp": (5,)},
+            "gpt2-small",
+            "--pp 5: the model's 12 blocks do not divide into 5 equal pipeline stages",
+        ),
         ({"pp": (24,)}, "gpt2-small", "--pp 24: the model's 12 blocks do not divide"),
         ({"ep": (2,)}, "gpt2-small", "--ep 2: ep 2 needs a mixture-of-experts model"),
         ({"ep": (16,)}, "mixtral-8x7b", r"--ep 16: experts \(8\) are not divisible by ep \(16\)"),
@@ -218,6 +242,8 @@ def test_search_space_refuses_nonsense(kwargs: dict[str, object], message: str) 
         ({"tp": (2,)}, "resnet50", "--tp: model 'resnet50' has no transformer shape"),
     ],
 )
-def test_degrees_the_model_cannot_take_are_refused(kwargs: dict[str, object], model: str, message: str) -> None:
+def test_degrees_the_model_cannot_take_are_refused(kwargs: dict[str, Any], model: str, message: str) -> None:
     with pytest.raises(TrainsimError, match=message):
-        search_axes(SearchSpace(**kwargs), load_workload(model, seq_len=1024 if model != "resnet50" else None), 8)  # type: ignore[arg-type]
+        search_axes(
+            SearchSpace(**kwargs), load_workload(model, seq_len=1024 if model != "resnet50" else None), 8
+        )
