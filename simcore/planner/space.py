@@ -39,6 +39,7 @@ Rules the search applies before timing (each a stated dominance or a divisibilit
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -85,6 +86,7 @@ DEFAULT_MAX_MICRO_BATCH = 32
 # micro-batches of 1-2 sequences). --max-micro-batch overrides it.
 DEFAULT_MICRO_BATCH_TOKENS = 16 * 1024
 MAX_GPUS = 1 << 20
+MAX_MICRO_BATCH = 1 << 16  # samples: far above any GPU's memory, and it bounds the divisor search
 # Pipeline depth cap: Narayanan et al. 2021 (Table 1) train up to 1T parameters with pp <= 64, but
 # their GPT-3 175B and smaller runs use pp <= 16; deeper pipelines only add bubble at these sizes.
 DEFAULT_MAX_PP = 16
@@ -218,8 +220,10 @@ class SearchSpace:
             raise TrainsimError("the search space has no strategy; give at least one of " + ", ".join(known))
         if self.micro_batches is not None and (not self.micro_batches or min(self.micro_batches) < 1):
             raise TrainsimError(f"micro-batch sizes must be positive, got {list(self.micro_batches or ())}")
-        if self.max_micro_batch is not None and self.max_micro_batch < 1:
-            raise TrainsimError(f"--max-micro-batch must be at least 1, got {self.max_micro_batch}")
+        if self.max_micro_batch is not None and not 1 <= self.max_micro_batch <= MAX_MICRO_BATCH:
+            raise TrainsimError(
+                f"--max-micro-batch must be between 1 and {MAX_MICRO_BATCH}, got {self.max_micro_batch}"
+            )
         self._check_modes()
         for axis in AXES:
             self._check_axis(axis)
@@ -480,13 +484,26 @@ def _parallel_layouts(
 def _micro_batches(
     space: SearchSpace, cap: int, per_replica: int, parallel: ParallelLayout, reasons: list[str]
 ) -> tuple[int, ...]:
-    sizes = space.micro_batches or tuple(range(1, min(per_replica, cap) + 1))
-    sizes = tuple(m for m in sizes if per_replica % m == 0)
+    sizes = (
+        tuple(m for m in space.micro_batches if per_replica % m == 0)
+        if space.micro_batches
+        else _divisors(per_replica, cap)
+    )
     if parallel.vpp > 1:  # the interleaved schedule needs micro-batches per step divisible by pp
         sizes = tuple(m for m in sizes if (per_replica // m) % parallel.pp == 0)
     if not sizes:
         reasons.append(f"no micro-batch size divides the {per_replica} samples per replica")
     return sizes
+
+
+def _divisors(n: int, cap: int) -> tuple[int, ...]:
+    """The divisors of ``n`` up to ``cap``, ascending, in min(cap, sqrt(n)) steps (batches may be huge)."""
+    root = math.isqrt(n)
+    if cap <= root:
+        return tuple(d for d in range(1, cap + 1) if n % d == 0)
+    small = [d for d in range(1, root + 1) if n % d == 0]
+    both = set(small) | {n // d for d in small}
+    return tuple(sorted(d for d in both if d <= cap))
 
 
 def _options(space: SearchSpace, parallel: ParallelLayout) -> Iterator[ParallelOptions]:

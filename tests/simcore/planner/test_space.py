@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simcore.errors import TrainsimError
 from simcore.parallel.layout import ParallelLayout
@@ -13,6 +15,7 @@ from simcore.planner.space import (
     DEFAULT_TOKENS_PER_STEP,
     PlanLayout,
     SearchSpace,
+    _divisors,
     data_parallel_axes,
     layouts_for,
     max_micro_batch,
@@ -207,7 +210,7 @@ def test_labels_name_layouts_as_the_what_if_does() -> None:
     ("kwargs", "message"),
     [
         ({"strategies": ("ps-async",)}, "synchronous strategies only; 'ps-async'"),
-        ({"max_micro_batch": 0}, "--max-micro-batch must be at least 1"),
+        ({"max_micro_batch": 0}, "--max-micro-batch must be between 1 and 65536"),
         ({"max_tp": 0}, "--max-tp must be at least 1, got 0"),
         ({"max_pp": -1}, "--max-pp must be at least 1"),
         ({"max_cp": 0}, "--max-cp must be at least 1"),
@@ -247,3 +250,14 @@ def test_degrees_the_model_cannot_take_are_refused(kwargs: dict[str, Any], model
         search_axes(
             SearchSpace(**kwargs), load_workload(model, seq_len=1024 if model != "resnet50" else None), 8
         )
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 5000), cap=st.integers(1, 6000))
+def test_micro_batch_divisors_are_every_divisor_up_to_the_cap(n: int, cap: int) -> None:
+    assert _divisors(n, cap) == tuple(d for d in range(1, min(n, cap) + 1) if n % d == 0)
+
+
+def test_a_huge_batch_is_split_without_counting_to_it() -> None:
+    assert _divisors(10**30, 8) == (1, 2, 4, 5, 8)
+    assert _divisors(1_000_003, 2**20) == (1, 1_000_003)  # a prime: a thousand steps, not a million
