@@ -19,7 +19,7 @@ from typing import Any
 
 from simcore.planner.rank import Ranked, throughput
 from simcore.planner.search import CountResult, PlanResult, Prepared
-from simcore.planner.space import describe_axes
+from simcore.planner.space import describe_axes, max_micro_batch
 from simcore.report import records_to_csv
 
 __all__ = ["SCHEMA", "format_counts", "format_csv", "format_json", "format_table", "plan_document"]
@@ -60,7 +60,7 @@ def plan_document(result: PlanResult, *, top: int) -> dict[str, Any]:
         "search": {
             "strategies": list(prepared.space.strategies),
             "micro_batches": list(prepared.space.micro_batches) if prepared.space.micro_batches else None,
-            "max_micro_batch": prepared.space.max_micro_batch,
+            "max_micro_batch": max_micro_batch(prepared.space, workload),
             "recompute": list(prepared.space.recompute),
             "offload": list(prepared.space.offload),
             "schedules": list(prepared.space.schedules),

@@ -309,6 +309,12 @@ def search_axes(space: SearchSpace, workload: Workload, node_size: int) -> Searc
         "vpp": space.max_vpp,
     }  # fmt: skip
     degrees = {axis: _axis_degrees(space, axis, caps[axis], workload, blocks) for axis in AXES}
+    if max(degrees["pp"]) == 1:  # virtual stages need a pipeline
+        if space.vpp is not None and max(space.vpp) > 1:
+            raise TrainsimError(
+                f"--vpp {max(space.vpp)} needs pipeline parallelism; allow pp > 1 (--max-pp, --pp)"
+            )
+        degrees["vpp"] = (1,)
     return SearchAxes(degrees["tp"], degrees["pp"], degrees["cp"], degrees["ep"], degrees["vpp"], blocks)
 
 

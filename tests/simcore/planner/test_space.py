@@ -96,6 +96,7 @@ def test_default_axes_come_from_the_cluster_and_the_model() -> None:
     assert (axes.cp, axes.ep, axes.vpp) == ((1,), (1,), (1, 2, 4))
     assert search_axes(SearchSpace(), GPT2, node_size=4).tp == (1, 2, 4)
     assert search_axes(SearchSpace(), GPT2, node_size=2).tp == (1, 2)
+    assert search_axes(SearchSpace(max_pp=1), GPT2, node_size=8).vpp == (1,)  # no pipeline, no chunks
     long = load_workload("llama2-7b", seq_len=16384)
     assert search_axes(SearchSpace(), long, 8).cp == (1, 2, 4, 8)
     assert search_axes(SearchSpace(), load_workload("llama2-7b", seq_len=4096), 8).cp == (1,)
@@ -243,6 +244,7 @@ def test_search_space_refuses_nonsense(kwargs: dict[str, Any], message: str) -> 
         ({"ep": (16,)}, "mixtral-8x7b", r"--ep 16: experts \(8\) are not divisible by ep \(16\)"),
         ({"cp": (3,)}, "gpt2-small", r"--cp 3: sequence length \(1024\) is not divisible by 2 x cp = 6"),
         ({"tp": (2,)}, "resnet50", "--tp: model 'resnet50' has no transformer shape"),
+        ({"vpp": (2,), "max_pp": 1}, "gpt2-small", "--vpp 2 needs pipeline parallelism"),
     ],
 )
 def test_degrees_the_model_cannot_take_are_refused(kwargs: dict[str, Any], model: str, message: str) -> None:
