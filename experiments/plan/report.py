@@ -7,7 +7,9 @@ JSON: ``schema``, ``version``, the model, cluster and batch; ``configs_considere
 :meth:`simcore.report.StepReport.to_record`, plus ``rank``, ``layout``, ``train_hours``,
 ``train_cost`` and ``cost_per_million``; ``layout`` holds the label, e.g. ``"zero1 dp32 tp8 pp4
 vpp2 mb=1"``, and every degree and option); ``pareto_gpus`` and ``pareto_cost`` (records of the
-frontiers). CSV: one row per ranked layout, nested fields flattened as in the what-if.
+frontiers). CSV: one row per ranked layout, nested fields flattened as in the what-if. The table's ``bubble``
+is the pipeline's idle share of the step and ``comm s`` the exposed communication beyond it
+(:func:`simcore.planner.rank.step_components`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import io
 import json
 from typing import Any
 
-from simcore.planner.rank import Ranked, throughput
+from simcore.planner.rank import Ranked, step_components, throughput
 from simcore.planner.search import CountResult, PlanResult, Prepared
 from simcore.planner.space import describe_axes, max_micro_batch
 from simcore.report import records_to_csv
@@ -184,14 +186,16 @@ def _count_lines(result: PlanResult, count: CountResult, top: int) -> list[str]:
     width = max(28, *(len(r.label) for r in shown))
     lines.append(
         f"  {'#':>2} {'layout':{width}} {'step s':>8} {unit + '/s':>11} {'MFU':>5} {'bubble':>6} "
-        f"{'exposed s':>9} {'peak GiB':>8}{extra}"
+        f"{'comm s':>7} {'peak GiB':>8}{extra}"
     )
     for i, r in enumerate(shown):
         rep = r.report
-        bubble = float(getattr(rep, "pipeline_bubble_fraction", 0.0))
+        parts = step_components(rep)
+        bubble = parts["pipeline bubble"] / rep.step_time_s if rep.step_time_s > 0 else 0.0
         row = (
             f"  {i + 1:>2} {r.label:{width}} {rep.step_time_s:>8.3f} {_si(throughput(rep)):>11} "
-            f"{rep.mfu:>5.2f} {bubble:>6.2f} {rep.exposed_comm_s:>9.3f} {rep.peak_memory_bytes / GiB:>8.1f}"
+            f"{rep.mfu:>5.2f} {bubble:>6.2f} {parts['exposed communication']:>7.3f} "
+            f"{rep.peak_memory_bytes / GiB:>8.1f}"
         )
         if budget.train_tokens or budget.train_samples:
             row += f" {r.hours:>5.0f}" if r.hours is not None else "     -"
