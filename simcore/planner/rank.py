@@ -189,12 +189,14 @@ def explain_winner(
     r = best.report
     unit = "tokens/s" if r.tokens_per_s is not None else "samples/s"
     parts = [f"{best.label} is the fastest of {len(ranked)} layout(s) that fit"]
-    if len(ranked) > 1:
-        parts.append(_versus(best, ranked[1], "the runner-up", unit))
+    runner = ranked[1] if len(ranked) > 1 else None
+    if runner is not None:
+        who = "the runner-up" + (" (the best pure data-parallel layout)" if runner is best_dp else "")
+        parts.append(_versus(best, runner, who, unit))
     if not best.layout.pure_data_parallel:
         if best_dp is None:
             parts.append("memory: no pure data-parallel layout fits")
-        elif best_dp is not ranked[1 if len(ranked) > 1 else 0]:
+        elif best_dp is not runner:
             parts.append(_versus(best, best_dp, "the best pure data-parallel layout", unit))
     parts.append(f"peak {r.peak_memory_bytes / GiB:.1f} of {capacity_bytes / GiB:.1f} GiB")
     if no_fit:

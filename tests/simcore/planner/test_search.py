@@ -269,3 +269,6 @@ def test_the_why_names_the_deciding_factor() -> None:
     alone = explain_winner([best, runner], [], 80 * 2**30, None)
     assert "memory: no pure data-parallel layout fits" in alone
     assert "best pure data-parallel" not in explain_winner([plain, best], [], 80 * 2**30, plain)
+    second = explain_winner([best, plain], [], 80 * 2**30, plain)
+    assert "of the runner-up (the best pure data-parallel layout) fsdp mb=1 (deciding" in second
+    assert second.count("fsdp mb=1") == 1
