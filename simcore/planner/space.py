@@ -477,6 +477,10 @@ def _parallel_layouts(
                 for ep in axes.ep:
                     for vpp in axes.vpp if pp > 1 else (1,):
                         if vpp > 1 and axes.blocks % (pp * vpp):
+                            reasons.append(
+                                f"the {axes.blocks} blocks do not divide into pp x vpp = {pp} x {vpp} "
+                                "interleaved stages"
+                            )
                             continue
                         layout = ParallelLayout(tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp)
                         try:

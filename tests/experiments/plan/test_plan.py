@@ -129,6 +129,10 @@ def test_out_writes_the_plot_and_refuses_a_full_directory(
             "2 GPUs: tp x pp x cp = 4 x 1 x 1 does not divide 2 GPUs",
         ),
         (["--recompute", "sometimes"], "recompute 'sometimes' not understood"),
+        (
+            ["--max-pp", "4", "--pp", "4", "--vpp", "2"],
+            "the 12 blocks do not divide into pp x vpp = 4 x 2 interleaved stages",
+        ),
         (["--offload", "disk"], "--offload: 'disk' is not known"),
         (["--schedules", "zb-v"], "--schedules: 'zb-v' is not known"),
         (["--sequence-parallel", "maybe"], "--sequence-parallel"),
@@ -227,6 +231,30 @@ def test_count_lays_out_the_search_without_timing(
         "     8 GPUs: 12 layouts, 6 skipped untimed, 6 to evaluate (offload variants included)",
         "total: 12 layouts, 6 to evaluate",
     ]
+
+
+@pytest.mark.parametrize(
+    ("extra", "seen"),
+    [
+        (["--pp", "2"], " x pp 2 x "),
+        (["--pp", "2", "--vpp", "2"], " x vpp 2 x "),
+        (["--cp", "2"], " x cp 2 x "),
+        (["--max-cp", "4"], " x cp 1/2/4 x "),
+        (["--model", "mixtral-8x7b", "--seq-len", "1024", "--max-ep", "4"], " x ep 1/2/4 x "),
+        (["--model", "mixtral-8x7b", "--seq-len", "1024", "--ep", "8"], " x ep 8 x "),
+        (["--model", "mixtral-8x7b", "--seq-len", "1024"], " x ep 1/2/4/8 x "),
+        (["--model", "llama2-7b", "--seq-len", "16384"], " x cp 1/2/4/8 x "),
+        (["--max-tp", "16"], "strategy (6) x micro-batch x tp 1/2/4 x "),  # 8 and 16 do not divide 12 heads
+    ],
+)
+def test_degree_flags_reach_the_search(
+    extra: list[str], seen: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = _run(
+        ["--model", "gpt2-small", "--gpus", "8,16", "--global-batch", "64", "--count", *extra], capsys
+    )
+    assert code == 0
+    assert seen in out.splitlines()[0]
 
 
 def test_ray_missing_or_unreachable_is_one_line(
