@@ -4,8 +4,8 @@ skipped untimed.
 Two moments every step passes through, on the first pipeline stage's busiest GPU:
 
 - the optimizer step, with the parameters, gradients and optimizer state the strategy keeps (ZeRO
-  paper, Rajbhandari et al. 2020, sec. 5.1: :func:`simcore.compute.memory.model_state_bytes`) all
-  live;
+  paper, Rajbhandari et al. 2020, sec. 5.1: :func:`simcore.compute.memory.model_state_bytes`, in
+  the bytes per parameter the strategy's step plan uses: :func:`state_bytes`) all live;
 - the end of the forward passes in flight, with their saved activations on top of the parameters
   and optimizer state.
 
@@ -29,10 +29,10 @@ import math
 
 from simcore.compute.memory import model_state_bytes
 from simcore.planner.space import PlanLayout
-from simcore.strategies.base import TrainingConfig
+from simcore.strategies.base import TrainingConfig, optimizer_state_bytes
 from simcore.workload.types import Workload
 
-__all__ = ["STRATEGY_STAGES", "activation_floor_per_sample", "memory_floor_bytes"]
+__all__ = ["STRATEGY_STAGES", "activation_floor_per_sample", "memory_floor_bytes", "state_bytes"]
 
 # ZeRO stage per strategy and whether its shard group is one node (HSDP) or every rank.
 STRATEGY_STAGES = {"ddp": (0, False), "zero1": (1, False), "zero2": (2, False), "zero3": (3, False),
@@ -57,10 +57,8 @@ def memory_floor_bytes(
     shards = min(node_size, group) if per_node else group
     moe = workload.dims is not None and workload.dims.moe is not None
     params = workload.params / (lay.tp * lay.pp * (lay.ep if moe else 1))
-    states = model_state_bytes(
-        stage, 1, shards, config.param_bytes, config.grad_bytes, config.optimizer_bytes
-    )
-    states = {k: v * params for k, v in states.items()}
+    per_param = model_state_bytes(stage, 1, shards, *state_bytes(config, layout.strategy))
+    states = {k: v * params for k, v in per_param.items()}
     if offload in ("optimizer", "params"):
         states["optimizer"] = 0.0
     if offload == "params":
@@ -69,7 +67,8 @@ def memory_floor_bytes(
     activations = 0.0
     if offload != "activations":
         micro = config.global_batch // (lay.dp(gpus) * layout.micro_batch)
-        in_flight = micro if layout.options.schedule == "gpipe" else min(lay.pp, micro)
+        gpipe = layout.options.schedule == "gpipe" and lay.pp > 1  # one pipeline holds every micro-batch
+        in_flight = micro if gpipe else min(lay.pp, micro)
         key = (layout.recompute, lay.tp, lay.pp, lay.cp)
         known = memo.get(key) if memo is not None else None
         per_sample = known if known is not None else activation_floor_per_sample(workload, layout)
@@ -78,6 +77,19 @@ def memory_floor_bytes(
         activations = per_sample * layout.micro_batch * max(1, in_flight)
     at_forward = states["params"] + states["optimizer"] + activations
     return max(at_optimizer, at_forward) + (config.allocator_overhead_bytes or 0.0)
+
+
+def state_bytes(config: TrainingConfig, strategy: str) -> tuple[int, int, int]:
+    """Bytes per parameter of the parameters, gradients and optimizer state ``strategy`` keeps, as its
+    step plan counts them (:meth:`TrainingConfig.precision_for`): DDP keeps fp32 parameters; the
+    ZeRO family and FSDP keep 16-bit working parameters and gradients with the fp32 master copy in
+    the optimizer state (:func:`simcore.strategies.base.optimizer_state_bytes`)."""
+    precision = config.precision_for(strategy)
+    return (
+        precision.bytes("param"),
+        precision.bytes("grad"),
+        optimizer_state_bytes(precision, config.optimizer),
+    )
 
 
 def activation_floor_per_sample(workload: Workload, layout: PlanLayout) -> float:

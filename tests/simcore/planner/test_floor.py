@@ -22,7 +22,10 @@ CONFIG = TrainingConfig(global_batch=64, seq_len=1024, allocator_overhead_bytes=
 
 
 def _bytes(config: TrainingConfig) -> tuple[int, int, int]:
-    return config.param_bytes, config.grad_bytes, config.optimizer_bytes
+    """DDP's bytes per parameter with bf16 and fp32 master weights: fp32 parameters and gradients,
+    AdamW's two fp32 moments."""
+    assert config.dtype == "bf16" and config.master_weights and config.optimizer == "adamw"
+    return 4, 4, 8
 
 
 def test_model_states_are_split_by_tp_pp_and_sharded_over_dp_cp() -> None:
@@ -30,9 +33,13 @@ def test_model_states_are_split_by_tp_pp_and_sharded_over_dp_cp() -> None:
     full = PlanLayout("ddp", 1, ParallelLayout(tp=2, pp=2), ParallelOptions(recompute="full"))
     # 16 GPUs, tp 2 x pp 2: a GPU holds a quarter of the parameters, DDP keeps all three states
     assert memory_floor_bytes(GPT2, CONFIG, full, 16, 8) == pytest.approx(GPT2.params / 4 * (p + g + o))
+    # ZeRO keeps bf16 working parameters and gradients (2 + 2 bytes), the fp32 master copy and the
+    # two moments (4 + 8) in the optimizer state: ZeRO-1 on 8 GPUs shards only the 12 bytes
+    zero1 = PlanLayout("zero1", 1, options=ParallelOptions(recompute="full"))
+    assert memory_floor_bytes(GPT2, CONFIG, zero1, 8, 8) == pytest.approx(GPT2.params * (2 + 2 + 12 / 8))
     zero3 = replace(full, strategy="zero3", parallel=ParallelLayout(tp=2, cp=2))
-    # zero3 shards every state over dp x cp = 4 x 2 = 8 ranks
-    assert memory_floor_bytes(GPT2, CONFIG, zero3, 16, 8) == pytest.approx(GPT2.params / 2 / 8 * (p + g + o))
+    # zero3 shards every state (2 + 2 + 12 bytes) over dp x cp = 4 x 2 = 8 ranks
+    assert memory_floor_bytes(GPT2, CONFIG, zero3, 16, 8) == pytest.approx(GPT2.params / 2 / 8 * 16)
     hsdp = replace(zero3, strategy="hsdp", parallel=ParallelLayout(tp=2))
     # hsdp on 32 GPUs, tp 2: dp 16 but shards within a node: at most 8 ranks
     assert memory_floor_bytes(GPT2, CONFIG, hsdp, 32, 8) == pytest.approx(GPT2.params / 2 / 8 * (p + g + o))
@@ -71,7 +78,7 @@ def test_activations_of_the_first_stage_in_flight() -> None:
     assert memory_floor_bytes(GPT2, CONFIG, gpipe, 16, 8) == pytest.approx(states * (p + o) + 16 * one)
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(
     strategy=st.sampled_from(["ddp", "zero1", "zero3", "fsdp"]),
     degrees=st.sampled_from([(2, 1, 1), (1, 2, 1), (2, 2, 1), (1, 2, 2), (2, 1, 2), (4, 2, 1)]),
@@ -79,6 +86,7 @@ def test_activations_of_the_first_stage_in_flight() -> None:
     schedule=st.sampled_from(["1f1b", "zb-h1", "gpipe"]),
     micro_batch=st.sampled_from([1, 2]),
     offload=st.sampled_from(["none", "optimizer", "activations"]),
+    interleave=st.booleans(),
 )
 def test_the_floor_never_exceeds_the_parallel_peak(
     strategy: str,
@@ -87,15 +95,17 @@ def test_the_floor_never_exceeds_the_parallel_peak(
     schedule: str,
     micro_batch: int,
     offload: str,
+    interleave: bool,
 ) -> None:
     """Candidates are skipped on the floor alone: it must bound the composed step's peak from below."""
     tp, pp, cp = degrees
-    parallel = ParallelLayout(tp=tp, pp=pp, cp=cp, vpp=1)
+    vpp = 2 if interleave and pp > 1 and schedule == "1f1b" else 1
+    parallel = ParallelLayout(tp=tp, pp=pp, cp=cp, vpp=vpp)
     options = ParallelOptions(
         schedule=schedule, sequence_parallel=tp > 1, recompute=recompute, offload=offload
     )
     layout = PlanLayout(strategy, micro_batch, parallel, options)
-    config = TrainingConfig(global_batch=16 * micro_batch, seq_len=1024)
+    config = TrainingConfig(global_batch=32 * micro_batch, seq_len=1024)
     job = PlanJob(GPT2, "dgx-a100", load_cluster, config, key="floor-parallel")
     (outcome,) = evaluate_tasks(job, [(16, layout)])
     assert outcome.report is not None, outcome.error
@@ -125,3 +135,22 @@ def test_the_floor_never_exceeds_the_data_parallel_peak(
     assert outcome.report is not None, outcome.error
     floor = memory_floor_bytes(workload, replace(config, micro_batch=micro_batch), layout, gpus, node_size=8)
     assert floor <= outcome.report.peak_memory_bytes * (1 + 1e-12)
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        PlanLayout("fsdp", 1, ParallelLayout(ep=8), ParallelOptions(recompute="full")),
+        PlanLayout("zero1", 1, ParallelLayout(tp=2, ep=2), ParallelOptions(sequence_parallel=True)),
+        PlanLayout("ddp", 1, ParallelLayout(pp=2, ep=4), ParallelOptions(recompute="selective")),
+    ],
+)
+def test_the_floor_bounds_a_mixture_of_experts_peak(layout: PlanLayout) -> None:
+    """Routed experts are split over tp x ep, the rest over tp: the floor divides all by tp x pp x ep."""
+    workload = load_workload("mixtral-8x7b", seq_len=1024)
+    config = TrainingConfig(global_batch=16, seq_len=1024)
+    job = PlanJob(workload, "hgx-h100", load_cluster, config, key="floor-moe")
+    (outcome,) = evaluate_tasks(job, [(8, layout)])
+    assert outcome.report is not None, outcome.error
+    floor = memory_floor_bytes(workload, replace(config, micro_batch=1), layout, 8, node_size=8)
+    assert 0 < floor <= outcome.report.peak_memory_bytes
