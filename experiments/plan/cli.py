@@ -78,6 +78,50 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _add_space_arguments(p: argparse.ArgumentParser) -> None:
+    """The search-space flags: strategies, micro-batches, memory levers, schedules, degrees."""
+    space = p.add_argument_group("search space")
+    space.add_argument("--strategies", default=",".join(STRATEGIES), help="comma list (default %(default)s)")
+    space.add_argument(
+        "--micro-batches",
+        help="comma list of micro-batch sizes (default: every divisor of the per-replica batch)",
+    )
+    space.add_argument(
+        "--max-micro-batch", type=int,
+        help="largest micro-batch tried (default 32 samples, at most 16k tokens)",
+    )  # fmt: skip
+    space.add_argument(
+        "--recompute",
+        default="none,selective,full",
+        help="comma list of none, selective, full, every-K; or both (none,full), on, off (default %(default)s)",
+    )
+    space.add_argument(
+        "--offload",
+        default="none,optimizer,params,activations",
+        help="offload modes, tried where a layout fits neither as is nor with full recompute (default %(default)s)",
+    )
+    space.add_argument(
+        "--schedules",
+        default="1f1b,zb-h1",
+        help="pipeline schedules: 1f1b (interleaved with vpp > 1), zb-h1, gpipe (default %(default)s)",
+    )
+    space.add_argument(
+        "--sequence-parallel",
+        default="on",
+        choices=list(SEQUENCE_PARALLEL),
+        help="sequence parallelism with tp > 1 (default %(default)s)",
+    )
+    for axis, what, default in (
+        ("tp", "tensor-parallel", "GPUs per node"),
+        ("pp", "pipeline-parallel", "blocks, at most 16"),
+        ("cp", "context-parallel", "1; 8 from 16k tokens"),
+        ("ep", "expert-parallel", "experts of a MoE model, else 1"),
+        ("vpp", "virtual pipeline", "4"),
+    ):
+        space.add_argument(f"--max-{axis}", type=int, help=f"largest {what} degree (default: {default})")
+        space.add_argument(f"--{axis}", help=f"comma list: only these {what} degrees")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="python -m experiments.plan", description=__doc__.split("\n\n")[0])
     p.add_argument(
@@ -102,46 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument(
         "--no-master-weights", action="store_true", help="pure bf16/fp16 (no fp32 master copy)"
     )
-    space = p.add_argument_group("search space")
-    space.add_argument("--strategies", default=",".join(STRATEGIES), help="comma list (default %(default)s)")
-    space.add_argument(
-        "--micro-batches",
-        help="comma list of micro-batch sizes (default: every divisor of the per-GPU batch)",
-    )
-    space.add_argument(
-        "--max-micro-batch", type=int,
-        help="largest micro-batch tried (default 32 samples, at most 16k tokens)",
-    )  # fmt: skip
-    space.add_argument(
-        "--recompute",
-        default="none,selective,full",
-        help="comma list of none, selective, full, every-K; or both (none,full), on, off (default %(default)s)",
-    )
-    space.add_argument(
-        "--offload",
-        default="none,optimizer,params,activations",
-        help="comma list of offload modes tried where nothing fits without (default %(default)s)",
-    )
-    space.add_argument(
-        "--schedules",
-        default="1f1b,zb-h1",
-        help="pipeline schedules: 1f1b (interleaved with vpp > 1), zb-h1, gpipe (default %(default)s)",
-    )
-    space.add_argument(
-        "--sequence-parallel",
-        default="on",
-        choices=list(SEQUENCE_PARALLEL),
-        help="sequence parallelism with tp > 1 (default %(default)s)",
-    )
-    for axis, what, default in (
-        ("tp", "tensor-parallel", "GPUs per node"),
-        ("pp", "pipeline-parallel", "blocks, at most 16"),
-        ("cp", "context-parallel", "1; 8 from 16k tokens"),
-        ("ep", "expert-parallel", "experts of a MoE model, else 1"),
-        ("vpp", "virtual pipeline", "4"),
-    ):
-        space.add_argument(f"--max-{axis}", type=int, help=f"largest {what} degree (default: {default})")
-        space.add_argument(f"--{axis}", help=f"comma list: only these {what} degrees")
+    _add_space_arguments(p)
     limits = p.add_argument_group("memory, time and cost")
     limits.add_argument(
         "--memory-headroom",
