@@ -83,6 +83,11 @@ def _add_space_arguments(p: argparse.ArgumentParser) -> None:
     space = p.add_argument_group("search space")
     space.add_argument("--strategies", default=",".join(STRATEGIES), help="comma list (default %(default)s)")
     space.add_argument(
+        "--pipeline-strategies",
+        default="ddp,zero1",
+        help="strategies searched with pipeline parallelism (default %(default)s, as DeepSpeed and Megatron-Core)",
+    )
+    space.add_argument(
         "--micro-batches",
         help="comma list of micro-batch sizes (default: every divisor of the per-replica batch)",
     )

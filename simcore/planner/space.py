@@ -32,7 +32,8 @@ Rules the search applies before timing (each a stated dominance or a divisibilit
   gradients or parameters across a pipeline's micro-batches (DeepSpeed: "ZeRO-2 and ZeRO-3 are
   incompatible with pipeline parallelism", ``deepspeed/runtime/pipe/engine.py``; Megatron-Core's
   distributed optimizer is ZeRO-1), and sharded strategies would gather or reduce every
-  micro-batch. ZeRO-2/3, FSDP and HSDP are searched with tensor, context and expert parallelism.
+  micro-batch. ZeRO-2/3, FSDP and HSDP are searched with tensor, context and expert parallelism
+  (``--pipeline-strategies`` widens the rule; the step model runs every strategy with pipelines).
 - The schedule and virtual stages only where there is a pipeline (``pp > 1``); interleaving
   (``vpp > 1``) only with 1F1B and with micro-batches per step divisible by ``pp``.
 """
@@ -188,7 +189,8 @@ class SearchSpace:
     ``recompute``, ``offload``, ``schedules``: the modes tried. ``sequence_parallel``: the settings
     tried where ``tp > 1``. ``max_tp`` ... ``max_vpp`` bound the degrees (None: the default from
     the cluster and model, :func:`search_axes`); ``tp`` ... ``vpp`` (None: every allowed degree)
-    fix an axis to the degrees listed.
+    fix an axis to the degrees listed. ``pipeline_strategies``: the strategies searched with
+    ``pp > 1`` (see the module docstring).
     """
 
     strategies: tuple[str, ...] = tuple(strategy_names())
@@ -198,6 +200,7 @@ class SearchSpace:
     offload: tuple[str, ...] = OFFLOAD_MODES
     schedules: tuple[str, ...] = DEFAULT_SCHEDULES
     sequence_parallel: tuple[bool, ...] = (True,)
+    pipeline_strategies: tuple[str, ...] = PIPELINE_STRATEGIES
     max_tp: int | None = None
     max_pp: int | None = None
     max_cp: int | None = None
@@ -211,7 +214,7 @@ class SearchSpace:
 
     def __post_init__(self) -> None:
         known = strategy_names()
-        for name in self.strategies:
+        for name in (*self.strategies, *self.pipeline_strategies):
             if name not in known:
                 raise TrainsimError(
                     f"the planner searches synchronous strategies only; {name!r} is not one of {', '.join(known)}"
@@ -447,7 +450,11 @@ def layouts_for(
             reasons.append(f"the global batch of {global_batch} does not split evenly over {dp} replicas")
             continue
         sizes = _micro_batches(space, cap, global_batch // dp, parallel, reasons)
-        names = [s for s in strategies if parallel.pp == 1 or s in PIPELINE_STRATEGIES]
+        names = [s for s in strategies if parallel.pp == 1 or s in space.pipeline_strategies]
+        if not names:
+            reasons.append(
+                f"pipelines run with {', '.join(space.pipeline_strategies)} only (--pipeline-strategies)"
+            )
         for options in _options(space, parallel):
             out += [PlanLayout(s, m, parallel, options) for s in names for m in sizes]
     if not out:

@@ -136,6 +136,11 @@ def test_out_writes_the_plot_and_refuses_a_full_directory(
         (["--offload", "disk"], "--offload: 'disk' is not known"),
         (["--schedules", "zb-v"], "--schedules: 'zb-v' is not known"),
         (["--sequence-parallel", "maybe"], "--sequence-parallel"),
+        (["--pipeline-strategies", "ps-async"], "synchronous strategies only; 'ps-async'"),
+        (
+            ["--max-pp", "2", "--pp", "2", "--strategies", "zero3", "--pipeline-strategies", "ddp"],
+            "8 GPUs: pipelines run with ddp only (--pipeline-strategies)",
+        ),
         (
             [
                 "--model",
@@ -207,6 +212,7 @@ def test_layout_degrees_in_json_and_csv(capsys: pytest.CaptureFixture[str]) -> N
         (["--max-pp", "2", "--pp", "2", "--schedules", "gpipe"], "schedule gpipe"),
         (["--max-tp", "2", "--sequence-parallel", "both"], "sp off/on"),
         (["--recompute", "selective"], "recompute selective"),
+        (["--max-pp", "2", "--pp", "2", "--strategies", "fsdp", "--pipeline-strategies", "fsdp"], "pp 2"),
         (["--offload", "optimizer"], "offload optimizer"),
     ],
 )

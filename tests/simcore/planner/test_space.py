@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -87,6 +88,16 @@ def test_the_exact_candidates_of_a_small_space() -> None:
         "ddp dp8 pp2 mb=1", "ddp dp8 pp2 mb=1 schedule=zb-h1", "ddp dp8 pp2 vpp2 mb=1",
         "ddp dp4 tp2 pp2 mb=1 sp", "ddp dp4 tp2 pp2 mb=1 schedule=zb-h1 sp", "ddp dp4 tp2 pp2 vpp2 mb=1 sp",
     ])  # fmt: skip
+
+
+def test_pipelines_run_with_the_pipeline_strategies() -> None:
+    space = SearchSpace(strategies=("zero1", "fsdp"), micro_batches=(1,), recompute=("none",), tp=(1,), pp=(2,),
+                        vpp=(1,), schedules=("1f1b",))  # fmt: skip
+    assert _labels(space, 8, 16) == ["zero1 dp4 pp2 mb=1"]
+    wide = replace(space, pipeline_strategies=("zero1", "fsdp"))
+    assert _labels(wide, 8, 16) == ["fsdp dp4 pp2 mb=1", "zero1 dp4 pp2 mb=1"]
+    with pytest.raises(TrainsimError, match="'zero4' is not one of"):
+        SearchSpace(pipeline_strategies=("zero4",))
 
 
 def test_default_axes_come_from_the_cluster_and_the_model() -> None:
