@@ -38,9 +38,10 @@ from simcore.collectives import build_plan
 from simcore.fastpath.step import clear_probe_cache
 from simcore.planner.evaluate import Outcome, PlanJob, Task, evaluate_tasks, load_topology
 from simcore.planner.executors import run_sweeps
-from simcore.planner.space import Layout, SearchSpace, layouts_for
+from simcore.planner.space import PlanLayout, SearchSpace, data_parallel_axes, layouts_for
 from simcore.strategies.base import TrainingConfig
 from simcore.workload.loader import load_workload
+from simcore.workload.types import Workload
 from topologies import load_cluster
 
 __all__ = [
@@ -83,10 +84,15 @@ def _row(case: str, value: float, unit: str, target: float | None, **kwargs: obj
     return PlannerBenchRow(case, value=value, unit=unit, target=target, ok=ok, **kwargs)  # type: ignore[arg-type]
 
 
-def _grid(gpus: int) -> tuple[TrainingConfig, list[Layout]]:
+# The data-parallel planner's space (the fast path's): recompute off or full, no model parallelism.
+_DP_SPACE = SearchSpace(recompute=("none", "full"), max_micro_batch=32)
+
+
+def _grid(gpus: int, workload: Workload) -> tuple[TrainingConfig, list[PlanLayout]]:
     """Every strategy x micro-batch 1, 2, 4 x recompute; 8 samples per GPU (accumulation 8, 4, 2)."""
     config = TrainingConfig(global_batch=gpus * 8, seq_len=1024)
-    layouts, _ = layouts_for(SearchSpace(micro_batches=(1, 2, 4)), gpus, config.global_batch, 8)
+    space = SearchSpace(micro_batches=(1, 2, 4), recompute=("none", "full"))
+    layouts, _ = layouts_for(space, data_parallel_axes(workload), workload, gpus, config.global_batch, 8)
     return config, layouts
 
 
@@ -109,7 +115,7 @@ def fast_path_rows(
     workload = load_workload(model, seq_len=1024)
     rows = []
     for gpus in gpu_counts:
-        config, layouts = _grid(gpus)
+        config, layouts = _grid(gpus, workload)
         tasks = [(gpus, layout) for layout in layouts]
         fast = _timed(
             PlanJob(workload, cluster, load_cluster, config, engine_path="fast", key="bench"), tasks
@@ -134,7 +140,9 @@ def fixed_sweep(configs: int = SWEEP_CONFIGS) -> list[tuple[PlanJob, list[Task]]
             tasks = [
                 (gpus, layout)
                 for gpus in (8, 16, 32, 64, 128, 256, 512, 1024)
-                for layout in layouts_for(SearchSpace(), gpus, batch, 8)[0]
+                for layout in layouts_for(_DP_SPACE, data_parallel_axes(workload), workload, gpus, batch, 8)[
+                    0
+                ]
             ][:left]
             if tasks:
                 parts.append(

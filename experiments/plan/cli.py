@@ -5,10 +5,11 @@
     python -m experiments.plan --model llama2-7b --cluster hgx-h100 --gpus 8:64:8 \\
         --price-per-gpu-hour 2.5 --train-tokens 1T --max-cost 2e6 --out plan/
 
-Searches strategy x micro-batch x activation recompute (tensor, pipeline, context and expert
-parallelism and offload join when the step model has them), skips layouts whose memory floor is
-above the GPU's memory without timing them, times the rest on the fast analytical path (in a
-process pool, or as Ray tasks with ``--engine ray``), and prints per GPU count the ranked best
+Searches strategy x tensor x pipeline (with virtual stages and its schedule) x context x expert
+parallelism x sequence parallelism x micro-batch x recompute x offload (:mod:`simcore.planner.space`
+states the rules that prune it), skips layouts whose memory floor is above the GPU's memory without
+timing them, times the rest (pure data parallelism on the fast analytical path, other layouts on
+the composed parallel step; in a process pool, or as Ray tasks with ``--engine ray``), and prints per GPU count the ranked best
 layouts and why the first wins, the Pareto frontier of throughput against GPUs (and against cost
 with ``--price-per-gpu-hour``), and how many configurations were evaluated.
 
@@ -26,8 +27,8 @@ import sys
 from pathlib import Path
 
 from experiments.plan.plots import write_outputs
-from experiments.plan.report import format_csv, format_json, format_table
-from experiments.plan.run import run_plan
+from experiments.plan.report import format_counts, format_csv, format_json, format_table
+from experiments.plan.run import SEQUENCE_PARALLEL, prepare_plan, run_plan
 from simcore.cliargs import Parser
 from simcore.errors import TrainsimError, cli_entry
 from simcore.units import parse_size
@@ -37,7 +38,6 @@ from simcore.units import parse_size
 ENGINES = ("local", "ray")
 ENGINE_PATHS = ("auto", "fast", "des")
 STRATEGIES = ("ddp", "fsdp", "zero1", "zero2", "zero3", "hsdp")
-RECOMPUTE = {"both": (False, True), "off": (False,), "on": (True,)}
 _SUFFIXES = {
     "k": 1e3,
     "m": 1e6,
@@ -78,6 +78,55 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _add_space_arguments(p: argparse.ArgumentParser) -> None:
+    """The search-space flags: strategies, micro-batches, memory levers, schedules, degrees."""
+    space = p.add_argument_group("search space")
+    space.add_argument("--strategies", default=",".join(STRATEGIES), help="comma list (default %(default)s)")
+    space.add_argument(
+        "--pipeline-strategies",
+        default="ddp,zero1",
+        help="strategies searched with pipeline parallelism (default %(default)s, as DeepSpeed and Megatron-Core)",
+    )
+    space.add_argument(
+        "--micro-batches",
+        help="comma list of micro-batch sizes (default: every divisor of the per-replica batch)",
+    )
+    space.add_argument(
+        "--max-micro-batch", type=int,
+        help="largest micro-batch tried (default 32 samples, at most 16k tokens)",
+    )  # fmt: skip
+    space.add_argument(
+        "--recompute",
+        default="none,selective,full",
+        help="comma list of none, selective, full, every-K; or both (none,full), on, off (default %(default)s)",
+    )
+    space.add_argument(
+        "--offload",
+        default="none,optimizer,params,activations",
+        help="offload modes, tried where a layout fits neither as is nor with full recompute (default %(default)s)",
+    )
+    space.add_argument(
+        "--schedules",
+        default="1f1b,zb-h1",
+        help="pipeline schedules: 1f1b (interleaved with vpp > 1), zb-h1, gpipe (default %(default)s)",
+    )
+    space.add_argument(
+        "--sequence-parallel",
+        default="on",
+        choices=list(SEQUENCE_PARALLEL),
+        help="sequence parallelism with tp > 1 (default %(default)s)",
+    )
+    for axis, what, default in (
+        ("tp", "tensor-parallel", "GPUs per node"),
+        ("pp", "pipeline-parallel", "blocks, at most 16"),
+        ("cp", "context-parallel", "1; 8 from 16k tokens"),
+        ("ep", "expert-parallel", "experts of a MoE model, else 1"),
+        ("vpp", "virtual pipeline", "4"),
+    ):
+        space.add_argument(f"--max-{axis}", type=int, help=f"largest {what} degree (default: {default})")
+        space.add_argument(f"--{axis}", help=f"comma list: only these {what} degrees")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="python -m experiments.plan", description=__doc__.split("\n\n")[0])
     p.add_argument(
@@ -102,23 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument(
         "--no-master-weights", action="store_true", help="pure bf16/fp16 (no fp32 master copy)"
     )
-    space = p.add_argument_group("search space")
-    space.add_argument("--strategies", default=",".join(STRATEGIES), help="comma list (default %(default)s)")
-    space.add_argument(
-        "--micro-batches",
-        help="comma list of micro-batch sizes (default: every divisor of the per-GPU batch)",
-    )
-    space.add_argument(
-        "--max-micro-batch", type=int, default=32, help="largest micro-batch tried (default %(default)s)"
-    )
-    space.add_argument(
-        "--recompute",
-        default="both",
-        choices=list(RECOMPUTE),
-        help="activation recompute (default %(default)s)",
-    )
-    space.add_argument("--max-tp", type=int, default=8, help="largest tensor-parallel degree (default %(default)s; "
-                       "this build's step model has data parallelism only)")  # fmt: skip
+    _add_space_arguments(p)
     limits = p.add_argument_group("memory, time and cost")
     limits.add_argument(
         "--memory-headroom",
@@ -161,6 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     out.add_argument("--force", action="store_true", help="write into a non-empty --out")
     out.add_argument("--quiet", action="store_true", help="no progress bar")
+    out.add_argument(
+        "--count", action="store_true", help="print how many layouts each GPU count would time, and stop"
+    )
     return p
 
 
@@ -198,6 +234,14 @@ def _check_out(out: str | None, force: bool) -> Path | None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     out = _check_out(args.out, args.force)
+    if args.count:
+        print(
+            format_counts(
+                prepare_plan(args, _names(args.strategies, "--strategies"), _headroom(args.memory_headroom))
+            ),
+            end="",
+        )
+        return 0
     result = run_plan(args, _names(args.strategies, "--strategies"), _headroom(args.memory_headroom))
     if args.format == "json":
         print(format_json(result, top=args.top))

@@ -5,8 +5,11 @@ JSON: ``schema``, ``version``, the model, cluster and batch; ``configs_considere
 ``configs_evaluated``; ``interrupted``; ``gpu_counts``, one entry per count with its bookkeeping,
 ``why`` and ``ranked`` (the best ``--top`` layouts, each a what-if record,
 :meth:`simcore.report.StepReport.to_record`, plus ``rank``, ``layout``, ``train_hours``,
-``train_cost`` and ``cost_per_million``); ``pareto_gpus`` and ``pareto_cost`` (records of the
-frontiers). CSV: one row per ranked layout, nested fields flattened as in the what-if.
+``train_cost`` and ``cost_per_million``; ``layout`` holds the label, e.g. ``"zero1 dp32 tp8 pp4
+vpp2 mb=1"``, and every degree and option); ``pareto_gpus`` and ``pareto_cost`` (records of the
+frontiers). CSV: one row per ranked layout, nested fields flattened as in the what-if. The table's ``bubble``
+is the pipeline's idle share of the step and ``comm s`` the exposed communication beyond it
+(:func:`simcore.planner.rank.step_components`).
 """
 
 from __future__ import annotations
@@ -16,18 +19,16 @@ import io
 import json
 from typing import Any
 
-from simcore.planner.rank import Ranked, throughput
-from simcore.planner.search import CountResult, PlanResult
+from simcore.planner.rank import Ranked, step_components, throughput
+from simcore.planner.search import CountResult, PlanResult, Prepared
+from simcore.planner.space import describe_axes, max_micro_batch
 from simcore.report import records_to_csv
 
-__all__ = ["SCHEMA", "format_csv", "format_json", "format_table", "plan_document"]
+__all__ = ["SCHEMA", "format_counts", "format_csv", "format_json", "format_table", "plan_document"]
 
 SCHEMA = "trainsim-plan"
 SCHEMA_VERSION = 1
 GiB = 2**30
-_MISSING_AXES = (
-    "tensor, pipeline, context and expert parallelism and offload are not in this build's step model"
-)
 
 
 def _si(value: float) -> str:
@@ -61,8 +62,12 @@ def plan_document(result: PlanResult, *, top: int) -> dict[str, Any]:
         "search": {
             "strategies": list(prepared.space.strategies),
             "micro_batches": list(prepared.space.micro_batches) if prepared.space.micro_batches else None,
-            "max_micro_batch": prepared.space.max_micro_batch,
+            "max_micro_batch": max_micro_batch(prepared.space, workload),
             "recompute": list(prepared.space.recompute),
+            "offload": list(prepared.space.offload),
+            "schedules": list(prepared.space.schedules),
+            "sequence_parallel": list(prepared.space.sequence_parallel),
+            **_degrees(result),
         },
         "configs_considered": sum(c.considered for c in result.counts),
         "configs_pruned": result.configs_pruned,
@@ -72,6 +77,11 @@ def plan_document(result: PlanResult, *, top: int) -> dict[str, Any]:
         "pareto_gpus": [_record(1, r) for r in result.gpu_frontier],
         "pareto_cost": [_record(1, r) for r in result.cost_frontier],
     }
+
+
+def _degrees(result: PlanResult) -> dict[str, list[int]]:
+    axes = result.prepared.axes
+    return {name: list(getattr(axes, name)) for name in ("tp", "pp", "cp", "ep", "vpp")} if axes else {}
 
 
 def _count_entry(count: CountResult, top: int) -> dict[str, Any]:
@@ -98,8 +108,10 @@ def format_json(result: PlanResult, *, top: int) -> str:
 
 
 # The plan's own columns before the what-if's fixed ones (simcore.report.CSV_COLUMNS).
-PLAN_CSV_COLUMNS = ("rank", "layout.strategy", "layout.micro_batch", "layout.recompute", "layout.tp",
-                    "layout.pp", "layout.cp", "layout.ep", "train_hours", "train_cost", "cost_per_million")  # fmt: skip
+LAYOUT_CSV_COLUMNS = ("layout.label", "layout.strategy", "layout.micro_batch", "layout.dp", "layout.tp",
+                      "layout.pp", "layout.cp", "layout.ep", "layout.vpp", "layout.schedule",
+                      "layout.sequence_parallel", "layout.recompute", "layout.offload")  # fmt: skip
+PLAN_CSV_COLUMNS = ("rank", *LAYOUT_CSV_COLUMNS, "train_hours", "train_cost", "cost_per_million")
 
 
 def format_csv(result: PlanResult, *, top: int) -> str:
@@ -113,7 +125,7 @@ def format_csv(result: PlanResult, *, top: int) -> str:
     writer.writerow([*PLAN_CSV_COLUMNS, *next(csv.reader([fixed[0]]))])
     for row, rest in zip(rows, fixed[1:], strict=True):
         layout = row.get("layout") or {}
-        own = [row["rank"], *(layout.get(k.split(".", 1)[1]) for k in PLAN_CSV_COLUMNS[1:8]),
+        own = [row["rank"], *(layout.get(k.split(".", 1)[1]) for k in LAYOUT_CSV_COLUMNS),
                row.get("train_hours"), row.get("train_cost"), row.get("cost_per_million")]  # fmt: skip
         writer.writerow(["" if v is None else v for v in own] + next(csv.reader([rest])))
     return out.getvalue()
@@ -133,13 +145,13 @@ def _header(result: PlanResult) -> list[str]:
     considered = sum(c.considered for c in result.counts)
     rate = result.configs_evaluated / result.wall_s if result.wall_s > 0 else 0.0
     engine = f"{result.engine}, {result.workers} worker(s)"
-    axes = "strategy x micro-batch" + (" x recompute" if len(prepared.space.recompute) > 1 else "")
+    axes = describe_axes(prepared.space, prepared.axes) if prepared.axes else "strategy x micro-batch"
     return [
         f"plan for {workload.name} ({workload.params / 1e9:.2f} B parameters) on {job.cluster}: "
         f"{first.device}, {first.capacity_bytes / GiB:.1f} GiB per GPU ({first.usable_bytes / GiB:.1f} usable), "
         f"{prepared.node_size} per node",
         f"{batch}; {precision}, {config.optimizer}",
-        f"searched {axes} ({_MISSING_AXES})",
+        f"searched {axes}",
         f"{considered} configurations: {result.configs_pruned} skipped untimed (memory floor above the usable "
         f"memory), {result.configs_evaluated} evaluated in {result.wall_s:.1f} s ({engine}; {rate:.0f} per s)",
     ]
@@ -170,14 +182,20 @@ def _count_lines(result: PlanResult, count: CountResult, top: int) -> list[str]:
     extra = (" run h" if budget.train_tokens or budget.train_samples else "") + (
         f" $/M {unit[:3]}" if budget.price_per_gpu_hour else ""
     )
+    shown = count.ranked[:top]
+    width = max(28, *(len(r.label) for r in shown))
     lines.append(
-        f"  {'#':>2} {'layout':28} {'step s':>8} {unit + '/s':>11} {'MFU':>5} {'exposed s':>9} {'peak GiB':>8}{extra}"
+        f"  {'#':>2} {'layout':{width}} {'step s':>8} {unit + '/s':>11} {'MFU':>5} {'bubble':>6} "
+        f"{'comm s':>7} {'peak GiB':>8}{extra}"
     )
-    for i, r in enumerate(count.ranked[:top]):
+    for i, r in enumerate(shown):
         rep = r.report
+        parts = step_components(rep)
+        bubble = parts["pipeline bubble"] / rep.step_time_s if rep.step_time_s > 0 else 0.0
         row = (
-            f"  {i + 1:>2} {r.layout.label():28} {rep.step_time_s:>8.3f} {_si(throughput(rep)):>11} "
-            f"{rep.mfu:>5.2f} {rep.exposed_comm_s:>9.3f} {rep.peak_memory_bytes / GiB:>8.1f}"
+            f"  {i + 1:>2} {r.label:{width}} {rep.step_time_s:>8.3f} {_si(throughput(rep)):>11} "
+            f"{rep.mfu:>5.2f} {bubble:>6.2f} {parts['exposed communication']:>7.3f} "
+            f"{rep.peak_memory_bytes / GiB:>8.1f}"
         )
         if budget.train_tokens or budget.train_samples:
             row += f" {r.hours:>5.0f}" if r.hours is not None else "     -"
@@ -193,7 +211,7 @@ def _frontier_lines(result: PlanResult) -> list[str]:
     lines = ["", "Pareto frontier, throughput vs GPUs (each count's best beats every smaller count's):"]
     for r in result.gpu_frontier:
         cost = f", ${r.cost_per_million:.3g} per M {unit}" if r.cost_per_million is not None else ""
-        lines.append(f"  {r.gpus:>6} GPUs  {_si(throughput(r.report)):>9} {unit}/s  {r.layout.label()}{cost}")
+        lines.append(f"  {r.gpus:>6} GPUs  {_si(throughput(r.report)):>9} {unit}/s  {r.label}{cost}")
     if not result.gpu_frontier:
         lines.append("  (no layout fits at any count)")
     if result.prepared.budget.price_per_gpu_hour is None:
@@ -204,9 +222,27 @@ def _frontier_lines(result: PlanResult) -> list[str]:
         run = f", run {r.cost:,.0f} in {r.hours:,.0f} h" if r.cost is not None and r.hours is not None else ""
         lines.append(
             f"  {r.gpus:>6} GPUs  {_si(throughput(r.report)):>9} {unit}/s  "
-            f"${r.cost_per_million:.3g} per M {unit}{run}  {r.layout.label()}"
+            f"${r.cost_per_million:.3g} per M {unit}{run}  {r.label}"
         )
     return lines
+
+
+def format_counts(prepared: Prepared) -> str:
+    """``--count``: the candidates per GPU count and how many would be timed, nothing timed."""
+    job = prepared.job
+    axes = describe_axes(prepared.space, prepared.axes) if prepared.axes else "strategy x micro-batch"
+    lines = [f"search for {job.workload.name} on {job.cluster}: {axes}"]
+    for gpus in sorted(prepared.counts):
+        count = prepared.counts[gpus]
+        timed = sum(1 for g, _ in prepared.tasks if g == gpus)
+        line = (
+            f"{gpus:>6} GPUs: {count.considered} layouts, {count.pruned} skipped untimed, {timed} to evaluate"
+            " (offload variants included)"
+        )
+        lines.append(line + (f" (no layout: {count.skipped})" if count.skipped else ""))
+    considered = sum(c.considered for c in prepared.counts.values())
+    lines.append(f"total: {considered} layouts, {len(prepared.tasks)} to evaluate")
+    return "\n".join(lines) + "\n"
 
 
 def format_table(result: PlanResult, *, top: int) -> str:

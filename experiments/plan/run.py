@@ -15,14 +15,25 @@ from simcore.fastpath.path import check_engine_path
 from simcore.planner.evaluate import PlanJob
 from simcore.planner.executors import Progress, check_engine, run_sweep
 from simcore.planner.rank import Budget
-from simcore.planner.search import PlanResult, finish, prepare
-from simcore.planner.space import SearchSpace, parse_gpu_counts, resolve_global_batch
+from simcore.planner.search import PlanResult, Prepared, finish, prepare
+from simcore.planner.space import AXES, DEFAULT_MAX_VPP, SearchSpace, parse_gpu_counts, resolve_global_batch
 from simcore.strategies.base import TrainingConfig
 from simcore.workload.loader import load_workload
 from topologies import load_cluster
 
-__all__ = ["PROGRESS_AFTER_S", "progress_bar", "run_plan"]
+__all__ = [
+    "PROGRESS_AFTER_S",
+    "RECOMPUTE",
+    "SEQUENCE_PARALLEL",
+    "prepare_plan",
+    "progress_bar",
+    "run_plan",
+    "search_space",
+]
 
+# --recompute shorthands (the data-parallel planner's on/off) beside comma lists of modes.
+RECOMPUTE = {"both": ("none", "full"), "off": ("none",), "on": ("full",)}
+SEQUENCE_PARALLEL = {"on": (True,), "off": (False,), "both": (False, True)}
 PROGRESS_AFTER_S = 2.0  # the bar appears only when a sweep runs longer than this
 
 
@@ -38,6 +49,47 @@ def _micro_batches(text: str | None) -> tuple[int, ...] | None:
     if not sizes:
         raise TrainsimError("--micro-batches lists no size")
     return sizes
+
+
+def _degrees(text: str | None, flag: str) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        degrees = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise TrainsimError(f"--{flag}: expected a comma list of whole numbers, got {text!r}") from None
+    if not degrees:
+        raise TrainsimError(f"--{flag} lists no degree")
+    return degrees
+
+
+def _modes(text: str, flag: str, shorthands: dict[str, tuple[str, ...]] | None = None) -> tuple[str, ...]:
+    if shorthands and text.strip() in shorthands:
+        return shorthands[text.strip()]
+    modes = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+    if not modes:
+        raise TrainsimError(f"--{flag} lists nothing")
+    return modes
+
+
+def search_space(args: argparse.Namespace, strategies: Sequence[str]) -> SearchSpace:
+    """The :class:`SearchSpace` the arguments describe."""
+    return SearchSpace(
+        strategies=tuple(strategies),
+        micro_batches=_micro_batches(args.micro_batches),
+        max_micro_batch=args.max_micro_batch,
+        recompute=_modes(args.recompute, "recompute", RECOMPUTE),
+        offload=_modes(args.offload, "offload"),
+        schedules=_modes(args.schedules, "schedules"),
+        sequence_parallel=SEQUENCE_PARALLEL[args.sequence_parallel],
+        pipeline_strategies=tuple(_modes(args.pipeline_strategies, "pipeline-strategies")),
+        max_tp=args.max_tp,
+        max_pp=args.max_pp,
+        max_cp=args.max_cp,
+        max_ep=args.max_ep,
+        max_vpp=args.max_vpp if args.max_vpp is not None else DEFAULT_MAX_VPP,
+        **{axis: _degrees(getattr(args, axis), axis) for axis in AXES},
+    )
 
 
 def _job(args: argparse.Namespace) -> PlanJob:
@@ -84,20 +136,13 @@ def progress_bar(total: int, *, quiet: bool) -> Iterator[Progress]:
         yield bar.update
 
 
-def run_plan(
+def prepare_plan(
     args: argparse.Namespace, strategies: Sequence[str], headroom: tuple[float, float]
-) -> PlanResult:
-    """Lay out, time and rank the search the arguments describe."""
-    start = time.perf_counter()
+) -> Prepared:
+    """Lay out the search the arguments describe (every candidate, the memory floor's verdict)."""
     check_engine(args.engine, args.address)
     job = _job(args)
-    space = SearchSpace(
-        strategies=tuple(strategies),
-        micro_batches=_micro_batches(args.micro_batches),
-        max_micro_batch=args.max_micro_batch,
-        recompute={"both": (False, True), "off": (False,), "on": (True,)}[args.recompute],
-        max_tp=args.max_tp,
-    )
+    space = search_space(args, strategies)
     budget = Budget(
         headroom_bytes=headroom[0],
         headroom_fraction=headroom[1],
@@ -109,7 +154,16 @@ def run_plan(
     )
     if args.top < 1:
         raise TrainsimError(f"--top must be at least 1, got {args.top}")
-    prepared = prepare(job, parse_gpu_counts(args.gpus), space, budget)
+    return prepare(job, parse_gpu_counts(args.gpus), space, budget)
+
+
+def run_plan(
+    args: argparse.Namespace, strategies: Sequence[str], headroom: tuple[float, float]
+) -> PlanResult:
+    """Lay out, time and rank the search the arguments describe."""
+    start = time.perf_counter()
+    prepared = prepare_plan(args, strategies, headroom)
+    job = prepared.job
     with progress_bar(len(prepared.tasks), quiet=args.quiet) as tick:
         sweep = run_sweep(
             job, prepared.tasks, engine=args.engine, workers=args.workers, address=args.address, progress=tick

@@ -1,7 +1,11 @@
-"""The planner: search layouts (strategy x micro-batch x recompute, and the model-parallel axes as
-the step model gains them) over GPU counts, time them on the fast path, rank what fits.
+"""The planner: search parallel layouts (strategy x tensor x pipeline with virtual stages and its
+schedule x context x expert x sequence parallelism x micro-batch x recompute x offload) over GPU
+counts, time them (pure data parallelism on the fast path, the rest on the composed parallel
+step), rank what fits.
 
-- :mod:`simcore.planner.space`: layouts, GPU counts, the global batch, the memory floor;
+- :mod:`simcore.planner.space`: candidates (:class:`~simcore.planner.space.PlanLayout`), the axes
+  and the rules that prune them, GPU counts, the global batch;
+- :mod:`simcore.planner.floor`: the memory floor that skips candidates untimed;
 - :mod:`simcore.planner.evaluate`: timing one layout (what workers run), cached per process;
 - :mod:`simcore.planner.executors`: in process, a local process pool, or Ray tasks;
 - :mod:`simcore.planner.rank`: budgets, ranking, why the best wins, Pareto frontiers;

@@ -2,7 +2,10 @@
 
 A :class:`PlanJob` holds what every configuration of a sweep shares (the workload, the cluster and
 how to load it, the base training configuration, a calibration profile, the engine path); a task
-is a (GPU count, layout) pair. :func:`evaluate_tasks` runs a batch of tasks in one process and is
+is a (GPU count, :class:`~simcore.planner.space.PlanLayout`) pair. :func:`time_layout` is the one
+place a candidate is timed: pure data parallelism (no selective or every-K recompute, no offload)
+on the fast path (:func:`~simcore.fastpath.step.fast_step_report`), every other layout by
+:func:`simcore.parallel.step.simulate_parallel_step`. :func:`evaluate_tasks` runs a batch of tasks in one process and is
 what a process pool or a Ray task calls: clusters, device timers and collective costs are cached
 per process, so a worker that gets many tasks of one GPU count loads and prices that cluster once.
 """
@@ -20,7 +23,8 @@ from simcore.errors import TrainsimError
 from simcore.fastpath.costs import fast_collective_model, fast_concurrent_model
 from simcore.fastpath.path import DEFAULT_ENGINE_PATH, check_engine_path, choose_path
 from simcore.fastpath.step import fast_step_report
-from simcore.planner.space import Layout
+from simcore.parallel.step import simulate_parallel_step
+from simcore.planner.space import PlanLayout
 from simcore.report import StepReport
 from simcore.strategies import get_strategy
 from simcore.strategies.base import CollectiveFn, ConcurrentFn, LayerTimer, StepContext, TrainingConfig
@@ -39,7 +43,7 @@ if TYPE_CHECKING:
     from simcore.hardware import DeviceSpec
     from simcore.workload.types import Workload
 
-__all__ = ["Outcome", "PlanJob", "Task", "evaluate_tasks", "load_topology"]
+__all__ = ["Outcome", "PlanJob", "Task", "evaluate_tasks", "load_topology", "time_layout"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +63,7 @@ class PlanJob:
         check_engine_path(self.engine_path)
 
 
-Task = tuple[int, Layout]
+Task = tuple[int, PlanLayout]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +71,8 @@ class Outcome:
     """One timed configuration: its report, or why it could not be timed."""
 
     gpus: int
-    layout: Layout
-    report: StepReport | None
+    layout: PlanLayout
+    report: StepReport | None  # a ParallelStepReport for a model-parallel layout
     error: str = ""
     path: str = ""
 
@@ -132,9 +136,24 @@ def _cluster(job: PlanJob, gpus: int) -> _Cluster:
     return known
 
 
-def _evaluate(job: PlanJob, gpus: int, layout: Layout) -> Outcome:
+def time_layout(job: PlanJob, gpus: int, layout: PlanLayout) -> Outcome:
+    """Time one candidate (see the module docstring): the planner's only call into a step model."""
+    if layout.fast_path:
+        return _evaluate_data_parallel(job, gpus, layout)
     cluster = _cluster(job, gpus)
-    config = replace(job.config, micro_batch=layout.micro_batch, activation_checkpointing=layout.recompute)
+    config = replace(job.config, micro_batch=layout.micro_batch, activation_checkpointing=False)
+    result = simulate_parallel_step(
+        _workload(job), config, cluster.topology, layout.strategy, layout.parallel, layout.options,
+        calibration=job.calibration, cluster=job.cluster,
+    )  # fmt: skip
+    return Outcome(gpus, layout, result.report, path="parallel")
+
+
+def _evaluate_data_parallel(job: PlanJob, gpus: int, layout: PlanLayout) -> Outcome:
+    cluster = _cluster(job, gpus)
+    config = replace(
+        job.config, micro_batch=layout.micro_batch, activation_checkpointing=layout.recompute == "full"
+    )
     ctx = replace(_context(job, cluster, config.micro_batch), config=config)
     slowdown = config.slowdown(job.calibration.comm_compute_slowdown if job.calibration else None)
     strategy = get_strategy(layout.strategy)
@@ -191,7 +210,9 @@ def _context(job: PlanJob, cluster: _Cluster, micro_batch: int) -> StepContext:
     return ctx
 
 
-def _probe_key(job: PlanJob, gpus: int, layout: Layout, config: TrainingConfig) -> tuple[object, ...] | None:
+def _probe_key(
+    job: PlanJob, gpus: int, layout: PlanLayout, config: TrainingConfig
+) -> tuple[object, ...] | None:
     """What a layout's step plan depends on besides the global batch: a sweep over batch sizes
     (one job per batch) then evaluates each long-accumulation probe once. None with a calibration
     profile (not compared by value)."""
@@ -207,7 +228,7 @@ def evaluate_tasks(job: PlanJob, tasks: Sequence[Task]) -> list[Outcome]:
     outcomes = []
     for gpus, layout in tasks:
         try:
-            outcomes.append(_evaluate(job, gpus, layout))
+            outcomes.append(time_layout(job, gpus, layout))
         except TrainsimError as exc:
             outcomes.append(Outcome(gpus, layout, None, str(exc)))
     return outcomes

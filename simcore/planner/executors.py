@@ -1,6 +1,6 @@
 """Run a sweep's tasks on an existing engine: in process, a local process pool, or Ray tasks.
 
-Tasks are sorted by GPU count (then micro-batch, recompute, strategy) and cut into chunks, so one
+Tasks are sorted by GPU count (then micro-batch, degrees, options, strategy) and cut into chunks, so one
 worker times many configurations of one cluster size and loads and prices that cluster once
 (:mod:`simcore.planner.evaluate` caches per process). Results come back by task index, so every
 engine returns the same list in the same order as a serial run.
@@ -74,7 +74,7 @@ def chunk_tasks(tasks: Sequence[Task], workers: int) -> list[Chunk]:
     """Indexed tasks grouped by GPU count and cut into about four chunks per worker."""
     order = sorted(
         range(len(tasks)),
-        key=lambda i: (tasks[i][0], tasks[i][1].micro_batch, tasks[i][1].recompute, tasks[i][1].strategy),
+        key=lambda i: (tasks[i][0], tasks[i][1].sort_key()),
     )
     size = max(1, min(MAX_CHUNK, math.ceil(len(tasks) / max(1, 4 * workers))))
     chunks: list[Chunk] = []

@@ -13,17 +13,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from simcore.errors import TrainsimError
-from simcore.planner.space import Layout
+from simcore.planner.space import PlanLayout
 from simcore.report import StepReport
 
 __all__ = [
     "Budget",
     "Ranked",
     "cost_frontier",
+    "deciding_factor",
     "explain_winner",
     "gpu_frontier",
     "price",
     "rank",
+    "step_components",
     "throughput",
     "within_budget",
 ]
@@ -84,23 +86,28 @@ class Ranked:
     """A layout that fits, its report and, with a budget, the training run's hours and cost."""
 
     gpus: int
-    layout: Layout
+    layout: PlanLayout
     report: StepReport
     hours: float | None = None
     cost: float | None = None
     cost_per_million: float | None = None  # per million tokens (samples for vision models)
 
+    @property
+    def label(self) -> str:
+        """The layout's name at this GPU count (:meth:`PlanLayout.label`)."""
+        return self.layout.label(self.gpus)
+
     def to_record(self) -> dict[str, object]:
         """The what-if record of the step, plus the layout and the run's time and cost."""
         record = self.report.to_record()
-        record["layout"] = self.layout.to_record()
+        record["layout"] = self.layout.to_record(self.gpus)
         record["train_hours"] = self.hours
         record["train_cost"] = self.cost
         record["cost_per_million"] = self.cost_per_million
         return record
 
 
-def price(gpus: int, layout: Layout, report: StepReport, budget: Budget) -> Ranked:
+def price(gpus: int, layout: PlanLayout, report: StepReport, budget: Budget) -> Ranked:
     """The run's hours and cost under ``budget`` (None where it gives no length or price)."""
     hours = None
     if budget.train_tokens is not None and report.tokens_per_s:
@@ -122,9 +129,7 @@ def within_budget(ranked: Ranked, budget: Budget) -> bool:
 
 def rank(layouts: Sequence[Ranked]) -> list[Ranked]:
     """Fastest first; ties to the smaller peak memory, then the label."""
-    return sorted(
-        layouts, key=lambda r: (-throughput(r.report), r.report.peak_memory_bytes, r.layout.label())
-    )
+    return sorted(layouts, key=lambda r: (-throughput(r.report), r.report.peak_memory_bytes, r.label))
 
 
 def gpu_frontier(bests: Sequence[Ranked]) -> list[Ranked]:
@@ -155,24 +160,51 @@ def cost_frontier(bests: Sequence[Ranked]) -> list[Ranked]:
     return sorted(frontier, key=lambda r: r.gpus)
 
 
-def explain_winner(ranked: Sequence[Ranked], no_fit: Sequence[str], capacity_bytes: float) -> str:
-    """Why the first layout wins, against the runner-up and the strategies that cannot fit."""
+def step_components(report: StepReport) -> dict[str, float]:
+    """Seconds per step of compute (the busiest GPU's passes), pipeline bubble (its idle share of
+    the step) and exposed communication (what is left of the step beyond both)."""
+    bubble = float(getattr(report, "pipeline_bubble_fraction", 0.0)) * report.step_time_s
+    return {
+        "compute": report.compute_s,
+        "pipeline bubble": bubble,
+        "exposed communication": max(0.0, report.step_time_s - report.compute_s - bubble),
+    }
+
+
+def deciding_factor(best: Ranked, other: Ranked) -> str:
+    """Why ``best`` is faster than ``other``: the component of the step it saves most on, with both
+    values (``"pipeline bubble 0.120 s vs 0.310 s"``)."""
+    mine, theirs = step_components(best.report), step_components(other.report)
+    factor = max(mine, key=lambda k: (theirs[k] - mine[k], k == "compute"))
+    return f"{factor} {mine[factor]:.3f} s vs {theirs[factor]:.3f} s per step"
+
+
+def explain_winner(
+    ranked: Sequence[Ranked], no_fit: Sequence[str], capacity_bytes: float, best_dp: Ranked | None = None
+) -> str:
+    """Why the first layout wins: against the runner-up and the best pure data-parallel layout
+    (``best_dp``; None: none fits, so memory decides), naming the deciding factor among compute,
+    pipeline bubble, exposed communication and memory; and the strategies that cannot fit."""
     best = ranked[0]
     r = best.report
     unit = "tokens/s" if r.tokens_per_s is not None else "samples/s"
-    parts = [f"{best.layout.label()} is the fastest of {len(ranked)} layout(s) that fit"]
-    if len(ranked) > 1:
-        other = ranked[1]
-        o = other.report
-        ratio = throughput(r) / throughput(o) if throughput(o) > 0 else float("inf")
-        parts.append(f"{ratio:.2f}x the {unit} of the runner-up {other.layout.label()}")
-        if o.exposed_comm_s - r.exposed_comm_s >= o.compute_s - r.compute_s:
-            parts.append(
-                f"less exposed communication ({r.exposed_comm_s:.3f} s vs {o.exposed_comm_s:.3f} s per step)"
-            )
-        else:
-            parts.append(f"less compute per step ({r.compute_s:.3f} s vs {o.compute_s:.3f} s)")
+    parts = [f"{best.label} is the fastest of {len(ranked)} layout(s) that fit"]
+    runner = ranked[1] if len(ranked) > 1 else None
+    if runner is not None:
+        who = "the runner-up" + (" (the best pure data-parallel layout)" if runner is best_dp else "")
+        parts.append(_versus(best, runner, who, unit))
+    if not best.layout.pure_data_parallel:
+        if best_dp is None:
+            parts.append("memory: no pure data-parallel layout fits")
+        elif best_dp is not runner:
+            parts.append(_versus(best, best_dp, "the best pure data-parallel layout", unit))
     parts.append(f"peak {r.peak_memory_bytes / GiB:.1f} of {capacity_bytes / GiB:.1f} GiB")
     if no_fit:
         parts.append(f"{', '.join(no_fit)} never fit here")
     return "; ".join(parts)
+
+
+def _versus(best: Ranked, other: Ranked, who: str, unit: str) -> str:
+    rate = throughput(other.report)
+    ratio = throughput(best.report) / rate if rate > 0 else float("inf")
+    return f"{ratio:.2f}x the {unit} of {who} {other.label} (deciding: {deciding_factor(best, other)})"

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from simcore.errors import TrainsimError
 from simcore.planner.evaluate import PlanJob, Task, load_topology
 from simcore.planner.executors import Progress, SweepRun, run_sweep
+from simcore.planner.floor import memory_floor_bytes
 from simcore.planner.rank import Budget, Ranked, cost_frontier, explain_winner, gpu_frontier, price, rank
 from simcore.planner.rank import within_budget as fits_budget
-from simcore.planner.space import SearchSpace, layouts_for, memory_floor_bytes
+from simcore.planner.space import PlanLayout, SearchAxes, SearchSpace, layouts_for, search_axes
 from simcore.strategies.runner import gating_device
 
 __all__ = ["CountResult", "PlanResult", "Prepared", "finish", "plan", "prepare"]
@@ -34,7 +35,7 @@ class CountResult:
     capacity_bytes: float
     usable_bytes: float
     considered: int = 0
-    pruned: int = 0  # memory floor above the usable memory: never timed
+    pruned: int = 0  # memory floor above the usable memory (with every offload tried): never timed
     evaluated: int = 0
     no_fit: int = 0  # timed, peak above the usable memory
     over_budget: int = 0
@@ -56,6 +57,7 @@ class Prepared:
     tasks: list[Task]
     counts: dict[int, CountResult]
     node_size: int
+    axes: SearchAxes | None = None
 
 
 @dataclass(slots=True)
@@ -75,15 +77,23 @@ class PlanResult:
 
 
 def prepare(job: PlanJob, gpu_counts: Sequence[int], space: SearchSpace, budget: Budget) -> Prepared:
-    """Every layout at every count, with the memory floor's verdict; an error if nothing is left to search."""
+    """Every candidate at every count, with the memory floor's verdict; an error if nothing is left
+    to time (naming, per GPU count, why).
+
+    A candidate whose floor is above the usable memory is tried with each offload mode of the
+    space instead, unless the same candidate with full recompute fits (the memory levers in order:
+    :mod:`simcore.planner.space`); it is counted as pruned when none is tried.
+    """
     budget.check_language_model(job.workload.tokens_per_sample)
     counts: dict[int, CountResult] = {}
     tasks: list[Task] = []
-    node_size = 1
+    node_size, axes = 1, None
+    memo: dict[tuple[object, ...], float] = {}  # activation floors of this workload, this call only
     for gpus in sorted(set(gpu_counts)):
         topology = load_topology(job.loader, job.cluster, gpus)
         spec = gating_device(topology, job.config.dtype)
         node_size = len(topology.ranks_on_host(topology.host_of_rank(0)))
+        axes = axes or search_axes(space, job.workload, node_size)
         usable = budget.usable_bytes(spec.memory_bytes)
         if usable <= 0:
             raise TrainsimError(
@@ -93,21 +103,62 @@ def prepare(job: PlanJob, gpu_counts: Sequence[int], space: SearchSpace, budget:
         result = counts[gpus] = CountResult(
             gpus, len(topology.hosts), spec.name, float(spec.memory_bytes), usable
         )
-        layouts, result.skipped = layouts_for(space, gpus, job.config.global_batch, node_size)
+        layouts, result.skipped = layouts_for(
+            space, axes, job.workload, gpus, job.config.global_batch, node_size
+        )
         floors = []
         for layout in layouts:
             result.considered += 1
-            floor = memory_floor_bytes(job.workload, job.config, layout, gpus, node_size)
+            floor, chosen = _fitting(job, space, layout, (gpus, node_size, usable), memo)
             floors.append(floor)
-            if floor > usable:
+            if not chosen:
                 result.pruned += 1
-            else:
-                tasks.append((gpus, layout))
+            tasks += [(gpus, c) for c in chosen]
         result.smallest_floor_bytes = min(floors, default=0.0)
-    if not any(c.considered for c in counts.values()):
-        reasons = "; ".join(f"{g} GPUs: {c.skipped}" for g, c in counts.items())
-        raise TrainsimError(f"the search space is empty: {reasons}")
-    return Prepared(job, space, budget, tasks, counts, node_size)
+    _check_not_empty(counts)
+    return Prepared(job, space, budget, tasks, counts, node_size, axes)
+
+
+def _fitting(
+    job: PlanJob,
+    space: SearchSpace,
+    layout: PlanLayout,
+    where: tuple[int, int, float],
+    memo: dict[tuple[object, ...], float],
+) -> tuple[float, list[PlanLayout]]:
+    """The candidate if its floor fits, else (or when the space has no ``none`` offload) its
+    offload variants whose floors fit; and the smallest floor. ``where``: GPUs, GPUs per node, usable bytes per GPU."""
+    gpus, node_size, usable = where
+    config = replace(job.config, micro_batch=layout.micro_batch)
+    floor = memory_floor_bytes(job.workload, config, layout, gpus, node_size, memo)
+    if floor <= usable and "none" in space.offload:
+        return floor, [layout]
+    if "none" in space.offload and "full" in space.recompute and layout.recompute != "full":
+        sibling = replace(layout, options=replace(layout.options, recompute="full"))
+        if memory_floor_bytes(job.workload, config, sibling, gpus, node_size, memo) <= usable:
+            return floor, []  # its full-recompute sibling is searched instead (see the module docstring)
+    chosen, smallest = [], floor if "none" in space.offload else float("inf")
+    for mode in space.offload:
+        if mode == "none":
+            continue
+        variant = replace(layout, options=replace(layout.options, offload=mode))
+        variant_floor = memory_floor_bytes(job.workload, config, variant, gpus, node_size, memo)
+        smallest = min(smallest, variant_floor)
+        if variant_floor <= usable:
+            chosen.append(variant)
+    return smallest, chosen
+
+
+def _check_not_empty(counts: dict[int, CountResult]) -> None:
+    if any(c.considered > c.pruned for c in counts.values()):
+        return
+    reasons = "; ".join(
+        f"{g} GPUs: {c.skipped}" if c.skipped else
+        f"{g} GPUs: no layout fits (smallest memory floor {c.smallest_floor_bytes / 2**30:.1f} GiB, "
+        f"usable {c.usable_bytes / 2**30:.1f} GiB per GPU)"
+        for g, c in counts.items()
+    )  # fmt: skip
+    raise TrainsimError(f"the search space is empty: {reasons}")
 
 
 def finish(prepared: Prepared, sweep: SweepRun, wall_s: float) -> PlanResult:
@@ -137,7 +188,8 @@ def finish(prepared: Prepared, sweep: SweepRun, wall_s: float) -> PlanResult:
         count.ranked = rank(fitting[gpus])
         count.never_fit = [s for s in prepared.space.strategies if s not in strategies_fit[gpus]]
         if count.ranked:
-            count.why = explain_winner(count.ranked, count.never_fit, count.capacity_bytes)
+            best_dp = next((r for r in count.ranked if r.layout.pure_data_parallel), None)
+            count.why = explain_winner(count.ranked, count.never_fit, count.capacity_bytes, best_dp)
     bests = [c.ranked[0] for c in prepared.counts.values() if c.ranked]
     return PlanResult(
         prepared,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,10 +19,19 @@ from simcore.fastpath.path import ENGINE_PATHS
 from simcore.planner.executors import ENGINES, SweepRun
 from simcore.report import RECORD_FIELDS
 from simcore.strategies import strategy_names
+from tests.goldens import assert_golden
 from tests.paths import REPO
 
+# The data-parallel space (fast path: quick); PARALLEL adds a small tensor x pipeline space.
 SMALL = ["--model", "gpt2-small", "--cluster", "dgx-a100", "--gpus", "8,16", "--global-batch", "128",
-         "--max-micro-batch", "4", "--workers", "1", "--quiet"]  # fmt: skip
+         "--max-micro-batch", "4", "--max-tp", "1", "--max-pp", "1", "--recompute", "both", "--workers", "1",
+         "--quiet"]  # fmt: skip
+# Llama-2-7B on one node of 24 GB A10Gs: pure data parallelism needs FSDP and loses to tp2 x pp2.
+GOLDEN = ["--model", "llama2-7b", "--seq-len", "1024", "--cluster", "g5.48xlarge", "--gpus", "8",
+          "--global-batch", "16", "--strategies", "zero1,fsdp", "--micro-batches", "1", "--recompute",
+          "none,full", "--max-tp", "2", "--max-pp", "2", "--max-vpp", "1", "--schedules", "1f1b",
+          "--offload", "none", "--workers", "1", "--quiet"]  # fmt: skip
+_WALL = re.compile(r"evaluated in [0-9.]+ s \(([^;]+); [0-9]+ per s\)")
 
 
 def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -101,6 +111,51 @@ def test_out_writes_the_plot_and_refuses_a_full_directory(
         (["--memory-headroom", "100%"], "--memory-headroom"),
         (["--gpus", "64..8"], "--gpus: range"),
         (["--top", "0"], "--top must be at least 1"),
+        (["--max-tp", "0"], "--max-tp must be at least 1, got 0"),
+        (["--max-pp", "0"], "--max-pp must be at least 1"),
+        (["--max-cp", "-2"], "--max-cp must be at least 1"),
+        (["--max-ep", "0"], "--max-ep must be at least 1"),
+        (["--max-vpp", "0"], "--max-vpp must be at least 1"),
+        (["--tp", "2"], "--tp 2 contradicts --max-tp 1"),
+        (["--max-tp", "8", "--tp", "5"], "--tp 5: attention heads (12) are not divisible by tp (5)"),
+        (
+            ["--max-pp", "8", "--pp", "5"],
+            "--pp 5: the model's 12 blocks do not divide into 5 equal pipeline stages",
+        ),
+        (["--max-tp", "8", "--tp", "two"], "--tp: expected a comma list of whole numbers"),
+        (["--max-ep", "2", "--ep", "2"], "--ep 2: ep 2 needs a mixture-of-experts model"),
+        (
+            ["--max-tp", "8", "--tp", "4", "--gpus", "2"],
+            "2 GPUs: tp x pp x cp = 4 x 1 x 1 does not divide 2 GPUs",
+        ),
+        (["--recompute", "sometimes"], "recompute 'sometimes' not understood"),
+        (
+            ["--max-pp", "4", "--pp", "4", "--vpp", "2"],
+            "the 12 blocks do not divide into pp x vpp = 4 x 2 interleaved stages",
+        ),
+        (["--offload", "disk"], "--offload: 'disk' is not known"),
+        (["--schedules", "zb-v"], "--schedules: 'zb-v' is not known"),
+        (["--sequence-parallel", "maybe"], "--sequence-parallel"),
+        (["--pipeline-strategies", "ps-async"], "synchronous strategies only; 'ps-async'"),
+        (
+            ["--max-pp", "2", "--pp", "2", "--strategies", "zero3", "--pipeline-strategies", "ddp"],
+            "8 GPUs: pipelines run with ddp only (--pipeline-strategies)",
+        ),
+        (
+            [
+                "--model",
+                "llama2-70b",
+                "--cluster",
+                "g5.12xlarge",
+                "--gpus",
+                "4",
+                "--global-batch",
+                "4",
+                "--offload",
+                "none",
+            ],
+            "the search space is empty: 4 GPUs: no layout fits (smallest memory floor",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
@@ -112,6 +167,100 @@ def test_bad_input_is_one_line_and_exit_2(
     err = capsys.readouterr().err
     assert message in err
     assert err.count("\n") == 1 and err.startswith("error: ")
+
+
+def _masked(table: str) -> str:
+    """The table without its wall-clock time and rate (they vary from run to run)."""
+    return _WALL.sub(r"evaluated in <wall> s (\1; <rate> per s)", table)
+
+
+def test_golden_plan_where_tensor_and_pipeline_parallelism_win(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(GOLDEN, capsys)
+    assert code == 0
+    assert "not in this build's step model" not in out
+    best = out.split("   1 ", 1)[1].split()[:4]
+    assert best[:3] == ["zero1", "dp2", "tp2"] and best[3] == "pp2"  # the winner is a 3-D layout
+    assert "deciding: exposed communication" in out and "best pure data-parallel layout fsdp mb=1" in out
+    assert_golden("plan_llama2_7b_g5_tp_pp.txt", _masked(out))
+
+
+def test_layout_degrees_in_json_and_csv(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run([*GOLDEN, "--format", "json"], capsys)
+    assert code == 0
+    document = json.loads(out)
+    assert document["search"]["tp"] == [1, 2] and document["search"]["pp"] == [1, 2]
+    best = document["gpu_counts"][0]["ranked"][0]
+    assert best["layout"]["label"] == "zero1 dp2 tp2 pp2 mb=1 sp"
+    assert (best["layout"]["dp"], best["layout"]["tp"], best["layout"]["pp"]) == (2, 2, 2) == (
+        best["dp"], best["tp"], best["pp"])  # fmt: skip
+    assert best["pipeline_bubble_fraction"] > 0
+    code, out, _ = _run([*GOLDEN, "--format", "csv"], capsys)
+    header, first, *_ = out.strip().splitlines()
+    row = dict(zip(header.split(","), first.split(","), strict=False))
+    assert row["layout.label"] == "zero1 dp2 tp2 pp2 mb=1 sp" and row["layout.vpp"] == "1"
+    assert row["layout.schedule"] == "1f1b" and row["layout.sequence_parallel"] == "True"
+
+
+@pytest.mark.parametrize(
+    ("extra", "seen"),
+    [
+        (["--max-tp", "2"], "tp 1/2"),
+        (["--max-pp", "2"], "pp 1/2"),
+        (["--max-pp", "4", "--max-vpp", "2"], "vpp 1/2"),
+        (["--max-cp", "2"], "cp 1/2"),
+        (["--max-tp", "4", "--tp", "4"], "tp 4"),
+        (["--max-pp", "2", "--pp", "2", "--schedules", "gpipe"], "schedule gpipe"),
+        (["--max-tp", "2", "--sequence-parallel", "both"], "sp off/on"),
+        (["--recompute", "selective"], "recompute selective"),
+        (["--max-pp", "2", "--pp", "2", "--strategies", "fsdp", "--pipeline-strategies", "fsdp"], "pp 2"),
+        (["--offload", "optimizer"], "offload optimizer"),
+    ],
+)
+def test_each_space_flag_reaches_the_search(
+    extra: list[str], seen: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [*SMALL, "--gpus", "8", "--strategies", "ddp", "--micro-batches", "4"]
+    code, out, _ = _run([*argv, *extra], capsys)
+    assert code == 0
+    assert seen in out.splitlines()[2]
+
+
+def test_count_lays_out_the_search_without_timing(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from experiments.plan import run
+
+    monkeypatch.setattr(run, "run_sweep", lambda *a, **k: pytest.fail("--count must not time anything"))
+    code, out, _ = _run([*GOLDEN, "--count"], capsys)
+    assert code == 0
+    assert out.splitlines()[1:] == [
+        "     8 GPUs: 12 layouts, 2 skipped untimed, 10 to evaluate (offload variants included)",
+        "total: 12 layouts, 10 to evaluate",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("extra", "seen"),
+    [
+        (["--pp", "2"], " x pp 2 x "),
+        (["--pp", "2", "--vpp", "2"], " x vpp 2 x "),
+        (["--cp", "2"], " x cp 2 x "),
+        (["--max-cp", "4"], " x cp 1/2/4 x "),
+        (["--model", "mixtral-8x7b", "--seq-len", "1024", "--max-ep", "4"], " x ep 1/2/4 x "),
+        (["--model", "mixtral-8x7b", "--seq-len", "1024", "--ep", "8"], " x ep 8 x "),
+        (["--model", "mixtral-8x7b", "--seq-len", "1024"], " x ep 1/2/4/8 x "),
+        (["--model", "llama2-7b", "--seq-len", "16384"], " x cp 1/2/4/8 x "),
+        (["--max-tp", "16"], "strategy (6) x micro-batch x tp 1/2/4 x "),  # 8 and 16 do not divide 12 heads
+    ],
+)
+def test_degree_flags_reach_the_search(
+    extra: list[str], seen: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = _run(
+        ["--model", "gpt2-small", "--gpus", "8,16", "--global-batch", "64", "--count", *extra], capsys
+    )
+    assert code == 0
+    assert seen in out.splitlines()[0]
 
 
 def test_ray_missing_or_unreachable_is_one_line(
@@ -137,7 +286,7 @@ def test_ctrl_c_prints_what_finished(
 
     real = run.run_sweep
 
-    def interrupted(job, tasks, **kwargs):  # type: ignore[no-untyped-def]
+    def interrupted(job, tasks, **kwargs):
         done = real(job, tasks[:3], **kwargs)
         return SweepRun([*done.outcomes, *([None] * (len(tasks) - 3))], True, done.engine, done.workers)
 

@@ -16,8 +16,9 @@ from simcore.calibration.profile import (
 from simcore.compute.heterogeneity import NO_HETEROGENEITY, Heterogeneity, Straggler
 from simcore.errors import TrainsimError
 from simcore.fastpath.path import choose_path
+from simcore.parallel.options import ParallelOptions
 from simcore.planner.evaluate import PlanJob, evaluate_tasks
-from simcore.planner.space import Layout
+from simcore.planner.space import PlanLayout
 from simcore.report import StepReport
 from simcore.strategies import strategy_names
 from simcore.strategies.base import TrainingConfig
@@ -179,7 +180,12 @@ def test_the_planners_fast_path_agrees_with_the_discrete_event_path(
         comm_compute_slowdown=slowdown,
     )
     workload = load_workload(model, seq_len=512)
-    task = (gpus, Layout(strategy, micro_batch, checkpoint))
+    task = (
+        gpus,
+        PlanLayout(
+            strategy, micro_batch, options=ParallelOptions(recompute="full" if checkpoint else "none")
+        ),
+    )
     outcomes = {
         path: evaluate_tasks(PlanJob(workload, cluster, load_cluster, config, engine_path=path), [task])[0]
         for path in ("des", "fast")

@@ -2,28 +2,36 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import socket
 import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 
 from simcore.errors import TrainsimError
+from simcore.parallel.layout import ParallelLayout
+from simcore.parallel.report import ParallelStepReport
 from simcore.planner import executors
-from simcore.planner.evaluate import PlanJob
+from simcore.planner.evaluate import PlanJob, evaluate_tasks
 from simcore.planner.executors import check_engine, chunk_tasks, run_sweep
-from simcore.planner.rank import Budget
+from simcore.planner.rank import Budget, Ranked, deciding_factor, explain_winner, step_components
 from simcore.planner.search import PlanResult, plan, prepare
-from simcore.planner.space import Layout, SearchSpace
+from simcore.planner.space import PlanLayout, SearchSpace
 from simcore.strategies.base import TrainingConfig
 from simcore.workload.loader import load_workload
 from tests.paths import REPO
 from topologies import load_cluster
 
 GPUS = (8, 16, 32)
+# The data-parallel planner's space (fast path only), and a small 3-D one (composed parallel step).
+DP = SearchSpace(max_micro_batch=8, max_tp=1, max_pp=1, recompute=("none", "full"))
+THREE_D = SearchSpace(strategies=("ddp", "zero1", "fsdp"), micro_batches=(2,), recompute=("none",),
+                      tp=(1, 2), pp=(1, 2), vpp=(1,), schedules=("1f1b",))  # fmt: skip
 
 
 def _job() -> PlanJob:
@@ -37,7 +45,7 @@ def _ranking(result: PlanResult) -> list[tuple[int, list[dict[str, object]]]]:
 
 
 def test_the_pool_ranks_exactly_as_one_process() -> None:
-    space = SearchSpace(max_micro_batch=8)
+    space = DP
     serial = plan(_job(), GPUS, space, workers=1)
     pooled = plan(_job(), GPUS, space, workers=2)
     assert pooled.workers == 2 and serial.workers == 1
@@ -49,11 +57,26 @@ def test_the_pool_ranks_exactly_as_one_process() -> None:
     assert _ranking(serial) == _ranking(pooled)
     best = [c.ranked[0] for c in serial.counts]
     assert [r.gpus for r in serial.gpu_frontier] == [r.gpus for r in best]  # throughput grows with GPUs here
-    assert all(c.why.startswith(c.ranked[0].layout.label()) for c in serial.counts)
+    assert all(c.why.startswith(c.ranked[0].label) for c in serial.counts)
+
+
+def test_a_three_dimensional_space_is_timed_on_the_composed_step() -> None:
+    serial = plan(_job(), (8, 16), THREE_D, workers=1)
+    pooled = plan(_job(), (8, 16), THREE_D, workers=2)
+    assert _ranking(serial) == _ranking(pooled)
+    for count in serial.counts:
+        labels = {r.label for r in count.ranked}
+        # (tp, pp) in (1,1), (2,1): three strategies; (1,2), (2,2): ddp and zero1 (pipelines)
+        assert count.evaluated == 3 + 3 + 2 + 2 == len(labels)
+        dp = count.gpus // 2
+        assert f"zero1 dp{dp // 2} tp2 pp2 mb=2 sp" in labels and "fsdp mb=2" in labels
+        for r in count.ranked:
+            assert isinstance(r.report, ParallelStepReport) == (not r.layout.pure_data_parallel)
+            assert r.to_record()["layout"]["label"] == r.label  # type: ignore[index]
 
 
 def test_chunks_keep_one_gpu_count_each_and_cover_every_task() -> None:
-    tasks = [(g, Layout(s, m)) for g in (8, 16) for s in ("ddp", "fsdp") for m in (1, 2, 4)]
+    tasks = [(g, PlanLayout(s, m)) for g in (8, 16) for s in ("ddp", "fsdp") for m in (1, 2, 4)]
     chunks = chunk_tasks(tasks, workers=2)
     assert sorted(i for chunk in chunks for i, _ in chunk) == list(range(len(tasks)))
     assert all(len({task[0] for _, task in chunk}) == 1 for chunk in chunks)
@@ -64,20 +87,51 @@ def test_memory_floor_skips_layouts_untimed() -> None:
     job = PlanJob(
         workload, "g5.48xlarge", load_cluster, TrainingConfig(global_batch=64, seq_len=2048), key="13b"
     )
-    prepared = prepare(job, (16,), SearchSpace(max_micro_batch=2), Budget())
+    space = SearchSpace(max_micro_batch=2, max_tp=1, max_pp=1, offload=("none",))
+    prepared = prepare(job, (16,), space, Budget())
     count = prepared.counts[16]
     assert count.pruned > 0 and count.considered == count.pruned + len(prepared.tasks)
     assert {layout.strategy for _, layout in prepared.tasks} <= {"fsdp", "zero3"}  # 24 GB A10Gs
 
 
+def test_offload_is_tried_only_where_nothing_fits_without() -> None:
+    workload = load_workload("llama2-13b", seq_len=2048)
+    job = PlanJob(
+        workload, "g5.48xlarge", load_cluster, TrainingConfig(global_batch=64, seq_len=2048), key="13b"
+    )
+    space = SearchSpace(
+        strategies=("ddp", "fsdp"), micro_batches=(1,), max_tp=1, max_pp=1, recompute=("full",)
+    )
+    prepared = prepare(job, (16,), space, Budget())
+    chosen = {layout.label(16) for _, layout in prepared.tasks}
+    # fsdp's floor fits without offload (13B x 18 B / 16 = 14.6 GB < 24 GB); ddp's does not, and
+    # offloading the optimizer state still leaves 13B x 4 B = 52 GB; offloading every state fits
+    assert chosen == {"fsdp mb=1 recompute=full", "ddp mb=1 recompute=full offload=params"}
+    none = prepare(job, (16,), replace(space, offload=("none",)), Budget())
+    assert {layout.label(16) for _, layout in none.tasks} == {"fsdp mb=1 recompute=full"}
+    assert none.counts[16].pruned == 1
+
+
+def test_no_layout_fits_is_an_error_naming_the_floor() -> None:
+    workload = load_workload("llama2-70b", seq_len=2048)
+    job = PlanJob(
+        workload, "g5.12xlarge", load_cluster, TrainingConfig(global_batch=16, seq_len=2048), key="70b"
+    )
+    with pytest.raises(
+        TrainsimError, match=r"the search space is empty: 4 GPUs: no layout fits \(smallest memory floor"
+    ):
+        prepare(job, (4,), SearchSpace(offload=("none",), micro_batches=(1,)), Budget())
+
+
 def test_budgets_price_and_drop_layouts() -> None:
     budget = Budget(train_tokens=1e9, price_per_gpu_hour=2.0, max_hours=1e-3)
-    result = plan(_job(), (8,), SearchSpace(max_micro_batch=4, strategies=("ddp", "fsdp")), budget, workers=1)
+    result = plan(_job(), (8,), replace(DP, max_micro_batch=4, strategies=("ddp", "fsdp")), budget, workers=1)
     count = result.counts[0]
     assert count.over_budget == count.evaluated and not count.ranked
-    ok = plan(_job(), (8, 16), SearchSpace(max_micro_batch=4, strategies=("ddp",)), Budget(train_tokens=1e9,
+    ok = plan(_job(), (8, 16), replace(DP, max_micro_batch=4, strategies=("ddp",)), Budget(train_tokens=1e9,
               price_per_gpu_hour=2.0), workers=1)  # fmt: skip
     best = ok.counts[0].ranked[0]
+    assert best.hours is not None and best.report.tokens_per_s is not None
     assert best.hours == pytest.approx(1e9 / best.report.tokens_per_s / 3600)
     assert best.cost == pytest.approx(best.hours * 8 * 2.0)
     assert ok.cost_frontier
@@ -94,17 +148,17 @@ def test_budgets_price_and_drop_layouts() -> None:
 )
 def test_contradictory_budgets(kwargs: dict[str, float], message: str) -> None:
     with pytest.raises(TrainsimError, match=message):
-        Budget(**kwargs)  # type: ignore[arg-type]
+        Budget(**kwargs)
 
 
 def test_an_empty_search_space_is_an_error() -> None:
     with pytest.raises(TrainsimError, match="the search space is empty: 24 GPUs: the global batch of 256"):
-        prepare(_job(), (24,), SearchSpace(), Budget())
+        prepare(_job(), (24,), DP, Budget())
 
 
 def test_interrupted_sweeps_keep_what_finished() -> None:
     job = _job()
-    prepared = prepare(job, (8,), SearchSpace(max_micro_batch=4), Budget())
+    prepared = prepare(job, (8,), replace(DP, max_micro_batch=4), Budget())
     seen = []
 
     def stop_after_three(done: int) -> None:
@@ -157,12 +211,64 @@ def test_an_address_that_is_not_ray_gives_up_within_the_bound() -> None:
 @pytest.mark.slow
 def test_ray_ranks_exactly_as_the_local_pool() -> None:
     ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'trainsim[sweep]')")
-    space = SearchSpace(max_micro_batch=8)
-    local = plan(_job(), GPUS, space, workers=2)
     ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
     try:
-        remote = plan(_job(), GPUS, space, engine="ray", workers=2)
+        for space in (DP, THREE_D):
+            local = plan(_job(), GPUS, space, workers=2)
+            remote = plan(_job(), GPUS, space, engine="ray", workers=2)
+            assert remote.engine == "ray" and remote.configs_evaluated == local.configs_evaluated
+            assert _ranking(remote) == _ranking(local)
     finally:
         ray.shutdown()
-    assert remote.engine == "ray" and remote.configs_evaluated == local.configs_evaluated
-    assert _ranking(remote) == _ranking(local)
+
+
+@functools.cache
+def _base_report() -> ParallelStepReport:
+    (outcome,) = evaluate_tasks(_job(), [(16, PlanLayout("ddp", 1))])
+    assert outcome.report is not None
+    rep = outcome.report
+    fields = {name: getattr(rep, name) for name in type(rep).__dataclass_fields__}
+    return ParallelStepReport(**fields)
+
+
+def _ranked(label_layout: PlanLayout, gpus: int, **fields: float) -> Ranked:
+    """A ranked layout with a parallel report whose step is made of the given parts (samples/s)."""
+    report = replace(_base_report(), tokens_per_s=None, exposed_comm_s=-1.0, **fields)  # type: ignore[arg-type]
+    return Ranked(gpus, label_layout, report)
+
+
+def test_the_why_names_the_deciding_factor() -> None:
+    piped = PlanLayout("zero1", 1, ParallelLayout(tp=2, pp=2))
+    flat = PlanLayout("zero1", 1, ParallelLayout(tp=4))
+    dp = PlanLayout("fsdp", 1)
+    # step 1.0 s: compute 0.7, bubble 0.1 (10 %), exposed communication 0.2
+    best = _ranked(piped, 16, step_time_s=1.0, compute_s=0.7, pipeline_bubble_fraction=0.1, samples_per_s=16.0,
+                   peak_memory_bytes=2**30)  # fmt: skip
+    assert step_components(best.report) == pytest.approx(
+        {"compute": 0.7, "pipeline bubble": 0.1, "exposed communication": 0.2}
+    )
+    # runner-up: more compute (0.9 vs 0.7), the same communication: compute decides
+    runner = _ranked(flat, 16, step_time_s=1.1, compute_s=0.9, samples_per_s=14.0)
+    assert deciding_factor(best, runner) == "compute 0.700 s vs 0.900 s per step"
+    # pure data parallelism: 0.6 s more exposed communication
+    plain = _ranked(dp, 16, step_time_s=1.5, compute_s=0.7, samples_per_s=10.0)
+    assert deciding_factor(best, plain) == "exposed communication 0.200 s vs 0.800 s per step"
+    # against a deeper pipeline, the bubble decides
+    deep = _ranked(
+        piped, 16, step_time_s=1.3, compute_s=0.7, pipeline_bubble_fraction=0.4, samples_per_s=12.0
+    )
+    assert deciding_factor(best, deep) == "pipeline bubble 0.100 s vs 0.520 s per step"
+    why = explain_winner([best, runner, plain], ["ddp"], 80 * 2**30, plain)
+    assert why.startswith("zero1 dp4 tp2 pp2 mb=1 is the fastest of 3 layout(s) that fit")
+    assert "1.14x the samples/s of the runner-up zero1 dp4 tp4 mb=1 (deciding: compute" in why
+    assert (
+        "1.60x the samples/s of the best pure data-parallel layout fsdp mb=1 (deciding: exposed communication"
+        in why
+    )
+    assert why.endswith("peak 1.0 of 80.0 GiB; ddp never fit here")
+    alone = explain_winner([best, runner], [], 80 * 2**30, None)
+    assert "memory: no pure data-parallel layout fits" in alone
+    assert "best pure data-parallel" not in explain_winner([plain, best], [], 80 * 2**30, plain)
+    second = explain_winner([best, plain], [], 80 * 2**30, plain)
+    assert "of the runner-up (the best pure data-parallel layout) fsdp mb=1 (deciding" in second
+    assert second.count("fsdp mb=1") == 1
