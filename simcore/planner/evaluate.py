@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from simcore.compute.heterogeneity import NO_HETEROGENEITY, is_mixed_devices, sync_compute_scale
@@ -23,6 +23,7 @@ from simcore.errors import TrainsimError
 from simcore.fastpath.costs import fast_collective_model, fast_concurrent_model
 from simcore.fastpath.path import DEFAULT_ENGINE_PATH, check_engine_path, choose_path
 from simcore.fastpath.step import fast_step_report
+from simcore.parallel.cache import ComposeCache
 from simcore.parallel.step import simulate_parallel_step
 from simcore.planner.space import PlanLayout
 from simcore.report import StepReport
@@ -88,6 +89,8 @@ class _Cluster:
     collective: CollectiveFn
     concurrent: ConcurrentFn  # same-shape groups priced together (HSDP's replicate groups)
     mixed: bool  # more than one device type: each step waits for the slowest rank
+    # what composed (model-parallel) steps on this cluster share across configurations
+    compose: ComposeCache = field(default_factory=ComposeCache)
 
 
 # Per process: (loader, cluster, gpus, dtype, calibration id, engine path) -> the loaded cluster.
@@ -144,7 +147,8 @@ def time_layout(job: PlanJob, gpus: int, layout: PlanLayout) -> Outcome:
     config = replace(job.config, micro_batch=layout.micro_batch, activation_checkpointing=False)
     result = simulate_parallel_step(
         _workload(job), config, cluster.topology, layout.strategy, layout.parallel, layout.options,
-        calibration=job.calibration, cluster=job.cluster,
+        calibration=job.calibration, cluster=job.cluster, path=cluster.path, cache=cluster.compose,
+        trace=False,
     )  # fmt: skip
     return Outcome(gpus, layout, result.report, path="parallel")
 

@@ -228,7 +228,7 @@ def test_whole_steps_agree_with_and_without_a_calibration_profile(
     )
     profile = collectives_profile(cluster, gpus) if calibrated else None
     if planner:
-        task = (gpus, Layout(strategy, micro_batch, False))
+        task = (gpus, PlanLayout(strategy, micro_batch))
         # the key names the profile in the planner's per-process caches (a job's id may be reused)
         key = "calibrated" if calibrated else "modelled"
         jobs = {p: PlanJob(workload, cluster, load_cluster, config, profile, p, key) for p in ("des", "fast")}
