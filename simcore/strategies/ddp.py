@@ -47,7 +47,7 @@ from simcore.strategies.passes import (
     build_quiet_microbatches,
     make_chunks,
 )
-from simcore.strategies.schedule import PlanBuilder, StepPlan
+from simcore.strategies.schedule import Label, OpKey, PlanBuilder, StepPlan
 
 __all__ = ["BucketHooks", "DDPStrategy", "assign_buckets", "chunk_param_tensors"]
 
@@ -110,7 +110,7 @@ class BucketHooks(PassHooks):
         allocate_grads: bool,
         free_reduced: bool = False,
         keep_shard: bool = False,
-        tag: str = "",
+        micro_batch: int | None = None,
         copy_in: bool = False,
         blocking: bool = False,
         hook_ops: float = 0.0,
@@ -123,7 +123,7 @@ class BucketHooks(PassHooks):
         self.allocate_grads = allocate_grads
         self.free_reduced = free_reduced
         self.keep_shard = keep_shard
-        self.tag = tag
+        self.micro_batch = micro_batch
         self.copy_in = copy_in
         self.blocking = blocking
         self.hook_ops = hook_ops
@@ -180,8 +180,9 @@ class BucketHooks(PassHooks):
                 params * (self.grad_bytes + self.reduce_bytes) / 2 if compress else 0.0
             )
             ready = builder.compute(
-                f"copy gradients into bucket {bucket}{self.tag}",
+                Label("copy gradients into ", "bucket"),
                 self.ctx.copy_time_s(moved),
+                key=OpKey(group=bucket, micro_batch=self.micro_batch),
                 kind="copy",
                 after=[op],
             )
@@ -193,7 +194,8 @@ class BucketHooks(PassHooks):
             self.op,
             size,
             self.ctx.world,
-            f"{self.op} bucket {bucket}{self.tag}",
+            Label(f"{self.op} ", "bucket"),
+            key=OpKey(group=bucket, micro_batch=self.micro_batch),
             after=[ready],
             on_start=temp,
             on_end=on_end + ([("temp", -size)] if compress else []),
@@ -245,7 +247,7 @@ class DDPStrategy:
             ctx, bucket_of, "all_reduce", precision, communicate=True, allocate_grads=quiet == 0,
             copy_in=copies, hook_ops=hook_ops,
         )  # fmt: skip
-        last = build_microbatch(ctx, builder, chunks, hooks, "", last, per_block)
+        last = build_microbatch(ctx, builder, chunks, hooks, None, last, per_block)
         after = [builder.last_comm] if builder.last_comm is not None else []
         compress = precision.bytes("reduce") < grad_bytes
         if copies or compress:

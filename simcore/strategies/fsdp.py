@@ -89,7 +89,7 @@ from simcore.strategies.passes import (
     build_quiet_microbatches,
     make_chunks,
 )
-from simcore.strategies.schedule import PlanBuilder, StepPlan
+from simcore.strategies.schedule import Label, OpKey, PlanBuilder, StepPlan
 from simcore.strategies.wrap import UnitPlan, bucket_units, wrap_units
 
 __all__ = ["FSDPStrategy", "ShardedHooks", "Zero3Strategy", "build_sharded_plan"]
@@ -108,7 +108,7 @@ class ShardedHooks(PassHooks):
         replicate_group: Sequence[int],
         reshard_root: bool,
         first_micro: bool,
-        tag: str,
+        micro_batch: int | None,
         precision: Precision,
         sync: bool = True,
         first_reduce: bool = True,
@@ -116,7 +116,7 @@ class ShardedHooks(PassHooks):
         unit_ops: tuple[float, float] = (0.0, 0.0),
         tensor_ops: tuple[float, float] = (0.0, 0.0),
     ) -> None:
-        self.ctx, self.units, self.tag = ctx, units, tag
+        self.ctx, self.units, self.micro_batch = ctx, units, micro_batch
         self.shard_group, self.replicate_group = tuple(shard_group), tuple(replicate_group)
         self.reshard_root, self.first_micro = reshard_root, first_micro
         self.sync, self.first_reduce, self.allocate_unsharded = sync, first_reduce, allocate_unsharded
@@ -149,6 +149,9 @@ class ShardedHooks(PassHooks):
         self.lingering = 0.0  # bytes of the reduce-scatter input FSDP2 still holds
         self.blocking: list[int] = []  # CPU: collectives the next compute waits for
 
+    def _key(self, unit: int) -> OpKey:
+        return OpKey(group=unit, micro_batch=self.micro_batch)
+
     # --- gathering -------------------------------------------------------------------------
     def _gather(
         self,
@@ -168,7 +171,8 @@ class ShardedHooks(PassHooks):
             "all_gather",
             self.full_bytes[unit],
             self.shard_group,
-            f"all_gather unit {unit} ({phase}){self.tag}",
+            Label("all_gather ", "unit", f" ({phase})"),
+            key=self._key(unit),
             after=after,
             after_start=after_start,
             on_start=[("buffers", self.full_bytes[unit])],
@@ -219,8 +223,9 @@ class ShardedHooks(PassHooks):
             return gather
         if unit not in self.copied:
             self.copied[unit] = builder.compute(
-                f"all_gather copy-out unit {unit} ({phase}){self.tag}",
+                Label("all_gather copy-out ", "unit", f" ({phase})"),
                 self.ctx.copy_time_s(self.full_bytes[unit]),
+                key=self._key(unit),
                 kind="copy",
                 after=[gather, *after],
             )
@@ -342,7 +347,7 @@ class ShardedHooks(PassHooks):
             copy_s = self.ctx.copy_time_s(passes)
         if self.copies and self.on_cpu:
             op = builder.compute(
-                f"reduce_scatter copy-in unit {unit}{self.tag}", copy_s, kind="copy", after=[op]
+                Label("reduce_scatter copy-in ", "unit"), copy_s, key=self._key(unit), kind="copy", after=[op]
             )
             copy_s = 0.0
         rs = add_collective(
@@ -351,7 +356,8 @@ class ShardedHooks(PassHooks):
             "reduce_scatter",
             self.reduce_bytes[unit],
             self.shard_group,
-            f"reduce_scatter unit {unit}{self.tag}",
+            Label("reduce_scatter ", "unit"),
+            key=self._key(unit),
             after=[op],
             on_start=on_start,
             on_end=on_end,
@@ -364,7 +370,8 @@ class ShardedHooks(PassHooks):
                 "all_reduce",
                 self.unit_params[unit] / shards * self.mp.bytes("reduce"),
                 self.replicate_group,
-                f"all_reduce unit {unit} shard across nodes{self.tag}",
+                Label("all_reduce ", "unit", " shard across nodes"),
+                key=self._key(unit),
                 after=[rs],
             )
         if self.on_cpu:
@@ -407,15 +414,15 @@ def build_sharded_plan(
     tensor_ops = overheads.fsdp2_tensor_ops if framework == "fsdp2" else (0.0, 0.0)
     every = cfg.gradient_sync_every_micro_batch
     for micro in range(quiet, k):
-        tag = f" [micro-batch {micro + 1}]" if k > 1 else ""
+        number = micro + 1 if k > 1 else None  # labels name micro-batches only when there are several
         final = micro == k - 1
         hooks = ShardedHooks(
             ctx, units, chunks, shard_group=shard_group, replicate_group=replicate_group,
-            reshard_root=reshard_root, first_micro=micro == 0, tag=tag, precision=precision,
+            reshard_root=reshard_root, first_micro=micro == 0, micro_batch=number, precision=precision,
             sync=every or final, first_reduce=micro == 0 if every else final,
             allocate_unsharded=every or micro == quiet, unit_ops=unit_ops, tensor_ops=tensor_ops,
         )  # fmt: skip
-        last = build_microbatch(ctx, builder, chunks, hooks, tag, last)
+        last = build_microbatch(ctx, builder, chunks, hooks, number, last)
     after = [builder.last_comm] if builder.last_comm is not None else []
     step = ctx.optimizer_step(name, params / shards, shards, flat=framework == "deepspeed")
     builder.compute(

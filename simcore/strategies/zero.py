@@ -70,14 +70,14 @@ class _ZeroBucketed:
         overlap = cfg.zero_overlap_comm if cfg.zero_overlap_comm is not None else False
         hook_ops = framework_overheads().zero_tensor_ops[0]
         for micro in range(quiet, k):
-            tag = f" [micro-batch {micro + 1}]" if k > 1 else ""
+            number = micro + 1 if k > 1 else None  # labels name micro-batches only when there are several
             hooks = BucketHooks(
                 ctx, bucket_of, "all_reduce", precision, communicate=n > 1,
                 allocate_grads=(quiet == 0 and micro == 0) or self.shard_grads,
-                free_reduced=self.shard_grads and n > 1, keep_shard=micro == 0, tag=tag,
+                free_reduced=self.shard_grads and n > 1, keep_shard=micro == 0, micro_batch=number,
                 copy_in=n > 1, blocking=not overlap, hook_ops=hook_ops,
             )  # fmt: skip
-            last = build_microbatch(ctx, builder, chunks, hooks, tag, last, per_block)
+            last = build_microbatch(ctx, builder, chunks, hooks, number, last, per_block)
         held_grads = grads_total / n if self.shard_grads and n > 1 else grads_total
         after = [builder.last_comm] if builder.last_comm is not None else []
         step = ctx.optimizer_step(self.name, params / n, n, flat=True)

@@ -16,6 +16,7 @@ from simcore.report import StepReport
 from simcore.strategies import get_strategy, strategy_names
 from simcore.strategies.base import StepContext, TrainingConfig
 from simcore.strategies.runner import make_context
+from simcore.strategies.schedule import Label, OpKey, Phase
 from simcore.workload.loader import load_workload
 from simcore.workload.types import ParameterTie
 from tests.simcore.fastpath.support import assert_same_report
@@ -214,11 +215,25 @@ def test_group_numbers_in_phases_are_named_by_blocks_the_same_in_a_copy_and_the_
     unit_of = list(range(len(workload.layers)))  # one unit per layer: embed 0, block b is b + 1
     copy_units = list(range(len(copy.workload.layers)))
     model, small = fold._Names(workload, unit_of), fold._Names(copy.workload, copy_units)
-    # The copy's first tail block (block18) prefetches its last head block (block1, unit 2); the
-    # model's block18 prefetches block17 (unit 18): the same neighbour, one block back.
-    phase = small.canonical("backward of block18 (all_gather unit 2 (backward prefetch))")
-    assert phase == model.canonical("backward of block18 (all_gather unit 18 (backward prefetch))")
-    assert model.named(phase) == "backward of block18 (all_gather unit 18 (backward prefetch))"
-    assert small.canonical("reduce_scatter unit 0") == "reduce_scatter unit @embed"
-    assert model.named("all_gather unit @block19/0") == "all_gather unit 20"
-    assert model.named("all_gather unit @block99/0") is None
+    prefetch = Label("all_gather ", "unit", " (backward prefetch)")
+    backward = Label("backward of block18")
+
+    def phase(block: int, unit: int) -> Phase:
+        return ((backward, OpKey(block=block)), (prefetch, OpKey(group=unit)))
+
+    # The copy's first tail block (block18, the copy's block 2) prefetches its last head block
+    # (block1, unit 2); the model's block18 prefetches block17 (unit 18): the same neighbour, one
+    # block back.
+    canonical = small.canonical(phase(2, 2))
+    assert canonical == model.canonical(phase(18, 18))
+    assert model.named(canonical) == "backward of block18 (all_gather unit 18 (backward prefetch))"
+    assert small.named(canonical) == "backward of block18 (all_gather unit 2 (backward prefetch))"
+    reduce = Label("reduce_scatter ", "unit")
+    alone: Phase = ((reduce, OpKey(group=0)), None)  # a group outside the blocks: named by its layer
+    assert small.canonical(alone) == model.canonical(alone)
+    assert model.named(small.canonical(alone)) == "reduce_scatter unit 0"
+    last = ((reduce, OpKey(group=4)), None)  # the copy's block19: the model's unit 20
+    assert model.named(small.canonical(last)) == "reduce_scatter unit 20"
+    deeper = fold._Names(toy_transformer(blocks=30, layers_per_block=1), list(range(32)))
+    outside = ((Label("backward of block25"), OpKey(block=25)), None)
+    assert small.named(deeper.canonical(outside)) is None  # block25 is not in the copy
