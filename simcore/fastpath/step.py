@@ -29,6 +29,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
 
+from simcore.compute.memory import MemoryPeak
 from simcore.fastpath.evaluate import TimedRun, evaluate_plan_timed
 from simcore.fastpath.fold import Measured, fold_step
 from simcore.report import StepReport
@@ -238,8 +239,11 @@ def _report(
         comm_bytes=plan.comm_bytes() + extra * period.comm_bytes,
         link_utilisation={kind: busy_kind[kind] / step_s for kind in sorted(busy_kind)},
         bottleneck_link=max(sorted(busy_link), key=lambda name: busy_link[name]) if busy_link else "",
-        peak_phase=_peak_phase(timed, starts, report.peak_phase, extra),
     )
+    # The verdict names the peak's phase too: renumbered with it (a peak in the last micro-batch).
+    phase = _peak_phase(timed, starts, report.peak_phase, extra)
+    peak = MemoryPeak(report.peak_memory_bytes, phase, report.memory_breakdown, report.memory_capacity_bytes)
+    report = replace(report, peak_phase=phase, oom_verdict=peak.verdict())
     size, last_start = len(starts), timed.starts[starts[-1]]
     return _measured(
         report, busy_kind, busy_link, timed, lambda phase, at: _renumbered(phase, at, last_start, size, extra)

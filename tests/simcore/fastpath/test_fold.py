@@ -19,7 +19,7 @@ from simcore.strategies.runner import make_context
 from simcore.strategies.schedule import Label, OpKey, Phase
 from simcore.workload.loader import load_workload
 from simcore.workload.types import ParameterTie
-from tests.simcore.fastpath.support import assert_same_report
+from tests.simcore.fastpath.support import assert_renamed_report, assert_same_report, rename_labels
 from tests.simcore.strategies.test_strategies_support import toy_context, toy_transformer
 from topologies import load_cluster
 
@@ -96,6 +96,32 @@ def test_a_folded_step_reports_what_the_whole_model_does(
     if name in ("fsdp", "hsdp"):  # a unit per block: always folded
         assert outcomes == [True]
     assert_same_report(got, want)
+
+
+@pytest.mark.parametrize(
+    ("name", "accumulation", "checkpoint"),
+    [("fsdp", 2, False), ("hsdp", 3, True), ("zero3", 3, False), ("ddp", 3, False)],
+)
+def test_folding_reads_no_labels(
+    name: str, accumulation: int, checkpoint: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Groups and micro-batches rendered another way: the fold is still taken and exact, and the
+    peak (in the copies' tail blocks, while a unit is gathered) is named in the new way."""
+    config = TrainingConfig(
+        global_batch=16 * accumulation, micro_batch=1, bucket_size_bytes=8 * 2**20,
+        zero3_prefetch_bucket_params=3_000_000, activation_checkpointing=checkpoint,
+        gradient_sync_every_micro_batch=False,
+    )  # fmt: skip
+    workload = toy_transformer(blocks=fold.MIN_RUN + 5, layers_per_block=2)
+    original = _report(name, toy_context(16, config, workload=workload), None)
+    rename_labels(monkeypatch)
+    outcomes = _folds(monkeypatch)
+    got = _report(name, toy_context(16, config, workload=workload), None)
+    assert outcomes == [True], "the renamed plan should fold"
+    assert_same_report(got, _unfolded(name, toy_context(16, config, workload=workload), None, monkeypatch))
+    assert_renamed_report(got, original)
+    if name != "ddp":  # (DDP's peak is the optimizer step's)
+        assert " (all_gather u" in got.peak_phase and " #" in got.peak_phase
 
 
 @pytest.mark.parametrize(

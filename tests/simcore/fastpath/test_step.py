@@ -15,7 +15,7 @@ from simcore.strategies import get_strategy, strategy_names
 from simcore.strategies.base import StepContext, TrainingConfig
 from simcore.strategies.runner import gating_device, make_context, report_step, simulate_step
 from simcore.workload.loader import load_workload
-from tests.simcore.fastpath.support import assert_same_report
+from tests.simcore.fastpath.support import assert_renamed_report, assert_same_report, rename_labels
 from tests.simcore.strategies.test_strategies_support import toy_context, toy_transformer
 from topologies import load_cluster
 
@@ -78,6 +78,33 @@ def test_a_real_model_is_extrapolated_and_exact(
     assert got.accumulation_steps == 11
     assert_same_report(got, _full(name, ctx, slowdown))
     assert device.memory_bytes == got.memory_capacity_bytes
+
+
+@pytest.mark.parametrize(
+    ("name", "checkpoint"), [("fsdp", True), ("hsdp", True), ("zero3", False), ("zero2", False)]
+)
+def test_the_probe_reads_no_labels(name: str, checkpoint: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Groups and micro-batches rendered another way: the probe still repeats and is exact, and a
+    peak in the last micro-batch (FSDP accumulating unsharded gradients) is renumbered."""
+    config = TrainingConfig(
+        global_batch=16 * 9, micro_batch=1, bucket_size_bytes=8 * 2**20, activation_checkpointing=checkpoint,
+        gradient_sync_every_micro_batch=False,
+    )  # fmt: skip
+
+    def context() -> StepContext:
+        return toy_context(16, config, workload=toy_transformer(blocks=3))
+
+    original = _full(name, context(), None)
+    rename_labels(monkeypatch)
+    probes: list[object] = []
+    period = fast_step._period
+    monkeypatch.setattr(fast_step, "_period", lambda *a: probes.append(period(*a)) or probes[-1])
+    got = fast_step_report(get_strategy(name), context(), cluster="c", device="d", peak_flops=1e14, slowdown=None)
+    assert probes and probes[-1] is not None, "the renamed probe's middle micro-batches should repeat"
+    assert_same_report(got, _full(name, context(), None))
+    assert_renamed_report(got, original)
+    if name in ("fsdp", "hsdp"):
+        assert got.peak_phase == "backward of block1 #9 (all_gather u1 (backward prefetch) #9)"
 
 
 def test_a_probe_is_shared_between_batch_sizes_and_each_report_is_its_own(
