@@ -415,7 +415,7 @@ def _peak(measured: Sequence[Measured], plan: _Plan) -> MemoryPeak | None:
     if len({m.fragmentation for m in measured}) != 1 or not peaks[0]:
         return None
     shared = set(peaks[0]).intersection(*peaks[1:])
-    totals: dict[str, float] = {}
+    totals: dict[Canonical, float] = {}
     for phase in shared:
         total = _affine([p[phase][0] for p in peaks], plan.steps)
         if total is None:
@@ -426,15 +426,17 @@ def _peak(measured: Sequence[Measured], plan: _Plan) -> MemoryPeak | None:
     if not totals or any(phase not in totals for phase in own):
         return None
     top = max(totals.values())
-    tied = {phase: plan.model.named(phase) for phase, total in totals.items() if total >= top - 1e-12 * abs(top)}
-    phase = min(tied, key=lambda c: (peaks[-1][c][1], tied[c] or ""))
-    parts = _extend_maps([p[phase][2] for p in peaks], plan.steps)
-    named = tied[phase]
+    tied = {
+        phase: plan.model.named(phase) for phase, total in totals.items() if total >= top - 1e-12 * abs(top)
+    }
+    chosen = min(tied, key=lambda c: (peaks[-1][c][1], tied[c] or ""))
+    parts = _extend_maps([p[chosen][2] for p in peaks], plan.steps)
+    named = tied[chosen]
     if parts is None or named is None:
         return None
     first = measured[0]
     return allocator_peak(
-        totals[phase], named, parts, first.fragmentation, first.report.memory_capacity_bytes
+        totals[chosen], named, parts, first.fragmentation, first.report.memory_capacity_bytes
     )
 
 

@@ -78,7 +78,7 @@ from collections.abc import Sequence
 from simcore.compute.memory import MemoryChange
 from simcore.compute.overheads import framework_overheads
 from simcore.compute.precision import Precision
-from simcore.strategies.base import StepContext, optimizer_state_bytes
+from simcore.strategies.base import StepContext, Strategy, optimizer_state_bytes
 from simcore.strategies.ddp import chunk_param_tensors
 from simcore.strategies.passes import (
     Chunk,
@@ -380,21 +380,21 @@ class ShardedHooks(PassHooks):
 
 def build_sharded_plan(
     ctx: StepContext,
-    name: str,
+    strategy: Strategy,
     units: UnitPlan,
     *,
     shard_group: Sequence[int],
     replicate_group: Sequence[int] = (),
     reshard_root: bool = False,
-    framework: str = "fsdp2",
 ) -> StepPlan:
-    """The FSDP/ZeRO-3/HSDP step over ``units``, sharded over ``shard_group``.
+    """``strategy``'s (FSDP, ZeRO-3, HSDP) step over ``units``, sharded over ``shard_group``.
 
-    ``framework``: ``fsdp2`` (PyTorch; DTensor parameters, FSDP2's hooks) or ``deepspeed`` (ZeRO-3:
-    flat fp32 partitions, DeepSpeed's module hooks).
+    Its ``framework``: ``torch-fsdp`` (FSDP2; DTensor parameters, FSDP2's hooks) or ``deepspeed``
+    (ZeRO-3: flat fp32 partitions, DeepSpeed's module hooks).
     """
     cfg, params = ctx.config, ctx.workload.params
-    precision = ctx.precision(name)
+    name, deepspeed = strategy.name, strategy.framework == "deepspeed"
+    precision = ctx.precision(strategy)
     shards = len(shard_group)
     builder = PlanBuilder(name)
     builder.plan.fragmentation = cfg.fragmentation(ctx.device_kind)
@@ -410,8 +410,8 @@ def build_sharded_plan(
     full_grads = params * precision.bytes("grad")
     last = build_quiet_microbatches(ctx, builder, quiet, [("grads", full_grads)], precision)
     overheads = framework_overheads()
-    unit_ops = overheads.fsdp2_unit_ops if framework == "fsdp2" else overheads.zero3_unit_ops
-    tensor_ops = overheads.fsdp2_tensor_ops if framework == "fsdp2" else (0.0, 0.0)
+    unit_ops = overheads.zero3_unit_ops if deepspeed else overheads.fsdp2_unit_ops
+    tensor_ops = (0.0, 0.0) if deepspeed else overheads.fsdp2_tensor_ops
     every = cfg.gradient_sync_every_micro_batch
     for micro in range(quiet, k):
         number = micro + 1 if k > 1 else None  # labels name micro-batches only when there are several
@@ -424,7 +424,7 @@ def build_sharded_plan(
         )  # fmt: skip
         last = build_microbatch(ctx, builder, chunks, hooks, number, last)
     after = [builder.last_comm] if builder.last_comm is not None else []
-    step = ctx.optimizer_step(name, params / shards, shards, flat=framework == "deepspeed")
+    step = ctx.optimizer_step(strategy, params / shards, shards, flat=deepspeed)
     builder.compute(
         "optimizer step",
         step.seconds,
@@ -441,6 +441,13 @@ class FSDPStrategy:
 
     name = "fsdp"
     description = "FSDP: fully sharded; per-unit all-gather (prefetched) and reduce-scatter"
+    framework = "torch-fsdp"
+    zero_stage = 3
+    shard_scope = "world"
+    communicates_every_microbatch = True  # reduce-scatters every micro-batch (FSDP2's default)
+
+    def assumption_note(self, ctx: StepContext) -> str:
+        return ""
 
     def layer_groups(self, ctx: StepContext) -> list[int]:
         """The unit of each layer (see fastpath.fold)."""
@@ -449,7 +456,7 @@ class FSDPStrategy:
     def build_plan(self, ctx: StepContext) -> StepPlan:
         return build_sharded_plan(
             ctx,
-            self.name,
+            self,
             wrap_units(ctx.workload, ctx.config.wrap),
             shard_group=ctx.world,
             reshard_root=ctx.config.reshard_root_after_forward,
@@ -461,6 +468,13 @@ class Zero3Strategy:
 
     name = "zero3"
     description = "ZeRO-3: fully sharded; gathers in parameter buckets (DeepSpeed), all resharded"
+    framework = "deepspeed"
+    zero_stage = 3
+    shard_scope = "world"
+    communicates_every_microbatch = True
+
+    def assumption_note(self, ctx: StepContext) -> str:
+        return ""
 
     def layer_groups(self, ctx: StepContext) -> list[int]:
         """The prefetch bucket of each layer (see fastpath.fold)."""
@@ -468,6 +482,4 @@ class Zero3Strategy:
 
     def build_plan(self, ctx: StepContext) -> StepPlan:
         units = bucket_units(ctx.workload, ctx.config.zero3_prefetch_bucket_params)
-        return build_sharded_plan(
-            ctx, self.name, units, shard_group=ctx.world, reshard_root=True, framework="deepspeed"
-        )
+        return build_sharded_plan(ctx, self, units, shard_group=ctx.world, reshard_root=True)

@@ -221,7 +221,12 @@ def build_microbatch(
     in backward); by default both passes use ``chunks``.
     """
     last = _forward_pass(
-        ctx, builder, forward_chunks if forward_chunks is not None else chunks, hooks, micro_batch, previous_op
+        ctx,
+        builder,
+        forward_chunks if forward_chunks is not None else chunks,
+        hooks,
+        micro_batch,
+        previous_op,
     )
     return _backward_pass(ctx, builder, chunks, hooks, micro_batch, last)
 

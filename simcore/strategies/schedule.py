@@ -188,7 +188,9 @@ def _text(part: PhasePart) -> str:
 def phase_text(phase: Phase) -> str:
     """How a phase is named in reports: the same text the plan's runs give it."""
     compute, comm = phase
-    return phase_label(START_OF_STEP if compute is None else _text(compute), None if comm is None else _text(comm))
+    return phase_label(
+        START_OF_STEP if compute is None else _text(compute), None if comm is None else _text(comm)
+    )
 
 
 @dataclass(slots=True)

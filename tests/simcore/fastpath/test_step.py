@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -98,8 +100,15 @@ def test_the_probe_reads_no_labels(name: str, checkpoint: bool, monkeypatch: pyt
     rename_labels(monkeypatch)
     probes: list[object] = []
     period = fast_step._period
-    monkeypatch.setattr(fast_step, "_period", lambda *a: probes.append(period(*a)) or probes[-1])
-    got = fast_step_report(get_strategy(name), context(), cluster="c", device="d", peak_flops=1e14, slowdown=None)
+
+    def recorded(*args: Any) -> object:
+        probes.append(period(*args))
+        return probes[-1]
+
+    monkeypatch.setattr(fast_step, "_period", recorded)
+    got = fast_step_report(
+        get_strategy(name), context(), cluster="c", device="d", peak_flops=1e14, slowdown=None
+    )
     assert probes and probes[-1] is not None, "the renamed probe's middle micro-batches should repeat"
     assert_same_report(got, _full(name, context(), None))
     assert_renamed_report(got, original)
