@@ -237,19 +237,20 @@ class _Names:
 
     def canonical(self, phase: Phase) -> Canonical:
         compute, comm = phase
-        anchor = None if compute is None else compute[1].block
-        return (
-            None if anchor is None else self.workload.block_names[anchor],
-            self._canonical_part(compute, anchor),
-            self._canonical_part(comm, anchor),
-        )
-
-    def _canonical_part(self, part: PhasePart | None, anchor: int | None) -> _CanonicalPart:
-        if part is None:
-            return None
-        label, key = part
-        where = None if key.group is None else self._where(key.group, anchor)
-        return (label, key.micro_batch, key.stage, where)
+        if compute is None:
+            anchor = None
+            first: _CanonicalPart = None
+        else:
+            label, key = compute
+            anchor = key.block
+            where = None if key.group is None else self._where(key.group, anchor)
+            first = (label, key.micro_batch, key.stage, where)
+        second: _CanonicalPart = None
+        if comm is not None:
+            label, key = comm
+            where = None if key.group is None else self._where(key.group, anchor)
+            second = (label, key.micro_batch, key.stage, where)
+        return (None if anchor is None else self.workload.block_names[anchor], first, second)
 
     def _where(self, group: int, anchor: int | None) -> tuple[object, ...]:
         layer = self.first_layer.get(group)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import dataclass, replace
 
 from simcore.compute.memory import MemoryPeak
@@ -35,7 +35,17 @@ from simcore.fastpath.fold import Measured, fold_step
 from simcore.report import StepReport
 from simcore.strategies.base import StepContext, Strategy
 from simcore.strategies.runner import StepResult, comm_slowdown_under_compute, report_step, simulate_step
-from simcore.strategies.schedule import COMM, COMPUTE, Op, Phase, PhasePart, StepPlan, phase_of, phase_text
+from simcore.strategies.schedule import (
+    COMM,
+    COMPUTE,
+    Op,
+    OpKey,
+    Phase,
+    PhasePart,
+    StepPlan,
+    phase_of,
+    phase_text,
+)
 
 __all__ = ["MIN_EXTRAPOLATED", "PROBES", "PROBE_CACHE_SIZE", "clear_probe_cache", "fast_step_report"]
 
@@ -127,14 +137,17 @@ def _measured(
     kinds: dict[str, float],
     links: dict[str, float],
     timed: TimedRun,
-    rename: Callable[[Phase, float], Phase] = lambda phase, _: phase,
+    renumber: tuple[float, int, int] | None = None,
 ) -> Measured:
-    """What folding reads of a step (``rename``: a phase as the report names it, given when)."""
+    """What folding reads of a step; ``renumber`` (the start of a probe's last micro-batch, the
+    probe's micro-batches and how many more the step has): phases from then on renumbered."""
     memory = timed.run.memory
-    peaks = {
-        rename(phase_of(key), at): (total, at, parts)  # type: ignore[arg-type]
-        for total, at, parts, key in (memory.phase_peaks or {}).values()
-    }
+    peaks: dict[Phase, tuple[float, float, dict[str, float]]] = {}
+    for total, at, parts, key in (memory.phase_peaks or {}).values():
+        phase = phase_of(key)  # type: ignore[arg-type]
+        if renumber is not None and at >= renumber[0]:
+            phase = _renumbered(phase, *renumber[1:])
+        peaks[phase] = (total, at, parts)
     return Measured(report, kinds, links, peaks, memory.fragmentation)
 
 
@@ -245,9 +258,7 @@ def _report(
     peak = MemoryPeak(report.peak_memory_bytes, phase, report.memory_breakdown, report.memory_capacity_bytes)
     report = replace(report, peak_phase=phase, oom_verdict=peak.verdict())
     size, last_start = len(starts), timed.starts[starts[-1]]
-    return _measured(
-        report, busy_kind, busy_link, timed, lambda phase, at: _renumbered(phase, at, last_start, size, extra)
-    )
+    return _measured(report, busy_kind, busy_link, timed, (last_start, size, extra))
 
 
 def _probe(strategy: Strategy, ctx: StepContext, size: int, contention: _Contention) -> _Probe | str:
@@ -382,15 +393,13 @@ def _peak_phase(timed: TimedRun, starts: list[int], phase: str, extra: int) -> s
     last_start = timed.starts[starts[-1]]
     if first_at < last_start:
         return phase
-    return phase_text(_renumbered(phase_of(memory.peak_key), first_at, last_start, len(starts), extra))  # type: ignore[arg-type]
+    return phase_text(_renumbered(phase_of(memory.peak_key), len(starts), extra))  # type: ignore[arg-type]
 
 
-def _renumbered(phase: Phase, at: float, last_start: float, size: int, extra: int) -> Phase:
-    """``phase`` of a probe of ``size`` micro-batches, reached at ``at``, in a step of ``extra`` more:
-    from the last micro-batch on (it starts at ``last_start``), the last two micro-batches' numbers
-    move up by ``extra`` (the one before the last can still be communicating)."""
-    if at < last_start:
-        return phase
+def _renumbered(phase: Phase, size: int, extra: int) -> Phase:
+    """``phase``, reached in the last micro-batch of a probe of ``size``, in a step of ``extra``
+    more: the last two micro-batches' numbers move up by ``extra`` (the one before the last can
+    still be communicating)."""
     compute, comm = phase
     return (_shifted(compute, size, extra), _shifted(comm, size, extra))
 
@@ -402,4 +411,4 @@ def _shifted(part: PhasePart | None, size: int, extra: int) -> PhasePart | None:
     micro = key.micro_batch
     if micro is None or micro < size - 1:
         return part
-    return (label, replace(key, micro_batch=micro + extra))
+    return (label, OpKey(key.group, micro + extra, key.block, key.stage))

@@ -47,7 +47,7 @@ from simcore.strategies.passes import (
     build_quiet_microbatches,
     make_chunks,
 )
-from simcore.strategies.schedule import Label, OpKey, PlanBuilder, StepPlan
+from simcore.strategies.schedule import PlanBuilder, StepPlan
 
 __all__ = ["BucketHooks", "DDPStrategy", "assign_buckets", "chunk_param_tensors"]
 
@@ -180,9 +180,9 @@ class BucketHooks(PassHooks):
                 params * (self.grad_bytes + self.reduce_bytes) / 2 if compress else 0.0
             )
             ready = builder.compute(
-                Label("copy gradients into ", "bucket"),
+                builder.label("copy gradients into ", "bucket"),
                 self.ctx.copy_time_s(moved),
-                key=OpKey(group=bucket, micro_batch=self.micro_batch),
+                key=builder.key(group=bucket, micro_batch=self.micro_batch),
                 kind="copy",
                 after=[op],
             )
@@ -194,8 +194,8 @@ class BucketHooks(PassHooks):
             self.op,
             size,
             self.ctx.world,
-            Label(f"{self.op} ", "bucket"),
-            key=OpKey(group=bucket, micro_batch=self.micro_batch),
+            builder.label(f"{self.op} ", "bucket"),
+            key=builder.key(group=bucket, micro_batch=self.micro_batch),
             after=[ready],
             on_start=temp,
             on_end=on_end + ([("temp", -size)] if compress else []),

@@ -89,7 +89,7 @@ from simcore.strategies.passes import (
     build_quiet_microbatches,
     make_chunks,
 )
-from simcore.strategies.schedule import Label, OpKey, PlanBuilder, StepPlan
+from simcore.strategies.schedule import PlanBuilder, StepPlan
 from simcore.strategies.wrap import UnitPlan, bucket_units, wrap_units
 
 __all__ = ["FSDPStrategy", "ShardedHooks", "Zero3Strategy", "build_sharded_plan"]
@@ -149,9 +149,6 @@ class ShardedHooks(PassHooks):
         self.lingering = 0.0  # bytes of the reduce-scatter input FSDP2 still holds
         self.blocking: list[int] = []  # CPU: collectives the next compute waits for
 
-    def _key(self, unit: int) -> OpKey:
-        return OpKey(group=unit, micro_batch=self.micro_batch)
-
     # --- gathering -------------------------------------------------------------------------
     def _gather(
         self,
@@ -171,8 +168,8 @@ class ShardedHooks(PassHooks):
             "all_gather",
             self.full_bytes[unit],
             self.shard_group,
-            Label("all_gather ", "unit", f" ({phase})"),
-            key=self._key(unit),
+            builder.label("all_gather ", "unit", f" ({phase})"),
+            key=builder.key(group=unit, micro_batch=self.micro_batch),
             after=after,
             after_start=after_start,
             on_start=[("buffers", self.full_bytes[unit])],
@@ -223,9 +220,9 @@ class ShardedHooks(PassHooks):
             return gather
         if unit not in self.copied:
             self.copied[unit] = builder.compute(
-                Label("all_gather copy-out ", "unit", f" ({phase})"),
+                builder.label("all_gather copy-out ", "unit", f" ({phase})"),
                 self.ctx.copy_time_s(self.full_bytes[unit]),
-                key=self._key(unit),
+                key=builder.key(group=unit, micro_batch=self.micro_batch),
                 kind="copy",
                 after=[gather, *after],
             )
@@ -347,7 +344,11 @@ class ShardedHooks(PassHooks):
             copy_s = self.ctx.copy_time_s(passes)
         if self.copies and self.on_cpu:
             op = builder.compute(
-                Label("reduce_scatter copy-in ", "unit"), copy_s, key=self._key(unit), kind="copy", after=[op]
+                builder.label("reduce_scatter copy-in ", "unit"),
+                copy_s,
+                key=builder.key(group=unit, micro_batch=self.micro_batch),
+                kind="copy",
+                after=[op],
             )
             copy_s = 0.0
         rs = add_collective(
@@ -356,8 +357,8 @@ class ShardedHooks(PassHooks):
             "reduce_scatter",
             self.reduce_bytes[unit],
             self.shard_group,
-            Label("reduce_scatter ", "unit"),
-            key=self._key(unit),
+            builder.label("reduce_scatter ", "unit"),
+            key=builder.key(group=unit, micro_batch=self.micro_batch),
             after=[op],
             on_start=on_start,
             on_end=on_end,
@@ -370,8 +371,8 @@ class ShardedHooks(PassHooks):
                 "all_reduce",
                 self.unit_params[unit] / shards * self.mp.bytes("reduce"),
                 self.replicate_group,
-                Label("all_reduce ", "unit", " shard across nodes"),
-                key=self._key(unit),
+                builder.label("all_reduce ", "unit", " shard across nodes"),
+                key=builder.key(group=unit, micro_batch=self.micro_batch),
                 after=[rs],
             )
         if self.on_cpu:

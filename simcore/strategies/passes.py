@@ -231,10 +231,6 @@ def build_microbatch(
     return _backward_pass(ctx, builder, chunks, hooks, micro_batch, last)
 
 
-def _key(chunk_block: int, micro_batch: int | None) -> OpKey:
-    return OpKey(micro_batch=micro_batch, block=chunk_block if chunk_block >= 0 else None)
-
-
 def _forward_pass(
     ctx: StepContext,
     builder: PlanBuilder,
@@ -249,9 +245,9 @@ def _forward_pass(
         saved = _saved_bytes(ctx, chunk, checkpoint and chunk.block >= 0)
         kernel_s, host_ops, held = hooks.extras(ctx, chunk, "fwd")
         last = builder.compute(
-            Label(f"forward of {chunk.label}"),
+            builder.label(f"forward of {chunk.label}"),
             ctx.span_time("fwd", chunk.layers, kernel_extra_s=kernel_s, host_extra_ops=host_ops),
-            key=_key(chunk.block, micro_batch),
+            key=builder.key(micro_batch=micro_batch, block=chunk.block if chunk.block >= 0 else None),
             kind="fwd",
             after=waits,
             on_end=[("activations", saved), *held, *hooks.forward_memory(chunk)],
@@ -288,9 +284,9 @@ def _backward_pass(
                 block = Chunk(tuple(members), chunk.block, chunk.group, chunk.label)
                 kernel_s, host_ops, _ = hooks.extras(ctx, block, "recompute")
                 last = builder.compute(
-                    Label(f"recompute of {ctx.workload.block_names[chunk.block]}"),
+                    builder.label(f"recompute of {ctx.workload.block_names[chunk.block]}"),
                     ctx.span_time("recompute", members, kernel_extra_s=kernel_s, host_extra_ops=host_ops),
-                    key=_key(chunk.block, micro_batch),
+                    key=builder.key(micro_batch=micro_batch, block=chunk.block if chunk.block >= 0 else None),
                     kind="recompute",
                     after=waits,
                     on_start=[("activations", mb * sum(layers[i].activation_bytes for i in members))],
@@ -298,9 +294,9 @@ def _backward_pass(
         waits = hooks.before_backward(builder, chunk.layers, last)
         kernel_s, host_ops, released = hooks.extras(ctx, chunk, "bwd")
         last = builder.compute(
-            Label(f"backward of {chunk.label}"),
+            builder.label(f"backward of {chunk.label}"),
             ctx.span_time("bwd", chunk.layers, kernel_extra_s=kernel_s, host_extra_ops=host_ops),
-            key=_key(chunk.block, micro_batch),
+            key=builder.key(micro_batch=micro_batch, block=chunk.block if chunk.block >= 0 else None),
             kind="bwd",
             after=waits,
             on_end=[*hooks.backward_memory(chunk), ("activations", -freed), *released]

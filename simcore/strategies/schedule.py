@@ -119,7 +119,8 @@ def render_label(label: Label, key: OpKey) -> str:
         if key.group is None:
             raise ValueError(f"label {head!r} names a {word} but its key has no group")
         head += group_label(word, key.group)
-    return head + tail + micro_batch_label(key.micro_batch)
+    micro = key.micro_batch
+    return head + tail if micro is None else head + tail + micro_batch_label(micro)
 
 
 def phase_label(compute: str, comm: str | None) -> str:
@@ -168,16 +169,16 @@ PhasePart = tuple[Label | str, OpKey]
 Phase = tuple[PhasePart | None, PhasePart | None]
 
 
-def _part(op: Op | None) -> PhasePart | None:
-    return None if op is None else (op.name if op.label is None else op.label, op.key)
-
-
 def phase_of(ops: tuple[Op | None, Op | None] | None) -> Phase:
     """The phase of a memory change made with ``ops`` running (the compute, the collective); None
     or ``(None, None)``: at the start of the step."""
     if ops is None:
         return (None, None)
-    return (_part(ops[0]), _part(ops[1]))
+    compute, comm = ops
+    return (
+        None if compute is None else (compute.name if compute.label is None else compute.label, compute.key),
+        None if comm is None else (comm.name if comm.label is None else comm.label, comm.key),
+    )
 
 
 def _text(part: PhasePart) -> str:
@@ -224,6 +225,32 @@ class PlanBuilder:
     def __init__(self, strategy: str) -> None:
         self.plan = StepPlan(strategy)
         self.last_comm: int | None = None
+        # Keys and labels handed out, for the many operations that share one (cheaper than new ones).
+        self._keys: dict[tuple[int | None, ...], OpKey] = {}
+        self._labels: dict[tuple[str, str, str], Label] = {}
+
+    def key(
+        self,
+        *,
+        group: int | None = None,
+        micro_batch: int | None = None,
+        block: int | None = None,
+        stage: int | None = None,
+    ) -> OpKey:
+        """The :class:`OpKey` with these numbers (one object per distinct key in a plan)."""
+        fields = (group, micro_batch, block, stage)
+        known = self._keys.get(fields)
+        if known is None:
+            known = self._keys[fields] = OpKey(group, micro_batch, block, stage)
+        return known
+
+    def label(self, head: str, word: str = "", tail: str = "") -> Label:
+        """The :class:`Label` with these parts (one object per distinct label in a plan)."""
+        parts = (head, word, tail)
+        known = self._labels.get(parts)
+        if known is None:
+            known = self._labels[parts] = Label(head, word, tail)
+        return known
 
     def add(self, stream: str, name: str | Label, duration_s: float, **kwargs: object) -> int:
         """Append an operation to any stream (see the module docstring for stream names)."""
@@ -249,7 +276,7 @@ class PlanBuilder:
         # Op built here directly (not through add's keywords): plans hold thousands of operations.
         ops = self.plan.ops
         op_id = len(ops)
-        label, text = _named(name, key)
+        label, text = (name, render_label(name, key)) if isinstance(name, Label) else (None, name)
         ops.append(
             Op(op_id, COMPUTE, text, float(duration_s), kind, tuple(after), (), tuple(on_start),
                tuple(on_end), 0.0, tuple(after_end), "", "", 1.0, key, label)
@@ -274,19 +301,12 @@ class PlanBuilder:
     ) -> int:
         ops = self.plan.ops
         self.last_comm = op_id = len(ops)
-        label, text = _named(name, key)
+        label, text = (name, render_label(name, key)) if isinstance(name, Label) else (None, name)
         ops.append(
             Op(op_id, COMM, text, float(duration_s), kind, tuple(after), tuple(after_start), tuple(on_start),
                tuple(on_end), float(size_bytes), (), link, link_kind, float(contention), key, label)
         )  # fmt: skip
         return op_id
-
-
-def _named(name: str | Label, key: OpKey) -> tuple[Label | None, str]:
-    """(label, display name) of an operation named ``name`` (a plain name, or a label to render)."""
-    if isinstance(name, Label):
-        return name, render_label(name, key)
-    return None, name
 
 
 @dataclass(frozen=True, slots=True)
