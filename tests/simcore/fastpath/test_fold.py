@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -52,9 +53,13 @@ def _folds(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """Whether each fold attempt from here on extrapolated."""
     outcomes: list[bool] = []
     original = fold._extrapolate
-    monkeypatch.setattr(
-        fold, "_extrapolate", lambda *a: outcomes.append((r := original(*a)) is not None) or r
-    )
+
+    def recorded(*args: Any) -> StepReport | None:
+        report = original(*args)
+        outcomes.append(report is not None)
+        return report
+
+    monkeypatch.setattr(fold, "_extrapolate", recorded)
     return outcomes
 
 

@@ -22,6 +22,19 @@ from tests.simcore.strategies.test_strategies_support import toy_context, toy_tr
 from topologies import load_cluster
 
 
+def _periods(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """What each probe from here on found its middle micro-batches to add (None: they did not repeat)."""
+    periods: list[object] = []
+    original = fast_step._period
+
+    def recorded(*args: Any) -> object:
+        periods.append(original(*args))
+        return periods[-1]
+
+    monkeypatch.setattr(fast_step, "_period", recorded)
+    return periods
+
+
 def _full(name: str, ctx: StepContext, slowdown: float | None) -> StepReport:
     result = simulate_step(get_strategy(name), ctx, slowdown=slowdown, path="fast")
     return report_step(result, ctx, cluster="c", device="d", peak_flops=1e14)
@@ -70,9 +83,7 @@ def test_a_real_model_is_extrapolated_and_exact(
     config = TrainingConfig(global_batch=16 * 2 * 11, micro_batch=2, seq_len=512)
     ctx = make_context(workload, config, topology, collective=fast_collective_model(topology))
     device = gating_device(topology, "bf16")
-    probes: list[object] = []
-    original = fast_step._period
-    monkeypatch.setattr(fast_step, "_period", lambda *a: probes.append(original(*a)) or probes[-1])
+    probes = _periods(monkeypatch)
     got = fast_step_report(
         get_strategy(name), ctx, cluster="c", device="d", peak_flops=1e14, slowdown=slowdown
     )
@@ -98,14 +109,7 @@ def test_the_probe_reads_no_labels(name: str, checkpoint: bool, monkeypatch: pyt
 
     original = _full(name, context(), None)
     rename_labels(monkeypatch)
-    probes: list[object] = []
-    period = fast_step._period
-
-    def recorded(*args: Any) -> object:
-        probes.append(period(*args))
-        return probes[-1]
-
-    monkeypatch.setattr(fast_step, "_period", recorded)
+    probes = _periods(monkeypatch)
     got = fast_step_report(
         get_strategy(name), context(), cluster="c", device="d", peak_flops=1e14, slowdown=None
     )
@@ -124,7 +128,12 @@ def test_a_probe_is_shared_between_batch_sizes_and_each_report_is_its_own(
     workload = load_workload("gpt2-medium", seq_len=512)
     probed: list[int] = []
     original = fast_step._probe
-    monkeypatch.setattr(fast_step, "_probe", lambda *a: probed.append(a[2]) or original(*a))
+
+    def recorded(*args: Any) -> object:
+        probed.append(args[2])
+        return original(*args)
+
+    monkeypatch.setattr(fast_step, "_probe", recorded)
     reports: dict[tuple[str | None, int], StepReport] = {}
     for reuse in (None, "fsdp mb=2 on 16 GPUs"):
         fast_step.clear_probe_cache()
