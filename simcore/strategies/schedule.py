@@ -10,6 +10,15 @@ Stream names: ``compute`` and ``comm`` are the representative rank's; ``"<rank>/
 process, for the per-rank plans of stragglers and parameter servers. A stream whose
 last name part is ``comm`` communicates; every other stream computes.
 
+Keys and labels: every operation carries an :class:`OpKey` (its group, micro-batch, block and
+stage as numbers), which is what the fast path aligns plans on (:mod:`simcore.fastpath.fold`
+matches a deeper model's operations with a copy's, :mod:`simcore.fastpath.step` a probe's
+micro-batches with the step's). Its display name is rendered from a :class:`Label` and the key
+(:func:`render_label`: ``all_gather unit 3 (forward prefetch) [micro-batch 2]``) and is never read
+back: how groups and micro-batches are written (:func:`group_label`, :func:`micro_batch_label`) can
+change without changing any result. Memory phases are kept as structure too (:data:`Phase`: the
+compute running and the collective that changed memory), beside their text.
+
 Contention, both ways: while a communication operation of a rank runs, that rank's compute
 progresses at 1/slowdown of its speed (NCCL kernels take SMs and memory bandwidth from concurrent
 compute), and, with per-collective contention (``slowdown=None``), each collective carries its own
@@ -134,7 +143,8 @@ class Op:
     """One operation: compute work at full speed (seconds) or one collective (its time).
 
     ``key`` says which group, micro-batch and block it belongs to; ``label``, when given, is what
-    ``name`` was rendered from (:func:`render_label`), so that a name for other numbers can be had.
+    ``name`` was rendered from (:func:`render_label`), so that its name for other numbers (a deeper
+    model's group, a longer step's micro-batch) can be rendered too.
     """
 
     id: int
@@ -156,10 +166,6 @@ class Op:
     contention: float = 1.0
     key: OpKey = NO_KEY
     label: Label | None = None
-
-    def relabelled(self, key: OpKey) -> str:
-        """The name this operation would have with ``key``'s numbers (its own name if unlabelled)."""
-        return self.name if self.label is None else render_label(self.label, key)
 
 
 # One operation of a memory phase: its label (or its name, if unlabelled) and its key.
