@@ -72,14 +72,14 @@ class Measured:
     """One evaluated step: the report, and what extrapolating it needs besides.
 
     ``busy_by_kind`` / ``busy_by_link``: seconds each link kind and link carried a collective;
-    ``phase_peaks``: per phase (as the report would name it) its largest footprint of tensors,
+    ``phase_peaks``: per phase (as the report would name it, each once) its largest footprint of tensors,
     when that was first reached, and the categories then; ``fragmentation``: the allocator's, as
     the plan charges it at the peak."""
 
     report: StepReport
     busy_by_kind: Mapping[str, float]
     busy_by_link: Mapping[str, float]
-    phase_peaks: Mapping[Phase, tuple[float, float, Mapping[str, float]]]
+    phase_peaks: Sequence[tuple[Phase, tuple[float, float, Mapping[str, float]]]]
     fragmentation: float
 
 
@@ -410,7 +410,7 @@ def _peak(measured: Sequence[Measured], plan: _Plan) -> MemoryPeak | None:
     """The model's memory peak: the largest extrapolated footprint of a phase all three copies
     share (ties go to the phase reached first, as in the timeline), with its categories."""
     peaks = [
-        {names.canonical(phase): value for phase, value in m.phase_peaks.items()}
+        {names.canonical(phase): value for phase, value in m.phase_peaks}
         for m, names in zip(measured, plan.names, strict=True)
     ]
     if len({m.fragmentation for m in measured}) != 1 or not peaks[0]:

@@ -142,12 +142,13 @@ def _measured(
     """What folding reads of a step; ``renumber`` (the start of a probe's last micro-batch, the
     probe's micro-batches and how many more the step has): phases from then on renumbered."""
     memory = timed.run.memory
-    peaks: dict[Phase, tuple[float, float, dict[str, float]]] = {}
+    # (a list: the timeline names each phase once, and renumbering keeps them apart)
+    peaks: list[tuple[Phase, tuple[float, float, dict[str, float]]]] = []
     for total, at, parts, key in (memory.phase_peaks or {}).values():
         phase = phase_of(key)  # type: ignore[arg-type]
         if renumber is not None and at >= renumber[0]:
             phase = _renumbered(phase, *renumber[1:])
-        peaks[phase] = (total, at, parts)
+        peaks.append((phase, (total, at, parts)))
     return Measured(report, kinds, links, peaks, memory.fragmentation)
 
 

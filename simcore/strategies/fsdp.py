@@ -89,10 +89,15 @@ from simcore.strategies.passes import (
     build_quiet_microbatches,
     make_chunks,
 )
-from simcore.strategies.schedule import PlanBuilder, StepPlan
+from simcore.strategies.schedule import Label, OpKey, PlanBuilder, StepPlan
 from simcore.strategies.wrap import UnitPlan, bucket_units, wrap_units
 
 __all__ = ["FSDPStrategy", "ShardedHooks", "Zero3Strategy", "build_sharded_plan"]
+
+# Labels of each unit's gradient collectives (the unit and micro-batch come from the key).
+_REDUCE_COPY_IN = Label("reduce_scatter copy-in ", "unit")
+_REDUCE_SCATTER = Label("reduce_scatter ", "unit")
+_ACROSS_NODES = Label("all_reduce ", "unit", " shard across nodes")
 
 
 class ShardedHooks(PassHooks):
@@ -117,6 +122,8 @@ class ShardedHooks(PassHooks):
         tensor_ops: tuple[float, float] = (0.0, 0.0),
     ) -> None:
         self.ctx, self.units, self.micro_batch = ctx, units, micro_batch
+        # each unit's operations in this micro-batch share one key
+        self.unit_keys = [OpKey(group=unit, micro_batch=micro_batch) for unit in range(len(units.units))]
         self.shard_group, self.replicate_group = tuple(shard_group), tuple(replicate_group)
         self.reshard_root, self.first_micro = reshard_root, first_micro
         self.sync, self.first_reduce, self.allocate_unsharded = sync, first_reduce, allocate_unsharded
@@ -169,7 +176,7 @@ class ShardedHooks(PassHooks):
             self.full_bytes[unit],
             self.shard_group,
             builder.label("all_gather ", "unit", f" ({phase})"),
-            key=builder.key(group=unit, micro_batch=self.micro_batch),
+            key=self.unit_keys[unit],
             after=after,
             after_start=after_start,
             on_start=[("buffers", self.full_bytes[unit])],
@@ -222,7 +229,7 @@ class ShardedHooks(PassHooks):
             self.copied[unit] = builder.compute(
                 builder.label("all_gather copy-out ", "unit", f" ({phase})"),
                 self.ctx.copy_time_s(self.full_bytes[unit]),
-                key=builder.key(group=unit, micro_batch=self.micro_batch),
+                key=self.unit_keys[unit],
                 kind="copy",
                 after=[gather, *after],
             )
@@ -344,9 +351,9 @@ class ShardedHooks(PassHooks):
             copy_s = self.ctx.copy_time_s(passes)
         if self.copies and self.on_cpu:
             op = builder.compute(
-                builder.label("reduce_scatter copy-in ", "unit"),
+                _REDUCE_COPY_IN,
                 copy_s,
-                key=builder.key(group=unit, micro_batch=self.micro_batch),
+                key=self.unit_keys[unit],
                 kind="copy",
                 after=[op],
             )
@@ -357,8 +364,8 @@ class ShardedHooks(PassHooks):
             "reduce_scatter",
             self.reduce_bytes[unit],
             self.shard_group,
-            builder.label("reduce_scatter ", "unit"),
-            key=builder.key(group=unit, micro_batch=self.micro_batch),
+            _REDUCE_SCATTER,
+            key=self.unit_keys[unit],
             after=[op],
             on_start=on_start,
             on_end=on_end,
@@ -371,8 +378,8 @@ class ShardedHooks(PassHooks):
                 "all_reduce",
                 self.unit_params[unit] / shards * self.mp.bytes("reduce"),
                 self.replicate_group,
-                builder.label("all_reduce ", "unit", " shard across nodes"),
-                key=builder.key(group=unit, micro_batch=self.micro_batch),
+                _ACROSS_NODES,
+                key=self.unit_keys[unit],
                 after=[rs],
             )
         if self.on_cpu:
