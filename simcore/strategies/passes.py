@@ -231,6 +231,12 @@ def build_microbatch(
     return _backward_pass(ctx, builder, chunks, hooks, micro_batch, last)
 
 
+def _pass_labels(ctx: StepContext, chunks: Sequence[Chunk], verb: str) -> tuple[Label, ...]:
+    """Each chunk's label in a pass (``forward of block3``), once per context and cut."""
+    names = tuple(chunk.label for chunk in chunks)
+    return ctx.memo(("pass labels", verb, names), lambda: tuple(Label(f"{verb} of {name}") for name in names))
+
+
 def _forward_pass(
     ctx: StepContext,
     builder: PlanBuilder,
@@ -240,12 +246,13 @@ def _forward_pass(
     last: int | None,
 ) -> int | None:
     checkpoint = ctx.config.activation_checkpointing
-    for chunk in chunks:
+    labels = _pass_labels(ctx, chunks, "forward")
+    for chunk, label in zip(chunks, labels, strict=True):
         waits = hooks.before_forward(builder, chunk, last)
         saved = _saved_bytes(ctx, chunk, checkpoint and chunk.block >= 0)
         kernel_s, host_ops, held = hooks.extras(ctx, chunk, "fwd")
         last = builder.compute(
-            builder.label(f"forward of {chunk.label}"),
+            label,
             ctx.span_time("fwd", chunk.layers, kernel_extra_s=kernel_s, host_extra_ops=host_ops),
             key=builder.key(micro_batch=micro_batch, block=chunk.block if chunk.block >= 0 else None),
             kind="fwd",
@@ -270,6 +277,7 @@ def _backward_pass(
     block_layers = ctx.workload.block_layer_indices() if checkpoint else ()
     recomputed: set[int] = set()
     ties = _tie_temp(ctx, chunks, hooks.tie_grad_bytes)
+    labels = _pass_labels(ctx, chunks, "backward")
     for index in reversed(range(len(chunks))):
         chunk = chunks[index]
         tie_add, tie_release = ties.get(index, (0.0, 0.0))
@@ -294,7 +302,7 @@ def _backward_pass(
         waits = hooks.before_backward(builder, chunk.layers, last)
         kernel_s, host_ops, released = hooks.extras(ctx, chunk, "bwd")
         last = builder.compute(
-            builder.label(f"backward of {chunk.label}"),
+            labels[index],
             ctx.span_time("bwd", chunk.layers, kernel_extra_s=kernel_s, host_extra_ops=host_ops),
             key=builder.key(micro_batch=micro_batch, block=chunk.block if chunk.block >= 0 else None),
             kind="bwd",

@@ -132,6 +132,14 @@ def render_label(label: Label, key: OpKey) -> str:
     return head + tail if micro is None else head + tail + micro_batch_label(micro)
 
 
+def _render(label: Label, key: OpKey) -> str:
+    """:func:`render_label`, without the call where there is no number to write (most operations
+    of a step of one micro-batch)."""
+    if label.word or key.micro_batch is not None:
+        return render_label(label, key)
+    return label.head + label.tail
+
+
 def phase_label(compute: str, comm: str | None) -> str:
     """The memory phase of a change: the compute running, and the collective that made it, if one did
     (memory changed by a collective is attributed to the compute running at that moment)."""
@@ -282,7 +290,7 @@ class PlanBuilder:
         # Op built here directly (not through add's keywords): plans hold thousands of operations.
         ops = self.plan.ops
         op_id = len(ops)
-        label, text = (name, render_label(name, key)) if isinstance(name, Label) else (None, name)
+        label, text = (name, _render(name, key)) if isinstance(name, Label) else (None, name)
         ops.append(
             Op(op_id, COMPUTE, text, float(duration_s), kind, tuple(after), (), tuple(on_start),
                tuple(on_end), 0.0, tuple(after_end), "", "", 1.0, key, label)
@@ -307,7 +315,7 @@ class PlanBuilder:
     ) -> int:
         ops = self.plan.ops
         self.last_comm = op_id = len(ops)
-        label, text = (name, render_label(name, key)) if isinstance(name, Label) else (None, name)
+        label, text = (name, _render(name, key)) if isinstance(name, Label) else (None, name)
         ops.append(
             Op(op_id, COMM, text, float(duration_s), kind, tuple(after), tuple(after_start), tuple(on_start),
                tuple(on_end), float(size_bytes), (), link, link_kind, float(contention), key, label)
