@@ -103,12 +103,20 @@ class MemoryTimeline:
     _peak: float = -1.0
     _peak_phase: str = ""
     _peak_breakdown: dict[str, float] = field(default_factory=dict)
-    # When a dict: per phase, its largest total, when it was first reached and the categories then
-    # (what simcore.fastpath.fold extrapolates to find a deeper model's peak).
-    phase_peaks: dict[str, tuple[float, float, dict[str, float]]] | None = None
+    # When a dict: per phase, its largest total, when it was first reached, the categories then
+    # and the phase's key (what simcore.fastpath.fold extrapolates to find a deeper model's peak).
+    phase_peaks: dict[str, tuple[float, float, dict[str, float], object]] | None = None
+    # The key of the phase at the peak (see apply).
+    peak_key: object = None
 
-    def apply(self, changes: Iterable[MemoryChange], phase: str, time_s: float = 0.0) -> None:
-        """Apply allocations (+) and frees (-) made at ``time_s`` during ``phase``."""
+    def apply(
+        self, changes: Iterable[MemoryChange], phase: str, time_s: float = 0.0, key: object = None
+    ) -> None:
+        """Apply allocations (+) and frees (-) made at ``time_s`` during ``phase``.
+
+        ``key``: the phase as structure rather than text (whatever the caller names phases by: the
+        step plans' operations), kept with the phase's peak so that nobody has to parse ``phase``.
+        """
         changed = False
         for category, delta in changes:
             if category not in self.current:
@@ -124,10 +132,11 @@ class MemoryTimeline:
         if self.phase_peaks is not None:
             known = self.phase_peaks.get(phase)
             if known is None or total > known[0]:
-                self.phase_peaks[phase] = (total, time_s, dict(self.current))
+                self.phase_peaks[phase] = (total, time_s, dict(self.current), key)
         if total > self._peak:
             self._peak = total
             self._peak_phase = phase
+            self.peak_key = key
             self._peak_breakdown = dict(self.current)
 
     def peak(self) -> MemoryPeak:

@@ -49,33 +49,23 @@ from simcore.errors import TrainsimError
 
 __all__ = [
     "COMPUTE_DTYPES",
+    "FRAMEWORKS",
+    "PARAMETER_SERVER_FRAMEWORK",
     "PRECISION_MODES",
     "Precision",
     "activation_dtype",
     "check_precision",
     "resolve_precision",
-    "strategy_framework",
 ]
 
 # --dtype: the dtype the matmuls run in.
 COMPUTE_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 PRECISION_MODES = ("auto", "fp32", "tf32", "amp", "amp-compress", "pure", "fsdp-mp", "fsdp-mp-low", "mixed")
 _LOW = ("bf16", "fp16", "fp8")
-# Which framework runs a strategy (its defaults decide "auto").
-_FRAMEWORK = {
-    "ddp": "torch-ddp",
-    "fsdp": "torch-fsdp",
-    "hsdp": "torch-fsdp",
-    "zero1": "deepspeed",
-    "zero2": "deepspeed",
-    "zero3": "deepspeed",
-}
+# The frameworks whose defaults decide "auto" (each strategy names its own: Strategy.framework).
+FRAMEWORKS = ("torch-ddp", "torch-fsdp", "deepspeed", "torch-ps")
+PARAMETER_SERVER_FRAMEWORK = "torch-ps"  # the parameter-server modes (not step-plan strategies)
 _ONLY_FOR = {"amp-compress": ("ddp",), "fsdp-mp": ("fsdp", "hsdp"), "fsdp-mp-low": ("fsdp", "hsdp")}
-
-
-def strategy_framework(strategy: str) -> str:
-    """``torch-ddp``, ``torch-fsdp``, ``deepspeed`` or ``torch-ps`` (parameter servers)."""
-    return _FRAMEWORK.get(strategy, "torch-ps" if strategy.startswith("ps") else "torch-ddp")
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +104,7 @@ class Precision:
         return f"{self.mode} ({', '.join(parts)})"
 
 
-def _mode_for(mode: str, dtype: str, strategy: str, master_weights: bool) -> str:
+def _mode_for(mode: str, dtype: str, framework: str, master_weights: bool) -> str:
     if mode != "auto":
         return mode
     if dtype in ("fp32", "tf32"):
@@ -123,17 +113,21 @@ def _mode_for(mode: str, dtype: str, strategy: str, master_weights: bool) -> str
         return "pure"
     if dtype == "fp8":
         return "mixed"
-    framework = strategy_framework(strategy)
     return {"torch-fsdp": "fsdp-mp", "deepspeed": "mixed"}.get(framework, "amp")
 
 
-def resolve_precision(mode: str, dtype: str, strategy: str, *, master_weights: bool = True) -> Precision:
-    """The precision ``strategy`` runs with for ``--precision mode`` and ``--dtype dtype``."""
+def resolve_precision(
+    mode: str, dtype: str, strategy: str, *, framework: str, master_weights: bool = True
+) -> Precision:
+    """The precision ``strategy``, run by ``framework`` (one of :data:`FRAMEWORKS`), runs with for
+    ``--precision mode`` and ``--dtype dtype``."""
+    if framework not in FRAMEWORKS:
+        raise TrainsimError(f"framework {framework!r} unknown; allowed: {', '.join(FRAMEWORKS)}")
     if dtype not in COMPUTE_DTYPES:
         raise TrainsimError(f"dtype {dtype!r} unknown; allowed: {', '.join(COMPUTE_DTYPES)}")
     if mode not in PRECISION_MODES:
         raise TrainsimError(f"precision {mode!r} unknown; allowed: {', '.join(PRECISION_MODES)}")
-    name = _mode_for(mode, dtype, strategy, master_weights)
+    name = _mode_for(mode, dtype, framework, master_weights)
     allowed = _ONLY_FOR.get(name)
     if allowed is not None and strategy not in allowed:
         raise TrainsimError(

@@ -35,7 +35,16 @@ from typing import Any
 
 from simcore.compute.memory import MemoryTimeline
 from simcore.errors import TrainsimError
-from simcore.strategies.schedule import Op, PlanRun, Span, StepPlan, is_comm_stream, rank_of_stream
+from simcore.strategies.schedule import (
+    START_OF_STEP,
+    Op,
+    PlanRun,
+    Span,
+    StepPlan,
+    is_comm_stream,
+    phase_label,
+    rank_of_stream,
+)
 
 __all__ = ["TimedRun", "evaluate_plan", "evaluate_plan_timed"]
 
@@ -60,13 +69,14 @@ class _AllOf:
 class _Rank:
     """One process's coupling of its streams: communication in flight and the compute running."""
 
-    __slots__ = ("comm_active", "comm_factor", "computing", "current_compute", "waiting")
+    __slots__ = ("comm_active", "comm_factor", "computing", "current_compute", "current_op", "waiting")
 
     def __init__(self) -> None:
         self.comm_active = 0
         self.comm_factor = 1.0  # the running collective's contention (per-collective mode)
         self.computing = False  # per-collective mode: a compute operation is running
-        self.current_compute = "start of step"
+        self.current_compute = START_OF_STEP
+        self.current_op: Op | None = None  # the compute operation that last began (None: none yet)
         self.waiting: list[tuple[int, int]] = []  # (stream, segment) rate-coupled work awaiting a change
 
 
@@ -78,6 +88,7 @@ class _Stream:
         "finished_segment",
         "fired_segment",
         "index",
+        "key",
         "label",
         "ops",
         "phase",
@@ -96,6 +107,8 @@ class _Stream:
         self.index, self.phase = 0, _NEXT
         self.start = self.remaining = self.tolerance = self.rate = self.segment_start = 0.0
         self.label = ""  # the memory phase of the running operation, fixed when it starts
+        # ... and as operations: (the compute running, the collective changing memory or None)
+        self.key: tuple[Op | None, Op | None] = (None, None)
         self.segment = self.fired_segment = self.finished_segment = 0
 
 
@@ -275,11 +288,14 @@ class _Evaluator:
             # Memory changed by a collective is attributed to the compute running at that moment
             # (the label is only spelled out where the collective changes memory).
             if op.on_start or op.on_end or op.after_end:
-                stream.label = f"{rank.current_compute} ({op.name})"
+                stream.label = phase_label(rank.current_compute, op.name)
+                stream.key = (rank.current_op, op)
         else:
             rank.current_compute = stream.label = op.name
+            rank.current_op = op
+            stream.key = (op, None)
         if op.on_start:
-            self.memory.apply(op.on_start, stream.label, now)
+            self.memory.apply(op.on_start, stream.label, now, stream.key)
         if not stream.communicates:
             if self.per_op:
                 rank.computing = True
@@ -356,9 +372,9 @@ class _Evaluator:
         self.ends[op.id] = now
         self.finished.append(op.id)
         if op.on_end:
-            self.memory.apply(op.on_end, label, now)
+            self.memory.apply(op.on_end, label, now, stream.key)
         if op.after_end:
-            self.memory.apply(op.after_end, label, now)
+            self.memory.apply(op.after_end, label, now, stream.key)
         if self.on_end[op.id] is not None:
             self.schedule(_ENDED, op.id)
         stream.index += 1
@@ -391,7 +407,7 @@ def evaluate_plan_timed(
     memory timeline keep each phase's largest footprint.
     """
     memory = MemoryTimeline(capacity_bytes, plan.fragmentation, phase_peaks={} if phase_peaks else None)
-    memory.apply(plan.initial_memory.items(), "start of step", 0.0)
+    memory.apply(plan.initial_memory.items(), START_OF_STEP, 0.0, (None, None))
     evaluator = _Evaluator(plan, memory, slowdown, compute_scale, comm_slowdown)
     step_time = evaluator.run() if evaluator.streams else 0.0
     spans = _spans(plan, evaluator, comm_spans_only)

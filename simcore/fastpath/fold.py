@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -46,6 +45,7 @@ from dataclasses import dataclass, replace
 from simcore.compute.memory import MemoryPeak, allocator_peak
 from simcore.report import StepReport
 from simcore.strategies.base import StepContext, Strategy, model_flops_per_step
+from simcore.strategies.schedule import OpKey, Phase, PhasePart, phase_text
 from simcore.workload.types import Layer, Workload
 
 __all__ = [
@@ -65,8 +65,6 @@ MAX_PERIOD = 8  # longest repeat of a grouping, in blocks, that is still worth f
 MIN_RUN = 24  # three copies of 4, 5 and 6 blocks cost 15: worth it from here (GPT-2 medium, BERT-large) on
 TOLERANCE = 1e-4  # relative departure from affine accepted (sums over more layers round differently)
 _CACHE_SIZE = 64
-_GROUP_LABEL = re.compile(r"\b(unit|bucket) (\d+)\b")
-_TOKEN = re.compile(r"\b(unit|bucket) @([^\s/()\[\]]+)(?:/(\d+))?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,14 +72,14 @@ class Measured:
     """One evaluated step: the report, and what extrapolating it needs besides.
 
     ``busy_by_kind`` / ``busy_by_link``: seconds each link kind and link carried a collective;
-    ``phase_peaks``: per phase (named as the report names it) its largest footprint of tensors,
+    ``phase_peaks``: per phase (as the report would name it, each once) its largest footprint of tensors,
     when that was first reached, and the categories then; ``fragmentation``: the allocator's, as
     the plan charges it at the peak."""
 
     report: StepReport
     busy_by_kind: Mapping[str, float]
     busy_by_link: Mapping[str, float]
-    phase_peaks: Mapping[str, tuple[float, float, Mapping[str, float]]]
+    phase_peaks: Sequence[tuple[Phase, tuple[float, float, Mapping[str, float]]]]
     fragmentation: float
 
 
@@ -207,15 +205,23 @@ def _affine(values: Sequence[float], steps: float) -> float | None:
     return a + steps * (b - a)
 
 
+# A phase's operation as the same in every copy and the model: its label, micro-batch, stage and
+# where its group starts (see _Names._where); None for no operation.
+_CanonicalPart = tuple[object, int | None, int | None, tuple[object, ...] | None] | None
+# (the name of the block the phase's compute runs, or None; its compute; its collective)
+Canonical = tuple[str | None, _CanonicalPart, _CanonicalPart]
+
+
 class _Names:
-    """Group numbers in phase names ("unit 31", "bucket 4") in terms of blocks, so that the same
-    phase has the same name in every copy and in the model.
+    """Memory phases (:data:`~simcore.strategies.schedule.Phase`) with their group numbers in terms
+    of blocks, so that the same phase is the same in every copy and in the model.
 
     A group is named by its first layer: a layer outside the blocks by its name, one in a block by
-    the block and its offset there; when the phase names a block of its own (its anchor: "backward
-    of block30 (all_gather unit 31 ...)"), relative to the anchor, as the copies and the model
-    order their blocks alike around it (the prefetched neighbour of a copy's first tail block is
-    its last head block, which the model's period makes the same)."""
+    the block and its offset there; when the phase's compute runs a block (its anchor: the
+    backward of block30 while unit 31 is gathered), relative to the anchor, as the copies and the
+    model order their blocks alike around it (the prefetched neighbour of a copy's first tail block
+    is its last head block, which the model's period makes the same). Blocks are named by their
+    names, which a copy keeps; the numbers come from the operations' keys, never from labels."""
 
     def __init__(self, workload: Workload, groups: Sequence[int]) -> None:
         self.workload, self.groups = workload, tuple(groups)
@@ -228,60 +234,69 @@ class _Names:
             self.block_start.setdefault(layer.block, index)
             self.layer_index.setdefault(layer.name, index)
         self.block_index = {name: b for b, name in enumerate(workload.block_names)}
-        names = "|".join(re.escape(n) for n in sorted(self.block_index, key=len, reverse=True))
-        self.anchor = re.compile(rf"(?<![\w.@])({names})(?![\w.])") if names else None
-        self._canonical: dict[str, str] = {}  # a sweep meets the same phases again
 
-    def _anchor(self, phase: str) -> int | None:
-        found = self.anchor.search(_TOKEN.sub("", phase)) if self.anchor is not None else None
-        return None if found is None else self.block_index[found[1]]
+    def canonical(self, phase: Phase) -> Canonical:
+        compute, comm = phase
+        if compute is None:
+            anchor = None
+            first: _CanonicalPart = None
+        else:
+            label, key = compute
+            anchor = key.block
+            where = None if key.group is None else self._where(key.group, anchor)
+            first = (label, key.micro_batch, key.stage, where)
+        second: _CanonicalPart = None
+        if comm is not None:
+            label, key = comm
+            where = None if key.group is None else self._where(key.group, anchor)
+            second = (label, key.micro_batch, key.stage, where)
+        return (None if anchor is None else self.workload.block_names[anchor], first, second)
 
-    def canonical(self, phase: str) -> str:
-        known = self._canonical.get(phase)
-        if known is None:
-            known = self._canonical[phase] = self._canonical_of(phase)
-        return known
+    def _where(self, group: int, anchor: int | None) -> tuple[object, ...]:
+        layer = self.first_layer.get(group)
+        if layer is None:  # not a group of this grouping: kept as it is
+            return ("group", group)
+        block = self.workload.layers[layer].block
+        if block < 0:
+            return ("layer", self.workload.layers[layer].name)
+        offset = layer - self.block_start[block]
+        if anchor is not None:
+            return ("relative", block - anchor, offset)
+        return ("block", self.workload.block_names[block], offset)
 
-    def _canonical_of(self, phase: str) -> str:
-        anchor = self._anchor(phase)
+    def named(self, canonical: Canonical) -> str | None:
+        """The phase as this workload names it; None if a group or block it names is not here."""
+        anchor_name, compute, comm = canonical
+        anchor = None if anchor_name is None else self.block_index.get(anchor_name)
+        if anchor_name is not None and anchor is None:
+            return None
+        parts: list[PhasePart | None] = []
+        for part, block in ((compute, anchor), (comm, None)):
+            if part is None:
+                parts.append(None)
+                continue
+            label, micro, stage, where = part
+            group = None if where is None else self._group(where, anchor)
+            if where is not None and group is None:
+                return None
+            parts.append((label, OpKey(group, micro, block, stage)))  # type: ignore[arg-type]
+        return phase_text((parts[0], parts[1]))
 
-        def token(match: re.Match[str]) -> str:
-            layer = self.first_layer.get(int(match[2]))
-            if layer is None:
-                return match[0]
-            block = self.workload.layers[layer].block
-            if block < 0:
-                return f"{match[1]} @{self.workload.layers[layer].name}"
-            offset = layer - self.block_start[block]
-            where = f"{block - anchor:+d}" if anchor is not None else self.workload.block_names[block]
-            return f"{match[1]} @{where}/{offset}"
-
-        return _GROUP_LABEL.sub(token, phase)
-
-    def named(self, canonical: str) -> str | None:
-        """The phase as this workload names it; None if a group it names is not here."""
-        anchor = self._anchor(canonical)
-        missing = False
-
-        def token(match: re.Match[str]) -> str:
-            nonlocal missing
-            where, offset = match[2], match[3]
-            if offset is None:
-                layer = self.layer_index.get(where)
-            else:
-                if where[0] in "+-":
-                    block = None if anchor is None else anchor + int(where)
-                else:
-                    block = self.block_index.get(where)
-                start = self.block_start.get(block) if block is not None else None
-                layer = None if start is None else start + int(offset)
-            if layer is None or not 0 <= layer < len(self.groups):
-                missing = True
-                return match[0]
-            return f"{match[1]} {self.groups[layer]}"
-
-        named = _TOKEN.sub(token, canonical)
-        return None if missing else named
+    def _group(self, where: tuple[object, ...], anchor: int | None) -> int | None:
+        kind = where[0]
+        if kind == "group":
+            return int(where[1])  # type: ignore[call-overload]
+        if kind == "layer":
+            layer = self.layer_index.get(str(where[1]))
+        else:
+            block = self.block_index.get(str(where[1])) if kind == "block" else None
+            if kind == "relative" and anchor is not None:
+                block = anchor + int(where[1])  # type: ignore[call-overload]
+            start = None if block is None else self.block_start.get(block)
+            layer = None if start is None else start + int(where[2])  # type: ignore[call-overload]
+        if layer is None or not 0 <= layer < len(self.groups):
+            return None
+        return self.groups[layer]
 
 
 @dataclass(frozen=True, slots=True)
@@ -395,13 +410,13 @@ def _peak(measured: Sequence[Measured], plan: _Plan) -> MemoryPeak | None:
     """The model's memory peak: the largest extrapolated footprint of a phase all three copies
     share (ties go to the phase reached first, as in the timeline), with its categories."""
     peaks = [
-        {names.canonical(phase): value for phase, value in m.phase_peaks.items()}
+        {names.canonical(phase): value for phase, value in m.phase_peaks}
         for m, names in zip(measured, plan.names, strict=True)
     ]
     if len({m.fragmentation for m in measured}) != 1 or not peaks[0]:
         return None
     shared = set(peaks[0]).intersection(*peaks[1:])
-    totals: dict[str, float] = {}
+    totals: dict[Canonical, float] = {}
     for phase in shared:
         total = _affine([p[phase][0] for p in peaks], plan.steps)
         if total is None:
@@ -412,15 +427,17 @@ def _peak(measured: Sequence[Measured], plan: _Plan) -> MemoryPeak | None:
     if not totals or any(phase not in totals for phase in own):
         return None
     top = max(totals.values())
-    tied = [phase for phase, total in totals.items() if total >= top - 1e-12 * abs(top)]
-    phase = min(tied, key=lambda name: (peaks[-1][name][1], name))
-    parts = _extend_maps([p[phase][2] for p in peaks], plan.steps)
-    named = plan.model.named(phase)
+    tied = {
+        phase: plan.model.named(phase) for phase, total in totals.items() if total >= top - 1e-12 * abs(top)
+    }
+    chosen = min(tied, key=lambda c: (peaks[-1][c][1], tied[c] or ""))
+    parts = _extend_maps([p[chosen][2] for p in peaks], plan.steps)
+    named = tied[chosen]
     if parts is None or named is None:
         return None
     first = measured[0]
     return allocator_peak(
-        totals[phase], named, parts, first.fragmentation, first.report.memory_capacity_bytes
+        totals[chosen], named, parts, first.fragmentation, first.report.memory_capacity_bytes
     )
 
 

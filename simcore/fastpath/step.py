@@ -25,17 +25,27 @@ from __future__ import annotations
 
 import bisect
 import math
-import re
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import dataclass, replace
 
+from simcore.compute.memory import MemoryPeak
 from simcore.fastpath.evaluate import TimedRun, evaluate_plan_timed
 from simcore.fastpath.fold import Measured, fold_step
 from simcore.report import StepReport
 from simcore.strategies.base import StepContext, Strategy
 from simcore.strategies.runner import StepResult, comm_slowdown_under_compute, report_step, simulate_step
-from simcore.strategies.schedule import COMM, COMPUTE, Op, StepPlan
+from simcore.strategies.schedule import (
+    COMM,
+    COMPUTE,
+    Op,
+    OpKey,
+    Phase,
+    PhasePart,
+    StepPlan,
+    phase_of,
+    phase_text,
+)
 
 __all__ = ["MIN_EXTRAPOLATED", "PROBES", "PROBE_CACHE_SIZE", "clear_probe_cache", "fast_step_report"]
 
@@ -49,7 +59,6 @@ _FIRST_PROBE: dict[tuple[str, bool], int] = {}
 _PASSES = ("fwd", "bwd", "recompute", "fwd+bwd")
 PROBE_CACHE_SIZE = 128  # a probe holds its plan and timeline (under a megabyte each)
 _PROBE_CACHE: OrderedDict[Hashable, _Probe] = OrderedDict()
-_TAG = re.compile(r"micro-batch (\d+)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,14 +137,18 @@ def _measured(
     kinds: dict[str, float],
     links: dict[str, float],
     timed: TimedRun,
-    rename: Callable[[str, float], str] = lambda phase, _: phase,
+    renumber: tuple[float, int, int] | None = None,
 ) -> Measured:
-    """What folding reads of a step (``rename``: a phase as the report names it, given when)."""
+    """What folding reads of a step; ``renumber`` (the start of a probe's last micro-batch, the
+    probe's micro-batches and how many more the step has): phases from then on renumbered."""
     memory = timed.run.memory
-    peaks = {
-        rename(phase, at): (total, at, parts)
-        for phase, (total, at, parts) in (memory.phase_peaks or {}).items()
-    }
+    # (a list: the timeline names each phase once, and renumbering keeps them apart)
+    peaks: list[tuple[Phase, tuple[float, float, dict[str, float]]]] = []
+    for total, at, parts, key in (memory.phase_peaks or {}).values():
+        phase = phase_of(key)  # type: ignore[arg-type]
+        if renumber is not None and at >= renumber[0]:
+            phase = _renumbered(phase, *renumber[1:])
+        peaks.append((phase, (total, at, parts)))
     return Measured(report, kinds, links, peaks, memory.fragmentation)
 
 
@@ -240,12 +253,13 @@ def _report(
         comm_bytes=plan.comm_bytes() + extra * period.comm_bytes,
         link_utilisation={kind: busy_kind[kind] / step_s for kind in sorted(busy_kind)},
         bottleneck_link=max(sorted(busy_link), key=lambda name: busy_link[name]) if busy_link else "",
-        peak_phase=_peak_phase(timed, starts, report.peak_phase, extra),
     )
+    # The verdict names the peak's phase too: renumbered with it (a peak in the last micro-batch).
+    phase = _peak_phase(timed, starts, report.peak_phase, extra)
+    peak = MemoryPeak(report.peak_memory_bytes, phase, report.memory_breakdown, report.memory_capacity_bytes)
+    report = replace(report, peak_phase=phase, oom_verdict=peak.verdict())
     size, last_start = len(starts), timed.starts[starts[-1]]
-    return _measured(
-        report, busy_kind, busy_link, timed, lambda phase, at: _renumbered(phase, at, last_start, size, extra)
-    )
+    return _measured(report, busy_kind, busy_link, timed, (last_start, size, extra))
 
 
 def _probe(strategy: Strategy, ctx: StepContext, size: int, contention: _Contention) -> _Probe | str:
@@ -265,15 +279,17 @@ def _probe(strategy: Strategy, ctx: StepContext, size: int, contention: _Content
 
 
 def _microbatch_starts(plan: StepPlan) -> list[int]:
-    """Ids of the compute operations that begin a micro-batch: a forward after anything but one."""
+    """Ids of the compute operations that begin a micro-batch: the first pass (forward, backward,
+    recompute) of each micro-batch its key names; none where passes name no micro-batch."""
     starts: list[int] = []
-    last = ""
+    last: int | None = None
     for op in plan.ops:
         if op.stream != COMPUTE or op.kind not in _PASSES:
             continue
-        if op.kind == "fwd" and last != "fwd":
+        micro = op.key.micro_batch
+        if micro is not None and micro != last:
             starts.append(op.id)
-        last = op.kind
+        last = micro
     return starts
 
 
@@ -371,15 +387,29 @@ def _busy(plan: StepPlan, timed: TimedRun) -> tuple[dict[str, float], dict[str, 
 
 def _peak_phase(timed: TimedRun, starts: list[int], phase: str, extra: int) -> str:
     """The probe's peak phase, renumbered when the peak falls in the last micro-batch."""
-    samples = timed.run.memory.samples
+    memory = timed.run.memory
+    samples = memory.samples
     top = max((total for _, total, _ in samples), default=0.0)  # before fragmentation, as sampled
     first_at = next((t for t, total, _ in samples if total == top), 0.0)
-    return _renumbered(phase, first_at, timed.starts[starts[-1]], len(starts), extra)
-
-
-def _renumbered(phase: str, at: float, last_start: float, size: int, extra: int) -> str:
-    """``phase`` of a probe of ``size`` micro-batches, reached at ``at``, in a step of ``extra`` more:
-    from the last micro-batch on (it starts at ``last_start``), the numbers move up by ``extra``."""
-    if at < last_start:
+    last_start = timed.starts[starts[-1]]
+    if first_at < last_start:
         return phase
-    return _TAG.sub(lambda m: f"micro-batch {int(m[1]) + extra if int(m[1]) >= size - 1 else m[1]}", phase)
+    return phase_text(_renumbered(phase_of(memory.peak_key), len(starts), extra))  # type: ignore[arg-type]
+
+
+def _renumbered(phase: Phase, size: int, extra: int) -> Phase:
+    """``phase``, reached in the last micro-batch of a probe of ``size``, in a step of ``extra``
+    more: the last two micro-batches' numbers move up by ``extra`` (the one before the last can
+    still be communicating)."""
+    compute, comm = phase
+    return (_shifted(compute, size, extra), _shifted(comm, size, extra))
+
+
+def _shifted(part: PhasePart | None, size: int, extra: int) -> PhasePart | None:
+    if part is None:
+        return None
+    label, key = part
+    micro = key.micro_batch
+    if micro is None or micro < size - 1:
+        return part
+    return (label, OpKey(key.group, micro + extra, key.block, key.stage))

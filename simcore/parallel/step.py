@@ -608,7 +608,7 @@ class _Composer:
             breakdown=breakdown,
             optimizer=self.config.optimizer,
             optimizer_params=local,
-            gpu_optimizer_s=ctx.optimizer_step(self.strategy, local, 1).seconds,
+            gpu_optimizer_s=ctx.optimizer_step(get_strategy(self.strategy), local, 1).seconds,
             param_bytes=model.workload.params * self.config.param_bytes,
             micro_fwd_s=fwd_s,
             micro_bwd_s=bwd_s,

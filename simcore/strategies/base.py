@@ -34,7 +34,12 @@ from simcore.compute.optimizer import (
     resolve_optimizer_impl,
 )
 from simcore.compute.overheads import framework_overheads
-from simcore.compute.precision import PRECISION_MODES, Precision, resolve_precision, strategy_framework
+from simcore.compute.precision import (
+    PARAMETER_SERVER_FRAMEWORK,
+    PRECISION_MODES,
+    Precision,
+    resolve_precision,
+)
 from simcore.compute.roofline import param_tensor_count
 from simcore.data import data_file
 from simcore.dtypes import DTYPE_BYTES
@@ -51,12 +56,14 @@ __all__ = [
     "DDP_FIRST_BUCKET_BYTES",
     "DEFAULT_COMM_COMPUTE_SLOWDOWN",
     "OPTIMIZERS",
+    "SHARD_SCOPES",
     "CommCost",
     "ConcurrentFn",
     "OptimizerStep",
     "StepContext",
     "Strategy",
     "TrainingConfig",
+    "framework_of",
     "model_flops_per_step",
     "optimizer_state_bytes",
     "priced_between_powers_of_two",
@@ -228,9 +235,17 @@ class TrainingConfig:
             return 0.0
         return runtime_memory(device_kind).fragmentation
 
-    def precision_for(self, strategy: str) -> Precision:
-        """The dtypes ``strategy`` runs with (:func:`simcore.compute.precision.resolve_precision`)."""
-        return resolve_precision(self.precision, self.dtype, strategy, master_weights=self.master_weights)
+    def precision_for(self, strategy: str | Strategy) -> Precision:
+        """The dtypes ``strategy`` runs with (:func:`simcore.compute.precision.resolve_precision`):
+        a registered strategy, or a parameter-server mode's name."""
+        name = strategy if isinstance(strategy, str) else strategy.name
+        return resolve_precision(
+            self.precision,
+            self.dtype,
+            name,
+            framework=framework_of(strategy),
+            master_weights=self.master_weights,
+        )
 
     def accumulation_steps(self, gpus: int) -> int:
         """Micro-batches per GPU per step: global_batch / (gpus * micro_batch), which must divide."""
@@ -443,18 +458,16 @@ class StepContext:
         """``gpu`` or ``cpu``: the kind of the timer's device (``gpu`` for a timer without one)."""
         return str(getattr(getattr(self.timer, "device", None), "kind", "gpu"))
 
-    def precision(self, strategy: str) -> Precision:
+    def precision(self, strategy: str | Strategy) -> Precision:
         """The dtypes ``strategy`` runs with (config's ``precision`` and ``dtype``)."""
         return self.config.precision_for(strategy)
 
-    def optimizer_impl(self, strategy: str) -> str:
+    def optimizer_impl(self, strategy: str | Strategy) -> str:
         """The optimizer implementation ``strategy`` runs: the config's, else its framework's default."""
-        return resolve_optimizer_impl(
-            self.config.optimizer_impl, self.device_kind, strategy_framework(strategy)
-        )
+        return resolve_optimizer_impl(self.config.optimizer_impl, self.device_kind, framework_of(strategy))
 
     def optimizer_step(
-        self, strategy: str, params: float, shards: int, *, flat: bool = False
+        self, strategy: str | Strategy, params: float, shards: int, *, flat: bool = False
     ) -> OptimizerStep:
         """This rank's update of ``params`` parameters (its shard), split ``shards`` ways per tensor.
 
@@ -462,8 +475,10 @@ class StepContext:
         parameter group) rather than the model's tensors. FSDP2's parameters are DTensors, whose
         every operator costs the host more (:func:`simcore.compute.overheads.framework_overheads`).
         With fp32 master weights the casts around the update are added
-        (:func:`simcore.compute.optimizer.master_cast_bytes`).
+        (:func:`simcore.compute.optimizer.master_cast_bytes`). ``strategy``: a registered strategy,
+        or a parameter-server mode's name (:func:`framework_of`).
         """
+        framework = framework_of(strategy)
         whole = self.whole
         if whole is not None:
             local = params * whole.workload.params / self.workload.params
@@ -471,7 +486,8 @@ class StepContext:
                 (
                     "whole-model optimizer step",
                     id(whole.workload),
-                    strategy,
+                    strategy if isinstance(strategy, str) else strategy.name,
+                    framework,
                     local,
                     shards,
                     flat,
@@ -489,7 +505,7 @@ class StepContext:
         if timed is None:  # a test double: memory-bound update only
             seconds = self.timer.optimizer_time_s(round(params), self.config.optimizer)
         else:
-            dtensor = strategy in ("fsdp", "hsdp")
+            dtensor = framework == "torch-fsdp"  # FSDP2's parameters are DTensors
             factor = framework_overheads().dtensor_op_factor if dtensor else 1.0
             seconds = float(timed(cost, host_factor=factor))
         return OptimizerStep(seconds, self._optimizer_scratch(params, shards, impl, precision), impl)
@@ -516,12 +532,46 @@ class StepContext:
 
 
 class Strategy(Protocol):
-    """A data-parallel strategy: a name and a plan builder."""
+    """A data-parallel strategy: a name, the facts about it that other modules ask, a plan builder.
+
+    ``framework``: who runs it (``torch-ddp``, ``torch-fsdp``, ``deepspeed``), whose defaults pick
+    its precision for ``--precision auto`` (:mod:`simcore.compute.precision`) and its optimizer
+    implementation; ``zero_stage``: what it shards, as the ZeRO paper's stages (0 nothing, 1 the
+    optimizer state, 2 and the gradients, 3 and the parameters:
+    :func:`simcore.compute.memory.model_state_bytes`); ``shard_scope``: over whom (``world``:
+    every data-parallel rank; ``node``: the ranks of one node, replicated across nodes);
+    ``communicates_every_microbatch``: whether its communication runs in every micro-batch (so it
+    shapes each pipeline pass) or only after the last one (DDP's no_sync, ZeRO-1's one reduction).
+    """
 
     name: str
     description: str
+    framework: str
+    zero_stage: int
+    shard_scope: str
+    communicates_every_microbatch: bool
 
     def build_plan(self, ctx: StepContext) -> StepPlan: ...
+
+    def assumption_note(self, ctx: StepContext) -> str:
+        """A remark for the report on what the step assumed at this point ("" if none)."""
+        ...
+
+
+SHARD_SCOPES = ("world", "node")
+
+
+def framework_of(strategy: str | Strategy) -> str:
+    """The framework running ``strategy``: a strategy's own; for a name, the parameter server's
+    (the parameter-server modes are not strategies of the registry)."""
+    if not isinstance(strategy, str):
+        return strategy.framework
+    if strategy.startswith("ps"):
+        return PARAMETER_SERVER_FRAMEWORK
+    raise TrainsimError(
+        f"strategy {strategy!r} is named, not given: pass the strategy itself (it knows its framework); "
+        "only parameter-server modes (ps-*) go by name"
+    )
 
 
 def model_flops_per_step(workload: Workload, global_batch: int) -> float:

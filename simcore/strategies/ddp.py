@@ -110,7 +110,7 @@ class BucketHooks(PassHooks):
         allocate_grads: bool,
         free_reduced: bool = False,
         keep_shard: bool = False,
-        tag: str = "",
+        micro_batch: int | None = None,
         copy_in: bool = False,
         blocking: bool = False,
         hook_ops: float = 0.0,
@@ -123,7 +123,7 @@ class BucketHooks(PassHooks):
         self.allocate_grads = allocate_grads
         self.free_reduced = free_reduced
         self.keep_shard = keep_shard
-        self.tag = tag
+        self.micro_batch = micro_batch
         self.copy_in = copy_in
         self.blocking = blocking
         self.hook_ops = hook_ops
@@ -180,8 +180,9 @@ class BucketHooks(PassHooks):
                 params * (self.grad_bytes + self.reduce_bytes) / 2 if compress else 0.0
             )
             ready = builder.compute(
-                f"copy gradients into bucket {bucket}{self.tag}",
+                builder.label("copy gradients into ", "bucket"),
                 self.ctx.copy_time_s(moved),
+                key=builder.key(group=bucket, micro_batch=self.micro_batch),
                 kind="copy",
                 after=[op],
             )
@@ -193,17 +194,19 @@ class BucketHooks(PassHooks):
             self.op,
             size,
             self.ctx.world,
-            f"{self.op} bucket {bucket}{self.tag}",
+            builder.label(f"{self.op} ", "bucket"),
+            key=builder.key(group=bucket, micro_batch=self.micro_batch),
             after=[ready],
             on_start=temp,
             on_end=on_end + ([("temp", -size)] if compress else []),
         )
 
 
-def _copy_out_s(ctx: StepContext, copies: bool, compress: bool, ops_per_tensor: float) -> float:
+def _copy_out_s(
+    ctx: StepContext, precision: Precision, copies: bool, compress: bool, ops_per_tensor: float
+) -> float:
     """The copy of the reduced buckets back into every gradient (and the compression hook's casts),
     over the whole model of ``ctx``: its kernels or its dispatch, the longer."""
-    precision = ctx.precision("ddp")
     params, grad_bytes = ctx.workload.params, precision.bytes("grad")
     moved = (params * grad_bytes if copies else 0.0) + (
         params * (grad_bytes + precision.bytes("reduce")) / 2 if compress else 0.0
@@ -216,14 +219,21 @@ class DDPStrategy:
 
     name = "ddp"
     description = "DDP: full replica per GPU, bucketed gradient all-reduce overlapped with backward"
+    framework = "torch-ddp"
+    zero_stage = 0
+    shard_scope = "world"
+    communicates_every_microbatch = False  # no_sync() on all but the last micro-batch
+
+    def assumption_note(self, ctx: StepContext) -> str:
+        return ""
 
     def layer_groups(self, ctx: StepContext) -> list[int]:
         """The bucket of each layer: the plan's only grouping across blocks (see fastpath.fold)."""
-        return assign_buckets(ctx, ctx.precision(self.name).bytes("grad"))
+        return assign_buckets(ctx, ctx.precision(self).bytes("grad"))
 
     def build_plan(self, ctx: StepContext) -> StepPlan:
         cfg, params = ctx.config, ctx.workload.params
-        precision = ctx.precision(self.name)
+        precision = ctx.precision(self)
         grad_bytes = precision.bytes("grad")
         grads_total = params * grad_bytes
         builder = PlanBuilder(self.name)
@@ -245,13 +255,13 @@ class DDPStrategy:
             ctx, bucket_of, "all_reduce", precision, communicate=True, allocate_grads=quiet == 0,
             copy_in=copies, hook_ops=hook_ops,
         )  # fmt: skip
-        last = build_microbatch(ctx, builder, chunks, hooks, "", last, per_block)
+        last = build_microbatch(ctx, builder, chunks, hooks, None, last, per_block)
         after = [builder.last_comm] if builder.last_comm is not None else []
         compress = precision.bytes("reduce") < grad_bytes
         if copies or compress:
-            seconds = _copy_out_s(ctx.whole or ctx, copies, compress, copy_out_ops)
+            seconds = _copy_out_s(ctx.whole or ctx, precision, copies, compress, copy_out_ops)
             after = [builder.compute("copy buckets out to gradients", seconds, kind="copy", after=after)]
-        step = ctx.optimizer_step(self.name, params, 1)
+        step = ctx.optimizer_step(self, params, 1)
         builder.compute(
             "optimizer step",
             step.seconds,

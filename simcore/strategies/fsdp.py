@@ -78,7 +78,7 @@ from collections.abc import Sequence
 from simcore.compute.memory import MemoryChange
 from simcore.compute.overheads import framework_overheads
 from simcore.compute.precision import Precision
-from simcore.strategies.base import StepContext, optimizer_state_bytes
+from simcore.strategies.base import StepContext, Strategy, optimizer_state_bytes
 from simcore.strategies.ddp import chunk_param_tensors
 from simcore.strategies.passes import (
     Chunk,
@@ -89,10 +89,15 @@ from simcore.strategies.passes import (
     build_quiet_microbatches,
     make_chunks,
 )
-from simcore.strategies.schedule import PlanBuilder, StepPlan
+from simcore.strategies.schedule import Label, OpKey, PlanBuilder, StepPlan
 from simcore.strategies.wrap import UnitPlan, bucket_units, wrap_units
 
 __all__ = ["FSDPStrategy", "ShardedHooks", "Zero3Strategy", "build_sharded_plan"]
+
+# Labels of each unit's gradient collectives (the unit and micro-batch come from the key).
+_REDUCE_COPY_IN = Label("reduce_scatter copy-in ", "unit")
+_REDUCE_SCATTER = Label("reduce_scatter ", "unit")
+_ACROSS_NODES = Label("all_reduce ", "unit", " shard across nodes")
 
 
 class ShardedHooks(PassHooks):
@@ -108,7 +113,7 @@ class ShardedHooks(PassHooks):
         replicate_group: Sequence[int],
         reshard_root: bool,
         first_micro: bool,
-        tag: str,
+        micro_batch: int | None,
         precision: Precision,
         sync: bool = True,
         first_reduce: bool = True,
@@ -116,7 +121,9 @@ class ShardedHooks(PassHooks):
         unit_ops: tuple[float, float] = (0.0, 0.0),
         tensor_ops: tuple[float, float] = (0.0, 0.0),
     ) -> None:
-        self.ctx, self.units, self.tag = ctx, units, tag
+        self.ctx, self.units, self.micro_batch = ctx, units, micro_batch
+        # each unit's operations in this micro-batch share one key
+        self.unit_keys = [OpKey(group=unit, micro_batch=micro_batch) for unit in range(len(units.units))]
         self.shard_group, self.replicate_group = tuple(shard_group), tuple(replicate_group)
         self.reshard_root, self.first_micro = reshard_root, first_micro
         self.sync, self.first_reduce, self.allocate_unsharded = sync, first_reduce, allocate_unsharded
@@ -168,7 +175,8 @@ class ShardedHooks(PassHooks):
             "all_gather",
             self.full_bytes[unit],
             self.shard_group,
-            f"all_gather unit {unit} ({phase}){self.tag}",
+            builder.label("all_gather ", "unit", f" ({phase})"),
+            key=self.unit_keys[unit],
             after=after,
             after_start=after_start,
             on_start=[("buffers", self.full_bytes[unit])],
@@ -219,8 +227,9 @@ class ShardedHooks(PassHooks):
             return gather
         if unit not in self.copied:
             self.copied[unit] = builder.compute(
-                f"all_gather copy-out unit {unit} ({phase}){self.tag}",
+                builder.label("all_gather copy-out ", "unit", f" ({phase})"),
                 self.ctx.copy_time_s(self.full_bytes[unit]),
+                key=self.unit_keys[unit],
                 kind="copy",
                 after=[gather, *after],
             )
@@ -342,7 +351,11 @@ class ShardedHooks(PassHooks):
             copy_s = self.ctx.copy_time_s(passes)
         if self.copies and self.on_cpu:
             op = builder.compute(
-                f"reduce_scatter copy-in unit {unit}{self.tag}", copy_s, kind="copy", after=[op]
+                _REDUCE_COPY_IN,
+                copy_s,
+                key=self.unit_keys[unit],
+                kind="copy",
+                after=[op],
             )
             copy_s = 0.0
         rs = add_collective(
@@ -351,7 +364,8 @@ class ShardedHooks(PassHooks):
             "reduce_scatter",
             self.reduce_bytes[unit],
             self.shard_group,
-            f"reduce_scatter unit {unit}{self.tag}",
+            _REDUCE_SCATTER,
+            key=self.unit_keys[unit],
             after=[op],
             on_start=on_start,
             on_end=on_end,
@@ -364,7 +378,8 @@ class ShardedHooks(PassHooks):
                 "all_reduce",
                 self.unit_params[unit] / shards * self.mp.bytes("reduce"),
                 self.replicate_group,
-                f"all_reduce unit {unit} shard across nodes{self.tag}",
+                _ACROSS_NODES,
+                key=self.unit_keys[unit],
                 after=[rs],
             )
         if self.on_cpu:
@@ -373,21 +388,21 @@ class ShardedHooks(PassHooks):
 
 def build_sharded_plan(
     ctx: StepContext,
-    name: str,
+    strategy: Strategy,
     units: UnitPlan,
     *,
     shard_group: Sequence[int],
     replicate_group: Sequence[int] = (),
     reshard_root: bool = False,
-    framework: str = "fsdp2",
 ) -> StepPlan:
-    """The FSDP/ZeRO-3/HSDP step over ``units``, sharded over ``shard_group``.
+    """``strategy``'s (FSDP, ZeRO-3, HSDP) step over ``units``, sharded over ``shard_group``.
 
-    ``framework``: ``fsdp2`` (PyTorch; DTensor parameters, FSDP2's hooks) or ``deepspeed`` (ZeRO-3:
-    flat fp32 partitions, DeepSpeed's module hooks).
+    Its ``framework``: ``torch-fsdp`` (FSDP2; DTensor parameters, FSDP2's hooks) or ``deepspeed``
+    (ZeRO-3: flat fp32 partitions, DeepSpeed's module hooks).
     """
     cfg, params = ctx.config, ctx.workload.params
-    precision = ctx.precision(name)
+    name, deepspeed = strategy.name, strategy.framework == "deepspeed"
+    precision = ctx.precision(strategy)
     shards = len(shard_group)
     builder = PlanBuilder(name)
     builder.plan.fragmentation = cfg.fragmentation(ctx.device_kind)
@@ -403,21 +418,21 @@ def build_sharded_plan(
     full_grads = params * precision.bytes("grad")
     last = build_quiet_microbatches(ctx, builder, quiet, [("grads", full_grads)], precision)
     overheads = framework_overheads()
-    unit_ops = overheads.fsdp2_unit_ops if framework == "fsdp2" else overheads.zero3_unit_ops
-    tensor_ops = overheads.fsdp2_tensor_ops if framework == "fsdp2" else (0.0, 0.0)
+    unit_ops = overheads.zero3_unit_ops if deepspeed else overheads.fsdp2_unit_ops
+    tensor_ops = (0.0, 0.0) if deepspeed else overheads.fsdp2_tensor_ops
     every = cfg.gradient_sync_every_micro_batch
     for micro in range(quiet, k):
-        tag = f" [micro-batch {micro + 1}]" if k > 1 else ""
+        number = micro + 1 if k > 1 else None  # labels name micro-batches only when there are several
         final = micro == k - 1
         hooks = ShardedHooks(
             ctx, units, chunks, shard_group=shard_group, replicate_group=replicate_group,
-            reshard_root=reshard_root, first_micro=micro == 0, tag=tag, precision=precision,
+            reshard_root=reshard_root, first_micro=micro == 0, micro_batch=number, precision=precision,
             sync=every or final, first_reduce=micro == 0 if every else final,
             allocate_unsharded=every or micro == quiet, unit_ops=unit_ops, tensor_ops=tensor_ops,
         )  # fmt: skip
-        last = build_microbatch(ctx, builder, chunks, hooks, tag, last)
+        last = build_microbatch(ctx, builder, chunks, hooks, number, last)
     after = [builder.last_comm] if builder.last_comm is not None else []
-    step = ctx.optimizer_step(name, params / shards, shards, flat=framework == "deepspeed")
+    step = ctx.optimizer_step(strategy, params / shards, shards, flat=deepspeed)
     builder.compute(
         "optimizer step",
         step.seconds,
@@ -434,6 +449,13 @@ class FSDPStrategy:
 
     name = "fsdp"
     description = "FSDP: fully sharded; per-unit all-gather (prefetched) and reduce-scatter"
+    framework = "torch-fsdp"
+    zero_stage = 3
+    shard_scope = "world"
+    communicates_every_microbatch = True  # reduce-scatters every micro-batch (FSDP2's default)
+
+    def assumption_note(self, ctx: StepContext) -> str:
+        return ""
 
     def layer_groups(self, ctx: StepContext) -> list[int]:
         """The unit of each layer (see fastpath.fold)."""
@@ -442,7 +464,7 @@ class FSDPStrategy:
     def build_plan(self, ctx: StepContext) -> StepPlan:
         return build_sharded_plan(
             ctx,
-            self.name,
+            self,
             wrap_units(ctx.workload, ctx.config.wrap),
             shard_group=ctx.world,
             reshard_root=ctx.config.reshard_root_after_forward,
@@ -454,6 +476,13 @@ class Zero3Strategy:
 
     name = "zero3"
     description = "ZeRO-3: fully sharded; gathers in parameter buckets (DeepSpeed), all resharded"
+    framework = "deepspeed"
+    zero_stage = 3
+    shard_scope = "world"
+    communicates_every_microbatch = True
+
+    def assumption_note(self, ctx: StepContext) -> str:
+        return ""
 
     def layer_groups(self, ctx: StepContext) -> list[int]:
         """The prefetch bucket of each layer (see fastpath.fold)."""
@@ -461,6 +490,4 @@ class Zero3Strategy:
 
     def build_plan(self, ctx: StepContext) -> StepPlan:
         units = bucket_units(ctx.workload, ctx.config.zero3_prefetch_bucket_params)
-        return build_sharded_plan(
-            ctx, self.name, units, shard_group=ctx.world, reshard_root=True, framework="deepspeed"
-        )
+        return build_sharded_plan(ctx, self, units, shard_group=ctx.world, reshard_root=True)

@@ -28,6 +28,13 @@ class HSDPStrategy:
 
     name = "hsdp"
     description = "HSDP: sharded within a node, replicated across nodes (all-reduce of shards)"
+    framework = "torch-fsdp"
+    zero_stage = 3
+    shard_scope = "node"
+    communicates_every_microbatch = True
+
+    def assumption_note(self, ctx: StepContext) -> str:
+        return ""
 
     def layer_groups(self, ctx: StepContext) -> list[int]:
         """The unit of each layer (see fastpath.fold)."""
@@ -41,7 +48,7 @@ class HSDPStrategy:
             )
         units = wrap_units(ctx.workload, ctx.config.wrap)
         ctx = _replicas_together(ctx)
-        return build_sharded_plan(ctx, self.name, units, shard_group=ctx.node, replicate_group=ctx.cross_node)
+        return build_sharded_plan(ctx, self, units, shard_group=ctx.node, replicate_group=ctx.cross_node)
 
 
 def _replicas_together(ctx: StepContext) -> StepContext:

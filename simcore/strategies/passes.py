@@ -24,7 +24,7 @@ from simcore.compute.memory import MemoryChange
 from simcore.compute.roofline import param_tensor_count
 from simcore.dtypes import DTYPE_BYTES
 from simcore.strategies.base import StepContext
-from simcore.strategies.schedule import PlanBuilder
+from simcore.strategies.schedule import NO_KEY, Label, OpKey, PlanBuilder
 
 if TYPE_CHECKING:
     from simcore.compute.precision import Precision
@@ -210,19 +210,31 @@ def build_microbatch(
     builder: PlanBuilder,
     chunks: Sequence[Chunk],
     hooks: PassHooks,
-    tag: str,
+    micro_batch: int | None,
     previous_op: int | None,
     forward_chunks: Sequence[Chunk] | None = None,
 ) -> int | None:
     """Add the forward and backward of one micro-batch; returns the last compute operation.
 
-    ``forward_chunks`` may cut forward more coarsely than backward (DDP's buckets matter only in
-    backward); by default both passes use ``chunks``.
+    ``micro_batch``: its number in the operations' keys and labels (1-based; None in a step of
+    one). ``forward_chunks`` may cut forward more coarsely than backward (DDP's buckets matter only
+    in backward); by default both passes use ``chunks``.
     """
     last = _forward_pass(
-        ctx, builder, forward_chunks if forward_chunks is not None else chunks, hooks, tag, previous_op
+        ctx,
+        builder,
+        forward_chunks if forward_chunks is not None else chunks,
+        hooks,
+        micro_batch,
+        previous_op,
     )
-    return _backward_pass(ctx, builder, chunks, hooks, tag, last)
+    return _backward_pass(ctx, builder, chunks, hooks, micro_batch, last)
+
+
+def _pass_labels(ctx: StepContext, chunks: Sequence[Chunk], verb: str) -> tuple[Label, ...]:
+    """Each chunk's label in a pass (``forward of block3``), once per context and cut."""
+    names = tuple(chunk.label for chunk in chunks)
+    return ctx.memo(("pass labels", verb, names), lambda: tuple(Label(f"{verb} of {name}") for name in names))
 
 
 def _forward_pass(
@@ -230,17 +242,19 @@ def _forward_pass(
     builder: PlanBuilder,
     chunks: Sequence[Chunk],
     hooks: PassHooks,
-    tag: str,
+    micro_batch: int | None,
     last: int | None,
 ) -> int | None:
     checkpoint = ctx.config.activation_checkpointing
-    for chunk in chunks:
+    labels = _pass_labels(ctx, chunks, "forward")
+    for chunk, label in zip(chunks, labels, strict=True):
         waits = hooks.before_forward(builder, chunk, last)
         saved = _saved_bytes(ctx, chunk, checkpoint and chunk.block >= 0)
         kernel_s, host_ops, held = hooks.extras(ctx, chunk, "fwd")
         last = builder.compute(
-            f"forward of {chunk.label}{tag}",
+            label,
             ctx.span_time("fwd", chunk.layers, kernel_extra_s=kernel_s, host_extra_ops=host_ops),
+            key=builder.key(micro_batch=micro_batch, block=chunk.block if chunk.block >= 0 else None),
             kind="fwd",
             after=waits,
             on_end=[("activations", saved), *held, *hooks.forward_memory(chunk)],
@@ -254,7 +268,7 @@ def _backward_pass(
     builder: PlanBuilder,
     chunks: Sequence[Chunk],
     hooks: PassHooks,
-    tag: str,
+    micro_batch: int | None,
     last: int | None,
 ) -> int | None:
     checkpoint = ctx.config.activation_checkpointing
@@ -263,6 +277,7 @@ def _backward_pass(
     block_layers = ctx.workload.block_layer_indices() if checkpoint else ()
     recomputed: set[int] = set()
     ties = _tie_temp(ctx, chunks, hooks.tie_grad_bytes)
+    labels = _pass_labels(ctx, chunks, "backward")
     for index in reversed(range(len(chunks))):
         chunk = chunks[index]
         tie_add, tie_release = ties.get(index, (0.0, 0.0))
@@ -277,8 +292,9 @@ def _backward_pass(
                 block = Chunk(tuple(members), chunk.block, chunk.group, chunk.label)
                 kernel_s, host_ops, _ = hooks.extras(ctx, block, "recompute")
                 last = builder.compute(
-                    f"recompute of {ctx.workload.block_names[chunk.block]}{tag}",
+                    builder.label(f"recompute of {ctx.workload.block_names[chunk.block]}"),
                     ctx.span_time("recompute", members, kernel_extra_s=kernel_s, host_extra_ops=host_ops),
+                    key=builder.key(micro_batch=micro_batch, block=chunk.block if chunk.block >= 0 else None),
                     kind="recompute",
                     after=waits,
                     on_start=[("activations", mb * sum(layers[i].activation_bytes for i in members))],
@@ -286,8 +302,9 @@ def _backward_pass(
         waits = hooks.before_backward(builder, chunk.layers, last)
         kernel_s, host_ops, released = hooks.extras(ctx, chunk, "bwd")
         last = builder.compute(
-            f"backward of {chunk.label}{tag}",
+            labels[index],
             ctx.span_time("bwd", chunk.layers, kernel_extra_s=kernel_s, host_extra_ops=host_ops),
+            key=builder.key(micro_batch=micro_batch, block=chunk.block if chunk.block >= 0 else None),
             kind="bwd",
             after=waits,
             on_end=[*hooks.backward_memory(chunk), ("activations", -freed), *released]
@@ -340,8 +357,9 @@ def add_collective(
     op: str,
     size_bytes: float,
     group: Sequence[int],
-    name: str,
+    name: str | Label,
     *,
+    key: OpKey = NO_KEY,
     after: Sequence[int] = (),
     after_start: Sequence[int] = (),
     on_start: Sequence[MemoryChange] = (),
@@ -352,12 +370,13 @@ def add_collective(
 
     ``extra_s``: work the framework runs on the collective's stream around it (FSDP2's copy-in).
     A group of one rank moves nothing: the operation is kept (its memory effects still apply) with
-    zero time and zero bytes.
+    zero time and zero bytes. ``key``: the operation's :class:`~simcore.strategies.schedule.OpKey`.
     """
     if len(group) <= 1 or size_bytes <= 0:
         return builder.comm(
             name,
             0.0,
+            key=key,
             kind=op,
             size_bytes=0.0,
             after=after,
@@ -369,6 +388,7 @@ def add_collective(
     return builder.comm(
         name,
         cost.time_s + extra_s,
+        key=key,
         kind=op,
         size_bytes=size_bytes,
         link=cost.bottleneck_link,

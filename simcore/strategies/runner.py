@@ -26,11 +26,11 @@ from simcore.compute.optimizer import canonical_impl, check_impl_supported
 from simcore.compute.precision import COMPUTE_DTYPES, check_precision, resolve_precision
 from simcore.compute.roofline import ComputeModel
 from simcore.engine import Simulation
-from simcore.errors import TrainsimError
 from simcore.fastpath.evaluate import evaluate_plan
 from simcore.hardware import device_spec
 from simcore.report import StepReport
 from simcore.step.cost import CostModel
+from simcore.strategies import STRATEGIES
 from simcore.strategies.base import (
     CollectiveFn,
     ConcurrentFn,
@@ -42,7 +42,6 @@ from simcore.strategies.base import (
     model_flops_per_step,
 )
 from simcore.strategies.schedule import COMM, PlanRun, StepPlan, run_plan
-from simcore.strategies.zero import zero_stages_coincide
 from simcore.topology import Topology
 
 if TYPE_CHECKING:
@@ -111,7 +110,12 @@ def gating_device(topology: Topology, dtype: str) -> DeviceSpec:
     """
     names = sorted({topology.gpu_spec_name(r) or "cpu" for r in range(topology.world_size)})
     devices = [device_spec(name) for name in names]
-    needs = resolve_precision("auto", dtype, "fsdp") if dtype in COMPUTE_DTYPES else None
+    fsdp = STRATEGIES["fsdp"]
+    needs = (
+        resolve_precision("auto", dtype, fsdp.name, framework=fsdp.framework)
+        if dtype in COMPUTE_DTYPES
+        else None
+    )
     for device in devices:
         if needs is not None:
             check_precision(needs, device.peak_flops, device.name)
@@ -373,17 +377,13 @@ def report_step(
     )
 
 
-def _assumptions(ctx: StepContext, strategy: str) -> dict[str, str]:
-    """The precision mode and optimizer implementation the strategy's step assumed, and a note."""
-    try:
-        precision = ctx.precision(strategy).describe()
-        impl = ctx.optimizer_impl(strategy)
-    except TrainsimError:  # a strategy outside the precision registry (test doubles)
+def _assumptions(ctx: StepContext, name: str) -> dict[str, str]:
+    """The precision mode and optimizer implementation the strategy's step assumed, and its note."""
+    strategy = STRATEGIES.get(name)
+    if strategy is None:  # a strategy outside the registry (test doubles)
         return {}
-    note = ""
-    if strategy == "zero2" and zero_stages_coincide(ctx):
-        note = (
-            "zero2 runs the same step as zero1 here: one micro-batch per step and the whole model "
-            "in one reduction bucket, so sharding the gradients frees nothing before the reduction"
-        )
-    return {"precision": precision, "optimizer_impl": impl, "note": note}
+    return {
+        "precision": ctx.precision(strategy).describe(),
+        "optimizer_impl": ctx.optimizer_impl(strategy),
+        "note": strategy.assumption_note(ctx),
+    }

@@ -10,6 +10,15 @@ Stream names: ``compute`` and ``comm`` are the representative rank's; ``"<rank>/
 process, for the per-rank plans of stragglers and parameter servers. A stream whose
 last name part is ``comm`` communicates; every other stream computes.
 
+Keys and labels: every operation carries an :class:`OpKey` (its group, micro-batch, block and
+stage as numbers), which is what the fast path aligns plans on (:mod:`simcore.fastpath.fold`
+matches a deeper model's operations with a copy's, :mod:`simcore.fastpath.step` a probe's
+micro-batches with the step's). Its display name is rendered from a :class:`Label` and the key
+(:func:`render_label`: ``all_gather unit 3 (forward prefetch) [micro-batch 2]``) and is never read
+back: how groups and micro-batches are written (:func:`group_label`, :func:`micro_batch_label`) can
+change without changing any result. Memory phases are kept as structure too (:data:`Phase`: the
+compute running and the collective that changed memory), beside their text.
+
 Contention, both ways: while a communication operation of a rank runs, that rank's compute
 progresses at 1/slowdown of its speed (NCCL kernels take SMs and memory bandwidth from concurrent
 compute), and, with per-collective contention (``slowdown=None``), each collective carries its own
@@ -25,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from simcore.compute.memory import MemoryChange, MemoryTimeline
 from simcore.engine import Simulation
@@ -34,10 +43,32 @@ from simcore.engine import Simulation
 if TYPE_CHECKING:
     import simpy
 
-__all__ = ["Op", "PlanBuilder", "PlanRun", "Span", "StepPlan", "is_comm_stream", "rank_of_stream", "run_plan"]
+__all__ = [
+    "NO_KEY",
+    "START_OF_STEP",
+    "Label",
+    "Op",
+    "OpKey",
+    "Phase",
+    "PhasePart",
+    "PlanBuilder",
+    "PlanRun",
+    "Span",
+    "StepPlan",
+    "group_label",
+    "is_comm_stream",
+    "micro_batch_label",
+    "phase_label",
+    "phase_of",
+    "phase_text",
+    "rank_of_stream",
+    "render_label",
+    "run_plan",
+]
 
 COMPUTE = "compute"
 COMM = "comm"
+START_OF_STEP = "start of step"  # the memory phase before any operation runs
 
 
 def is_comm_stream(stream: str) -> bool:
@@ -51,8 +82,78 @@ def rank_of_stream(stream: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class OpKey:
+    """Which part of the step an operation belongs to, as numbers (None where it does not apply).
+
+    ``group``: the strategy group the operation moves or copies, the one its label names (an FSDP
+    unit, a ZeRO-3 prefetch bucket, a DDP/ZeRO gradient bucket); ``micro_batch``: the micro-batch
+    its label names (1-based; None in a step of one micro-batch, whose labels name none);
+    ``block``: the model block a forward, backward or recompute computes; ``stage``: the pipeline
+    stage. What a plan is compared and extrapolated on (:mod:`simcore.fastpath`): labels are for
+    people and are rendered from these, never read back.
+    """
+
+    group: int | None = None
+    micro_batch: int | None = None
+    block: int | None = None
+    stage: int | None = None
+
+
+NO_KEY = OpKey()
+
+
+class Label(NamedTuple):
+    """An operation's label around its numbers: ``head``, then the group (named ``word``, none if
+    empty), then ``tail``, then the micro-batch, each number taken from the operation's key."""
+
+    head: str
+    word: str = ""
+    tail: str = ""
+
+
+def group_label(word: str, group: int) -> str:
+    """How a label names a group: ``unit 3``, ``bucket 0``."""
+    return f"{word} {group}"
+
+
+def micro_batch_label(micro_batch: int | None) -> str:
+    """The end of a label naming its micro-batch (`` [micro-batch 2]``; nothing for None)."""
+    return "" if micro_batch is None else f" [micro-batch {micro_batch}]"
+
+
+def render_label(label: Label, key: OpKey) -> str:
+    """The display name of an operation labelled ``label`` with ``key``'s numbers."""
+    head, word, tail = label
+    if word:
+        if key.group is None:
+            raise ValueError(f"label {head!r} names a {word} but its key has no group")
+        head += group_label(word, key.group)
+    micro = key.micro_batch
+    return head + tail if micro is None else head + tail + micro_batch_label(micro)
+
+
+def _render(label: Label, key: OpKey) -> str:
+    """:func:`render_label`, without the call where there is no number to write (most operations
+    of a step of one micro-batch)."""
+    if label.word or key.micro_batch is not None:
+        return render_label(label, key)
+    return label.head + label.tail
+
+
+def phase_label(compute: str, comm: str | None) -> str:
+    """The memory phase of a change: the compute running, and the collective that made it, if one did
+    (memory changed by a collective is attributed to the compute running at that moment)."""
+    return compute if comm is None else f"{compute} ({comm})"
+
+
+@dataclass(frozen=True, slots=True)
 class Op:
-    """One operation: compute work at full speed (seconds) or one collective (its time)."""
+    """One operation: compute work at full speed (seconds) or one collective (its time).
+
+    ``key`` says which group, micro-batch and block it belongs to; ``label``, when given, is what
+    ``name`` was rendered from (:func:`render_label`), so that its name for other numbers (a deeper
+    model's group, a longer step's micro-batch) can be rendered too.
+    """
 
     id: int
     stream: str
@@ -71,6 +172,40 @@ class Op:
     link_kind: str = ""
     # per-collective contention: compute runs this many times slower while the collective runs
     contention: float = 1.0
+    key: OpKey = NO_KEY
+    label: Label | None = None
+
+
+# One operation of a memory phase: its label (or its name, if unlabelled) and its key.
+PhasePart = tuple[Label | str, OpKey]
+# A memory phase as structure: the compute running (None before any began) and the collective that
+# made the change (None if the compute did).
+Phase = tuple[PhasePart | None, PhasePart | None]
+
+
+def phase_of(ops: tuple[Op | None, Op | None] | None) -> Phase:
+    """The phase of a memory change made with ``ops`` running (the compute, the collective); None
+    or ``(None, None)``: at the start of the step."""
+    if ops is None:
+        return (None, None)
+    compute, comm = ops
+    return (
+        None if compute is None else (compute.name if compute.label is None else compute.label, compute.key),
+        None if comm is None else (comm.name if comm.label is None else comm.label, comm.key),
+    )
+
+
+def _text(part: PhasePart) -> str:
+    label, key = part
+    return label if isinstance(label, str) else render_label(label, key)
+
+
+def phase_text(phase: Phase) -> str:
+    """How a phase is named in reports: the same text the plan's runs give it."""
+    compute, comm = phase
+    return phase_label(
+        START_OF_STEP if compute is None else _text(compute), None if comm is None else _text(comm)
+    )
 
 
 @dataclass(slots=True)
@@ -104,18 +239,48 @@ class PlanBuilder:
     def __init__(self, strategy: str) -> None:
         self.plan = StepPlan(strategy)
         self.last_comm: int | None = None
+        # Keys and labels handed out, for the many operations that share one (cheaper than new ones).
+        self._keys: dict[tuple[int | None, ...], OpKey] = {}
+        self._labels: dict[tuple[str, str, str], Label] = {}
 
-    def add(self, stream: str, name: str, duration_s: float, **kwargs: object) -> int:
+    def key(
+        self,
+        *,
+        group: int | None = None,
+        micro_batch: int | None = None,
+        block: int | None = None,
+        stage: int | None = None,
+    ) -> OpKey:
+        """The :class:`OpKey` with these numbers (one object per distinct key in a plan)."""
+        fields = (group, micro_batch, block, stage)
+        known = self._keys.get(fields)
+        if known is None:
+            known = self._keys[fields] = OpKey(group, micro_batch, block, stage)
+        return known
+
+    def label(self, head: str, word: str = "", tail: str = "") -> Label:
+        """The :class:`Label` with these parts (one object per distinct label in a plan)."""
+        parts = (head, word, tail)
+        known = self._labels.get(parts)
+        if known is None:
+            known = self._labels[parts] = Label(head, word, tail)
+        return known
+
+    def add(self, stream: str, name: str | Label, duration_s: float, **kwargs: object) -> int:
         """Append an operation to any stream (see the module docstring for stream names)."""
         op_id = len(self.plan.ops)
+        if isinstance(name, Label):
+            kwargs["label"] = name
+            name = render_label(name, kwargs.get("key", NO_KEY))  # type: ignore[arg-type]
         self.plan.ops.append(Op(op_id, stream, name, float(duration_s), **kwargs))  # type: ignore[arg-type]
         return op_id
 
     def compute(
         self,
-        name: str,
+        name: str | Label,
         duration_s: float,
         *,
+        key: OpKey = NO_KEY,
         kind: str = "",
         after: Sequence[int] = (),
         on_start: Sequence[MemoryChange] = (),
@@ -125,18 +290,20 @@ class PlanBuilder:
         # Op built here directly (not through add's keywords): plans hold thousands of operations.
         ops = self.plan.ops
         op_id = len(ops)
+        label, text = (name, _render(name, key)) if isinstance(name, Label) else (None, name)
         ops.append(
-            Op(op_id, COMPUTE, name, float(duration_s), kind, tuple(after), (), tuple(on_start),
-               tuple(on_end), 0.0, tuple(after_end))
+            Op(op_id, COMPUTE, text, float(duration_s), kind, tuple(after), (), tuple(on_start),
+               tuple(on_end), 0.0, tuple(after_end), "", "", 1.0, key, label)
         )  # fmt: skip
         return op_id
 
     def comm(
         self,
-        name: str,
+        name: str | Label,
         duration_s: float,
         *,
         kind: str,
+        key: OpKey = NO_KEY,
         size_bytes: float,
         link: str = "",
         link_kind: str = "",
@@ -148,9 +315,10 @@ class PlanBuilder:
     ) -> int:
         ops = self.plan.ops
         self.last_comm = op_id = len(ops)
+        label, text = (name, _render(name, key)) if isinstance(name, Label) else (None, name)
         ops.append(
-            Op(op_id, COMM, name, float(duration_s), kind, tuple(after), tuple(after_start), tuple(on_start),
-               tuple(on_end), float(size_bytes), (), link, link_kind, float(contention))
+            Op(op_id, COMM, text, float(duration_s), kind, tuple(after), tuple(after_start), tuple(on_start),
+               tuple(on_end), float(size_bytes), (), link, link_kind, float(contention), key, label)
         )  # fmt: skip
         return op_id
 
@@ -183,7 +351,8 @@ class _RankState:
 
     changed: simpy.Event
     comm_active: int = 0
-    current_compute: str = "start of step"
+    current_compute: str = START_OF_STEP
+    current_op: Op | None = None  # the compute operation that last began
     comm_factor: float = 1.0  # the running collective's contention factor (per-collective mode)
     computing: bool = False
 
@@ -294,11 +463,12 @@ class _Runner:
             if started is not None:
                 started.succeed()
             if not communicates:
-                rank.current_compute = op.name
+                rank.current_compute, rank.current_op = op.name, op
             # Memory changed by a collective is attributed to the compute running at that moment.
-            phase = f"{rank.current_compute} ({op.name})" if communicates else op.name
+            phase = phase_label(rank.current_compute, op.name) if communicates else op.name
+            key = (rank.current_op, op) if communicates else (op, None)
             if op.on_start:
-                self.memory.apply(op.on_start, phase, start - self.t0)
+                self.memory.apply(op.on_start, phase, start - self.t0, key)
             if not communicates:
                 yield from self._compute(rank, op.duration_s * scale)
             elif op.duration_s > 0:
@@ -313,9 +483,9 @@ class _Runner:
                 Span(op.stream, op.name, op.kind, start - self.t0, end - self.t0, op.bytes, op.link_kind)
             )
             if op.on_end:
-                self.memory.apply(op.on_end, phase, end - self.t0)
+                self.memory.apply(op.on_end, phase, end - self.t0, key)
             if op.after_end:
-                self.memory.apply(op.after_end, phase, end - self.t0)
+                self.memory.apply(op.after_end, phase, end - self.t0, key)
             done = self.done[op.id]
             if done is not None:
                 done.succeed()
@@ -338,7 +508,7 @@ def run_plan(
     (per-rank plans should attach memory changes to that rank's operations only).
     """
     memory = MemoryTimeline(capacity_bytes, plan.fragmentation)
-    memory.apply(plan.initial_memory.items(), "start of step", 0.0)
+    memory.apply(plan.initial_memory.items(), START_OF_STEP, 0.0, (None, None))
     runner = _Runner(sim, plan, memory, slowdown, compute_scale, comm_slowdown)
     processes = [
         sim.env.process(runner.stream(name, [op for op in plan.ops if op.stream == name]))

@@ -41,11 +41,18 @@ def zero_stages_coincide(ctx: StepContext) -> bool:
 class _ZeroBucketed:
     name = ""
     description = ""
+    framework = "deepspeed"
+    zero_stage = 0
+    shard_scope = "world"
+    communicates_every_microbatch = False
     shard_grads = False
+
+    def assumption_note(self, ctx: StepContext) -> str:
+        return ""
 
     def build_plan(self, ctx: StepContext) -> StepPlan:
         cfg, params, n = ctx.config, ctx.workload.params, ctx.gpus
-        precision = ctx.precision(self.name)
+        precision = ctx.precision(self)
         grad_bytes = precision.bytes("grad")
         grads_total = params * grad_bytes
         bucket_bytes = min(params, cfg.zero_bucket_elements) * grad_bytes
@@ -70,17 +77,17 @@ class _ZeroBucketed:
         overlap = cfg.zero_overlap_comm if cfg.zero_overlap_comm is not None else False
         hook_ops = framework_overheads().zero_tensor_ops[0]
         for micro in range(quiet, k):
-            tag = f" [micro-batch {micro + 1}]" if k > 1 else ""
+            number = micro + 1 if k > 1 else None  # labels name micro-batches only when there are several
             hooks = BucketHooks(
                 ctx, bucket_of, "all_reduce", precision, communicate=n > 1,
                 allocate_grads=(quiet == 0 and micro == 0) or self.shard_grads,
-                free_reduced=self.shard_grads and n > 1, keep_shard=micro == 0, tag=tag,
+                free_reduced=self.shard_grads and n > 1, keep_shard=micro == 0, micro_batch=number,
                 copy_in=n > 1, blocking=not overlap, hook_ops=hook_ops,
             )  # fmt: skip
-            last = build_microbatch(ctx, builder, chunks, hooks, tag, last, per_block)
+            last = build_microbatch(ctx, builder, chunks, hooks, number, last, per_block)
         held_grads = grads_total / n if self.shard_grads and n > 1 else grads_total
         after = [builder.last_comm] if builder.last_comm is not None else []
-        step = ctx.optimizer_step(self.name, params / n, n, flat=True)
+        step = ctx.optimizer_step(self, params / n, n, flat=True)
         opt = builder.compute(
             "optimizer step",
             step.seconds,
@@ -107,6 +114,8 @@ class Zero1Strategy(_ZeroBucketed):
 
     name = "zero1"
     description = "ZeRO-1: optimizer state sharded; bucketed gradient reduction, all-gather after the step"
+    zero_stage = 1
+    communicates_every_microbatch = False  # one reduction after the last micro-batch
     shard_grads = False
 
 
@@ -115,4 +124,14 @@ class Zero2Strategy(_ZeroBucketed):
 
     name = "zero2"
     description = "ZeRO-2: optimizer state and gradients sharded; gradients reduced every micro-batch"
+    zero_stage = 2
+    communicates_every_microbatch = True
     shard_grads = True
+
+    def assumption_note(self, ctx: StepContext) -> str:
+        if not zero_stages_coincide(ctx):
+            return ""
+        return (
+            "zero2 runs the same step as zero1 here: one micro-batch per step and the whole model "
+            "in one reduction bucket, so sharding the gradients frees nothing before the reduction"
+        )

@@ -40,7 +40,7 @@ def test_mistral_7b_ddp_with_fp32_master_weights_does_not_fit_an_80gb_a100() -> 
     from simcore.strategies.base import optimizer_state_bytes
 
     params = load_workload("mistral-7b").params
-    mixed = resolve_precision("mixed", "bf16", "ddp")
+    mixed = resolve_precision("mixed", "bf16", "ddp", framework="torch-ddp")
     per_param = mixed.bytes("param") + mixed.bytes("grad") + optimizer_state_bytes(mixed, "adam")
     assert per_param == 16  # ZeRO paper, sec. 3.1
     assert params * per_param > device_spec("a100-sxm-80gb").memory_bytes

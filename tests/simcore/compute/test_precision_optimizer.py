@@ -13,9 +13,20 @@ from simcore.compute.optimizer import (
     optimizer_step_cost,
     resolve_optimizer_impl,
 )
-from simcore.compute.precision import PRECISION_MODES, check_precision, resolve_precision
+from simcore.compute.precision import PRECISION_MODES, Precision, check_precision
+from simcore.compute.precision import resolve_precision as resolve_for_framework
 from simcore.errors import TrainsimError
 from simcore.hardware import device_spec
+from simcore.strategies import get_strategy
+from simcore.strategies.base import framework_of
+
+
+def resolve_precision(mode: str, dtype: str, strategy: str, *, master_weights: bool = True) -> Precision:
+    """The precision the strategy (or parameter-server mode) named ``strategy`` runs with."""
+    runs = strategy if strategy.startswith("ps") else get_strategy(strategy)
+    return resolve_for_framework(
+        mode, dtype, strategy, framework=framework_of(runs), master_weights=master_weights
+    )
 
 
 def test_auto_is_what_each_framework_runs() -> None:

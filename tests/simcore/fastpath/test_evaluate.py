@@ -8,10 +8,10 @@ from hypothesis import strategies as st
 
 from simcore.engine import Simulation
 from simcore.errors import TrainsimError
-from simcore.fastpath.evaluate import evaluate_plan
+from simcore.fastpath.evaluate import evaluate_plan, evaluate_plan_timed
 from simcore.strategies import get_strategy, strategy_names
 from simcore.strategies.base import TrainingConfig
-from simcore.strategies.schedule import PlanBuilder, PlanRun, StepPlan, run_plan
+from simcore.strategies.schedule import PlanBuilder, PlanRun, StepPlan, phase_of, phase_text, run_plan
 from tests.simcore.strategies.test_strategies_support import toy_context, toy_transformer
 
 CAPACITY = 80e9
@@ -151,3 +151,22 @@ def test_a_plan_that_waits_on_itself_is_refused() -> None:
     builder.add("comm", "b", 1.0, after=(0,))
     with pytest.raises(TrainsimError, match="deadlocks"):
         evaluate_plan(builder.plan, capacity_bytes=1.0)
+
+
+@pytest.mark.parametrize("name", strategy_names())
+def test_memory_phases_are_kept_as_operations_that_render_their_text(name: str) -> None:
+    """Both runners keep, beside each phase's text, the operations it was made of (the compute
+    running, the collective that changed memory): rendered, they give the text back."""
+    config = TrainingConfig(global_batch=16 * 3, micro_batch=1, gradient_sync_every_micro_batch=False)
+    plan = get_strategy(name).build_plan(toy_context(16, config, workload=toy_transformer(blocks=3)))
+    des = run_plan(Simulation(0), plan, capacity_bytes=CAPACITY, slowdown=None, comm_slowdown=1.2)
+    timed = evaluate_plan_timed(
+        plan, capacity_bytes=CAPACITY, slowdown=None, comm_slowdown=1.2, phase_peaks=True
+    )
+    for memory in (des.memory, timed.run.memory):
+        assert phase_text(phase_of(memory.peak_key)) == memory.peak().phase  # type: ignore[arg-type]
+    peaks = timed.run.memory.phase_peaks or {}
+    with_collective = [key for *_, key in peaks.values() if key[1] is not None]  # type: ignore[index]
+    if get_strategy(name).zero_stage >= 2:  # their collectives free or gather memory
+        assert with_collective, "some memory should change in a collective"
+    assert all(phase_text(phase_of(key)) == phase for phase, (*_, key) in peaks.items())  # type: ignore[arg-type]

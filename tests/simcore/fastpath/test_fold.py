@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -16,9 +17,10 @@ from simcore.report import StepReport
 from simcore.strategies import get_strategy, strategy_names
 from simcore.strategies.base import StepContext, TrainingConfig
 from simcore.strategies.runner import make_context
+from simcore.strategies.schedule import Label, OpKey, Phase
 from simcore.workload.loader import load_workload
 from simcore.workload.types import ParameterTie
-from tests.simcore.fastpath.support import assert_same_report
+from tests.simcore.fastpath.support import assert_renamed_report, assert_same_report, rename_labels
 from tests.simcore.strategies.test_strategies_support import toy_context, toy_transformer
 from topologies import load_cluster
 
@@ -51,9 +53,13 @@ def _folds(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """Whether each fold attempt from here on extrapolated."""
     outcomes: list[bool] = []
     original = fold._extrapolate
-    monkeypatch.setattr(
-        fold, "_extrapolate", lambda *a: outcomes.append((r := original(*a)) is not None) or r
-    )
+
+    def recorded(*args: Any) -> StepReport | None:
+        report = original(*args)
+        outcomes.append(report is not None)
+        return report
+
+    monkeypatch.setattr(fold, "_extrapolate", recorded)
     return outcomes
 
 
@@ -95,6 +101,32 @@ def test_a_folded_step_reports_what_the_whole_model_does(
     if name in ("fsdp", "hsdp"):  # a unit per block: always folded
         assert outcomes == [True]
     assert_same_report(got, want)
+
+
+@pytest.mark.parametrize(
+    ("name", "accumulation", "checkpoint"),
+    [("fsdp", 2, False), ("hsdp", 3, True), ("zero3", 3, False), ("ddp", 3, False)],
+)
+def test_folding_reads_no_labels(
+    name: str, accumulation: int, checkpoint: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Groups and micro-batches rendered another way: the fold is still taken and exact, and the
+    peak (in the copies' tail blocks, while a unit is gathered) is named in the new way."""
+    config = TrainingConfig(
+        global_batch=16 * accumulation, micro_batch=1, bucket_size_bytes=8 * 2**20,
+        zero3_prefetch_bucket_params=3_000_000, activation_checkpointing=checkpoint,
+        gradient_sync_every_micro_batch=False,
+    )  # fmt: skip
+    workload = toy_transformer(blocks=fold.MIN_RUN + 5, layers_per_block=2)
+    original = _report(name, toy_context(16, config, workload=workload), None)
+    rename_labels(monkeypatch)
+    outcomes = _folds(monkeypatch)
+    got = _report(name, toy_context(16, config, workload=workload), None)
+    assert outcomes == [True], "the renamed plan should fold"
+    assert_same_report(got, _unfolded(name, toy_context(16, config, workload=workload), None, monkeypatch))
+    assert_renamed_report(got, original)
+    if name != "ddp":  # (DDP's peak is the optimizer step's)
+        assert " (all_gather u" in got.peak_phase and " #" in got.peak_phase
 
 
 @pytest.mark.parametrize(
@@ -214,11 +246,25 @@ def test_group_numbers_in_phases_are_named_by_blocks_the_same_in_a_copy_and_the_
     unit_of = list(range(len(workload.layers)))  # one unit per layer: embed 0, block b is b + 1
     copy_units = list(range(len(copy.workload.layers)))
     model, small = fold._Names(workload, unit_of), fold._Names(copy.workload, copy_units)
-    # The copy's first tail block (block18) prefetches its last head block (block1, unit 2); the
-    # model's block18 prefetches block17 (unit 18): the same neighbour, one block back.
-    phase = small.canonical("backward of block18 (all_gather unit 2 (backward prefetch))")
-    assert phase == model.canonical("backward of block18 (all_gather unit 18 (backward prefetch))")
-    assert model.named(phase) == "backward of block18 (all_gather unit 18 (backward prefetch))"
-    assert small.canonical("reduce_scatter unit 0") == "reduce_scatter unit @embed"
-    assert model.named("all_gather unit @block19/0") == "all_gather unit 20"
-    assert model.named("all_gather unit @block99/0") is None
+    prefetch = Label("all_gather ", "unit", " (backward prefetch)")
+    backward = Label("backward of block18")
+
+    def phase(block: int, unit: int) -> Phase:
+        return ((backward, OpKey(block=block)), (prefetch, OpKey(group=unit)))
+
+    # The copy's first tail block (block18, the copy's block 2) prefetches its last head block
+    # (block1, unit 2); the model's block18 prefetches block17 (unit 18): the same neighbour, one
+    # block back.
+    canonical = small.canonical(phase(2, 2))
+    assert canonical == model.canonical(phase(18, 18))
+    assert model.named(canonical) == "backward of block18 (all_gather unit 18 (backward prefetch))"
+    assert small.named(canonical) == "backward of block18 (all_gather unit 2 (backward prefetch))"
+    reduce = Label("reduce_scatter ", "unit")
+    alone: Phase = ((reduce, OpKey(group=0)), None)  # a group outside the blocks: named by its layer
+    assert small.canonical(alone) == model.canonical(alone)
+    assert model.named(small.canonical(alone)) == "reduce_scatter unit 0"
+    last = ((reduce, OpKey(group=4)), None)  # the copy's block19: the model's unit 20
+    assert model.named(small.canonical(last)) == "reduce_scatter unit 20"
+    deeper = fold._Names(toy_transformer(blocks=30, layers_per_block=1), list(range(32)))
+    outside = ((Label("backward of block25"), OpKey(block=25)), None)
+    assert small.named(deeper.canonical(outside)) is None  # block25 is not in the copy

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,9 +17,22 @@ from simcore.strategies import get_strategy, strategy_names
 from simcore.strategies.base import StepContext, TrainingConfig
 from simcore.strategies.runner import gating_device, make_context, report_step, simulate_step
 from simcore.workload.loader import load_workload
-from tests.simcore.fastpath.support import assert_same_report
+from tests.simcore.fastpath.support import assert_renamed_report, assert_same_report, rename_labels
 from tests.simcore.strategies.test_strategies_support import toy_context, toy_transformer
 from topologies import load_cluster
+
+
+def _periods(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """What each probe from here on found its middle micro-batches to add (None: they did not repeat)."""
+    periods: list[object] = []
+    original = fast_step._period
+
+    def recorded(*args: Any) -> object:
+        periods.append(original(*args))
+        return periods[-1]
+
+    monkeypatch.setattr(fast_step, "_period", recorded)
+    return periods
 
 
 def _full(name: str, ctx: StepContext, slowdown: float | None) -> StepReport:
@@ -68,9 +83,7 @@ def test_a_real_model_is_extrapolated_and_exact(
     config = TrainingConfig(global_batch=16 * 2 * 11, micro_batch=2, seq_len=512)
     ctx = make_context(workload, config, topology, collective=fast_collective_model(topology))
     device = gating_device(topology, "bf16")
-    probes: list[object] = []
-    original = fast_step._period
-    monkeypatch.setattr(fast_step, "_period", lambda *a: probes.append(original(*a)) or probes[-1])
+    probes = _periods(monkeypatch)
     got = fast_step_report(
         get_strategy(name), ctx, cluster="c", device="d", peak_flops=1e14, slowdown=slowdown
     )
@@ -78,6 +91,33 @@ def test_a_real_model_is_extrapolated_and_exact(
     assert got.accumulation_steps == 11
     assert_same_report(got, _full(name, ctx, slowdown))
     assert device.memory_bytes == got.memory_capacity_bytes
+
+
+@pytest.mark.parametrize(
+    ("name", "checkpoint"), [("fsdp", True), ("hsdp", True), ("zero3", False), ("zero2", False)]
+)
+def test_the_probe_reads_no_labels(name: str, checkpoint: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Groups and micro-batches rendered another way: the probe still repeats and is exact, and a
+    peak in the last micro-batch (FSDP accumulating unsharded gradients) is renumbered."""
+    config = TrainingConfig(
+        global_batch=16 * 9, micro_batch=1, bucket_size_bytes=8 * 2**20, activation_checkpointing=checkpoint,
+        gradient_sync_every_micro_batch=False,
+    )  # fmt: skip
+
+    def context() -> StepContext:
+        return toy_context(16, config, workload=toy_transformer(blocks=3))
+
+    original = _full(name, context(), None)
+    rename_labels(monkeypatch)
+    probes = _periods(monkeypatch)
+    got = fast_step_report(
+        get_strategy(name), context(), cluster="c", device="d", peak_flops=1e14, slowdown=None
+    )
+    assert probes and probes[-1] is not None, "the renamed probe's middle micro-batches should repeat"
+    assert_same_report(got, _full(name, context(), None))
+    assert_renamed_report(got, original)
+    if name in ("fsdp", "hsdp"):
+        assert got.peak_phase == "backward of block1 #9 (all_gather u1 (backward prefetch) #9)"
 
 
 def test_a_probe_is_shared_between_batch_sizes_and_each_report_is_its_own(
@@ -88,7 +128,12 @@ def test_a_probe_is_shared_between_batch_sizes_and_each_report_is_its_own(
     workload = load_workload("gpt2-medium", seq_len=512)
     probed: list[int] = []
     original = fast_step._probe
-    monkeypatch.setattr(fast_step, "_probe", lambda *a: probed.append(a[2]) or original(*a))
+
+    def recorded(*args: Any) -> object:
+        probed.append(args[2])
+        return original(*args)
+
+    monkeypatch.setattr(fast_step, "_probe", recorded)
     reports: dict[tuple[str | None, int], StepReport] = {}
     for reuse in (None, "fsdp mb=2 on 16 GPUs"):
         fast_step.clear_probe_cache()
