@@ -172,7 +172,7 @@ def _window(f: _Fields, window: int | None, layers: int, default: list[str] | No
         return {}
     kinds = f.config.get("layer_types")
     if kinds is None:
-        pattern = default or []
+        pattern = (default or [])[:layers]  # a repeating default may be longer than a small model
     else:
         if not isinstance(kinds, list) or not all(isinstance(k, str) and k in _LAYER_KINDS for k in kinds):
             raise TrainsimError(
