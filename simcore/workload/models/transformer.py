@@ -19,6 +19,16 @@ operator and scaled by the dtype's bytes (dropout masks are 1 byte each). With f
 (the default for language models: Dao et al. 2022, "FlashAttention") the ``s^2`` terms go away and
 only the softmax log-sum-exp (fp32, ``a*s``) is kept. Gated FFNs (SwiGLU, Shazeer 2020) save the
 gate, the up projection and the activated gate (``3*s*ffn`` elements).
+
+Attention of 2024-25 models: a ``head_dim`` other than ``hidden / heads`` (Qwen3, Gemma) sets the
+query/key/value widths; multi-head latent attention (``mla``; DeepSeek-AI 2024, "DeepSeek-V2",
+arXiv 2405.04434, sec. 2.1) replaces the q/k/v projection with down-projections to small latents,
+their norms and up-projections to every head; a sliding window (Jiang et al. 2023, "Mistral 7B",
+sec. 2; per block through ``window_pattern``, as Gemma 2/3 and GPT-OSS alternate local and global
+layers) shrinks the fused kernel's work to the band of the causal mask; attention sinks (Xiao et
+al. 2023, "Efficient Streaming Language Models with Attention Sinks"; GPT-OSS learns one logit per
+head) add ``heads`` parameters; ``qk_norm`` (Qwen3, Gemma 3) normalises each query and key head;
+``post_norms`` (Gemma 2/3) adds a norm after attention and after the feed-forward.
 """
 
 from __future__ import annotations
