@@ -94,6 +94,21 @@ def test_preset_is_the_workload_of_its_published_config(preset: str) -> None:
     assert from_preset.dims == from_config.dims
 
 
+@pytest.mark.parametrize(
+    ("preset", "folder", "seq_len"),
+    [
+        ("gpt2-small", "gpt2", None),
+        ("bert-base", "bert-base-uncased", None),
+        ("mistral-7b", "Mistral-7B-v0.1", None),  # its 4096-token window spans the whole sequence
+        ("mixtral-8x7b", "Mixtral-8x7B-v0.1", None),
+        ("llama3-8b", "Llama-3.1-8B", 8192),  # Llama 3.1 changed the context, not the shape
+    ],
+)
+def test_older_presets_equal_their_configs(preset: str, folder: str, seq_len: int | None) -> None:
+    from_config = load_workload(str(CONFIGS / folder), seq_len=seq_len)
+    assert load_workload(preset).layers == from_config.layers
+
+
 def test_config_loads_fast() -> None:
     start = time.perf_counter()
     load_workload(str(CONFIGS / "DeepSeek-V3"))  # the largest: 61 blocks of MLA and 257 experts
