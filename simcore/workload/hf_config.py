@@ -127,7 +127,7 @@ def _layers(f: _Fields, key: str = "num_hidden_layers") -> int:
 
 
 def _heads(f: _Fields, hidden: int, head_dim: int | None) -> dict[str, Any]:
-    """Heads, key/value heads and head width (``head_dim``, default ``head_dim``), checked together."""
+    """Heads, key/value heads and head width (field head_dim, else the family default ``head_dim``)."""
     heads = f.size("num_attention_heads")
     kv = f.size("num_key_value_heads", heads)
     if heads % kv:
@@ -140,7 +140,8 @@ def _heads(f: _Fields, hidden: int, head_dim: int | None) -> dict[str, Any]:
     width = f.optional_size("head_dim") if head_dim is None else f.size("head_dim", head_dim)
     if width is None and hidden % heads:
         raise f.contradiction(
-            f"hidden_size ({hidden}) is not a multiple of num_attention_heads ({heads}) and head_dim is not given"
+            f"hidden_size ({hidden}) is not a multiple of num_attention_heads ({heads}) "
+            "and head_dim is not given"
         )
     if width is not None and (hidden % heads or width != hidden // heads):
         out["head_dim"] = width
@@ -176,7 +177,8 @@ def _window(f: _Fields, window: int | None, layers: int, default: list[str] | No
     else:
         if not isinstance(kinds, list) or not all(isinstance(k, str) and k in _LAYER_KINDS for k in kinds):
             raise TrainsimError(
-                f"{f.where}: field 'layer_types' must be a list of {' or '.join(_LAYER_KINDS)}, got {_shown(kinds)}"
+                f"{f.where}: field 'layer_types' must be a list of {' or '.join(_LAYER_KINDS)}, "
+                f"got {_shown(kinds)}"
             )
         if len(kinds) != layers:
             raise f.contradiction(f"layer_types has {len(kinds)} entries but num_hidden_layers is {layers}")
@@ -266,7 +268,8 @@ def _qwen3_moe(f: _Fields) -> dict[str, Any]:
         )
     if dense != list(range(len(dense))):
         raise TrainsimError(
-            f"{f.where}: field 'mlp_only_layers' is {_shown(dense)}; only leading blocks [0, 1, ...] are modelled"
+            f"{f.where}: field 'mlp_only_layers' is {_shown(dense)}; "
+            "only leading blocks [0, 1, ...] are modelled"
         )
     extra = {"dense_layers": len(dense)} if dense else {}
     return {
