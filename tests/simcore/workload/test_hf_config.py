@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 
+from experiments.what_if.cli import main as what_if_main
 from simcore.errors import TrainsimError
 from simcore.workload.hf_config import SUPPORTED_MODEL_TYPES, hf_shape_mapping, load_hf_config
 from simcore.workload.loader import load_workload
+from tests.fuzzing import check_cli_outcome, run_cli
 from tests.paths import TESTS
 
 CONFIGS = TESTS / "data" / "hf_configs"
@@ -276,3 +278,14 @@ def test_unknown_model_mentions_config_json() -> None:
 def test_seq_len_beyond_learned_positions_names_the_file(tmp_path: Path) -> None:
     with pytest.raises(TrainsimError, match=r"config.json.*exceeds the 1024 learned positions"):
         load_hf_config(CONFIGS / "gpt2", seq_len=2048)
+
+
+def test_the_main_job_takes_a_model_folder_and_refuses_a_bad_one_in_one_line(tmp_path: Path) -> None:
+    argv = ["--model", str(CONFIGS / "Qwen3-8B"), "--gpus", "8", "--strategies", "fsdp", "--quiet"]
+    code, out, err = run_cli(what_if_main, argv)
+    check_cli_outcome(argv, code, out, err)
+    assert code == 0 and "model Qwen3-8B (8.19 B parameters)" in out
+    bad = ["--model", str(tmp_path), "--gpus", "8", "--quiet"]
+    code, out, err = run_cli(what_if_main, bad)
+    check_cli_outcome(bad, code, out, err)
+    assert code == 2 and "must hold a Hugging Face config.json" in err
