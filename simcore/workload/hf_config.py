@@ -126,8 +126,9 @@ def _layers(f: _Fields, key: str = "num_hidden_layers") -> int:
     return MODEL_BLOCKS.check(f.size(key), f.where, f"field {key!r}")
 
 
-def _heads(f: _Fields, hidden: int, head_dim: int | None) -> dict[str, Any]:
-    """Heads, key/value heads and head width (field head_dim, else the family default ``head_dim``)."""
+def _heads(f: _Fields, hidden: int, head_dim: int | None, mla: bool) -> dict[str, Any]:
+    """Heads, key/value heads and head width (field head_dim, else the family default ``head_dim``;
+    with MLA the head widths are its own fields, and transformers' ``head_dim`` is not read)."""
     heads = f.size("num_attention_heads")
     kv = f.size("num_key_value_heads", heads)
     if heads % kv:
@@ -137,6 +138,8 @@ def _heads(f: _Fields, hidden: int, head_dim: int | None) -> dict[str, Any]:
     out: dict[str, Any] = {"heads": heads}
     if kv != heads:
         out["kv_heads"] = kv
+    if mla:
+        return out
     width = f.optional_size("head_dim") if head_dim is None else f.size("head_dim", head_dim)
     if width is None and hidden % heads:
         raise f.contradiction(
@@ -148,13 +151,13 @@ def _heads(f: _Fields, hidden: int, head_dim: int | None) -> dict[str, Any]:
     return out
 
 
-def _decoder(f: _Fields, *, tied: bool, head_dim: int | None = None) -> dict[str, Any]:
+def _decoder(f: _Fields, *, tied: bool, head_dim: int | None = None, mla: bool = False) -> dict[str, Any]:
     """What every rotary, RMSNorm, gated-FFN decoder of the Llama lineage shares."""
     hidden = f.size("hidden_size")
     return {
         "layers": _layers(f),
         "hidden": hidden,
-        **_heads(f, hidden, head_dim),
+        **_heads(f, hidden, head_dim, mla),
         "ffn": f.size("intermediate_size"),
         "vocab": f.size("vocab_size"),
         "seq_len": _seq_len(f),
@@ -286,7 +289,7 @@ def _deepseek(f: _Fields) -> dict[str, Any]:
             f"num_key_value_heads ({f.config['num_key_value_heads']}) must equal num_attention_heads "
             f"({heads}) with multi-head latent attention"
         )
-    shape = {**_decoder(f, tied=False), **_attention_biases(f)}
+    shape = {**_decoder(f, tied=False, mla=True), **_attention_biases(f)}
     shape["mla"] = {
         key: f.size(key) for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
     }

@@ -153,6 +153,13 @@ def test_fields_map_to_the_shape() -> None:
     assert "sliding_window" not in hf_shape_mapping(_config("Mixtral-8x7B-v0.1"), "m")  # null
 
 
+def test_mla_ignores_transformers_head_dim_and_the_width_per_head() -> None:
+    """Recent transformers write DeepSeek's head_dim (= qk_rope_head_dim); MLA's widths are its own."""
+    config = {**_config("DeepSeek-V3"), "head_dim": 64, "hidden_size": 7160}  # 7160 / 128 is no integer
+    shape = hf_shape_mapping(config, "v3")
+    assert "head_dim" not in shape and shape["hidden"] == 7160
+
+
 def test_qwen_window_starts_at_max_window_layers() -> None:
     config = {
         **_config("Qwen3-8B"),
