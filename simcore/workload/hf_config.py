@@ -193,7 +193,7 @@ def _window(f: _Fields, window: int | None, layers: int, default: list[str] | No
     return {"sliding_window": window, "window_pattern": pattern}
 
 
-def _moe(f: _Fields, layers: int, experts: int, top_k_key: str, ffn_key: str, **extra: int) -> dict[str, Any]:
+def _moe(f: _Fields, layers: int, experts: int, top_k_key: str, ffn_key: str, **extra: Any) -> dict[str, Any]:
     top_k = f.size(top_k_key)
     if top_k > experts:
         raise f.contradiction(f"{top_k_key} ({top_k}) exceeds the {experts} experts")
@@ -316,13 +316,15 @@ def _deepseek(f: _Fields) -> dict[str, Any]:
 
 
 def _gpt_oss(f: _Fields) -> dict[str, Any]:
-    """GPT-OSS: biases everywhere, attention sinks, alternating 128-token windows, every block MoE."""
+    """GPT-OSS: biases everywhere (the router's too), attention sinks, alternating 128-token
+    windows, every block MoE."""
     layers = _layers(f)
     shape = {**_decoder(f, tied=False, head_dim=64), "bias": f.flag("attention_bias", True)}
     shape["attention_sinks"] = True
     window = _window(f, f.size("sliding_window", 128), layers, ["sliding", "full"])
     top_k_key = "num_experts_per_tok" if "num_experts_per_tok" in f.config else "experts_per_token"
-    return {**shape, **window, **_moe(f, layers, f.size("num_local_experts"), top_k_key, "intermediate_size")}
+    moe = _moe(f, layers, f.size("num_local_experts"), top_k_key, "intermediate_size", router_bias=True)
+    return {**shape, **window, **moe}
 
 
 def _gemma(f: _Fields, pattern: list[str], *, qk_norm: bool) -> dict[str, Any]:

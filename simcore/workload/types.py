@@ -66,7 +66,8 @@ class MoEDims:
 
     Each token is routed to ``top_k`` of ``experts`` feed-forward experts of width ``expert_ffn``;
     ``shared_experts`` more of that width see every token (DeepSeekMoE, Dai et al. 2024); the first
-    ``dense_layers`` blocks keep the dense feed-forward of the transformer's ``ffn`` width.
+    ``dense_layers`` blocks keep the dense feed-forward of the transformer's ``ffn`` width. The
+    router is a linear layer to ``experts`` logits, with a bias when ``router_bias`` (GPT-OSS).
     """
 
     experts: int
@@ -74,6 +75,7 @@ class MoEDims:
     expert_ffn: int
     shared_experts: int = 0
     dense_layers: int = 0
+    router_bias: bool = False
 
     def is_moe_block(self, block: int) -> bool:
         """Whether block ``block`` has the expert feed-forward (not one of the first dense ones)."""

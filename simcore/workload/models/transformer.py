@@ -83,7 +83,7 @@ SHAPE_KEYS_OPTIONAL = (
     "mla",
 )
 MOE_KEYS_REQUIRED = ("experts", "top_k", "expert_ffn")
-MOE_KEYS_OPTIONAL = ("shared_experts", "dense_layers")
+MOE_KEYS_OPTIONAL = ("shared_experts", "dense_layers", "router_bias")
 MLA_KEYS_REQUIRED = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 MLA_KEYS_OPTIONAL = ("q_lora_rank",)
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
@@ -315,6 +315,7 @@ def _moe_from_mapping(data: object, where: str) -> MoEDims:
         expert_ffn=get_positive_int(m, "expert_ffn", where),
         shared_experts=get_nonnegative_int(m, "shared_experts", where, 0),
         dense_layers=get_nonnegative_int(m, "dense_layers", where, 0),
+        router_bias=get_bool(m, "router_bias", where, False),
     )
 
 
@@ -529,7 +530,8 @@ def block_layers(shape: TransformerShape, block: int, e: int) -> list[Layer]:
 def _moe_ffn_layers(shape: TransformerShape, moe: MoEDims, block: int, e: int) -> list[Layer]:
     """Router, shared experts (if any) and routed experts of one MoE block (per sequence).
 
-    The router is a linear layer to ``experts`` logits (no bias, as Mixtral and DeepSeekMoE). The
+    The router is a linear layer to ``experts`` logits (no bias, as Mixtral and DeepSeekMoE; GPT-OSS's
+    has one: ``router_bias``). The
     routed experts hold ``experts`` feed-forwards of width ``expert_ffn`` but each token passes
     through ``top_k`` of them: their FLOPs, saved inputs and intermediates are ``top_k`` times a
     dense feed-forward of that width (GShard, Lepikhin et al. 2020, sec. 2). Shared experts see
@@ -540,7 +542,7 @@ def _moe_ffn_layers(shape: TransformerShape, moe: MoEDims, block: int, e: int) -
     up = f * (2 if shape.gated_ffn else 1)
     act_width = f * (3 if shape.gated_ffn else 1)
     p = f"block{block}"
-    router = matmul_layer(f"{p}.moe_router", block, s, h, moe.experts, False, e, 0.0)
+    router = matmul_layer(f"{p}.moe_router", block, s, h, moe.experts, moe.router_bias, e, 0.0)
     layers = [router]
     if moe.shared_experts:
         fs = f * moe.shared_experts

@@ -127,7 +127,7 @@ def test_fields_map_to_the_shape() -> None:
     oss = hf_shape_mapping(_config("gpt-oss-120b"), "gpt-oss")
     assert oss["head_dim"] == 64 and oss["attention_sinks"] and oss["bias"]
     assert oss["sliding_window"] == 128 and oss["window_pattern"] == ["sliding", "full"] * 18
-    assert oss["moe"] == {"experts": 128, "top_k": 4, "expert_ffn": 2880}
+    assert oss["moe"] == {"experts": 128, "top_k": 4, "expert_ffn": 2880, "router_bias": True}
     v3 = hf_shape_mapping(_config("DeepSeek-V3"), "v3")
     assert v3["moe"] == {
         "experts": 256,

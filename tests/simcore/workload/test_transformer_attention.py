@@ -145,11 +145,12 @@ def test_attention_sinks_are_one_parameter_per_head() -> None:
 
 
 def test_gpt_oss_120b_counted_by_hand() -> None:
-    """The gpt-oss model card's 116.83B: biased q/k/v/o and experts (gate+up 2f, down), 64 sinks per layer."""
+    """The gpt-oss model card's 116.83B: biased q/k/v/o, router and experts (gate+up 2f, down), 64
+    sinks per layer."""
     h, n, kv, d, f, layers, vocab = 2880, 64, 8, 64, 2880, 36, 201088
     attention = h * (n + 2 * kv) * d + (n + 2 * kv) * d + n * d * h + h + n
     experts = 128 * (h * 2 * f + 2 * f + f * h + h)
-    block = attention + h * 128 + experts + 2 * h
+    block = attention + h * 128 + 128 + experts + 2 * h
     assert load_workload("gpt-oss-120b").params == layers * block + 2 * vocab * h + h
 
 
