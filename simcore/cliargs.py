@@ -192,7 +192,8 @@ def add_model(parser: argparse.ArgumentParser, default: str) -> None:
     parser.add_argument(
         "--model",
         default=default,
-        help="preset name (e.g. llama2-7b), shape file (YAML/JSON) or package.module:factory",
+        help="preset name (e.g. llama2-7b), shape file (YAML/JSON), Hugging Face config.json or model "
+        "folder, or package.module:factory",
     )
 
 

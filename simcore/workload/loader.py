@@ -7,8 +7,9 @@ Layers belong to blocks (a transformer block, a CNN residual block or stage): th
 for FSDP wrapping; embeddings, stems and heads sit outside blocks (``block == -1``).
 
 :func:`load_workload` accepts a preset name (:func:`preset_names`), the path of a shape file
-(YAML/JSON, see :func:`simcore.workload.shapefile.load_shape_file`) or ``"module:factory"`` naming a Python
-callable that returns a ``torch.nn.Module`` (imported on the meta device, see
+(YAML/JSON, see :func:`simcore.workload.shapefile.load_shape_file`), a Hugging Face ``config.json``
+or a model folder holding one (see :mod:`simcore.workload.hf_config`) or ``"module:factory"`` naming
+a Python callable that returns a ``torch.nn.Module`` (imported on the meta device, see
 :mod:`simcore.workload.torch_import`).
 """
 
@@ -23,6 +24,7 @@ from typing import Any
 
 from simcore.dtypes import DTYPE_BYTES
 from simcore.errors import TrainsimError
+from simcore.workload.hf_config import is_hf_config, load_hf_config
 from simcore.workload.models import cnn, transformer
 from simcore.workload.models.vit import build_vit
 from simcore.workload.shapefile import load_shape_file
@@ -64,7 +66,8 @@ def _preset_entry(name: str) -> Mapping[str, Any]:
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
         raise TrainsimError(
             f"unknown model {name!r}{hint}; presets: {', '.join(sorted(table))}; "
-            "or give a shape file (.yaml/.json) or 'module:factory'"
+            "or give a shape file (.yaml/.json), a Hugging Face config.json or model folder, "
+            "or 'module:factory'"
         )
     return table[name]
 
@@ -124,25 +127,29 @@ def load_workload(
     input_shape: tuple[int, ...] | None = None,
     flash_attention: bool | None = None,
 ) -> Workload:
-    """The workload named by ``spec``: a preset, a shape file, or ``"module:factory"``.
+    """The workload named by ``spec``: a preset, a shape file, a Hugging Face ``config.json`` (or a
+    folder holding one), or ``"module:factory"``.
 
     ``seq_len`` overrides a language model's sequence length, ``image_size`` a vision model's
     input resolution, ``dtype`` the activation dtype (default: the preset's, else ``bf16``).
     ``input_shape`` is the per-sample input shape for a torch module (e.g. ``(3, 224, 224)``);
     for token models give ``seq_len`` instead (the input is then a ``(1, seq_len)`` int64 tensor).
-    ``flash_attention`` overrides a transformer preset's attention: fused (True) or the eager
-    path that materialises the scores (False); None keeps the preset's.
+    ``flash_attention`` overrides a transformer preset's (or config.json's) attention: fused (True)
+    or the eager path that materialises the scores (False); None keeps the preset's.
     """
     _check_dtype(dtype)
     _check_positive(seq_len, "seq_len")
     _check_positive(image_size, "image_size")
-    is_file = spec.endswith((".yaml", ".yml", ".json")) or Path(spec).is_file()
+    path = Path(spec)
+    if spec not in _preset_table() and is_hf_config(path):  # a preset's name wins over a folder's
+        return load_hf_config(path, seq_len=seq_len, dtype=dtype, flash_attention=flash_attention)
+    is_file = spec.endswith((".yaml", ".yml", ".json")) or path.is_file()
     if flash_attention is not None and (is_file or ":" in spec):
         raise TrainsimError(
             "flash_attention overrides a transformer preset only (a shape file states its own)"
         )
     if is_file:
-        return load_shape_file(Path(spec), seq_len=seq_len, image_size=image_size, dtype=dtype)
+        return load_shape_file(path, seq_len=seq_len, image_size=image_size, dtype=dtype)
     if ":" in spec:
         return workload_from_factory(
             spec, input_shape=input_shape, seq_len=seq_len, image_size=image_size, dtype=dtype or "bf16"

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from simcore.dtypes import DTYPE_BYTES
 from simcore.errors import TrainsimError
 
-__all__ = ["Layer", "MoEDims", "ParameterTie", "TransformerDims", "Workload"]
+__all__ = ["Layer", "MLADims", "MoEDims", "ParameterTie", "TransformerDims", "Workload"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +66,8 @@ class MoEDims:
 
     Each token is routed to ``top_k`` of ``experts`` feed-forward experts of width ``expert_ffn``;
     ``shared_experts`` more of that width see every token (DeepSeekMoE, Dai et al. 2024); the first
-    ``dense_layers`` blocks keep the dense feed-forward of the transformer's ``ffn`` width.
+    ``dense_layers`` blocks keep the dense feed-forward of the transformer's ``ffn`` width. The
+    router is a linear layer to ``experts`` logits, with a bias when ``router_bias`` (GPT-OSS).
     """
 
     experts: int
@@ -74,10 +75,34 @@ class MoEDims:
     expert_ffn: int
     shared_experts: int = 0
     dense_layers: int = 0
+    router_bias: bool = False
 
     def is_moe_block(self, block: int) -> bool:
         """Whether block ``block`` has the expert feed-forward (not one of the first dense ones)."""
         return block >= self.dense_layers
+
+
+@dataclass(frozen=True, slots=True)
+class MLADims:
+    """Multi-head latent attention (DeepSeek-V2, arXiv 2405.04434, sec. 2.1; DeepSeek-V3).
+
+    Keys and values are projected down to one shared latent of ``kv_lora_rank`` (plus one rotary key
+    head of ``qk_rope_head_dim`` shared by all heads), normalised, and projected up to every head's
+    key (``qk_nope_head_dim``) and value (``v_head_dim``); queries likewise through a latent of
+    ``q_lora_rank`` (0: one direct projection, as DeepSeek-V2-Lite). A query/key head is
+    ``qk_nope_head_dim + qk_rope_head_dim`` wide.
+    """
+
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    q_lora_rank: int = 0
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Width of one query (and key) head: the part without and the part with rotary positions."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,10 +126,15 @@ class TransformerDims:
     flash_attention: bool
     bias: bool = True
     moe: MoEDims | None = None
+    # the mean width of one key head and one value head when it is not hidden / heads (a separate
+    # head_dim as Qwen3 and Gemma, or MLA's wider keys): 2 * kv_heads * head_dim is then the key
+    # plus value width; None = hidden / heads
+    head_width: int | None = None
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        """Width of one attention head (keys and values averaged, see ``head_width``)."""
+        return self.head_width or self.hidden // self.heads
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,16 @@ operator and scaled by the dtype's bytes (dropout masks are 1 byte each). With f
 (the default for language models: Dao et al. 2022, "FlashAttention") the ``s^2`` terms go away and
 only the softmax log-sum-exp (fp32, ``a*s``) is kept. Gated FFNs (SwiGLU, Shazeer 2020) save the
 gate, the up projection and the activated gate (``3*s*ffn`` elements).
+
+Attention of 2024-25 models: a ``head_dim`` other than ``hidden / heads`` (Qwen3, Gemma) sets the
+query/key/value widths; multi-head latent attention (``mla``; DeepSeek-AI 2024, "DeepSeek-V2",
+arXiv 2405.04434, sec. 2.1) replaces the q/k/v projection with down-projections to small latents,
+their norms and up-projections to every head; a sliding window (Jiang et al. 2023, "Mistral 7B",
+sec. 2; per block through ``window_pattern``, as Gemma 2/3 and GPT-OSS alternate local and global
+layers) shrinks the fused kernel's work to the band of the causal mask; attention sinks (Xiao et
+al. 2023, "Efficient Streaming Language Models with Attention Sinks"; GPT-OSS learns one logit per
+head) add ``heads`` parameters; ``qk_norm`` (Qwen3, Gemma 3) normalises each query and key head;
+``post_norms`` (Gemma 2/3) adds a norm after attention and after the feed-forward.
 """
 
 from __future__ import annotations
@@ -30,7 +40,7 @@ from typing import Any
 from simcore.dtypes import DTYPE_BYTES
 from simcore.errors import TrainsimError
 from simcore.workload.models import check_keys, get_bool, get_choice, get_nonnegative_int, get_positive_int
-from simcore.workload.types import Layer, MoEDims, ParameterTie, TransformerDims, Workload
+from simcore.workload.types import Layer, MLADims, MoEDims, ParameterTie, TransformerDims, Workload
 
 __all__ = [
     "SHAPE_KEYS_OPTIONAL",
@@ -62,10 +72,22 @@ SHAPE_KEYS_OPTIONAL = (
     "causal",
     "activation",
     "lm_head",
+    "head_dim",
+    "qkv_bias",
+    "out_bias",
+    "qk_norm",
+    "post_norms",
+    "sliding_window",
+    "window_pattern",
+    "attention_sinks",
+    "mla",
 )
 MOE_KEYS_REQUIRED = ("experts", "top_k", "expert_ffn")
-MOE_KEYS_OPTIONAL = ("shared_experts", "dense_layers")
+MOE_KEYS_OPTIONAL = ("shared_experts", "dense_layers", "router_bias")
+MLA_KEYS_REQUIRED = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+MLA_KEYS_OPTIONAL = ("q_lora_rank",)
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
+WINDOW_KINDS = ("sliding", "full")  # entries of window_pattern
 
 LOSS_BYTES_PER_LOGIT = 4  # cross entropy keeps fp32 log-softmax of the logits (Korthikanti 2022, sec. 4.3)
 
@@ -99,8 +121,28 @@ class TransformerShape:
     # "gelu_new", eager: eight elementwise kernels), relu; a gated FFN uses silu (SwiGLU)
     activation: str = "gelu"
     lm_head: bool = True  # an output projection over the vocabulary and its loss (False: a bare encoder)
+    head_dim: int | None = None  # width of one attention head when not hidden / heads (Qwen3, Gemma)
+    qkv_bias: bool | None = None  # biases on the query/key/value projections (None: as `bias`; Qwen2)
+    out_bias: bool | None = None  # a bias on the attention output projection (None: as `bias`)
+    qk_norm: bool = False  # a norm of every query and key head before attention (Qwen3, Gemma 3)
+    post_norms: bool = False  # norms after attention and after the FFN, before each residual (Gemma 2/3)
+    sliding_window: int | None = None  # attention to the last `sliding_window` tokens only (Mistral)
+    # which blocks attend through the window, repeated over the blocks (True: sliding, False: full);
+    # () = every block (Gemma 2: (True, False); Gemma 3: five sliding, one full; GPT-OSS as Gemma 2)
+    window_pattern: tuple[bool, ...] = ()
+    attention_sinks: bool = False  # a learned sink logit per head in the softmax (GPT-OSS)
+    mla: MLADims | None = None  # multi-head latent attention (DeepSeek-V2/V3) instead of q/k/v projections
 
     def __post_init__(self) -> None:
+        self._check_moe()
+        self._check_attention()
+        if self.positions == "learned" and self.seq_len > self.position_table:
+            raise TrainsimError(
+                f"transformer: seq_len {self.seq_len} exceeds the {self.position_table} "
+                "learned positions (max_positions)"
+            )
+
+    def _check_moe(self) -> None:
         if self.moe is not None:
             if self.moe.top_k > self.moe.experts:
                 raise TrainsimError(
@@ -110,29 +152,75 @@ class TransformerShape:
                 raise TrainsimError(
                     f"transformer: moe dense_layers ({self.moe.dense_layers}) exceeds layers ({self.layers})"
                 )
-        if self.hidden % self.heads:
-            raise TrainsimError(
-                f"transformer: hidden ({self.hidden}) must be a multiple of heads ({self.heads})"
-            )
+
+    def _check_attention(self) -> None:
+        def refuse(reason: str) -> None:
+            raise TrainsimError(f"transformer: {reason}")
+
+        if self.mla is not None and self.head_dim is not None:
+            refuse("give head_dim or mla, not both (mla sets its own head widths)")
+        if self.mla is not None and self.kv_heads not in (None, self.heads):
+            refuse(f"mla has one key/value head per query head; kv_heads ({self.kv_heads}) must be left out")
+        if self.mla is not None and self.qk_norm:
+            refuse("qk_norm is not defined with mla (its latents have their own norms)")
+        if self.head_dim is None and self.mla is None and self.hidden % self.heads:
+            refuse(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads}), or give head_dim")
         if self.heads % self.n_kv_heads:
-            raise TrainsimError(
-                f"transformer: heads ({self.heads}) must be a multiple of kv_heads ({self.n_kv_heads})"
-            )
-        if self.positions == "learned" and self.seq_len > self.position_table:
-            raise TrainsimError(
-                f"transformer: seq_len {self.seq_len} exceeds the {self.position_table} "
-                "learned positions (max_positions)"
-            )
+            refuse(f"heads ({self.heads}) must be a multiple of kv_heads ({self.n_kv_heads})")
+        if self.window_pattern and self.sliding_window is None:
+            refuse("window_pattern needs sliding_window (the window's size in tokens)")
+        if len(self.window_pattern) > self.layers:
+            refuse(f"window_pattern has {len(self.window_pattern)} entries, more than layers ({self.layers})")
+        if self.sliding_window is not None and not self.causal:
+            refuse("sliding_window is modelled for causal decoders only (causal: true)")
 
     @property
     def n_kv_heads(self) -> int:
-        """Key/value heads (equal to heads without grouped-query attention)."""
+        """Key/value heads (equal to heads without grouped-query attention; one per head with MLA)."""
         return self.kv_heads or self.heads
 
     @property
-    def head_dim(self) -> int:
-        """Width of one attention head."""
-        return self.hidden // self.heads
+    def head_width(self) -> int:
+        """Width of one attention head of standard attention (``head_dim``, else hidden / heads)."""
+        return self.head_dim or self.hidden // self.heads
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Width of one query (and key) head."""
+        return self.mla.qk_head_dim if self.mla is not None else self.head_width
+
+    @property
+    def v_head_dim(self) -> int:
+        """Width of one value head (and of each head's attention output)."""
+        return self.mla.v_head_dim if self.mla is not None else self.head_width
+
+    @property
+    def q_width(self) -> int:
+        """Query features per token."""
+        return self.heads * self.qk_head_dim
+
+    @property
+    def k_width(self) -> int:
+        """Key features per token (as the attention kernel reads them)."""
+        return self.n_kv_heads * self.qk_head_dim
+
+    @property
+    def v_width(self) -> int:
+        """Value features per token (as the attention kernel reads them)."""
+        return self.n_kv_heads * self.v_head_dim
+
+    @property
+    def attn_width(self) -> int:
+        """Features per token of the attention output (the output projection's input)."""
+        return self.heads * self.v_head_dim
+
+    def window(self, block: int) -> int | None:
+        """The sliding window block ``block`` attends through, or None for full attention."""
+        if self.sliding_window is None:
+            return None
+        if self.window_pattern and not self.window_pattern[block % len(self.window_pattern)]:
+            return None
+        return self.sliding_window
 
     @property
     def position_table(self) -> int:
@@ -144,6 +232,7 @@ class TransformerShape:
         """A shape from a user mapping, validated strictly (unknown/missing keys, non-positive sizes)."""
         m = check_keys(data, SHAPE_KEYS_REQUIRED, SHAPE_KEYS_OPTIONAL, where)
         sizes: dict[str, Any] = {key: get_positive_int(m, key, where) for key in SHAPE_KEYS_REQUIRED}
+        sizes.update(_attention_options(m, where))
         options: dict[str, Any] = dict(
             kv_heads=get_positive_int(m, "kv_heads", where) if "kv_heads" in m else None,
             tied_embeddings=get_bool(m, "tied_embeddings", where, True),
@@ -176,6 +265,48 @@ class TransformerShape:
         return TransformerShape(**fields)
 
 
+def _optional_int(m: Mapping[str, Any], key: str, where: str) -> int | None:
+    return get_positive_int(m, key, where) if key in m else None
+
+
+def _optional_bool(m: Mapping[str, Any], key: str, where: str) -> bool | None:
+    return get_bool(m, key, where, False) if key in m else None
+
+
+def _attention_options(m: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The shape keys of 2024-25 attention: head width, biases, norms, windows, sinks, MLA."""
+    return dict(
+        head_dim=_optional_int(m, "head_dim", where),
+        qkv_bias=_optional_bool(m, "qkv_bias", where),
+        out_bias=_optional_bool(m, "out_bias", where),
+        qk_norm=get_bool(m, "qk_norm", where, False),
+        post_norms=get_bool(m, "post_norms", where, False),
+        sliding_window=_optional_int(m, "sliding_window", where),
+        window_pattern=_window_pattern(m.get("window_pattern", []), f"{where}: key 'window_pattern'"),
+        attention_sinks=get_bool(m, "attention_sinks", where, False),
+        mla=_mla_from_mapping(m["mla"], f"{where}: mla") if "mla" in m else None,
+    )
+
+
+def _window_pattern(value: object, where: str) -> tuple[bool, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v in WINDOW_KINDS for v in value):
+        raise TrainsimError(
+            f"{where}: expected a list of {' or '.join(WINDOW_KINDS)}, repeated over the blocks"
+        )
+    return tuple(v == "sliding" for v in value)
+
+
+def _mla_from_mapping(data: object, where: str) -> MLADims:
+    m = check_keys(data, MLA_KEYS_REQUIRED, MLA_KEYS_OPTIONAL, where)
+    return MLADims(
+        kv_lora_rank=get_positive_int(m, "kv_lora_rank", where),
+        qk_nope_head_dim=get_positive_int(m, "qk_nope_head_dim", where),
+        qk_rope_head_dim=get_positive_int(m, "qk_rope_head_dim", where),
+        v_head_dim=get_positive_int(m, "v_head_dim", where),
+        q_lora_rank=get_nonnegative_int(m, "q_lora_rank", where, 0),
+    )
+
+
 def _moe_from_mapping(data: object, where: str) -> MoEDims:
     m = check_keys(data, MOE_KEYS_REQUIRED, MOE_KEYS_OPTIONAL, where)
     return MoEDims(
@@ -184,11 +315,8 @@ def _moe_from_mapping(data: object, where: str) -> MoEDims:
         expert_ffn=get_positive_int(m, "expert_ffn", where),
         shared_experts=get_nonnegative_int(m, "shared_experts", where, 0),
         dense_layers=get_nonnegative_int(m, "dense_layers", where, 0),
+        router_bias=get_bool(m, "router_bias", where, False),
     )
-
-
-def _norm_params(shape: TransformerShape) -> int:
-    return shape.hidden * (2 if shape.norm == "layernorm" else 1)
 
 
 def _elementwise(
@@ -216,23 +344,43 @@ def matmul_layer(
     )
 
 
+def _attention_fraction(shape: TransformerShape, block: int) -> float:
+    """The share of the ``seq x seq`` query-key pairs a fused kernel computes in block ``block``.
+
+    A causal kernel skips the blocks above the diagonal, half of them. With a sliding window of
+    ``w < seq`` tokens (FlashAttention-2's ``window_size``) it also skips the blocks left of the
+    band: ``seq * w - w^2 / 2`` pairs, which is ``seq^2 / 2`` at ``w = seq``.
+    """
+    window = shape.window(block)
+    s = shape.seq_len
+    if window is None or window >= s:
+        return 0.5 if shape.causal else 1.0
+    return (s * window - window * window / 2) / (s * s)
+
+
 def _attention_core(shape: TransformerShape, block: int, e: int) -> Layer:
-    s, h, a = shape.seq_len, shape.hidden, shape.heads
-    qkv_elems = s * (h + 2 * shape.n_kv_heads * shape.head_dim)
-    flops = 4.0 * s * s * h  # Q K^T and softmax(.) V, each 2*s*s*h
+    """Scores and weighted sum of the values: ``2*s*s`` FLOPs per query-key feature and per value
+    feature (``4*s*s*hidden`` for standard attention). Attention sinks add one learned logit per
+    head to each softmax row: ``heads`` parameters, no FLOPs worth counting. The eager path
+    computes the full score matrix whatever the window (Hugging Face masks it, as for causality)."""
+    s, a = shape.seq_len, shape.heads
+    q, o = shape.q_width, shape.attn_width
+    qkv_elems = s * (q + shape.k_width + shape.v_width)
+    flops = 4.0 * s * s * q if q == o else 2.0 * s * s * (q + o)  # Q K^T and softmax(.) V
+    sinks = a if shape.attention_sinks else 0
     if shape.flash_attention:
         saved = e * qkv_elems + 4.0 * a * s  # Q, K, V and the fp32 log-sum-exp
-        moved = float(e * (qkv_elems + s * h))
-        executed = flops * (0.5 if shape.causal else 1.0)  # blocks above the diagonal are skipped
+        moved = float(e * (qkv_elems + s * o))
+        executed = flops * _attention_fraction(shape, block)  # blocks above the diagonal are skipped
         return Layer(
             f"block{block}.attn_core",
             "attention",
             block,
-            0,
+            sinks,
             executed,
             2.5 * executed,
             saved,
-            e * s * h,
+            e * s * o,
             moved,
         )
     scores = a * s * s
@@ -240,33 +388,47 @@ def _attention_core(shape: TransformerShape, block: int, e: int) -> Layer:
     # eager attention over the score matrix: write it, scale it (read, write), mask it (a causal
     # decoder: read, write), softmax (read, write), dropout (read, write, 1-byte mask), read for PV
     passes = 6 + (2 if shape.causal else 0) + (2 + 1 / e if shape.dropout else 0)
-    moved = e * (qkv_elems + s * h) + passes * e * scores
+    moved = e * (qkv_elems + s * o) + passes * e * scores
     return Layer(
-        f"block{block}.attn_core", "attention_math", block, 0, flops, 2.0 * flops, saved, e * s * h, moved
+        f"block{block}.attn_core", "attention_math", block, sinks, flops, 2.0 * flops, saved, e * s * o, moved
     )
 
 
-def _norm(shape: TransformerShape, name: str, block: int, s: int, e: int) -> Layer:
-    """A LayerNorm (torch's fused kernel: read and write once) or an RMSNorm as eager PyTorch runs it.
+def _norm(
+    shape: TransformerShape,
+    name: str,
+    block: int,
+    s: int,
+    e: int,
+    width: int | None = None,
+    weights: int | None = None,
+) -> Layer:
+    """A LayerNorm (torch's fused kernel: read and write once) or an RMSNorm as eager PyTorch runs it,
+    over ``width`` features per token (default: hidden) with ``weights`` scales (default: width).
 
     RMSNorm has no fused eager kernel (HF ``LlamaRMSNorm``, ``torch.nn.functional.rms_norm`` outside
     ``torch.compile``): upcast to fp32 (read e, write 4), ``pow`` (4, 4), ``mean`` (4), multiply by the
     reciprocal square root (4, 4), downcast (4, e), scale by the weight (e, e): ``28 + 4e`` bytes per
     element; backward keeps the fp32 input and the downcast result (``4 + e`` bytes saved).
     """
-    h = shape.hidden
+    h = shape.hidden if width is None else width
+    params = (h if weights is None else weights) * (2 if shape.norm == "layernorm" else 1)
     if shape.norm == "rmsnorm":
         return _elementwise(
-            name, "rmsnorm", block, _norm_params(shape), (4.0 + e) * s * h, e * s * h, (28.0 + 4 * e) * s * h
+            name, "rmsnorm", block, params, (4.0 + e) * s * h, e * s * h, (28.0 + 4 * e) * s * h
         )
-    return _elementwise(name, "norm", block, _norm_params(shape), e * s * h, e * s * h, 2.0 * e * s * h)
+    return _elementwise(name, "norm", block, params, e * s * h, e * s * h, 2.0 * e * s * h)
 
 
 def _rotary(shape: TransformerShape, block: int, s: int, e: int) -> Layer:
     """Rotary position embedding of the queries and keys as eager PyTorch applies it
     (``q * cos + rotate_half(q) * sin``: two multiplies, a negate, a concatenation and an add,
-    ``12e`` bytes per element), saving ``q`` and ``rotate_half(q)`` (and the keys') for backward."""
-    elems = s * (shape.hidden + shape.n_kv_heads * shape.head_dim)
+    ``12e`` bytes per element), saving ``q`` and ``rotate_half(q)`` (and the keys') for backward.
+    With MLA only the rotary part of each query head and the one shared rotary key head turn."""
+    if shape.mla is not None:
+        elems = s * (shape.heads + 1) * shape.mla.qk_rope_head_dim
+    else:
+        elems = s * (shape.q_width + shape.k_width)
     return _elementwise(
         f"block{block}.rotary", "rotary", block, 0, 2.0 * e * elems, e * elems, 12.0 * e * elems
     )
@@ -292,28 +454,68 @@ def _residual(name: str, block: int, s: int, h: int, e: int) -> Layer:
     return _elementwise(name, "elementwise", block, 0, 0.0, e * s * h, 3.0 * e * s * h)
 
 
+def _mla_projections(shape: TransformerShape, mla: MLADims, block: int, e: int, bias: bool) -> list[Layer]:
+    """MLA's query and key/value projections (DeepSeek-V2, sec. 2.1.2-2.1.3, as Hugging Face's
+    ``DeepseekV3Attention`` trains it: the latents are projected up, not absorbed): queries through
+    a ``q_lora_rank`` latent and its norm (or directly), keys and values through one
+    ``kv_lora_rank`` latent plus the shared rotary key head, its norm, then up to every head."""
+    s, h, p = shape.seq_len, shape.hidden, f"block{block}"
+    if mla.q_lora_rank:
+        query = [
+            matmul_layer(f"{p}.attn_q_down", block, s, h, mla.q_lora_rank, bias, e, 0.0),
+            _norm(shape, f"{p}.attn_q_norm", block, s, e, width=mla.q_lora_rank),
+            matmul_layer(f"{p}.attn_q_up", block, s, mla.q_lora_rank, shape.q_width, bias, e, 0.0),
+        ]
+    else:
+        query = [matmul_layer(f"{p}.attn_q", block, s, h, shape.q_width, bias, e, 0.0)]
+    kv_up = shape.heads * (mla.qk_nope_head_dim + mla.v_head_dim)
+    return [
+        *query,
+        matmul_layer(f"{p}.attn_kv_down", block, s, h, mla.kv_lora_rank + mla.qk_rope_head_dim, bias, e, 0.0),
+        _norm(shape, f"{p}.attn_kv_norm", block, s, e, width=mla.kv_lora_rank),
+        matmul_layer(f"{p}.attn_kv_up", block, s, mla.kv_lora_rank, kv_up, bias, e, 0.0),
+    ]
+
+
+def _attention_layers(shape: TransformerShape, block: int, e: int) -> list[Layer]:
+    """Projections, head norms, rotary positions and the attention kernel of one block."""
+    s, p = shape.seq_len, f"block{block}"
+    bias = shape.bias if shape.qkv_bias is None else shape.qkv_bias
+    if shape.mla is not None:
+        layers = _mla_projections(shape, shape.mla, block, e, bias)
+    else:
+        qkv_out = shape.q_width + shape.k_width + shape.v_width
+        layers = [matmul_layer(f"{p}.attn_qkv", block, s, shape.hidden, qkv_out, bias, e, 0.0)]
+    if shape.qk_norm:  # one norm of head width for the queries, one for the keys (Qwen3 q_norm/k_norm)
+        width, weights = shape.q_width + shape.k_width, 2 * shape.head_width
+        layers.append(_norm(shape, f"{p}.attn_qk_norm", block, s, e, width=width, weights=weights))
+    if shape.positions == "rotary":
+        layers.append(_rotary(shape, block, s, e))
+    layers.append(_attention_core(shape, block, e))
+    return layers
+
+
 def block_layers(shape: TransformerShape, block: int, e: int) -> list[Layer]:
     """One transformer block's operators in execution order (per sequence)."""
     s, h, f = shape.seq_len, shape.hidden, shape.ffn
     mask = float(s * h) if shape.dropout else 0.0
-    qkv_out = h + 2 * shape.n_kv_heads * shape.head_dim
     up_out = f * (2 if shape.gated_ffn else 1)
     p = f"block{block}"
-    attention = [matmul_layer(f"{p}.attn_qkv", block, s, h, qkv_out, shape.bias, e, 0.0)]
-    if shape.positions == "rotary":
-        attention.append(_rotary(shape, block, s, e))
+    out_bias = shape.bias if shape.out_bias is None else shape.out_bias
     drop1 = [_dropout(f"{p}.attn_dropout", block, s * h, e)] if shape.dropout else []
     drop2 = [_dropout(f"{p}.mlp_dropout", block, s * h, e)] if shape.dropout else []
+    post1 = [_norm(shape, f"{p}.post_attn_norm", block, s, e)] if shape.post_norms else []
+    post2 = [_norm(shape, f"{p}.post_mlp_norm", block, s, e)] if shape.post_norms else []
     head = [
         _norm(shape, f"{p}.norm1", block, s, e),
-        *attention,
-        _attention_core(shape, block, e),
-        matmul_layer(f"{p}.attn_out", block, s, h, h, shape.bias, e, mask),
+        *_attention_layers(shape, block, e),
+        matmul_layer(f"{p}.attn_out", block, s, shape.attn_width, h, out_bias, e, mask),
+        *post1,
         *drop1,
         _residual(f"{p}.residual1", block, s, h, e),
         _norm(shape, f"{p}.norm2", block, s, e),
     ]
-    tail = [*drop2, _residual(f"{p}.residual2", block, s, h, e)]
+    tail = [*post2, *drop2, _residual(f"{p}.residual2", block, s, h, e)]
     if shape.moe is not None and shape.moe.is_moe_block(block):
         return [*head, *_moe_ffn_layers(shape, shape.moe, block, e), *tail]
     return [
@@ -328,7 +530,8 @@ def block_layers(shape: TransformerShape, block: int, e: int) -> list[Layer]:
 def _moe_ffn_layers(shape: TransformerShape, moe: MoEDims, block: int, e: int) -> list[Layer]:
     """Router, shared experts (if any) and routed experts of one MoE block (per sequence).
 
-    The router is a linear layer to ``experts`` logits (no bias, as Mixtral and DeepSeekMoE). The
+    The router is a linear layer to ``experts`` logits (no bias, as Mixtral and DeepSeekMoE; GPT-OSS's
+    has one: ``router_bias``). The
     routed experts hold ``experts`` feed-forwards of width ``expert_ffn`` but each token passes
     through ``top_k`` of them: their FLOPs, saved inputs and intermediates are ``top_k`` times a
     dense feed-forward of that width (GShard, Lepikhin et al. 2020, sec. 2). Shared experts see
@@ -339,7 +542,7 @@ def _moe_ffn_layers(shape: TransformerShape, moe: MoEDims, block: int, e: int) -
     up = f * (2 if shape.gated_ffn else 1)
     act_width = f * (3 if shape.gated_ffn else 1)
     p = f"block{block}"
-    router = matmul_layer(f"{p}.moe_router", block, s, h, moe.experts, False, e, 0.0)
+    router = matmul_layer(f"{p}.moe_router", block, s, h, moe.experts, moe.router_bias, e, 0.0)
     layers = [router]
     if moe.shared_experts:
         fs = f * moe.shared_experts
@@ -455,7 +658,15 @@ def transformer_dims(shape: TransformerShape) -> TransformerDims:
         flash_attention=shape.flash_attention,
         bias=shape.bias,
         moe=shape.moe,
+        head_width=_dims_head_width(shape),
     )
+
+
+def _dims_head_width(shape: TransformerShape) -> int | None:
+    """``TransformerDims.head_width``: None where hidden / heads is the head width."""
+    if shape.mla is not None:
+        return (shape.mla.qk_head_dim + shape.mla.v_head_dim) // 2
+    return shape.head_dim
 
 
 def shape_summary(shape: TransformerShape) -> Mapping[str, Any]:

@@ -65,6 +65,11 @@ ROUNDED_PARAMS = {
     "llama3-8b": 8.0e9,
     "llama3-70b": 70.6e9,
     "gpt3-175b": 175.0e9,
+    "llama3.1-405b": 405e9,  # Llama 3 (2024), Table 3
+    "deepseek-v3": 671e9,  # arXiv 2412.19437 (the multi-token-prediction module not included)
+    "qwen3-30b-a3b": 30.5e9,  # Qwen3 model card
+    "qwen3-235b-a22b": 235e9,  # Qwen3 model card
+    "gpt-oss-120b": 116.83e9,  # gpt-oss model card (arXiv 2508.10925), Table 1
     "resnet50": 25.6e6,
     "vgg16": 138.4e6,
     "densenet121": 8.0e6,
@@ -104,6 +109,36 @@ def test_every_preset_has_a_source_and_cifar_variants_exist() -> None:
         workload = load_workload(name)
         assert workload.source
         assert workload.block_names
+
+
+# Published active parameters per token. The reports round to two or three digits and differ on
+# whether the input embedding table (a lookup, no FLOPs) counts: gpt-oss leaves it out (5.13B),
+# Qwen3 keeps it (3.35B here for "3.3B"), DeepSeek-V3's "37B" lies between the two counts.
+PUBLISHED_ACTIVE = {
+    "deepseek-v3": 37e9,
+    "qwen3-30b-a3b": 3.3e9,
+    "qwen3-235b-a22b": 22e9,
+    "gpt-oss-120b": 5.13e9,
+    "mixtral-8x7b": 12.9e9,  # Jiang et al. 2024: "13B active" (12.9B in the Mixtral release notes)
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_ACTIVE))
+def test_moe_active_params_bracket_the_published_figure(name: str) -> None:
+    """Active = all parameters but the idle routed experts (``top_k`` of ``experts`` work per token):
+    the published figure lies between the count without the input embedding and the count with it
+    (1% either side)."""
+    w = load_workload(name)
+    moe = w.dims.moe if w.dims is not None else None
+    assert moe is not None
+    idle = sum(
+        layer.params * (moe.experts - moe.top_k) // moe.experts
+        for layer in w.layers
+        if layer.name.endswith(("experts_in", "experts_out"))
+    )
+    with_embedding = w.params - idle
+    without = with_embedding - w.layers[0].params
+    assert 0.99 * without <= PUBLISHED_ACTIVE[name] <= 1.01 * with_embedding
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED_GMACS_224))
