@@ -23,6 +23,7 @@ per GPU count, the ranked layouts as what-if records (:mod:`simcore.report`) wit
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -65,6 +66,8 @@ def _count(text: str) -> float:
         ) from None
     if not number > 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    if not math.isfinite(number):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite count")
     return number
 
 

@@ -77,24 +77,12 @@ if TYPE_CHECKING:
     from simcore.workload.types import Workload
 
 __all__ = [
-    "COMMUNICATES_EVERY_MICROBATCH",
     "ParallelStepResult",
     "StagePrediction",
     "active_params",
     "compose_parallel_step",
     "simulate_parallel_step",
 ]
-
-# Strategies whose communication runs in every micro-batch (so it shapes each pipeline pass);
-# DDP and ZeRO-1 communicate only after the last micro-batch (no_sync / one reduction).
-COMMUNICATES_EVERY_MICROBATCH = {
-    "ddp": False,
-    "zero1": False,
-    "zero2": True,
-    "zero3": True,
-    "fsdp": True,
-    "hsdp": True,
-}
 
 
 @dataclass(slots=True)
@@ -562,7 +550,7 @@ class _Composer:
         ]
         fwd_span, bwd_span, last_bwd = _pass_spans(result.run)
         scale_f = scale_b = 1.0
-        if COMMUNICATES_EVERY_MICROBATCH[self.strategy] and pipelined:
+        if get_strategy(self.strategy).communicates_every_microbatch and pipelined:
             total_f, total_b = sum(p[0] for p in pure), sum(p[1] for p in pure)
             scale_f = max(1.0, fwd_span / total_f) if total_f else 1.0
             scale_b = max(1.0, bwd_span / total_b) if total_b else 1.0

@@ -29,14 +29,11 @@ import math
 
 from simcore.compute.memory import model_state_bytes
 from simcore.planner.space import PlanLayout
+from simcore.strategies import get_strategy
 from simcore.strategies.base import TrainingConfig, optimizer_state_bytes
 from simcore.workload.types import Workload
 
-__all__ = ["STRATEGY_STAGES", "activation_floor_per_sample", "memory_floor_bytes", "state_bytes"]
-
-# ZeRO stage per strategy and whether its shard group is one node (HSDP) or every rank.
-STRATEGY_STAGES = {"ddp": (0, False), "zero1": (1, False), "zero2": (2, False), "zero3": (3, False),
-                   "fsdp": (3, False), "hsdp": (3, True)}  # fmt: skip
+__all__ = ["activation_floor_per_sample", "memory_floor_bytes", "state_bytes"]
 
 
 def memory_floor_bytes(
@@ -51,7 +48,8 @@ def memory_floor_bytes(
 
     ``memo``: the caller's dict for the per-sample activation floors of one workload (a sweep
     computes each once)."""
-    stage, per_node = STRATEGY_STAGES[layout.strategy]
+    strategy = get_strategy(layout.strategy)
+    stage, per_node = strategy.zero_stage, strategy.shard_scope == "node"
     lay, offload = layout.parallel, layout.options.offload
     group = lay.dp(gpus) * lay.cp
     shards = min(node_size, group) if per_node else group
@@ -84,7 +82,7 @@ def state_bytes(config: TrainingConfig, strategy: str) -> tuple[int, int, int]:
     step plan counts them (:meth:`TrainingConfig.precision_for`): DDP keeps fp32 parameters; the
     ZeRO family and FSDP keep 16-bit working parameters and gradients with the fp32 master copy in
     the optimizer state (:func:`simcore.strategies.base.optimizer_state_bytes`)."""
-    precision = config.precision_for(strategy)
+    precision = config.precision_for(get_strategy(strategy))
     return (
         precision.bytes("param"),
         precision.bytes("grad"),

@@ -8,22 +8,33 @@ import pytest
 
 from simcore.compute.memory import model_state_bytes
 from simcore.errors import TrainsimError
-from simcore.parallel.step import COMMUNICATES_EVERY_MICROBATCH
-from simcore.planner.space import _STAGES
 from simcore.strategies import STRATEGIES, get_strategy
 from simcore.strategies.base import SHARD_SCOPES, TrainingConfig, framework_of, optimizer_state_bytes
 from simcore.strategies.runner import report_step, simulate_step
 from simcore.strategies.schedule import COMM, render_label
 from tests.simcore.strategies.test_strategies_support import toy_context, toy_transformer
 
+# What each strategy is, from its framework's documentation: DDP shards nothing; DeepSpeed's ZeRO
+# stages 1-3 shard optimizer state, + gradients, + parameters over every rank (Rajbhandari et al.
+# 2020); FSDP is stage 3 over every rank, HSDP over one node. DDP (no_sync) and ZeRO-1 communicate
+# only after the last micro-batch; ZeRO-2 reduces, ZeRO-3/FSDP/HSDP gather and reduce, in every one.
+FACTS = {
+    "ddp": (0, "world", False, "torch-ddp"),
+    "zero1": (1, "world", False, "deepspeed"),
+    "zero2": (2, "world", True, "deepspeed"),
+    "zero3": (3, "world", True, "deepspeed"),
+    "fsdp": (3, "world", True, "torch-fsdp"),
+    "hsdp": (3, "node", True, "torch-fsdp"),
+}
 
-def test_the_facts_agree_with_the_tables_they_replace() -> None:
-    """The planner's ZeRO stages and the composer's per-micro-batch flags, switched at merge."""
-    assert set(STRATEGIES) == set(_STAGES) == set(COMMUNICATES_EVERY_MICROBATCH)
+
+def test_each_strategy_states_what_it_shards_where_and_when_it_communicates() -> None:
+    """The facts the planner's memory floor, the pipeline composer and the precision rules read."""
+    assert set(STRATEGIES) == set(FACTS)
     for name, strategy in STRATEGIES.items():
-        assert (strategy.zero_stage, strategy.shard_scope == "node") == _STAGES[name], name
-        assert strategy.communicates_every_microbatch == COMMUNICATES_EVERY_MICROBATCH[name], name
-        assert strategy.shard_scope in SHARD_SCOPES and strategy.zero_stage in (0, 1, 2, 3), name
+        stated = (strategy.zero_stage, strategy.shard_scope, strategy.communicates_every_microbatch)
+        assert (*stated, strategy.framework) == FACTS[name], name
+        assert strategy.shard_scope in SHARD_SCOPES, name
 
 
 @pytest.mark.parametrize("name", list(STRATEGIES))
