@@ -25,7 +25,14 @@ from topologies.spec import FABRIC_TYPES, parse_oversubscription
 from topologies.spec_types import ClusterSpec, FabricSpec
 from topologies.yamlcheck import SpecError, read_yaml
 
-__all__ = ["NetworkOverrides", "cpu_cluster", "load_cluster", "mixed_cluster", "network_overrides", "preset_names"]
+__all__ = [
+    "NetworkOverrides",
+    "cpu_cluster",
+    "load_cluster",
+    "mixed_cluster",
+    "network_overrides",
+    "preset_names",
+]
 
 _FABRIC_ALIASES = {"rail-optimized": "rail-optimised", "rail": "rail-optimised"}
 
@@ -63,7 +70,9 @@ def load_cluster(
         data = read_yaml(text)
         if is_explicit(data):
             if network is not None and network.given:
-                raise SpecError(f"{text}: a graph: spec fixes its NICs and fabric; network overrides do not apply")
+                raise SpecError(
+                    f"{text}: a graph: spec fixes its NICs and fabric; network overrides do not apply"
+                )
             return _explicit(data, text, gpus, nodes, fabric_type, ratio)
         spec = parse_spec(data, text, default_name=Path(text).stem, base_dir=Path(text).parent)
     else:

@@ -31,8 +31,8 @@ __all__ = [
     "add_network",
     "add_nodes",
     "cluster_help",
-    "network_loader",
     "network_from_args",
+    "network_loader",
 ]
 
 MAX_GPUS = 32768

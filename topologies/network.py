@@ -111,7 +111,8 @@ def _node_type(node_type: NodeType, overrides: NetworkOverrides, cluster: str) -
         )
     sources = [nics[j * len(nics) // count] for j in range(count)]
     new = [
-        replace(_with_port(src, overrides.nic_bandwidth_Bps), local=f"nic{j}") for j, src in enumerate(sources)
+        replace(_with_port(src, overrides.nic_bandwidth_Bps), local=f"nic{j}")
+        for j, src in enumerate(sources)
     ]
     return replace(
         node_type,

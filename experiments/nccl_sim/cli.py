@@ -72,7 +72,15 @@ from simcore.collectives.options import algorithm_name
 from simcore.errors import TrainsimError, cli_entry
 from simcore.topology import Topology
 from topologies import load_cluster
-from topologies.cliargs import MAX_GPUS, add_cluster, add_fabric, add_gpus, add_network, add_nodes, network_from_args
+from topologies.cliargs import (
+    MAX_GPUS,
+    add_cluster,
+    add_fabric,
+    add_gpus,
+    add_network,
+    add_nodes,
+    network_from_args,
+)
 from topologies.network import NetworkOverrides
 
 __all__ = ["NcclRow", "check_algo", "check_proto", "main", "rows_for", "size_ladder", "skewed_splits"]
