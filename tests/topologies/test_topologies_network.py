@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 
 from simcore.collectives import collective_time
 from topologies import load_cluster, network_overrides
+from topologies.show import main as show_main
+from topologies.summary import bisection_bandwidth
 from topologies.yamlcheck import SpecError
 
 
@@ -141,3 +143,14 @@ def test_faster_nics_never_slow_an_all_reduce_across_nodes(slow: int, factor: in
         for rate in (slow, slow * factor)
     ]
     assert times[1] <= times[0]
+
+
+def test_show_takes_the_flags_and_pcie_caps_an_800g_nic(capsys):
+    # two HGX B200 nodes with 4 NICs of 800 Gb/s (100 GB/s): the halves are joined by 4 NICs, each
+    # behind its PCIe Gen5 x16 link of 63 GB/s, so the cut is 4 x 63 GB/s, not 4 x 100
+    argv = ["hgx-b200", "--nodes", "2", "--nic-bandwidth", "800Gb/s", "--nics-per-node", "4"]
+    assert show_main(argv) == 0
+    out = capsys.readouterr().out
+    assert "8 nic" in out and "bisection bandwidth (min cut, ranks 0..7 | 8..15, one way): 252.0 GB/s" in out
+    topo = load_cluster("hgx-b200", nodes=2, network=network_overrides("800Gb/s", 4))
+    assert bisection_bandwidth(topo) == pytest.approx(4 * 63e9)
