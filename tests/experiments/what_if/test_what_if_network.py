@@ -98,3 +98,17 @@ def test_bad_network_values_get_one_error_line(
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and err.count("\n") == 1
+
+
+def test_h800_computes_as_h100_and_is_never_faster(capsys: pytest.CaptureFixture[str]) -> None:
+    # Same silicon (devices.yaml, efficiency.yaml); only NVLink is cut from 450 to 200 GB/s each way.
+    argv = ["--cluster", "hgx-h100,hgx-h800", "--gpus", "8", "--model", "llama2-7b", "--strategies", "fsdp"]
+    doc = _json([*argv, "--quiet"], capsys)
+    h100, h800 = (
+        next(r for r in doc["records"] if r["cluster"] == c and r["gpus"] == 8)
+        for c in ("hgx-h100", "hgx-h800")
+    )
+    assert h800["step_time_s"] > h100["step_time_s"]
+    assert h800["exposed_comm_s"] > h100["exposed_comm_s"]
+    compute = [r["step_time_s"] - r["exposed_comm_s"] for r in (h100, h800)]
+    assert compute[1] == pytest.approx(compute[0], rel=1e-3)
