@@ -19,12 +19,20 @@ from topologies.builders import build_cluster, with_overrides
 from topologies.catalog import parse_spec, preset_names, preset_spec
 from topologies.cpu import cpu_cluster
 from topologies.explicit import is_explicit, parse_explicit
+from topologies.network import NetworkOverrides, apply_network, network_overrides
 from topologies.nvsmi_graph import load_capture_spec
 from topologies.spec import FABRIC_TYPES, parse_oversubscription
 from topologies.spec_types import ClusterSpec, FabricSpec
 from topologies.yamlcheck import SpecError, read_yaml
 
-__all__ = ["cpu_cluster", "load_cluster", "mixed_cluster", "preset_names"]
+__all__ = [
+    "NetworkOverrides",
+    "cpu_cluster",
+    "load_cluster",
+    "mixed_cluster",
+    "network_overrides",
+    "preset_names",
+]
 
 _FABRIC_ALIASES = {"rail-optimized": "rail-optimised", "rail": "rail-optimised"}
 
@@ -36,12 +44,15 @@ def load_cluster(
     nodes: int | None = None,
     fabric: str | None = None,
     oversubscription: float | None = None,
+    network: NetworkOverrides | None = None,
 ) -> Topology:
     """A validated cluster: a preset name, a YAML spec file, or an ``nvidia-smi topo -m`` capture.
 
     ``gpus`` places that many ranks (adding servers as needed: 16 on ``dgx-a100`` is two servers);
     ``nodes`` fixes the server count; ``fabric`` (``leaf-spine``, ``rail-optimised``, ``none``) and
-    ``oversubscription`` (>= 1, leaf downlink : uplink) override the spec's fabric.
+    ``oversubscription`` (>= 1, leaf downlink : uplink) override the spec's fabric; ``network``
+    changes NIC speed, NICs per node and oversubscription (:mod:`topologies.network`); an
+    ``oversubscription`` given here wins over the one in ``network``.
     """
     fabric_type = None
     if fabric is not None:
@@ -58,6 +69,10 @@ def load_cluster(
     elif Path(text).suffix.lower() in (".yaml", ".yml") or Path(text).exists():
         data = read_yaml(text)
         if is_explicit(data):
+            if network is not None and network.given:
+                raise SpecError(
+                    f"{text}: a graph: spec fixes its NICs and fabric; network overrides do not apply"
+                )
             return _explicit(data, text, gpus, nodes, fabric_type, ratio)
         spec = parse_spec(data, text, default_name=Path(text).stem, base_dir=Path(text).parent)
     else:
@@ -65,6 +80,8 @@ def load_cluster(
             f"unknown topology {text!r}; presets: {', '.join(preset_names())}, "
             "or a cluster spec .yaml / nvidia-smi topo -m .txt file"
         )
+    if network is not None:
+        spec = apply_network(spec, network)
     try:
         return build_cluster(
             spec,

@@ -8,10 +8,11 @@ Structure inferred from the matrix (union-find over the connection classes):
   modelled as a CPU ``cpu{k}``; CPUs are joined pairwise by SMP links (``SYS``).
 - ``NV#``: if a GPU's NVLink count summed over its peers exceeds what one GPU of its model has
   (NV12 to all seven peers on a DGX A100), the GPUs hang off an NVSwitch ``nvswitch`` at
-  ``max(#) x 25 GB/s`` each way; otherwise each pair gets a direct NVLink of ``# x 25 GB/s``.
+  ``max(#) x`` the per-link rate each way; otherwise each pair gets a direct NVLink of ``#`` links.
 
-Per-class figures (each way): NVLink 25 GB/s per link (NVLink 2, 3 and 4 alike: V100 6 links =
-300 GB/s bidirectional, A100 12 = 600, H100 18 = 900; NVIDIA datasheets); PCIe x16 by the GPU's
+Per-class figures (each way): NVLink 25 GB/s per link for NVLink 2, 3 and 4 (V100 6 links =
+300 GB/s bidirectional, A100 12 = 600, H100 18 = 900, H800 8 = 400) and 50 GB/s for NVLink 5
+(B200 and GB200: 18 links = 1.8 TB/s; NVIDIA datasheets); PCIe x16 by the GPU's
 generation (Gen3 15.75, Gen4 31.5, Gen5 63 GB/s; PCI-SIG); host bridge into the socket four x16
 ports' worth and SMP 100 GB/s (engineering estimates). Latencies as in the presets (NVSwitch hop
 0.5 us, direct NVLink 1 us, PCIe hop 0.75 us; estimates). A capture shows no Ethernet NIC (AWS
@@ -35,11 +36,36 @@ from topologies.yamlcheck import SpecError, shown
 __all__ = ["capture_cluster_spec", "capture_node_type", "infer_gpu", "load_capture_spec"]
 
 NVLINK_PER_LINK_BPS = 25e9
-# NVLinks per GPU (datasheets: V100 SXM2 6, A100 SXM4 12, H100/H200 SXM 18); no pair shares more.
-_NVLINKS_PER_GPU = {"v100": 6, "a100": 12, "h100": 18, "h200": 18}
-_PCIE_X16_BPS = {"v100": 15.75e9, "a100": 31.5e9, "a10g": 31.5e9, "h100": 63e9, "h200": 63e9}
+# NVLink 5 (Blackwell) doubles the per-link rate: 18 links = 1.8 TB/s bidirectional per GPU.
+_NVLINK_PER_LINK_BPS = {"b200": 50e9, "gb200": 50e9}
+# NVLinks per GPU (datasheets: V100 SXM2 6, A100 SXM4 12, H100/H200/H20 SXM 18, H800 8 (400 GB/s),
+# B200/GB200 18); no pair shares more.
+_NVLINKS_PER_GPU = {
+    "v100": 6,
+    "a100": 12,
+    "h100": 18,
+    "h200": 18,
+    "h800": 8,
+    "h20": 18,
+    "b200": 18,
+    "gb200": 18,
+}
+_PCIE_X16_BPS = {
+    "v100": 15.75e9,
+    "a100": 31.5e9,
+    "a10g": 31.5e9,
+    **{family: 63e9 for family in ("h100", "h200", "h800", "h20", "gh200", "b200", "gb200")},
+}
+# Hopper and Blackwell NVSwitches reduce in the switch (NVLink SHARP)
+_NVLS_FAMILIES = ("h100", "h200", "h800", "h20", "b200", "gb200")
+# NDR 400 Gb/s per GPU on Hopper and Blackwell servers, HDR 200 Gb/s on A100, else 100 Gb/s
+_NIC_PORT_BPS = {**{family: 50e9 for family in (*_NVLS_FAMILIES, "gh200")}, "a100": 25e9}
 _SMP_BPS = 100e9
-_PRODUCTS = (  # substrings of nvidia-smi product names -> device spec
+_PRODUCTS = (  # substrings of nvidia-smi product names -> device spec; longer names first
+    ("GH200", "gh200"),  # before H200, which it contains
+    ("GB200", "gb200"),  # before B200
+    ("B200", "b200"),
+    ("H800", "h800"),
     ("A100-SXM4-80GB", "a100-sxm-80gb"),
     ("A100-SXM4-40GB", "a100-sxm-40gb"),
     ("A100 80GB PCIe", "a100-pcie-80gb"),
@@ -48,6 +74,7 @@ _PRODUCTS = (  # substrings of nvidia-smi product names -> device spec
     ("H100 80GB HBM3", "h100-sxm"),
     ("H100-SXM", "h100-sxm"),
     ("H200", "h200-sxm"),
+    ("H20", "h20"),  # after H200, which contains it
     ("V100-SXM2-16GB", "v100-sxm2-16gb"),
     ("V100-SXM2-32GB", "v100-sxm2-32gb"),
 )
@@ -147,6 +174,7 @@ def _nvlink_structure(capture: Capture, gpu: str) -> tuple[list[DeviceDecl], lis
     if not any(any(c) for c in counts.values()):
         return [], []
     per_gpu = _NVLINKS_PER_GPU.get(_family(gpu), 18)
+    per_link = _NVLINK_PER_LINK_BPS.get(_family(gpu), NVLINK_PER_LINK_BPS)
     for a in gpus:
         for b in gpus:
             if capture.nvlinks(a, b) > per_gpu:
@@ -156,12 +184,10 @@ def _nvlink_structure(capture: Capture, gpu: str) -> tuple[list[DeviceDecl], lis
                 )
     if any(sum(c) > per_gpu for c in counts.values()):
         widest = max(max(c) for c in counts.values())
-        reduction = "nvls" if _family(gpu) in ("h100", "h200") else ""
+        reduction = "nvls" if _family(gpu) in _NVLS_FAMILIES else ""
         switch = DeviceDecl("nvswitch", "switch", in_network_reduction=reduction)
         links = [
-            _link(
-                _local(g, capture), "nvswitch", "nvswitch", "nvswitch", widest * NVLINK_PER_LINK_BPS, 0.5e-6
-            )
+            _link(_local(g, capture), "nvswitch", "nvswitch", "nvswitch", widest * per_link, 0.5e-6)
             for g in gpus
             if any(counts[g])
         ]
@@ -172,7 +198,7 @@ def _nvlink_structure(capture: Capture, gpu: str) -> tuple[list[DeviceDecl], lis
             _local(b, capture),
             f"nvlink-x{capture.nvlinks(a, b)}",
             "nvlink",
-            capture.nvlinks(a, b) * NVLINK_PER_LINK_BPS,
+            capture.nvlinks(a, b) * per_link,
             1e-6,
         )
         for i, a in enumerate(gpus)
@@ -193,7 +219,7 @@ def capture_node_type(
         except TrainsimError as exc:
             raise SpecError(str(exc)) from None
     pcie_bw = _PCIE_X16_BPS.get(_family(spec), 31.5e9)
-    port = nic_port_Bps or {"h100": 50e9, "h200": 50e9, "a100": 25e9}.get(_family(spec), 12.5e9)
+    port = nic_port_Bps or _NIC_PORT_BPS.get(_family(spec), 12.5e9)
     devices = [DeviceDecl(_local(g, capture), "gpu", spec=spec) for g in capture.gpus]
     devices += [DeviceDecl(_local(n, capture), "nic", port_Bps=port) for n in capture.nics]
     pcie_devices, pcie_links = _pcie_structure(capture, pcie_bw)

@@ -5,6 +5,7 @@ Examples::
     python -m topologies.show dgx-a100 --nodes 2
     python -m topologies.show --cluster dgx-a100 --nodes 2            # the same
     python -m topologies.show hgx-h100 --gpus 64 --fabric leaf-spine --oversubscription 2
+    python -m topologies.show hgx-b200 --nodes 2 --nic-bandwidth 800Gb/s --nics-per-node 4
     python -m topologies.show my_cluster.yaml --png cluster.png
     python -m topologies.show topo.txt --gpu a10g --nic-port 40Gb/s --nodes 2   # nvidia-smi topo -m
 """
@@ -14,14 +15,16 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from simcore.cliargs import Parser
+from simcore.cliargs import Parser, int_range
 from simcore.errors import TrainsimError, cli_entry
+from simcore.limits import DEVICES_PER_NODE
 from simcore.topology import Topology
 from simcore.units import parse_bandwidth
 from topologies import load_cluster
 from topologies.builders import build_cluster, with_overrides
 from topologies.cliargs import add_cluster, add_fabric, add_gpus, add_nodes
 from topologies.draw import draw_png
+from topologies.network import apply_network, network_overrides
 from topologies.nvsmi_graph import load_capture_spec
 from topologies.spec import parse_oversubscription
 from topologies.summary import TopologySummary, summarise
@@ -80,6 +83,13 @@ def _parser() -> argparse.ArgumentParser:
     add_nodes(parser)
     add_fabric(parser)
     parser.add_argument("--oversubscription", help="leaf downlink:uplink ratio, e.g. 2 or 2:1")
+    parser.add_argument("--nic-bandwidth", metavar="RATE", help="every NIC's port speed, e.g. 800Gb/s")
+    parser.add_argument(
+        "--nics-per-node",
+        metavar="N",
+        type=int_range(1, DEVICES_PER_NODE.limit),
+        help="NICs in every node (topologies/network.py)",
+    )
     parser.add_argument("--gpu", help="GPU model of a topo -m capture (device spec name)")
     parser.add_argument("--nic-port", help="NIC speed for a topo -m capture, e.g. 40Gb/s")
     parser.add_argument("--png", type=Path, help="also draw the graph to this PNG file")
@@ -106,15 +116,21 @@ def _load(args: argparse.Namespace) -> Topology:
         if args.oversubscription is None
         else parse_oversubscription(args.oversubscription, "--oversubscription")
     )
+    network = network_overrides(args.nic_bandwidth, args.nics_per_node)
     if args.gpu or args.nic_port:
         port = parse_bandwidth(args.nic_port) if args.nic_port else None
-        spec = load_capture_spec(_cluster(args), gpu=args.gpu, nic_port_Bps=port)
+        spec = apply_network(load_capture_spec(_cluster(args), gpu=args.gpu, nic_port_Bps=port), network)
         fabric_type = "rail-optimised" if args.fabric == "rail-optimized" else args.fabric
         return build_cluster(
             spec, gpus=args.gpus, nodes=args.nodes, fabric=with_overrides(spec.fabric, fabric_type, ratio)
         )
     return load_cluster(
-        _cluster(args), gpus=args.gpus, nodes=args.nodes, fabric=args.fabric, oversubscription=ratio
+        _cluster(args),
+        gpus=args.gpus,
+        nodes=args.nodes,
+        fabric=args.fabric,
+        oversubscription=ratio,
+        network=network,
     )
 
 

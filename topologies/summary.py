@@ -5,6 +5,11 @@ first half of the ranks from the second half, with every directed link's bandwid
 It counts every physical path, PCIe and SMP included, so it is an upper bound on what collectives
 reach. Injection bandwidth is the max flow from a host's ranks into the fabric switches next to it:
 for one rank alone (not transiting other GPUs) and per rank when all of the host's ranks send.
+
+The NVLink domain is the largest set of ranks joined by NVLink-class links (``nvlink``, ``nvswitch``:
+NVLink, NVSwitch, and the xGMI mesh of AMD parts) through GPUs and switches only, never a CPU or
+PCIe; its per-GPU bandwidth is what rank 0's own such links to GPUs and switches carry (NVLink-C2C
+to a Grace CPU does not count).
 """
 
 from __future__ import annotations
@@ -19,9 +24,18 @@ from simcore.topology import NODE_KINDS, Topology
 if TYPE_CHECKING:
     import networkx as nx
 
-__all__ = ["LinkClassSummary", "TopologySummary", "bisection_bandwidth", "injection_bandwidth", "summarise"]
+__all__ = [
+    "LinkClassSummary",
+    "TopologySummary",
+    "bisection_bandwidth",
+    "injection_bandwidth",
+    "nvlink_domain",
+    "summarise",
+]
 
 _SOURCE, _SINK = "__source__", "__sink__"
+_NVLINK_KINDS = ("nvlink", "nvswitch")
+_PEER_KINDS = ("gpu", "switch")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +64,9 @@ class TopologySummary:
     injection_each_Bps: float
     bisection_Bps: float
     in_network_reduction: dict[str, int]
+    nvlink_domain_ranks: int = 0  # most ranks joined by NVLink-class links (1: no GPU peer links)
+    nvlink_per_gpu_Bps: float = 0.0  # rank 0's NVLink-class bandwidth to GPUs and switches, per direction
+    nics_per_host: int = 0  # NICs on host 0
 
 
 def _capacity_graph(topo: Topology, nodes: set[str] | None = None) -> nx.DiGraph:
@@ -95,6 +112,27 @@ def injection_bandwidth(topo: Topology, host: int = 0) -> tuple[float, float]:
     return one, everyone / len(ranks)
 
 
+def nvlink_domain(topo: Topology) -> tuple[int, float]:
+    """(most ranks in one NVLink domain, rank 0's NVLink-class bandwidth per direction in B/s)."""
+    import networkx as nx
+
+    nodes = topo.graph.nodes
+    links = nx.Graph()
+    links.add_nodes_from(topo.ranks)
+    for u, v, a in topo.graph.edges(data=True):
+        if a["kind"] in _NVLINK_KINDS and nodes[u]["kind"] in _PEER_KINDS and nodes[v]["kind"] in _PEER_KINDS:
+            links.add_edge(u, v)
+    ranks = set(topo.ranks)
+    domain = max(len(ranks & component) for component in nx.connected_components(links))
+    first = topo.ranks[0]
+    per_gpu = sum(
+        float(a["bandwidth_Bps"])
+        for _, v, a in topo.graph.out_edges(first, data=True)
+        if a["kind"] in _NVLINK_KINDS and nodes[v]["kind"] in _PEER_KINDS
+    )
+    return domain, per_gpu
+
+
 def _link_classes(topo: Topology) -> tuple[LinkClassSummary, ...]:
     counts: Counter[tuple[str, str, float, float]] = Counter()
     for _, _, a in topo.graph.edges(data=True):
@@ -116,6 +154,7 @@ def summarise(topo: Topology) -> TopologySummary:
         str(a["in_network_reduction"]) for _, a in nodes(data=True) if a.get("in_network_reduction")
     )
     one, each = injection_bandwidth(topo)
+    domain, per_gpu = nvlink_domain(topo)
     return TopologySummary(
         name=topo.name,
         preset=str(topo.metadata.get("preset", "")),
@@ -130,4 +169,7 @@ def summarise(topo: Topology) -> TopologySummary:
         injection_each_Bps=each,
         bisection_Bps=bisection_bandwidth(topo),
         in_network_reduction=dict(sorted(reductions.items())),
+        nvlink_domain_ranks=domain,
+        nvlink_per_gpu_Bps=per_gpu,
+        nics_per_host=sum(1 for _, a in nodes(data=True) if a["kind"] == "nic" and a.get("host") == 0),
     )

@@ -28,7 +28,13 @@ what the first does).
                   "time_us": float, "algbw_GBps": float, "busbw_GBps": float,
                   "algorithm": str, "protocol": str, "bottleneck_link": str,
                   "bottleneck": {"src": str, "dst": str, "kind": str, "bandwidth_GBps": float,
-                                 "usable_GBps": float} | null, "closed_form_us": float}, ...]}
+                                 "usable_GBps": float} | null, "closed_form_us": float}, ...],
+     "network": {"nic_bandwidth_Gbps": float | null, "nics_per_node": int | null,
+                 "oversubscription": float | null}}   # only with a network what-if flag
+
+Network what-ifs on any cluster, no YAML edit: ``--nic-bandwidth RATE`` (every NIC's port speed),
+``--nics-per-node N`` and ``--oversubscription R`` (:mod:`topologies.network`); the header's
+``# trainsim simulation`` line and the JSON's ``network`` record say which were given.
 
 GB/s are 1e9 bytes/s. ``--cluster`` and ``--topology`` name the same flag. Bad input prints one
 ``error:`` line and exits with status 2; so does a ladder of more than :data:`MAX_SIZES` sizes, a
@@ -66,7 +72,16 @@ from simcore.collectives.options import algorithm_name
 from simcore.errors import TrainsimError, cli_entry
 from simcore.topology import Topology
 from topologies import load_cluster
-from topologies.cliargs import MAX_GPUS, add_cluster, add_fabric, add_gpus, add_nodes
+from topologies.cliargs import (
+    MAX_GPUS,
+    add_cluster,
+    add_fabric,
+    add_gpus,
+    add_network,
+    add_nodes,
+    network_from_args,
+)
+from topologies.network import NetworkOverrides
 
 __all__ = ["NcclRow", "check_algo", "check_proto", "main", "rows_for", "size_ladder", "skewed_splits"]
 
@@ -117,6 +132,7 @@ def _parser() -> argparse.ArgumentParser:
     add_gpus(p, None, help="ranks to place (default: one node of the preset)")
     add_nodes(p)
     add_fabric(p)
+    add_network(p)
     p.add_argument("--op", default="all_reduce", choices=list(OPS), help="collective")
     p.add_argument("-b", "--minbytes", type=size_bytes(), default="32M", help="smallest size")
     p.add_argument("-e", "--maxbytes", type=size_bytes(), default="32M", help="largest size")
@@ -311,14 +327,16 @@ def format_table(
     factor: int,
     step_bytes: int,
     mode: str,
+    network: NetworkOverrides | None = None,
 ) -> str:
     """The nccl-tests stdout layout for ``rows`` (header, one line per size, footer)."""
     step = f"{factor}(factor)" if factor > 1 else f"{step_bytes}(bytes)"
+    what_if = f", network {network.describe()}" if network is not None and network.given else ""
     out = [
         f"# nThread 1 nGpus {topology.world_size} minBytes {sizes[0]} maxBytes {sizes[-1]} step: {step} "
         "warmup iters: 0 iters: 1 agg iters: 1 validation: 0 graph: 0",
         f"# trainsim simulation: op {op}, topology {topology.name}, {topology.world_size} ranks on "
-        f"{len(topology.hosts)} node(s), mode {mode}; times are simulated, not measured",
+        f"{len(topology.hosts)} node(s), mode {mode}{what_if}; times are simulated, not measured",
         "#",
         "# Using devices",
         *_device_lines(topology),
@@ -366,8 +384,15 @@ def _link_json(link: LinkRef | None) -> dict[str, Any] | None:
             "bandwidth_GBps": link.bandwidth_Bps / 1e9, "usable_GBps": link.usable_Bps / 1e9}  # fmt: skip
 
 
-def format_json(topology: Topology, op: str, datatype: str, mode: str, rows: Sequence[NcclRow]) -> str:
-    doc = {
+def format_json(
+    topology: Topology,
+    op: str,
+    datatype: str,
+    mode: str,
+    rows: Sequence[NcclRow],
+    network: NetworkOverrides | None = None,
+) -> str:
+    doc: dict[str, Any] = {
         "format": "trainsim-nccl-sim",
         "version": 1,
         "topology": topology.name,
@@ -395,11 +420,13 @@ def format_json(topology: Topology, op: str, datatype: str, mode: str, rows: Seq
             for r in rows
         ],
     }
+    if network is not None and network.given:
+        doc["network"] = network.record()
     return json.dumps(doc, indent=2) + "\n"
 
 
-def _load_topology(args: argparse.Namespace) -> Topology:
-    return load_cluster(args.cluster, gpus=args.gpus, nodes=args.nodes, fabric=args.fabric)
+def _load_topology(args: argparse.Namespace, network: NetworkOverrides) -> Topology:
+    return load_cluster(args.cluster, gpus=args.gpus, nodes=args.nodes, fabric=args.fabric, network=network)
 
 
 @cli_entry
@@ -411,7 +438,8 @@ def main(argv: list[str] | None = None) -> int:
         raise TrainsimError(f"--skew must be a finite number >= 0, got {args.skew}")
     options = NcclOptions.from_env(os.environ)
     sizes = size_ladder(args.minbytes, args.maxbytes, args.stepfactor, args.stepbytes)
-    topology = _load_topology(args)
+    network = network_from_args(args)
+    topology = _load_topology(args, network)
     if args.op in _ROOTED and not 0 <= args.root < topology.world_size:
         raise TrainsimError(f"--root {args.root} is not a rank; allowed 0..{topology.world_size - 1}")
     calibration = None
@@ -431,10 +459,10 @@ def main(argv: list[str] | None = None) -> int:
         )  # fmt: skip
     require_finite([asdict(r) for r in rows], f"the simulated {args.op}")
     if args.format == "json":
-        sys.stdout.write(format_json(topology, args.op, args.datatype, args.mode, rows))
+        sys.stdout.write(format_json(topology, args.op, args.datatype, args.mode, rows, network))
     else:
         sys.stdout.write(
-            format_table(topology, args.op, rows, sizes, args.stepfactor, args.stepbytes, args.mode)
+            format_table(topology, args.op, rows, sizes, args.stepfactor, args.stepbytes, args.mode, network)
         )
     return 0
 

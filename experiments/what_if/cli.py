@@ -23,6 +23,11 @@ or when the parameter-server modes would take minutes (they are left out, with a
 they were not named in ``--strategies``); a long but allowed run says how much it simulates and
 shows a progress bar on stderr (a terminal only; ``--quiet`` turns both off).
 
+Network what-ifs on any cluster, no YAML edit: ``--nic-bandwidth RATE``, ``--nics-per-node N``,
+``--oversubscription R`` (:mod:`topologies.network`), named in the header and, in JSON, as a
+top-level ``network`` record ``{"nic_bandwidth_Gbps", "nics_per_node", "oversubscription"}``
+(null where the cluster's own value stands).
+
 Uneven hardware: ``--straggler RANK:FACTOR`` (repeatable), ``--jitter
 compute=lognormal:0.1,link=lognormal:0.05``, or a heterogeneous cluster YAML. With jitter and no
 ``--steps``, :data:`STOCHASTIC_STEPS` steps are simulated.
@@ -82,8 +87,16 @@ from simcore.whatif.sweep import (
 )
 from simcore.workload.loader import load_workload
 from simcore.workload.types import Workload
-from topologies import load_cluster
-from topologies.cliargs import MAX_GPUS, MAX_NODES, add_cluster, add_gpus
+from topologies.cliargs import (
+    MAX_GPUS,
+    MAX_NODES,
+    add_cluster,
+    add_gpus,
+    add_network,
+    network_from_args,
+    network_loader,
+)
+from topologies.network import NetworkOverrides
 
 STOCHASTIC_STEPS = (
     20  # steps simulated with jitter when --steps is not given: enough for a p99 to mean something
@@ -105,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="python -m experiments.what_if", description=__doc__.split("\n\n")[0])
     add_model(p, DEFAULT_MODEL)
     add_cluster(p, ",".join(DEFAULT_CLUSTERS), several=True)
+    add_network(p)
     add_strategies(p, None)
     add_gpus(p, "16", several=True, help="a GPU count or a comma list (a scaling sweep)")
     add_batch(p, global_batch=d.global_batch, micro_batch=d.micro_batch)
@@ -449,7 +463,13 @@ def _assumed(reports: list[StepReport]) -> list[str]:
     ]
 
 
-def _header(workload_name: str, params: int, cfg: TrainingConfig, heterogeneity: Heterogeneity) -> str:
+def _header(
+    workload_name: str,
+    params: int,
+    cfg: TrainingConfig,
+    heterogeneity: Heterogeneity,
+    network: NetworkOverrides | None = None,
+) -> str:
     precision = f"--dtype {cfg.dtype}, --precision {cfg.precision}"
     uneven = heterogeneity.describe()
     batch = (
@@ -461,6 +481,7 @@ def _header(workload_name: str, params: int, cfg: TrainingConfig, heterogeneity:
         f"model {workload_name} ({params / 1e9:.2f} B parameters), seq {cfg.seq_len}, {precision}, {cfg.optimizer}; "
         f"{batch}, micro-batch {cfg.micro_batch}\n"
         + (f"uneven hardware: {uneven}; {cfg.steps} steps\n" if uneven != "none" else "")
+        + (f"network what-if: {network.describe()}\n" if network is not None and network.given else "")
         + "scaling = samples/s / (gpus x samples/s of the same strategy on 1 GPU); "
         "* = that 1-GPU baseline does not fit (unlimited-memory GPU assumed)"
     )
@@ -471,6 +492,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     out = output_dir(args.out, force=args.force)
     heterogeneity = Heterogeneity.from_strings(args.straggler, args.jitter)
+    network = network_from_args(args)
+    loader = network_loader(network)
     cfg = _config(args, heterogeneity)
     clusters = [c.strip() for c in args.cluster.split(",") if c.strip()]
     gpus = args.gpus
@@ -491,8 +514,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.calibration:
         calibration = load_profile(args.calibration)
         for cluster in clusters:  # before the sweep: a mismatch is reported at once
-            check_profile_for(calibration, load_cluster(cluster, gpus=max(gpus)))
-    header = _header(workload.name, workload.params, cfg, heterogeneity)
+            check_profile_for(calibration, loader(cluster, gpus=max(gpus)))
+    header = _header(workload.name, workload.params, cfg, heterogeneity, network)
     points = len(clusters) * max(1, len(strategies)) * (len(gpus) + (1 not in gpus))
     with bar(points, "what-if", quiet=args.quiet, unit="point") as progress:
         if layouts:
@@ -505,13 +528,14 @@ def main(argv: list[str] | None = None) -> int:
                 heterogeneity,
                 calibration,
                 lambda _line: progress.update(1),
+                loader=loader,
             )
         else:
             result = run_what_if(
                 workload,
                 clusters,
                 gpus,
-                loader=load_cluster,
+                loader=loader,
                 strategies=strategies,
                 config=cfg,
                 calibration=calibration,
@@ -520,17 +544,20 @@ def main(argv: list[str] | None = None) -> int:
                 ps_options=ps_options,
                 heterogeneity=heterogeneity,
             )
-    _print(args, result, header, out)
+    _print(args, result, header, out, network)
     return 0
 
 
-def _print(args: argparse.Namespace, result: WhatIfResult, header: str, out: Path | None) -> None:
+def _print(
+    args: argparse.Namespace, result: WhatIfResult, header: str, out: Path | None, network: NetworkOverrides
+) -> None:
     records = result.records()
     recommendations = [r.to_record() for r in result.recommendations]
     require_finite(records, "the what-if")
     require_finite(recommendations, "the recommendation")
     if args.format == "json":
-        print(records_to_json(records, recommendations=recommendations))
+        extra = {"network": network.record()} if network.given else {}
+        print(records_to_json(records, recommendations=recommendations, **extra))
     elif args.format == "csv":
         print(records_to_csv(records), end="")
     else:

@@ -13,6 +13,7 @@ from simcore.parallel import ParallelOptions
 from simcore.parallel.sweep import layouts_from_lists, run_parallel_what_if
 from simcore.strategies import strategy_names
 from simcore.strategies.base import TrainingConfig
+from simcore.topology import ClusterLoader
 from simcore.whatif.sweep import WhatIfResult
 from simcore.workload.types import Workload
 from topologies import load_cluster
@@ -55,6 +56,8 @@ def run_layouts(
     heterogeneity: Heterogeneity,
     calibration: CalibrationProfile | None,
     progress: Callable[[str], None] | None,
+    *,
+    loader: ClusterLoader = load_cluster,
 ) -> WhatIfResult:
     """The what-if over every layout the flags list (synchronous strategies only)."""
     if heterogeneity.describe() != "none":
@@ -72,7 +75,7 @@ def run_layouts(
         workload,
         clusters,
         gpus,
-        loader=load_cluster,
+        loader=loader,
         layouts=layouts,
         options=parallel_options(args),
         strategies=chosen,

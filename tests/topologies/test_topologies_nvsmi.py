@@ -10,7 +10,7 @@ from tests.paths import TESTS
 from topologies import load_cluster
 from topologies.builders import build_cluster
 from topologies.nvsmi import parse_capture, read_capture
-from topologies.nvsmi_graph import load_capture_spec
+from topologies.nvsmi_graph import capture_cluster_spec, infer_gpu, load_capture_spec
 
 TOPO = TESTS / "data" / "topo"
 
@@ -124,3 +124,36 @@ def test_row_not_in_header_is_rejected():
 def test_unknown_gpu_option_lists_known_ones():
     with pytest.raises(TrainsimError, match="unknown GPU 'z100'; known:"):
         _cluster("g5-12xlarge.txt", gpu="z100")
+
+
+def test_a_b200_capture_runs_nvlink_5_at_50_gb_s_a_link():
+    topo = _cluster("dgx-h100.txt", gpu="b200")  # the HGX board is wired alike: NV18 to every peer
+    assert topo.link("h0/gpu0", "h0/nvswitch").bandwidth_Bps == 18 * 50e9
+    assert topo.in_network_reduction("nvls")
+    assert topo.link("h0/gpu0", "h0/pcisw0").bandwidth_Bps == 63e9  # PCIe Gen5 (GPU0 and NIC0 are PIX)
+    assert {a["port_Bps"] for _, a in topo.graph.nodes(data=True) if a["kind"] == "nic"} == {50e9}
+
+
+def test_an_h800_has_eight_nvlinks_so_an_nv18_capture_is_refused():
+    with pytest.raises(TrainsimError, match="a h800 GPU has 8 NVLinks"):
+        _cluster("dgx-h100.txt", gpu="h800")
+    text = (TOPO / "dgx-h100.txt").read_text().replace("NV18", "NV8")
+    topo = build_cluster(capture_cluster_spec(parse_capture(text, "h800.txt"), "h800", gpu="h800"))
+    assert topo.link("h0/gpu0", "h0/nvswitch").bandwidth_Bps == 8 * 25e9  # 400 GB/s bidirectional
+
+
+@pytest.mark.parametrize(
+    ("product", "spec"),
+    [
+        ("NVIDIA GH200 480GB", "gh200"),
+        ("NVIDIA H200", "h200-sxm"),
+        ("NVIDIA H20", "h20"),
+        ("NVIDIA H800", "h800"),
+        ("NVIDIA B200", "b200"),
+        ("NVIDIA GB200", "gb200"),
+    ],
+)
+def test_nvidia_smi_product_names_pick_the_right_part(product, spec):
+    text = f"GPU 0: {product} (UUID: GPU-0)\n" + (TOPO / "dgx-h100.txt").read_text()
+    capture = parse_capture(text, "capture.txt")
+    assert infer_gpu(capture) == spec
