@@ -53,9 +53,21 @@ IMPL_ALIASES = {"single-tensor": "single", "for-loop": "single", "multi-tensor":
 _DATA_FILE = Path(__file__).parent.parent / "data" / "efficiency.yaml"
 
 
+# The optimizers the step model implements (each has an update rule below and a table entry); the
+# data file's ``optimizers.kinds`` must name exactly these. Kept in code so that listing them (every
+# --help) reads no data file.
+OPTIMIZER_KINDS = ("sgd", "sgd-momentum", "adam", "adamw")
+
+
 @functools.lru_cache(maxsize=1)
 def _table() -> dict[str, Any]:
-    return dict(data_file(_DATA_FILE.name)["optimizers"])
+    table = dict(data_file(_DATA_FILE.name)["optimizers"])
+    if tuple(table["kinds"]) != OPTIMIZER_KINDS:
+        raise TrainsimError(
+            f"{_DATA_FILE.name}: optimizers.kinds lists {', '.join(table['kinds'])}; "
+            f"the step model implements exactly {', '.join(OPTIMIZER_KINDS)}"
+        )
+    return table
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +84,8 @@ class OptimizerSpec:
 
 
 def optimizer_names() -> tuple[str, ...]:
-    """The optimizers modelled, in the data file's order."""
-    return tuple(_table()["kinds"])
+    """The optimizers modelled (the data file lists the same, in this order)."""
+    return OPTIMIZER_KINDS
 
 
 def optimizer_spec(optimizer: str) -> OptimizerSpec:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -82,11 +82,30 @@ COMPUTE_DTYPES = {
 # (1 MiB; torch/nn/parallel/distributed.py). The only place trainsim states them.
 DDP_BUCKET_BYTES = 25 * MiB
 DDP_FIRST_BUCKET_BYTES = 1 * MiB
+
+
 # fp32 optimizer state bytes per parameter, master weights excluded (ZeRO paper, section 3.1): 4 bytes
 # per state tensor torch.optim keeps (data/efficiency.yaml, optimizers.kinds.*.state_tensors).
-OPTIMIZERS: dict[str, int] = {
-    name: len(optimizer_spec(name).state_tensors) * DTYPE_BYTES["fp32"] for name in optimizer_names()
-}
+class _StateBytes(Mapping[str, int]):
+    """Optimizer name -> fp32 state bytes per parameter; the names need no data file, the bytes
+    read it on first use (so a --help that lists the names stays light)."""
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(optimizer_names())
+
+    def __len__(self) -> int:
+        return len(optimizer_names())
+
+    def __contains__(self, name: object) -> bool:
+        return name in optimizer_names()
+
+    def __getitem__(self, name: str) -> int:
+        if name not in optimizer_names():
+            raise KeyError(name)
+        return len(optimizer_spec(name).state_tensors) * DTYPE_BYTES["fp32"]
+
+
+OPTIMIZERS: Mapping[str, int] = _StateBytes()
 # What the simulated rank is gated by when jitter is drawn (see TrainingConfig.jitter_scope).
 JITTER_SCOPES = ("step", "sync")
 # While a collective kernel runs, concurrent compute is this much slower where the device's SM count

@@ -11,8 +11,10 @@ from __future__ import annotations
 import pytest
 
 from simcore.compute.optimizer import optimizer_names, optimizer_spec
-from simcore.compute.precision import resolve_precision
+from simcore.compute.precision import Precision
+from simcore.compute.precision import resolve_precision as resolve_for_framework
 from simcore.errors import TrainsimError
+from simcore.strategies import get_strategy
 from simcore.strategies.base import OPTIMIZERS, TrainingConfig, optimizer_state_bytes
 
 FP32, BF16 = 4, 2
@@ -26,6 +28,11 @@ TORCH_STATE = {
 }
 
 
+def resolve_precision(mode: str, dtype: str, strategy: str) -> Precision:
+    """The precision a registered strategy runs with, by its own framework."""
+    return resolve_for_framework(mode, dtype, strategy, framework=get_strategy(strategy).framework)
+
+
 def test_the_data_names_torchs_state_tensors() -> None:
     assert optimizer_names() == tuple(TORCH_STATE)
     for name, states in TORCH_STATE.items():
@@ -34,8 +41,8 @@ def test_the_data_names_torchs_state_tensors() -> None:
 
 def test_fp32_state_bytes_per_parameter() -> None:
     """``OPTIMIZERS``: 4 bytes per fp32 state tensor, master weights excluded."""
-    assert OPTIMIZERS == {"sgd": 0, "sgd-momentum": 4, "adam": 8, "adamw": 8}
-    assert isinstance(OPTIMIZERS, dict) and all(type(v) is int for v in OPTIMIZERS.values())
+    assert dict(OPTIMIZERS) == {"sgd": 0, "sgd-momentum": 4, "adam": 8, "adamw": 8}
+    assert all(type(v) is int for v in OPTIMIZERS.values())
 
 
 @pytest.mark.parametrize(
