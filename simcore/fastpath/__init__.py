@@ -1,14 +1,13 @@
-"""The fast analytical path: a step plan evaluated without SimPy, collectives priced by closed forms.
+"""The fast analytical path: a step evaluated without SimPy, collectives priced by closed forms.
 
 For homogeneous synchronous data parallelism every rank runs the same plan and every collective
 has the fabric to itself (or shares it with same-shape groups in a symmetric way, HSDP's replicate
 groups), so the step is fully described by one representative rank's
-:class:`~simcore.strategies.schedule.StepPlan` and the closed-form cost of each collective. This
+:class:`~simcore.step.plan.StepPlan` and the closed-form cost of each collective. This
 package evaluates exactly that, with no per-flow simulation:
 
-- :mod:`simcore.fastpath.evaluate`: the plan, list-scheduled in time order, with the same
-  compute/communication contention (uniform, or per collective: the default) and bit-identical to
-  the SimPy run of :func:`simcore.strategies.schedule.run_plan`;
+- the plan is run by the event-free evaluator (:mod:`simcore.step.eventfree`), bit-identical to the
+  SimPy run of :func:`simcore.step.des.run_plan`;
 - :mod:`simcore.fastpath.costs`: collective costs from the closed forms of the one cost model
   (:class:`simcore.step.cost.CostModel`), kept per shape in the model a sweep holds per cluster;
 - :mod:`simcore.fastpath.step`: one step as a report, long gradient accumulation extrapolated

@@ -44,8 +44,8 @@ from dataclasses import dataclass, replace
 
 from simcore.compute.memory import MemoryPeak, allocator_peak
 from simcore.report import StepReport
+from simcore.step.plan import OpKey, Phase, PhasePart, phase_text
 from simcore.strategies.base import StepContext, Strategy, model_flops_per_step
-from simcore.strategies.schedule import OpKey, Phase, PhasePart, phase_text
 from simcore.workload.types import Layer, Workload
 
 __all__ = [
@@ -213,7 +213,7 @@ Canonical = tuple[str | None, _CanonicalPart, _CanonicalPart]
 
 
 class _Names:
-    """Memory phases (:data:`~simcore.strategies.schedule.Phase`) with their group numbers in terms
+    """Memory phases (:data:`~simcore.step.plan.Phase`) with their group numbers in terms
     of blocks, so that the same phase is the same in every copy and in the model.
 
     A group is named by its first layer: a layer outside the blocks by its name, one in a block by

@@ -30,22 +30,12 @@ from collections.abc import Hashable
 from dataclasses import dataclass, replace
 
 from simcore.compute.memory import MemoryPeak
-from simcore.fastpath.evaluate import TimedRun, evaluate_plan_timed
 from simcore.fastpath.fold import Measured, fold_step
 from simcore.report import StepReport
+from simcore.step.eventfree import TimedRun, evaluate_plan_timed
+from simcore.step.plan import COMM, COMPUTE, Op, OpKey, Phase, PhasePart, StepPlan, phase_of, phase_text
 from simcore.strategies.base import StepContext, Strategy
 from simcore.strategies.runner import StepResult, comm_slowdown_under_compute, report_step, simulate_step
-from simcore.strategies.schedule import (
-    COMM,
-    COMPUTE,
-    Op,
-    OpKey,
-    Phase,
-    PhasePart,
-    StepPlan,
-    phase_of,
-    phase_text,
-)
 
 __all__ = ["MIN_EXTRAPOLATED", "PROBES", "PROBE_CACHE_SIZE", "clear_probe_cache", "fast_step_report"]
 
@@ -154,7 +144,7 @@ def _measured(
 
 @dataclass(frozen=True, slots=True)
 class _Contention:
-    """The contention settings of :func:`~simcore.strategies.schedule.run_plan`, as simulate_step
+    """The contention settings of :func:`~simcore.step.des.run_plan`, as simulate_step
     derives them from its ``slowdown``, and whether the memory timeline keeps each phase's peak
     (a folded model's copies: :mod:`simcore.fastpath.fold`)."""
 

@@ -58,6 +58,7 @@ from simcore.parallel.pp import (
 from simcore.parallel.report import ParallelStepReport
 from simcore.parallel.stage import ShardedStage, StageModel, build_stage, shard_spec, shard_stage
 from simcore.report import StepReport
+from simcore.step.plan import PlanRun, Span
 from simcore.strategies import get_strategy
 from simcore.strategies.base import CommCost, StepContext, TrainingConfig
 from simcore.strategies.runner import (
@@ -68,7 +69,6 @@ from simcore.strategies.runner import (
     report_step,
     simulate_step,
 )
-from simcore.strategies.schedule import PlanRun, Span
 
 if TYPE_CHECKING:
     from simcore.calibration.profile import CalibrationProfile

@@ -1,6 +1,6 @@
 """Data-parallel strategies as step plans: a registry keyed by plain names.
 
-Each strategy builds a :class:`~simcore.strategies.schedule.StepPlan` for a representative rank
+Each strategy builds a :class:`~simcore.step.plan.StepPlan` for a representative rank
 from a :class:`~simcore.strategies.base.StepContext`; :func:`simcore.strategies.runner.simulate_step`
 runs it. The parameter-server modes are not step plans (every worker is its own process): they
 live in :mod:`simcore.paramserver`, and :func:`simcore.whatif.sweep.all_strategy_names` lists both.

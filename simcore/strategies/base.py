@@ -2,9 +2,9 @@
 
 A strategy (DDP, FSDP, ZeRO-1/2/3, HSDP, later the parameter-server modes) is a *plan builder*:
 given a :class:`StepContext` (workload, configuration, GPU count, per-layer compute times and a
-collective-cost function) it returns a :class:`~simcore.strategies.schedule.StepPlan`, the ordered
+collective-cost function) it returns a :class:`~simcore.step.plan.StepPlan`, the ordered
 operations of one representative rank's compute and communication streams plus the memory each
-operation allocates or frees. :mod:`simcore.strategies.schedule` runs that plan in SimPy.
+operation allocates or frees. :mod:`simcore.step.plan` runs that plan in SimPy.
 
 Bytes per parameter follow the ZeRO paper (Rajbhandari et al., "ZeRO: Memory Optimizations Toward
 Training Trillion Parameter Models", SC 2020, section 3.1): mixed-precision Adam holds 2 bytes of
@@ -47,7 +47,7 @@ from simcore.errors import TrainsimError
 from simcore.step.cost import CollectiveFn, CommCost, ConcurrentFn, priced_between_powers_of_two
 
 if TYPE_CHECKING:
-    from simcore.strategies.schedule import StepPlan
+    from simcore.step.plan import StepPlan
     from simcore.workload.types import Layer, Workload
 
 __all__ = [

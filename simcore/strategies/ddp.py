@@ -37,6 +37,7 @@ from simcore.compute.memory import MemoryChange
 from simcore.compute.overheads import framework_overheads
 from simcore.compute.precision import Precision
 from simcore.compute.roofline import param_tensor_count
+from simcore.step.plan import PlanBuilder, StepPlan
 from simcore.strategies.base import StepContext, optimizer_state_bytes
 from simcore.strategies.passes import (
     Chunk,
@@ -47,7 +48,6 @@ from simcore.strategies.passes import (
     build_quiet_microbatches,
     make_chunks,
 )
-from simcore.strategies.schedule import PlanBuilder, StepPlan
 
 __all__ = ["BucketHooks", "DDPStrategy", "assign_buckets", "chunk_param_tensors"]
 

@@ -78,6 +78,7 @@ from collections.abc import Sequence
 from simcore.compute.memory import MemoryChange
 from simcore.compute.overheads import framework_overheads
 from simcore.compute.precision import Precision
+from simcore.step.plan import Label, OpKey, PlanBuilder, StepPlan
 from simcore.strategies.base import StepContext, Strategy, optimizer_state_bytes
 from simcore.strategies.ddp import chunk_param_tensors
 from simcore.strategies.passes import (
@@ -89,7 +90,6 @@ from simcore.strategies.passes import (
     build_quiet_microbatches,
     make_chunks,
 )
-from simcore.strategies.schedule import Label, OpKey, PlanBuilder, StepPlan
 from simcore.strategies.wrap import UnitPlan, bucket_units, wrap_units
 
 __all__ = ["FSDPStrategy", "ShardedHooks", "Zero3Strategy", "build_sharded_plan"]

@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from simcore.errors import TrainsimError
+from simcore.step.plan import StepPlan
 from simcore.strategies.base import CommCost, StepContext
 from simcore.strategies.fsdp import build_sharded_plan
-from simcore.strategies.schedule import StepPlan
 from simcore.strategies.wrap import wrap_units
 
 __all__ = ["HSDPStrategy"]

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 from simcore.compute.memory import MemoryChange
 from simcore.compute.roofline import param_tensor_count
 from simcore.dtypes import DTYPE_BYTES
+from simcore.step.plan import NO_KEY, Label, OpKey, PlanBuilder
 from simcore.strategies.base import StepContext
-from simcore.strategies.schedule import NO_KEY, Label, OpKey, PlanBuilder
 
 if TYPE_CHECKING:
     from simcore.compute.precision import Precision
@@ -370,7 +370,7 @@ def add_collective(
 
     ``extra_s``: work the framework runs on the collective's stream around it (FSDP2's copy-in).
     A group of one rank moves nothing: the operation is kept (its memory effects still apply) with
-    zero time and zero bytes. ``key``: the operation's :class:`~simcore.strategies.schedule.OpKey`.
+    zero time and zero bytes. ``key``: the operation's :class:`~simcore.step.plan.OpKey`.
     """
     if len(group) <= 1 or size_bytes <= 0:
         return builder.comm(

@@ -26,10 +26,12 @@ from simcore.compute.optimizer import canonical_impl, check_impl_supported
 from simcore.compute.precision import COMPUTE_DTYPES, check_precision, resolve_precision
 from simcore.compute.roofline import ComputeModel
 from simcore.engine import Simulation
-from simcore.fastpath.evaluate import evaluate_plan
 from simcore.hardware import device_spec
 from simcore.report import StepReport
 from simcore.step.cost import CostModel
+from simcore.step.des import run_plan
+from simcore.step.eventfree import evaluate_plan
+from simcore.step.plan import COMM, PlanRun, StepPlan
 from simcore.strategies import STRATEGIES
 from simcore.strategies.base import (
     CollectiveFn,
@@ -41,7 +43,6 @@ from simcore.strategies.base import (
     contention_table,
     model_flops_per_step,
 )
-from simcore.strategies.schedule import COMM, PlanRun, StepPlan, run_plan
 from simcore.topology import Topology
 
 if TYPE_CHECKING:
@@ -187,12 +188,12 @@ def simulate_step(
     """Build ``strategy``'s plan and run it for ``ctx.config.steps`` steps in one seeded simulation.
 
     ``compute_scale(sim, step)`` gives a step's compute slowdown factor (one, or one per rank prefix
-    of a per-rank plan, see :func:`~simcore.strategies.schedule.run_plan`); by default 1, or the
+    of a per-rank plan, see :func:`~simcore.step.des.run_plan`); by default 1, or the
     lognormal jitter of the config. Identical steps (no jitter) are run once and repeated.
     ``slowdown``: compute's slowdown while a collective runs; None models each collective's own
     (SMs of its channels) and the collectives' slowdown under compute
-    (:mod:`simcore.strategies.schedule`).
-    ``path="fast"`` evaluates each step without SimPy (:func:`simcore.fastpath.evaluate.evaluate_plan`,
+    (:mod:`simcore.step.plan`).
+    ``path="fast"`` evaluates each step without SimPy (:func:`simcore.step.eventfree.evaluate_plan`,
     the same result); the simulation then only supplies the seeded random stream.
     """
     plan = strategy.build_plan(ctx)

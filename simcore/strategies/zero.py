@@ -25,10 +25,10 @@ and holds 1/N of them between micro-batches; ZeRO-1 moves them once per step and
 from __future__ import annotations
 
 from simcore.compute.overheads import framework_overheads
+from simcore.step.plan import PlanBuilder, StepPlan
 from simcore.strategies.base import StepContext, optimizer_state_bytes
 from simcore.strategies.ddp import BucketHooks, assign_buckets
 from simcore.strategies.passes import add_collective, build_microbatch, build_quiet_microbatches, make_chunks
-from simcore.strategies.schedule import PlanBuilder, StepPlan
 
 __all__ = ["Zero1Strategy", "Zero2Strategy", "zero_stages_coincide"]
 

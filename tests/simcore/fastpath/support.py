@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from simcore.report import StepReport
-from simcore.strategies import schedule
+from simcore.step import plan as schedule
 
 __all__ = ["assert_renamed_report", "assert_same_report", "rename_labels"]
 

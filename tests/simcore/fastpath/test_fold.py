@@ -14,10 +14,10 @@ from simcore.fastpath import fold
 from simcore.fastpath.costs import fast_collective_model, fast_concurrent_model
 from simcore.fastpath.step import fast_step_report
 from simcore.report import StepReport
+from simcore.step.plan import Label, OpKey, Phase
 from simcore.strategies import get_strategy, strategy_names
 from simcore.strategies.base import StepContext, TrainingConfig
 from simcore.strategies.runner import make_context
-from simcore.strategies.schedule import Label, OpKey, Phase
 from simcore.workload.loader import load_workload
 from simcore.workload.types import ParameterTie
 from tests.simcore.fastpath.support import assert_renamed_report, assert_same_report, rename_labels

@@ -19,9 +19,9 @@ from collections import Counter
 
 import pytest
 
+from simcore.step.plan import COMM, StepPlan
 from simcore.strategies import get_strategy
 from simcore.strategies.base import TrainingConfig
-from simcore.strategies.schedule import COMM, StepPlan
 from simcore.workload.types import Layer, Workload
 from tests.simcore.strategies.test_strategies_support import toy_context, toy_transformer
 

@@ -20,7 +20,9 @@ from types import SimpleNamespace
 import pytest
 
 from simcore.engine import Simulation
-from simcore.fastpath.evaluate import evaluate_plan
+from simcore.step.des import run_plan
+from simcore.step.eventfree import evaluate_plan
+from simcore.step.plan import PlanBuilder, PlanRun, StepPlan
 from simcore.strategies.base import (
     DEFAULT_COMM_COMPUTE_SLOWDOWN,
     CommCost,
@@ -29,7 +31,6 @@ from simcore.strategies.base import (
     contention_table,
 )
 from simcore.strategies.runner import comm_slowdown_under_compute, simulate_step
-from simcore.strategies.schedule import PlanBuilder, PlanRun, StepPlan, run_plan
 from tests.simcore.strategies.test_strategies_support import AlphaBeta, RateTimer, toy_transformer
 
 C, M = 1.0, 0.4  # compute and collective seconds

@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simcore.errors import TrainsimError
+from simcore.step.plan import COMM
 from simcore.strategies import STRATEGIES, get_strategy, strategy_names
 from simcore.strategies.base import TrainingConfig
 from simcore.strategies.ddp import assign_buckets
 from simcore.strategies.runner import percentile, simulate_step
-from simcore.strategies.schedule import COMM
 from tests.simcore.strategies.test_strategies_support import AlphaBeta, toy_context, toy_transformer
 
 NAMES = strategy_names()
@@ -249,7 +249,8 @@ def test_hsdp_needs_whole_nodes() -> None:
 
 def test_streams_of_other_ranks_are_coupled_only_to_their_own_comm() -> None:
     from simcore.engine import Simulation
-    from simcore.strategies.schedule import PlanBuilder, run_plan
+    from simcore.step.des import run_plan
+    from simcore.step.plan import PlanBuilder
 
     builder = PlanBuilder("two ranks")
     builder.compute("work", 1.0)

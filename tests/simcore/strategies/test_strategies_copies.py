@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simcore.step.plan import COMPUTE
 from simcore.strategies import get_strategy
 from simcore.strategies.base import TrainingConfig
 from simcore.strategies.runner import simulate_step
-from simcore.strategies.schedule import COMPUTE
 from tests.simcore.strategies.test_strategies_support import RateTimer, toy_context
 
 CONFIG = TrainingConfig(global_batch=16, micro_batch=2, dtype="bf16", precision="mixed")

@@ -8,10 +8,10 @@ import pytest
 
 from simcore.compute.memory import model_state_bytes
 from simcore.errors import TrainsimError
+from simcore.step.plan import COMM, render_label
 from simcore.strategies import STRATEGIES, get_strategy
 from simcore.strategies.base import SHARD_SCOPES, TrainingConfig, framework_of, optimizer_state_bytes
 from simcore.strategies.runner import report_step, simulate_step
-from simcore.strategies.schedule import COMM, render_label
 from tests.simcore.strategies.test_strategies_support import toy_context, toy_transformer
 
 # What each strategy is, from its framework's documentation: DDP shards nothing; DeepSpeed's ZeRO

@@ -1,9 +1,9 @@
-"""Run a :class:`~simcore.strategies.schedule.StepPlan` without SimPy: same times, same memory peak.
+"""Run a :class:`~simcore.step.plan.StepPlan` without SimPy: same times, same memory peak.
 
 :func:`evaluate_plan` is a list scheduler in time order. Each stream issues its operations in
 order; an operation starts once its stream is free and the operations it waits for have ended
 (``after``) or started (``after_start``). Contention couples a rank's streams, as in
-:func:`simcore.strategies.schedule.run_plan`, and is applied piecewise whenever the rank's state
+:func:`simcore.step.des.run_plan`, and is applied piecewise whenever the rank's state
 changes (each rate is read when the affected work resumes):
 
 - uniform (``slowdown`` a number): compute runs at 1/slowdown of its speed while a communication
@@ -35,7 +35,7 @@ from typing import Any
 
 from simcore.compute.memory import MemoryTimeline
 from simcore.errors import TrainsimError
-from simcore.strategies.schedule import (
+from simcore.step.plan import (
     START_OF_STEP,
     Op,
     PlanRun,
@@ -424,7 +424,7 @@ def evaluate_plan(
 ) -> PlanRun:
     """``plan`` evaluated without SimPy; the same :class:`PlanRun` as :func:`run_plan` from time 0.
 
-    Arguments as :func:`simcore.strategies.schedule.run_plan` (``compute_scale`` one factor or one
+    Arguments as :func:`simcore.step.des.run_plan` (``compute_scale`` one factor or one
     per rank prefix; ``slowdown=None`` with ``comm_slowdown``: per-collective contention).
     """
     return evaluate_plan_timed(

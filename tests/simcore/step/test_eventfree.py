@@ -8,10 +8,11 @@ from hypothesis import strategies as st
 
 from simcore.engine import Simulation
 from simcore.errors import TrainsimError
-from simcore.fastpath.evaluate import evaluate_plan, evaluate_plan_timed
+from simcore.step.des import run_plan
+from simcore.step.eventfree import evaluate_plan, evaluate_plan_timed
+from simcore.step.plan import PlanBuilder, PlanRun, StepPlan, phase_of, phase_text
 from simcore.strategies import get_strategy, strategy_names
 from simcore.strategies.base import TrainingConfig
-from simcore.strategies.schedule import PlanBuilder, PlanRun, StepPlan, phase_of, phase_text, run_plan
 from tests.simcore.strategies.test_strategies_support import toy_context, toy_transformer
 
 CAPACITY = 80e9
