@@ -43,12 +43,22 @@ from typing import Any
 
 from simcore.dtypes import DTYPE_BYTES
 from simcore.errors import TrainsimError
-from simcore.workload.torch_trace import ModuleRecord, parameter_ties, trace
+from simcore.workload.torch_trace import ModuleRecord, layer_name, parameter_ties, trace
+from simcore.workload.models.transformer import LOSS_BYTES_PER_LOGIT
 from simcore.workload.types import Layer, Workload
 
 __all__ = ["resolve_factory", "workload_from_factory"]
 
 _TRACE_BATCH = 2  # batch of the traced pass (BatchNorm refuses one value per channel); figures / 2
+# The torch dtype the module is traced in, by workload dtype: code that upcasts (an RMSNorm's fp32
+# statistics) runs as it would; fp8 training keeps bf16 activations around its fp8 GEMMs.
+_TRACE_DTYPES: dict[str, Callable[[Any], Any]] = {
+    "fp32": lambda torch: torch.float32,
+    "tf32": lambda torch: torch.float32,
+    "bf16": lambda torch: torch.bfloat16,
+    "fp16": lambda torch: torch.float16,
+    "fp8": lambda torch: torch.bfloat16,
+}
 
 
 def _import_torch() -> Any:
@@ -122,51 +132,73 @@ def _block_roots(torch: Any, model: Any) -> list[str]:
     return roots or [name for name, _ in model.named_children()]
 
 
+def _block_of(name: str, block_roots: list[str]) -> str | None:
+    return next((b for b in block_roots if name == b or name.startswith(b + ".")), None)
+
+
+def _record_layers(rec: ModuleRecord) -> list[tuple[int, Layer]]:
+    """The layers of one module's own work per traced batch, each with its place in execution order:
+    a leaf at its start, a container's attention at its call and the rest of its work at its end."""
+    out: list[tuple[int, Layer]] = []
+    att = rec.attention
+    if att is not None:
+        label = f"{rec.name}.(attention)" if rec.name else "(attention)"
+        fwd = att.executed_flops
+        out.append((att.order, Layer(label, "attention", 0, 0, fwd, 2.5 * fwd, att.saved_bytes,
+                                     att.output_bytes, att.moved_bytes)))  # fmt: skip
+    saved = rec.saved_bytes
+    if rec.leaf or rec.flops or rec.params or saved or rec.moved_bytes:
+        output = rec.output_bytes if rec.leaf else 0.0
+        bwd = 2.0 * rec.flops  # input and weight gradients, each a forward-sized matmul
+        layer = Layer(layer_name(rec), rec.kind, 0, rec.params, rec.flops, bwd, saved, output,
+                      rec.moved_bytes, rec.gemm)  # fmt: skip
+        out.append((rec.order if rec.leaf else rec.end, layer))
+    return out
+
+
+def _per_sample(layer: Layer, block: int) -> Layer:
+    per = 1.0 / _TRACE_BATCH
+    gemm = None if layer.gemm is None else (layer.gemm[0] * per, layer.gemm[1], layer.gemm[2])
+    return replace(
+        layer,
+        block=block,
+        fwd_flops=layer.fwd_flops * per,
+        bwd_flops=layer.bwd_flops * per,
+        activation_bytes=layer.activation_bytes * per,
+        output_bytes=layer.output_bytes * per,
+        memory_bytes=layer.memory_bytes * per,
+        gemm=gemm,
+    )
+
+
 def _layers(
     records: dict[str, ModuleRecord], block_roots: list[str]
 ) -> tuple[tuple[Layer, ...], tuple[str, ...]]:
-    ordered = sorted(records.values(), key=lambda r: (r.order, r.leaf))
+    placed = sorted(
+        ((order, rec.name, layer) for rec in records.values() for order, layer in _record_layers(rec)),
+        key=lambda item: item[0],
+    )
     block_of: dict[str, int] = {}
     block_names: list[str] = []
     layers: list[Layer] = []
-    per = 1.0 / _TRACE_BATCH
-    for rec in ordered:
-        root = next((b for b in block_roots if rec.name == b or rec.name.startswith(b + ".")), None)
+    for _, name, layer in placed:
+        root = _block_of(name, block_roots)
         if root is not None and root not in block_of:
             block_of[root] = len(block_names)
             block_names.append(root)
-        block = -1 if root is None else block_of[root]
-        if rec.leaf:
-            moved = rec.input_bytes + rec.output_bytes
-            layers.append(
-                Layer(
-                    rec.name,
-                    "module",
-                    block,
-                    rec.params,
-                    rec.flops * per,
-                    2 * rec.flops * per,
-                    rec.saved_bytes * per,
-                    rec.output_bytes * per,
-                    moved * per,
-                )
-            )
-        elif rec.flops or rec.params or rec.saved_bytes:
-            label = f"{rec.name}.(self)" if rec.name else "(self)"
-            layers.append(
-                Layer(
-                    label,
-                    "functional",
-                    block,
-                    rec.params,
-                    rec.flops * per,
-                    2 * rec.flops * per,
-                    rec.saved_bytes * per,
-                    0.0,
-                    2 * rec.saved_bytes * per,
-                )
-            )
+        layers.append(_per_sample(layer, -1 if root is None else block_of[root]))
     return _contiguous(layers), tuple(block_names)
+
+
+def _loss_layer(output_shape: tuple[int, ...] | None, tokens: int, e: int) -> tuple[Layer, ...]:
+    """The cross entropy over a token model's ``(batch, seq, vocab)`` logits, as the presets count it
+    (:func:`simcore.workload.models.transformer.build_layers`): upcast to fp32 and log-softmax
+    (``12 + e`` bytes per logit moved), its fp32 log-probabilities saved for backward."""
+    if not tokens or output_shape is None or len(output_shape) != 3 or output_shape[1] != tokens:
+        return ()
+    logits = float(tokens * output_shape[2])
+    saved = LOSS_BYTES_PER_LOGIT * logits
+    return (Layer("loss", "loss", -1, 0, 0.0, 0.0, saved, 4.0, (12.0 + e) * logits),)
 
 
 def _contiguous(layers: list[Layer]) -> tuple[Layer, ...]:
@@ -202,15 +234,20 @@ def workload_from_factory(
         raise TrainsimError(
             f"model {spec!r}: the factory returned {type(model).__name__}, not a torch.nn.Module"
         )
-    model.train()
+    trace_dtype = _TRACE_DTYPES[dtype](torch)
+    model.to(trace_dtype).train()
     example, tokens = _example_input(torch, spec, input_shape, seq_len, image_size)
+    if example.is_floating_point():
+        example = example.to(trace_dtype)
     try:
-        records = trace(torch, model, example, DTYPE_BYTES[dtype])
+        traced = trace(torch, model, example, DTYPE_BYTES[dtype], trace_dtype)
     except (RuntimeError, TypeError, ValueError, NotImplementedError) as exc:
         raise TrainsimError(
             f"model {spec!r}: its forward pass failed on meta tensors of shape {tuple(example.shape)}: {exc}"
         ) from None
+    records = traced.records
     layers, block_names = _layers(records, _block_roots(torch, model))
+    layers += _loss_layer(traced.output_shape, tokens, DTYPE_BYTES[dtype])
     unowned = sum(p.numel() for p in model.parameters()) - sum(layer.params for layer in layers)
     if unowned:  # parameters of modules the forward pass never called: keep the count honest
         layers += (Layer("(unused parameters)", "unused", -1, unowned, 0.0, 0.0, 0.0, 0.0, 0.0),)
