@@ -43,8 +43,8 @@ from typing import Any
 
 from simcore.dtypes import DTYPE_BYTES
 from simcore.errors import TrainsimError
-from simcore.workload.torch_trace import ModuleRecord, layer_name, parameter_ties, trace
 from simcore.workload.models.transformer import LOSS_BYTES_PER_LOGIT
+from simcore.workload.torch_trace import ModuleRecord, layer_name, parameter_ties, trace
 from simcore.workload.types import Layer, Workload
 
 __all__ = ["resolve_factory", "workload_from_factory"]

@@ -213,7 +213,6 @@ class _Tracer:
             att.saved_bytes += LOGSUMEXP_BYTES * query.numel() / query.shape[-1]
         return out
 
-
     def dropout(self, func: Any, args: Any, kwargs: Any) -> Any:
         """Run dropout and count it as CUDA's fused ``native_dropout`` kernel: the input read, the
         output and a 1-byte mask written, the mask saved (the meta device runs ``bernoulli_``,
@@ -245,6 +244,50 @@ def _flat(torch: Any, value: Any) -> list[Any]:
     return []
 
 
+_MHA_ARGS = (
+    "query", "key", "value", "embed_dim_to_check", "num_heads", "in_proj_weight", "in_proj_bias",
+    "bias_k", "bias_v", "add_zero_attn", "dropout_p", "out_proj_weight", "out_proj_bias", "training",
+    "key_padding_mask", "need_weights", "attn_mask", "use_separate_proj_weight", "q_proj_weight",
+    "k_proj_weight", "v_proj_weight", "static_k", "static_v", "average_attn_weights", "is_causal",
+)  # fmt: skip
+# arguments under which nn.MultiheadAttention is its projections around one SDPA call
+_MHA_PLAIN = {"bias_k": None, "bias_v": None, "add_zero_attn": False, "key_padding_mask": None,
+              "need_weights": False, "use_separate_proj_weight": False, "static_k": None, "static_v": None}  # fmt: skip
+_MHA_DEFAULTS = {"need_weights": True, "use_separate_proj_weight": False}  # the signature's, where not None
+
+
+def _plain_mha(torch: Any, args: Any, kwargs: Any) -> Any:
+    """``F.multi_head_attention_forward`` without its extras (no attention weights returned, one packed
+    projection, no key padding): the same linears and SDPA call it makes, so that they are seen
+    (a torch function's own calls are hidden from the mode that handles it); None otherwise."""
+    bound = {**dict(zip(_MHA_ARGS, args, strict=False)), **kwargs}
+    if any(bound.get(key, _MHA_DEFAULTS.get(key)) is not plain for key, plain in _MHA_PLAIN.items()):
+        return None
+    query, key, value = bound["query"], bound["key"], bound["value"]
+    if query.dim() != 3 or (bound.get("attn_mask") is not None and bound["attn_mask"].dim() != 2):
+        return None
+    F = torch.nn.functional
+    tgt, batch, width = query.shape
+    heads = bound["num_heads"]
+    weight, bias = bound["in_proj_weight"], bound["in_proj_bias"]
+    if query is key is value:
+        q, k, v = F.linear(query, weight, bias).chunk(3, dim=-1)
+    else:
+        biases = (None, None, None) if bias is None else bias.chunk(3)
+        q, k, v = (
+            F.linear(x, w, b) for x, w, b in zip((query, key, value), weight.chunk(3), biases, strict=True)
+        )
+    q, k, v = (t.reshape(t.shape[0], batch * heads, -1).transpose(0, 1).reshape(batch, heads, t.shape[0], -1)
+               for t in (q, k, v))  # fmt: skip
+    dropout = bound["dropout_p"] if bound.get("training", True) else 0.0
+    out = F.scaled_dot_product_attention(
+        q, k, v, bound.get("attn_mask"), dropout, bound.get("is_causal", False)
+    )
+    out = out.permute(2, 0, 1, 3).reshape(tgt * batch, width)
+    out = F.linear(out, bound["out_proj_weight"], bound["out_proj_bias"])
+    return out.view(tgt, batch, width), None
+
+
 def _aliases(inputs: list[Any], outputs: list[Any]) -> bool:
     """Whether some output shares its storage with an input."""
     storages = {int(t.untyped_storage()._cdata) for t in inputs}
@@ -262,6 +305,11 @@ def _modes(torch: Any, tracer: _Tracer) -> tuple[Any, Any]:
                 return tracer.attention(func, args, kwargs or {})
             if func is torch.nn.functional.dropout:
                 return tracer.dropout(func, args, kwargs or {})
+            if func is torch.nn.functional.multi_head_attention_forward:
+                with self:  # see the linears and the SDPA call inside
+                    plain = _plain_mha(torch, args, kwargs or {})
+                if plain is not None:
+                    return plain
             return func(*args, **(kwargs or {}))
 
     class OperatorBytes(TorchDispatchMode):
