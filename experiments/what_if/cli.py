@@ -68,6 +68,7 @@ from simcore.paramserver import (
     parse_placement,
 )
 from simcore.report import StepReport, records_to_csv, records_to_json
+from simcore.report_checks import check_records
 from simcore.strategies.base import COMPUTE_DTYPES, JITTER_SCOPES, OPTIMIZERS, TrainingConfig
 from simcore.strategies.wrap import parse_wrap
 from simcore.whatif.sweep import (
@@ -529,6 +530,7 @@ def _print(args: argparse.Namespace, result: WhatIfResult, header: str, out: Pat
     recommendations = [r.to_record() for r in result.recommendations]
     require_finite(records, "the what-if")
     require_finite(recommendations, "the recommendation")
+    check_records(records, "the what-if")
     if args.format == "json":
         print(records_to_json(records, recommendations=recommendations))
     elif args.format == "csv":
