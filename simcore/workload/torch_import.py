@@ -1,41 +1,53 @@
 """Import any ``torch.nn.Module`` as a workload, on the meta device (no weights, no GPU).
 
 ``load_workload("package.module:factory", input_shape=(3, 224, 224))`` (or a file path,
-``"my_model.py:build"``) calls ``factory()`` under ``torch.device("meta")``, runs one forward
-pass on a meta batch and records per module, in execution order:
+``"my_model.py:build"``) calls ``factory()`` under ``torch.device("meta")``, casts it to the
+workload's dtype, runs one forward pass on a meta batch and records per module, in execution order:
 
+- its layer kind (:mod:`simcore.workload.torch_kinds`), the kinds the preset builders emit, so the
+  roofline prices each as they do: ``nn.Linear`` (and any other module whose own work is matmuls)
+  a ``linear`` GEMM with its shape per sample ``(tokens, in, out)``, convolutions ``conv`` /
+  ``conv1x1`` / ``conv_grouped`` with their implicit GEMM, embeddings, norms (``rmsnorm`` for
+  RMSNorms), activations, dropout and pools memory-bound;
 - FLOPs from ``torch.utils.flop_counter.FlopCounterMode`` (it works on meta tensors: shapes
   suffice); backward is taken as twice forward, as for the formula presets;
-- parameters owned by the module (tied parameters counted once, at their first owner); a
-  parameter that another module also holds, or saves for backward (a weight used by a second
-  module, as GPT-2's output head uses the token embedding), becomes a
-  :class:`~simcore.workload.types.ParameterTie` between the layers that use it;
+- parameters owned by the module (tied parameters counted once, at their first owner; those of a
+  submodule that never runs, as ``nn.MultiheadAttention``'s ``out_proj``, at the ancestor using
+  them); a parameter that another module also holds, or saves for backward (GPT-2's output head
+  using the token embedding), becomes a :class:`~simcore.workload.types.ParameterTie`;
 - bytes saved for backward, from ``torch.autograd.graph.saved_tensors_hooks``: each storage
   counted once over the whole forward pass (a ReLU output that the next convolution also saves
   is one tensor in memory), attributed to the innermost module running when it was first saved
   (the last of its users in backward, so it is freed when that module's backward ends);
-- ``F.scaled_dot_product_attention`` is counted as the fused (flash / memory-efficient) kernel
-  that real CPU and GPU runs take: it saves query, key, value, the output and an fp32 log-sum-exp
-  per query row, and its output is laid out ``(batch, seq, heads, dim)`` in memory as theirs is
-  (so merging the heads afterwards is a view, not a copy). On meta tensors torch falls back to
-  the unfused math path, whose saved ``seq x seq`` scores no real run keeps;
-- output bytes from forward hooks; bytes moved = inputs + outputs of a leaf module.
+- bytes moved: what each of its ATen operators reads and writes (views and weights excluded), so
+  an eager RMSNorm's fp32 upcast, ``pow``, ``mean`` ... count as they run;
+- ``F.scaled_dot_product_attention`` becomes an ``attention`` layer ``"<module>.(attention)"``
+  priced as the fused (flash / memory-efficient) kernel real runs take: FLOPs executed (half the
+  scores under ``is_causal``, backward 2.5x forward, as the presets), q, k, v read and the output
+  written; it saves query, key, value, the output and an fp32 log-sum-exp per query row, its output
+  laid out ``(batch, seq, heads, dim)`` as theirs is (so merging the heads afterwards is a view).
+  On meta tensors torch falls back to the unfused math path, whose ``seq x seq`` scores no real run
+  keeps. ``nn.MultiheadAttention`` (``need_weights=False``) is traced as its projections around
+  that call. Dropout is counted as CUDA's fused kernel (a 1-byte mask), not the meta device's
+  ``bernoulli_`` path.
 
-Leaf modules become layers. Work a container does itself (``F.scaled_dot_product_attention`` in an
-attention module's ``forward``, residual adds) becomes one extra layer ``"<module>.(self)"``.
+Leaf modules become layers. Other work a container does itself (residual adds, rotary embeddings,
+a head applied with ``F.linear``) becomes one layer ``"<module>.(self)"`` after its children.
 Blocks are the elements of the outermost ``nn.ModuleList``s (where models keep their repeated
-blocks), else the root's direct children. The example input: ``input_shape`` (per sample, float),
-else ``seq_len`` (a ``(batch, seq_len)`` int64 token tensor), else ``image_size`` (``3 x s x s``).
-Floating-point tensors are sized at the workload dtype. Only the module's forward is traced:
-the loss (e.g. the fp32 log-softmax cross entropy keeps over the logits) is not part of the
-workload's activations. The pass itself is :func:`simcore.workload.torch_trace.trace`. torch is imported
-only inside functions, so the rest of trainsim works without it.
+blocks, e.g. ``h.0``, ``layers.3``, numbered 0, 1, ... as the presets number theirs), else the
+root's direct children. The example input: ``input_shape`` (per sample, float), else ``seq_len``
+(a ``(batch, seq_len)`` int64 token tensor), else ``image_size`` (``3 x s x s``). Floating-point
+tensors of the traced dtype are sized at the workload dtype. A token model whose output (or its
+``logits``) is ``(batch, seq_len, vocab)`` gets the presets' cross-entropy ``loss`` layer (fp32
+log-probabilities saved). The pass itself is :func:`simcore.workload.torch_trace.trace`. torch is
+imported only inside functions, so the rest of trainsim works without it.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -119,16 +131,22 @@ def _example_input(
 
 
 def _block_roots(torch: Any, model: Any) -> list[str]:
-    """Names of the modules that are blocks: elements of the outermost ModuleLists, else root children."""
-    lists = [name for name, mod in model.named_modules() if isinstance(mod, torch.nn.ModuleList)]
-    outer = [
-        name for name in lists if not any(name.startswith(other + ".") for other in lists if other != name)
-    ]
-    roots = [
-        f"{name}.{child}" if name else child
-        for name in outer
-        for child, _ in model.get_submodule(name).named_children()
-    ]
+    """Names of the modules that are blocks, outermost first: every element of an ``nn.ModuleList``,
+    and the elements of an ``nn.Sequential`` of a container class it repeats (a ResNet stage's
+    bottlenecks, not its stem's convolution); a model with neither keeps its root's children."""
+    roots: list[str] = []
+    for name, mod in model.named_modules():
+        if any(name == root or name.startswith(root + ".") for root in roots):
+            continue  # inside a block already
+        children = list(mod.named_children())
+        if isinstance(mod, torch.nn.ModuleList):
+            chosen = [child for child, _ in children]
+        elif isinstance(mod, torch.nn.Sequential):
+            kinds = Counter(type(sub) for _, sub in children if any(True for _ in sub.children()))
+            chosen = [child for child, sub in children if kinds[type(sub)] >= 2]
+        else:
+            continue
+        roots += [f"{name}.{child}" if name else child for child in chosen]
     return roots or [name for name, _ in model.named_children()]
 
 
