@@ -10,6 +10,7 @@ no biases, untied head; fused QKV and gate-up projections, as the preset counts 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -18,7 +19,7 @@ from torch import nn
 
 from simcore.workload.models.transformer import TransformerShape
 
-__all__ = ["GPT2_SMALL", "LLAMA_SMALL", "gpt2_small", "llama_small", "mha_encoder"]
+__all__ = ["GPT2_SMALL", "LLAMA_SMALL", "LLAMA_TINY", "gpt2_small", "llama_small", "llama_tiny", "mha_encoder"]
 
 # gpt2-small's dims (the preset's shape but for torch's fused tanh-GELU: the preset's eager
 # "gelu_tanh" saves one tensor where eager autograd keeps four, see test_eager_gelu_saves_four_tensors)
@@ -170,6 +171,13 @@ class Llama(nn.Module):
 
 def llama_small() -> nn.Module:
     return Llama(LLAMA_SMALL)
+
+
+LLAMA_TINY = replace(LLAMA_SMALL, layers=2, hidden=64, heads=4, ffn=176, vocab=100, seq_len=32)
+
+
+def llama_tiny() -> nn.Module:
+    return Llama(LLAMA_TINY)
 
 
 class MHAEncoder(nn.Module):
