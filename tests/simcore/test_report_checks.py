@@ -7,10 +7,11 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
-from simcore.errors import INTERNAL_ERROR_STATUS, InternalError, cli_entry
+from simcore.compute.heterogeneity import Heterogeneity
+from simcore.errors import INTERNAL_ERROR_STATUS, InternalError, TrainsimError, cli_entry
 from simcore.report import StepReport
 from simcore.report_checks import RELATIVE_SLACK, check_records, impossibility
 from simcore.strategies.base import TrainingConfig
@@ -68,6 +69,15 @@ def test_the_bounds_hold_at_their_edges_only_within_rounding() -> None:
     assert impossibility(_report(scaling_efficiency=None, tokens_per_s=None)) is None  # not computed
 
 
+def test_jittered_steps_may_scale_past_one_by_their_own_spread_only() -> None:
+    """A what-if found by the property below: ps-sync on 2 GPUs with 10 % lognormal compute jitter over
+    its 2 steps had efficiency 1.0117 against a p99 12 % above its p50 (more steps: 0.95)."""
+    jittered = _report(step_time_s=1.0, step_time_p99_s=1.12, compute_s=0.8)
+    assert impossibility(replace(jittered, scaling_efficiency=1.0117)) is None
+    assert impossibility(replace(jittered, scaling_efficiency=1.13)) == "scaling_efficiency 1.13 > 1"
+    assert impossibility(_report(scaling_efficiency=1.0117)) == "scaling_efficiency 1.0117 > 1"
+
+
 def test_an_internal_error_is_one_line_and_exit_status_70(capsys: pytest.CaptureFixture[str]) -> None:
     @cli_entry
     def main() -> int:
@@ -110,31 +120,43 @@ _PRESETS = [name for name in preset_names() if name not in ("gpt3-175b", "llama2
 _STRATEGIES = ("ddp", "fsdp", "zero1", "zero2", "zero3", "hsdp", "ps-sync", "ps-async")
 
 
+_CLUSTERS = ("dgx-a100", "hgx-h100", "g5.12xlarge", "dgx-1v", "rtx4090-pcie")
+
+
 @st.composite
-def _what_ifs(draw: st.DrawFn) -> tuple[str, list[str], list[int], TrainingConfig]:
+def _what_ifs(draw: st.DrawFn) -> tuple[str, str, list[str], list[int], TrainingConfig, Heterogeneity]:
     model = draw(st.sampled_from(_PRESETS))
+    cluster = draw(st.sampled_from(_CLUSTERS))
     strategies = draw(st.lists(st.sampled_from(_STRATEGIES), min_size=1, max_size=3, unique=True))
     top = draw(st.sampled_from((2, 4, 8, 16)))
     fewer = [g for g in (1, 2, 4, 8) if g < top]
     gpus = sorted({top, *draw(st.lists(st.sampled_from(fewer), max_size=2))})
     micro = draw(st.sampled_from((1, 2, 4)))
     batch = top * micro * draw(st.sampled_from((1, 2, 4)))
-    dtype = draw(st.sampled_from(("bf16", "fp16", "fp32")))
-    return model, strategies, gpus, TrainingConfig(global_batch=batch, micro_batch=micro, dtype=dtype)
+    dtype = draw(st.sampled_from(("bf16", "fp16", "fp32", "fp8")))
+    steps = draw(st.sampled_from((1, 2)))
+    straggler = draw(st.sampled_from(((), (f"{top - 1}:1.5",))))
+    jitter = draw(st.sampled_from((None, "compute=lognormal:0.1")))
+    config = TrainingConfig(global_batch=batch, micro_batch=micro, dtype=dtype, steps=steps)
+    return model, cluster, strategies, gpus, config, Heterogeneity.from_strings(straggler, jitter)
 
 
 @pytest.mark.slow
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_what_ifs())
-def test_no_what_if_of_a_preset_is_impossible(
-    point: tuple[str, list[str], list[int], TrainingConfig],
-) -> None:
-    model, strategies, gpus, config = point
+def test_no_what_if_of_a_preset_is_impossible(point: tuple[Any, ...]) -> None:
+    """Random presets, clusters, strategies, GPU counts, batches, dtypes and uneven hardware: every
+    record the what-if would print is possible, and MFU lies in (0, 1]."""
+    model, cluster, strategies, gpus, config, heterogeneity = point
     workload = load_workload(model)
     config = replace(config, seq_len=workload.tokens_per_sample or None)
-    result = run_what_if(
-        workload, ["dgx-a100"], gpus, loader=load_cluster, strategies=strategies, config=config
-    )
+    try:
+        result = run_what_if(
+            workload, [cluster], gpus, loader=load_cluster, strategies=strategies, config=config,
+            heterogeneity=heterogeneity,
+        )  # fmt: skip
+    except TrainsimError:  # a point the model refuses (fp8 on a GPU without it, ...): nothing printed
+        reject()
     check_records(result.records(), f"the what-if of {model}")
     assert all(0.0 < r.mfu <= 1.0 for r in result.reports)
 
