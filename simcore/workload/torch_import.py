@@ -38,8 +38,8 @@ blocks, e.g. ``h.0``, ``layers.3``, numbered 0, 1, ... as the presets number the
 root's direct children. The example input: ``input_shape`` (per sample, float), else ``seq_len``
 (a ``(batch, seq_len)`` int64 token tensor), else ``image_size`` (``3 x s x s``). Floating-point
 tensors of the traced dtype are sized at the workload dtype. A token model whose output (or its
-``logits``) is ``(batch, seq_len, vocab)`` gets the presets' cross-entropy ``loss`` layer (fp32
-log-probabilities saved). The pass itself is :func:`simcore.workload.torch_trace.trace`. torch is
+``logits``) is a projection's ``(batch, seq_len, vocab)`` result gets the presets' cross-entropy
+``loss`` layer (fp32 log-probabilities saved); an encoder ending in a norm gets none. The pass itself is :func:`simcore.workload.torch_trace.trace`. torch is
 imported only inside functions, so the rest of trainsim works without it.
 """
 
@@ -265,7 +265,8 @@ def workload_from_factory(
         ) from None
     records = traced.records
     layers, block_names = _layers(records, _block_roots(torch, model))
-    layers += _loss_layer(traced.output_shape, tokens, DTYPE_BYTES[dtype])
+    if traced.output_is_projection:
+        layers += _loss_layer(traced.output_shape, tokens, DTYPE_BYTES[dtype])
     unowned = sum(p.numel() for p in model.parameters()) - sum(layer.params for layer in layers)
     if unowned:  # parameters of modules the forward pass never called: keep the count honest
         layers += (Layer("(unused parameters)", "unused", -1, unowned, 0.0, 0.0, 0.0, 0.0, 0.0),)

@@ -72,6 +72,7 @@ class Trace:
 
     records: dict[str, ModuleRecord]
     output_shape: tuple[int, ...] | None  # of the output tensor (or its ``logits``), when floating point
+    output_is_projection: bool = False  # that tensor is a matmul's result (logits, not a norm's output)
 
 
 class _Sizes:
@@ -111,6 +112,7 @@ class _Tracer:
         self.seen: set[int] = set()  # storages already counted as saved
         self.kept: list[Any] = []  # counted tensors, alive until the pass ends
         self.in_fused = 0  # > 0 inside SDPA or dropout: the meta path's saves and operators are not counted
+        self.last_matmul: int | None = None  # the storage of the latest matmul's result
 
     def tick(self) -> int:
         self.clock += 1
@@ -173,6 +175,7 @@ class _Tracer:
         rec.moved_bytes += sum(self.sizes.of(t) for t in tensors) + self.sizes.of(out)
         name = func.__name__.split(".")[0]
         if name in _MATMULS:
+            self.last_matmul = int(out.untyped_storage()._cdata)
             a, b = args[-2], args[-1]
             batch = a.shape[0] if a.dim() == 3 else 1
             rec.gemms.append((float(batch * a.shape[-2]), float(a.shape[-1]), float(b.shape[-1])))
@@ -321,14 +324,13 @@ def _modes(torch: Any, tracer: _Tracer) -> tuple[Any, Any]:
     return FusedKernels(), OperatorBytes()
 
 
-def _output_shape(torch: Any, output: Any) -> tuple[int, ...] | None:
-    logits = getattr(output, "logits", None)  # Hugging Face model outputs
+def _output_tensor(torch: Any, output: Any) -> Any:
+    """The model's floating-point output tensor (or its ``logits``, as Hugging Face returns them)."""
+    logits = getattr(output, "logits", None)
     if logits is None and isinstance(output, (tuple, list)) and output:
         logits = output[0]
     tensor = logits if logits is not None else output
-    if isinstance(tensor, torch.Tensor) and tensor.is_floating_point():
-        return tuple(int(size) for size in tensor.shape)
-    return None
+    return tensor if isinstance(tensor, torch.Tensor) and tensor.is_floating_point() else None
 
 
 def trace(torch: Any, model: Any, example: Any, element_bytes: int, trace_dtype: Any) -> Trace:
@@ -361,7 +363,11 @@ def trace(torch: Any, model: Any, example: Any, element_bytes: int, trace_dtype:
         rec = tracer.records.get(name)
         if rec is not None:
             rec.kind = module_kind(torch, mod, rec.leaf, rec.flops)
-    return Trace(tracer.records, _output_shape(torch, output))
+    tensor = _output_tensor(torch, output)
+    if tensor is None:
+        return Trace(tracer.records, None)
+    projected = int(tensor.untyped_storage()._cdata) == tracer.last_matmul
+    return Trace(tracer.records, tuple(int(size) for size in tensor.shape), projected)
 
 
 def _own_flops(prefix: str, records: dict[str, ModuleRecord], counter: Any) -> None:

@@ -58,6 +58,19 @@ def with_conv1d() -> Any:
     return _Tokens(Conv1D(H, H))
 
 
+class _Encoder(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed, self.proj, self.norm = nn.Embedding(50, H), nn.Linear(H, H), nn.LayerNorm(H)
+
+    def forward(self, tokens: Any) -> Any:
+        return self.norm(self.proj(self.embed(tokens)))
+
+
+def encoder() -> Any:
+    return _Encoder()
+
+
 def _layer(workload: Any, name: str) -> Any:
     (layer,) = [layer for layer in workload.layers if layer.name == name]
     return layer
@@ -110,6 +123,8 @@ def test_a_token_model_gets_the_presets_loss_layer() -> None:
     assert loss.activation_bytes == 4 * S * 50 and loss.memory_bytes == (12 + 2) * S * 50
     vision = load_workload("tests.simcore.workload.test_torch_import:mlp", input_shape=(784,))
     assert all(layer.kind != "loss" for layer in vision.layers)  # no sequence: no language-model loss
+    encoder = load_workload(f"{HERE}:encoder", seq_len=S)  # hidden states out of a norm: no logits
+    assert all(layer.kind != "loss" for layer in encoder.layers)
 
 
 def test_multihead_attention_is_projections_and_a_fused_core() -> None:
