@@ -47,6 +47,11 @@ optimizer_impl         the optimizer implementation it assumed: ``foreach``, ``f
 note                   a remark on the point (e.g. when zero1 and zero2 run the same step); "" if none
 =====================  ============================================================================
 
+No record may be physically impossible (MFU above 1, compute faster than its FLOPs at peak,
+scaling efficiency above 1, a negative or non-finite number): the commands pass what they print
+through :func:`simcore.report_checks.check_records` once, which makes such a record an internal
+error (exit status 70) instead of an answer.
+
 Parameter-server records (``ps-*``) carry these fields first, then ``staleness`` {mean, p50, p99,
 max}, ``staleness_histogram`` and the other fields documented in :mod:`simcore.paramserver.report`.
 

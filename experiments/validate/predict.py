@@ -66,6 +66,7 @@ from simcore.compute.roofline import ComputeModel
 from simcore.errors import TrainsimError
 from simcore.hardware import device_spec
 from simcore.paramserver import Placement, PSConfig, simulate_parameter_server, summarise
+from simcore.report_checks import check_records
 from simcore.strategies import get_strategy
 from simcore.strategies.base import CommCost, TrainingConfig
 from simcore.strategies.runner import collective_model, make_context, percentile, simulate_step
@@ -362,8 +363,13 @@ def predict(run: MeasuredRun, profile: CalibrationProfile, cores: int, *, idle: 
     timer = LayerCorrectedTimer(profile, corrections or {})
     if spec.is_ps:
         ratio = timer.gradient_ratio(workload, size.batch)
-        return _predict_ps(spec, workload, topology, profile, ratio, cores, background)
-    return _predict_collective(spec, workload, topology, profile, (slowdown, comm_slowdown), timer, link)
+        prediction = _predict_ps(spec, workload, topology, profile, ratio, cores, background)
+    else:
+        prediction = _predict_collective(
+            spec, workload, topology, profile, (slowdown, comm_slowdown), timer, link
+        )
+    check_records([prediction], f"the prediction of {spec.strategy} on {spec.world} ranks")
+    return prediction
 
 
 def _predict_collective(spec: RunSpec, workload: Workload, topology: Topology, profile: CalibrationProfile,

@@ -31,6 +31,7 @@ from pathlib import Path
 from simcore.cliargs import Parser, add_format
 from simcore.errors import TrainsimError, cli_entry
 from simcore.parallel import ParallelLayout, ParallelOptions, simulate_parallel_step
+from simcore.report_checks import check_records
 from simcore.strategies.base import TrainingConfig
 from simcore.topology import ClusterLoader
 from simcore.workload.models.transformer import TransformerShape, build_workload
@@ -105,6 +106,7 @@ def predict_row(row: Mapping[str, str], loader: ClusterLoader = load_cluster) ->
     )
     topology = loader(CLUSTER, gpus=gpus)
     result = simulate_parallel_step(_workload(row), config, topology, "ddp", layout, options, cluster=CLUSTER)
+    check_records([result.report], f"validate_parallel's {row['config']}")
     step = result.report.step_time_s
     achieved = paper_flops(row) / (step * gpus)
     predicted = achieved / 1e12 if row["metric"] == "tflops_per_gpu" else achieved / PEAK_FLOPS

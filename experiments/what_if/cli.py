@@ -73,6 +73,7 @@ from simcore.paramserver import (
     parse_placement,
 )
 from simcore.report import StepReport, records_to_csv, records_to_json
+from simcore.report_checks import check_records
 from simcore.strategies.base import COMPUTE_DTYPES, JITTER_SCOPES, OPTIMIZERS, TrainingConfig
 from simcore.strategies.wrap import parse_wrap
 from simcore.whatif.sweep import (
@@ -555,6 +556,7 @@ def _print(
     recommendations = [r.to_record() for r in result.recommendations]
     require_finite(records, "the what-if")
     require_finite(recommendations, "the recommendation")
+    check_records(records, "the what-if")
     if args.format == "json":
         extra = {"network": network.record()} if network.given else {}
         print(records_to_json(records, recommendations=recommendations, **extra))

@@ -600,6 +600,6 @@ def model_flops_per_step(workload: Workload, global_batch: int) -> float:
     Chowdhery et al. 2022, appendix B, without the attention term). Others: forward + backward
     FLOPs of the workload per sample times the samples.
     """
-    if workload.tokens_per_sample > 0:
-        return 6.0 * workload.params * workload.tokens_per_sample * global_batch
+    if workload.tokens_per_sample > 0:  # a mixture of experts: the parameters a token passes through
+        return 6.0 * workload.active_params * workload.tokens_per_sample * global_batch
     return (workload.fwd_flops_per_sample + workload.bwd_flops_per_sample) * global_batch

@@ -180,6 +180,20 @@ class Workload:
         return sum(layer.params for layer in self.layers)
 
     @property
+    def active_params(self) -> int:
+        """Parameters one token passes through: all of a dense model; of a mixture of experts, the
+        ``top_k`` routed (and the shared) experts of each MoE block, not the idle ones."""
+        moe = self.dims.moe if self.dims is not None else None
+        if moe is None:
+            return self.params
+        idle = sum(
+            layer.params * (moe.experts - moe.top_k) // moe.experts
+            for layer in self.layers
+            if layer.name.endswith(("experts_in", "experts_out"))
+        )
+        return self.params - idle
+
+    @property
     def fwd_flops_per_sample(self) -> float:
         """Forward FLOPs of one sample through the whole model."""
         return sum(layer.fwd_flops for layer in self.layers)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
-from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -14,17 +14,17 @@ from simcore.workload.loader import load_workload
 from simcore.workload.models.transformer import TransformerShape, build_layers
 
 torch = pytest.importorskip("torch")
-nn = torch.nn
-F = torch.nn.functional
+nn: Any = torch.nn
+F: Any = torch.nn.functional
 
 HERE = "tests.simcore.workload.test_torch_import"
 
 
-def mlp() -> nn.Module:
+def mlp() -> Any:
     return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
 
 
-def tiny_cnn() -> nn.Module:
+def tiny_cnn() -> Any:
     return nn.Sequential(
         nn.Conv2d(3, 16, 3, padding=1),
         nn.BatchNorm2d(16),
@@ -42,9 +42,9 @@ def not_a_module() -> str:
     return "nope"
 
 
-def needs_real_data() -> nn.Module:
+def needs_real_data() -> Any:
     class Bad(nn.Module):
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
+        def forward(self, x: Any) -> Any:
             return x * float(x.sum().item())
 
     return Bad()
@@ -61,7 +61,7 @@ class _Attention(nn.Module):
         self.heads = heads
         self.c_attn, self.c_proj = nn.Linear(h, 3 * h), nn.Linear(h, h)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: Any) -> Any:
         b, s, h = x.shape
         q, k, v = (t.view(b, s, self.heads, -1).transpose(1, 2) for t in self.c_attn(x).split(h, dim=-1))
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -74,7 +74,7 @@ class _Block(nn.Module):
         self.ln_1, self.attn, self.ln_2 = nn.LayerNorm(h), _Attention(h, heads), nn.LayerNorm(h)
         self.mlp = nn.Sequential(nn.Linear(h, ffn), nn.GELU(), nn.Linear(ffn, h))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: Any) -> Any:
         x = x + self.attn(self.ln_1(x))
         return x + self.mlp(self.ln_2(x))
 
@@ -89,14 +89,14 @@ class _GPT(nn.Module):
         self.lm_head = nn.Linear(h, shape.vocab, bias=False)
         self.lm_head.weight = self.wte.weight
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+    def forward(self, idx: Any) -> Any:
         x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
         for block in self.h:
             x = block(x)
         return self.lm_head(self.ln_f(x))
 
 
-def gpt() -> nn.Module:
+def gpt() -> Any:
     return _GPT(GPT_SHAPE)
 
 
@@ -117,12 +117,12 @@ class _Bottleneck(nn.Module):
                 nn.Conv2d(cin, 4 * width, 1, stride, bias=False), nn.BatchNorm2d(4 * width)
             )
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: Any) -> Any:
         return F.relu(self.body(x) + (x if self.down is None else self.down(x)))
 
 
-def resnet50() -> nn.Module:
-    layers: list[nn.Module] = [
+def resnet50() -> Any:
+    layers: list[Any] = [
         nn.Conv2d(3, 64, 7, 2, 3, bias=False),
         nn.BatchNorm2d(64),
         nn.ReLU(),
@@ -139,6 +139,9 @@ def resnet50() -> nn.Module:
 
 def test_mlp_matches_hand_count() -> None:
     w = load_workload(f"{HERE}:mlp", input_shape=(784,), dtype="fp32")
+    assert [layer.kind for layer in w.layers] == ["linear", "activation", "linear"]
+    assert w.layers[0].gemm == (1.0, 784.0, 256.0) and w.layers[2].gemm == (1.0, 256.0, 10.0)
+    assert w.layers[0].memory_bytes == (784 + 256) * 4  # input read, output written; weights are the model's
     assert w.params == 784 * 256 + 256 + 256 * 10 + 10
     assert w.fwd_flops_per_sample == 2 * (784 * 256 + 256 * 10)
     assert w.bwd_flops_per_sample == 2 * w.fwd_flops_per_sample
@@ -159,16 +162,38 @@ def test_tiny_cnn_matches_hand_count() -> None:
 
 def test_gpt_module_agrees_with_transformer_formulas() -> None:
     w = load_workload(f"{HERE}:gpt", seq_len=GPT_SHAPE.seq_len)
-    # FlopCounterMode counts SDPA's whole score matrix: the formula's unmasked count
-    formula = build_layers(replace(GPT_SHAPE, causal=False), "bf16")
+    formula = build_layers(GPT_SHAPE, "bf16")  # the causal decoder: the fused kernel skips half the scores
     assert w.params == sum(layer.params for layer in formula)  # tied lm_head counted once
     assert w.fwd_flops_per_sample == sum(layer.fwd_flops for layer in formula)
+    assert w.bwd_flops_per_sample == sum(layer.bwd_flops for layer in formula)
     assert w.tokens_per_sample == GPT_SHAPE.seq_len
     assert w.block_names == ("h.0", "h.1")
     per_block = sum(layer.params for layer in w.layers if layer.block == 0)
     assert per_block == 12 * 64 * 64 + 13 * 64
-    attention = [layer for layer in w.layers if layer.name == "h.0.attn.(self)"]
-    assert attention and attention[0].fwd_flops == 4 * 32 * 32 * 64
+    (attention,) = [layer for layer in w.layers if layer.name == "h.0.attn.(attention)"]
+    assert attention.kind == "attention" and attention.block == 0
+    assert attention.fwd_flops == 4 * 32 * 32 * 64 / 2 and attention.bwd_flops == 2.5 * attention.fwd_flops
+
+
+def test_gpt_module_layers_have_the_kinds_the_roofline_prices() -> None:
+    w = load_workload(f"{HERE}:gpt", seq_len=GPT_SHAPE.seq_len)
+    kinds = {layer.name: layer.kind for layer in w.layers}
+    assert kinds["wte"] == kinds["wpe"] == "embedding"
+    assert kinds["h.0.ln_1"] == kinds["ln_f"] == "norm"
+    assert kinds["h.0.attn.c_attn"] == kinds["h.0.mlp.0"] == kinds["lm_head"] == "linear"
+    assert kinds["h.0.mlp.1"] == "activation" and kinds["h.0.(self)"] == "elementwise"  # residual adds
+    assert kinds["loss"] == "loss"
+    assert "module" not in kinds.values() and "functional" not in kinds.values()
+    by_name = {layer.name: layer for layer in w.layers}
+    # per sequence (m, k, n) of the forward GEMM, as the transformer builder records it
+    assert by_name["h.1.attn.c_attn"].gemm == (32.0, 64.0, 192.0)
+    assert by_name["h.1.mlp.2"].gemm == (32.0, 256.0, 64.0)
+    assert by_name["lm_head"].gemm == (32.0, 64.0, 100.0)
+    # execution order: the attention core sits between the QKV projection and the output projection
+    names = [layer.name for layer in w.layers]
+    assert (
+        names.index("h.0.attn.c_attn") < names.index("h.0.attn.(attention)") < names.index("h.0.attn.c_proj")
+    )
 
 
 def test_resnet50_module_agrees_with_preset() -> None:
@@ -176,7 +201,14 @@ def test_resnet50_module_agrees_with_preset() -> None:
     preset = load_workload("resnet50")
     assert w.params == preset.params == 25_557_032
     assert w.fwd_flops_per_sample == pytest.approx(preset.fwd_flops_per_sample, rel=1e-9)
-    assert len(w.block_names) == 16 + 7  # 16 bottlenecks + the other direct children with work
+    # the 16 bottlenecks are the blocks, numbered as the preset's; stem, pool and head sit outside
+    assert len(w.block_names) == len(preset.block_names) == 16
+    per_block = [sum(layer.params for layer in block) for block in w.blocks()]
+    assert per_block == [sum(layer.params for layer in block) for block in preset.blocks()]
+    # each convolution is the same cuDNN kernel class and implicit GEMM as the preset's
+    convs = [(layer.kind, layer.gemm) for layer in w.layers if layer.kind.startswith("conv")]
+    assert convs == [(layer.kind, layer.gemm) for layer in preset.layers if layer.kind.startswith("conv")]
+    assert {layer.kind for layer in w.layers} >= {"conv", "conv1x1", "norm", "activation", "pool", "linear"}
 
 
 @pytest.mark.parametrize(
