@@ -32,6 +32,7 @@ from experiments.plan.report import format_counts, format_csv, format_json, form
 from experiments.plan.run import SEQUENCE_PARALLEL, prepare_plan, run_plan
 from simcore.cliargs import Parser
 from simcore.errors import TrainsimError, cli_entry
+from simcore.report_checks import check_records
 from simcore.units import parse_size
 
 # The allowed values as simcore defines them (kept literal so --help needs no heavy import;
@@ -246,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     result = run_plan(args, _names(args.strategies, "--strategies"), _headroom(args.memory_headroom))
+    ranked = [r for count in result.counts for r in count.ranked]
+    check_records([r.report for r in (*ranked, *result.gpu_frontier, *result.cost_frontier)], "the plan")
     if args.format == "json":
         print(format_json(result, top=args.top))
     elif args.format == "csv":
