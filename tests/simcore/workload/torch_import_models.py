@@ -152,7 +152,7 @@ class LlamaLayer(nn.Module):
 class Llama(nn.Module):
     def __init__(self, shape: TransformerShape) -> None:
         super().__init__()
-        self.head_dim = shape.head_dim
+        self.head_dim = shape.head_width
         self.embed_tokens = nn.Embedding(shape.vocab, shape.hidden)
         self.layers = nn.ModuleList(LlamaLayer(shape) for _ in range(shape.layers))
         self.norm = LlamaRMSNorm(shape.hidden)
