@@ -12,20 +12,21 @@ communication, bytes and link use grow by one period's worth per micro-batch, an
 peak is the probe's. When the check fails (a communication backlog still growing, say), the full
 plan is built and evaluated. Four micro-batches are tried first; where the first micro-batch
 leaves a different trace in the next (ZeRO-2 keeps its gradient shard), five, so that the compared
-micro-batches both follow a middle one; a process remembers which size worked per strategy. Only
+micro-batches both follow a middle one; the context's caches remember which size worked per
+strategy (:class:`~simcore.step.caches.StepCaches`, shared by a sweep's contexts). Only
 the representative rank's plan (streams ``compute`` and ``comm``) is extrapolated.
 
 A probe does not depend on the global batch (it runs ``size`` micro-batches whatever ``k`` is), so
 a caller that names everything else the plan depends on (``reuse``: the planner's cluster, GPU
 count, workload, configuration but the batch, layout) gets the probe evaluated once for every
-batch size of a sweep; the last :data:`PROBE_CACHE_SIZE` are kept (:func:`clear_probe_cache`).
+batch size of a sweep; the last :data:`~simcore.step.caches.PROBE_CACHE_SIZE` are kept in the
+context's caches, for as long as whoever runs the sweep keeps those.
 """
 
 from __future__ import annotations
 
 import bisect
 import math
-from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass, replace
 
@@ -37,18 +38,13 @@ from simcore.step.plan import COMM, COMPUTE, Op, OpKey, Phase, PhasePart, StepPl
 from simcore.strategies.base import StepContext, Strategy
 from simcore.strategies.runner import StepResult, comm_slowdown_under_compute, report_step, simulate_step
 
-__all__ = ["MIN_EXTRAPOLATED", "PROBES", "PROBE_CACHE_SIZE", "clear_probe_cache", "fast_step_report"]
+__all__ = ["MIN_EXTRAPOLATED", "PROBES", "fast_step_report"]
 
 # Micro-batches of a probe plan: the first, two middle ones to compare (after a fifth's middle one
 # when four are not enough), and the last.
 PROBES = (4, 5)
 MIN_EXTRAPOLATED = 4  # from here a probe costs no more than the full plan (and is it when k = 4)
-# Per (strategy, one GPU): the probe size that worked last in this process, or 0 when the plan is
-# not built micro-batch by micro-batch (DDP and ZeRO-1 run all but the last as one operation).
-_FIRST_PROBE: dict[tuple[str, bool], int] = {}
 _PASSES = ("fwd", "bwd", "recompute", "fwd+bwd")
-PROBE_CACHE_SIZE = 128  # a probe holds its plan and timeline (under a megabyte each)
-_PROBE_CACHE: OrderedDict[Hashable, _Probe] = OrderedDict()
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,39 +181,28 @@ def _extrapolated(
     contention: _Contention,
     reuse: Hashable | None = None,
 ) -> Measured | None:
-    key = (strategy.name, ctx.gpus == 1)
-    first = _FIRST_PROBE.get(key, PROBES[0])
-    known = None if reuse is None else _PROBE_CACHE.get((reuse, strategy.name, contention))
+    # Per (strategy, one GPU): the probe size that worked last, or 0 when the plan is not built
+    # micro-batch by micro-batch (DDP and ZeRO-1 run all but the last as one operation).
+    key, caches = (strategy.name, ctx.gpus == 1), ctx.caches
+    first = caches.first_probe.get(key, PROBES[0])
+    known: _Probe | None = None if reuse is None else caches.probes.get((reuse, strategy.name, contention))  # type: ignore[assignment]
     if known is not None and known.period is not None and first and first <= len(known.starts) < k:
-        _PROBE_CACHE.move_to_end((reuse, strategy.name, contention))
         return _report(known, known.period, ctx, k, cluster=cluster, device=device, peak_flops=peak_flops)
     for size in (p for p in PROBES if first and first <= p <= k):
         probe = _probe(strategy, ctx, size, contention)
         if isinstance(probe, str):
-            _FIRST_PROBE[key] = 0
+            caches.first_probe[key] = 0
             return None
         if size == k:  # the probe is the whole step
             result = StepResult(probe.plan, probe.timed.run, [probe.timed.run.step_time_s])
             report = report_step(result, ctx, cluster=cluster, device=device, peak_flops=peak_flops)
             return _measured(report, *_busy(probe.plan, probe.timed), probe.timed)
         if probe.period is not None:
-            _FIRST_PROBE[key] = size
+            caches.first_probe[key] = size
             if reuse is not None:
-                _remember((reuse, strategy.name, contention), probe)
+                caches.probes.put((reuse, strategy.name, contention), probe)
             return _report(probe, probe.period, ctx, k, cluster=cluster, device=device, peak_flops=peak_flops)
     return None
-
-
-def _remember(key: Hashable, probe: _Probe) -> None:
-    _PROBE_CACHE[key] = probe
-    _PROBE_CACHE.move_to_end(key)
-    while len(_PROBE_CACHE) > PROBE_CACHE_SIZE:
-        _PROBE_CACHE.popitem(last=False)
-
-
-def clear_probe_cache() -> None:
-    """Forget every kept probe (a benchmark of one configuration's cost clears it first)."""
-    _PROBE_CACHE.clear()
 
 
 def _report(

@@ -28,6 +28,7 @@ from simcore.compute.roofline import ComputeModel
 from simcore.engine import Simulation
 from simcore.hardware import device_spec
 from simcore.report import StepReport
+from simcore.step.caches import StepCaches
 from simcore.step.cost import CostModel
 from simcore.step.des import run_plan
 from simcore.step.eventfree import evaluate_plan
@@ -133,11 +134,13 @@ def make_context(
     collective: CollectiveFn | None = None,
     device_memory_bytes: int | None = None,
     concurrent: ConcurrentFn | None = None,
+    caches: StepCaches | None = None,
 ) -> StepContext:
     """A step context for ``topology``'s ranks on their :func:`gating_device`, unless a timer is given.
 
     ``collective`` replaces the simulated collective model; ``concurrent`` then prices same-shape
-    groups together (None: one at a time, unless ``collective`` is None too)."""
+    groups together (None: one at a time, unless ``collective`` is None too). ``caches``: the
+    sweep's :class:`~simcore.step.caches.StepCaches` (None: the context's own)."""
     if timer is None or device_memory_bytes is None:
         device = gating_device(topology, config.dtype)
         timer = timer or ComputeModel(device, config.dtype, calibration)
@@ -157,6 +160,7 @@ def make_context(
         device_memory_bytes,
         concurrent=concurrent if collective is not None else concurrent_model(topology, calibration),
         nics_per_node=nics_on_host(topology, topology.host_of_rank(0)),
+        caches=caches if caches is not None else StepCaches(),
     )
 
 

@@ -44,11 +44,13 @@ from simcore.compute.heterogeneity import NO_HETEROGENEITY, Heterogeneity, sync_
 from simcore.errors import TrainsimError
 from simcore.fastpath.costs import fast_collective_model, fast_concurrent_model
 from simcore.fastpath.path import DEFAULT_ENGINE_PATH, check_engine_path, choose_path
+from simcore.fastpath.run import evaluate_step
 from simcore.paramserver import PS_MODES, PSConfig, PSResult, load_ps_cluster, run_modes
 from simcore.report import StepReport
+from simcore.step.caches import StepCaches
 from simcore.strategies import get_strategy, strategy_names
 from simcore.strategies.base import Strategy, TrainingConfig
-from simcore.strategies.runner import StepResult, gating_device, make_context, report_step, simulate_step
+from simcore.strategies.runner import StepResult, gating_device, make_context
 from simcore.topology import ClusterLoader, Topology
 from simcore.whatif.recommend import Recommendation, UnevenHardware, recommend
 
@@ -184,12 +186,13 @@ def run_what_if(
         config.for_gpus(count).accumulation_steps(count)
     heterogeneity.check(counts[-1])
     result = WhatIfResult([], [], heterogeneity=heterogeneity)
+    caches = StepCaches()  # what this run's points share, and nothing after it
     tick = counted_progress(len(clusters) * len(names) * (len(counts) + (1 not in counts)), progress)
     for cluster in clusters:
         topologies = load_topologies(result, cluster, counts, loader, calibration)
         by_point = _simulate_cluster(
             result, cluster, topologies, chosen, workload, config, calibration, seed, tick, heterogeneity,
-            engine_path,
+            engine_path, caches,
         )  # fmt: skip
         if ps_modes:
             by_point.update(
@@ -240,8 +243,10 @@ def _simulate_cluster(
     tick: Callable[[str], None],
     heterogeneity: Heterogeneity = NO_HETEROGENEITY,
     engine_path: str = DEFAULT_ENGINE_PATH,
+    caches: StepCaches | None = None,
 ) -> dict[tuple[str, int], StepReport]:
-    """Every synchronous strategy at every GPU count of one cluster (scaling efficiency not yet set).
+    """Every synchronous strategy at every GPU count of one cluster (scaling efficiency not yet set);
+    ``caches``: what the run's points share (FSDP units, folded copies).
 
     A step's compute waits for the slowest rank (devices, stragglers and jitter; see
     :func:`simcore.compute.heterogeneity.sync_compute_scale`).
@@ -255,7 +260,7 @@ def _simulate_cluster(
         ctx = make_context(
             workload, config.for_gpus(n), topo, calibration=calibration,
             collective=fast_collective_model(topo, calibration) if fast else None,
-            concurrent=fast_concurrent_model(topo, calibration) if fast else None,
+            concurrent=fast_concurrent_model(topo, calibration) if fast else None, caches=caches,
         )  # fmt: skip
         device = gating_device(topo, config.dtype)
         scale = sync_compute_scale(
@@ -263,11 +268,14 @@ def _simulate_cluster(
             reference=device.name, recompute=config.activation_checkpointing, calibration=calibration,
         )  # fmt: skip
         for strategy in chosen:
-            step = simulate_step(strategy, ctx, seed=seed, slowdown=slowdown, compute_scale=scale, path=path)
-            by_point[(strategy.name, n)] = report_step(
-                step, ctx, cluster=cluster, device=device.name, peak_flops=device.flops(config.dtype)
-            )
-            result.steps[(cluster, strategy.name, n)] = step
+            # The simulated steps are kept (Chrome traces, the mean rate of jittery steps).
+            evaluated = evaluate_step(
+                strategy, ctx, path=path, slowdown=slowdown, compute_scale=scale, seed=seed, cluster=cluster,
+                device=device.name, peak_flops=device.flops(config.dtype), trace=True,
+            )  # fmt: skip
+            assert evaluated.step is not None  # trace=True always simulates
+            by_point[(strategy.name, n)] = evaluated.report
+            result.steps[(cluster, strategy.name, n)] = evaluated.step
             tick(f"{cluster} {strategy.name} {n} GPUs")
     return by_point
 
