@@ -42,7 +42,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from simcore.compute.memory import MemoryPeak, allocator_peak
-from simcore.report import StepReport
+from simcore.report import LinkBusy, StepReport
 from simcore.step.caches import Recent
 from simcore.step.plan import OpKey, Phase, PhasePart, phase_text
 from simcore.strategies.base import StepContext, Strategy, model_flops_per_step
@@ -70,14 +70,13 @@ TOLERANCE = 1e-4  # relative departure from affine accepted (sums over more laye
 class Measured:
     """One evaluated step: the report, and what extrapolating it needs besides.
 
-    ``busy_by_kind`` / ``busy_by_link``: seconds each link kind and link carried a collective;
+    ``busy``: seconds each link kind and link carried a collective;
     ``phase_peaks``: per phase (as the report would name it, each once) its largest footprint of tensors,
     when that was first reached, and the categories then; ``fragmentation``: the allocator's, as
     the plan charges it at the peak."""
 
     report: StepReport
-    busy_by_kind: Mapping[str, float]
-    busy_by_link: Mapping[str, float]
+    busy: LinkBusy
     phase_peaks: Sequence[tuple[Phase, tuple[float, float, Mapping[str, float]]]]
     fragmentation: float
 
@@ -361,8 +360,8 @@ def _extrapolate(
         return None
     names = ("step_time_s", "step_time_p99_s", "compute_s", "comm_s", "comm_bytes")
     fields = _extend_maps([{name: float(getattr(r, name)) for name in names} for r in reports], steps)
-    kinds = _extend_maps([m.busy_by_kind for m in measured], steps)
-    links = _extend_maps([m.busy_by_link for m in measured], steps)
+    kinds = _extend_maps([m.busy.by_kind for m in measured], steps)
+    links = _extend_maps([m.busy.by_link for m in measured], steps)
     peak = _peak(measured, plan)
     if fields is None or kinds is None or links is None or peak is None:
         return None
@@ -370,7 +369,7 @@ def _extrapolate(
     if not (step > 0 and math.isfinite(step)):
         return None
     samples_per_s = first.global_batch / step
-    workload = ctx.workload
+    workload, busy = ctx.workload, LinkBusy(kinds, links)
     return replace(
         first,
         step_time_s=step,
@@ -388,8 +387,8 @@ def _extrapolate(
         fits=peak.fits,
         oom_verdict=peak.verdict(),
         memory_status=peak.status,
-        link_utilisation={kind: kinds[kind] / step for kind in sorted(kinds)},
-        bottleneck_link=max(sorted(links), key=lambda name: links[name]) if links else "",
+        link_utilisation=busy.utilisation(step),
+        bottleneck_link=busy.bottleneck(),
     )
 
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 
 from simcore.compute.memory import MemoryPeak
 from simcore.fastpath.fold import Measured, fold_step
-from simcore.report import StepReport
+from simcore.report import LinkBusy, StepReport
 from simcore.step.eventfree import TimedRun, evaluate_plan_timed
 from simcore.step.plan import COMM, COMPUTE, Op, OpKey, Phase, PhasePart, StepPlan, phase_of, phase_text
 from simcore.strategies.base import StepContext, Strategy
@@ -55,8 +55,7 @@ class _Period:
     compute_s: float
     comm_s: float
     comm_bytes: float
-    busy_by_kind: dict[str, float]
-    busy_by_link: dict[str, float]
+    busy: LinkBusy
 
 
 def fast_step_report(
@@ -114,14 +113,12 @@ def _measure(
     timed = _evaluate(plan, ctx, contention)
     result = StepResult(plan, timed.run, [timed.run.step_time_s])
     report = report_step(result, ctx, cluster=cluster, device=device, peak_flops=peak_flops)
-    kinds, links = _busy(plan, timed)
-    return _measured(report, kinds, links, timed)
+    return _measured(report, _busy(plan, timed), timed)
 
 
 def _measured(
     report: StepReport,
-    kinds: dict[str, float],
-    links: dict[str, float],
+    busy: LinkBusy,
     timed: TimedRun,
     renumber: tuple[float, int, int] | None = None,
 ) -> Measured:
@@ -135,7 +132,7 @@ def _measured(
         if renumber is not None and at >= renumber[0]:
             phase = _renumbered(phase, *renumber[1:])
         peaks.append((phase, (total, at, parts)))
-    return Measured(report, kinds, links, peaks, memory.fragmentation)
+    return Measured(report, busy, peaks, memory.fragmentation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,7 +193,7 @@ def _extrapolated(
         if size == k:  # the probe is the whole step
             result = StepResult(probe.plan, probe.timed.run, [probe.timed.run.step_time_s])
             report = report_step(result, ctx, cluster=cluster, device=device, peak_flops=peak_flops)
-            return _measured(report, *_busy(probe.plan, probe.timed), probe.timed)
+            return _measured(report, _busy(probe.plan, probe.timed), probe.timed)
         if probe.period is not None:
             caches.first_probe[key] = size
             if reuse is not None:
@@ -215,26 +212,23 @@ def _report(
     result = StepResult(plan, timed.run, [step_s])
     report = report_step(result, ctx, cluster=cluster, device=device, peak_flops=peak_flops)
     compute_s = plan.compute_s() + extra * period.compute_s
-    busy_kind, busy_link = _busy(plan, timed)
-    for kind, seconds in period.busy_by_kind.items():
-        busy_kind[kind] = busy_kind.get(kind, 0.0) + extra * seconds
-    for link, seconds in period.busy_by_link.items():
-        busy_link[link] = busy_link.get(link, 0.0) + extra * seconds
+    busy = _busy(plan, timed)
+    busy.add_times(period.busy, extra)
     report = replace(
         report,
         compute_s=compute_s,
         exposed_comm_s=max(0.0, step_s - compute_s),
         comm_s=report.comm_s + extra * period.comm_s,
         comm_bytes=plan.comm_bytes() + extra * period.comm_bytes,
-        link_utilisation={kind: busy_kind[kind] / step_s for kind in sorted(busy_kind)},
-        bottleneck_link=max(sorted(busy_link), key=lambda name: busy_link[name]) if busy_link else "",
+        link_utilisation=busy.utilisation(step_s),
+        bottleneck_link=busy.bottleneck(),
     )
     # The verdict names the peak's phase too: renumbered with it (a peak in the last micro-batch).
     phase = _peak_phase(timed, starts, report.peak_phase, extra)
     peak = MemoryPeak(report.peak_memory_bytes, phase, report.memory_breakdown, report.memory_capacity_bytes)
     report = replace(report, peak_phase=phase, oom_verdict=peak.verdict())
     size, last_start = len(starts), timed.starts[starts[-1]]
-    return _measured(report, busy_kind, busy_link, timed, (last_start, size, extra))
+    return _measured(report, busy, timed, (last_start, size, extra))
 
 
 def _probe(strategy: Strategy, ctx: StepContext, size: int, contention: _Contention) -> _Probe | str:
@@ -313,20 +307,15 @@ def _period(plan: StepPlan, timed: TimedRun, starts: list[int]) -> _Period | Non
         return None
     last = blocks[2]
     comm = [i for i in last if ops[i].stream == COMM]
-    kinds: dict[str, float] = {}
-    links: dict[str, float] = {}
+    busy = LinkBusy()
     for i in comm:
-        if end[i] > begin[i]:
-            kind = ops[i].link_kind or "unknown"
-            kinds[kind] = kinds.get(kind, 0.0) + end[i] - begin[i]
-            links[ops[i].link] = links.get(ops[i].link, 0.0) + end[i] - begin[i]
+        busy.add(ops[i].link_kind, ops[i].link, begin[i], end[i])
     return _Period(
         time_s=period,
         compute_s=math.fsum(ops[i].duration_s for i in last if ops[i].stream == COMPUTE),
         comm_s=math.fsum(end[i] - begin[i] for i in comm),
         comm_bytes=sum(ops[i].bytes for i in comm),
-        busy_by_kind=kinds,
-        busy_by_link=links,
+        busy=busy,
     )
 
 
@@ -346,18 +335,13 @@ def _memory_repeats(timed: TimedRun, at: list[float], a: int, tolerance: float) 
     return True
 
 
-def _busy(plan: StepPlan, timed: TimedRun) -> tuple[dict[str, float], dict[str, float]]:
-    """Seconds each link kind and each link carried a collective in the probe."""
-    kinds: dict[str, float] = {}
-    links: dict[str, float] = {}
+def _busy(plan: StepPlan, timed: TimedRun) -> LinkBusy:
+    """Seconds each link kind and each link carried a collective in the run."""
+    busy = LinkBusy()
     for op in plan.ops:
-        duration = timed.ends[op.id] - timed.starts[op.id]
-        if op.stream != COMM or duration <= 0:
-            continue
-        kind = op.link_kind or "unknown"
-        kinds[kind] = kinds.get(kind, 0.0) + duration
-        links[op.link] = links.get(op.link, 0.0) + duration
-    return kinds, links
+        if op.stream == COMM:
+            busy.add(op.link_kind, op.link, timed.starts[op.id], timed.ends[op.id])
+    return busy
 
 
 def _peak_phase(timed: TimedRun, starts: list[int], phase: str, extra: int) -> str:
