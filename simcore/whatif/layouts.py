@@ -1,7 +1,7 @@
-"""The what-if over parallel layouts: every (cluster, strategy, layout, GPU count) point.
+"""The what-if's points over parallel layouts: every (cluster, strategy, layout, GPU count) point.
 
-:func:`run_parallel_what_if` returns the what-if's :class:`~simcore.whatif.sweep.WhatIfResult`
-(so the same table, JSON, plots and trace apply) with :class:`~simcore.parallel.report.ParallelStepReport`
+:func:`simcore.whatif.sweep.run_what_if` given ``layouts`` runs :func:`run_layouts`, which returns
+the what-if's :class:`~simcore.whatif.result.WhatIfResult` (so the same table, JSON, plots and trace apply) with :class:`~simcore.parallel.report.ParallelStepReport`
 records. Scaling efficiency is against the same data-parallel strategy on one GPU, as the what-if
 always measures it. The recommendation weighs every (strategy, layout) that was given as its own
 candidate, named ``"<strategy> <layout>"`` (e.g. ``"zero1 dp16 tp8 pp8"``): the fastest that fits,
@@ -26,14 +26,14 @@ from simcore.parallel.step import simulate_parallel_step
 from simcore.strategies import strategy_names
 from simcore.topology import ClusterLoader
 from simcore.whatif.recommend import Recommendation, recommend
-from simcore.whatif.sweep import WhatIfResult, counted_progress, gpu_counts, load_topologies
+from simcore.whatif.result import WhatIfResult, counted_progress, gpu_counts, load_topologies
 
 if TYPE_CHECKING:
     from simcore.calibration.profile import CalibrationProfile
     from simcore.strategies.base import TrainingConfig
     from simcore.workload.types import Workload
 
-__all__ = ["layouts_from_lists", "point_label", "run_parallel_what_if"]
+__all__ = ["layouts_from_lists", "point_label", "run_layouts"]
 
 
 def layouts_from_lists(
@@ -53,7 +53,7 @@ def point_label(report: ParallelStepReport) -> str:
     return report.strategy if plain else f"{report.strategy} {report.layout}"
 
 
-def run_parallel_what_if(
+def run_layouts(
     workload: Workload,
     clusters: Sequence[str],
     gpus: Sequence[int],
