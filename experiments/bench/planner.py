@@ -107,15 +107,15 @@ def _timed(job: PlanJob, tasks: Sequence[Task]) -> list[float]:
     """CPU seconds per task, the cluster warm (one untimed pass loads it and prices its collectives)."""
     warm = WorkerCaches()
     evaluate_tasks(job, tasks, warm)
+    # Timed as a sweep times them: the warm cluster, contexts and step caches of the timed pass's
+    # own (no probe or folded copy of the warm-up pass reused; each layout's probe is its own).
+    timed = WorkerCaches(
+        warm.clusters, warm.topologies, workloads=warm.workloads, workload_of=warm.workload_of
+    )
     times = []
     for task in tasks:
-        # Each configuration's own cost: the warm cluster, but its own contexts and step caches (no
-        # probe or folded copy of the warm-up pass reused).
-        own = WorkerCaches(
-            warm.clusters, warm.topologies, workloads=warm.workloads, workload_of=warm.workload_of
-        )
         start = time.process_time()
-        evaluate_tasks(job, [task], own)
+        evaluate_tasks(job, [task], timed)
         times.append(time.process_time() - start)
     return times
 
