@@ -11,6 +11,7 @@ preference for plain DDP applies only among pure data-parallel rows).
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -74,7 +75,6 @@ def run_layouts(
     share one :class:`~simcore.parallel.cache.ComposeCache` for the run.
     """
     check_engine_path(engine_path)
-    cache = ComposeCache()
     names = list(strategies) if strategies else strategy_names()
     unknown = [n for n in names if n not in strategy_names()]
     if unknown:
@@ -87,37 +87,17 @@ def run_layouts(
         check_layout(layout, n, workload, cp_kind=options.cp_kind)
     result = WhatIfResult([], [])
     tick = counted_progress(len(clusters) * len(names) * (len(layouts) * len(counts) + 1), progress)
+    run = functools.partial(
+        simulate_parallel_step, workload, config, calibration=calibration, seed=seed, path=engine_path,
+        cache=ComposeCache(),
+    )  # fmt: skip
     for cluster in clusters:
         topologies = load_topologies(result, cluster, counts, loader, calibration)
         for name in names:
-            base = simulate_parallel_step(
-                workload,
-                config,
-                topologies[1],
-                name,
-                ParallelLayout(),
-                options,
-                calibration=calibration,
-                cluster=cluster,
-                seed=seed,
-                path=engine_path,
-                cache=cache,
-            ).report
+            base = run(topologies[1], name, ParallelLayout(), options, cluster=cluster).report
             tick(f"{cluster} {name} 1 GPU (baseline)")
             for layout, n in itertools.product(layouts, counts):
-                point = simulate_parallel_step(
-                    workload,
-                    config,
-                    topologies[n],
-                    name,
-                    layout,
-                    options,
-                    calibration=calibration,
-                    cluster=cluster,
-                    seed=seed,
-                    path=engine_path,
-                    cache=cache,
-                )
+                point = run(topologies[n], name, layout, options, cluster=cluster)
                 rep = point.report
                 efficiency = rep.samples_per_s / (n * base.samples_per_s)
                 result.reports.append(replace(rep, scaling_efficiency=efficiency, baseline_fits=base.fits))

@@ -134,9 +134,9 @@ def run_what_if(
     strategies on the fast analytical path where every rank is alike, ``fast``/``des`` force one.
     """
     check_engine_path(engine_path)
+    if layouts is not None and heterogeneity.describe() != "none":
+        raise TrainsimError("stragglers and jitter are not modelled with parallel layouts")
     if layouts is not None:
-        if heterogeneity.describe() != "none":
-            raise TrainsimError("stragglers and jitter are not modelled with parallel layouts")
         return run_layouts(
             workload, clusters, gpus, loader=loader, layouts=layouts, options=options or ParallelOptions(),
             strategies=strategies, config=config, calibration=calibration, seed=seed, progress=progress,
@@ -164,14 +164,24 @@ def run_what_if(
                     ps_options or PSConfig(), heterogeneity, loader,
                 )
             )  # fmt: skip
-        for name in names:
-            base = by_point[(name, 1)]
-            for n in counts:
-                rep = by_point[(name, n)]
-                efficiency = rep.samples_per_s / (n * base.samples_per_s)
-                result.reports.append(replace(rep, scaling_efficiency=efficiency, baseline_fits=base.fits))
+        _add_scaled(result, by_point, names, counts)
         result.recommendations.append(_recommend_point(result, cluster, counts[-1], topologies[counts[-1]]))
     return result
+
+
+def _add_scaled(
+    result: WhatIfResult,
+    by_point: dict[tuple[str, int], StepReport],
+    names: Sequence[str],
+    counts: Sequence[int],
+) -> None:
+    """One cluster's reports, in order, with their scaling efficiency against one GPU."""
+    for name in names:
+        base = by_point[(name, 1)]
+        for n in counts:
+            rep = by_point[(name, n)]
+            efficiency = rep.samples_per_s / (n * base.samples_per_s)
+            result.reports.append(replace(rep, scaling_efficiency=efficiency, baseline_fits=base.fits))
 
 
 def _mean_samples_per_s(result: WhatIfResult, cluster: str, report: StepReport) -> float:
