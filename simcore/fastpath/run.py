@@ -58,13 +58,16 @@ def evaluate_step(
     """``strategy``'s step on ``ctx`` as a report, on the engine path ``path`` (``"fast"`` or
     ``"des"``, as :func:`simcore.fastpath.path.choose_path` resolved it for ``ctx``'s cluster).
 
-    The fast path without a trace and without per-step compute scales gives the event-free
-    report (``reuse`` shares its probes between batch sizes: see :mod:`simcore.fastpath.step`);
-    anything else runs :func:`~simcore.strategies.runner.simulate_step` (``seed``, ``slowdown``
-    and ``compute_scale`` as it takes them) and reports its steps."""
+    The fast path gives the event-free report (``reuse`` shares its probes between batch sizes:
+    see :mod:`simcore.fastpath.step`) for one deterministic step without a trace; anything else
+    (a trace, per-step compute scales, several steps, jittered compute, the discrete-event path)
+    runs :func:`~simcore.strategies.runner.simulate_step` (``seed``, ``slowdown`` and
+    ``compute_scale`` as it takes them) and reports its steps."""
     if path not in ("fast", "des"):
         raise TrainsimError(f"engine path {path!r} is not resolved; evaluate_step takes fast or des")
-    if path == "fast" and compute_scale is None and not trace:
+    cfg = ctx.config
+    one_step = cfg.steps <= 1 and cfg.compute_jitter_sigma <= 0
+    if path == "fast" and compute_scale is None and one_step and not trace:
         report = fast_step_report(
             strategy, ctx, cluster=cluster, device=device, peak_flops=peak_flops, slowdown=slowdown,
             reuse=reuse,

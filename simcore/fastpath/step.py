@@ -31,12 +31,13 @@ from collections.abc import Hashable
 from dataclasses import dataclass, replace
 
 from simcore.compute.memory import MemoryPeak
+from simcore.errors import TrainsimError
 from simcore.fastpath.fold import Measured, fold_step
 from simcore.report import LinkBusy, StepReport
 from simcore.step.eventfree import TimedRun, evaluate_plan_timed
 from simcore.step.plan import COMM, COMPUTE, Op, OpKey, Phase, PhasePart, StepPlan, phase_of, phase_text
 from simcore.strategies.base import StepContext, Strategy
-from simcore.strategies.runner import StepResult, comm_slowdown_under_compute, report_step, simulate_step
+from simcore.strategies.runner import StepResult, comm_slowdown_under_compute, report_step
 
 __all__ = ["MIN_EXTRAPOLATED", "PROBES", "fast_step_report"]
 
@@ -73,10 +74,14 @@ def fast_step_report(
 
     ``reuse``: a key for everything ``ctx``'s plan depends on except the global batch, to share
     probes between batch sizes (see the module docstring); None evaluates afresh. A long run of
-    identical blocks is folded first (:mod:`simcore.fastpath.fold`)."""
+    identical blocks is folded first (:mod:`simcore.fastpath.fold`). One deterministic step only:
+    several steps or jittered compute are simulated (:func:`simcore.fastpath.run.evaluate_step`
+    routes them)."""
     if ctx.config.steps > 1 or ctx.config.compute_jitter_sigma > 0:
-        result = simulate_step(strategy, ctx, slowdown=slowdown, path="fast")
-        return report_step(result, ctx, cluster=cluster, device=device, peak_flops=peak_flops)
+        raise TrainsimError(
+            "the fast-path report is one deterministic step; evaluate several or jittered steps "
+            "with simcore.fastpath.run.evaluate_step"
+        )
     contention = _Contention(slowdown, comm_slowdown_under_compute(ctx) if slowdown is None else 1.0)
     copies = replace(contention, phase_peaks=True)
 

@@ -71,3 +71,15 @@ def test_a_planner_worker_fills_the_caches_it_is_given_and_times_alike_with_fres
     assert [o.report for o in evaluate_tasks(job, tasks, WorkerCaches())] == [o.report for o in first]
     process = evaluate.worker_caches()
     assert process is not mine and evaluate.worker_caches() is process  # the process's own, made once
+
+
+def test_several_or_jittered_steps_are_simulated_on_the_fast_path_too() -> None:
+    strategy = get_strategy("fsdp")
+    config = TrainingConfig(global_batch=4 * 2 * 6, micro_batch=2, steps=3, compute_jitter_sigma=0.1)
+    ctx = toy_context(4, config, workload=toy_transformer(blocks=6))
+    got = evaluate_step(strategy, ctx, path="fast", slowdown=None, seed=7, **LABELS)  # type: ignore[arg-type]
+    want = simulate_step(strategy, ctx, seed=7, slowdown=None, path="fast")
+    assert got.step is not None and got.step.step_times_s == want.step_times_s
+    assert len(set(want.step_times_s)) > 1  # the jitter drew a different factor per step
+    with pytest.raises(TrainsimError, match="one deterministic step"):
+        fast_step_report(strategy, ctx, slowdown=None, **LABELS)  # type: ignore[arg-type]
