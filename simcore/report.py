@@ -82,6 +82,7 @@ __all__ = [
     "RECORD_FIELDS",
     "SCHEMA",
     "SCHEMA_VERSION",
+    "LinkBusy",
     "StepReport",
     "records_to_csv",
     "records_to_json",
@@ -136,6 +137,44 @@ class StepReport:
 
 
 RECORD_FIELDS = tuple(StepReport.__dataclass_fields__)
+
+
+@dataclass(slots=True)
+class LinkBusy:
+    """Seconds each link kind and each link carried a collective: the one tally behind a report's
+    ``link_utilisation`` and ``bottleneck_link``, whether the step was simulated, evaluated without
+    events, extrapolated from a probe's period or folded from shallower copies.
+
+    ``by_kind`` names a collective's limiting link kind (``"unknown"`` when it names none);
+    ``by_link``: the link itself (``""`` when unknown)."""
+
+    by_kind: dict[str, float] = field(default_factory=dict)
+    by_link: dict[str, float] = field(default_factory=dict)
+
+    def add(self, kind: str | None, link: str, start_s: float, end_s: float) -> None:
+        """One collective's busy span (nothing when it took no time)."""
+        if end_s <= start_s:
+            return
+        kind = kind or "unknown"
+        # (added as total + end - start, in that order, wherever a span is counted: bit-identical tallies)
+        self.by_kind[kind] = self.by_kind.get(kind, 0.0) + end_s - start_s
+        self.by_link[link] = self.by_link.get(link, 0.0) + end_s - start_s
+
+    def add_times(self, other: LinkBusy, times: float) -> None:
+        """``times`` more of ``other`` (a repeated period: one middle micro-batch's busy time)."""
+        for kind, seconds in other.by_kind.items():
+            self.by_kind[kind] = self.by_kind.get(kind, 0.0) + times * seconds
+        for link, seconds in other.by_link.items():
+            self.by_link[link] = self.by_link.get(link, 0.0) + times * seconds
+
+    def utilisation(self, step_s: float) -> dict[str, float]:
+        """Each link kind's busy fraction of a ``step_s`` step, by kind name."""
+        return {kind: self.by_kind[kind] / step_s for kind in sorted(self.by_kind)}
+
+    def bottleneck(self) -> str:
+        """The busiest link (ties: the first by name); ``""`` when no collective ran."""
+        links = self.by_link
+        return max(sorted(links), key=lambda name: links[name]) if links else ""
 
 
 def records_to_json(records: Sequence[Mapping[str, Any]], **extra: Any) -> str:

@@ -56,6 +56,11 @@ def test_no_package_cycles(repo_graph) -> None:
     assert not found, _listing("package-level import cycles", found)
 
 
+def test_simcore_keeps_no_module_level_caches(repo_graph) -> None:
+    found = module_level_caches(repo_graph, "simcore")
+    assert not found, _listing("module-level caches in simcore (make them objects a sweep owns)", found)
+
+
 def test_no_upward_imports(repo_graph) -> None:
     found = upward_imports(repo_graph)
     assert not found, _listing(f"upward imports (layers {' < '.join(LAYERS)})", found)

@@ -35,8 +35,15 @@ from dataclasses import dataclass
 from experiments.bench.whatif import timed_command
 from experiments.console import COMMANDS
 from simcore.collectives import build_plan
-from simcore.fastpath.step import clear_probe_cache
-from simcore.planner.evaluate import Outcome, PlanJob, Task, evaluate_tasks, load_topology
+from simcore.planner.evaluate import (
+    Outcome,
+    PlanJob,
+    Task,
+    WorkerCaches,
+    evaluate_tasks,
+    install_worker_caches,
+    load_topology,
+)
 from simcore.planner.executors import run_sweeps
 from simcore.planner.space import PlanLayout, SearchSpace, data_parallel_axes, layouts_for
 from simcore.strategies.base import TrainingConfig
@@ -97,13 +104,18 @@ def _grid(gpus: int, workload: Workload) -> tuple[TrainingConfig, list[PlanLayou
 
 
 def _timed(job: PlanJob, tasks: Sequence[Task]) -> list[float]:
-    """CPU seconds per task, caches warm (one untimed pass loads the cluster and prices its collectives)."""
-    evaluate_tasks(job, tasks)
+    """CPU seconds per task, the cluster warm (one untimed pass loads it and prices its collectives)."""
+    warm = WorkerCaches()
+    evaluate_tasks(job, tasks, warm)
+    # Timed as a sweep times them: the warm cluster, contexts and step caches of the timed pass's
+    # own (no probe or folded copy of the warm-up pass reused; each layout's probe is its own).
+    timed = WorkerCaches(
+        warm.clusters, warm.topologies, workloads=warm.workloads, workload_of=warm.workload_of
+    )
     times = []
     for task in tasks:
-        clear_probe_cache()  # each configuration's own cost: no probe of the warm-up pass reused
         start = time.process_time()
-        evaluate_tasks(job, [task])
+        evaluate_tasks(job, [task], timed)
         times.append(time.process_time() - start)
     return times
 
@@ -165,11 +177,11 @@ def sweep_rows(
 ) -> list[PlannerBenchRow]:
     """The fixed sweep on the local pool (and as Ray tasks on a local 2-CPU instance with ``ray``)."""
     parts = fixed_sweep(configs)
+    process = install_worker_caches()  # what forked workers inherit (earlier rows kept their own)
     for job, tasks in parts:  # loaded before the pool forks, as the planner does
         for gpus in sorted({g for g, _ in tasks}):
-            load_topology(job.loader, job.cluster, gpus)
+            load_topology(job.loader, job.cluster, gpus, process)
     total = sum(len(tasks) for _, tasks in parts)
-    clear_probe_cache()  # the sweep shares probes between its own batch sizes, not the rows' before it
     before = os.times()
     start = time.perf_counter()
     local = run_sweeps(parts, workers=workers)

@@ -63,7 +63,6 @@ from simcore.compute.precision import PRECISION_MODES, activation_dtype
 from simcore.errors import TrainsimError, cli_entry
 from simcore.parallel import CP_KINDS, OFFLOAD_MODES, PIPELINE_SCHEDULES
 from simcore.parallel.report import ParallelStepReport
-from simcore.parallel.sweep import point_label
 from simcore.paramserver import (
     DEFAULT_STALENESS_BOUND,
     PS_MODES,
@@ -76,6 +75,7 @@ from simcore.report import StepReport, records_to_csv, records_to_json
 from simcore.report_checks import check_records
 from simcore.strategies.base import COMPUTE_DTYPES, JITTER_SCOPES, OPTIMIZERS, TrainingConfig
 from simcore.strategies.wrap import parse_wrap
+from simcore.whatif.layouts import point_label
 from simcore.whatif.sweep import (
     DEFAULT_CLUSTERS,
     DEFAULT_CONFIG,

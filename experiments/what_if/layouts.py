@@ -1,5 +1,5 @@
 """The what-if's layout flags (``--tp --pp --vpp --cp --ep --recompute --offload`` ...): parse them
-and run :func:`simcore.parallel.sweep.run_parallel_what_if`."""
+and run the what-if (:func:`simcore.whatif.sweep.run_what_if`) over the layouts they list."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from simcore.calibration.profile import CalibrationProfile
 from simcore.compute.heterogeneity import Heterogeneity
 from simcore.errors import TrainsimError
 from simcore.parallel import ParallelOptions
-from simcore.parallel.sweep import layouts_from_lists, run_parallel_what_if
 from simcore.strategies import strategy_names
 from simcore.strategies.base import TrainingConfig
 from simcore.topology import ClusterLoader
-from simcore.whatif.sweep import WhatIfResult
+from simcore.whatif.layouts import layouts_from_lists
+from simcore.whatif.sweep import WhatIfResult, run_what_if
 from simcore.workload.types import Workload
 from topologies import load_cluster
 
@@ -71,7 +71,7 @@ def run_layouts(
         _degrees(args.ep, "ep"),
         _degrees(args.vpp, "vpp"),
     )
-    return run_parallel_what_if(
+    return run_what_if(
         workload,
         clusters,
         gpus,

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING
 from simcore.compute.memory import CATEGORIES
 from simcore.net.trace import TraceRecorder
 from simcore.parallel.report import ParallelStepReport
-from simcore.parallel.sweep import point_label
 from simcore.paramserver import PS_MODES
 from simcore.report import StepReport
+from simcore.whatif.layouts import point_label
 
 GIB = 2**30  # bytes; memory is in GiB everywhere the what-if shows it
 

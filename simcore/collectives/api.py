@@ -7,7 +7,6 @@ and uncontended results are cached per topology object (weakly: a dropped topolo
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
@@ -91,17 +90,16 @@ class _TopologyCache:
     results: dict[tuple[Any, ...], CollectiveResult] = field(default_factory=dict)
 
 
-_CACHES: weakref.WeakKeyDictionary[Topology, _TopologyCache] = weakref.WeakKeyDictionary()
-
-
 def _cache(topology: Topology, network: Network | None = None) -> _TopologyCache:
-    """This topology's cache; routes come from ``network``'s router, else the topology's shared one."""
-    cache = _CACHES.get(topology)
-    if cache is None:
+    """This topology's cache, kept with it (:meth:`~simcore.topology.Topology.derived`): routes
+    come from ``network``'s router, else the topology's shared one."""
+
+    def make() -> _TopologyCache:
         router = network.router if network is not None else Router.for_topology(topology)
         platform = NcclOptions.from_env(dict(topology.metadata.get("nccl_env", {})))
-        cache = _CACHES[topology] = _TopologyCache(router.route, platform)
-    return cache
+        return _TopologyCache(router.route, platform)
+
+    return topology.derived("collective costs", make)
 
 
 def _check_op(op: str) -> None:

@@ -14,7 +14,10 @@ package evaluates exactly that, with no per-flow simulation:
   exactly from a probe of a few micro-batches;
 - :mod:`simcore.fastpath.fold`: a deep model's step extrapolated exactly from three shallower
   copies of its run of identical blocks, so a configuration costs about the same at any depth;
-- :mod:`simcore.fastpath.path`: which path a point takes (``auto``, ``fast`` or ``des``).
+- :mod:`simcore.fastpath.path`: which path a point takes (``auto``, ``fast`` or ``des``);
+- :mod:`simcore.fastpath.run`: the one entry every caller evaluates a step through
+  (:func:`~simcore.fastpath.run.evaluate_step`), which picks this package's report or the
+  simulated steps.
 
 The discrete-event path stays for whatever breaks symmetry: parameter servers (per-rank processes
 and incast), stragglers, mixed devices and jitter.

@@ -8,7 +8,7 @@ asks the same :class:`~simcore.step.cost.CostModel` for the closed form instead.
 calibration profile by the same rule, and both interpolate sizes between powers of two alike.
 
 Costs are kept in the model the functions below return, for as long as it lives: a sweep keeps one
-per loaded cluster (:mod:`simcore.planner.evaluate` does, per process) and prices each shape once.
+per loaded cluster (:mod:`simcore.planner.evaluate` does, in each worker's caches) and prices each shape once.
 """
 
 from __future__ import annotations

@@ -38,12 +38,12 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from simcore.compute.memory import MemoryPeak, allocator_peak
-from simcore.report import StepReport
+from simcore.report import LinkBusy, StepReport
+from simcore.step.caches import Recent
 from simcore.step.plan import OpKey, Phase, PhasePart, phase_text
 from simcore.strategies.base import StepContext, Strategy, model_flops_per_step
 from simcore.workload.types import Layer, Workload
@@ -64,21 +64,19 @@ MIN_DEPTH = 4  # blocks of the shallowest copy (transients at both ends: prefetc
 MAX_PERIOD = 8  # longest repeat of a grouping, in blocks, that is still worth folding
 MIN_RUN = 24  # three copies of 4, 5 and 6 blocks cost 15: worth it from here (GPT-2 medium, BERT-large) on
 TOLERANCE = 1e-4  # relative departure from affine accepted (sums over more layers round differently)
-_CACHE_SIZE = 64
 
 
 @dataclass(frozen=True, slots=True)
 class Measured:
     """One evaluated step: the report, and what extrapolating it needs besides.
 
-    ``busy_by_kind`` / ``busy_by_link``: seconds each link kind and link carried a collective;
+    ``busy``: seconds each link kind and link carried a collective;
     ``phase_peaks``: per phase (as the report would name it, each once) its largest footprint of tensors,
     when that was first reached, and the categories then; ``fragmentation``: the allocator's, as
     the plan charges it at the peak."""
 
     report: StepReport
-    busy_by_kind: Mapping[str, float]
-    busy_by_link: Mapping[str, float]
+    busy: LinkBusy
     phase_peaks: Sequence[tuple[Phase, tuple[float, float, Mapping[str, float]]]]
     fragmentation: float
 
@@ -89,17 +87,6 @@ class _Copy:
     kept: tuple[int, ...]  # the model's index of each of the copy's layers
 
 
-_RUNS: OrderedDict[int, tuple[Workload, tuple[int, int] | None]] = OrderedDict()
-_COPIES: OrderedDict[tuple[int, int], tuple[Workload, _Copy | None]] = OrderedDict()
-
-
-def _remember(cache: OrderedDict, key: object, value: object) -> None:
-    cache[key] = value
-    cache.move_to_end(key)
-    while len(cache) > _CACHE_SIZE:
-        cache.popitem(last=False)
-
-
 def _signature(layer: Layer) -> tuple[object, ...]:
     return (
         layer.kind, layer.params, layer.fwd_flops, layer.bwd_flops, layer.activation_bytes,
@@ -107,11 +94,11 @@ def _signature(layer: Layer) -> tuple[object, ...]:
     )  # fmt: skip
 
 
-def identical_run(workload: Workload) -> tuple[int, int] | None:
-    """(first block, blocks) of the longest run of consecutive identical blocks, None if none."""
-    known = _RUNS.get(id(workload))
-    if known is not None and known[0] is workload:
-        return known[1]
+def identical_run(workload: Workload, known: Recent[object] | None = None) -> tuple[int, int] | None:
+    """(first block, blocks) of the longest run of consecutive identical blocks, None if none
+    (kept in ``known`` when given: :attr:`~simcore.step.caches.StepCaches.runs`)."""
+    if known is not None:
+        return known.of(workload, ("run",), lambda: identical_run(workload))  # type: ignore[return-value]
     layers_of: dict[int, list[int]] = {}
     for index, layer in enumerate(workload.layers):
         if layer.block >= 0:
@@ -129,17 +116,17 @@ def identical_run(workload: Workload) -> tuple[int, int] | None:
                 if best is None or end - start > best[1]:
                     best = (blocks[start], end - start)
                 start = end
-    _remember(_RUNS, id(workload), (workload, best))
     return best
 
 
-def shallower(workload: Workload, run: tuple[int, int], depth: int) -> _Copy | None:
+def shallower(
+    workload: Workload, run: tuple[int, int], depth: int, known: Recent[object] | None = None
+) -> _Copy | None:
     """``workload`` with ``depth`` blocks of ``run`` (the first :data:`HEAD` and the last ones);
-    None when a parameter tie reaches into the removed blocks."""
-    key = (id(workload), depth)
-    known = _COPIES.get(key)
-    if known is not None and known[0] is workload:
-        return known[1]
+    None when a parameter tie reaches into the removed blocks (kept in ``known`` when given:
+    :attr:`~simcore.step.caches.StepCaches.copies`)."""
+    if known is not None:
+        return known.of(workload, (run, depth), lambda: shallower(workload, run, depth))  # type: ignore[return-value]
     first, length = run
     dropped = set(range(first + HEAD, first + length - (depth - HEAD)))
     kept = tuple(i for i, layer in enumerate(workload.layers) if layer.block not in dropped)
@@ -165,7 +152,6 @@ def shallower(workload: Workload, run: tuple[int, int], depth: int) -> _Copy | N
             ),
             kept,
         )
-    _remember(_COPIES, key, (workload, copy))
     return copy
 
 
@@ -335,7 +321,7 @@ def fold_step(
 
 
 def _fold_plan(strategy: Strategy, ctx: StepContext) -> _Plan | None:
-    run = identical_run(ctx.workload)
+    run = identical_run(ctx.workload, ctx.caches.runs)
     dims = ctx.workload.dims
     if run is None or run[1] < MIN_RUN or (dims is not None and dims.moe is not None):
         return None  # (expert blocks are numbered in the model's dims: not renumbered in a copy)
@@ -351,7 +337,7 @@ def _fold_plan(strategy: Strategy, ctx: StepContext) -> _Plan | None:
     flags = _boundaries(groups_full)
     copies, names = [], []
     for n in depths:
-        copy = shallower(ctx.workload, run, n)
+        copy = shallower(ctx.workload, run, n, ctx.caches.copies)
         if copy is None:
             return None
         groups = strategy.layer_groups(_context(ctx, n, copy))  # type: ignore[attr-defined]
@@ -374,8 +360,8 @@ def _extrapolate(
         return None
     names = ("step_time_s", "step_time_p99_s", "compute_s", "comm_s", "comm_bytes")
     fields = _extend_maps([{name: float(getattr(r, name)) for name in names} for r in reports], steps)
-    kinds = _extend_maps([m.busy_by_kind for m in measured], steps)
-    links = _extend_maps([m.busy_by_link for m in measured], steps)
+    kinds = _extend_maps([m.busy.by_kind for m in measured], steps)
+    links = _extend_maps([m.busy.by_link for m in measured], steps)
     peak = _peak(measured, plan)
     if fields is None or kinds is None or links is None or peak is None:
         return None
@@ -383,7 +369,7 @@ def _extrapolate(
     if not (step > 0 and math.isfinite(step)):
         return None
     samples_per_s = first.global_batch / step
-    workload = ctx.workload
+    workload, busy = ctx.workload, LinkBusy(kinds, links)
     return replace(
         first,
         step_time_s=step,
@@ -401,8 +387,8 @@ def _extrapolate(
         fits=peak.fits,
         oom_verdict=peak.verdict(),
         memory_status=peak.status,
-        link_utilisation={kind: kinds[kind] / step for kind in sorted(kinds)},
-        bottleneck_link=max(sorted(links), key=lambda name: links[name]) if links else "",
+        link_utilisation=busy.utilisation(step),
+        bottleneck_link=busy.bottleneck(),
     )
 
 

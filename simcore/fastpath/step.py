@@ -12,43 +12,40 @@ communication, bytes and link use grow by one period's worth per micro-batch, an
 peak is the probe's. When the check fails (a communication backlog still growing, say), the full
 plan is built and evaluated. Four micro-batches are tried first; where the first micro-batch
 leaves a different trace in the next (ZeRO-2 keeps its gradient shard), five, so that the compared
-micro-batches both follow a middle one; a process remembers which size worked per strategy. Only
+micro-batches both follow a middle one; the context's caches remember which size worked per
+strategy (:class:`~simcore.step.caches.StepCaches`, shared by a sweep's contexts). Only
 the representative rank's plan (streams ``compute`` and ``comm``) is extrapolated.
 
 A probe does not depend on the global batch (it runs ``size`` micro-batches whatever ``k`` is), so
 a caller that names everything else the plan depends on (``reuse``: the planner's cluster, GPU
 count, workload, configuration but the batch, layout) gets the probe evaluated once for every
-batch size of a sweep; the last :data:`PROBE_CACHE_SIZE` are kept (:func:`clear_probe_cache`).
+batch size of a sweep; the last :data:`~simcore.step.caches.PROBE_CACHE_SIZE` are kept in the
+context's caches, for as long as whoever runs the sweep keeps those.
 """
 
 from __future__ import annotations
 
 import bisect
 import math
-from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass, replace
 
 from simcore.compute.memory import MemoryPeak
+from simcore.errors import TrainsimError
 from simcore.fastpath.fold import Measured, fold_step
-from simcore.report import StepReport
+from simcore.report import LinkBusy, StepReport
 from simcore.step.eventfree import TimedRun, evaluate_plan_timed
 from simcore.step.plan import COMM, COMPUTE, Op, OpKey, Phase, PhasePart, StepPlan, phase_of, phase_text
 from simcore.strategies.base import StepContext, Strategy
-from simcore.strategies.runner import StepResult, comm_slowdown_under_compute, report_step, simulate_step
+from simcore.strategies.runner import StepResult, comm_slowdown_under_compute, report_step
 
-__all__ = ["MIN_EXTRAPOLATED", "PROBES", "PROBE_CACHE_SIZE", "clear_probe_cache", "fast_step_report"]
+__all__ = ["MIN_EXTRAPOLATED", "PROBES", "fast_step_report"]
 
 # Micro-batches of a probe plan: the first, two middle ones to compare (after a fifth's middle one
 # when four are not enough), and the last.
 PROBES = (4, 5)
 MIN_EXTRAPOLATED = 4  # from here a probe costs no more than the full plan (and is it when k = 4)
-# Per (strategy, one GPU): the probe size that worked last in this process, or 0 when the plan is
-# not built micro-batch by micro-batch (DDP and ZeRO-1 run all but the last as one operation).
-_FIRST_PROBE: dict[tuple[str, bool], int] = {}
 _PASSES = ("fwd", "bwd", "recompute", "fwd+bwd")
-PROBE_CACHE_SIZE = 128  # a probe holds its plan and timeline (under a megabyte each)
-_PROBE_CACHE: OrderedDict[Hashable, _Probe] = OrderedDict()
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,8 +56,7 @@ class _Period:
     compute_s: float
     comm_s: float
     comm_bytes: float
-    busy_by_kind: dict[str, float]
-    busy_by_link: dict[str, float]
+    busy: LinkBusy
 
 
 def fast_step_report(
@@ -78,10 +74,14 @@ def fast_step_report(
 
     ``reuse``: a key for everything ``ctx``'s plan depends on except the global batch, to share
     probes between batch sizes (see the module docstring); None evaluates afresh. A long run of
-    identical blocks is folded first (:mod:`simcore.fastpath.fold`)."""
+    identical blocks is folded first (:mod:`simcore.fastpath.fold`). One deterministic step only:
+    several steps or jittered compute are simulated (:func:`simcore.fastpath.run.evaluate_step`
+    routes them)."""
     if ctx.config.steps > 1 or ctx.config.compute_jitter_sigma > 0:
-        result = simulate_step(strategy, ctx, slowdown=slowdown, path="fast")
-        return report_step(result, ctx, cluster=cluster, device=device, peak_flops=peak_flops)
+        raise TrainsimError(
+            "the fast-path report is one deterministic step; evaluate several or jittered steps "
+            "with simcore.fastpath.run.evaluate_step"
+        )
     contention = _Contention(slowdown, comm_slowdown_under_compute(ctx) if slowdown is None else 1.0)
     copies = replace(contention, phase_peaks=True)
 
@@ -118,14 +118,12 @@ def _measure(
     timed = _evaluate(plan, ctx, contention)
     result = StepResult(plan, timed.run, [timed.run.step_time_s])
     report = report_step(result, ctx, cluster=cluster, device=device, peak_flops=peak_flops)
-    kinds, links = _busy(plan, timed)
-    return _measured(report, kinds, links, timed)
+    return _measured(report, _busy(plan, timed), timed)
 
 
 def _measured(
     report: StepReport,
-    kinds: dict[str, float],
-    links: dict[str, float],
+    busy: LinkBusy,
     timed: TimedRun,
     renumber: tuple[float, int, int] | None = None,
 ) -> Measured:
@@ -139,7 +137,7 @@ def _measured(
         if renumber is not None and at >= renumber[0]:
             phase = _renumbered(phase, *renumber[1:])
         peaks.append((phase, (total, at, parts)))
-    return Measured(report, kinds, links, peaks, memory.fragmentation)
+    return Measured(report, busy, peaks, memory.fragmentation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,39 +183,28 @@ def _extrapolated(
     contention: _Contention,
     reuse: Hashable | None = None,
 ) -> Measured | None:
-    key = (strategy.name, ctx.gpus == 1)
-    first = _FIRST_PROBE.get(key, PROBES[0])
-    known = None if reuse is None else _PROBE_CACHE.get((reuse, strategy.name, contention))
+    # Per (strategy, one GPU): the probe size that worked last, or 0 when the plan is not built
+    # micro-batch by micro-batch (DDP and ZeRO-1 run all but the last as one operation).
+    key, caches = (strategy.name, ctx.gpus == 1), ctx.caches
+    first = caches.first_probe.get(key, PROBES[0])
+    known: _Probe | None = None if reuse is None else caches.probes.get((reuse, strategy.name, contention))  # type: ignore[assignment]
     if known is not None and known.period is not None and first and first <= len(known.starts) < k:
-        _PROBE_CACHE.move_to_end((reuse, strategy.name, contention))
         return _report(known, known.period, ctx, k, cluster=cluster, device=device, peak_flops=peak_flops)
     for size in (p for p in PROBES if first and first <= p <= k):
         probe = _probe(strategy, ctx, size, contention)
         if isinstance(probe, str):
-            _FIRST_PROBE[key] = 0
+            caches.first_probe[key] = 0
             return None
         if size == k:  # the probe is the whole step
             result = StepResult(probe.plan, probe.timed.run, [probe.timed.run.step_time_s])
             report = report_step(result, ctx, cluster=cluster, device=device, peak_flops=peak_flops)
-            return _measured(report, *_busy(probe.plan, probe.timed), probe.timed)
+            return _measured(report, _busy(probe.plan, probe.timed), probe.timed)
         if probe.period is not None:
-            _FIRST_PROBE[key] = size
+            caches.first_probe[key] = size
             if reuse is not None:
-                _remember((reuse, strategy.name, contention), probe)
+                caches.probes.put((reuse, strategy.name, contention), probe)
             return _report(probe, probe.period, ctx, k, cluster=cluster, device=device, peak_flops=peak_flops)
     return None
-
-
-def _remember(key: Hashable, probe: _Probe) -> None:
-    _PROBE_CACHE[key] = probe
-    _PROBE_CACHE.move_to_end(key)
-    while len(_PROBE_CACHE) > PROBE_CACHE_SIZE:
-        _PROBE_CACHE.popitem(last=False)
-
-
-def clear_probe_cache() -> None:
-    """Forget every kept probe (a benchmark of one configuration's cost clears it first)."""
-    _PROBE_CACHE.clear()
 
 
 def _report(
@@ -230,26 +217,23 @@ def _report(
     result = StepResult(plan, timed.run, [step_s])
     report = report_step(result, ctx, cluster=cluster, device=device, peak_flops=peak_flops)
     compute_s = plan.compute_s() + extra * period.compute_s
-    busy_kind, busy_link = _busy(plan, timed)
-    for kind, seconds in period.busy_by_kind.items():
-        busy_kind[kind] = busy_kind.get(kind, 0.0) + extra * seconds
-    for link, seconds in period.busy_by_link.items():
-        busy_link[link] = busy_link.get(link, 0.0) + extra * seconds
+    busy = _busy(plan, timed)
+    busy.add_times(period.busy, extra)
     report = replace(
         report,
         compute_s=compute_s,
         exposed_comm_s=max(0.0, step_s - compute_s),
         comm_s=report.comm_s + extra * period.comm_s,
         comm_bytes=plan.comm_bytes() + extra * period.comm_bytes,
-        link_utilisation={kind: busy_kind[kind] / step_s for kind in sorted(busy_kind)},
-        bottleneck_link=max(sorted(busy_link), key=lambda name: busy_link[name]) if busy_link else "",
+        link_utilisation=busy.utilisation(step_s),
+        bottleneck_link=busy.bottleneck(),
     )
     # The verdict names the peak's phase too: renumbered with it (a peak in the last micro-batch).
     phase = _peak_phase(timed, starts, report.peak_phase, extra)
     peak = MemoryPeak(report.peak_memory_bytes, phase, report.memory_breakdown, report.memory_capacity_bytes)
     report = replace(report, peak_phase=phase, oom_verdict=peak.verdict())
     size, last_start = len(starts), timed.starts[starts[-1]]
-    return _measured(report, busy_kind, busy_link, timed, (last_start, size, extra))
+    return _measured(report, busy, timed, (last_start, size, extra))
 
 
 def _probe(strategy: Strategy, ctx: StepContext, size: int, contention: _Contention) -> _Probe | str:
@@ -328,20 +312,15 @@ def _period(plan: StepPlan, timed: TimedRun, starts: list[int]) -> _Period | Non
         return None
     last = blocks[2]
     comm = [i for i in last if ops[i].stream == COMM]
-    kinds: dict[str, float] = {}
-    links: dict[str, float] = {}
+    busy = LinkBusy()
     for i in comm:
-        if end[i] > begin[i]:
-            kind = ops[i].link_kind or "unknown"
-            kinds[kind] = kinds.get(kind, 0.0) + end[i] - begin[i]
-            links[ops[i].link] = links.get(ops[i].link, 0.0) + end[i] - begin[i]
+        busy.add(ops[i].link_kind, ops[i].link, begin[i], end[i])
     return _Period(
         time_s=period,
         compute_s=math.fsum(ops[i].duration_s for i in last if ops[i].stream == COMPUTE),
         comm_s=math.fsum(end[i] - begin[i] for i in comm),
         comm_bytes=sum(ops[i].bytes for i in comm),
-        busy_by_kind=kinds,
-        busy_by_link=links,
+        busy=busy,
     )
 
 
@@ -361,18 +340,13 @@ def _memory_repeats(timed: TimedRun, at: list[float], a: int, tolerance: float) 
     return True
 
 
-def _busy(plan: StepPlan, timed: TimedRun) -> tuple[dict[str, float], dict[str, float]]:
-    """Seconds each link kind and each link carried a collective in the probe."""
-    kinds: dict[str, float] = {}
-    links: dict[str, float] = {}
+def _busy(plan: StepPlan, timed: TimedRun) -> LinkBusy:
+    """Seconds each link kind and each link carried a collective in the run."""
+    busy = LinkBusy()
     for op in plan.ops:
-        duration = timed.ends[op.id] - timed.starts[op.id]
-        if op.stream != COMM or duration <= 0:
-            continue
-        kind = op.link_kind or "unknown"
-        kinds[kind] = kinds.get(kind, 0.0) + duration
-        links[op.link] = links.get(op.link, 0.0) + duration
-    return kinds, links
+        if op.stream == COMM:
+            busy.add(op.link_kind, op.link, timed.starts[op.id], timed.ends[op.id])
+    return busy
 
 
 def _peak_phase(timed: TimedRun, starts: list[int], phase: str, extra: int) -> str:

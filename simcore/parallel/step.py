@@ -39,7 +39,7 @@ from simcore.compute.roofline import ComputeModel
 from simcore.errors import TrainsimError
 from simcore.fastpath.costs import fast_collective_model, fast_concurrent_model
 from simcore.fastpath.path import DEFAULT_ENGINE_PATH, check_engine_path, choose_path
-from simcore.fastpath.step import fast_step_report
+from simcore.fastpath.run import evaluate_step
 from simcore.parallel.cache import ComposeCache
 from simcore.parallel.comm import GroupPricer, sharing_groups
 from simcore.parallel.layout import ParallelLayout, Placement, check_layout
@@ -209,14 +209,11 @@ def simulate_parallel_step(
         concurrent=fast_concurrent_model(topology, calibration) if fast else None,
     )  # fmt: skip
     name = cluster or topology.name
-    step: StepResult | None = None
-    if fast and not trace:
-        base = fast_step_report(
-            chosen, ctx, cluster=name, device=device.name, peak_flops=peak_flops, slowdown=slowdown
-        )
-    else:
-        step = simulate_step(chosen, ctx, seed=seed, slowdown=slowdown, path=engine)
-        base = report_step(step, ctx, cluster=name, device=device.name, peak_flops=peak_flops)
+    evaluated = evaluate_step(
+        chosen, ctx, path=engine, slowdown=slowdown, cluster=name, device=device.name, peak_flops=peak_flops,
+        seed=seed, trace=trace,
+    )  # fmt: skip
+    base, step = evaluated.report, evaluated.step
     report = _wrap(
         base, layout, options, gpus, cfg.accumulation_steps(gpus), 0.0, (base.peak_memory_bytes,), {}, 0.0,
         0.0, (),
@@ -503,10 +500,10 @@ class _Composer:
             return self._run_stage(model, cfg, key)
         ctx = self._context(model, cfg)
         cluster, device, peak_flops = self.labels
-        report = fast_step_report(
-            get_strategy(self.strategy), ctx, cluster=cluster, device=device, peak_flops=peak_flops,
-            slowdown=self.slowdown,
-        )  # fmt: skip
+        report = evaluate_step(
+            get_strategy(self.strategy), ctx, path="fast", slowdown=self.slowdown, cluster=cluster,
+            device=device, peak_flops=peak_flops,
+        ).report  # fmt: skip
         return _StageRun(model, ctx, None, [], 0.0, OffloadEffect(), report.step_time_s, key, report)
 
     def _sharded(self, rank: int, chunks: list[tuple[int, ...]]) -> ShardedStage:

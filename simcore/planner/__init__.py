@@ -6,7 +6,7 @@ step), rank what fits.
 - :mod:`simcore.planner.space`: candidates (:class:`~simcore.planner.space.PlanLayout`), the axes
   and the rules that prune them, GPU counts, the global batch;
 - :mod:`simcore.planner.floor`: the memory floor that skips candidates untimed;
-- :mod:`simcore.planner.evaluate`: timing one layout (what workers run), cached per process;
+- :mod:`simcore.planner.evaluate`: timing one layout (what workers run), with caches each worker owns;
 - :mod:`simcore.planner.executors`: in process, a local process pool, or Ray tasks;
 - :mod:`simcore.planner.rank`: budgets, ranking, why the best wins, Pareto frontiers;
 - :mod:`simcore.planner.search`: :func:`~simcore.planner.search.plan`, the three together.

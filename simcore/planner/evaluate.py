@@ -4,15 +4,20 @@ A :class:`PlanJob` holds what every configuration of a sweep shares (the workloa
 how to load it, the base training configuration, a calibration profile, the engine path); a task
 is a (GPU count, :class:`~simcore.planner.space.PlanLayout`) pair. :func:`time_layout` is the one
 place a candidate is timed: pure data parallelism (no selective or every-K recompute, no offload)
-on the fast path (:func:`~simcore.fastpath.step.fast_step_report`), every other layout by
+through the step seam (:func:`simcore.fastpath.run.evaluate_step`), every other layout by
 :func:`simcore.parallel.step.simulate_parallel_step`. :func:`evaluate_tasks` runs a batch of tasks in one process and is
-what a process pool or a Ray task calls: clusters, device timers and collective costs are cached
-per process, so a worker that gets many tasks of one GPU count loads and prices that cluster once.
+what a process pool or a Ray task calls: clusters, device timers, collective costs, contexts and
+step caches are kept in a :class:`WorkerCaches`, so a worker that gets many tasks of one GPU count
+loads and prices that cluster once.
+
+Whoever runs tasks owns the :class:`WorkerCaches` they share: a benchmark passes its own; a sweep's
+worker processes use the process's one (:func:`worker_caches`), made by the local pool's
+initializer or by the first task a process runs (in process, or a Ray worker), and inherited by
+forked workers with whatever the parent had loaded.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
@@ -22,21 +27,15 @@ from simcore.compute.roofline import ComputeModel
 from simcore.errors import TrainsimError
 from simcore.fastpath.costs import fast_collective_model, fast_concurrent_model
 from simcore.fastpath.path import DEFAULT_ENGINE_PATH, check_engine_path, choose_path
-from simcore.fastpath.step import fast_step_report
+from simcore.fastpath.run import evaluate_step
 from simcore.parallel.cache import ComposeCache
 from simcore.parallel.step import simulate_parallel_step
 from simcore.planner.space import PlanLayout
 from simcore.report import StepReport
+from simcore.step.caches import Recent, StepCaches
 from simcore.strategies import get_strategy
 from simcore.strategies.base import CollectiveFn, ConcurrentFn, LayerTimer, StepContext, TrainingConfig
-from simcore.strategies.runner import (
-    collective_model,
-    concurrent_model,
-    gating_device,
-    make_context,
-    report_step,
-    simulate_step,
-)
+from simcore.strategies.runner import collective_model, concurrent_model, gating_device, make_context
 from simcore.topology import ClusterLoader, Topology
 
 if TYPE_CHECKING:
@@ -44,7 +43,17 @@ if TYPE_CHECKING:
     from simcore.hardware import DeviceSpec
     from simcore.workload.types import Workload
 
-__all__ = ["Outcome", "PlanJob", "Task", "evaluate_tasks", "load_topology", "time_layout"]
+__all__ = [
+    "Outcome",
+    "PlanJob",
+    "Task",
+    "WorkerCaches",
+    "evaluate_tasks",
+    "install_worker_caches",
+    "load_topology",
+    "time_layout",
+    "worker_caches",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,41 +102,72 @@ class _Cluster:
     compose: ComposeCache = field(default_factory=ComposeCache)
 
 
-# Per process: (loader, cluster, gpus, dtype, calibration id, engine path) -> the loaded cluster.
-_CLUSTERS: dict[tuple[object, ...], _Cluster] = {}
-_TOPOLOGIES: dict[tuple[object, ...], Topology] = {}
-# Per process: (workload id, cluster id, micro-batch) -> (workload, cluster, a context to copy);
-# the objects are kept so that an id is not reused while its entry lives (and checked on a hit).
-_CONTEXTS: OrderedDict[tuple[int, int, int], tuple[object, object, StepContext]] = OrderedDict()
 CONTEXT_CACHE_SIZE = 64  # a context's caches hold per-layer and span times (kilobytes)
-# Per process: one workload object per distinct workload (by value), and the last few objects seen
-# (a job arrives unpickled afresh with each chunk of tasks) with theirs: caches keyed on the one
-# object's identity then serve every chunk, without hashing a workload per configuration.
-_WORKLOADS: dict[Workload, Workload] = {}
-_WORKLOAD_OF: OrderedDict[int, tuple[Workload, Workload]] = OrderedDict()
 WORKLOAD_CACHE_SIZE = 16
 
 
-def load_topology(loader: ClusterLoader, cluster: str, gpus: int) -> Topology:
-    """``loader(cluster, gpus=gpus)``, once per process."""
+@dataclass(slots=True, eq=False)
+class WorkerCaches:
+    """What the tasks one worker times share (see the module docstring).
+
+    ``clusters``: (job, cluster, gpus, dtype, engine path) -> the loaded cluster; ``topologies``:
+    (loader, cluster, gpus) -> the topology; ``contexts``: (workload, cluster, micro-batch) -> a
+    context to copy (keyed by identity, the objects kept); ``workloads``: one object per distinct
+    workload (by value), and ``workload_of`` the last few objects seen with theirs (a job arrives
+    unpickled afresh with each chunk of tasks), so caches keyed on the one object's identity serve
+    every chunk without hashing a workload per configuration; ``steps``: the step caches every
+    context of this worker carries."""
+
+    clusters: dict[tuple[object, ...], _Cluster] = field(default_factory=dict)
+    topologies: dict[tuple[object, ...], Topology] = field(default_factory=dict)
+    contexts: Recent[StepContext] = field(default_factory=lambda: Recent(CONTEXT_CACHE_SIZE))
+    workloads: dict[Workload, Workload] = field(default_factory=dict)
+    workload_of: Recent[Workload] = field(default_factory=lambda: Recent(WORKLOAD_CACHE_SIZE))
+    steps: StepCaches = field(default_factory=StepCaches)
+
+
+# The process's own WorkerCaches: None until the pool's initializer or the first task here makes it
+# (install_worker_caches / worker_caches); a slot, not a cache: what it holds is an owned object.
+_WORKER: WorkerCaches | None = None
+
+
+def install_worker_caches() -> WorkerCaches:
+    """Make this process's :class:`WorkerCaches` if it has none (a pool worker's initializer)."""
+    global _WORKER
+    if _WORKER is None:
+        _WORKER = WorkerCaches()
+    return _WORKER
+
+
+def worker_caches() -> WorkerCaches:
+    """This process's :class:`WorkerCaches`, made on first use."""
+    return _WORKER if _WORKER is not None else install_worker_caches()
+
+
+def load_topology(
+    loader: ClusterLoader, cluster: str, gpus: int, caches: WorkerCaches | None = None
+) -> Topology:
+    """``loader(cluster, gpus=gpus)``, once per ``caches`` (None: the process's own, which a pool's
+    forked workers inherit)."""
+    caches = caches if caches is not None else worker_caches()
     key = (getattr(loader, "__module__", ""), getattr(loader, "__qualname__", repr(loader)), cluster, gpus)
-    topology = _TOPOLOGIES.get(key)
+    topology = caches.topologies.get(key)
     if topology is None:
-        topology = _TOPOLOGIES[key] = loader(cluster, gpus=gpus)
+        topology = caches.topologies[key] = loader(cluster, gpus=gpus)
     return topology
 
 
-def _cluster(job: PlanJob, gpus: int) -> _Cluster:
+def _cluster(job: PlanJob, gpus: int, caches: WorkerCaches) -> _Cluster:
     key = (job.key or id(job), job.cluster, gpus, job.config.dtype, job.engine_path)
-    known = _CLUSTERS.get(key)
+    known = caches.clusters.get(key)
     if known is None:
-        topology = load_topology(job.loader, job.cluster, gpus)
+        topology = load_topology(job.loader, job.cluster, gpus, caches)
         device = gating_device(topology, job.config.dtype)
         path = choose_path(job.engine_path, topology)
         fast = path == "fast"
         price = fast_collective_model if fast else collective_model
         together = fast_concurrent_model if fast else concurrent_model
-        known = _CLUSTERS[key] = _Cluster(
+        known = caches.clusters[key] = _Cluster(
             topology,
             device,
             ComputeModel(device, job.config.dtype, job.calibration),
@@ -139,26 +179,29 @@ def _cluster(job: PlanJob, gpus: int) -> _Cluster:
     return known
 
 
-def time_layout(job: PlanJob, gpus: int, layout: PlanLayout) -> Outcome:
-    """Time one candidate (see the module docstring): the planner's only call into a step model."""
+def time_layout(job: PlanJob, gpus: int, layout: PlanLayout, caches: WorkerCaches | None = None) -> Outcome:
+    """Time one candidate (see the module docstring): the planner's only call into a step model.
+
+    ``caches``: what this candidate shares with the others timed here (None: the process's own)."""
+    caches = caches if caches is not None else worker_caches()
     if layout.fast_path:
-        return _evaluate_data_parallel(job, gpus, layout)
-    cluster = _cluster(job, gpus)
+        return _evaluate_data_parallel(job, gpus, layout, caches)
+    cluster = _cluster(job, gpus, caches)
     config = replace(job.config, micro_batch=layout.micro_batch, activation_checkpointing=False)
     result = simulate_parallel_step(
-        _workload(job), config, cluster.topology, layout.strategy, layout.parallel, layout.options,
+        _workload(job, caches), config, cluster.topology, layout.strategy, layout.parallel, layout.options,
         calibration=job.calibration, cluster=job.cluster, path=cluster.path, cache=cluster.compose,
         trace=False,
     )  # fmt: skip
     return Outcome(gpus, layout, result.report, path="parallel")
 
 
-def _evaluate_data_parallel(job: PlanJob, gpus: int, layout: PlanLayout) -> Outcome:
-    cluster = _cluster(job, gpus)
+def _evaluate_data_parallel(job: PlanJob, gpus: int, layout: PlanLayout, caches: WorkerCaches) -> Outcome:
+    cluster = _cluster(job, gpus, caches)
     config = replace(
         job.config, micro_batch=layout.micro_batch, activation_checkpointing=layout.recompute == "full"
     )
-    ctx = replace(_context(job, cluster, config.micro_batch), config=config)
+    ctx = replace(_context(job, cluster, config.micro_batch, caches), config=config)
     slowdown = config.slowdown(job.calibration.comm_compute_slowdown if job.calibration else None)
     strategy = get_strategy(layout.strategy)
     device, peak = cluster.device.name, cluster.device.flops(config.dtype)
@@ -167,55 +210,41 @@ def _evaluate_data_parallel(job: PlanJob, gpus: int, layout: PlanLayout) -> Outc
         cluster.topology, job.workload, config.dtype, config.micro_batch, NO_HETEROGENEITY,
         reference=device, recompute=config.activation_checkpointing, calibration=job.calibration,
     )  # fmt: skip
-    if cluster.path == "fast" and scale is None:
-        report = fast_step_report(
-            strategy, ctx, cluster=job.cluster, device=device, peak_flops=peak, slowdown=slowdown,
-            reuse=_probe_key(job, gpus, layout, config),
-        )  # fmt: skip
-    else:
-        result = simulate_step(strategy, ctx, slowdown=slowdown, compute_scale=scale, path=cluster.path)
-        report = report_step(result, ctx, cluster=job.cluster, device=device, peak_flops=peak)
+    report = evaluate_step(
+        strategy, ctx, path=cluster.path, slowdown=slowdown, compute_scale=scale, cluster=job.cluster,
+        device=device, peak_flops=peak, reuse=_probe_key(job, gpus, layout, config, caches),
+    ).report  # fmt: skip
     return Outcome(gpus, layout, report, path=cluster.path)
 
 
-def _workload(job: PlanJob) -> Workload:
-    """The process's one object equal to ``job.workload``."""
-    known = _WORKLOAD_OF.get(id(job.workload))
-    if known is not None and known[0] is job.workload:
-        _WORKLOAD_OF.move_to_end(id(job.workload))
-        return known[1]
-    canonical = _WORKLOADS.setdefault(job.workload, job.workload)
-    _WORKLOAD_OF[id(job.workload)] = (job.workload, canonical)
-    while len(_WORKLOAD_OF) > WORKLOAD_CACHE_SIZE:
-        _WORKLOAD_OF.popitem(last=False)
-    return canonical
+def _workload(job: PlanJob, caches: WorkerCaches) -> Workload:
+    """The worker's one object equal to ``job.workload``."""
+    return caches.workload_of.of(
+        job.workload, (), lambda: caches.workloads.setdefault(job.workload, job.workload)
+    )
 
 
-def _context(job: PlanJob, cluster: _Cluster, micro_batch: int) -> StepContext:
+def _context(job: PlanJob, cluster: _Cluster, micro_batch: int, caches: WorkerCaches) -> StepContext:
     """A context of ``job``'s workload on ``cluster`` at ``micro_batch``, for copies with each
     configuration: a copy shares its caches (per-layer and span times, tensor counts: pure functions
     of the workload, timer and micro-batch), so a sweep derives them once, not per configuration,
     and the placement (rank groups, NICs) is read off the topology once."""
-    workload = _workload(job)
-    key = (id(workload), id(cluster), micro_batch)
-    known = _CONTEXTS.get(key)
-    if known is not None and known[0] is workload and known[1] is cluster:
-        _CONTEXTS.move_to_end(key)
-        return known[2]
+    workload = _workload(job, caches)
     config = replace(job.config, micro_batch=micro_batch)
-    ctx = make_context(
-        workload, config, cluster.topology, calibration=job.calibration, timer=cluster.timer,
-        collective=cluster.collective, device_memory_bytes=cluster.device.memory_bytes,
-        concurrent=cluster.concurrent,
+    # (a cluster stays in caches.clusters as long as the caches live, so its id is not reused)
+    return caches.contexts.of(
+        workload,
+        (id(cluster), micro_batch),
+        lambda: make_context(
+            workload, config, cluster.topology, calibration=job.calibration, timer=cluster.timer,
+            collective=cluster.collective, device_memory_bytes=cluster.device.memory_bytes,
+            concurrent=cluster.concurrent, caches=caches.steps,
+        ),
     )  # fmt: skip
-    _CONTEXTS[key] = (workload, cluster, ctx)
-    while len(_CONTEXTS) > CONTEXT_CACHE_SIZE:
-        _CONTEXTS.popitem(last=False)
-    return ctx
 
 
 def _probe_key(
-    job: PlanJob, gpus: int, layout: PlanLayout, config: TrainingConfig
+    job: PlanJob, gpus: int, layout: PlanLayout, config: TrainingConfig, caches: WorkerCaches
 ) -> tuple[object, ...] | None:
     """What a layout's step plan depends on besides the global batch: a sweep over batch sizes
     (one job per batch) then evaluates each long-accumulation probe once. None with a calibration
@@ -224,15 +253,17 @@ def _probe_key(
         return None
     loader = (getattr(job.loader, "__module__", ""), getattr(job.loader, "__qualname__", repr(job.loader)))
     batchless = replace(config, global_batch=gpus * config.micro_batch)
-    return (loader, job.cluster, gpus, job.engine_path, id(_workload(job)), batchless, layout)
+    return (loader, job.cluster, gpus, job.engine_path, id(_workload(job, caches)), batchless, layout)
 
 
-def evaluate_tasks(job: PlanJob, tasks: Sequence[Task]) -> list[Outcome]:
-    """Time every task, in order; a configuration the model refuses is an :class:`Outcome` with an error."""
+def evaluate_tasks(job: PlanJob, tasks: Sequence[Task], caches: WorkerCaches | None = None) -> list[Outcome]:
+    """Time every task, in order; a configuration the model refuses is an :class:`Outcome` with an
+    error. ``caches``: what the tasks share (None: the process's own, :func:`worker_caches`)."""
+    caches = caches if caches is not None else worker_caches()
     outcomes = []
     for gpus, layout in tasks:
         try:
-            outcomes.append(time_layout(job, gpus, layout))
+            outcomes.append(time_layout(job, gpus, layout, caches))
         except TrainsimError as exc:
             outcomes.append(Outcome(gpus, layout, None, str(exc)))
     return outcomes

@@ -2,7 +2,8 @@
 
 Tasks are sorted by GPU count (then micro-batch, degrees, options, strategy) and cut into chunks, so one
 worker times many configurations of one cluster size and loads and prices that cluster once
-(:mod:`simcore.planner.evaluate` caches per process). Results come back by task index, so every
+(in its process's :class:`~simcore.planner.evaluate.WorkerCaches`: made by the pool's initializer,
+or by the first chunk a process runs in process or as a Ray task). Results come back by task index, so every
 engine returns the same list in the same order as a serial run.
 
 - ``local``: :class:`concurrent.futures.ProcessPoolExecutor` over the cores (forked where the
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simcore.errors import TrainsimError
-from simcore.planner.evaluate import Outcome, PlanJob, Task, evaluate_tasks
+from simcore.planner.evaluate import Outcome, PlanJob, Task, evaluate_tasks, install_worker_caches
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
@@ -160,15 +161,16 @@ def _in_process(work: Work, store: Store) -> bool:
     return False
 
 
-def _ignore_interrupts() -> None:
+def _start_worker() -> None:
     # Ctrl-C reaches the whole process group: the parent stops the sweep, workers just end.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    install_worker_caches()  # (a forked worker keeps the parent's, with the clusters it loaded)
 
 
 def _pool(work: Work, store: Store, workers: int) -> bool:
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_ignore_interrupts)
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_start_worker)
     pending: dict[Future[list[tuple[int, Outcome]]], int] = {}
     interrupted = False
     try:

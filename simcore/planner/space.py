@@ -136,7 +136,7 @@ class PlanLayout:
         )
 
     def label(self, gpus: int) -> str:
-        """The what-if's name (:func:`simcore.parallel.sweep.point_label`: ``"zero1 dp32 tp8 pp4 vpp2"``,
+        """The what-if's name (:func:`simcore.whatif.layouts.point_label`: ``"zero1 dp32 tp8 pp4 vpp2"``,
         just the strategy for pure data parallelism), the micro-batch, and each option not at its
         default (``recompute=``, ``offload=``, ``schedule=``; ``sp`` for sequence parallelism)."""
         parts = [self.strategy]

@@ -8,7 +8,9 @@
   discrete-event result, several times faster;
 - :mod:`simcore.step.cost`: the one collective cost model (:class:`~simcore.step.cost.CostModel`)
   that both paths and the parallel layouts price through; :mod:`simcore.calibration.collective_cost`
-  is the one rule by which a calibration profile's measured fits replace a modelled cost.
+  is the one rule by which a calibration profile's measured fits replace a modelled cost;
+- :mod:`simcore.step.caches`: what a sweep's step evaluations share
+  (:class:`~simcore.step.caches.StepCaches`), an object the sweep owns and contexts carry.
 
 Strategies (:mod:`simcore.strategies`) build plans from this package; nothing here imports them.
 This package initialiser imports nothing, so importing one of its modules stays cheap.

@@ -44,6 +44,7 @@ from simcore.compute.roofline import param_tensor_count
 from simcore.data import data_file
 from simcore.dtypes import DTYPE_BYTES
 from simcore.errors import TrainsimError
+from simcore.step.caches import StepCaches
 from simcore.step.cost import CollectiveFn, CommCost, ConcurrentFn, priced_between_powers_of_two
 
 if TYPE_CHECKING:
@@ -368,6 +369,9 @@ class StepContext:
     # over the whole model (the optimizer update, no-sync micro-batches run as one) take the model's
     # time there, so that a copy's plan is the model's with blocks removed.
     whole: StepContext | None = None
+    # What a sweep's evaluations share (probes, folded copies, FSDP units): the sweep's own object,
+    # shared by every copy of this context; a context made alone gets one of its own.
+    caches: StepCaches = field(default_factory=StepCaches)
 
     @property
     def accumulation(self) -> int:

@@ -459,13 +459,13 @@ class FSDPStrategy:
 
     def layer_groups(self, ctx: StepContext) -> list[int]:
         """The unit of each layer (see fastpath.fold)."""
-        return list(wrap_units(ctx.workload, ctx.config.wrap).unit_of_layer)
+        return list(wrap_units(ctx.workload, ctx.config.wrap, ctx.caches.unit_plans).unit_of_layer)
 
     def build_plan(self, ctx: StepContext) -> StepPlan:
         return build_sharded_plan(
             ctx,
             self,
-            wrap_units(ctx.workload, ctx.config.wrap),
+            wrap_units(ctx.workload, ctx.config.wrap, ctx.caches.unit_plans),
             shard_group=ctx.world,
             reshard_root=ctx.config.reshard_root_after_forward,
         )
@@ -486,8 +486,12 @@ class Zero3Strategy:
 
     def layer_groups(self, ctx: StepContext) -> list[int]:
         """The prefetch bucket of each layer (see fastpath.fold)."""
-        return list(bucket_units(ctx.workload, ctx.config.zero3_prefetch_bucket_params).unit_of_layer)
+        return list(
+            bucket_units(
+                ctx.workload, ctx.config.zero3_prefetch_bucket_params, ctx.caches.unit_plans
+            ).unit_of_layer
+        )
 
     def build_plan(self, ctx: StepContext) -> StepPlan:
-        units = bucket_units(ctx.workload, ctx.config.zero3_prefetch_bucket_params)
+        units = bucket_units(ctx.workload, ctx.config.zero3_prefetch_bucket_params, ctx.caches.unit_plans)
         return build_sharded_plan(ctx, self, units, shard_group=ctx.world, reshard_root=True)

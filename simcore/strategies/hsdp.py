@@ -38,7 +38,7 @@ class HSDPStrategy:
 
     def layer_groups(self, ctx: StepContext) -> list[int]:
         """The unit of each layer (see fastpath.fold)."""
-        return list(wrap_units(ctx.workload, ctx.config.wrap).unit_of_layer)
+        return list(wrap_units(ctx.workload, ctx.config.wrap, ctx.caches.unit_plans).unit_of_layer)
 
     def build_plan(self, ctx: StepContext) -> StepPlan:
         if ctx.gpus % len(ctx.node):
@@ -46,7 +46,7 @@ class HSDPStrategy:
                 f"hsdp needs whole nodes: {ctx.gpus} GPUs do not fill nodes of {len(ctx.node)}; "
                 f"use a multiple of {len(ctx.node)} GPUs or leave hsdp out of --strategies"
             )
-        units = wrap_units(ctx.workload, ctx.config.wrap)
+        units = wrap_units(ctx.workload, ctx.config.wrap, ctx.caches.unit_plans)
         ctx = _replicas_together(ctx)
         return build_sharded_plan(ctx, self, units, shard_group=ctx.node, replicate_group=ctx.cross_node)
 

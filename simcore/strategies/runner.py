@@ -27,7 +27,8 @@ from simcore.compute.precision import COMPUTE_DTYPES, check_precision, resolve_p
 from simcore.compute.roofline import ComputeModel
 from simcore.engine import Simulation
 from simcore.hardware import device_spec
-from simcore.report import StepReport
+from simcore.report import LinkBusy, StepReport
+from simcore.step.caches import StepCaches
 from simcore.step.cost import CostModel
 from simcore.step.des import run_plan
 from simcore.step.eventfree import evaluate_plan
@@ -133,11 +134,13 @@ def make_context(
     collective: CollectiveFn | None = None,
     device_memory_bytes: int | None = None,
     concurrent: ConcurrentFn | None = None,
+    caches: StepCaches | None = None,
 ) -> StepContext:
     """A step context for ``topology``'s ranks on their :func:`gating_device`, unless a timer is given.
 
     ``collective`` replaces the simulated collective model; ``concurrent`` then prices same-shape
-    groups together (None: one at a time, unless ``collective`` is None too)."""
+    groups together (None: one at a time, unless ``collective`` is None too). ``caches``: the
+    sweep's :class:`~simcore.step.caches.StepCaches` (None: the context's own)."""
     if timer is None or device_memory_bytes is None:
         device = gating_device(topology, config.dtype)
         timer = timer or ComputeModel(device, config.dtype, calibration)
@@ -157,6 +160,7 @@ def make_context(
         device_memory_bytes,
         concurrent=concurrent if collective is not None else concurrent_model(topology, calibration),
         nics_per_node=nics_on_host(topology, topology.host_of_rank(0)),
+        caches=caches if caches is not None else StepCaches(),
     )
 
 
@@ -312,20 +316,12 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def _link_busy(run: PlanRun, plan: StepPlan) -> tuple[dict[str, float], str]:
-    busy: dict[str, float] = {}
-    by_link: dict[str, float] = {}
+    busy = LinkBusy()
     links = {op.name: op.link for op in plan.ops if op.stream == COMM}
     for span in run.spans:
-        if span.stream != COMM or span.end_s <= span.start_s:
-            continue
-        kind = span.link_kind or "unknown"
-        busy[kind] = busy.get(kind, 0.0) + span.end_s - span.start_s
-        link = links.get(span.name, "")
-        by_link[link] = by_link.get(link, 0.0) + span.end_s - span.start_s
-    step = run.step_time_s or 1.0
-    utilisation = {kind: busy[kind] / step for kind in sorted(busy)}
-    bottleneck = max(sorted(by_link), key=lambda k: by_link[k]) if by_link else ""
-    return utilisation, bottleneck
+        if span.stream == COMM:
+            busy.add(span.link_kind, links.get(span.name, ""), span.start_s, span.end_s)
+    return busy.utilisation(run.step_time_s or 1.0), busy.bottleneck()
 
 
 def report_step(

@@ -19,11 +19,11 @@ study (Ovi, arXiv 2505.12832, 2025), as its author reports it.
 from __future__ import annotations
 
 import re
-from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 from simcore.errors import TrainsimError
+from simcore.step.caches import Recent
 from simcore.workload.types import Workload
 
 __all__ = ["UnitPlan", "bucket_units", "parse_wrap", "wrap_units"]
@@ -129,28 +129,25 @@ def _plan(workload: Workload, raw: list[int], has_root: bool) -> UnitPlan:
     return UnitPlan(unit_of, units, has_root, split, frozenset(fwd), frozenset(bwd))
 
 
-# The last few unit plans per (workload id, policy): a sweep plans the same units for every
-# configuration. The workload is kept with its plan so that its id is not reused while cached.
-_KNOWN: OrderedDict[tuple[object, ...], tuple[Workload, UnitPlan]] = OrderedDict()
-_KNOWN_SIZE = 32
+def _remembered(
+    workload: Workload,
+    policy: tuple[Hashable, ...],
+    make: Callable[[], UnitPlan],
+    known: Recent[object] | None,
+) -> UnitPlan:
+    """``make()``, kept in ``known`` by (workload, policy) when given: a sweep plans the same units
+    for every configuration (:attr:`simcore.step.caches.StepCaches.unit_plans`)."""
+    if known is None:
+        return make()
+    return known.of(workload, policy, make)  # type: ignore[return-value]
 
 
-def _remembered(workload: Workload, policy: tuple[object, ...], make: Callable[[], UnitPlan]) -> UnitPlan:
-    key = (id(workload), *policy)
-    known = _KNOWN.get(key)
-    if known is not None and known[0] is workload:
-        _KNOWN.move_to_end(key)
-        return known[1]
-    plan = make()
-    _KNOWN[key] = (workload, plan)
-    while len(_KNOWN) > _KNOWN_SIZE:
-        _KNOWN.popitem(last=False)
-    return plan
-
-
-def wrap_units(workload: Workload, wrap: str | tuple[int, ...]) -> UnitPlan:
-    """FSDP's units for ``wrap``; unit 0 is the root when some layers stay unwrapped."""
-    return _remembered(workload, ("wrap", wrap), lambda: _wrap_units(workload, wrap))
+def wrap_units(
+    workload: Workload, wrap: str | tuple[int, ...], known: Recent[object] | None = None
+) -> UnitPlan:
+    """FSDP's units for ``wrap``; unit 0 is the root when some layers stay unwrapped (kept in
+    ``known`` when given)."""
+    return _remembered(workload, ("wrap", wrap), lambda: _wrap_units(workload, wrap), known)
 
 
 def _wrap_units(workload: Workload, wrap: str | tuple[int, ...]) -> UnitPlan:
@@ -161,14 +158,15 @@ def _wrap_units(workload: Workload, wrap: str | tuple[int, ...]) -> UnitPlan:
     return _plan(workload, raw, has_root)
 
 
-def bucket_units(workload: Workload, params_per_unit: int) -> UnitPlan:
-    """DeepSpeed ZeRO-3's gather groups: consecutive layers until ``params_per_unit`` is reached.
+def bucket_units(workload: Workload, params_per_unit: int, known: Recent[object] | None = None) -> UnitPlan:
+    """DeepSpeed ZeRO-3's gather groups: consecutive layers until ``params_per_unit`` is reached
+    (kept in ``known`` when given).
 
     DeepSpeed gathers parameters in the traced execution order in prefetch buckets, regardless of
     module boundaries, so a group may end inside a block without breaking prefetch.
     """
     return _remembered(
-        workload, ("bucket", params_per_unit), lambda: _bucket_units(workload, params_per_unit)
+        workload, ("bucket", params_per_unit), lambda: _bucket_units(workload, params_per_unit), known
     )
 
 

@@ -2,7 +2,9 @@
 
 :func:`run_what_if` simulates one step per point with :mod:`simcore.strategies` and returns
 :class:`~simcore.report.StepReport` records with the scaling efficiency filled in against the same
-strategy on one GPU of the same cluster. :func:`recommend` applies the decision framework of
+strategy on one GPU of the same cluster; it is the one what-if driver, and given model-parallel
+layouts it runs every (cluster, strategy, layout, GPU count) point instead
+(:mod:`simcore.whatif.layouts`). :func:`recommend` applies the decision framework of
 the seed study (M. S. I. Ovi, "Performance Characterization of Distributed Deep Learning Strategies: A
 Quantitative Evaluation of DDP, FSDP, and Parameter Server Architectures on GPU Clusters",
 arXiv 2505.12832, 2025) to the largest GPU count of each cluster:
@@ -37,20 +39,26 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from simcore.compute.heterogeneity import NO_HETEROGENEITY, Heterogeneity, sync_compute_scale
 from simcore.errors import TrainsimError
 from simcore.fastpath.costs import fast_collective_model, fast_concurrent_model
 from simcore.fastpath.path import DEFAULT_ENGINE_PATH, check_engine_path, choose_path
-from simcore.paramserver import PS_MODES, PSConfig, PSResult, load_ps_cluster, run_modes
+from simcore.fastpath.run import evaluate_step
+from simcore.parallel.layout import ParallelLayout
+from simcore.parallel.options import ParallelOptions
+from simcore.paramserver import PS_MODES, PSConfig, load_ps_cluster, run_modes
 from simcore.report import StepReport
+from simcore.step.caches import StepCaches
 from simcore.strategies import get_strategy, strategy_names
 from simcore.strategies.base import Strategy, TrainingConfig
-from simcore.strategies.runner import StepResult, gating_device, make_context, report_step, simulate_step
+from simcore.strategies.runner import gating_device, make_context
 from simcore.topology import ClusterLoader, Topology
+from simcore.whatif.layouts import run_layouts
 from simcore.whatif.recommend import Recommendation, UnevenHardware, recommend
+from simcore.whatif.result import WhatIfResult, counted_progress, gpu_counts, load_topologies
 
 if TYPE_CHECKING:
     from simcore.calibration.profile import CalibrationProfile
@@ -82,28 +90,6 @@ MIN_PS_STEPS = 2
 UNEVEN_PS_STEPS = 8
 
 
-@dataclass(slots=True)
-class WhatIfResult:
-    """Reports of every point, a recommendation per cluster, and the simulated steps (for traces)."""
-
-    reports: list[StepReport]
-    recommendations: list[Recommendation]
-    steps: dict[tuple[str, str, int], StepResult] = field(default_factory=dict)
-    topologies: dict[tuple[str, int], Topology] = field(default_factory=dict)
-    ps_results: dict[tuple[str, str, int], PSResult] = field(default_factory=dict)
-    heterogeneity: Heterogeneity = NO_HETEROGENEITY
-    # (cluster, gpus) -> "fast" or "des": the engine path the synchronous strategies took there
-    engine_paths: dict[tuple[str, int], str] = field(default_factory=dict)
-
-    def records(self) -> list[dict[str, object]]:
-        """JSON-ready records in report order; parameter-server points carry their staleness fields."""
-        out: list[dict[str, object]] = []
-        for report in self.reports:
-            ps = self.ps_results.get((report.cluster, report.strategy, report.gpus))
-            out.append(replace(ps, step=report).to_record() if ps is not None else report.to_record())
-        return out
-
-
 def all_strategy_names() -> list[str]:
     """Every strategy the what-if runs by default: the synchronous ones, then the parameter server's."""
     return [*strategy_names(), *PS_MODES]
@@ -116,42 +102,6 @@ def _check_names(names: Sequence[str]) -> tuple[list[Strategy], list[str]]:
         if name not in known:
             raise TrainsimError(f"unknown strategy {name!r}; known: {', '.join(known)}")
     return [get_strategy(n) for n in names if n not in PS_MODES], [n for n in names if n in PS_MODES]
-
-
-def gpu_counts(gpus: Sequence[int]) -> list[int]:
-    """The distinct GPU counts of a sweep, ascending; one clear error when any is below 1."""
-    counts = sorted(set(gpus))
-    if not counts or counts[0] < 1:
-        raise TrainsimError(f"--gpus must list positive counts, got {list(gpus)}")
-    return counts
-
-
-def counted_progress(total: int, progress: Callable[[str], None] | None) -> Callable[[str], None]:
-    """A callback that prefixes each finished point with ``[done/total]`` for ``progress``."""
-    done = [0]
-
-    def tick(line: str) -> None:
-        done[0] += 1
-        if progress is not None:
-            progress(f"[{done[0]}/{total}] {line}")
-
-    return tick
-
-
-def load_topologies(
-    result: WhatIfResult,
-    cluster: str,
-    counts: Sequence[int],
-    loader: ClusterLoader,
-    calibration: CalibrationProfile | None,
-) -> dict[int, Topology]:
-    """``cluster`` at 1 GPU (the scaling baseline) and at each count, recorded in ``result`` and
-    checked against ``calibration`` at the largest count."""
-    topologies = {n: loader(cluster, gpus=n) for n in sorted({1, *counts})}
-    result.topologies.update({(cluster, n): t for n, t in topologies.items()})
-    if calibration is not None:
-        calibration.check_against(topologies[counts[-1]], strict=False)
-    return topologies
 
 
 def run_what_if(
@@ -168,8 +118,15 @@ def run_what_if(
     ps_options: PSConfig | None = None,
     heterogeneity: Heterogeneity = NO_HETEROGENEITY,
     engine_path: str = DEFAULT_ENGINE_PATH,
+    layouts: Sequence[ParallelLayout] | None = None,
+    options: ParallelOptions | None = None,
 ) -> WhatIfResult:
     """Simulate every (cluster, strategy, gpus) point; reports are ordered cluster, strategy, gpus.
+
+    ``layouts``: model-parallel layouts (with ``options``) to run every synchronous strategy over,
+    each point a :class:`~simcore.parallel.report.ParallelStepReport` (:mod:`simcore.whatif.layouts`;
+    reports ordered cluster, strategy, layout, gpus); None is pure data parallelism, the layout
+    every point of the plain what-if has, with parameter servers and uneven hardware.
 
     ``loader`` builds each cluster by name (``topologies.load_cluster``). ``ps_options``: the
     parameter servers' shards, placement and staleness bound (each mode and its steps are set per
@@ -177,6 +134,14 @@ def run_what_if(
     strategies on the fast analytical path where every rank is alike, ``fast``/``des`` force one.
     """
     check_engine_path(engine_path)
+    if layouts is not None and heterogeneity.describe() != "none":
+        raise TrainsimError("stragglers and jitter are not modelled with parallel layouts")
+    if layouts is not None:
+        return run_layouts(
+            workload, clusters, gpus, loader=loader, layouts=layouts, options=options or ParallelOptions(),
+            strategies=strategies, config=config, calibration=calibration, seed=seed, progress=progress,
+            engine_path=engine_path,
+        )  # fmt: skip
     names = list(strategies) if strategies else all_strategy_names()
     chosen, ps_modes = _check_names(names)
     counts = gpu_counts(gpus)
@@ -184,12 +149,13 @@ def run_what_if(
         config.for_gpus(count).accumulation_steps(count)
     heterogeneity.check(counts[-1])
     result = WhatIfResult([], [], heterogeneity=heterogeneity)
+    caches = StepCaches()  # what this run's points share, and nothing after it
     tick = counted_progress(len(clusters) * len(names) * (len(counts) + (1 not in counts)), progress)
     for cluster in clusters:
         topologies = load_topologies(result, cluster, counts, loader, calibration)
         by_point = _simulate_cluster(
             result, cluster, topologies, chosen, workload, config, calibration, seed, tick, heterogeneity,
-            engine_path,
+            engine_path, caches,
         )  # fmt: skip
         if ps_modes:
             by_point.update(
@@ -198,14 +164,24 @@ def run_what_if(
                     ps_options or PSConfig(), heterogeneity, loader,
                 )
             )  # fmt: skip
-        for name in names:
-            base = by_point[(name, 1)]
-            for n in counts:
-                rep = by_point[(name, n)]
-                efficiency = rep.samples_per_s / (n * base.samples_per_s)
-                result.reports.append(replace(rep, scaling_efficiency=efficiency, baseline_fits=base.fits))
+        _add_scaled(result, by_point, names, counts)
         result.recommendations.append(_recommend_point(result, cluster, counts[-1], topologies[counts[-1]]))
     return result
+
+
+def _add_scaled(
+    result: WhatIfResult,
+    by_point: dict[tuple[str, int], StepReport],
+    names: Sequence[str],
+    counts: Sequence[int],
+) -> None:
+    """One cluster's reports, in order, with their scaling efficiency against one GPU."""
+    for name in names:
+        base = by_point[(name, 1)]
+        for n in counts:
+            rep = by_point[(name, n)]
+            efficiency = rep.samples_per_s / (n * base.samples_per_s)
+            result.reports.append(replace(rep, scaling_efficiency=efficiency, baseline_fits=base.fits))
 
 
 def _mean_samples_per_s(result: WhatIfResult, cluster: str, report: StepReport) -> float:
@@ -240,8 +216,10 @@ def _simulate_cluster(
     tick: Callable[[str], None],
     heterogeneity: Heterogeneity = NO_HETEROGENEITY,
     engine_path: str = DEFAULT_ENGINE_PATH,
+    caches: StepCaches | None = None,
 ) -> dict[tuple[str, int], StepReport]:
-    """Every synchronous strategy at every GPU count of one cluster (scaling efficiency not yet set).
+    """Every synchronous strategy at every GPU count of one cluster (scaling efficiency not yet set);
+    ``caches``: what the run's points share (FSDP units, folded copies).
 
     A step's compute waits for the slowest rank (devices, stragglers and jitter; see
     :func:`simcore.compute.heterogeneity.sync_compute_scale`).
@@ -255,7 +233,7 @@ def _simulate_cluster(
         ctx = make_context(
             workload, config.for_gpus(n), topo, calibration=calibration,
             collective=fast_collective_model(topo, calibration) if fast else None,
-            concurrent=fast_concurrent_model(topo, calibration) if fast else None,
+            concurrent=fast_concurrent_model(topo, calibration) if fast else None, caches=caches,
         )  # fmt: skip
         device = gating_device(topo, config.dtype)
         scale = sync_compute_scale(
@@ -263,11 +241,14 @@ def _simulate_cluster(
             reference=device.name, recompute=config.activation_checkpointing, calibration=calibration,
         )  # fmt: skip
         for strategy in chosen:
-            step = simulate_step(strategy, ctx, seed=seed, slowdown=slowdown, compute_scale=scale, path=path)
-            by_point[(strategy.name, n)] = report_step(
-                step, ctx, cluster=cluster, device=device.name, peak_flops=device.flops(config.dtype)
-            )
-            result.steps[(cluster, strategy.name, n)] = step
+            # The simulated steps are kept (Chrome traces, the mean rate of jittery steps).
+            evaluated = evaluate_step(
+                strategy, ctx, path=path, slowdown=slowdown, compute_scale=scale, seed=seed, cluster=cluster,
+                device=device.name, peak_flops=device.flops(config.dtype), trace=True,
+            )  # fmt: skip
+            assert evaluated.step is not None  # trace=True always simulates
+            by_point[(strategy.name, n)] = evaluated.report
+            result.steps[(cluster, strategy.name, n)] = evaluated.step
             tick(f"{cluster} {strategy.name} {n} GPUs")
     return by_point
 

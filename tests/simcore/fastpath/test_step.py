@@ -13,6 +13,7 @@ from simcore.fastpath import step as fast_step
 from simcore.fastpath.costs import fast_collective_model
 from simcore.fastpath.step import MIN_EXTRAPOLATED, fast_step_report
 from simcore.report import StepReport
+from simcore.step.caches import StepCaches
 from simcore.strategies import get_strategy, strategy_names
 from simcore.strategies.base import StepContext, TrainingConfig
 from simcore.strategies.runner import gating_device, make_context, report_step, simulate_step
@@ -136,11 +137,13 @@ def test_a_probe_is_shared_between_batch_sizes_and_each_report_is_its_own(
     monkeypatch.setattr(fast_step, "_probe", recorded)
     reports: dict[tuple[str | None, int], StepReport] = {}
     for reuse in (None, "fsdp mb=2 on 16 GPUs"):
-        fast_step.clear_probe_cache()
+        caches = StepCaches()  # the sweep's own: shared by its batch sizes, not by the loop before
         probed.clear()
         for k in (6, 9, 13):
             config = TrainingConfig(global_batch=16 * 2 * k, micro_batch=2, seq_len=512)
-            ctx = make_context(workload, config, topology, collective=fast_collective_model(topology))
+            ctx = make_context(
+                workload, config, topology, collective=fast_collective_model(topology), caches=caches
+            )
             reports[(reuse, k)] = fast_step_report(
                 get_strategy("fsdp"),
                 ctx,

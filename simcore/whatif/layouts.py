@@ -1,7 +1,7 @@
-"""The what-if over parallel layouts: every (cluster, strategy, layout, GPU count) point.
+"""The what-if's points over parallel layouts: every (cluster, strategy, layout, GPU count) point.
 
-:func:`run_parallel_what_if` returns the what-if's :class:`~simcore.whatif.sweep.WhatIfResult`
-(so the same table, JSON, plots and trace apply) with :class:`~simcore.parallel.report.ParallelStepReport`
+:func:`simcore.whatif.sweep.run_what_if` given ``layouts`` runs :func:`run_layouts`, which returns
+the what-if's :class:`~simcore.whatif.result.WhatIfResult` (so the same table, JSON, plots and trace apply) with :class:`~simcore.parallel.report.ParallelStepReport`
 records. Scaling efficiency is against the same data-parallel strategy on one GPU, as the what-if
 always measures it. The recommendation weighs every (strategy, layout) that was given as its own
 candidate, named ``"<strategy> <layout>"`` (e.g. ``"zero1 dp16 tp8 pp8"``): the fastest that fits,
@@ -11,6 +11,7 @@ preference for plain DDP applies only among pure data-parallel rows).
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -26,14 +27,14 @@ from simcore.parallel.step import simulate_parallel_step
 from simcore.strategies import strategy_names
 from simcore.topology import ClusterLoader
 from simcore.whatif.recommend import Recommendation, recommend
-from simcore.whatif.sweep import WhatIfResult, counted_progress, gpu_counts, load_topologies
+from simcore.whatif.result import WhatIfResult, counted_progress, gpu_counts, load_topologies
 
 if TYPE_CHECKING:
     from simcore.calibration.profile import CalibrationProfile
     from simcore.strategies.base import TrainingConfig
     from simcore.workload.types import Workload
 
-__all__ = ["layouts_from_lists", "point_label", "run_parallel_what_if"]
+__all__ = ["layouts_from_lists", "point_label", "run_layouts"]
 
 
 def layouts_from_lists(
@@ -53,7 +54,7 @@ def point_label(report: ParallelStepReport) -> str:
     return report.strategy if plain else f"{report.strategy} {report.layout}"
 
 
-def run_parallel_what_if(
+def run_layouts(
     workload: Workload,
     clusters: Sequence[str],
     gpus: Sequence[int],
@@ -74,7 +75,6 @@ def run_parallel_what_if(
     share one :class:`~simcore.parallel.cache.ComposeCache` for the run.
     """
     check_engine_path(engine_path)
-    cache = ComposeCache()
     names = list(strategies) if strategies else strategy_names()
     unknown = [n for n in names if n not in strategy_names()]
     if unknown:
@@ -87,37 +87,17 @@ def run_parallel_what_if(
         check_layout(layout, n, workload, cp_kind=options.cp_kind)
     result = WhatIfResult([], [])
     tick = counted_progress(len(clusters) * len(names) * (len(layouts) * len(counts) + 1), progress)
+    run = functools.partial(
+        simulate_parallel_step, workload, config, calibration=calibration, seed=seed, path=engine_path,
+        cache=ComposeCache(),
+    )  # fmt: skip
     for cluster in clusters:
         topologies = load_topologies(result, cluster, counts, loader, calibration)
         for name in names:
-            base = simulate_parallel_step(
-                workload,
-                config,
-                topologies[1],
-                name,
-                ParallelLayout(),
-                options,
-                calibration=calibration,
-                cluster=cluster,
-                seed=seed,
-                path=engine_path,
-                cache=cache,
-            ).report
+            base = run(topologies[1], name, ParallelLayout(), options, cluster=cluster).report
             tick(f"{cluster} {name} 1 GPU (baseline)")
             for layout, n in itertools.product(layouts, counts):
-                point = simulate_parallel_step(
-                    workload,
-                    config,
-                    topologies[n],
-                    name,
-                    layout,
-                    options,
-                    calibration=calibration,
-                    cluster=cluster,
-                    seed=seed,
-                    path=engine_path,
-                    cache=cache,
-                )
+                point = run(topologies[n], name, layout, options, cluster=cluster)
                 rep = point.report
                 efficiency = rep.samples_per_s / (n * base.samples_per_s)
                 result.reports.append(replace(rep, scaling_efficiency=efficiency, baseline_fits=base.fits))
