@@ -42,6 +42,7 @@ from simcore.step.plan import (
     Span,
     StepPlan,
     is_comm_stream,
+    new_span,
     phase_label,
     rank_of_stream,
 )
@@ -442,7 +443,7 @@ def _spans(plan: StepPlan, evaluator: _Evaluator, comm_only: bool) -> list[Span]
     ops = (plan.ops[i] for i in evaluator.finished)
     kept = {name for name in {op.stream for op in plan.ops} if not comm_only or is_comm_stream(name)}
     spans = [
-        Span(op.stream, op.name, op.kind, starts[op.id], ends[op.id], op.bytes, op.link_kind)
+        new_span(op.stream, op.name, op.kind, starts[op.id], ends[op.id], op.bytes, op.link_kind)
         for op in ops
         if op.stream in kept
     ]

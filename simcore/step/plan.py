@@ -46,6 +46,7 @@ __all__ = [
     "group_label",
     "is_comm_stream",
     "micro_batch_label",
+    "new_span",
     "phase_label",
     "phase_of",
     "phase_text",
@@ -360,6 +361,26 @@ class Span:
     end_s: float
     bytes: float = 0.0
     link_kind: str = ""
+
+
+(_set_span_stream, _set_span_name, _set_span_kind, _set_span_start, _set_span_end, _set_span_bytes,
+ _set_span_link_kind) = (getattr(Span, name).__set__ for name in Span.__slots__)  # fmt: skip
+
+
+def new_span(
+    stream: str, name: str, kind: str, start_s: float, end_s: float, size_bytes: float, link_kind: str
+) -> Span:
+    """``Span(...)`` of all its fields in order, the same frozen object at half the cost (filled
+    as the builder fills an :class:`Op`: every evaluated plan records a span per operation)."""
+    span = _allocate(Span)
+    _set_span_stream(span, stream)
+    _set_span_name(span, name)
+    _set_span_kind(span, kind)
+    _set_span_start(span, start_s)
+    _set_span_end(span, end_s)
+    _set_span_bytes(span, size_bytes)
+    _set_span_link_kind(span, link_kind)
+    return span
 
 
 @dataclass(slots=True)
