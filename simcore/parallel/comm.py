@@ -80,15 +80,25 @@ class GroupPricer:
         self.costs = CostModel(topology, calibration, mode)
         self._physics = CostModel(topology, None, mode)  # the siblings' sharing: modelled links only
         self._factors: dict[tuple[str, float, Group, tuple[Group, ...]], float] = {}
+        # Every price asked for, by its arguments: a sweep asks for the same few thousand (op, size,
+        # group, siblings) tens of thousands of times, and a price is a pure function of them.
+        self._prices: dict[tuple[str, float, Group, tuple[Group, ...]], CommCost] = {}
 
     def price(self, op: str, size_bytes: float, group: Group, siblings: Sequence[Group] = ()) -> CommCost:
         """``op`` of ``size_bytes`` (nccl-tests sizes) over ``group`` while ``siblings`` run theirs."""
+        key = (op, size_bytes, group, tuple(siblings))
+        known = self._prices.get(key)
+        if known is None:
+            known = self._prices[key] = self._price(op, size_bytes, group, key[3])
+        return known
+
+    def _price(self, op: str, size_bytes: float, group: Group, siblings: tuple[Group, ...]) -> CommCost:
         if len(group) <= 1 or size_bytes <= 0:
             return CommCost(0.0)
         alone = self.costs.price(CollectiveRequest(op, float(size_bytes), group))
         if not siblings:
             return alone
-        factor = self._contention(op, size_bytes, group, tuple(siblings))
+        factor = self._contention(op, size_bytes, group, siblings)
         return CommCost(alone.time_s * factor, alone.bottleneck_link, alone.link_kind)
 
     def _contention(self, op: str, size_bytes: float, group: Group, siblings: tuple[Group, ...]) -> float:

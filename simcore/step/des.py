@@ -29,6 +29,7 @@ from simcore.step.plan import (
     Span,
     StepPlan,
     is_comm_stream,
+    new_span,
     phase_label,
     rank_of_stream,
 )
@@ -175,7 +176,7 @@ class _Runner:
                 self._toggle_comm(rank, -1)
             end = float(env.now)
             self.spans.append(
-                Span(op.stream, op.name, op.kind, start - self.t0, end - self.t0, op.bytes, op.link_kind)
+                new_span(op.stream, op.name, op.kind, start - self.t0, end - self.t0, op.bytes, op.link_kind)
             )
             if op.on_end:
                 self.memory.apply(op.on_end, phase, end - self.t0, key)

@@ -274,7 +274,7 @@ def _backward_pass(
     checkpoint = ctx.config.activation_checkpointing
     mb = ctx.config.micro_batch
     layers = ctx.workload.layers
-    block_layers = ctx.workload.block_layer_indices() if checkpoint else ()
+    block_layers = ctx.memo(("block layers",), ctx.workload.block_layer_indices) if checkpoint else ()
     recomputed: set[int] = set()
     ties = _tie_temp(ctx, chunks, hooks.tie_grad_bytes)
     labels = _pass_labels(ctx, chunks, "backward")

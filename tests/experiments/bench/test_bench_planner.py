@@ -14,6 +14,7 @@ from experiments.bench.planner import (
     fixed_sweep,
     format_planner_table,
     planner_rows,
+    three_d_row,
 )
 
 
@@ -26,7 +27,7 @@ def test_quick_rows_cover_every_measurement() -> None:
         "selection all_reduce 1GiB",
     ]
     fast, sweep, help_row, selection = rows
-    assert fast.unit == "ms/config" and fast.target == 5.0 and fast.configs == 36 and fast.value > 0
+    assert fast.unit == "ms/config" and fast.target == 2.0 and fast.configs == 36 and fast.value > 0
     assert "discrete-event path median" in fast.note
     assert sweep.configs == 24 and sweep.value > 0 and "configs/s" in sweep.note
     assert help_row.target == 0.3 and help_row.ok == (help_row.value <= 0.3)
@@ -34,6 +35,18 @@ def test_quick_rows_cover_every_measurement() -> None:
     lines = format_planner_table(rows).splitlines()
     assert lines[0].split()[:4] == ["case", "gpus", "configs", "value"]
     assert len(lines) == 1 + len(rows)
+
+
+def test_the_three_d_row_times_a_warm_layout_against_five_ms() -> None:
+    row = three_d_row(repeats=1)
+    assert (row.case, row.gpus, row.configs, row.unit, row.target) == (
+        "3-D fast path",
+        1024,
+        1,
+        "ms/config",
+        5.0,
+    )
+    assert row.value > 0 and "first call" in row.note and "tp8 pp8 vpp2" in row.note
 
 
 def test_the_fixed_sweep_is_exactly_ten_thousand_configurations() -> None:

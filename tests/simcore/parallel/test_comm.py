@@ -47,3 +47,15 @@ def test_all_to_all_moves_what_a_direct_all_gather_moves() -> None:
     direct = collective_time(topology, "all_gather", 2**26, group, algorithm="direct").time_s
     assert pricer.price("all_to_all", 2**26, group).time_s == pytest.approx(direct)
     assert pricer.price("all_to_all", 2**26, (0,)).time_s == 0.0
+
+
+def test_a_price_asked_again_is_the_one_given_first_and_the_same_as_a_fresh_pricers() -> None:
+    evens, odds = tuple(range(0, 16, 2)), tuple(range(1, 16, 2))
+    kept = GroupPricer(cluster("g5.48xlarge", 16))
+    first = kept.price("all_reduce", 3 * 2**26, evens, [odds])
+    assert kept.price("all_reduce", 3 * 2**26, evens, (odds,)) is first  # a list or a tuple of siblings
+    assert GroupPricer(cluster("g5.48xlarge", 16)).price("all_reduce", 3 * 2**26, evens, [odds]) == first
+    assert (
+        kept.price("all_reduce", 0, evens).time_s == 0.0
+        and kept.price("all_reduce", 2**20, (3,)).time_s == 0.0
+    )

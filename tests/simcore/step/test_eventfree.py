@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import FrozenInstanceError
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -10,7 +12,7 @@ from simcore.engine import Simulation
 from simcore.errors import TrainsimError
 from simcore.step.des import run_plan
 from simcore.step.eventfree import evaluate_plan, evaluate_plan_timed
-from simcore.step.plan import PlanBuilder, PlanRun, StepPlan, phase_of, phase_text
+from simcore.step.plan import NO_KEY, Op, PlanBuilder, PlanRun, Span, StepPlan, new_span, phase_of, phase_text
 from simcore.strategies import get_strategy, strategy_names
 from simcore.strategies.base import TrainingConfig
 from tests.simcore.strategies.test_strategies_support import toy_context, toy_transformer
@@ -171,3 +173,23 @@ def test_memory_phases_are_kept_as_operations_that_render_their_text(name: str) 
     if get_strategy(name).zero_stage >= 2:  # their collectives free or gather memory
         assert with_collective, "some memory should change in a collective"
     assert all(phase_text(phase_of(key)) == phase for phase, (*_, key) in peaks.items())  # type: ignore[arg-type]
+
+
+def test_the_builders_operations_and_spans_are_the_frozen_objects_their_classes_make() -> None:
+    builder = PlanBuilder("test")
+    key = builder.key(micro_batch=2)
+    builder.compute(
+        builder.label("forward of block0"), 1.5, key=key, kind="fwd", on_end=[("activations", 8.0)]
+    )
+    builder.comm("all_reduce", 0.25, kind="all_reduce", size_bytes=64, after=[0], link="l", contention=1.2)
+    label = builder.label("forward of block0")
+    assert builder.plan.ops == [
+        Op(0, "compute", "forward of block0 [micro-batch 2]", 1.5, "fwd", on_end=(("activations", 8.0),),
+           key=key, label=label),
+        Op(1, "comm", "all_reduce", 0.25, "all_reduce", after=(0,), bytes=64.0, link="l", contention=1.2,
+           key=NO_KEY),
+    ]  # fmt: skip
+    span = new_span("comm", "x", "all_reduce", 0.0, 1.0, 8.0, "nvlink")
+    assert span == Span("comm", "x", "all_reduce", 0.0, 1.0, 8.0, "nvlink")
+    with pytest.raises(FrozenInstanceError):
+        builder.plan.ops[0].duration_s = 2.0  # type: ignore[misc]
