@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from simcore.errors import TrainsimError
@@ -92,8 +92,11 @@ def test_interleaving_rules_are_named() -> None:
 def test_more_micro_batches_never_increase_the_bubble_fraction(
     pp: int, vpp: int, micro: int, more: int, schedule: str, f: list[float], b: list[float], p2p: float
 ) -> None:
+    """Holds where the pipeline is throughput-bound; a latency-bound one converges but oscillates
+    (:func:`test_a_latency_bound_pipeline_bubble_oscillates`)."""
     if schedule != "1f1b":
         vpp = 1
+    assume(not _latency_bound(schedule, pp, f, b, p2p))
     step = pp if vpp > 1 else 1  # interleaving needs micro-batches in multiples of pp
 
     def bubble(m: int) -> float:
@@ -103,6 +106,32 @@ def test_more_micro_batches_never_increase_the_bubble_fraction(
 
     fewer, extra = micro * step, (micro + more) * step
     assert bubble(extra) <= bubble(fewer) + 1e-12
+
+
+def _latency_bound(schedule: str, pp: int, f: list[float], b: list[float], p2p: float) -> bool:
+    """Whether a 1F1B-style window stalls in steady state: rank r keeps at most pp - r micro-batches
+    in flight, so it idles unless they cover the round trip to the last stage and back (every later
+    stage's forward and backward and two sends per hop), counted at the busiest rank's pace."""
+    if schedule == "gpipe":
+        return False
+    busiest = max(f[r] + b[r] for r in range(pp))
+    return any(
+        (pp - r) * busiest < sum(f[s] + b[s] for s in range(r, pp)) + 2 * (pp - 1 - r) * p2p
+        for r in range(pp)
+    )
+
+
+def test_a_latency_bound_pipeline_bubble_oscillates() -> None:
+    """Two stages whose round trip (forwards, backwards, two 0.5 s sends) exactly fills 1F1B's
+    window: the bubble fraction still falls overall but not at every step (10 -> 11 micro-batches)."""
+    f, b = [1.0, 1.0], [0.5, 1.0]
+    assert _latency_bound("1f1b", 2, f, b, 0.5) and not _latency_bound("1f1b", 2, f, b, 0.0)
+
+    def bubble(m: int) -> float:
+        times = [[StageTimes(f[r], b[r], b[r] / 3)] for r in range(2)]
+        return run_pipeline(rank_orders("1f1b", 2, 1, m), times, lambda a, c: 0.5).bubble_fraction
+
+    assert bubble(11) > bubble(10) and bubble(11) < bubble(4) < bubble(1)
 
 
 @settings(max_examples=60, deadline=None)
