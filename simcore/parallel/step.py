@@ -413,10 +413,13 @@ class _Composer:
         )
         self.mode, _ = options.recompute_mode
         self._collective = _sibling_collective(cache, self.pricer, layout.tp)
-        # What every stage model of this step depends on besides its rank and chunks.
+        # What every stage model and stage run of this step depends on besides its rank and chunks.
+        # The schedule is not among them: it orders the passes of the pipeline (and with zb-h1 splits
+        # each backward's weight-gradient share off, computed apart from the run: _stage_times), so
+        # the stages of 1f1b, gpipe and zb-h1 layouts are built and run once.
         self._where = (
             cache.identity(self.workload), topology_id, calibration_id, config.dtype, layout, self.gpus,
-            options, config.micro_batch,
+            replace(options, schedule="1f1b"), config.micro_batch,
         )  # fmt: skip
 
     # -- stages --------------------------------------------------------------------------------------
@@ -490,9 +493,10 @@ class _Composer:
                 (*key, *self.labels),
                 lambda: self._lean_run(self.cache.get("stage", where, build), cfg, key),
             )
-        return self.cache.get(
+        run = self.cache.get(
             "stage run", key, lambda: self._run_stage(self.cache.get("stage", where, build), cfg, key)
         )
+        return self._stage_times(run)
 
     def _lean_run(self, model: StageModel, cfg: TrainingConfig, key: tuple[object, ...]) -> _StageRun:
         """The stage's report without a trace, where nothing but its run's peak is read of it."""
@@ -565,6 +569,15 @@ class _Composer:
             )
         tail = (result.run.step_time_s - last_bwd if pipelined else 0.0) + effect.tail_s
         return _StageRun(model, ctx, result, times, max(0.0, tail), effect, last_bwd, key)
+
+    def _stage_times(self, run: _StageRun) -> _StageRun:
+        """``run`` with each chunk's weight-gradient share set for this step's schedule (zb-h1 splits it
+        off each backward; every other schedule keeps it inside), the one part of a stage's run the
+        schedule changes."""
+        shares = [self._w_share(run.model, c) for c in range(len(run.times))]
+        if all(t.w == w for t, w in zip(run.times, shares, strict=True)):
+            return run
+        return replace(run, times=[replace(t, w=w) for t, w in zip(run.times, shares, strict=True)])
 
     def _w_share(self, model: StageModel, chunk: int) -> float:
         """Weight-gradient seconds of a chunk's backward (the half of each linear layer's backward)."""

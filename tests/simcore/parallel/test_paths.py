@@ -208,3 +208,24 @@ def test_every_input_the_cache_keys_on_changes_the_answer() -> None:
         assert shared == simulate_parallel_step(*args).report, variant  # type: ignore[arg-type]
         seen.append((shared.step_time_s, shared.peak_memory_bytes))
     assert len(set(seen)) == len(seen)  # each input moves the step or its memory
+
+
+def test_schedules_share_stage_runs_and_answer_as_fresh_calls_do() -> None:
+    """1f1b, gpipe and zb-h1 layouts of one split run their stages once through a shared cache
+    (the schedule orders passes; zb-h1's weight-gradient share is set apart), and each answers as a
+    fresh call does, zb-h1 after the others and before them alike."""
+    workload, topology = small_gpt(), cluster("dgx-a100", 16)
+    layout = ParallelLayout(tp=2, pp=4)
+    config = TrainingConfig(global_batch=2 * 8, micro_batch=1)
+    for order in (("1f1b", "zb-h1", "gpipe"), ("zb-h1", "gpipe", "1f1b")):
+        cache = ComposeCache()
+        for schedule in order:
+            options = ParallelOptions(schedule=schedule)
+            shared = simulate_parallel_step(workload, config, topology, "zero1", layout, options, cache=cache)
+            fresh = simulate_parallel_step(workload, config, topology, "zero1", layout, options)
+            assert shared.report == fresh.report, schedule
+        runs = cache.misses
+        simulate_parallel_step(
+            workload, config, topology, "zero1", layout, ParallelOptions(schedule="zb-h1"), cache=cache
+        )
+        assert cache.misses == runs  # nothing new to build or run
