@@ -70,7 +70,9 @@ def test_a_llama_import_saves_what_a_real_forward_saves() -> None:
     gradient), SwiGLU's gate, up and product inputs: the meta trace at fp32 = a real CPU pass."""
     from tests.simcore.workload import torch_import_models as models
 
-    workload = load_workload("tests.simcore.workload.torch_import_models:llama_tiny", seq_len=32, dtype="fp32")
+    workload = load_workload(
+        "tests.simcore.workload.torch_import_models:llama_tiny", seq_len=32, dtype="fp32"
+    )
     forward = sum(layer.activation_bytes for layer in workload.layers if layer.kind != "loss")
     example = torch.zeros(BATCH, 32, dtype=torch.long)
     assert BATCH * forward == pytest.approx(_real_saved_bytes(models.llama_tiny(), example))

@@ -19,7 +19,15 @@ from torch import nn
 
 from simcore.workload.models.transformer import TransformerShape
 
-__all__ = ["GPT2_SMALL", "LLAMA_SMALL", "LLAMA_TINY", "gpt2_small", "llama_small", "llama_tiny", "mha_encoder"]
+__all__ = [
+    "GPT2_SMALL",
+    "LLAMA_SMALL",
+    "LLAMA_TINY",
+    "gpt2_small",
+    "llama_small",
+    "llama_tiny",
+    "mha_encoder",
+]
 
 # gpt2-small's dims (the preset's shape but for torch's fused tanh-GELU: the preset's eager
 # "gelu_tanh" saves one tensor where eager autograd keeps four, see test_eager_gelu_saves_four_tensors)
