@@ -60,7 +60,7 @@ from simcore.parallel.stage import ShardedStage, StageModel, build_stage, shard_
 from simcore.report import StepReport
 from simcore.step.plan import PlanRun, Span
 from simcore.strategies import get_strategy
-from simcore.strategies.base import CommCost, StepContext, TrainingConfig
+from simcore.strategies.base import CommCost, StepContext, TrainingConfig, model_flops_per_step
 from simcore.strategies.runner import (
     StepResult,
     gating_device,
@@ -79,7 +79,6 @@ if TYPE_CHECKING:
 __all__ = [
     "ParallelStepResult",
     "StagePrediction",
-    "active_params",
     "compose_parallel_step",
     "simulate_parallel_step",
 ]
@@ -123,28 +122,8 @@ class ParallelStepResult:
         return _trace_step(self.run, self.pipeline, self.report.step_time_s)
 
 
-def active_params(workload: Workload) -> int:
-    """Parameters one token passes through: all of a dense model, ``top_k`` (+ shared) experts of
-    each MoE block (the MFU numerator's parameter count)."""
-    dims = workload.dims
-    if dims is None or dims.moe is None:
-        return workload.params
-    moe = dims.moe
-    idle = sum(
-        layer.params * (moe.experts - moe.top_k) // moe.experts
-        for layer in workload.layers
-        if layer.name.endswith(("experts_in", "experts_out"))
-    )
-    return workload.params - idle
-
-
 def _mfu(workload: Workload, config: TrainingConfig, gpus: int, peak_flops: float, step_s: float) -> float:
-    tokens = workload.tokens_per_sample or 0
-    if tokens:
-        flops = 6.0 * active_params(workload) * tokens * config.global_batch
-    else:
-        flops = (workload.fwd_flops_per_sample + workload.bwd_flops_per_sample) * config.global_batch
-    return flops / (gpus * peak_flops * step_s)
+    return model_flops_per_step(workload, config.global_batch) / (gpus * peak_flops * step_s)
 
 
 def _delegates(layout: ParallelLayout, options: ParallelOptions) -> bool:

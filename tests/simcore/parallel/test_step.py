@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from simcore.errors import TrainsimError
 from simcore.parallel import ParallelLayout, ParallelOptions, simulate_parallel_step
-from simcore.parallel.step import _memory_status, active_params, compose_parallel_step
+from simcore.parallel.step import _memory_status, compose_parallel_step
 from simcore.strategies import get_strategy, strategy_names
 from simcore.strategies.base import TrainingConfig
 from simcore.strategies.runner import make_context, report_step, simulate_step
@@ -149,7 +149,7 @@ def test_tensor_parallel_ranks_hold_a_share_of_the_work() -> None:
 
 def test_moe_layout_counts_active_parameters_and_expert_traffic() -> None:
     workload = load_workload("mixtral-8x7b", seq_len=1024)
-    assert active_params(workload) == pytest.approx(12.9e9, rel=0.02)  # Jiang et al. 2024: 12.9B active
+    assert workload.active_params == pytest.approx(12.9e9, rel=0.02)  # Jiang et al. 2024: 12.9B active
     topology = cluster("hgx-h100", 32)
     config = TrainingConfig(global_batch=32, micro_batch=1, seq_len=1024)
     report = simulate_parallel_step(
