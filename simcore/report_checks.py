@@ -29,7 +29,7 @@ from typing import Any
 
 from simcore.errors import InternalError
 
-__all__ = ["RELATIVE_SLACK", "check_records", "impossibility"]
+__all__ = ["RELATIVE_SLACK", "check_records", "first_non_finite", "impossibility"]
 
 RELATIVE_SLACK = 1e-6  # rounding of sums of many float64 terms stays far below this
 
@@ -42,20 +42,30 @@ def _as_mapping(record: Any) -> Mapping[str, Any]:
     raise TypeError(f"not a step record: {type(record).__name__}")
 
 
-def _non_finite(value: Any, path: str) -> str | None:
-    if isinstance(value, float) and not math.isfinite(value):
-        return f"{path} is {value}"
+def first_non_finite(value: Any, path: str = "") -> tuple[str, float] | None:
+    """The first (field path, value) in ``value`` (numbers, mappings, lists) that is NaN or infinite."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (path or "value", value)
     if isinstance(value, Mapping):
-        for key, inner in value.items():
-            found = _non_finite(inner, f"{path}.{key}")
-            if found:
-                return found
-    if isinstance(value, (list, tuple)):
-        for index, inner in enumerate(value):
-            found = _non_finite(inner, f"{path}[{index}]")
-            if found:
-                return found
+        items: Any = ((f"{path}.{k}" if path else str(k), v) for k, v in value.items())
+    elif isinstance(value, (list, tuple)):
+        items = ((f"{path}[{_name(v, i)}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    for where, inner in items:
+        found = first_non_finite(inner, where)
+        if found is not None:
+            return found
     return None
+
+
+def _name(item: Any, index: int) -> str:
+    """A record's name in an error: its strategy and cluster where it has them, else its index."""
+    if isinstance(item, Mapping) and "strategy" in item:
+        where = f" on {item['cluster']}" if item.get("cluster") else ""
+        gpus = f" at {item['gpus']} GPUs" if item.get("gpus") else ""
+        return f"{item['strategy']}{where}{gpus}"
+    return str(index)
 
 
 def _number(record: Mapping[str, Any], name: str) -> float | None:
@@ -69,9 +79,9 @@ def impossibility(record: Any) -> str | None:
     """What makes ``record`` physically impossible (one phrase), or None when it is possible."""
     data = _as_mapping(record)
     for name, value in data.items():
-        found = _non_finite(value, name)
-        if found:
-            return found
+        found = first_non_finite(value, name)
+        if found is not None:
+            return f"{found[0]} is {found[1]}"
         number = _number(data, name)
         if number is not None and name.endswith(("_s", "_bytes")) and number < 0.0:
             return f"{name} is negative ({number:g})"
