@@ -483,8 +483,9 @@ def _header(
         f"{batch}, micro-batch {cfg.micro_batch}\n"
         + (f"uneven hardware: {uneven}; {cfg.steps} steps\n" if uneven != "none" else "")
         + (f"network what-if: {network.describe()}\n" if network is not None and network.given else "")
-        + "scaling = samples/s / (gpus x samples/s of the same strategy on 1 GPU); "
-        "* = that 1-GPU baseline does not fit (unlimited-memory GPU assumed)"
+        + "scaling = samples/s / (gpus x samples/s of the same strategy on 1 GPU"
+        + (", each straggler counted at its own speed" if heterogeneity.has_stragglers else "")
+        + "); * = that 1-GPU baseline does not fit (unlimited-memory GPU assumed)"
     )
 
 

@@ -242,6 +242,17 @@ class Heterogeneity:
         parts += [f"rank {s.rank} {s.factor:g}x slower" for s in self.stragglers if s.factor > 1.0]
         return ", ".join(parts)
 
+    def ideal_ranks(self, world_size: int) -> float:
+        """How many copies of rank 0 the first ``world_size`` ranks are worth at compute: the sum of
+        f_0 / f_r over the ranks' straggler factors (``world_size`` when no rank is slowed).
+
+        A scaling efficiency against a one-GPU baseline (which runs on rank 0) divides by this rather
+        than by the GPU count, so a slow rank 0 does not make N GPUs look more than N times faster.
+        """
+        factors = {s.rank: s.factor for s in self.stragglers}
+        first = factors.get(0, 1.0)
+        return math.fsum(first / factors.get(rank, 1.0) for rank in range(world_size))
+
     def straggler_factors(self, world_size: int) -> np.ndarray:
         """Per-rank slowdown from stragglers (1 for ranks that are not stragglers)."""
         import numpy as np

@@ -14,8 +14,9 @@ W - 1.
 ``ps-ssp``: stale-synchronous parallel (Ho et al., "More Effective Distributed ML via a Stale
 Synchronous Parallel Parameter Server", NIPS 2013). A worker's clock counts its applied gradients;
 before computing, a worker more than s clocks ahead of the slowest blocks until the slowest catches
-up (:func:`ssp_gate`), then refreshes its parameters (a pull of every shard) since they aged while it
-waited. The clock lag of every gradient (own clock minus the slowest's at the start of its
+up (:func:`ssp_gate`); its pulls of the gradient before wait for that too, so it pulls once, fresh,
+rather than at once and again after waiting. Its shards sum the gradients that queue while they
+update into one update (as ps-sync's round does). The clock lag of every gradient (own clock minus the slowest's at the start of its
 computation) is therefore at most s. Its staleness in server versions is at most (W - 1)(2s + 3):
 while a worker at clock c computes from parameters pulled when every other worker had applied at
 least c - 1 - s gradients (the slowest's clock when this worker last passed the gate), each other
@@ -59,7 +60,7 @@ from typing import Any
 
 from simcore.paramserver.state import PSRun
 
-__all__ = ["pull_all", "pull_shard", "ssp_gate", "version_check"]
+__all__ = ["pull_all", "pull_shard", "ssp_gate", "version_check", "wait_for_slowest"]
 
 
 def pull_all(run: PSRun, worker: int, pulled: list[int]) -> Generator[Any, Any, None]:
@@ -79,18 +80,24 @@ def pull_shard(run: PSRun, worker: int, index: int, pulled: list[int]) -> Genera
     yield run.send(shard.device, run.worker_devices[worker], run.param_bytes[index], "ps_pull")
 
 
-def ssp_gate(run: PSRun, worker: int, pulled: list[int]) -> Generator[Any, Any, None]:
-    """Block while this worker is more than s clocks ahead of the slowest; refresh after waiting."""
+def wait_for_slowest(run: PSRun, worker: int) -> Generator[Any, Any, bool]:
+    """Wait while this worker is more than s clocks ahead of the slowest; whether it waited."""
     bound = run.config.staleness_bound
-    start = float(run.env.now)
     waited = False
     while not run.budget_spent and run.clock[worker] - min(run.clock) > bound:
         waited = True
         yield run.changed()
+    return waited
+
+
+def ssp_gate(run: PSRun, worker: int) -> Generator[Any, Any, None]:
+    """Block while this worker is more than s clocks ahead of the slowest. No refresh after waiting:
+    the worker's pulls of its last gradient waited for the slowest themselves
+    (:func:`simcore.paramserver.worker._pull_when_allowed`), so what it holds is already fresh."""
+    start = float(run.env.now)
+    waited = yield from wait_for_slowest(run, worker)
     if waited:
         run.records.blocking_s[worker] += float(run.env.now) - start
-        if not run.budget_spent:
-            yield from pull_all(run, worker, pulled)
 
 
 def _ask_version(run: PSRun, worker: int, index: int, answers: list[int]) -> Generator[Any, Any, None]:

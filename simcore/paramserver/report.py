@@ -4,10 +4,16 @@ Definitions (times in seconds, sizes in bytes):
 
 - a *step* is one gradient per worker: a barrier round in ps-sync; in the asynchronous modes the
   interval in which W more gradients were applied (step i ends when gradient i * W is applied).
-  ``step_time_s`` / ``step_time_p99_s`` are the p50 / p99 over the run's steps, and
-  ``samples_per_s`` = global_batch / p50 as for every strategy.
-- ``throughput_samples_per_s``: applied gradients x samples per gradient / time of the run's last
-  update (ps-sync: the end of its last round). An asynchronous run ends when its budget of
+  ``samples_per_s`` is the run's sustained throughput (``throughput_samples_per_s`` below, the
+  figure the detail line prints) and ``step_time_s`` = global_batch / samples_per_s, the mean step
+  over the run; ``step_time_p99_s`` is the p99 over the run's steps. The mean, not the median, as
+  the table's figure: a straggler's or a blocked worker's slow steps count in full, so the table
+  cell, the detail line and the recommendation (which ranks by throughput) give one number.
+- ``throughput_samples_per_s``: the run's steady state: gradients applied after the first step
+  (ps-sync: its first round; the asynchronous modes: the first W gradients) x samples per
+  gradient / the time from that step's end to the run's last update. The first step is left out
+  because it starts from parameters already in place (no pull before it), which a long run has
+  once only. An asynchronous run ends when its budget of
   ``steps * W`` gradients is applied, with every worker still at work (gradients in flight then
   are not counted), so this is the rate of a long run, not one that ends with a drain in which
   the last gradients land one by one, a slow worker's last: in a run of a few steps such a drain
@@ -110,17 +116,19 @@ def step_times(outcome: PSOutcome) -> list[float]:
 
 
 def sustained_samples_per_s(outcome: PSOutcome) -> float:
-    """Applied gradients x samples per gradient / time of the run's last update (see the module docstring)."""
-    rec = outcome.records
-    end = (
-        rec.step_end_s[-1]
-        if MODES[outcome.config.mode].barrier
-        else rec.applied_s[-1]
-        if rec.applied_s
-        else 0.0
-    )
-    per_gradient = outcome.training.global_batch / outcome.workers
-    return len(rec.applied_s) * per_gradient / end if end > 0 else 0.0
+    """Samples per second of the run's steady state (see the module docstring): the gradients
+    applied after its first step, over the time from the first step's end to the last update.
+    A run with nothing after its first step counts from time 0."""
+    rec, w = outcome.records, outcome.workers
+    per_gradient = outcome.training.global_batch / w
+    if MODES[outcome.config.mode].barrier:  # ends of rounds, W gradients each
+        ends, per_end, skip = list(rec.step_end_s), w, 1
+    else:  # one end per applied gradient; the first step is the first W of them
+        ends, per_end, skip = list(rec.applied_s), 1, w
+    if len(ends) > skip and ends[-1] > ends[skip - 1]:
+        return (len(ends) - skip) * per_end * per_gradient / (ends[-1] - ends[skip - 1])
+    end = ends[-1] if ends else 0.0
+    return len(ends) * per_end * per_gradient / end if end > 0 else 0.0
 
 
 def staleness_summary(samples: Sequence[int]) -> dict[str, float]:
@@ -177,11 +185,14 @@ def _memory(outcome: PSOutcome) -> MemoryPeak:
 def _step_report(outcome: PSOutcome, cluster: str, times: Sequence[float]) -> StepReport:
     cfg, workload, w = outcome.training, outcome.workload, outcome.workers
     rec = outcome.records
-    p50, p99 = percentile(times, 50), percentile(times, 99)
+    samples_per_s = sustained_samples_per_s(outcome)
+    p99 = percentile(times, 99)
+    # A run with nothing applied has no rate; its steps' median stands in (never 0 or inf).
+    mean = cfg.global_batch / samples_per_s if samples_per_s > 0 else percentile(times, 50)
+    samples_per_s = cfg.global_batch / mean
     device = outcome.topology.gpu_spec_name(0) or "cpu"
     peak_flops = device_spec(device).flops(cfg.dtype)
     compute_s = _compute_only_s(outcome)
-    samples_per_s = cfg.global_batch / p50
     peak = _memory(outcome)
     gradients = max(1, sum(rec.gradients))
     per_gradient_bytes = math.fsum(
@@ -196,15 +207,15 @@ def _step_report(outcome: PSOutcome, cluster: str, times: Sequence[float]) -> St
         global_batch=cfg.global_batch,
         micro_batch=cfg.micro_batch,
         accumulation_steps=cfg.accumulation_steps(w),
-        step_time_s=p50,
-        step_time_p99_s=p99,
+        step_time_s=mean,
+        step_time_p99_s=max(p99, mean),
         samples_per_s=samples_per_s,
         tokens_per_s=samples_per_s * workload.tokens_per_sample if workload.tokens_per_sample else None,
         scaling_efficiency=None,
         baseline_fits=None,
-        mfu=model_flops_per_step(workload, cfg.global_batch) / (w * peak_flops * p50),
+        mfu=model_flops_per_step(workload, cfg.global_batch) / (w * peak_flops * mean),
         compute_s=compute_s,
-        exposed_comm_s=max(0.0, p50 - compute_s),
+        exposed_comm_s=max(0.0, mean - compute_s),
         comm_s=math.fsum(rec.comm_s) / gradients,
         comm_bytes=per_gradient_bytes,
         peak_memory_bytes=peak.peak_bytes,

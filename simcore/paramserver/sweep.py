@@ -4,8 +4,14 @@ ps-ssp is ps-async plus a gate that blocks a worker more than s clocks ahead of 
 gate is checked at the instant a gradient's computation starts, which is also when its clock lag
 is recorded; so if ps-async never ran a worker more than s clocks ahead, SSP's gate would never
 have closed and the two runs are the same event for event (the gate draws no random numbers and
-yields nothing while open). Then ps-ssp's result is ps-async's, relabelled, and one simulation is
-saved.
+yields nothing while open, and a worker's pulls wait for the slowest only when the gate would
+close). Then ps-ssp's result is ps-async's, relabelled, and one simulation is saved.
+
+ps-ssp with s = 0 is bulk-synchronous ("SSP with s = 0 is BSP", Ho et al., NIPS 2013): no worker may
+start a gradient before every other has applied its last one, so the server may as well sum the
+round's W gradients and apply one update, as ps-sync does. It runs as ps-sync, relabelled (a
+per-gradient server would apply W updates a round for the same schedule and come out up to 17%
+slower than the barrier it is equal to).
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ __all__ = ["as_ssp", "run_modes"]
 
 
 def as_ssp(result: PSResult, bound: int) -> PSResult:
-    """A ps-async result relabelled as the identical ps-ssp run (see the module docstring)."""
+    """A ps-async (or, for s = 0, ps-sync) result relabelled as the identical ps-ssp run."""
     return replace(result, mode="ps-ssp", staleness_bound=bound, step=replace(result.step, strategy="ps-ssp"))
 
 
@@ -52,22 +58,28 @@ def run_modes(
     Every run takes ``options`` with its own mode and ``steps`` (the options' own mode and steps
     are not used)."""
     wanted = [normalize_mode(m) for m in modes]
-    order = sorted(wanted, key=lambda m: m != "ps-async")  # async first: ssp may reuse it
+    # async first (ssp may reuse it); ps-ssp at s = 0 is ps-sync's run
+    order = sorted(dict.fromkeys(wanted), key=lambda m: m != "ps-async")
     results: dict[str, PSResult] = {}
     for mode in order:
         previous = results.get("ps-async")
         if mode == "ps-ssp" and previous is not None and previous.clock_lag_max <= options.staleness_bound:
             results[mode] = as_ssp(previous, options.staleness_bound)
             continue
+        run_as = "ps-sync" if mode == "ps-ssp" and options.staleness_bound == 0 else mode
+        if run_as != mode and "ps-sync" in results:
+            results[mode] = as_ssp(results["ps-sync"], 0)
+            continue
         outcome = simulate_parameter_server(
             workload,
             training,
             topology,
-            replace(options, mode=mode, steps=steps),
+            replace(options, mode=run_as, steps=steps),
             workers=workers,
             heterogeneity=heterogeneity,
             calibration=calibration,
             seed=seed,
         )
-        results[mode] = summarise(outcome, cluster=cluster)
+        result = summarise(outcome, cluster=cluster)
+        results[mode] = as_ssp(result, 0) if run_as != mode else result
     return {mode: results[mode] for mode in wanted}

@@ -21,7 +21,7 @@ from collections.abc import Generator
 from typing import Any
 
 from simcore.paramserver.config import MODES
-from simcore.paramserver.modes import pull_shard, ssp_gate, version_check
+from simcore.paramserver.modes import pull_shard, ssp_gate, version_check, wait_for_slowest
 from simcore.paramserver.server import ShardServer
 from simcore.paramserver.state import PSRun
 
@@ -35,12 +35,28 @@ class _Gradient:
         self.run, self.worker, self.lag = run, worker, lag
         self.pending = len(run.shards)
         self.staleness = 0
+        self.applied = run.env.event()  # fires when the last shard has applied it
 
     def shard_applied(self, staleness: int) -> None:
         self.staleness = max(self.staleness, staleness)
         self.pending -= 1
         if self.pending == 0:
             self.run.gradient_applied(self.worker, self.staleness, self.lag)
+            self.applied.succeed()
+
+
+def _pull_when_allowed(run: PSRun, worker: int, gradient: _Gradient) -> Generator[Any, Any, None]:
+    """ps-ssp: a worker that the gate will hold pulls once it may go on, not now and again then
+    (what it would pull now ages while it waits, and SSP's read rule needs the slowest worker's
+    next update in it); other modes pull at once."""
+    if not MODES[run.config.mode].gate:
+        return
+    # this worker's clock once the gradient is applied on every shard; the slowest's only grows,
+    # so a worker within the bound now will pass the gate and pulls at once, as ps-async does
+    clock = run.clock[worker] + (1 if gradient.pending else 0)
+    if clock - min(run.clock) > run.config.staleness_bound:
+        yield gradient.applied
+        yield from wait_for_slowest(run, worker)
 
 
 def _exchange(
@@ -50,6 +66,7 @@ def _exchange(
     yield run.send(run.worker_devices[worker], shard.device, run.grad_bytes[shard.index], "ps_push")
     staleness = yield from shard.apply(pulled[shard.index])
     gradient.shard_applied(staleness)
+    yield from _pull_when_allowed(run, worker, gradient)
     yield from pull_shard(run, worker, shard.index, pulled)
 
 
@@ -116,6 +133,7 @@ def _async_shard(run: PSRun, worker: int, shard: ShardServer, flows: list[Any], 
     staleness = yield from shard.apply(pulled[shard.index])
     gradient.shard_applied(staleness)
     applied.succeed()
+    yield from _pull_when_allowed(run, worker, gradient)
     yield from _pull_in_order(run, worker, shard, pulled, parts)
 
 
@@ -131,8 +149,8 @@ def pipelined_async_worker(run: PSRun, worker: int) -> Generator[Any, Any, None]
         # only the pulls overlap the next forward
         if applied:
             yield env.all_of(applied)
-        if rules.gate:
-            yield from ssp_gate(run, worker, pulled)
+        if rules.gate:  # its pulls already waited for the slowest (_pull_when_allowed)
+            yield from ssp_gate(run, worker)
         lag = run.clock[worker] - min(run.clock)
         pushes = yield from _pipelined_step(run, worker, ready, run.compute_time(worker))
         gradient = _Gradient(run, worker, lag)
@@ -188,8 +206,8 @@ def async_worker(run: PSRun, worker: int) -> Generator[Any, Any, None]:
     env = run.env
     pulled = [0] * len(run.shards)
     while True:
-        if rules.gate:
-            yield from ssp_gate(run, worker, pulled)
+        if rules.gate:  # its pulls already waited for the slowest (_pull_when_allowed)
+            yield from ssp_gate(run, worker)
         lag = run.clock[worker] - min(run.clock)
         yield env.timeout(run.compute_time(worker))
         if rules.check:

@@ -180,7 +180,8 @@ def _add_scaled(
         base = by_point[(name, 1)]
         for n in counts:
             rep = by_point[(name, n)]
-            efficiency = rep.samples_per_s / (n * base.samples_per_s)
+            # n copies of the one-GPU baseline's rank, less what stragglers among the n take away
+            efficiency = rep.samples_per_s / (result.heterogeneity.ideal_ranks(n) * base.samples_per_s)
             result.reports.append(replace(rep, scaling_efficiency=efficiency, baseline_fits=base.fits))
 
 

@@ -122,3 +122,14 @@ def test_sync_compute_scale_is_the_slowest_rank_relative_to_the_reference_device
         mixed, workload, "bf16", 2, Heterogeneity.from_strings(["0:10"]), reference="a10g"
     )
     assert fast_straggler is not None and fast_straggler(Simulation(0), 0) > 2.0  # an A100 10x slower
+
+
+def test_ideal_ranks_counts_each_straggler_at_its_own_speed_against_rank_0() -> None:
+    """Scaling's denominator: copies of rank 0 (the one-GPU baseline's GPU) the ranks are worth."""
+    assert Heterogeneity().ideal_ranks(8) == 8.0
+    # rank 3 at half speed: 7 + 1/2
+    assert Heterogeneity.from_strings(["3:2"]).ideal_ranks(8) == 7.5
+    # rank 0 itself at half speed: the others are worth 2 of it each, 1 + 7 x 2
+    assert Heterogeneity.from_strings(["0:2"]).ideal_ranks(8) == 15.0
+    # a straggler outside the first ranks does not count
+    assert Heterogeneity.from_strings(["5:4"]).ideal_ranks(4) == 4.0

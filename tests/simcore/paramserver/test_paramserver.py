@@ -83,7 +83,14 @@ def test_a_straggler_slows_sync_by_its_delay_and_async_by_much_less(factor: floa
     # The barrier waits for the straggler's gradient: the step grows by its extra compute, less at
     # most the contention its late push no longer meets (the base step's exposed communication).
     assert slow_sync.step.step_time_s - base_sync.step.step_time_s >= delay - base_sync.step.exposed_comm_s
-    assert slow_async.step.step_time_s - base_async.step.step_time_s < 0.1 * delay
+    # Asynchronous workers do not wait for it: the step (the mean over the run, global batch /
+    # throughput) loses only the straggler's share of gradients, 1 - (W - 1 + 1/f) / W of the rate
+    # (6% at f = 2 on 8 workers), plus at most one round of gradients at the end of an 8-step run.
+    workers = base_async.step.gpus
+    share = 1.0 - (workers - 1 + 1.0 / factor) / workers
+    grown = slow_async.step.step_time_s / base_async.step.step_time_s - 1.0
+    assert grown < share + 1.0 / 8
+    assert slow_async.step.step_time_s - base_async.step.step_time_s < 0.25 * delay
 
 
 def test_ssp_with_bound_zero_blocks_fast_workers_behind_a_straggler() -> None:

@@ -36,13 +36,26 @@ def test_ssp_reuses_async_only_when_the_gate_would_never_have_closed() -> None:
         training(8),
         topo,
         ["ps-async", "ps-ssp"],
-        PSConfig(staleness_bound=0),
+        PSConfig(staleness_bound=1),
         cluster="g5.12xlarge",
         workers=8,
         steps=4,
         heterogeneity=slow,
     )
     assert max(gated["ps-ssp"].ssp_blocking_s) > 0  # simulated, not copied
+
+
+def test_ssp_at_bound_zero_is_the_sync_run_relabelled() -> None:
+    """SSP with s = 0 is BSP (Ho et al. 2013): the same schedule, one update a round."""
+    topo = cluster("g5.12xlarge", 8, Placement())
+    slow = Heterogeneity((Straggler(3, 4.0),))
+    both = run_modes(
+        WORKLOAD, training(8), topo, ["ps-ssp", "ps-sync"], PSConfig(staleness_bound=0),
+        cluster="g5.12xlarge", workers=8, steps=4, heterogeneity=slow,
+    )  # fmt: skip
+    ssp, sync = both["ps-ssp"], both["ps-sync"]
+    assert ssp.mode == ssp.step.strategy == "ps-ssp" and ssp.staleness_bound == 0
+    assert replace(ssp, mode="ps-sync", step=replace(ssp.step, strategy="ps-sync")) == sync
 
 
 def test_advice_prefers_the_parameter_server_only_when_the_numbers_say_so() -> None:
