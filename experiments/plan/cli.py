@@ -30,6 +30,7 @@ from pathlib import Path
 from experiments.plan.plots import write_outputs
 from experiments.plan.report import format_counts, format_csv, format_json, format_table
 from experiments.plan.run import SEQUENCE_PARALLEL, prepare_plan, run_plan
+from experiments.report_html.page import command_line
 from simcore.cliargs import Parser
 from simcore.errors import TrainsimError, cli_entry
 from simcore.report_checks import check_records
@@ -256,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(format_table(result, top=args.top), end="")
     if out is not None:
-        for path in write_outputs(result, out, top=args.top):
+        command = command_line("python -m experiments.plan", sys.argv[1:] if argv is None else argv)
+        for path in write_outputs(result, out, top=args.top, command=command):
             print(f"wrote {path}", file=sys.stderr)
     if result.interrupted:
         print(

@@ -44,6 +44,9 @@ from experiments.common.args import add_batch, add_strategies, check_micro_steps
 from experiments.common.finite import require_finite
 from experiments.common.progress import bar, note, warn
 from experiments.what_if.layouts import run_layouts
+from experiments.report_html.page import command_line
+from experiments.report_html.whatif import render_whatif, whatif_document
+from experiments.report_html.write import write_report
 from experiments.what_if.plots import plot_staleness, plot_what_if, write_step_trace
 from simcore.calibration.compat import check_profile_for
 from simcore.calibration.profile_json import load_profile
@@ -545,20 +548,26 @@ def main(argv: list[str] | None = None) -> int:
                 ps_options=ps_options,
                 heterogeneity=heterogeneity,
             )
-    _print(args, result, header, out, network)
+    command = command_line("python -m experiments.what_if", sys.argv[1:] if argv is None else argv)
+    _print(args, result, header, out, network, command)
     return 0
 
 
 def _print(
-    args: argparse.Namespace, result: WhatIfResult, header: str, out: Path | None, network: NetworkOverrides
+    args: argparse.Namespace,
+    result: WhatIfResult,
+    header: str,
+    out: Path | None,
+    network: NetworkOverrides,
+    command: str = "python -m experiments.what_if",
 ) -> None:
     records = result.records()
     recommendations = [r.to_record() for r in result.recommendations]
     require_finite(records, "the what-if")
     require_finite(recommendations, "the recommendation")
     check_records(records, "the what-if")
+    extra = {"network": network.record()} if network.given else {}
     if args.format == "json":
-        extra = {"network": network.record()} if network.given else {}
         print(records_to_json(records, recommendations=recommendations, **extra))
     elif args.format == "csv":
         print(records_to_csv(records), end="")
@@ -566,6 +575,8 @@ def _print(
         print(format_table(result, header), end="")
     if out is not None:
         _write_outputs(result, out, args.quiet)
+        doc = whatif_document(result, records, recommendations, extra, header)  # the page: the JSON's records
+        print(f"wrote {write_report(out, render_whatif(doc, command))}", file=sys.stderr)
 
 
 def _write_outputs(result: WhatIfResult, out: Path, quiet: bool) -> None:

@@ -1,0 +1,29 @@
+"""Where the report pages are written: every write goes through :func:`_write`, the one place to point
+at a shared output layer (atomic write, errors as one line)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from simcore.errors import TrainsimError
+
+__all__ = ["REPORT_NAME", "write_report"]
+
+REPORT_NAME = "report.html"
+
+
+def _write(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` (UTF-8) through a temporary file, so a reader never sees half a page."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        raise TrainsimError(f"cannot write {path}: {exc.strerror or exc}") from None
+    return path
+
+
+def write_report(out: Path, html: str) -> Path:
+    """Write the page as ``out/report.html``; returns its path."""
+    out.mkdir(parents=True, exist_ok=True)
+    return _write(out / REPORT_NAME, html)
