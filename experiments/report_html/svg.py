@@ -55,6 +55,7 @@ class Series:
     line: bool = False
     emphasis: bool = False
     markers: bool = True  # False: the line alone (hundreds of samples need no mark each)
+    faint: bool = False  # drawn lighter, behind the others (context, not the answer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,15 +245,19 @@ def xy_chart(
         coords = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in g.xy)
         tag = "polygon" if g.band else "polyline"
         parts.append(f'<{tag} points="{coords}" class="{"band" if g.band else "guide"}" clip-path="url(#{clip})"/>')
-    for i, s in enumerate(series):
+    order = sorted(range(len(series)), key=lambda i: not series[i].faint)  # faint ones underneath
+    for i in order:
+        s = series[i]
         colour, shape = PALETTE[i % len(PALETTE)], MARKERS[i % len(MARKERS)]
+        parts.append('<g opacity="0.45">' if s.faint else "<g>")
         if s.line and len(s.points) > 1:
             coords = " ".join(f"{sx(p.x):.1f},{sy(p.y):.1f}" for p in sorted(s.points, key=lambda p: p.x))
             width = 2.2 if s.emphasis else 1.2
             parts.append(f'<polyline points="{coords}" fill="none" stroke="{colour}" stroke-width="{width}"/>')
         size = 5.5 if s.emphasis else 4.0
         if s.markers:
-            parts += [_mark(p, shape, colour, sx(p.x), sy(p.y), size) for p in s.points]
+            parts += [_mark(p, shape, colour, sx(p.x), sy(p.y), 3.0 if s.faint else size) for p in s.points]
+        parts.append("</g>")
     svg = (
         f'<svg class="chart {chart_class}" viewBox="0 0 {_W:.0f} {_H:.0f}" role="img" '
         f'aria-label="{escape(title)}">{"".join(parts)}</svg>'

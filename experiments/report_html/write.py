@@ -3,11 +3,14 @@ at a shared output layer (atomic write, errors as one line)."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from simcore.errors import TrainsimError
 
-__all__ = ["REPORT_NAME", "write_report"]
+__all__ = ["REPORT_NAME", "write_json", "write_report"]
 
 REPORT_NAME = "report.html"
 
@@ -27,3 +30,9 @@ def write_report(out: Path, html: str) -> Path:
     """Write the page as ``out/report.html``; returns its path."""
     out.mkdir(parents=True, exist_ok=True)
     return _write(out / REPORT_NAME, html)
+
+
+def write_json(path: Path, document: Mapping[str, Any]) -> Path:
+    """Write a JSON document (indented, as the commands print theirs); returns its path."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return _write(path, json.dumps(document, indent=2) + "\n")
