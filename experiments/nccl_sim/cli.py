@@ -54,10 +54,10 @@ from typing import Any
 
 from experiments.common.finite import require_finite
 from experiments.common.progress import bar, note
-from simcore.calibration.compat import check_profile_for
-from simcore.calibration.profile_json import load_profile
 from experiments.nccl_sim.outputs import alternatives, measured_rows, write_outputs
 from experiments.report_html.page import command_line
+from simcore.calibration.compat import check_profile_for
+from simcore.calibration.profile_json import load_profile
 from simcore.cliargs import Parser, add_format, add_out, add_quiet, int_range, output_dir, size_bytes
 from simcore.collectives import (
     ALGORITHMS,
@@ -158,8 +158,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--calibration", default=None, help="calibration profile JSON (alpha-beta per collective)")
     add_format(p, ("table", "json"))
-    add_out(p, "nccl_sim.json and report.html (bandwidth and time vs size per algorithm/protocol)", default_new=False)
-    p.add_argument("--compare", metavar="LOG", help="a real nccl-tests log (text or -J JSON) drawn over the simulation")
+    add_out(
+        p,
+        "nccl_sim.json and report.html (bandwidth and time vs size per algorithm/protocol)",
+        default_new=False,
+    )
+    p.add_argument(
+        "--compare", metavar="LOG", help="a real nccl-tests log (text or -J JSON) drawn over the simulation"
+    )
     add_quiet(p)
     return p
 

@@ -26,7 +26,7 @@ Simulate = Callable[[str, str], list[dict[str, Any]]]
 def measured_rows(path: str, op: str) -> dict[str, Any]:
     """The out-of-place rows of ``op`` in a real nccl-tests log (text or ``-J`` JSON); one error line
     when the log holds none."""
-    rows = parse_file(path, op=op)
+    rows = parse_file(path)
     mine = [r for r in rows if r.get("op") == op and not r.get("in_place")]
     if not mine:
         found = sorted({str(r.get("op")) for r in rows}) or ["no rows"]
@@ -47,7 +47,9 @@ def alternatives(
     for algorithm in algorithms:
         for protocol in protocols:
             try:
-                found.append({"algorithm": algorithm, "protocol": protocol, "results": simulate(algorithm, protocol)})
+                found.append(
+                    {"algorithm": algorithm, "protocol": protocol, "results": simulate(algorithm, protocol)}
+                )
             except TrainsimError as exc:
                 refused.setdefault(str(exc), []).append(f"{algorithm}/{protocol}")
     notes = [f"Not drawn: {', '.join(pairs)} ({reason})." for reason, pairs in refused.items()]

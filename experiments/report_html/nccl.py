@@ -72,8 +72,14 @@ def _charts(doc: Mapping[str, Any]) -> str:
     for y, label, log in (("busbw_GBps", "bus bandwidth (GB/s)", False), ("time_us", "time (us)", True)):
         series = _measured(doc, y) + _chosen(results, y) + _alternatives(doc, y)
         figures.append(
-            xy_chart(f"{doc['op']} on {doc['topology']}, {doc['ranks']} ranks: {label} vs size", "size (bytes)",
-                     label, series, x_log=True, y_log=log)  # fmt: skip
+            xy_chart(
+                f"{doc['op']} on {doc['topology']}, {doc['ranks']} ranks: {label} vs size",
+                "size (bytes)",
+                label,
+                series,
+                x_log=True,
+                y_log=log,
+            )
         )
     return f'<div class="cols">{"".join(figures)}</div>'
 

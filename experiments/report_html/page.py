@@ -141,7 +141,9 @@ def table(
     row_attrs: Sequence[Mapping[str, str]] | None = None,
 ) -> str:
     """A sortable table: each cell shows ``text(value(row))`` and sorts by the raw value (``data-v``)."""
-    head = "".join(f'<th scope="col"{" class=text" if c.is_text else ""}>{escape(c.header)}</th>' for c in columns)
+    head = "".join(
+        f'<th scope="col"{" class=text" if c.is_text else ""}>{escape(c.header)}</th>' for c in columns
+    )
     body = []
     for i, row in enumerate(rows):
         attrs = row_attrs[i] if row_attrs else {}

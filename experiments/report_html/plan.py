@@ -51,7 +51,9 @@ def _frontier_vs_gpus(doc: Mapping[str, Any]) -> str:
     series = [
         Series("ranked layouts", [_point(r, r["gpus"], f"rank {r['rank']}") for r in ranked]),
         Series("best per GPU count", [_point(r, r["gpus"], "best") for r in bests], line=True),
-        Series("Pareto frontier", [_point(r, r["gpus"], "Pareto") for r in doc["pareto_gpus"]], emphasis=True),
+        Series(
+            "Pareto frontier", [_point(r, r["gpus"], "Pareto") for r in doc["pareto_gpus"]], emphasis=True
+        ),
     ]
     counts = sorted({c["gpus"] for c in doc["gpu_counts"]})
     return xy_chart(
@@ -75,7 +77,12 @@ def _frontier_vs_cost(doc: Mapping[str, Any]) -> str:
         ),
     ]
     return xy_chart(
-        "throughput vs cost", f"$ per million {unit.split('/')[0]}", unit, series, y_log=True, chart_class="pareto"
+        "throughput vs cost",
+        f"$ per million {unit.split('/')[0]}",
+        unit,
+        series,
+        y_log=True,
+        chart_class="pareto",
     )
 
 
@@ -109,7 +116,9 @@ def _count_section(count: Mapping[str, Any]) -> str:
     if not count["ranked"]:
         return head + "<p>No layout fits.</p>"
     unit = _rate(count["ranked"][0])[1]
-    attrs: Sequence[Mapping[str, str]] = [{"class": "best"} if r["rank"] == 1 else {} for r in count["ranked"]]
+    attrs: Sequence[Mapping[str, str]] = [
+        {"class": "best"} if r["rank"] == 1 else {} for r in count["ranked"]
+    ]
     return head + table(_columns(unit), count["ranked"], row_attrs=attrs)
 
 
@@ -131,6 +140,8 @@ def render_plan(doc: Mapping[str, Any], command: str) -> str:
             f'<div class="cols">{_frontier_vs_gpus(doc)}{_frontier_vs_cost(doc)}</div>',
             anchor="pareto",
         ),
-        section("Ranked layouts per GPU count", *(_count_section(c) for c in doc["gpu_counts"]), anchor="ranked"),
+        section(
+            "Ranked layouts per GPU count", *(_count_section(c) for c in doc["gpu_counts"]), anchor="ranked"
+        ),
     ]
     return page(f"trainsim plan: {doc['model']} on {doc['cluster']}", command, body, doc)

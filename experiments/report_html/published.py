@@ -106,7 +106,8 @@ def render_published(doc: Mapping[str, Any], command: str) -> str:
     predicted = [r for r in doc["rows"] if r["status"] == "predicted"]
     others = [r for r in doc["rows"] if r["status"] != "predicted"]
     charts = [
-        _category_chart(c, [r for r in predicted if r["category"] == c["category"]]) for c in doc["categories"]
+        _category_chart(c, [r for r in predicted if r["category"] == c["category"]])
+        for c in doc["categories"]
     ]
     prov = doc.get("provenance") or {}
     facts = "".join(f"<li>{escape(k)}: {escape(str(v))}</li>" for k, v in prov.items() if k != "versions")
@@ -119,7 +120,11 @@ def render_published(doc: Mapping[str, Any], command: str) -> str:
             f'<div class="cols">{"".join(charts)}</div>',
             anchor="charts",
         ),
-        section("Per category", _summary(doc), "<ul>" + "".join(f"<li>{escape(c)}</li>" for c in doc["conventions"]) + "</ul>"),
+        section(
+            "Per category",
+            _summary(doc),
+            "<ul>" + "".join(f"<li>{escape(c)}</li>" for c in doc["conventions"]) + "</ul>",
+        ),
         section("Predicted rows", _rows_table(predicted), anchor="rows"),
         section("Not expressible", _not_expressible(others), anchor="not-expressible"),
         section("Provenance", f"<ul>{facts}<li>versions: {escape(versions)}</li></ul>"),

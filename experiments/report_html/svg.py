@@ -187,7 +187,9 @@ def _axes(sx: _Scale, sy: _Scale, x_label: str, y_label: str, x_ticks: Sequence[
         if sx.lo <= t <= sx.hi:
             x = sx(t)
             parts.append(f'<line x1="{x:.1f}" y1="{_PAD_T}" x2="{x:.1f}" y2="{_H - _PAD_B}" class="grid"/>')
-            parts.append(f'<text x="{x:.1f}" y="{_H - _PAD_B + 16}" text-anchor="middle">{tick_text(t)}</text>')
+            parts.append(
+                f'<text x="{x:.1f}" y="{_H - _PAD_B + 16}" text-anchor="middle">{tick_text(t)}</text>'
+            )
     for t in y_ticks:
         if sy.lo <= t <= sy.hi:
             y = sy(t)
@@ -234,7 +236,9 @@ def xy_chart(
     ys = [p.y for s in series for p in s.points] + [y for g in guides for _, y in g.xy if not g.band]
     sx = _Scale(*_range(xs, x_log, from_zero=False), x_log, _PAD_L, _W - _PAD_R)
     sy = _Scale(*_range(ys, y_log), y_log, _H - _PAD_B, _PAD_T)
-    ticks = x_ticks if x_ticks is not None else (log_ticks(sx.lo, sx.hi) if x_log else nice_ticks(sx.lo, sx.hi))
+    ticks = (
+        x_ticks if x_ticks is not None else (log_ticks(sx.lo, sx.hi) if x_log else nice_ticks(sx.lo, sx.hi))
+    )
     parts = _axes(sx, sy, x_label, y_label, ticks)
     clip = f"clip-{zlib.crc32(title.encode()):08x}"  # same geometry in every chart: a clash is harmless
     parts.append(
@@ -244,7 +248,9 @@ def xy_chart(
     for g in guides:
         coords = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in g.xy)
         tag = "polygon" if g.band else "polyline"
-        parts.append(f'<{tag} points="{coords}" class="{"band" if g.band else "guide"}" clip-path="url(#{clip})"/>')
+        parts.append(
+            f'<{tag} points="{coords}" class="{"band" if g.band else "guide"}" clip-path="url(#{clip})"/>'
+        )
     order = sorted(range(len(series)), key=lambda i: not series[i].faint)  # faint ones underneath
     for i in order:
         s = series[i]
@@ -253,7 +259,9 @@ def xy_chart(
         if s.line and len(s.points) > 1:
             coords = " ".join(f"{sx(p.x):.1f},{sy(p.y):.1f}" for p in sorted(s.points, key=lambda p: p.x))
             width = 2.2 if s.emphasis else 1.2
-            parts.append(f'<polyline points="{coords}" fill="none" stroke="{colour}" stroke-width="{width}"/>')
+            parts.append(
+                f'<polyline points="{coords}" fill="none" stroke="{colour}" stroke-width="{width}"/>'
+            )
         size = 5.5 if s.emphasis else 4.0
         if s.markers:
             parts += [_mark(p, shape, colour, sx(p.x), sy(p.y), 3.0 if s.faint else size) for p in s.points]
@@ -279,7 +287,9 @@ def lane_timeline(
     for i, lane in enumerate(lanes):
         y = top + i * lane_h
         parts.append(f'<text x="{left - 6}" y="{y + 15:.1f}" text-anchor="end">{escape(lane)}</text>')
-        parts.append(f'<line x1="{left}" y1="{y + lane_h:.1f}" x2="{_W - right}" y2="{y + lane_h:.1f}" class="grid"/>')
+        parts.append(
+            f'<line x1="{left}" y1="{y + lane_h:.1f}" x2="{_W - right}" y2="{y + lane_h:.1f}" class="grid"/>'
+        )
     for lane, name, kind, start, end in spans:
         y = top + row[lane] * lane_h + 3
         colour = PALETTE[kinds.index(kind) % len(PALETTE)]
@@ -293,8 +303,12 @@ def lane_timeline(
     for t in nice_ticks(0.0, end_s * 1e3):
         if t <= end_s * 1e3:
             x = sx(t / 1e3)
-            parts.append(f'<text x="{x:.1f}" y="{axis_y + 14:.1f}" text-anchor="middle">{tick_text(t)}</text>')
-    parts.append(f'<text x="{_W - right}" y="{axis_y + 27:.1f}" text-anchor="end" class="axis-label">time in the step (ms)</text>')
+            parts.append(
+                f'<text x="{x:.1f}" y="{axis_y + 14:.1f}" text-anchor="middle">{tick_text(t)}</text>'
+            )
+    parts.append(
+        f'<text x="{_W - right}" y="{axis_y + 27:.1f}" text-anchor="end" class="axis-label">time in the step (ms)</text>'
+    )
     legend = "".join(
         f'<li><span class="swatch" style="background:{PALETTE[i % len(PALETTE)]}"></span> {escape(k)}</li>'
         for i, k in enumerate(kinds)

@@ -89,7 +89,9 @@ def _columns() -> list[TableColumn]:
         TableColumn("MFU", lambda r: r["mfu"], _fixed(".2f")),
         TableColumn("exposed comm s", lambda r: r["exposed_comm_s"], _fixed(".3f")),
         TableColumn("peak GiB", lambda r: r["peak_memory_bytes"], _gib),
-        TableColumn("memory", lambda r: r.get("memory_status") or ("fits" if r["fits"] else "OOM"), is_text=True),
+        TableColumn(
+            "memory", lambda r: r.get("memory_status") or ("fits" if r["fits"] else "OOM"), is_text=True
+        ),
     ]
 
 
@@ -121,12 +123,14 @@ def _memory_chart(timeline: Mapping[str, Any], record: Mapping[str, Any]) -> str
     end_ms = timeline["step_time_s"] * 1e3
     if previous is not None:
         line.append(Point(end_ms, previous / GIB, ""))
-    peak = max(samples, key=lambda s: s[1]) if samples else [0.0, 0.0, ""]
+    peak_t, peak_bytes, peak_phase = max(samples, key=lambda s: s[1]) if samples else (0.0, 0.0, "")
     capacity = record["memory_capacity_bytes"] / GIB
-    peak_tip = f"peak {peak[1] / GIB:.2f} GiB at {peak[0] * 1e3:.3f} ms ({peak[2]}) of {capacity:.1f} GiB"
+    peak_tip = (
+        f"peak {peak_bytes / GIB:.2f} GiB at {peak_t * 1e3:.3f} ms ({peak_phase}) of {capacity:.1f} GiB"
+    )
     series = [
         Series("memory in use (tensors)", line, line=True, markers=False),
-        Series("peak", [Point(peak[0] * 1e3, peak[1] / GIB, peak_tip)], emphasis=True),
+        Series("peak", [Point(peak_t * 1e3, peak_bytes / GIB, peak_tip)], emphasis=True),
     ]
     guides = [Guide(f"capacity {capacity:.1f} GiB", [(0.0, capacity), (max(end_ms, 1e-9), capacity)])]
     return xy_chart(
@@ -150,7 +154,9 @@ def _breakdown(record: Mapping[str, Any]) -> str:
     capacity = record["memory_capacity_bytes"] / GIB
     total = f"{record['peak_memory_bytes'] / GIB:.1f}"
     return bar_rows(
-        f"memory at the peak by category: {total} of {capacity:.1f} GiB (capacity dashed)", rows, limit=capacity
+        f"memory at the peak by category: {total} of {capacity:.1f} GiB (capacity dashed)",
+        rows,
+        limit=capacity,
     )
 
 
@@ -188,7 +194,9 @@ def _detail(index: int, record: Mapping[str, Any], timeline: Mapping[str, Any] |
     if record.get("stage_peak_memory_bytes"):
         stages = record["stage_peak_memory_bytes"]
         rows = [(f"stage {i}", b / GIB, f"{b / GIB:.1f} GiB") for i, b in enumerate(stages)]
-        charts.append(bar_rows("peak memory per pipeline stage", rows, limit=record["memory_capacity_bytes"] / GIB))
+        charts.append(
+            bar_rows("peak memory per pipeline stage", rows, limit=record["memory_capacity_bytes"] / GIB)
+        )
     body = "".join(parts) + f'<div class="cols">{"".join(charts)}</div>'
     return f'<section class="detail" id="{_detail_id(index)}">{body}</section>'
 
@@ -206,8 +214,15 @@ def _scaling(records: Sequence[Mapping[str, Any]]) -> str:
                 by_label.setdefault(record_label(r), []).append(Point(r["gpus"], r["samples_per_s"], tip))
         series = [Series(name, points, line=True) for name, points in by_label.items()]
         figures.append(
-            xy_chart(f"{cluster}: throughput vs GPUs", "GPUs", "samples/s", series, x_log=True, y_log=True,
-                     x_ticks=counts)  # fmt: skip
+            xy_chart(
+                f"{cluster}: throughput vs GPUs",
+                "GPUs",
+                "samples/s",
+                series,
+                x_log=True,
+                y_log=True,
+                x_ticks=counts,
+            )
         )
     return section("Scaling", f'<div class="cols">{"".join(figures)}</div>')
 
@@ -220,8 +235,12 @@ def _assumptions(doc: Mapping[str, Any]) -> str:
             names = seen.setdefault((r["precision"], r["optimizer_impl"]), [])
             if r["strategy"] not in names:
                 names.append(r["strategy"])
-    lines += [f"<li>{escape(', '.join(n))}: {escape(p)}, {escape(i)} optimizer</li>" for (p, i), n in seen.items()]
-    lines += [f"<li>{escape(n)}</li>" for n in dict.fromkeys(r["note"] for r in doc["records"] if r.get("note"))]
+    lines += [
+        f"<li>{escape(', '.join(n))}: {escape(p)}, {escape(i)} optimizer</li>" for (p, i), n in seen.items()
+    ]
+    lines += [
+        f"<li>{escape(n)}</li>" for n in dict.fromkeys(r["note"] for r in doc["records"] if r.get("note"))
+    ]
     if doc.get("network"):
         net = ", ".join(f"{k} {v}" for k, v in doc["network"].items() if v is not None)
         lines.append(f"<li>network what-if: {escape(net)}</li>")

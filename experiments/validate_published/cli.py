@@ -56,7 +56,7 @@ from experiments.validate_published.report import (
     format_text,
     json_document,
 )
-from simcore.cliargs import Parser
+from simcore.cliargs import Parser, output_dir
 from simcore.errors import TrainsimError, cli_entry
 
 __all__ = ["FORMATS", "OUT_FILES", "check_out", "main", "provenance", "select", "write_out"]
@@ -145,6 +145,7 @@ def check_out(out: Path, *, force: bool) -> None:
         raise TrainsimError(f"--out {out} is a file; give a directory")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise TrainsimError(f"--out {out} is not empty; add --force to overwrite its report files")
+    output_dir(str(out), force=True)  # and a place this user can write (one error line otherwise)
 
 
 def write_out(out: Path, results: Sequence[RowResult], argv: Sequence[str], *, force: bool) -> list[Path]:

@@ -43,10 +43,10 @@ from pathlib import Path
 from experiments.common.args import add_batch, add_strategies, check_micro_steps, count_text
 from experiments.common.finite import require_finite
 from experiments.common.progress import bar, note, warn
-from experiments.what_if.layouts import run_layouts
 from experiments.report_html.page import command_line
 from experiments.report_html.whatif import render_whatif, whatif_document
 from experiments.report_html.write import write_report
+from experiments.what_if.layouts import run_layouts
 from experiments.what_if.plots import plot_staleness, plot_what_if, write_step_trace
 from simcore.calibration.compat import check_profile_for
 from simcore.calibration.profile_json import load_profile
