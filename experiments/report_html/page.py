@@ -25,7 +25,7 @@ _CSS = """
 :root{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#1a1a1a;background:#fff}
 body{margin:0 auto;max-width:1240px;padding:12px 16px 40px;line-height:1.4}
 h1{font-size:1.45rem;margin:.2em 0}h2{font-size:1.2rem;margin:1.4em 0 .4em;border-bottom:1px solid #ddd}
-h3{font-size:1.05rem;margin:1em 0 .3em}
+h3{font-size:1.05rem;margin:1em 0 .3em}main p,main li,figcaption{overflow-wrap:anywhere}
 .meta{color:#444;font-size:.9rem}.meta code{word-break:break-all;background:#f3f3f3;padding:1px 4px}
 .scroll{overflow-x:auto;max-width:100%}
 table{border-collapse:collapse;font-size:.85rem;margin:.3em 0}

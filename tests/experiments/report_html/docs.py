@@ -59,7 +59,9 @@ def nccl_doc() -> dict[str, Any]:
     doc = nccl_document(topology, "all_reduce", "float", "aggregate", rows_for(topology, "all_reduce", sizes))
 
     def simulate(algorithm: str, protocol: str) -> list[dict[str, Any]]:
-        return _result_records(rows_for(topology, "all_reduce", sizes, algorithm=algorithm, protocol=protocol))
+        return _result_records(
+            rows_for(topology, "all_reduce", sizes, algorithm=algorithm, protocol=protocol)
+        )
 
     doc["alternatives"], doc["notes"] = alternatives(["ring", "tree", "nvls"], ["LL", "Simple"], simulate, 80)
     doc["measured"] = measured_rows(str(NCCL_LOG), "all_reduce")

@@ -54,7 +54,7 @@ def test_whatif_page_draws_a_timeline_and_memory_per_strategy(whatif: dict[str, 
     details = [r for r in whatif["records"] if r["gpus"] == top]
     assert html.count('class="detail"') == len(details) == 2
     spans = sum(len(t["spans"]) for t in whatif["timelines"])
-    assert spans > 0 and html.count("<rect class=\"mark\"") >= spans  # a bar per operation (plus bars)
+    assert spans > 0 and html.count('<rect class="mark"') >= spans  # a bar per operation (plus bars)
     assert html.count('class="limit"') >= len(details)  # the capacity line beside each memory breakdown
     assert "peak " in html and "GiB at" in html  # the marked peak of each memory timeline
 
@@ -69,7 +69,9 @@ def test_plan_marks_name_their_layout(whatif: dict[str, Any]) -> None:
     parts = _common(render_plan(doc, COMMAND), doc)
     laid = [m for m in parts.marks if "data-layout" in m]
     ranked = sum(len(c["ranked"]) for c in doc["gpu_counts"])
-    assert len(laid) == ranked + len(doc["gpu_counts"]) + len(doc["pareto_gpus"]) + ranked + len(doc["pareto_cost"])
+    assert len(laid) == ranked + len(doc["gpu_counts"]) + len(doc["pareto_gpus"]) + ranked + len(
+        doc["pareto_cost"]
+    )
     assert all(m["data-layout"] in m["data-tip"] for m in laid)
     for c in doc["gpu_counts"]:
         assert c["why"] in " ".join(parts.text)
@@ -94,7 +96,9 @@ def test_published_points_link_to_their_sources() -> None:
     doc = published_doc()
     parts = _common(render_published(doc, COMMAND), doc)
     points = [m for m in parts.marks if "data-row" in m]
-    drawn = [r for r in doc["rows"] if r["status"] == "predicted" and r["measured"] > 0 and r["predicted"] > 0]
+    drawn = [
+        r for r in doc["rows"] if r["status"] == "predicted" and r["measured"] > 0 and r["predicted"] > 0
+    ]
     assert len(points) == len(drawn)
     urls = {source_url(r["source"]) for r in drawn}
     assert urls - {None} <= set(parts.links) and len(urls - {None}) > 5

@@ -62,12 +62,16 @@ def test_every_point_is_a_labelled_mark_with_its_own_shape_per_series() -> None:
     parts = read(html)
     assert [m["data-tip"] for m in parts.marks] == ['one "quoted"', "two", "three"]
     assert parts.links == ["https://example.org/x"]
-    assert "<circle" in html and "<rect" in html  # series a circles, series b squares: shape, not colour alone
+    assert (
+        "<circle" in html and "<rect" in html
+    )  # series a circles, series b squares: shape, not colour alone
     assert "a (2)" in " ".join(parts.text) and "y = x" in " ".join(parts.text)
 
 
 def test_a_series_without_markers_draws_only_its_line() -> None:
-    html = xy_chart("t", "x", "y", [Series("m", [Point(0, 1, ""), Point(1, 2, "")], line=True, markers=False)])
+    html = xy_chart(
+        "t", "x", "y", [Series("m", [Point(0, 1, ""), Point(1, 2, "")], line=True, markers=False)]
+    )
     assert read(html).marks == [] and "<polyline" in html
 
 
