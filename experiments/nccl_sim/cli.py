@@ -36,6 +36,11 @@ Network what-ifs on any cluster, no YAML edit: ``--nic-bandwidth RATE`` (every N
 ``--nics-per-node N`` and ``--oversubscription R`` (:mod:`topologies.network`); the header's
 ``# trainsim simulation`` line and the JSON's ``network`` record say which were given.
 
+``--out DIR`` (new or empty; ``--force`` writes into it) also writes ``nccl_sim.json`` (that
+document plus ``alternatives``: the sizes with each algorithm/protocol the topology allows pinned,
+``notes``, and ``measured``: the out-of-place rows of ``--compare LOG``, a real nccl-tests log) and
+``report.html`` drawn from it (:mod:`experiments.nccl_sim.outputs`).
+
 GB/s are 1e9 bytes/s. ``--cluster`` and ``--topology`` name the same flag. Bad input prints one
 ``error:`` line and exits with status 2; so does a ladder of more than :data:`MAX_SIZES` sizes, a
 size over 1 PiB or more than 32,768 GPUs. A run over many ranks says what it simulates and shows

@@ -13,7 +13,8 @@ out-of-memory verdict, the parameter-server modes' staleness, then a recommendat
 :mod:`simcore.report` (parameter-server records add ``staleness`` and the fields of
 :mod:`simcore.paramserver.report`); ``--format csv`` has the fixed columns documented there.
 ``--out DIR`` also writes plots, the staleness histogram and a Chrome trace of one step per
-(cluster, synchronous strategy) (open it in ui.perfetto.dev; :mod:`experiments.what_if.plots`),
+(cluster, synchronous strategy) (open it in ui.perfetto.dev; :mod:`experiments.what_if.plots`)
+and ``report.html``, one self-contained page of it all (:mod:`experiments.report_html.whatif`),
 and names each file it wrote on stderr; DIR must be new or empty (``--force`` writes into it), and
 that is checked before anything is simulated.
 
