@@ -120,3 +120,12 @@ def test_validate_published_page_is_comparison_json(tmp_path: Path) -> None:
     page = _page(out)
     assert page.data == json.loads((out / "comparison.json").read_text(encoding="utf-8"))
     assert page.data["provenance"]["command"] in " ".join(page.text)
+
+
+@pytest.mark.slow
+def test_default_what_if_page_is_at_most_two_megabytes(tmp_path: Path) -> None:
+    # The bound for the default run (2 clusters x 10 strategies, 12 timelines): ~1.3 MB now.
+    assert whatif_main(["--gpus", "16", "--quiet", "--format", "csv", "--out", str(tmp_path / "run")]) == 0
+    page = tmp_path / "run" / "report.html"
+    assert 500_000 < page.stat().st_size <= 2 * 2**20
+    assert len(_page(tmp_path / "run").data["timelines"]) == 12
