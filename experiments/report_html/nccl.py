@@ -104,6 +104,13 @@ def _columns() -> list[TableColumn]:
 def render_nccl(doc: Mapping[str, Any], command: str) -> str:
     """The page for one ``nccl_sim.json`` document."""
     notes = [f"<p>{escape(n)}</p>" for n in doc.get("notes", [])]
+    measured = doc.get("measured") or {}
+    ranks = sorted({r["ranks"] for r in measured.get("rows", []) if r.get("ranks")})
+    if ranks and ranks != [doc["ranks"]]:
+        notes.append(
+            f'<p class="note">The measured log ran on {", ".join(map(str, ranks))} ranks, the simulation on '
+            f"{doc['ranks']}: the two are not the same experiment.</p>"
+        )
     intro = (
         f"<p>Simulated {escape(doc['op'])} ({escape(doc['type'])}, {escape(doc['mode'])} mode) over "
         f"{doc['ranks']} ranks of {escape(doc['topology'])}; average bus bandwidth "

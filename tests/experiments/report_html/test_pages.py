@@ -90,6 +90,13 @@ def test_nccl_page_has_chosen_pinned_and_measured_series() -> None:
     assert any("nvls/LL, nvls/Simple" in n for n in doc["notes"])  # refused on A100, named once
     for r in doc["results"]:
         assert f"{r['busbw_GBps']:.2f}" in parts.cells
+    assert "not the same experiment" not in render_nccl(doc, COMMAND)  # 8 measured ranks, 8 simulated
+
+
+def test_nccl_page_warns_when_the_log_ran_on_other_ranks() -> None:
+    doc = nccl_doc()
+    doc["measured"]["rows"] = [{**r, "ranks": 16} for r in doc["measured"]["rows"]]
+    assert "ran on 16 ranks, the simulation on 8" in render_nccl(doc, COMMAND)
 
 
 def test_published_points_link_to_their_sources() -> None:
