@@ -36,6 +36,11 @@ Network what-ifs on any cluster, no YAML edit: ``--nic-bandwidth RATE`` (every N
 ``--nics-per-node N`` and ``--oversubscription R`` (:mod:`topologies.network`); the header's
 ``# trainsim simulation`` line and the JSON's ``network`` record say which were given.
 
+``--out DIR`` (new or empty; ``--force`` writes into it) also writes ``nccl_sim.json`` (that
+document plus ``alternatives``: the sizes with each algorithm/protocol the topology allows pinned,
+``notes``, and ``measured``: the out-of-place rows of ``--compare LOG``, a real nccl-tests log) and
+``report.html`` drawn from it (:mod:`experiments.nccl_sim.outputs`).
+
 GB/s are 1e9 bytes/s. ``--cluster`` and ``--topology`` name the same flag. Bad input prints one
 ``error:`` line and exits with status 2; so does a ladder of more than :data:`MAX_SIZES` sizes, a
 size over 1 PiB or more than 32,768 GPUs. A run over many ranks says what it simulates and shows
@@ -54,9 +59,11 @@ from typing import Any
 
 from experiments.common.finite import require_finite
 from experiments.common.progress import bar, note
+from experiments.nccl_sim.outputs import alternatives, measured_rows, write_outputs
+from experiments.report_html.page import command_line
 from simcore.calibration.compat import check_profile_for
 from simcore.calibration.profile_json import load_profile
-from simcore.cliargs import Parser, add_format, add_quiet, int_range, size_bytes
+from simcore.cliargs import Parser, add_format, add_out, add_quiet, int_range, output_dir, size_bytes
 from simcore.collectives import (
     ALGORITHMS,
     OPS,
@@ -156,6 +163,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--calibration", default=None, help="calibration profile JSON (alpha-beta per collective)")
     add_format(p, ("table", "json"))
+    add_out(
+        p,
+        "nccl_sim.json and report.html (bandwidth and time vs size per algorithm/protocol)",
+        default_new=False,
+    )
+    p.add_argument(
+        "--compare", metavar="LOG", help="a real nccl-tests log (text or -J JSON) drawn over the simulation"
+    )
     add_quiet(p)
     return p
 
@@ -392,6 +407,39 @@ def format_json(
     rows: Sequence[NcclRow],
     network: NetworkOverrides | None = None,
 ) -> str:
+    return json.dumps(nccl_document(topology, op, datatype, mode, rows, network), indent=2) + "\n"
+
+
+def _result_records(rows: Sequence[NcclRow]) -> list[dict[str, Any]]:
+    return [
+        {
+            "size_bytes": r.size_bytes,
+            "count": r.count,
+            "type": r.type,
+            "redop": r.redop,
+            "root": r.root,
+            "time_us": r.time_us,
+            "algbw_GBps": r.algbw_GBps,
+            "busbw_GBps": r.busbw_GBps,
+            "algorithm": r.algorithm,
+            "protocol": r.protocol,
+            "bottleneck_link": describe_link(r.bottleneck),
+            "bottleneck": _link_json(r.bottleneck),
+            "closed_form_us": r.closed_form_us,
+        }
+        for r in rows
+    ]
+
+
+def nccl_document(
+    topology: Topology,
+    op: str,
+    datatype: str,
+    mode: str,
+    rows: Sequence[NcclRow],
+    network: NetworkOverrides | None = None,
+) -> dict[str, Any]:
+    """The ``--format json`` document (see the module docstring)."""
     doc: dict[str, Any] = {
         "format": "trainsim-nccl-sim",
         "version": 1,
@@ -401,28 +449,11 @@ def format_json(
         "type": datatype,
         "mode": mode,
         "avg_busbw_GBps": sum(r.busbw_GBps for r in rows) / len(rows),
-        "results": [
-            {
-                "size_bytes": r.size_bytes,
-                "count": r.count,
-                "type": r.type,
-                "redop": r.redop,
-                "root": r.root,
-                "time_us": r.time_us,
-                "algbw_GBps": r.algbw_GBps,
-                "busbw_GBps": r.busbw_GBps,
-                "algorithm": r.algorithm,
-                "protocol": r.protocol,
-                "bottleneck_link": describe_link(r.bottleneck),
-                "bottleneck": _link_json(r.bottleneck),
-                "closed_form_us": r.closed_form_us,
-            }
-            for r in rows
-        ],
+        "results": _result_records(rows),
     }
     if network is not None and network.given:
         doc["network"] = network.record()
-    return json.dumps(doc, indent=2) + "\n"
+    return doc
 
 
 def _load_topology(args: argparse.Namespace, network: NetworkOverrides) -> Topology:
@@ -437,6 +468,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skew >= 0 or args.skew == float("inf"):
         raise TrainsimError(f"--skew must be a finite number >= 0, got {args.skew}")
     options = NcclOptions.from_env(os.environ)
+    out = output_dir(args.out, force=args.force)
+    if args.compare is not None and out is None:
+        raise TrainsimError("--compare LOG draws the log on the report page: give --out DIR too")
+    measured = measured_rows(args.compare, args.op) if args.compare is not None else None
     sizes = size_ladder(args.minbytes, args.maxbytes, args.stepfactor, args.stepbytes)
     network = network_from_args(args)
     topology = _load_topology(args, network)
@@ -464,6 +499,19 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(
             format_table(topology, args.op, rows, sizes, args.stepfactor, args.stepbytes, args.mode, network)
         )
+    if out is not None:
+        document = nccl_document(topology, args.op, args.datatype, args.mode, rows, network)
+        simulate = lambda algo, proto: _result_records(rows_for(  # noqa: E731 - one call, its options fixed
+            topology, args.op, sizes, datatype=args.datatype, algorithm=algo, protocol=proto, mode=args.mode,
+            root=args.root, calibration=calibration, options=options, skew=args.skew))  # fmt: skip
+        pinned = [algorithm] if algorithm else list(ALGORITHMS[args.op])
+        document["alternatives"], document["notes"] = alternatives(
+            pinned, [protocol] if protocol else list(PROTOCOLS), simulate, len(sizes) * topology.world_size
+        )
+        document["measured"] = measured
+        command = command_line("python -m experiments.nccl_sim", sys.argv[1:] if argv is None else argv)
+        for path in write_outputs(out, document, command):
+            print(f"wrote {path}", file=sys.stderr)
     return 0
 
 

@@ -30,7 +30,8 @@ from pathlib import Path
 from experiments.plan.plots import write_outputs
 from experiments.plan.report import format_counts, format_csv, format_json, format_table
 from experiments.plan.run import SEQUENCE_PARALLEL, prepare_plan, run_plan
-from simcore.cliargs import Parser
+from experiments.report_html.page import command_line
+from simcore.cliargs import Parser, output_dir
 from simcore.errors import TrainsimError, cli_entry
 from simcore.report_checks import check_records
 from simcore.units import parse_size
@@ -231,7 +232,7 @@ def _check_out(out: str | None, force: bool) -> Path | None:
         raise TrainsimError(f"--out {out} is a file; give a directory")
     if path.is_dir() and any(path.iterdir()) and not force:
         raise TrainsimError(f"--out {out} is not empty; give an empty directory or add --force")
-    return path
+    return output_dir(out, force=True)  # and a place this user can write (one error line otherwise)
 
 
 @cli_entry
@@ -256,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(format_table(result, top=args.top), end="")
     if out is not None:
-        for path in write_outputs(result, out, top=args.top):
+        command = command_line("python -m experiments.plan", sys.argv[1:] if argv is None else argv)
+        for path in write_outputs(result, out, top=args.top, command=command):
             print(f"wrote {path}", file=sys.stderr)
     if result.interrupted:
         print(

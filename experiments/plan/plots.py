@@ -1,5 +1,6 @@
-"""The plan's files under ``--out``: ``pareto.png`` (seaborn/matplotlib, imported only here) and
-``plan.json`` (the document :func:`experiments.plan.report.plan_document` prints)."""
+"""The plan's files under ``--out``: ``pareto.png`` (seaborn/matplotlib, imported only here),
+``plan.json`` (the document :func:`experiments.plan.report.plan_document` prints) and
+``report.html`` (:mod:`experiments.report_html.plan`, rendered from that same document)."""
 
 from __future__ import annotations
 
@@ -7,18 +8,24 @@ import json
 from pathlib import Path
 
 from experiments.plan.report import plan_document
+from experiments.report_html.plan import render_plan
+from experiments.report_html.write import write_report
 from simcore.planner.rank import throughput
 from simcore.planner.search import PlanResult
 
 __all__ = ["plot_pareto", "write_outputs"]
 
 
-def write_outputs(result: PlanResult, out: Path, *, top: int) -> list[Path]:
-    """Write ``plan.json`` and, when some layout fits, ``pareto.png``; returns the paths written."""
+def write_outputs(
+    result: PlanResult, out: Path, *, top: int, command: str = "python -m experiments.plan"
+) -> list[Path]:
+    """Write ``plan.json``, ``report.html`` and, when some layout fits, ``pareto.png``; returns the
+    paths written."""
     out.mkdir(parents=True, exist_ok=True)
     document = out / "plan.json"
-    document.write_text(json.dumps(plan_document(result, top=top), indent=2) + "\n", encoding="utf-8")
-    written = [document]
+    doc = plan_document(result, top=top)
+    document.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    written = [document, write_report(out, render_plan(doc, command))]
     if any(count.ranked for count in result.counts):
         written.append(plot_pareto(result, out / "pareto.png"))
     return written

@@ -26,8 +26,9 @@ Setup kinds (``kind`` in the mapping) and what runs them:
 
 A row starts being predicted as soon as the preset, model or device it names exists (the mapping
 lists the names it accepts) - add a preset, rerun, and the row moves from "not expressible" to the
-comparison. ``--out DIR`` writes ``report.md``, ``comparison.json``, ``comparison.csv`` and
-``provenance.json`` (date, git commit, command, versions) and refuses a non-empty DIR unless
+comparison. ``--out DIR`` writes ``report.md``, ``comparison.json``, ``comparison.csv``,
+``provenance.json`` (date, git commit, command, versions) and ``report.html`` (the comparison
+drawn, from the same document as ``comparison.json``: :mod:`experiments.report_html.published`) and refuses a non-empty DIR unless
 ``--force``; without it nothing is written. Bad input prints one ``error:`` line, exit status 2.
 """
 
@@ -43,17 +44,25 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from experiments.report_html.published import render_published
+from experiments.report_html.write import write_report
 from experiments.validate_published.evaluate import RowResult, evaluate, summarise
 from experiments.validate_published.mapping import CATEGORIES, MAPPING_PATH, RowPlan, load_mapping
 from experiments.validate_published.published import CSV_PATH, content_sha256
-from experiments.validate_published.report import format_csv, format_json, format_markdown, format_text
-from simcore.cliargs import Parser
+from experiments.validate_published.report import (
+    format_csv,
+    format_json,
+    format_markdown,
+    format_text,
+    json_document,
+)
+from simcore.cliargs import Parser, output_dir
 from simcore.errors import TrainsimError, cli_entry
 
 __all__ = ["FORMATS", "OUT_FILES", "check_out", "main", "provenance", "select", "write_out"]
 
 FORMATS = ("text", "json", "md")
-OUT_FILES = ("report.md", "comparison.json", "comparison.csv", "provenance.json")
+OUT_FILES = ("report.md", "comparison.json", "comparison.csv", "provenance.json", "report.html")
 _REPO = Path(__file__).resolve().parents[2]
 _VERSIONED = ("numpy", "scipy", "simpy", "networkx", "PyYAML")
 
@@ -66,7 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--out",
         default=None,
-        help="write report.md, comparison.json/.csv, provenance.json here (default: print only, write nothing)",
+        help="write report.md, comparison.json/.csv, provenance.json, report.html here (default: print only, write nothing)",
     )
     p.add_argument("--force", action="store_true", help="write into a non-empty --out directory")
     p.add_argument("--progress", action="store_true", help="one line per row on stderr")
@@ -136,6 +145,7 @@ def check_out(out: Path, *, force: bool) -> None:
         raise TrainsimError(f"--out {out} is a file; give a directory")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise TrainsimError(f"--out {out} is not empty; add --force to overwrite its report files")
+    output_dir(str(out), force=True)  # and a place this user can write (one error line otherwise)
 
 
 def write_out(out: Path, results: Sequence[RowResult], argv: Sequence[str], *, force: bool) -> list[Path]:
@@ -152,6 +162,7 @@ def write_out(out: Path, results: Sequence[RowResult], argv: Sequence[str], *, f
     }
     for name, text in texts.items():
         (out / name).write_text(text, encoding="utf-8")
+    write_report(out, render_published(json_document(results, summaries, prov), prov["command"]))
     return [out / name for name in OUT_FILES]
 
 

@@ -13,7 +13,8 @@ out-of-memory verdict, the parameter-server modes' staleness, then a recommendat
 :mod:`simcore.report` (parameter-server records add ``staleness`` and the fields of
 :mod:`simcore.paramserver.report`); ``--format csv`` has the fixed columns documented there.
 ``--out DIR`` also writes plots, the staleness histogram and a Chrome trace of one step per
-(cluster, synchronous strategy) (open it in ui.perfetto.dev; :mod:`experiments.what_if.plots`),
+(cluster, synchronous strategy) (open it in ui.perfetto.dev; :mod:`experiments.what_if.plots`)
+and ``report.html``, one self-contained page of it all (:mod:`experiments.report_html.whatif`),
 and names each file it wrote on stderr; DIR must be new or empty (``--force`` writes into it), and
 that is checked before anything is simulated.
 
@@ -43,6 +44,9 @@ from pathlib import Path
 from experiments.common.args import add_batch, add_strategies, check_micro_steps, count_text
 from experiments.common.finite import require_finite
 from experiments.common.progress import bar, note, warn
+from experiments.report_html.page import command_line
+from experiments.report_html.whatif import render_whatif, whatif_document
+from experiments.report_html.write import write_report
 from experiments.what_if.layouts import run_layouts
 from experiments.what_if.plots import plot_staleness, plot_what_if, write_step_trace
 from simcore.calibration.compat import check_profile_for
@@ -546,20 +550,26 @@ def main(argv: list[str] | None = None) -> int:
                 ps_options=ps_options,
                 heterogeneity=heterogeneity,
             )
-    _print(args, result, header, out, network)
+    command = command_line("python -m experiments.what_if", sys.argv[1:] if argv is None else argv)
+    _print(args, result, header, out, network, command)
     return 0
 
 
 def _print(
-    args: argparse.Namespace, result: WhatIfResult, header: str, out: Path | None, network: NetworkOverrides
+    args: argparse.Namespace,
+    result: WhatIfResult,
+    header: str,
+    out: Path | None,
+    network: NetworkOverrides,
+    command: str = "python -m experiments.what_if",
 ) -> None:
     records = result.records()
     recommendations = [r.to_record() for r in result.recommendations]
     require_finite(records, "the what-if")
     require_finite(recommendations, "the recommendation")
     check_records(records, "the what-if")
+    extra = {"network": network.record()} if network.given else {}
     if args.format == "json":
-        extra = {"network": network.record()} if network.given else {}
         print(records_to_json(records, recommendations=recommendations, **extra))
     elif args.format == "csv":
         print(records_to_csv(records), end="")
@@ -567,6 +577,8 @@ def _print(
         print(format_table(result, header), end="")
     if out is not None:
         _write_outputs(result, out, args.quiet)
+        doc = whatif_document(result, records, recommendations, extra, header)  # the page: the JSON's records
+        print(f"wrote {write_report(out, render_whatif(doc, command))}", file=sys.stderr)
 
 
 def _write_outputs(result: WhatIfResult, out: Path, quiet: bool) -> None:
