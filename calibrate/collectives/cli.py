@@ -43,6 +43,7 @@ from calibrate.collectives.options import (
 )
 from calibrate.common.launch import BACKENDS, launch_rank
 from calibrate.common.prereq import check_measurement_dir
+from calibrate.common.procs import die_with_launcher
 from simcore.cliargs import Parser, int_range, name_list, size_bytes
 from simcore.errors import cli_entry
 
@@ -99,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     if launch_rank() == 0:  # the one rank that writes; checked before any rank joins the group
         files = ("collectives.jsonl", "collectives.csv") if args.csv else ("collectives.jsonl",)
         check_measurement_dir(args.out, files, resume=args.resume, force=args.force)
+    die_with_launcher()  # a killed torchrun must not leave this rank appending records
     return run_sweep(args)
 
 

@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 
-__all__ = ["PR_SET_PDEATHSIG", "die_with_parent"]
+__all__ = ["PR_SET_PDEATHSIG", "die_with_launcher", "die_with_parent"]
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -36,3 +36,15 @@ def die_with_parent(parent_pid: int) -> bool:
     if os.getppid() != parent_pid:  # the parent died before the request took effect
         os._exit(1)
     return done
+
+
+def die_with_launcher() -> bool:
+    """Under torchrun, have Linux SIGKILL this worker when the launcher dies; False elsewhere.
+
+    torchrun starts each worker in a session of its own, so killing the launcher (``kill -9``, a
+    scheduler's time limit) would otherwise leave workers running, appending records or blocked in
+    a collective forever, and a later ``--resume`` would run beside them.
+    """
+    if "TORCHELASTIC_RUN_ID" not in os.environ:
+        return False
+    return die_with_parent(os.getppid())

@@ -29,6 +29,7 @@ from typing import Any
 
 from calibrate.common.launch import BACKENDS, launch_rank
 from calibrate.common.prereq import check_measurement_dir
+from calibrate.common.procs import die_with_launcher
 from calibrate.compute.options import LAYER_NAMES, MAX_MATMUL, MAX_TENSOR_BYTES
 from simcore.cliargs import Parser, int_list, int_range, name_list, size_bytes
 from simcore.errors import cli_entry
@@ -92,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     if launch_rank() == 0:  # the one rank that writes; checked before any rank joins the group
         check_measurement_dir(args.out, ("compute.jsonl",), resume=args.resume, force=args.force)
+    die_with_launcher()  # a killed torchrun must not leave this rank appending records
     return run_compute(args)
 
 

@@ -56,7 +56,7 @@ from pathlib import Path
 
 from calibrate.common.launch import launch_rank
 from calibrate.common.prereq import check_record_file, require_torch
-from calibrate.common.procs import die_with_parent
+from calibrate.common.procs import die_with_launcher
 from calibrate.train.config import ALL_STRATEGIES, TrainConfig, check_config
 from simcore.cliargs import Parser
 from simcore.errors import TrainsimError, cli_entry
@@ -128,17 +128,6 @@ def run_training(config: TrainConfig) -> Path:
     return run(config)
 
 
-def _die_with_launcher() -> None:
-    """Under torchrun, have Linux SIGKILL this worker when the launcher dies.
-
-    torchrun starts each worker in a session of its own, so killing the launcher's process group
-    (a timeout, a scheduler's kill) would otherwise leave workers running, possibly blocked in a
-    collective forever.
-    """
-    if "TORCHELASTIC_RUN_ID" in os.environ:
-        die_with_parent(os.getppid())
-
-
 def check_output(config: TrainConfig) -> None:
     """This rank's ``--out`` file, before anything is written (see :mod:`calibrate.common.prereq`)."""
     check_record_file(
@@ -151,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     config = config_from_args(argv)
     require_torch("calibrate.train")
     check_output(config)
-    _die_with_launcher()
+    die_with_launcher()
     faulthandler.dump_traceback_later(config.timeout_s, exit=True)  # never hang: dump stacks, exit
     try:
         run_training(config)
@@ -175,7 +164,7 @@ def launch_local(
     variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR/PORT on a free local
     port), which saves the launcher's own torch import. Either way the job is killed as a whole
     after ``timeout_s`` (exit status 124, as ``timeout`` reports); workers under torchrun also die
-    with their launcher (see :func:`_die_with_launcher`).
+    with their launcher (see :func:`calibrate.common.procs.die_with_launcher`).
     """
     if nproc < 1:
         raise TrainsimError(f"nproc must be at least 1, got {nproc}")

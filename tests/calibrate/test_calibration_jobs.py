@@ -248,3 +248,41 @@ def test_the_parser_lists_every_layer_benchmark() -> None:
     from calibrate.compute.options import LAYER_NAMES
 
     assert tuple(LAYERS) == LAYER_NAMES
+
+
+def _processes_naming(text: str) -> list[int]:
+    """Pids of live processes whose command line contains ``text`` (Linux /proc)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if text in cmdline and (entry / "stat").read_text().split()[2] != "Z":
+                pids.append(int(entry.name))
+    return pids
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_workers_die_with_a_killed_torchrun_launcher(tmp_path: Path) -> None:
+    """kill -9 of torchrun must not leave its ranks running and appending (they ask Linux to SIGKILL
+    them when the launcher dies), so a later --resume never runs beside a live writer."""
+    out = tmp_path / "sweep"
+    args = ["--out", str(out), "--ops", "all_reduce", "-b", "8", "-e", "64K", "-f", "2",
+            "-n", "2000", "-w", "1", "--repeats", "8", "--threads", "1", "--groups", "world"]  # fmt: skip
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+               "-m", "calibrate.collectives", *args]  # fmt: skip
+    job = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env())
+    assert _kill_once_rows(job, out / "collectives.jsonl", 2, timeout_s=180), "the job ended first"
+    deadline = time.monotonic() + 30
+    while _processes_naming(str(out)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = _processes_naming(str(out))
+    for pid in left:  # never leave them behind, even when the test fails
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"workers {left} outlived their launcher"
+    rows = len(_keys(out / "collectives.jsonl"))
+    time.sleep(1.0)
+    assert len(_keys(out / "collectives.jsonl")) == rows  # nobody appends any more
