@@ -10,8 +10,7 @@ it by design, so teardown also stops every process left in the cluster's network
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
+import functools
 import os
 import shutil
 import signal
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simcore.errors import TrainsimError
+from simcore.procs import request_parent_death_signal as die_with_parent
 
 __all__ = [
     "ClusterError",
@@ -38,7 +38,6 @@ __all__ = [
 BINARIES = {"munged": "munge", "slurmctld": "slurm-wlm", "slurmd": "slurm-wlm", "sinfo": "slurm-wlm",
             "sbatch": "slurm-wlm", "scontrol": "slurm-wlm", "srun": "slurm-wlm", "unshare": "util-linux",
             "nsenter": "util-linux"}  # fmt: skip
-_PR_SET_PDEATHSIG = 1
 _TIMEOUT_S = 30
 
 
@@ -62,12 +61,6 @@ def missing_binaries() -> str | None:
             f"'apt-get install -y {' '.join(packages)}' (Debian/Ubuntu)")  # fmt: skip
 
 
-def die_with_parent(sig: int = signal.SIGTERM) -> None:  # pragma: no cover - runs between fork and exec
-    """Ask Linux to send ``sig`` to this process when its parent dies (``preexec_fn`` of a child)."""
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, int(sig))
-
-
 @dataclass(frozen=True)
 class Daemon:
     """One foreground daemon we started, its output going to ``log``."""
@@ -81,7 +74,7 @@ class Daemon:
         with log.open("ab") as out:
             process = subprocess.Popen(
                 list(command), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=dict(env),
-                start_new_session=True, preexec_fn=die_with_parent,
+                start_new_session=True, preexec_fn=functools.partial(die_with_parent, signal.SIGTERM),
             )  # fmt: skip
         return cls(name, process, log)
 

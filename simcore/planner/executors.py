@@ -36,6 +36,7 @@ from typing import Any
 
 from simcore.errors import TrainsimError
 from simcore.planner.evaluate import Outcome, PlanJob, Task, evaluate_tasks, install_worker_caches
+from simcore.procs import die_with_parent
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
@@ -161,16 +162,20 @@ def _in_process(work: Work, store: Store) -> bool:
     return False
 
 
-def _start_worker() -> None:
+def _start_worker(parent: int) -> None:
     # Ctrl-C reaches the whole process group: the parent stops the sweep, workers just end.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A parent killed outright (SIGTERM, kill -9) cannot stop its pool: have Linux do it.
+    die_with_parent(parent)
     install_worker_caches()  # (a forked worker keeps the parent's, with the clusters it loaded)
 
 
 def _pool(work: Work, store: Store, workers: int) -> bool:
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_start_worker)
+    pool = ProcessPoolExecutor(
+        max_workers=workers, mp_context=context, initializer=_start_worker, initargs=(os.getpid(),)
+    )
     pending: dict[Future[list[tuple[int, Outcome]]], int] = {}
     interrupted = False
     try:
