@@ -103,8 +103,9 @@ def _count_entry(count: CountResult, top: int) -> dict[str, Any]:
     }
 
 
-def format_json(result: PlanResult, *, top: int) -> str:
-    return json.dumps(plan_document(result, top=top), indent=2)
+def format_json(result: PlanResult, *, top: int, extra: dict[str, Any] | None = None) -> str:
+    """The document; ``extra`` adds top-level sections (``from``: the framework config it ran from)."""
+    return json.dumps({**plan_document(result, top=top), **(extra or {})}, indent=2)
 
 
 # The plan's own columns before the what-if's fixed ones (simcore.report.CSV_COLUMNS).

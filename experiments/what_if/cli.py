@@ -42,6 +42,7 @@ from pathlib import Path
 
 from experiments.common.args import add_batch, add_strategies, check_micro_steps, count_text
 from experiments.common.finite import require_finite
+from experiments.common.frameworks.wiring import FromRecord, add_from, expand_from, framework_workload
 from experiments.common.progress import bar, note, warn
 from experiments.what_if.layouts import run_layouts
 from experiments.what_if.plots import plot_staleness, plot_what_if, write_step_trace
@@ -210,6 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_out(p, "plots and a Chrome trace", default_new=False)
     add_quiet(p)
     _add_parallel_flags(p)
+    add_from(p)
     return p
 
 
@@ -490,6 +492,7 @@ def _header(
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
+    argv, framework = expand_from(build_parser(), argv, "what_if")
     args = build_parser().parse_args(argv)
     out = output_dir(args.out, force=args.force)
     heterogeneity = Heterogeneity.from_strings(args.straggler, args.jitter)
@@ -506,7 +509,9 @@ def main(argv: list[str] | None = None) -> int:
     ps_options = PSConfig(
         shards=args.ps_shards, placement=_placement(args.ps_placement), staleness_bound=args.staleness_bound
     )
-    workload = load_workload(args.model, seq_len=cfg.seq_len, dtype=activation_dtype(cfg.dtype))
+    workload = framework_workload(
+        framework, seq_len=cfg.seq_len, dtype=activation_dtype(cfg.dtype)
+    ) or load_workload(args.model, seq_len=cfg.seq_len, dtype=activation_dtype(cfg.dtype))
     cfg = replace(cfg, seq_len=workload.tokens_per_sample or None)
     if not layouts:
         _check_work(cfg, gpus, strategies, len(clusters), args)
@@ -517,6 +522,7 @@ def main(argv: list[str] | None = None) -> int:
         for cluster in clusters:  # before the sweep: a mismatch is reported at once
             check_profile_for(calibration, loader(cluster, gpus=max(gpus)))
     header = _header(workload.name, workload.params, cfg, heterogeneity, network)
+    header = header if framework is None else f"{framework.describe()}\n{header}"
     points = len(clusters) * max(1, len(strategies)) * (len(gpus) + (1 not in gpus))
     with bar(points, "what-if", quiet=args.quiet, unit="point") as progress:
         if layouts:
@@ -545,12 +551,17 @@ def main(argv: list[str] | None = None) -> int:
                 ps_options=ps_options,
                 heterogeneity=heterogeneity,
             )
-    _print(args, result, header, out, network)
+    _print(args, result, header, out, network, framework)
     return 0
 
 
 def _print(
-    args: argparse.Namespace, result: WhatIfResult, header: str, out: Path | None, network: NetworkOverrides
+    args: argparse.Namespace,
+    result: WhatIfResult,
+    header: str,
+    out: Path | None,
+    network: NetworkOverrides,
+    framework: FromRecord | None = None,
 ) -> None:
     records = result.records()
     recommendations = [r.to_record() for r in result.recommendations]
@@ -559,6 +570,7 @@ def _print(
     check_records(records, "the what-if")
     if args.format == "json":
         extra = {"network": network.record()} if network.given else {}
+        extra |= {"from": framework.record()} if framework is not None else {}
         print(records_to_json(records, recommendations=recommendations, **extra))
     elif args.format == "csv":
         print(records_to_csv(records), end="")
