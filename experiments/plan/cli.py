@@ -260,11 +260,10 @@ def main(argv: list[str] | None = None) -> int:
     check_records([r.report for r in (*ranked, *result.gpu_frontier, *result.cost_frontier)], "the plan")
     if args.emit:
         shape = framework.shape if framework is not None else None
-        print(
-            emit_plan(
-                args.emit, result, model=args.model, shape=shape, dtype=args.dtype, optimizer=args.optimizer
-            )
+        text = emit_plan(
+            args.emit, result, model=args.model, shape=shape, dtype=args.dtype, optimizer=args.optimizer
         )
+        print(text, end="")
     elif args.format == "json":
         print(format_json(result, top=args.top, extra={"from": framework.record()} if framework else None))
     elif args.format == "csv":

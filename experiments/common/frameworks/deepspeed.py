@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-from experiments.common.frameworks.settings import FrameworkConfig, Setting, refuse
+from experiments.common.frameworks.settings import FrameworkConfig, Setting, config_file, refuse
 from simcore.errors import TrainsimError
 from simcore.inputs import read_text
 
@@ -98,9 +97,7 @@ def _flag(table: Mapping[str, Any], key: str, where: str) -> bool:
 def read_deepspeed(path_text: str, *, gpus: int | None = None) -> FrameworkConfig:
     """The settings of a DeepSpeed config; ``gpus`` (the command's ``--gpus``) completes a batch
     given as micro-batch x accumulation only."""
-    path = Path(path_text)
-    if not path.is_file():
-        raise TrainsimError(f"--from {NAME}: {path_text!r} is not a file (give the DeepSpeed .json)")
+    path = config_file(path_text, NAME, "DeepSpeed .json")
     try:
         data = json.loads(read_text(path, "a DeepSpeed JSON file"))
     except (json.JSONDecodeError, UnicodeError) as exc:

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from experiments.common.frameworks.settings import FrameworkConfig, Setting, match_preset, refuse
+from experiments.common.frameworks.settings import FrameworkConfig, Setting, is_file, match_preset, refuse
 from simcore.errors import TrainsimError
 from simcore.inputs import read_text
 
@@ -163,10 +163,13 @@ def _parser() -> _Parser:
     return p
 
 
+def _is_file(text: str) -> bool:
+    return not text.lstrip().startswith("-") and "\n" not in text and is_file(text)
+
+
 def _tokens(text: str) -> list[str]:
-    path = Path(text)
-    if "\n" not in text and len(text) < 4096 and path.is_file():
-        text = read_text(path, "a Megatron argument file")
+    if _is_file(text):
+        text = read_text(Path(text), "a Megatron argument file")
     try:
         tokens = shlex.split(text.replace("\\\n", " "), comments=True)
     except ValueError as exc:
@@ -178,6 +181,10 @@ def _tokens(text: str) -> list[str]:
 def read_megatron(text: str) -> FrameworkConfig:
     """The settings of a Megatron-LM argument line (see the module docstring)."""
     tokens = _tokens(text)
+    if not tokens:
+        raise TrainsimError(
+            f"--from {NAME}: no arguments given (pass the pretrain_gpt.py arguments or a file of them)"
+        )
     args, unknown = _parser().parse_known_args(tokens)
     if unknown:
         first = next((t for t in unknown if t.startswith("-")), unknown[0])

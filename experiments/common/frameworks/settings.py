@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from simcore.errors import TrainsimError
@@ -24,6 +25,8 @@ __all__ = [
     "PENDING_FLAGS",
     "FrameworkConfig",
     "Setting",
+    "config_file",
+    "is_file",
     "match_preset",
     "refuse",
 ]
@@ -62,6 +65,21 @@ class FrameworkConfig:
     def value(self, flag: str) -> str | bool | None:
         """The value of ``flag`` (None when the config does not set it)."""
         return next((s.value for s in self.settings if s.flag == flag), None)
+
+
+def is_file(text: str) -> bool:
+    """Whether ``text`` names an existing file (False for names no file system takes)."""
+    try:
+        return Path(text).is_file()
+    except (OSError, ValueError):  # a name too long, or a NUL byte
+        return False
+
+
+def config_file(text: str, framework: str, what: str) -> Path:
+    """The path of a framework's config file; a clear line when there is none."""
+    if not is_file(text):
+        raise TrainsimError(f"--from {framework}: {text[:200]!r} is not a file (give the {what})")
+    return Path(text)
 
 
 def refuse(framework: str, key: str, why: str) -> TrainsimError:

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from experiments.common.frameworks.settings import FrameworkConfig, Setting, refuse
+from experiments.common.frameworks.settings import FrameworkConfig, Setting, config_file, refuse
 from experiments.common.frameworks.toml import parse_toml
-from simcore.errors import TrainsimError
 from simcore.inputs import read_text
 from simcore.workload.loader import _preset_table
 
@@ -182,9 +180,7 @@ def _float8_of(table: Any) -> Mapping[str, Any] | None:
 def read_torchtitan(path_text: str, *, gpus: int | None = None) -> FrameworkConfig:
     """The settings of a torchtitan TOML file; ``gpus`` (the command's own ``--gpus``) resolves a
     ``data_parallel_shard_degree`` of -1 ("every GPU left")."""
-    path = Path(path_text)
-    if not path.is_file():
-        raise TrainsimError(f"--from {NAME}: {path_text!r} is not a file (give the job's .toml)")
+    path = config_file(path_text, NAME, "job's .toml")
     text = read_text(path, "a torchtitan TOML file")
     sections, ignored = _check(parse_toml(text, f"--from {NAME} {path_text}"))
     doc = _Doc(sections)
