@@ -44,7 +44,12 @@ def test_megatron_llama3_8b_fp8_script_is_its_own_shape_with_the_distributed_opt
     }  # fmt: skip
     assert config.shape["bias"] is False and config.shape["tied_embeddings"] is False
     assert got["strategies"] == "zero1" and got["sequence-parallel"] is True
-    assert (got["dtype"], got["fp8"], got["global-batch"], got["seq-len"]) == ("bf16", "delayed", "128", "8192")
+    assert (got["dtype"], got["fp8"], got["global-batch"], got["seq-len"]) == (
+        "bf16",
+        "delayed",
+        "128",
+        "8192",
+    )
 
 
 def test_megatron_shape_without_a_preset_follows_megatrons_defaults() -> None:
