@@ -27,7 +27,7 @@ import math
 import sys
 from pathlib import Path
 
-from experiments.common.frameworks.emit import EMITTERS, emit_plan
+from experiments.common.frameworks.emit import EMITTERS, emit_plan, emit_text, write_emitted
 from experiments.common.frameworks.wiring import add_from, expand_from
 from experiments.plan.plots import write_outputs
 from experiments.plan.report import format_counts, format_csv, format_json, format_table
@@ -258,12 +258,13 @@ def main(argv: list[str] | None = None) -> int:
     result = run_plan(args, _names(args.strategies, "--strategies"), _headroom(args.memory_headroom))
     ranked = [r for count in result.counts for r in count.ranked]
     check_records([r.report for r in (*ranked, *result.gpu_frontier, *result.cost_frontier)], "the plan")
+    emitted = None
     if args.emit:
         shape = framework.shape if framework is not None else None
-        text = emit_plan(
+        emitted = emit_plan(
             args.emit, result, model=args.model, shape=shape, dtype=args.dtype, optimizer=args.optimizer
         )
-        print(text, end="")
+        print(emit_text(emitted), end="")
     elif args.format == "json":
         print(format_json(result, top=args.top, extra={"from": framework.record()} if framework else None))
     elif args.format == "csv":
@@ -271,7 +272,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print((f"{framework.describe()}\n" if framework else "") + format_table(result, top=args.top), end="")
     if out is not None:
-        for path in write_outputs(result, out, top=args.top):
+        written = write_outputs(result, out, top=args.top)
+        written += write_emitted(args.emit, emitted, out) if emitted is not None else []
+        for path in written:
             print(f"wrote {path}", file=sys.stderr)
     if result.interrupted:
         print(

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from experiments.common.frameworks.deepspeed import read_deepspeed
 from experiments.plan.cli import main as plan_main
 from experiments.what_if.cli import main as what_if_main
 from tests.fuzzing import check_cli_outcome, run_cli
@@ -97,12 +98,15 @@ def test_plan_emits_its_winner_as_megatron_and_reading_it_back_plans_the_same_la
     assert doc["from"]["framework"] == "megatron"
 
 
-def test_plan_emits_deepspeed_json_with_its_gpu_count_header() -> None:
-    code, out, err = run_cli(
-        plan_main, [*SPACE, "--emit", "deepspeed", "--pp", "1", "--strategies", "zero2,fsdp"]
-    )
+def test_plan_emits_deepspeed_json_with_its_gpu_count_header_and_writes_it_for_from(tmp_path: Path) -> None:
+    argv = [*SPACE, "--emit", "deepspeed", "--pp", "1", "--strategies", "zero2,fsdp", "--out", str(tmp_path)]
+    code, out, err = run_cli(plan_main, argv)
     assert code == 0, err
     header, body = out.split("\n", 1)
     assert header.startswith("# 8 GPUs: zero2")  # fsdp has no DeepSpeed JSON: the best ZeRO layout
     doc = json.loads(body)
     assert doc["zero_optimization"] == {"stage": 2} and doc["train_batch_size"] == 256
+    written = tmp_path / "deepspeed_8gpus.json"
+    assert f"wrote {written}" in err and json.loads(written.read_text(encoding="utf-8")) == doc
+    got = {s.flag: s.value for s in read_deepspeed(str(written)).settings}
+    assert (got["strategies"], got["gpus"], got["global-batch"]) == ("zero2", "8", "256")
