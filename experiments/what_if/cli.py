@@ -28,6 +28,10 @@ Network what-ifs on any cluster, no YAML edit: ``--nic-bandwidth RATE``, ``--nic
 top-level ``network`` record ``{"nic_bandwidth_Gbps", "nics_per_node", "oversubscription"}``
 (null where the cluster's own value stands).
 
+A framework's own config, ``--from megatron "ARGS"`` / ``--from torchtitan FILE.toml`` / ``--from
+deepspeed FILE.json``, sets the flags it implies (flags given here win); the table's first line and
+the JSON's top-level ``from`` record name each setting's source (:mod:`experiments.common.frameworks`).
+
 Uneven hardware: ``--straggler RANK:FACTOR`` (repeatable), ``--jitter
 compute=lognormal:0.1,link=lognormal:0.05``, or a heterogeneous cluster YAML. With jitter and no
 ``--steps``, :data:`STOCHASTIC_STEPS` steps are simulated.
