@@ -97,6 +97,7 @@ IGNORED_VALUE = {
 }
 IGNORED_VALUE_NARGS = {"--rampup-batch-size": 3}
 IGNORED_SWITCH = {
+    "--grad-reduce-in-bf16": "the mixed precision mode reduces gradients in bf16 already",
     **dict.fromkeys(
         (
             "--use-mcore-models",
@@ -438,6 +439,8 @@ def emit_megatron(layout: Mapping[str, Any], run: Mapping[str, Any]) -> str | No
     parts += ["--tensor-model-parallel-size", str(layout["tp"]), "--pipeline-model-parallel-size", str(layout["pp"]),
               "--context-parallel-size", str(layout["cp"]), "--expert-model-parallel-size", str(layout["ep"])]  # fmt: skip
     if layout["vpp"] > 1:
+        if shape["layers"] % (layout["pp"] * layout["vpp"]):  # Megatron's virtual stages are whole layers
+            return None
         parts += [
             "--num-layers-per-virtual-pipeline-stage",
             str(shape["layers"] // (layout["pp"] * layout["vpp"])),

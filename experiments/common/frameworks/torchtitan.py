@@ -303,7 +303,8 @@ def _layout(doc: _Doc, gpus: int | None) -> list[Setting]:
         out.append(Setting("gpus", str(shard * model), f"{shard_source} x the other degrees"))
     replicate = d["replicate"][0]
     strategy = "hsdp" if replicate > 1 and shard > 1 else "ddp" if replicate > 1 else "fsdp"
-    out.append(Setting("strategies", strategy, f"{shard_source}, {d['replicate'][1]}"))
+    note = " (HSDP here shards within a node)" if strategy == "hsdp" else ""
+    out.append(Setting("strategies", strategy, f"{shard_source}, {d['replicate'][1]}{note}"))
     out += [Setting(k, str(d[k][0]), d[k][1]) for k in ("tp", "pp", "cp", "ep")]
     if d["tp"][0] > 1:  # torchtitan's TP plan shards the norms' activations: sequence parallelism
         out.append(Setting("sequence-parallel", True, d["tp"][1] + " (torchtitan's TP is sequence-parallel)"))
@@ -480,6 +481,8 @@ def emit_torchtitan(layout: Mapping[str, Any], run: Mapping[str, Any]) -> str | 
             f"pipeline_parallel_microbatch_size = {micro}",
         ]
         if vpp > 1:
+            if run["shape"]["layers"] % (pp * vpp):
+                return None
             lines.append(f"pipeline_parallel_layers_per_stage = {run['shape']['layers'] // (pp * vpp)}")
     lines += ["", "[activation_checkpoint]", f'mode = "{recompute[0]}"']
     if recompute[1]:

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from experiments.common.frameworks.deepspeed import read_deepspeed
+from experiments.common.frameworks.wiring import expand_from
 from experiments.plan.cli import main as plan_main
+from experiments.what_if.cli import build_parser
 from experiments.what_if.cli import main as what_if_main
 from tests.fuzzing import check_cli_outcome, run_cli
 from tests.paths import REPO
@@ -67,6 +69,7 @@ def test_what_if_from_megatron_in_the_table_header_and_its_own_shape() -> None:
         (["--from", "megatron", "--num-layers 8 --hidden-size 64 --num-attention-heads 2 --seq-length 8 "
           "--vocab-size 9 --pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 3"], "needs --pp-layers"),
         (["--from", "megatron", "--tp-comm-overlap"], "needs --tp-comm-overlap"),
+        (["--from", "torchtitan", str(DATA / "compile.toml")], "needs --compile"),
         (["--from", "pytorch", "x"], "unknown framework"),
         (["--from", "torchtitan"], "needs FRAMEWORK CONFIG"),
         (["--from", "deepspeed", "no-such.json"], "is not a file"),
@@ -110,3 +113,15 @@ def test_plan_emits_deepspeed_json_with_its_gpu_count_header_and_writes_it_for_f
     assert f"wrote {written}" in err and json.loads(written.read_text(encoding="utf-8")) == doc
     got = {s.flag: s.value for s in read_deepspeed(str(written)).settings}
     assert (got["strategies"], got["gpus"], got["global-batch"]) == ("zero2", "8", "256")
+
+
+def test_a_pending_flag_passes_through_by_name_once_the_command_has_it() -> None:
+    parser = build_parser()
+    parser.add_argument(
+        "--fp8", choices=["none", "tensorwise", "rowwise", "delayed"]
+    )  # as the FP8 change adds it
+    argv, record = expand_from(
+        parser, ["--from", "megatron", str(DATA / "llama3_8b_fp8_megatron.args")], "what_if"
+    )
+    assert argv[argv.index("--fp8") + 1] == "delayed" and record is not None
+    assert parser.parse_args(argv).fp8 == "delayed"

@@ -32,12 +32,13 @@ def layouts(draw: st.DrawFn, framework: str) -> tuple[dict[str, Any], dict[str, 
                 "deepspeed": ("none", "optimizer") + (("params",) if strategy == "zero3" else ())}[framework]  # fmt: skip
     dp = draw(st.sampled_from((2, 4, 8) if strategy != "hsdp" else (16, 32)))
     micro = draw(st.integers(1, 4))
-    vpp = draw(st.sampled_from((1, 2))) if pp > 1 else 1
     model = draw(
         st.sampled_from(
             ("llama3-8b", "llama3-70b") + (("llama2-7b", "gpt2-small") if framework == "megatron" else ())
         )
     )
+    layers = _preset_table()[model]["shape"]["layers"]
+    vpp = draw(st.sampled_from([v for v in (1, 2, 3) if layers % (pp * v) == 0])) if pp > 1 else 1
     layout = {"strategy": strategy, "micro_batch": micro, "dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": ep,
               "vpp": vpp, "schedule": "1f1b", "recompute": recompute, "offload": draw(st.sampled_from(offloads)),
               "sequence_parallel": tp > 1 and (framework == "torchtitan" or draw(st.booleans()))}  # fmt: skip
