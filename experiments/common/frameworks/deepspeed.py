@@ -150,7 +150,9 @@ def _batch(data: Mapping[str, Any], gpus: int | None) -> list[Setting]:
     elif tb is None or mb is None:
         if gpus is None:
             missing = "train_batch_size" if tb is None else "train_micro_batch_size_per_gpu"
-            raise refuse(NAME, missing, "absent: the other batch keys give it only with --gpus N")
+            raise refuse(
+                NAME, missing, "absent: the other batch keys give it only with one GPU count, --gpus N"
+            )
         if tb is None:
             tb = (mb or 1) * (gas or 1) * gpus
         elif tb % ((gas or 1) * gpus):

@@ -293,7 +293,9 @@ def _layout(doc: _Doc, gpus: int | None) -> list[Setting]:
     if shard == -1:
         if gpus is None:
             raise refuse(
-                NAME, "[parallelism] data_parallel_shard_degree", "-1 (every GPU left) needs --gpus N"
+                NAME,
+                "[parallelism] data_parallel_shard_degree",
+                "-1 (every GPU left) needs one GPU count, --gpus N",
             )
         if gpus % model:
             raise refuse(NAME, "[parallelism] data_parallel_shard_degree",

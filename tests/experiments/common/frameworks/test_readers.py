@@ -134,7 +134,7 @@ def test_torchtitan_interleaved_schedule_takes_virtual_stages_from_layers_per_st
         ("[parallelism]\ndata_parallel_shard_degree = 4\ntensor_parallel_degree = 0\n", "tensor_parallel_degree"),
         ("[parallelism]\ndata_parallel_shard_degree = 4\n[activation_checkpoint]\nmode = \"memory_budget\"\n", "mode"),
         ("[parallelism]\ndata_parallel_shard_degree = 4\n[model]\nname = \"llama9\"\nflavor = \"1B\"\n", "[model]"),
-        ("[parallelism]\ndata_parallel_shard_degree = -1\n", "needs --gpus"),
+        ("[parallelism]\ndata_parallel_shard_degree = -1\n", "needs one GPU count"),
         ("[parallelism\n", "not valid TOML"),
         ("[quantize.linear.mx]\nrecipe_name = \"mxfp8\"\n", "[quantize.linear]"),
     ],
