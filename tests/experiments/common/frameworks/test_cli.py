@@ -125,3 +125,15 @@ def test_a_pending_flag_passes_through_by_name_once_the_command_has_it() -> None
     )
     assert argv[argv.index("--fp8") + 1] == "delayed" and record is not None
     assert parser.parse_args(argv).fp8 == "delayed"
+
+
+def test_a_data_parallel_config_takes_the_what_ifs_data_parallel_flags() -> None:
+    line = "--num-layers 2 --hidden-size 64 --num-attention-heads 2 --seq-length 8 --vocab-size 9 --recompute-granularity full"
+    argv, record = expand_from(build_parser(), ["--from", "megatron", line], "what_if")
+    assert record is not None and record.shape is not None  # no preset has this shape
+    # every degree 1: no layout flag (it would run the layout sweep); full recompute is --checkpoint-activations
+    assert "--checkpoint-activations" in argv and not {"--tp", "--pp", "--recompute", "--offload"} & set(argv)
+    argv, _ = expand_from(
+        build_parser(), ["--from", "megatron", line + " --tensor-model-parallel-size 2"], "what_if"
+    )
+    assert argv[argv.index("--recompute") + 1] == "full" and argv[argv.index("--tp") + 1] == "2"
