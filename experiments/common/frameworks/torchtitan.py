@@ -198,6 +198,11 @@ def _resolve(settings: list[Setting], doc: _Doc, gpus: int | None) -> list[Setti
     values = {s.flag: s.value for s in settings}
     total = int(values.get("gpus", gpus or 0))
     tp, pp, cp = (int(values.get(k, 1)) for k in ("tp", "pp", "cp"))
+    local = _int(doc, "training", "local_batch_size")[0]
+    dp = total // (tp * pp * cp)
+    if "global-batch" in values and int(values["global-batch"]) % (local * dp):
+        raise refuse(NAME, "[training] global_batch_size",
+                     f"{values['global-batch']} is not a multiple of local_batch_size {local} x data-parallel {dp}")  # fmt: skip
     out: list[Setting] = []
     for s in settings:
         if s.flag == "local-batch":  # global_batch_size -1: local batch x data-parallel degree

@@ -136,6 +136,8 @@ def test_torchtitan_interleaved_schedule_takes_virtual_stages_from_layers_per_st
         ("[parallelism]\ndata_parallel_shard_degree = 4\n[model]\nname = \"llama9\"\nflavor = \"1B\"\n", "[model]"),
         ("[parallelism]\ndata_parallel_shard_degree = -1\n", "needs one GPU count"),
         ("[parallelism\n", "not valid TOML"),
+        ("[parallelism]\ndata_parallel_shard_degree = 4\n[training]\nlocal_batch_size = 2\nglobal_batch_size = 12\n",
+         "global_batch_size"),  # 12 is not a multiple of 2 x 4
         ("[quantize.linear.mx]\nrecipe_name = \"mxfp8\"\n", "[quantize.linear]"),
     ],
 )  # fmt: skip
