@@ -142,7 +142,7 @@ def _check(data: Mapping[str, Any]) -> tuple[dict[str, Mapping[str, Any]], list[
             ignored.append(f"[{name}]")
             continue
         if name == "quantize":
-            table = _float8_of(table)
+            table = _float8_of(table, ignored)
             if table is None:
                 continue
             name = "float8"
@@ -162,31 +162,34 @@ def _check(data: Mapping[str, Any]) -> tuple[dict[str, Mapping[str, Any]], list[
     return sections, ignored
 
 
-def _float8_of(table: Any) -> Mapping[str, Any] | None:
-    if not isinstance(table, Mapping) or set(table) - {"linear"}:
-        raise refuse(
-            NAME,
-            "[quantize]",
-            "only [quantize.linear.float8] is read (MX and grouped-MM recipes are not modelled)",
-        )
+def _float8_of(table: Any, ignored: list[str]) -> Mapping[str, Any] | None:
+    """``[quantize.linear.float8]``; the other recipes' sections (MX, grouped-MM float8) are listed as
+    ignored: they act only through a converter in ``[model] converters``, and any converter but
+    float8 is refused there."""
+    if not isinstance(table, Mapping) or not all(isinstance(v, Mapping) for v in table.values()):
+        raise refuse(NAME, "[quantize]", "must hold tables such as [quantize.linear.float8]")
+    for kind, recipes in table.items():
+        for recipe in recipes:
+            if (kind, recipe) != ("linear", "float8"):
+                ignored.append(f"[quantize.{kind}.{recipe}] (no converter for it: it does nothing)")
     linear = table.get("linear", {})
-    if not isinstance(linear, Mapping) or set(linear) - {"float8"}:
-        raise refuse(
-            NAME, "[quantize.linear]", "only [quantize.linear.float8] is read (MX recipes are not modelled)"
-        )
-    return linear.get("float8")
+    found = linear.get("float8")
+    if found is not None and not isinstance(found, Mapping):
+        raise refuse(NAME, "[quantize.linear.float8]", "must be a table")
+    return found
 
 
-def read_torchtitan(path_text: str, *, gpus: int | None = None) -> FrameworkConfig:
+def read_torchtitan(path_text: str, *, gpus: int | None = None, model_given: bool = False) -> FrameworkConfig:
     """The settings of a torchtitan TOML file; ``gpus`` (the command's own ``--gpus``) resolves a
-    ``data_parallel_shard_degree`` of -1 ("every GPU left")."""
+    ``data_parallel_shard_degree`` of -1 ("every GPU left"); with ``model_given`` (the command's own
+    ``--model``) a flavor without a preset here is no error."""
     path = config_file(path_text, NAME, "job's .toml")
     text = read_text(path, "a torchtitan TOML file")
     sections, ignored = _check(parse_toml(text, f"--from {NAME} {path_text}"))
     doc = _Doc(sections)
     if "float8" in sections and not doc.get("model", "converters")[0]:
         ignored.append("[float8] (no float8 converter in [model] converters: it does nothing)")
-    settings = [*_model(doc), *_layout(doc, gpus)]
+    settings = [*_model(doc, model_given), *_layout(doc, gpus)]
     settings += [*_batch(doc, settings), *_precision(doc, settings), *_recompute(doc), *_optimizer(doc)]
     if doc.get("compile", "enable")[0] is True:
         settings.append(Setting("compile", True, "[compile] enable = true"))
@@ -262,15 +265,21 @@ def _choice(
     return value, source
 
 
-def _model(doc: _Doc) -> list[Setting]:
+def _model(doc: _Doc, model_given: bool) -> list[Setting]:
     if not doc.has("model", "name") and not doc.has("model", "flavor"):
         return []
     name, _ = doc.get("model", "name")
     flavor, _ = doc.get("model", "flavor")
     preset = MODELS.get((name, flavor))
+    if preset is None and model_given:
+        return []  # the command's --model stands (it would override the preset anyway)
     if preset is None:
         known = ", ".join(f"{n} {f}" for n, f in MODELS)
-        raise refuse(NAME, "[model] name/flavor", f"{name!r} {flavor!r} has no preset here; known: {known}")
+        raise refuse(
+            NAME,
+            "[model] name/flavor",
+            f"{name!r} {flavor!r} has no preset here (known: {known}); give --model, e.g. its config.json",
+        )
     return [Setting("model", preset, f'[model] name = "{name}", flavor = "{flavor}"')]
 
 

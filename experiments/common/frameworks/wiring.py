@@ -112,10 +112,11 @@ def _gpus_hint(explicit: argparse.Namespace) -> int | None:
     return None
 
 
-READERS: dict[str, Callable[..., FrameworkConfig]] = {
-    "megatron": lambda text, gpus: read_megatron(text),
-    "torchtitan": lambda path, gpus: read_torchtitan(path, gpus=gpus),
-    "deepspeed": lambda path, gpus: read_deepspeed(path, gpus=gpus),
+# Each reader with (config, the command's single --gpus or None, whether --model was given).
+READERS: dict[str, Callable[[str, int | None, bool], FrameworkConfig]] = {
+    "megatron": lambda text, gpus, model: read_megatron(text),
+    "torchtitan": lambda path, gpus, model: read_torchtitan(path, gpus=gpus, model_given=model),
+    "deepspeed": lambda path, gpus, model: read_deepspeed(path, gpus=gpus),
 }
 
 
@@ -170,7 +171,7 @@ def expand_from(
         return argv, None
     kind, config_text, rest = split
     explicit = _explicit(parser, rest)
-    config = READERS[kind](config_text, _gpus_hint(explicit))
+    config = READERS[kind](config_text, _gpus_hint(explicit), hasattr(explicit, "model"))
     settings = _data_parallel_what_if(config.settings) if command == "what_if" else config.settings
     tokens: list[str] = []
     unused: list[str] = []

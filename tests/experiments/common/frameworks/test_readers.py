@@ -138,7 +138,9 @@ def test_torchtitan_interleaved_schedule_takes_virtual_stages_from_layers_per_st
         ("[parallelism\n", "not valid TOML"),
         ("[parallelism]\ndata_parallel_shard_degree = 4\n[training]\nlocal_batch_size = 2\nglobal_batch_size = 12\n",
          "global_batch_size"),  # 12 is not a multiple of 2 x 4
-        ("[quantize.linear.mx]\nrecipe_name = \"mxfp8\"\n", "[quantize.linear]"),
+        ("[parallelism]\ndata_parallel_shard_degree = 4\n[model]\nconverters = [\"quantize.linear.mx\"]\n"
+         "[quantize.linear.mx]\nrecipe_name = \"mxfp8\"\n", "[model] converters"),
+        ("[quantize]\nlinear = 3\n", "[quantize]"),
     ],
 )  # fmt: skip
 def test_torchtitan_bad_input_is_one_line_naming_the_key(tmp_path: Path, text: str, named: str) -> None:
@@ -183,3 +185,20 @@ def test_deepspeed_bad_input_is_one_line_naming_the_key(tmp_path: Path, text: st
     with pytest.raises(TrainsimError, match=r"^--from deepspeed") as err:
         read_deepspeed(str(path), gpus=8)
     assert named in str(err.value) and "\n" not in str(err.value)
+
+
+def test_torchtitan_recipe_sections_without_their_converter_are_ignored_by_name(tmp_path: Path) -> None:
+    text = ('[parallelism]\ndata_parallel_shard_degree = 4\n[quantize.linear.float8]\nfilter_fqns = ["output"]\n'
+            '[quantize.grouped_mm.float8]\nfqns = ["experts"]\n')  # fmt: skip
+    config = read_torchtitan(_toml(tmp_path, text))
+    assert "[quantize.grouped_mm.float8] (no converter for it: it does nothing)" in config.ignored
+    assert "fp8" not in values(config)
+
+
+def test_torchtitan_flavor_without_a_preset_needs_the_commands_own_model(tmp_path: Path) -> None:
+    path = _toml(
+        tmp_path, '[model]\nname = "qwen3"\nflavor = "32B"\n[parallelism]\ndata_parallel_shard_degree = 8\n'
+    )
+    with pytest.raises(TrainsimError, match="give --model"):
+        read_torchtitan(path)
+    assert "model" not in values(read_torchtitan(path, model_given=True))
