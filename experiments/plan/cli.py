@@ -27,6 +27,8 @@ import math
 import sys
 from pathlib import Path
 
+from experiments.common.frameworks.emit import EMITTERS, emit_plan, emit_text, write_emitted
+from experiments.common.frameworks.wiring import add_from, expand_from
 from experiments.plan.plots import write_outputs
 from experiments.plan.report import format_counts, format_csv, format_json, format_table
 from experiments.plan.run import SEQUENCE_PARALLEL, prepare_plan, run_plan
@@ -202,6 +204,11 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument(
         "--count", action="store_true", help="print how many layouts each GPU count would time, and stop"
     )
+    out.add_argument(
+        "--emit", choices=list(EMITTERS),
+        help="print each GPU count's best layout as that framework's config instead of the table",
+    )  # fmt: skip
+    add_from(p)
     return p
 
 
@@ -237,7 +244,9 @@ def _check_out(out: str | None, force: bool) -> Path | None:
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
+    argv, framework = expand_from(build_parser(), argv, "plan")
     args = build_parser().parse_args(argv)
+    args.framework = framework  # read by experiments.plan.run._job (a framework's own model shape)
     out = _check_out(args.out, args.force)
     if args.count:
         print(
@@ -250,15 +259,24 @@ def main(argv: list[str] | None = None) -> int:
     result = run_plan(args, _names(args.strategies, "--strategies"), _headroom(args.memory_headroom))
     ranked = [r for count in result.counts for r in count.ranked]
     check_records([r.report for r in (*ranked, *result.gpu_frontier, *result.cost_frontier)], "the plan")
-    if args.format == "json":
-        print(format_json(result, top=args.top))
+    emitted = None
+    if args.emit:
+        shape = framework.shape if framework is not None else None
+        emitted = emit_plan(
+            args.emit, result, model=args.model, shape=shape, dtype=args.dtype, optimizer=args.optimizer
+        )
+        print(emit_text(emitted), end="")
+    elif args.format == "json":
+        print(format_json(result, top=args.top, extra={"from": framework.record()} if framework else None))
     elif args.format == "csv":
         print(format_csv(result, top=args.top), end="")
     else:
-        print(format_table(result, top=args.top), end="")
+        print((f"{framework.describe()}\n" if framework else "") + format_table(result, top=args.top), end="")
     if out is not None:
         command = command_line("python -m experiments.plan", sys.argv[1:] if argv is None else argv)
-        for path in write_outputs(result, out, top=args.top, command=command):
+        written = write_outputs(result, out, top=args.top, command=command)
+        written += write_emitted(args.emit, emitted, out) if emitted is not None else []
+        for path in written:
             print(f"wrote {path}", file=sys.stderr)
     if result.interrupted:
         print(

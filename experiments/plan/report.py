@@ -7,7 +7,7 @@ JSON: ``schema``, ``version``, the model, cluster and batch; ``configs_considere
 :meth:`simcore.report.StepReport.to_record`, plus ``rank``, ``layout``, ``train_hours``,
 ``train_cost`` and ``cost_per_million``; ``layout`` holds the label, e.g. ``"zero1 dp32 tp8 pp4
 vpp2 mb=1"``, and every degree and option); ``pareto_gpus`` and ``pareto_cost`` (records of the
-frontiers). CSV: one row per ranked layout, nested fields flattened as in the what-if. The table's ``bubble``
+frontiers); with ``--from``, ``from`` (the framework config's settings and their sources). CSV: one row per ranked layout, nested fields flattened as in the what-if. The table's ``bubble``
 is the pipeline's idle share of the step and ``comm s`` the exposed communication beyond it
 (:func:`simcore.planner.rank.step_components`).
 """
@@ -103,8 +103,9 @@ def _count_entry(count: CountResult, top: int) -> dict[str, Any]:
     }
 
 
-def format_json(result: PlanResult, *, top: int) -> str:
-    return json.dumps(plan_document(result, top=top), indent=2)
+def format_json(result: PlanResult, *, top: int, extra: dict[str, Any] | None = None) -> str:
+    """The document; ``extra`` adds top-level sections (``from``: the framework config it ran from)."""
+    return json.dumps({**plan_document(result, top=top), **(extra or {})}, indent=2)
 
 
 # The plan's own columns before the what-if's fixed ones (simcore.report.CSV_COLUMNS).

@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 
+from experiments.common.frameworks.wiring import framework_workload
 from simcore.calibration.profile_json import load_profile
 from simcore.errors import TrainsimError
 from simcore.fastpath.path import check_engine_path
@@ -94,7 +95,9 @@ def search_space(args: argparse.Namespace, strategies: Sequence[str]) -> SearchS
 
 def _job(args: argparse.Namespace) -> PlanJob:
     check_engine_path(args.engine_path)
-    workload = load_workload(args.model, seq_len=args.seq_len, dtype=args.dtype)
+    workload = framework_workload(
+        getattr(args, "framework", None), seq_len=args.seq_len, dtype=args.dtype
+    ) or load_workload(args.model, seq_len=args.seq_len, dtype=args.dtype)
     seq_len = workload.tokens_per_sample or None
     global_batch = resolve_global_batch(
         workload, global_batch=args.global_batch, tokens_per_step=args.tokens_per_step, seq_len=seq_len

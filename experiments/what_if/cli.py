@@ -29,6 +29,10 @@ Network what-ifs on any cluster, no YAML edit: ``--nic-bandwidth RATE``, ``--nic
 top-level ``network`` record ``{"nic_bandwidth_Gbps", "nics_per_node", "oversubscription"}``
 (null where the cluster's own value stands).
 
+A framework's own config, ``--from megatron "ARGS"`` / ``--from torchtitan FILE.toml`` / ``--from
+deepspeed FILE.json``, sets the flags it implies (flags given here win); the table's first line and
+the JSON's top-level ``from`` record name each setting's source (:mod:`experiments.common.frameworks`).
+
 Uneven hardware: ``--straggler RANK:FACTOR`` (repeatable), ``--jitter
 compute=lognormal:0.1,link=lognormal:0.05``, or a heterogeneous cluster YAML. With jitter and no
 ``--steps``, :data:`STOCHASTIC_STEPS` steps are simulated.
@@ -43,6 +47,7 @@ from pathlib import Path
 
 from experiments.common.args import add_batch, add_strategies, check_micro_steps, count_text
 from experiments.common.finite import require_finite
+from experiments.common.frameworks.wiring import FromRecord, add_from, expand_from, framework_workload
 from experiments.common.progress import bar, note, warn
 from experiments.report_html.page import command_line
 from experiments.report_html.whatif import render_whatif, whatif_document
@@ -214,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_out(p, "plots and a Chrome trace", default_new=False)
     add_quiet(p)
     _add_parallel_flags(p)
+    add_from(p)
     return p
 
 
@@ -495,6 +501,7 @@ def _header(
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
+    argv, framework = expand_from(build_parser(), argv, "what_if")
     args = build_parser().parse_args(argv)
     out = output_dir(args.out, force=args.force)
     heterogeneity = Heterogeneity.from_strings(args.straggler, args.jitter)
@@ -511,7 +518,9 @@ def main(argv: list[str] | None = None) -> int:
     ps_options = PSConfig(
         shards=args.ps_shards, placement=_placement(args.ps_placement), staleness_bound=args.staleness_bound
     )
-    workload = load_workload(args.model, seq_len=cfg.seq_len, dtype=activation_dtype(cfg.dtype))
+    workload = framework_workload(
+        framework, seq_len=cfg.seq_len, dtype=activation_dtype(cfg.dtype)
+    ) or load_workload(args.model, seq_len=cfg.seq_len, dtype=activation_dtype(cfg.dtype))
     cfg = replace(cfg, seq_len=workload.tokens_per_sample or None)
     if not layouts:
         _check_work(cfg, gpus, strategies, len(clusters), args)
@@ -522,6 +531,7 @@ def main(argv: list[str] | None = None) -> int:
         for cluster in clusters:  # before the sweep: a mismatch is reported at once
             check_profile_for(calibration, loader(cluster, gpus=max(gpus)))
     header = _header(workload.name, workload.params, cfg, heterogeneity, network)
+    header = header if framework is None else f"{framework.describe()}\n{header}"
     points = len(clusters) * max(1, len(strategies)) * (len(gpus) + (1 not in gpus))
     with bar(points, "what-if", quiet=args.quiet, unit="point") as progress:
         if layouts:
@@ -551,7 +561,7 @@ def main(argv: list[str] | None = None) -> int:
                 heterogeneity=heterogeneity,
             )
     command = command_line("python -m experiments.what_if", sys.argv[1:] if argv is None else argv)
-    _print(args, result, header, out, network, command)
+    _print(args, result, header, out, network, command, framework)
     return 0
 
 
@@ -562,6 +572,7 @@ def _print(
     out: Path | None,
     network: NetworkOverrides,
     command: str = "python -m experiments.what_if",
+    framework: FromRecord | None = None,
 ) -> None:
     records = result.records()
     recommendations = [r.to_record() for r in result.recommendations]
@@ -569,6 +580,7 @@ def _print(
     require_finite(recommendations, "the recommendation")
     check_records(records, "the what-if")
     extra = {"network": network.record()} if network.given else {}
+    extra |= {"from": framework.record()} if framework is not None else {}
     if args.format == "json":
         print(records_to_json(records, recommendations=recommendations, **extra))
     elif args.format == "csv":

@@ -1,0 +1,508 @@
+"""torchtitan TOML job configs in (``--from torchtitan FILE.toml``) and out (``plan --emit torchtitan``).
+
+Sections and keys are torchtitan's ``torchtitan/config/job_config.py`` at commit
+238fa9953e4aec2a62582121564273d7cbb1e9f1 (the last with TOML job configs; e.g.
+``torchtitan/models/llama3/train_configs/llama3_8b.toml``). ``[float8]`` is the name of
+``[quantize.linear.float8]`` before commit 5b5d46856b400c8550989415bee91473aab4f921; both are read.
+A key absent from the file takes torchtitan's default at that commit, recorded as such.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from experiments.common.frameworks.settings import FrameworkConfig, Setting, config_file, refuse
+from experiments.common.frameworks.toml import parse_toml
+from simcore.inputs import read_text
+from simcore.workload.loader import _preset_table
+
+__all__ = ["MODELS", "emit_torchtitan", "read_torchtitan"]
+
+NAME = "torchtitan"
+
+# [model] name, flavor -> our preset (torchtitan/models/*/__init__.py; llama3 "8B" is Llama 3.1 8B,
+# the same shape as Llama 3 8B).
+MODELS = {
+    ("llama3", "8B"): "llama3-8b",
+    ("llama3", "70B"): "llama3-70b",
+    ("llama3", "405B"): "llama3.1-405b",
+    ("deepseek_v3", "671B"): "deepseek-v3",
+    ("qwen3", "30B-A3B"): "qwen3-30b-a3b",
+    ("qwen3", "235B-A22B"): "qwen3-235b-a22b",
+    ("gpt_oss", "120b"): "gpt-oss-120b",
+}
+
+# Whole sections that do not change a training step's time or memory.
+IGNORED_SECTIONS = {
+    "job": "job name and output folder",
+    "profiling": "profiler traces (a profiled step is not the steady state)",
+    "metrics": "logging",
+    "checkpoint": "checkpoint saving and loading: outside the step",
+    "validation": "evaluation between steps",
+    "lr_scheduler": "learning-rate schedule: same step",
+    "comm": "timeouts and trace buffers",
+    "debug": "seeds and determinism checks",
+    "fault_tolerance": "torchft replica groups: not modelled, and off by default",
+    "experimental": "custom imports",
+    "memory_estimation": "torchtitan's own estimator run",
+}
+# Keys of read sections that do not change a step, ignored on purpose.
+IGNORED_KEYS = {
+    "model": {"hf_assets_path": "tokenizer and weights folder", "tokenizer_path": "tokenizer file",
+              "print_after_conversion": "printing"},
+    "optimizer": dict.fromkeys(("lr", "eps", "weight_decay", "beta1", "beta2"), "hyper-parameter: same step"),
+    "training": {"max_norm": "gradient clipping (one norm per step, not modelled)", "steps": "run length",
+                 "dataset": "data set", "dataset_path": "data set", "gc_freq": "host garbage collection",
+                 "gc_debug": "host garbage collection", "dataloader": "data loading (not modelled)",
+                 "mixed_precision_reduce": "float32 is the only value (fsdp-mp reduces in fp32)"},
+    "parallelism": {"disable_loss_parallel": "the loss is priced on the full logits either way",
+                    "pipeline_parallel_expert_parallel_overlap": "EP/PP overlap: not modelled (exposed)",
+                    "context_parallel_load_balancer": "causal load balance: the model assumes a balanced split",
+                    "context_parallel_rotate_method": "both rotate K/V around the CP group: ring attention here",
+                    "expert_parallel_comm_backend": "standard all-to-all is modelled"},
+    "activation_checkpoint": dict.fromkeys(("per_op_sac_force_recompute_mm_shapes_by_fqns", "early_stop",
+                                            "preserve_rng_state", "determinism_check", "debug",
+                                            "visualize_memory_budget_pareto"),
+                                           "a detail of the recompute, not its cost"),
+    "compile": {"components": "what is compiled (the whole model here)", "backend": "inductor is modelled"},
+    "float8": {"filter_fqns": "layers kept in bf16 (the output layer): minor",
+               "precompute_float8_dynamic_scale_for_fsdp": "one scale kernel per step instead of per layer",
+               "emulate": "test emulation only"},
+}  # fmt: skip
+READ_KEYS = {
+    "model": ("name", "flavor", "converters"),
+    "optimizer": ("name", "implementation", "early_step_in_backward"),
+    "training": ("local_batch_size", "global_batch_size", "seq_len", "dtype", "mixed_precision_param",
+                 "enable_cpu_offload"),
+    "parallelism": ("data_parallel_replicate_degree", "data_parallel_shard_degree", "fsdp_reshard_after_forward",
+                    "tensor_parallel_degree", "enable_async_tensor_parallel", "pipeline_parallel_degree",
+                    "module_fqns_per_model_part", "pipeline_parallel_first_stage_less_layers",
+                    "pipeline_parallel_last_stage_less_layers", "pipeline_parallel_layers_per_stage",
+                    "pipeline_parallel_schedule", "pipeline_parallel_schedule_csv",
+                    "pipeline_parallel_microbatch_size", "context_parallel_degree", "expert_parallel_degree",
+                    "expert_tensor_parallel_degree"),
+    "activation_checkpoint": ("mode", "selective_ac_option", "memory_budget"),
+    "compile": ("enable",),
+    "float8": ("recipe_name", "enable_fsdp_float8_all_gather"),
+}  # fmt: skip
+SCHEDULES = {"1F1B": "1f1b", "GPipe": "gpipe", "Interleaved1F1B": "1f1b"}
+FLOAT8_CONVERTERS = ("float8", "quantize.linear.float8")
+OPTIMIZERS = {"AdamW": "adamw", "Adam": "adam"}
+IMPLEMENTATIONS = {"fused": "fused", "foreach": "foreach", "for-loop": "single"}
+# torchtitan's defaults at the pinned commit (job_config.py) for the keys a step depends on.
+DEFAULTS: dict[str, Any] = {
+    **{f"parallelism.{k}": v for k, v in (
+        ("data_parallel_replicate_degree", 1), ("data_parallel_shard_degree", -1), ("tensor_parallel_degree", 1),
+        ("pipeline_parallel_degree", 1), ("context_parallel_degree", 1), ("expert_parallel_degree", 1),
+        ("expert_tensor_parallel_degree", 1), ("pipeline_parallel_schedule", "1F1B"),
+        ("pipeline_parallel_microbatch_size", 1))},
+    "training.local_batch_size": 8, "training.global_batch_size": -1, "training.seq_len": 2048,
+    "training.mixed_precision_param": "bfloat16", "activation_checkpoint.mode": "selective",
+    "activation_checkpoint.selective_ac_option": "2", "optimizer.name": "AdamW", "optimizer.implementation": "fused",
+}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class _Doc:
+    """The file's sections, each key checked against the tables above."""
+
+    sections: Mapping[str, Mapping[str, Any]]
+
+    def get(self, section: str, key: str) -> tuple[Any, str]:
+        """(value, where it came from): the file's value, else torchtitan's default."""
+        table = self.sections.get(section, {})
+        if key in table:
+            return table[key], f"[{section}] {key} = {_toml_value(table[key])}"
+        default = DEFAULTS.get(f"{section}.{key}")
+        return default, f"[{section}] {key} (torchtitan default {_toml_value(default)})"
+
+    def has(self, section: str, key: str) -> bool:
+        return key in self.sections.get(section, {})
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return str(value)
+
+
+def _check(data: Mapping[str, Any]) -> tuple[dict[str, Mapping[str, Any]], list[str]]:
+    """The read sections by name (``[quantize.linear.float8]`` as ``float8``) and the ignored keys;
+    an unknown section or key, or a value of the wrong type, is refused."""
+    sections: dict[str, Mapping[str, Any]] = {}
+    ignored: list[str] = []
+    for name, table in data.items():
+        if name in IGNORED_SECTIONS:
+            ignored.append(f"[{name}]")
+            continue
+        if name == "quantize":
+            table = _float8_of(table, ignored)
+            if table is None:
+                continue
+            name = "float8"
+        if name not in READ_KEYS or not isinstance(table, Mapping):
+            raise refuse(NAME, f"[{name}]" if isinstance(table, Mapping) else name,
+                         "unknown section (not read, and not on the list of sections ignored on purpose)")  # fmt: skip
+        if name in sections:
+            raise refuse(NAME, "[float8]", "given twice (as [float8] and [quantize.linear.float8])")
+        for key in table:
+            if key in IGNORED_KEYS.get(name, {}):
+                ignored.append(f"[{name}] {key}")
+            elif key not in READ_KEYS[name]:
+                raise refuse(
+                    NAME, f"[{name}] {key}", "unknown key (not read, and not on the list ignored on purpose)"
+                )
+        sections[name] = table
+    return sections, ignored
+
+
+def _float8_of(table: Any, ignored: list[str]) -> Mapping[str, Any] | None:
+    """``[quantize.linear.float8]``; the other recipes' sections (MX, grouped-MM float8) are listed as
+    ignored: they act only through a converter in ``[model] converters``, and any converter but
+    float8 is refused there."""
+    if not isinstance(table, Mapping) or not all(isinstance(v, Mapping) for v in table.values()):
+        raise refuse(NAME, "[quantize]", "must hold tables such as [quantize.linear.float8]")
+    for kind, recipes in table.items():
+        for recipe in recipes:
+            if (kind, recipe) != ("linear", "float8"):
+                ignored.append(f"[quantize.{kind}.{recipe}] (no converter for it: it does nothing)")
+    linear = table.get("linear", {})
+    found = linear.get("float8")
+    if found is not None and not isinstance(found, Mapping):
+        raise refuse(NAME, "[quantize.linear.float8]", "must be a table")
+    return found
+
+
+def read_torchtitan(path_text: str, *, gpus: int | None = None, model_given: bool = False) -> FrameworkConfig:
+    """The settings of a torchtitan TOML file; ``gpus`` (the command's own ``--gpus``) resolves a
+    ``data_parallel_shard_degree`` of -1 ("every GPU left"); with ``model_given`` (the command's own
+    ``--model``) a flavor without a preset here is no error."""
+    path = config_file(path_text, NAME, "job's .toml")
+    text = read_text(path, "a torchtitan TOML file")
+    sections, ignored = _check(parse_toml(text, f"--from {NAME} {path_text}"))
+    doc = _Doc(sections)
+    if "float8" in sections and not doc.get("model", "converters")[0]:
+        ignored.append("[float8] (no float8 converter in [model] converters: it does nothing)")
+    settings = [*_model(doc, model_given), *_layout(doc, gpus)]
+    settings += [*_batch(doc, settings), *_precision(doc, settings), *_recompute(doc), *_optimizer(doc)]
+    if doc.get("compile", "enable")[0] is True:
+        settings.append(Setting("compile", True, "[compile] enable = true"))
+    return FrameworkConfig(NAME, tuple(_resolve(settings, doc, gpus)), None, tuple(ignored))
+
+
+def _resolve(settings: list[Setting], doc: _Doc, gpus: int | None) -> list[Setting]:
+    """The settings that need the GPU count or the model's layers, in flag terms."""
+    values = {s.flag: s.value for s in settings}
+    total = int(values.get("gpus", gpus or 0))
+    tp, pp, cp = (int(values.get(k, 1)) for k in ("tp", "pp", "cp"))
+    local = _int(doc, "training", "local_batch_size")[0]
+    dp = total // (tp * pp * cp)
+    if "global-batch" in values and int(values["global-batch"]) % (local * dp):
+        raise refuse(NAME, "[training] global_batch_size",
+                     f"{values['global-batch']} is not a multiple of local_batch_size {local} x data-parallel {dp}")  # fmt: skip
+    out: list[Setting] = []
+    for s in settings:
+        if s.flag == "local-batch":  # global_batch_size -1: local batch x data-parallel degree
+            s = Setting("global-batch", str(int(s.value) * (total // (tp * pp * cp))), s.source)
+        elif s.flag == "vpp-layers":
+            layers = _layers(values, "[parallelism] pipeline_parallel_layers_per_stage")
+            if layers % (int(s.value) * pp):
+                raise refuse(NAME, "[parallelism] pipeline_parallel_layers_per_stage",
+                             f"{s.value} x pp {pp} does not divide the model's {layers} layers")  # fmt: skip
+            s = Setting("vpp", str(layers // (int(s.value) * pp)), s.source)
+        elif s.flag == "pp-layers":
+            if any(o.flag == "pp-layers" for o in out):
+                continue
+            s = Setting("pp-layers", _uneven(doc, _layers(values, s.source), pp), s.source)
+        out.append(s)
+    return out
+
+
+def _layers(values: Mapping[str, Any], key: str) -> int:
+    if "model" not in values:
+        raise refuse(NAME, key, "needs [model] name and flavor (the model's layer count)")
+    return int(_preset_table()[str(values["model"])]["shape"]["layers"])
+
+
+def _uneven(doc: _Doc, layers: int, pp: int) -> str:
+    """torchtitan's split: the embedding and the loss count as ``*_less_layers`` layers of the first and
+    last stage (pipeline_module_split in torchtitan/distributed/pipeline_parallel.py)."""
+    first = _int(doc, "parallelism", "pipeline_parallel_first_stage_less_layers", low=0)[0]
+    last = _int(doc, "parallelism", "pipeline_parallel_last_stage_less_layers", low=0)[0]
+    total = layers + first + last
+    if total % pp or total // pp <= max(first, last):
+        raise refuse(NAME, "[parallelism] pipeline_parallel_first_stage_less_layers",
+                     f"{layers} layers + {first} + {last} do not split into {pp} stages")  # fmt: skip
+    per = total // pp
+    sizes = [per - first, *([per] * (pp - 2)), per - last]
+    return ",".join(str(n) for n in sizes)
+
+
+def _int(doc: _Doc, section: str, key: str, *, low: int = 1) -> tuple[int, str]:
+    value, source = doc.get(section, key)
+    if low == 0 and value is None:
+        value = 1  # torchtitan's default for the *_less_layers keys
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or value > 2**30:
+        allowed = "-1 or a positive whole number" if low == -1 else "a positive whole number"
+        raise refuse(NAME, f"[{section}] {key}", f"{value!r} is not {allowed}")
+    if low == -1 and value == 0:
+        raise refuse(NAME, f"[{section}] {key}", "0 is not -1 or a positive whole number")
+    return value, source
+
+
+def _choice(
+    doc: _Doc, section: str, key: str, allowed: Mapping[str, Any] | tuple[str, ...]
+) -> tuple[Any, str]:
+    value, source = doc.get(section, key)
+    if not isinstance(value, str) or value not in allowed:
+        raise refuse(NAME, f"[{section}] {key}", f"{value!r} is not one of {', '.join(allowed)}")
+    return value, source
+
+
+def _model(doc: _Doc, model_given: bool) -> list[Setting]:
+    if not doc.has("model", "name") and not doc.has("model", "flavor"):
+        return []
+    name, _ = doc.get("model", "name")
+    flavor, _ = doc.get("model", "flavor")
+    preset = MODELS.get((name, flavor))
+    if preset is None and model_given:
+        return []  # the command's --model stands (it would override the preset anyway)
+    if preset is None:
+        known = ", ".join(f"{n} {f}" for n, f in MODELS)
+        raise refuse(
+            NAME,
+            "[model] name/flavor",
+            f"{name!r} {flavor!r} has no preset here (known: {known}); give --model, e.g. its config.json",
+        )
+    return [Setting("model", preset, f'[model] name = "{name}", flavor = "{flavor}"')]
+
+
+def _degrees(doc: _Doc) -> dict[str, tuple[int, str]]:
+    keys = {"replicate": "data_parallel_replicate_degree", "tp": "tensor_parallel_degree",
+            "pp": "pipeline_parallel_degree", "cp": "context_parallel_degree", "ep": "expert_parallel_degree"}  # fmt: skip
+    degrees = {name: _int(doc, "parallelism", key) for name, key in keys.items()}
+    degrees["shard"] = _int(doc, "parallelism", "data_parallel_shard_degree", low=-1)
+    return degrees
+
+
+def _layout(doc: _Doc, gpus: int | None) -> list[Setting]:
+    d = _degrees(doc)
+    etp, _ = _int(doc, "parallelism", "expert_tensor_parallel_degree")
+    if etp != 1:
+        raise refuse(NAME, "[parallelism] expert_tensor_parallel_degree", f"{etp}: only 1 is modelled")
+    for key in ("module_fqns_per_model_part", "pipeline_parallel_schedule_csv"):
+        if doc.get("parallelism", key)[0]:
+            raise refuse(
+                NAME, f"[parallelism] {key}", "a hand-made pipeline split is not read; use the degree"
+            )
+    shard, shard_source = d["shard"]
+    model = d["replicate"][0] * d["tp"][0] * d["pp"][0] * d["cp"][0]
+    out: list[Setting] = []
+    if shard == -1:
+        if gpus is None:
+            raise refuse(
+                NAME,
+                "[parallelism] data_parallel_shard_degree",
+                "-1 (every GPU left) needs one GPU count, --gpus N",
+            )
+        if gpus % model:
+            raise refuse(NAME, "[parallelism] data_parallel_shard_degree",
+                         f"-1 with --gpus {gpus}: not a multiple of replicate x tp x pp x cp = {model}")  # fmt: skip
+        shard = gpus // model
+    else:
+        out.append(Setting("gpus", str(shard * model), f"{shard_source} x the other degrees"))
+    replicate = d["replicate"][0]
+    strategy = "hsdp" if replicate > 1 and shard > 1 else "ddp" if replicate > 1 else "fsdp"
+    note = " (HSDP here shards within a node)" if strategy == "hsdp" else ""
+    out.append(Setting("strategies", strategy, f"{shard_source}, {d['replicate'][1]}{note}"))
+    out += [Setting(k, str(d[k][0]), d[k][1]) for k in ("tp", "pp", "cp", "ep")]
+    if d["tp"][0] > 1:  # torchtitan's TP plan shards the norms' activations: sequence parallelism
+        out.append(Setting("sequence-parallel", True, d["tp"][1] + " (torchtitan's TP is sequence-parallel)"))
+    out += _pipeline(doc, d["pp"][0])
+    reshard, source = doc.get("parallelism", "fsdp_reshard_after_forward")
+    if reshard == "never":
+        out.append(Setting("no-reshard-after-forward", True, source))
+    elif reshard not in (None, "default", "always"):
+        raise refuse(
+            NAME, "[parallelism] fsdp_reshard_after_forward", f"{reshard!r} is not default, always or never"
+        )
+    overlap, source = doc.get("parallelism", "enable_async_tensor_parallel")
+    if overlap is True:
+        out.append(Setting("tp-comm-overlap", True, source))
+    return out
+
+
+def _pipeline(doc: _Doc, pp: int) -> list[Setting]:
+    schedule, source = _choice(doc, "parallelism", "pipeline_parallel_schedule", SCHEDULES)
+    out: list[Setting] = []
+    if pp > 1:
+        out.append(Setting("schedule", SCHEDULES[schedule], source))
+    lps, lps_source = doc.get("parallelism", "pipeline_parallel_layers_per_stage")
+    if schedule == "Interleaved1F1B" and pp > 1:
+        if not isinstance(lps, int) or isinstance(lps, bool) or lps < 1:
+            raise refuse(NAME, "[parallelism] pipeline_parallel_layers_per_stage",
+                         "needed with Interleaved1F1B (the virtual stages per rank follow from it)")  # fmt: skip
+        out.append(Setting("vpp-layers", str(lps), lps_source))
+    for key in ("pipeline_parallel_first_stage_less_layers", "pipeline_parallel_last_stage_less_layers"):
+        if doc.has("parallelism", key) and pp > 1:
+            out.append(
+                Setting(
+                    "pp-layers", f"{key}={doc.get('parallelism', key)[0]}", doc.get("parallelism", key)[1]
+                )
+            )
+    return out
+
+
+def _batch(doc: _Doc, settings: list[Setting]) -> list[Setting]:
+    local, local_source = _int(doc, "training", "local_batch_size")
+    global_batch, global_source = doc.get("training", "global_batch_size")
+    pp = next((int(s.value) for s in settings if s.flag == "pp"), 1)
+    out = [Setting("seq-len", str(_int(doc, "training", "seq_len")[0]), _int(doc, "training", "seq_len")[1])]
+    if pp > 1:
+        micro, source = _int(doc, "parallelism", "pipeline_parallel_microbatch_size")
+        if local % micro:
+            raise refuse(NAME, "[parallelism] pipeline_parallel_microbatch_size",
+                         f"{micro} does not divide [training] local_batch_size {local}")  # fmt: skip
+        out.append(Setting("micro-batch", str(micro), source))
+    else:
+        out.append(Setting("micro-batch", str(local), local_source))
+    if global_batch != -1:
+        value, _ = _int(doc, "training", "global_batch_size")
+        out.append(Setting("global-batch", str(value), global_source))
+    else:
+        out.append(Setting("local-batch", str(local), f"{local_source} x the data-parallel degree"))
+    return out
+
+
+def _precision(doc: _Doc, settings: list[Setting]) -> list[Setting]:
+    param, source = _choice(doc, "training", "mixed_precision_param", ("bfloat16", "float32"))
+    strategy = next(s.value for s in settings if s.flag == "strategies")
+    if doc.has("training", "dtype"):
+        dtype, _ = _choice(doc, "training", "dtype", ("bfloat16", "float32"))
+        if dtype == "bfloat16" and param == "float32":
+            raise refuse(NAME, "[training] dtype", "bfloat16 contradicts mixed_precision_param float32")
+        if dtype == "bfloat16":  # parameters themselves in bf16: no fp32 master copy
+            return [Setting("dtype", "bf16", "[training] dtype = \"bfloat16\""),
+                    Setting("precision", "pure", "[training] dtype = \"bfloat16\"")]  # fmt: skip
+    out = [Setting("dtype", "bf16" if param == "bfloat16" else "fp32", source)]
+    if param == "bfloat16" and strategy != "ddp":  # FSDP2 MixedPrecisionPolicy(param bf16, reduce fp32)
+        out.append(Setting("precision", "fsdp-mp", source))
+    converters, conv_source = doc.get("model", "converters")
+    converters = converters or []
+    if not isinstance(converters, list) or not all(isinstance(c, str) for c in converters):
+        raise refuse(NAME, "[model] converters", "must be a list of names")
+    unknown = [c for c in converters if c not in FLOAT8_CONVERTERS]
+    if unknown:
+        raise refuse(
+            NAME,
+            "[model] converters",
+            f"{unknown[0]!r} is not modelled; read: {', '.join(FLOAT8_CONVERTERS)}",
+        )
+    if converters:
+        recipe, _ = doc.get("float8", "recipe_name")
+        recipe = recipe or "tensorwise"  # torchao Float8LinearConfig's default: tensorwise scaling
+        if recipe not in ("tensorwise", "rowwise"):
+            raise refuse(
+                NAME, "[float8] recipe_name", f"{recipe!r} is not modelled; allowed: tensorwise, rowwise"
+            )
+        out.append(Setting("fp8", recipe, f'{conv_source}, [float8] recipe_name = "{recipe}"'))
+    if doc.get("training", "enable_cpu_offload")[0] is True:  # FSDP2 CPUOffloadPolicy: params, grads, states
+        out.append(Setting("offload", "params", "[training] enable_cpu_offload = true"))
+    else:
+        out.append(Setting("offload", "none", "[training] enable_cpu_offload (torchtitan default false)"))
+    return out
+
+
+def _recompute(doc: _Doc) -> list[Setting]:
+    mode, source = _choice(
+        doc, "activation_checkpoint", "mode", ("none", "selective", "full", "memory_budget")
+    )
+    if mode == "memory_budget":
+        raise refuse(
+            NAME, "[activation_checkpoint] mode", "memory_budget (a compiler choice) is not modelled"
+        )
+    if mode != "selective":
+        return [Setting("recompute", mode, source)]
+    option, option_source = doc.get("activation_checkpoint", "selective_ac_option")
+    if option == "op":
+        return [Setting("recompute", "selective-op", f"{source}, {option_source}")]
+    if not isinstance(option, str) or not option.isdigit() or int(option) < 1:
+        raise refuse(
+            NAME,
+            "[activation_checkpoint] selective_ac_option",
+            f"{option!r} is not 'op' or a positive number",
+        )
+    # "ac every positive int layer": every N-th block recomputed (N = 1: all of them)
+    value = "full" if int(option) == 1 else f"every-{int(option)}"
+    return [Setting("recompute", value, f"{source}, {option_source}")]
+
+
+def _optimizer(doc: _Doc) -> list[Setting]:
+    out: list[Setting] = []
+    if doc.get("optimizer", "early_step_in_backward")[0] is True:
+        raise refuse(
+            NAME, "[optimizer] early_step_in_backward", "is not modelled (the step runs after backward)"
+        )
+    name, source = _choice(doc, "optimizer", "name", OPTIMIZERS)
+    out.append(Setting("optimizer", OPTIMIZERS[name], source))
+    impl, source = _choice(doc, "optimizer", "implementation", IMPLEMENTATIONS)
+    out.append(Setting("optimizer-impl", IMPLEMENTATIONS[impl], source))
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Out: a layout as a torchtitan TOML fragment
+
+
+def emit_torchtitan(layout: Mapping[str, Any], run: Mapping[str, Any]) -> str | None:
+    """The torchtitan TOML of a plan's layout, or None when torchtitan cannot run it (ZeRO-1/2,
+    zero-bubble schedules, Megatron's selective recompute, offload other than FSDP's)."""
+    dp, pp, vpp = layout["dp"], layout["pp"], layout["vpp"]
+    sharding = {"fsdp": (1, dp), "hsdp": (run["hsdp_replicas"], dp // run["hsdp_replicas"]),
+                "ddp": (dp, 1)}.get(layout["strategy"])  # fmt: skip
+    recompute = {"none": ("none", None), "full": ("full", None)}.get(layout["recompute"])
+    if layout["recompute"].startswith("every-"):
+        recompute = ("selective", layout["recompute"].split("-", 1)[1])
+    schedule = {"1f1b": "Interleaved1F1B" if vpp > 1 else "1F1B", "gpipe": "GPipe"}.get(layout["schedule"])
+    if (
+        sharding is None
+        or recompute is None
+        or schedule is None
+        or layout["offload"] not in ("none", "params")
+    ):
+        return None
+    flavor = next((key for key, preset in MODELS.items() if preset == run["model"]), None)
+    micro = layout["micro_batch"]
+    local = run["global_batch"] // dp if pp > 1 else micro
+    lines = ["[model]", *([f'name = "{flavor[0]}"', f'flavor = "{flavor[1]}"'] if flavor else
+                          [f"# {run['model']}: no torchtitan flavor; give [model] by hand"])]  # fmt: skip
+    lines += ["", "[training]", f"local_batch_size = {local}", f"global_batch_size = {run['global_batch']}",
+              f"seq_len = {run['seq_len']}",
+              f'mixed_precision_param = "{"bfloat16" if run["dtype"] == "bf16" else "float32"}"']  # fmt: skip
+    if layout["offload"] == "params":
+        lines.append("enable_cpu_offload = true")
+    lines += ["", "[parallelism]", f"data_parallel_replicate_degree = {sharding[0]}",
+              f"data_parallel_shard_degree = {sharding[1]}", f"tensor_parallel_degree = {layout['tp']}",
+              f"pipeline_parallel_degree = {pp}", f"context_parallel_degree = {layout['cp']}",
+              f"expert_parallel_degree = {layout['ep']}"]  # fmt: skip
+    if pp > 1:
+        lines += [
+            f'pipeline_parallel_schedule = "{schedule}"',
+            f"pipeline_parallel_microbatch_size = {micro}",
+        ]
+        if vpp > 1:
+            if run["shape"]["layers"] % (pp * vpp):
+                return None
+            lines.append(f"pipeline_parallel_layers_per_stage = {run['shape']['layers'] // (pp * vpp)}")
+    lines += ["", "[activation_checkpoint]", f'mode = "{recompute[0]}"']
+    if recompute[1]:
+        lines.append(f'selective_ac_option = "{recompute[1]}"')
+    if run["optimizer"] in ("adamw", "adam"):
+        lines += ["", "[optimizer]", f'name = "{"AdamW" if run["optimizer"] == "adamw" else "Adam"}"']
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,139 @@
+"""``--from`` and ``--emit`` on the what-if and the plan, run in process: settings become flags, a flag
+on the command line wins and is recorded as overriding, a setting this build cannot express is refused
+in one line, and the plan's winner emitted and read back is the same layout."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from experiments.common.frameworks.deepspeed import read_deepspeed
+from experiments.common.frameworks.wiring import expand_from
+from experiments.plan.cli import main as plan_main
+from experiments.what_if.cli import build_parser
+from experiments.what_if.cli import main as what_if_main
+from tests.fuzzing import check_cli_outcome, run_cli
+from tests.paths import REPO
+
+DATA = REPO / "tests" / "data" / "frameworks"
+SMALL_TOML = """[model]
+name = "llama3"
+flavor = "8B"
+[training]
+local_batch_size = 1
+global_batch_size = 16
+seq_len = 1024
+[parallelism]
+data_parallel_shard_degree = 4
+tensor_parallel_degree = 2
+[activation_checkpoint]
+mode = "full"
+"""
+
+
+def test_what_if_from_torchtitan_records_each_setting_and_a_flag_overrides_one(tmp_path: Path) -> None:
+    path = tmp_path / "job.toml"
+    path.write_text(SMALL_TOML, encoding="utf-8")
+    argv = ["--from", "torchtitan", str(path), "--cluster", "hgx-h100", "--micro-batch", "2", "--format", "json",
+            "--quiet"]  # fmt: skip
+    code, out, err = run_cli(what_if_main, argv)
+    check_cli_outcome(argv, code, out, err)
+    assert code == 0, err
+    doc = json.loads(out)
+    record = doc["records"][0]
+    assert (record["gpus"], record["tp"], record["strategy"]) == (8, 2, "fsdp")  # shard 4 x tp 2
+    assert record["micro_batch"] == 2  # the command line's, over local_batch_size 1
+    settings = {s["flag"]: s for s in doc["from"]["settings"]}
+    assert settings["--micro-batch"]["overridden"] and not settings["--tp"]["overridden"]
+    assert settings["--recompute"]["source"] == '[activation_checkpoint] mode = "full"'
+    assert settings["--gpus"]["value"] == "8"
+
+
+def test_what_if_from_megatron_in_the_table_header_and_its_own_shape() -> None:
+    line = ("--num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 256 --vocab-size 1000 "
+            "--global-batch-size 32 --micro-batch-size 4 --bf16")  # fmt: skip
+    argv = ["--from", "megatron", line, "--gpus", "8", "--cluster", "dgx-a100", "--quiet"]
+    code, out, err = run_cli(what_if_main, argv)
+    assert code == 0, err
+    assert out.startswith("from megatron: --model megatron-gpt --strategies ddp --global-batch 32")
+    assert "model megatron-gpt (0.01 B parameters), seq 256" in out  # 4 x 12 x 512^2 + 1000 x 512 embeddings
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["--from", "megatron", str(DATA / "llama3_8b_fp8_megatron.args")], "needs --fp8"),
+        (["--from", "torchtitan", str(DATA / "llama3_8b.toml"), "--gpus", "8"], "needs --recompute selective-op"),
+        (["--from", "megatron", "--num-layers 8 --hidden-size 64 --num-attention-heads 2 --seq-length 8 "
+          "--vocab-size 9 --pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 3"], "needs --pp-layers"),
+        (["--from", "megatron", "--tp-comm-overlap"], "needs --tp-comm-overlap"),
+        (["--from", "torchtitan", str(DATA / "compile.toml")], "needs --compile"),
+        (["--from", "pytorch", "x"], "unknown framework"),
+        (["--from", "torchtitan"], "needs FRAMEWORK CONFIG"),
+        (["--from", "deepspeed", "no-such.json"], "is not a file"),
+    ],
+)  # fmt: skip
+def test_what_if_refuses_what_this_build_cannot_express_in_one_line(argv: list[str], line: str) -> None:
+    code, out, err = run_cli(what_if_main, ["--quiet", *argv])
+    check_cli_outcome(argv, code, out, err)
+    assert code == 2 and line in err, err
+
+
+SPACE = ["--model", "gpt2-small", "--cluster", "dgx-a100", "--gpus", "8", "--quiet", "--workers", "1",
+         "--pp", "1,2", "--tp", "1", "--micro-batches", "4,8", "--recompute", "none,full", "--offload", "none",
+         "--schedules", "1f1b", "--global-batch", "256"]  # fmt: skip
+
+
+def test_plan_emits_its_winner_as_megatron_and_reading_it_back_plans_the_same_layout(tmp_path: Path) -> None:
+    code, out, err = run_cli(plan_main, [*SPACE, "--emit", "megatron"])
+    assert code == 0, err
+    header, line = out.splitlines()[:2]
+    label = header.split(": ", 1)[1].split(" (rank", 1)[0]
+    code, back, err = run_cli(plan_main, ["--from", "megatron", line, "--cluster", "dgx-a100", "--gpus", "8",
+                                          "--quiet", "--workers", "1", "--format", "json"])  # fmt: skip
+    assert code == 0, err
+    doc = json.loads(back)
+    first = doc["gpu_counts"][0]["ranked"][0]
+    assert first["layout"]["label"] == label and doc["model"] == "gpt2-small" and doc["global_batch"] == 256
+    assert doc["configs_considered"] == 1  # every axis fixed by the line
+    assert doc["from"]["framework"] == "megatron"
+
+
+def test_plan_emits_deepspeed_json_with_its_gpu_count_header_and_writes_it_for_from(tmp_path: Path) -> None:
+    argv = [*SPACE, "--emit", "deepspeed", "--pp", "1", "--strategies", "zero2,fsdp", "--out", str(tmp_path)]
+    code, out, err = run_cli(plan_main, argv)
+    assert code == 0, err
+    header, body = out.split("\n", 1)
+    assert header.startswith("# 8 GPUs: zero2")  # fsdp has no DeepSpeed JSON: the best ZeRO layout
+    doc = json.loads(body)
+    assert doc["zero_optimization"] == {"stage": 2} and doc["train_batch_size"] == 256
+    written = tmp_path / "deepspeed_8gpus.json"
+    assert f"wrote {written}" in err and json.loads(written.read_text(encoding="utf-8")) == doc
+    got = {s.flag: s.value for s in read_deepspeed(str(written)).settings}
+    assert (got["strategies"], got["gpus"], got["global-batch"]) == ("zero2", "8", "256")
+
+
+def test_a_pending_flag_passes_through_by_name_once_the_command_has_it() -> None:
+    parser = build_parser()
+    parser.add_argument(
+        "--fp8", choices=["none", "tensorwise", "rowwise", "delayed"]
+    )  # as the FP8 change adds it
+    argv, record = expand_from(
+        parser, ["--from", "megatron", str(DATA / "llama3_8b_fp8_megatron.args")], "what_if"
+    )
+    assert argv[argv.index("--fp8") + 1] == "delayed" and record is not None
+    assert parser.parse_args(argv).fp8 == "delayed"
+
+
+def test_a_data_parallel_config_takes_the_what_ifs_data_parallel_flags() -> None:
+    line = "--num-layers 2 --hidden-size 64 --num-attention-heads 2 --seq-length 8 --vocab-size 9 --recompute-granularity full"
+    argv, record = expand_from(build_parser(), ["--from", "megatron", line], "what_if")
+    assert record is not None and record.shape is not None  # no preset has this shape
+    # every degree 1: no layout flag (it would run the layout sweep); full recompute is --checkpoint-activations
+    assert "--checkpoint-activations" in argv and not {"--tp", "--pp", "--recompute", "--offload"} & set(argv)
+    argv, _ = expand_from(
+        build_parser(), ["--from", "megatron", line + " --tensor-model-parallel-size 2"], "what_if"
+    )
+    assert argv[argv.index("--recompute") + 1] == "full" and argv[argv.index("--tp") + 1] == "2"
