@@ -42,6 +42,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from simcore.compute.memory_kernels import memory_fractions, memory_kind
 from simcore.compute.optimizer import OptimizerStepCost, optimizer_step_cost, resolve_optimizer_impl
 from simcore.data import data_file
 from simcore.dtypes import DTYPE_BYTES
@@ -238,6 +239,12 @@ class ComputeModel:
         self.curve = efficiency_curve(device)
         measured_bw = calibration.memory_bandwidth_Bps if calibration is not None else None
         self.memory_bandwidth_Bps = measured_bw or device.memory_bandwidth_Bps * self.curve.memory_efficiency
+        # eager memory-bound kernels by kind: their fraction relative to a streaming kernel's, so a
+        # calibrated copy bandwidth scales them too (memory_kernels.yaml)
+        self._kind_bandwidth_ratio = {
+            kind: (fwd / self.curve.memory_efficiency, bwd / self.curve.memory_efficiency)
+            for kind, (fwd, bwd) in memory_fractions(device).items()
+        }
         self._calibrated = {
             cls: calibration is not None and calibration.compute_rate(1e9, dt) is not None
             for cls, dt in self.class_dtypes.items()
@@ -331,7 +338,21 @@ class ComputeModel:
         moved = 2.0 * (mem + weights) if phase == "bwd" else mem + weights
         kernels = 2.0 if phase == "bwd" else 1.0
         gaps = 0.0 if self._host_runs_arithmetic else kernels * self.curve.kernel_overhead_s
-        return np.maximum(compute, moved / self.memory_bandwidth_Bps) + gaps
+        return np.maximum(compute, moved / self._bandwidths(layers, classes, phase)) + gaps
+
+    def _bandwidths(self, layers: tuple[Layer, ...], classes: list[str], phase: str) -> np.ndarray:
+        """Achieved memory bandwidth per layer: a memory-class layer of a kind with a measured eager
+        figure (:mod:`simcore.compute.memory_kernels`) at that figure in ``phase``, the rest at
+        ``memory_bandwidth_Bps``."""
+        import numpy as np
+
+        column = 1 if phase == "bwd" else 0
+        ratios = self._kind_bandwidth_ratio
+        scale = [
+            ratios[kind][column] if cls == "memory" and (kind := memory_kind(lay)) in ratios else 1.0
+            for lay, cls in zip(layers, classes, strict=True)
+        ]
+        return self.memory_bandwidth_Bps * np.array(scale, dtype=float)
 
     def _host_times(self, layers: tuple[Layer, ...], phase: str) -> np.ndarray:
         import numpy as np
