@@ -163,6 +163,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-reshard-after-forward", action="store_true", help="FSDP keeps gathered parameters")
     p.add_argument("--checkpoint-activations", action="store_true", help="recompute activations in backward")
     p.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile: fused norm/rotary/SwiGLU/loss kernels (default eager)",
+    )
+    p.add_argument(
         "--steps",
         type=int_range(1, MAX_STEPS),
         help=f"steps to simulate for p50/p99 (default {d.steps}, {STOCHASTIC_STEPS} with --jitter; "
@@ -269,6 +274,7 @@ def _config(args: argparse.Namespace, heterogeneity: Heterogeneity) -> TrainingC
         reshard_after_forward=not args.no_reshard_after_forward,
         wrap=parse_wrap(args.wrap),
         activation_checkpointing=args.checkpoint_activations,
+        compile=args.compile,
         steps=args.steps if args.steps is not None else (STOCHASTIC_STEPS if heterogeneity.stochastic else 1),
     )
 

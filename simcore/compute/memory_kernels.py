@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from simcore.hardware import DeviceSpec
     from simcore.workload.types import Layer
 
-__all__ = ["MEMORY_KERNEL_KINDS", "memory_fractions", "memory_kind"]
+__all__ = ["MEMORY_KERNEL_KINDS", "fused_time_ratios", "memory_fractions", "memory_kind"]
 
 _DATA_FILE = "memory_kernels.yaml"
 MEMORY_KERNEL_KINDS = ("rmsnorm", "rotary", "layernorm", "loss", "swiglu")
@@ -59,15 +59,25 @@ def _pairs(entry: Any, where: str) -> dict[str, tuple[float, float]]:
     return pairs
 
 
+def _by_device(table: dict[str, Any], device: DeviceSpec, where: str) -> Mapping[str, tuple[float, float]]:
+    """``table``'s defaults, overridden kind by kind by its first device pattern matching ``device``."""
+    if device.kind != "gpu":
+        return MappingProxyType({})
+    pairs = _pairs(table["defaults"], f"{where}defaults")
+    for pattern, override in table["devices"].items():
+        if fnmatch.fnmatchcase(device.name, pattern):
+            pairs.update(_pairs(override, f"{where}devices.{pattern}"))
+            break
+    return MappingProxyType(pairs)
+
+
 def memory_fractions(device: DeviceSpec) -> Mapping[str, tuple[float, float]]:
     """(forward, backward) achieved fraction of ``device``'s datasheet bandwidth per kind; empty on a
     CPU rank (its host does the arithmetic: one memory efficiency, see ``efficiency.yaml``)."""
-    if device.kind != "gpu":
-        return MappingProxyType({})
-    table = data_file(_DATA_FILE)
-    fractions = _pairs(table["defaults"], "defaults")
-    for pattern, override in table["devices"].items():
-        if fnmatch.fnmatchcase(device.name, pattern):
-            fractions.update(_pairs(override, f"devices.{pattern}"))
-            break
-    return MappingProxyType(fractions)
+    return _by_device(data_file(_DATA_FILE), device, "")
+
+
+def fused_time_ratios(device: DeviceSpec) -> Mapping[str, tuple[float, float]]:
+    """(forward, backward) time of a fused kernel (torch.compile, Liger) over the eager chain's, per
+    kind; empty on a CPU rank."""
+    return _by_device(data_file(_DATA_FILE)["fused"], device, "fused.")

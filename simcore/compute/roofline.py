@@ -11,7 +11,10 @@ Each layer kind belongs to a kernel class with its own achieved efficiency
   ``attention_bwd_max`` backward, whose FLOPs the workload states (2.5x forward; causal masking
   already halves the executed FLOPs of decoders);
 - everything else (norms, activations, softmax, residual adds, pools, embeddings): the bytes they
-  move at ``memory_efficiency`` of the datasheet bandwidth.
+  move at ``memory_efficiency`` of the datasheet bandwidth, except the eager decompositions whose
+  achieved bandwidth is measured per kind and phase (RMSNorm, rotary, LayerNorm, SwiGLU, the loss:
+  :mod:`simcore.compute.memory_kernels`); ``compiled`` (torch.compile) runs those as one fused kernel
+  per pass, in the measured share of the eager time, dispatched as one operator.
 
 A kernel takes ``max(FLOPs / achieved rate, bytes / achieved bandwidth)`` plus ``kernel_overhead_s``
 on a GPU. Each class runs in its dtype (:mod:`simcore.compute.precision`): with ``--dtype fp32``
@@ -42,7 +45,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from simcore.compute.memory_kernels import memory_fractions, memory_kind
+from simcore.compute.memory_kernels import fused_time_ratios, memory_fractions, memory_kind
 from simcore.compute.optimizer import OptimizerStepCost, optimizer_step_cost, resolve_optimizer_impl
 from simcore.data import data_file
 from simcore.dtypes import DTYPE_BYTES
@@ -227,7 +230,14 @@ def _wave_factor(rows: np.ndarray, cols: np.ndarray, reduction: np.ndarray, sms:
 class ComputeModel:
     """Per-layer compute time of one device at one compute dtype, optionally calibrated."""
 
-    def __init__(self, device: DeviceSpec, dtype: str, calibration: CalibrationProfile | None = None) -> None:
+    def __init__(
+        self,
+        device: DeviceSpec,
+        dtype: str,
+        calibration: CalibrationProfile | None = None,
+        *,
+        compiled: bool = False,
+    ) -> None:
         if dtype not in DTYPE_BYTES:
             raise TrainsimError(f"unknown dtype {dtype!r}; allowed: {', '.join(sorted(DTYPE_BYTES))}")
         self.device = device
@@ -245,6 +255,14 @@ class ComputeModel:
             kind: (fwd / self.curve.memory_efficiency, bwd / self.curve.memory_efficiency)
             for kind, (fwd, bwd) in memory_fractions(device).items()
         }
+        # compiled (torch.compile): those kinds run as one fused kernel per pass, in the measured
+        # share of the eager chain's time, dispatched as one operator
+        self.compiled = compiled
+        self._fused_kinds = frozenset(fused_time_ratios(device)) if compiled else frozenset()
+        if compiled:
+            for kind, (fwd, bwd) in fused_time_ratios(device).items():
+                eager = self._kind_bandwidth_ratio.get(kind, (1.0, 1.0))
+                self._kind_bandwidth_ratio[kind] = (eager[0] / fwd, eager[1] / bwd)
         self._calibrated = {
             cls: calibration is not None and calibration.compute_rate(1e9, dt) is not None
             for cls, dt in self.class_dtypes.items()
@@ -357,7 +375,11 @@ class ComputeModel:
     def _host_times(self, layers: tuple[Layer, ...], phase: str) -> np.ndarray:
         import numpy as np
 
-        ops = np.array([layer_operator_count(lay.kind, phase) for lay in layers], dtype=float)
+        fused = self._fused_kinds
+        ops = np.array(
+            [1 if memory_kind(lay) in fused else layer_operator_count(lay.kind, phase) for lay in layers],
+            dtype=float,
+        )
         return ops * self.host_op_s(phase)
 
     def layer_parts_s(self, workload: Workload, batch: int, phase: str) -> tuple[np.ndarray, np.ndarray]:

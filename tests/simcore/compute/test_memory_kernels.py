@@ -103,3 +103,38 @@ def test_calibrated_copy_bandwidth_scales_the_kind_figures() -> None:
     layer = _memory_layer("rmsnorm")
     # the measured copy runs at memory_efficiency; RMSNorm at 0.61 / 0.80 of it
     assert model.layer_time_s(layer, 1, "fwd") == pytest.approx(GB / (1.0e12 * 0.61 / 0.80) + GAP)
+
+
+def test_compiled_rmsnorm_takes_the_liger_share_of_the_eager_time() -> None:
+    eager, fused = ComputeModel(A100, "bf16"), ComputeModel(A100, "bf16", compiled=True)
+    layer = _memory_layer("rmsnorm")
+    assert fused.layer_time_s(layer, 1, "fwd") == pytest.approx(0.095 * GB / (2039e9 * 0.61) + GAP)
+    assert fused.layer_time_s(layer, 1, "bwd") == pytest.approx(0.21 * 2 * GB / (2039e9 * 0.47) + 2 * GAP)
+    assert eager.layer_time_s(layer, 1, "fwd") > fused.layer_time_s(layer, 1, "fwd")
+
+
+def test_compiled_fused_kinds_dispatch_one_operator() -> None:
+    fused = ComputeModel(H100, "bf16", compiled=True)
+    tiny = Layer("rmsnorm", "rmsnorm", 0, 0, 0.0, 0.0, 0.0, 1.0, 1.0)
+    _, host = fused.layer_parts_s(load_workload("llama2-7b", seq_len=128), 1, "bwd")
+    assert fused.layer_time_s(tiny, 1, "bwd") == pytest.approx(fused.curve.host_op_s[1])
+    # eager: HF LlamaRMSNorm's 12 backward operators (efficiency.yaml operators.per_layer)
+    assert ComputeModel(H100, "bf16").layer_time_s(tiny, 1, "bwd") == pytest.approx(
+        12 * fused.curve.host_op_s[1]
+    )
+    assert (
+        host.sum()
+        < ComputeModel(H100, "bf16").layer_parts_s(load_workload("llama2-7b", seq_len=128), 1, "bwd")[1].sum()
+    )
+
+
+def test_compiled_leaves_unfused_kinds_and_cpu_ranks_alone() -> None:
+    layer = _memory_layer("elementwise")
+    assert ComputeModel(H100, "bf16", compiled=True).layer_time_s(layer, 1, "fwd") == pytest.approx(
+        GB / (3350e9 * 0.80) + GAP
+    )
+    cpu = device_spec("cpu")
+    rms = _memory_layer("rmsnorm")
+    assert ComputeModel(cpu, "fp32", compiled=True).layer_time_s(rms, 1, "fwd") == ComputeModel(
+        cpu, "fp32"
+    ).layer_time_s(rms, 1, "fwd")
