@@ -40,7 +40,7 @@ import fnmatch
 import functools
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -68,6 +68,7 @@ __all__ = [
     "kernel_class",
     "layer_operator_count",
     "param_tensor_count",
+    "software_eras",
 ]
 
 PHASES = ("fwd", "bwd", "recompute")
@@ -173,6 +174,28 @@ def efficiency_curve(device: DeviceSpec) -> EfficiencyCurve:
     return _curve_from(entry, where)
 
 
+def software_eras() -> tuple[str, ...]:
+    """Names of the convolution-library eras of ``efficiency.yaml`` (``software_eras``)."""
+    return tuple(_efficiency_table()["software_eras"])
+
+
+def _with_software_era(curve: EfficiencyCurve, era: str) -> EfficiencyCurve:
+    """``curve`` with the plateaus of software era ``era`` (a stack older than the curve's)."""
+    eras = _efficiency_table()["software_eras"]
+    if era not in eras:
+        raise TrainsimError(f"unknown software era {era!r}; allowed: {', '.join(eras)}")
+    override = {str(k): float(v) for k, v in (eras[era] or {}).items()}
+    unknown = sorted(set(override) - set(_PLATEAU_KEYS))
+    if unknown:
+        raise TrainsimError(
+            f"{_EFFICIENCY_FILE.name}: software_eras.{era}.{unknown[0]} is not a plateau; "
+            f"allowed: {', '.join(_PLATEAU_KEYS)}"
+        )
+    if not override:
+        return curve
+    return replace(curve, plateaus=MappingProxyType({**curve.plateaus, **override}))
+
+
 def kernel_class(kind: str) -> str:
     """The kernel class of a layer kind: gemm, conv, conv_grouped, attention or memory."""
     return _CLASS_OF_KIND.get(kind, "memory")
@@ -237,6 +260,7 @@ class ComputeModel:
         calibration: CalibrationProfile | None = None,
         *,
         compiled: bool = False,
+        software_era: str = "current",
     ) -> None:
         if dtype not in DTYPE_BYTES:
             raise TrainsimError(f"unknown dtype {dtype!r}; allowed: {', '.join(sorted(DTYPE_BYTES))}")
@@ -246,7 +270,7 @@ class ComputeModel:
         self.class_dtypes = _class_dtypes(device, dtype)
         self.peaks = {cls: device.flops(dt) for cls, dt in self.class_dtypes.items()}
         self.peak_flops = self.peaks["gemm"]
-        self.curve = efficiency_curve(device)
+        self.curve = _with_software_era(efficiency_curve(device), software_era)
         measured_bw = calibration.memory_bandwidth_Bps if calibration is not None else None
         self.memory_bandwidth_Bps = measured_bw or device.memory_bandwidth_Bps * self.curve.memory_efficiency
         # eager memory-bound kernels by kind: their fraction relative to a streaming kernel's, so a
