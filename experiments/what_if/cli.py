@@ -60,6 +60,7 @@ from simcore.cliargs import (
 from simcore.compute.heterogeneity import Heterogeneity
 from simcore.compute.optimizer import OPTIMIZER_IMPLS
 from simcore.compute.precision import PRECISION_MODES, activation_dtype
+from simcore.compute.roofline import software_eras
 from simcore.errors import TrainsimError, cli_entry
 from simcore.parallel import CP_KINDS, OFFLOAD_MODES, PIPELINE_SCHEDULES
 from simcore.parallel.report import ParallelStepReport
@@ -166,6 +167,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--compile",
         action="store_true",
         help="torch.compile: fused norm/rotary/SwiGLU/loss kernels (default eager)",
+    )
+    p.add_argument(
+        "--software-era",
+        default="current",
+        choices=list(software_eras()),
+        help="convolution library era: cudnn-v3 for 2015 stacks (no Winograd); default %(default)s",
     )
     p.add_argument(
         "--steps",
@@ -275,6 +282,7 @@ def _config(args: argparse.Namespace, heterogeneity: Heterogeneity) -> TrainingC
         wrap=parse_wrap(args.wrap),
         activation_checkpointing=args.checkpoint_activations,
         compile=args.compile,
+        software_era=args.software_era,
         steps=args.steps if args.steps is not None else (STOCHASTIC_STEPS if heterogeneity.stochastic else 1),
     )
 

@@ -193,7 +193,8 @@ def _with_software_era(curve: EfficiencyCurve, era: str) -> EfficiencyCurve:
         )
     if not override:
         return curve
-    return replace(curve, plateaus=MappingProxyType({**curve.plateaus, **override}))
+    older = {key: min(value, curve.plateaus.get(key, value)) for key, value in override.items()}
+    return replace(curve, plateaus=MappingProxyType({**curve.plateaus, **older}))
 
 
 def kernel_class(kind: str) -> str:

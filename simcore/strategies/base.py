@@ -141,7 +141,8 @@ class TrainingConfig:
     ``set_requires_gradient_sync(False)`` on all but the last micro-batch (unsharded gradients
     accumulate in full, one reduce-scatter per step). ``compile``: the model runs under torch.compile
     (fused memory-bound kernels, :mod:`simcore.compute.memory_kernels`); off is eager, the documented
-    default of torch, torchtitan, HF Trainer and Megatron's own loop.
+    default of torch, torchtitan, HF Trainer and Megatron's own loop. ``software_era``: the
+    convolution library's era when older than today's (``efficiency.yaml`` ``software_eras``).
     """
 
     global_batch: int = 32
@@ -180,6 +181,7 @@ class TrainingConfig:
     gradient_sync_every_micro_batch: bool = True
     jitter_scope: str = "step"
     compile: bool = False
+    software_era: str = "current"
 
     def __post_init__(self) -> None:
         for name in ("global_batch", "micro_batch", "steps", "bucket_size_bytes", "first_bucket_bytes"):
