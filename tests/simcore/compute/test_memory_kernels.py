@@ -138,3 +138,15 @@ def test_compiled_leaves_unfused_kinds_and_cpu_ranks_alone() -> None:
     assert ComputeModel(cpu, "fp32", compiled=True).layer_time_s(rms, 1, "fwd") == ComputeModel(
         cpu, "fp32"
     ).layer_time_s(rms, 1, "fwd")
+
+
+@pytest.mark.parametrize("device", [A100, H100, device_spec("b200")], ids=lambda d: d.name)
+@pytest.mark.parametrize("model", ["llama2-7b", "gpt2-small", "mixtral-8x7b"])
+def test_compiled_is_never_slower_per_layer(device: object, model: str) -> None:
+    workload = load_workload(model, seq_len=256)
+    eager, fused = ComputeModel(device, "bf16"), ComputeModel(device, "bf16", compiled=True)  # type: ignore[arg-type]
+    for phase in ("fwd", "bwd", "recompute"):
+        slower = fused.layer_times_s(workload, 2, phase) > eager.layer_times_s(workload, 2, phase) * (
+            1 + 1e-12
+        )
+        assert not slower.any()
