@@ -497,6 +497,8 @@ def _header(
         f"{batch}, micro-batch {cfg.micro_batch}\n"
         + (f"uneven hardware: {uneven}; {cfg.steps} steps\n" if uneven != "none" else "")
         + (f"network what-if: {network.describe()}\n" if network is not None and network.given else "")
+        + ("kernels: torch.compile (fused norm/rotary/SwiGLU/loss)\n" if cfg.compile else "")
+        + (f"convolutions: {cfg.software_era} software era\n" if cfg.software_era != "current" else "")
         + "scaling = samples/s / (gpus x samples/s of the same strategy on 1 GPU); "
         "* = that 1-GPU baseline does not fit (unlimited-memory GPU assumed)"
     )

@@ -535,3 +535,6 @@ def test_compile_fuses_the_memory_bound_kernels_and_only_speeds_compute(
     for name in ("ddp", "fsdp"):
         assert fused[name]["compute_s"] < eager[name]["compute_s"]
         assert fused[name]["step_time_s"] < eager[name]["step_time_s"]
+    table = _run([*argv[:-2], "--compile"], capsys)
+    assert "kernels: torch.compile (fused norm/rotary/SwiGLU/loss)" in table
+    assert "kernels:" not in _run(argv[:-2], capsys)
