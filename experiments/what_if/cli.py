@@ -171,8 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--software-era",
         default="current",
-        choices=list(software_eras()),
-        help="convolution library era: cudnn-v3 for 2015 stacks (no Winograd); default %(default)s",
+        help="convolution library era: current, or cudnn-v3 for 2015 stacks (no Winograd); default %(default)s",
     )
     p.add_argument(
         "--steps",
@@ -265,6 +264,8 @@ PARALLEL_FLAGS = (
 
 
 def _config(args: argparse.Namespace, heterogeneity: Heterogeneity) -> TrainingConfig:
+    if args.software_era not in software_eras():
+        raise TrainsimError(f"--software-era {args.software_era!r}; allowed: {', '.join(software_eras())}")
     return TrainingConfig(
         global_batch=args.global_batch if args.batch_per_gpu is None else args.batch_per_gpu,
         micro_batch=args.micro_batch,
