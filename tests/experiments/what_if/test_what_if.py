@@ -183,6 +183,7 @@ def test_same_seed_same_output(capsys: pytest.CaptureFixture[str]) -> None:
         ),
         (["--precision", "fsdp-mp", "--strategies", "ddp"], "precision fsdp-mp is what fsdp/hsdp run"),
         (["--dtype", "fp32", "--precision", "mixed", "--strategies", "ddp"], "needs a low-precision --dtype"),
+        (["--software-era", "cudnn-v1"], "--software-era 'cudnn-v1'; allowed: current, cudnn-v3"),
     ],
 )
 def test_bad_input_gets_one_error_line(
