@@ -158,6 +158,11 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument(
         "--no-master-weights", action="store_true", help="pure bf16/fp16 (no fp32 master copy)"
     )
+    batch.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile: fused norm/rotary/SwiGLU/loss kernels (default eager)",
+    )
     _add_space_arguments(p)
     limits = p.add_argument_group("memory, time and cost")
     limits.add_argument(

@@ -109,6 +109,7 @@ def _job(args: argparse.Namespace) -> PlanJob:
         dtype=args.dtype,
         optimizer=args.optimizer,
         master_weights=not args.no_master_weights,
+        compile=args.compile,
     )
     calibration = None
     if args.calibration:

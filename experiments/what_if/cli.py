@@ -69,6 +69,7 @@ from simcore.cliargs import (
 from simcore.compute.heterogeneity import Heterogeneity
 from simcore.compute.optimizer import OPTIMIZER_IMPLS
 from simcore.compute.precision import PRECISION_MODES, activation_dtype
+from simcore.compute.roofline import software_eras
 from simcore.errors import TrainsimError, cli_entry
 from simcore.parallel import CP_KINDS, OFFLOAD_MODES, PIPELINE_SCHEDULES
 from simcore.parallel.report import ParallelStepReport
@@ -172,6 +173,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-reshard-after-forward", action="store_true", help="FSDP keeps gathered parameters")
     p.add_argument("--checkpoint-activations", action="store_true", help="recompute activations in backward")
     p.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile: fused norm/rotary/SwiGLU/loss kernels (default eager)",
+    )
+    p.add_argument(
+        "--software-era",
+        default="current",
+        help="convolution library era: current, or cudnn-v3 for 2015 stacks (no Winograd); default %(default)s",
+    )
+    p.add_argument(
         "--steps",
         type=int_range(1, MAX_STEPS),
         help=f"steps to simulate for p50/p99 (default {d.steps}, {STOCHASTIC_STEPS} with --jitter; "
@@ -263,6 +274,8 @@ PARALLEL_FLAGS = (
 
 
 def _config(args: argparse.Namespace, heterogeneity: Heterogeneity) -> TrainingConfig:
+    if args.software_era not in software_eras():
+        raise TrainsimError(f"--software-era {args.software_era!r}; allowed: {', '.join(software_eras())}")
     return TrainingConfig(
         global_batch=args.global_batch if args.batch_per_gpu is None else args.batch_per_gpu,
         micro_batch=args.micro_batch,
@@ -279,6 +292,8 @@ def _config(args: argparse.Namespace, heterogeneity: Heterogeneity) -> TrainingC
         reshard_after_forward=not args.no_reshard_after_forward,
         wrap=parse_wrap(args.wrap),
         activation_checkpointing=args.checkpoint_activations,
+        compile=args.compile,
+        software_era=args.software_era,
         steps=args.steps if args.steps is not None else (STOCHASTIC_STEPS if heterogeneity.stochastic else 1),
     )
 
@@ -493,6 +508,8 @@ def _header(
         f"{batch}, micro-batch {cfg.micro_batch}\n"
         + (f"uneven hardware: {uneven}; {cfg.steps} steps\n" if uneven != "none" else "")
         + (f"network what-if: {network.describe()}\n" if network is not None and network.given else "")
+        + ("kernels: torch.compile (fused norm/rotary/SwiGLU/loss)\n" if cfg.compile else "")
+        + (f"convolutions: {cfg.software_era} software era\n" if cfg.software_era != "current" else "")
         + "scaling = samples/s / (gpus x samples/s of the same strategy on 1 GPU"
         + (", each straggler counted at its own speed" if heterogeneity.has_stragglers else "")
         + "); * = that 1-GPU baseline does not fit (unlimited-memory GPU assumed)"

@@ -34,17 +34,19 @@ def device_gradient_time_s(
     recompute: bool = False,
     calibration: CalibrationProfile | None = None,
     memo: dict[tuple[object, ...], tuple[object, float]] | None = None,
+    software_era: str = "current",
 ) -> float:
     """Seconds of forward + backward (+ recompute) of ``accumulation`` micro-batches on ``device``.
 
     ``memo``: where the caller keeps one gradient per (device, workload, dtype, micro-batch,
-    recompute, calibration); the functions below keep it with the topology, so a what-if that
-    prices the same gradient for every parameter-server mode pays for it once per cluster.
+    recompute, calibration, software era); the functions below keep it with the topology, so a
+    what-if that prices the same gradient for every parameter-server mode pays for it once per cluster.
+    ``software_era``: the convolution library's era (:class:`~simcore.compute.roofline.ComputeModel`).
     """
-    key = (device, workload, dtype, micro_batch, recompute, id(calibration))
+    key = (device, workload, dtype, micro_batch, recompute, id(calibration), software_era)
     hit = memo.get(key) if memo is not None else None
     if hit is None or hit[0] is not calibration:
-        model = ComputeModel(device_spec(device), dtype, calibration)
+        model = ComputeModel(device_spec(device), dtype, calibration, software_era=software_era)
         seconds = sum(model.phase_time_s(workload, micro_batch, phase) for phase in ("fwd", "bwd"))
         if recompute:
             seconds += model.phase_time_s(workload, micro_batch, "recompute")
@@ -67,6 +69,7 @@ def rank_compute_times(
     accumulation: int = 1,
     recompute: bool = False,
     calibration: CalibrationProfile | None = None,
+    software_era: str = "current",
 ) -> np.ndarray:
     """Seconds for one gradient (``accumulation`` micro-batches of forward + backward) on each rank's device.
 
@@ -88,6 +91,7 @@ def rank_compute_times(
                 recompute=recompute,
                 calibration=calibration,
                 memo=_memo(topology),
+                software_era=software_era,
             )
         times[rank] = by_device[name]
     return times

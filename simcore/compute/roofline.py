@@ -11,7 +11,10 @@ Each layer kind belongs to a kernel class with its own achieved efficiency
   ``attention_bwd_max`` backward, whose FLOPs the workload states (2.5x forward; causal masking
   already halves the executed FLOPs of decoders);
 - everything else (norms, activations, softmax, residual adds, pools, embeddings): the bytes they
-  move at ``memory_efficiency`` of the datasheet bandwidth.
+  move at ``memory_efficiency`` of the datasheet bandwidth, except the eager decompositions whose
+  achieved bandwidth is measured per kind and phase (RMSNorm, rotary, LayerNorm, SwiGLU, the loss:
+  :mod:`simcore.compute.memory_kernels`); ``compiled`` (torch.compile) runs those as one fused kernel
+  per pass, in the measured share of the eager time, dispatched as one operator.
 
 A kernel takes ``max(FLOPs / achieved rate, bytes / achieved bandwidth)`` plus ``kernel_overhead_s``
 on a GPU. Each class runs in its dtype (:mod:`simcore.compute.precision`): with ``--dtype fp32``
@@ -37,11 +40,12 @@ import fnmatch
 import functools
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from simcore.compute.memory_kernels import fused_time_ratios, memory_fractions, memory_kind
 from simcore.compute.optimizer import OptimizerStepCost, optimizer_step_cost, resolve_optimizer_impl
 from simcore.data import data_file
 from simcore.dtypes import DTYPE_BYTES
@@ -64,6 +68,7 @@ __all__ = [
     "kernel_class",
     "layer_operator_count",
     "param_tensor_count",
+    "software_eras",
 ]
 
 PHASES = ("fwd", "bwd", "recompute")
@@ -169,6 +174,29 @@ def efficiency_curve(device: DeviceSpec) -> EfficiencyCurve:
     return _curve_from(entry, where)
 
 
+def software_eras() -> tuple[str, ...]:
+    """Names of the convolution-library eras of ``efficiency.yaml`` (``software_eras``)."""
+    return tuple(_efficiency_table()["software_eras"])
+
+
+def _with_software_era(curve: EfficiencyCurve, era: str) -> EfficiencyCurve:
+    """``curve`` with the plateaus of software era ``era`` (a stack older than the curve's)."""
+    eras = _efficiency_table()["software_eras"]
+    if era not in eras:
+        raise TrainsimError(f"unknown software era {era!r}; allowed: {', '.join(eras)}")
+    override = {str(k): float(v) for k, v in (eras[era] or {}).items()}
+    unknown = sorted(set(override) - set(_PLATEAU_KEYS))
+    if unknown:
+        raise TrainsimError(
+            f"{_EFFICIENCY_FILE.name}: software_eras.{era}.{unknown[0]} is not a plateau; "
+            f"allowed: {', '.join(_PLATEAU_KEYS)}"
+        )
+    if not override:
+        return curve
+    older = {key: min(value, curve.plateaus.get(key, value)) for key, value in override.items()}
+    return replace(curve, plateaus=MappingProxyType({**curve.plateaus, **older}))
+
+
 def kernel_class(kind: str) -> str:
     """The kernel class of a layer kind: gemm, conv, conv_grouped, attention or memory."""
     return _CLASS_OF_KIND.get(kind, "memory")
@@ -226,7 +254,15 @@ def _wave_factor(rows: np.ndarray, cols: np.ndarray, reduction: np.ndarray, sms:
 class ComputeModel:
     """Per-layer compute time of one device at one compute dtype, optionally calibrated."""
 
-    def __init__(self, device: DeviceSpec, dtype: str, calibration: CalibrationProfile | None = None) -> None:
+    def __init__(
+        self,
+        device: DeviceSpec,
+        dtype: str,
+        calibration: CalibrationProfile | None = None,
+        *,
+        compiled: bool = False,
+        software_era: str = "current",
+    ) -> None:
         if dtype not in DTYPE_BYTES:
             raise TrainsimError(f"unknown dtype {dtype!r}; allowed: {', '.join(sorted(DTYPE_BYTES))}")
         self.device = device
@@ -235,9 +271,23 @@ class ComputeModel:
         self.class_dtypes = _class_dtypes(device, dtype)
         self.peaks = {cls: device.flops(dt) for cls, dt in self.class_dtypes.items()}
         self.peak_flops = self.peaks["gemm"]
-        self.curve = efficiency_curve(device)
+        self.curve = _with_software_era(efficiency_curve(device), software_era)
         measured_bw = calibration.memory_bandwidth_Bps if calibration is not None else None
         self.memory_bandwidth_Bps = measured_bw or device.memory_bandwidth_Bps * self.curve.memory_efficiency
+        # eager memory-bound kernels by kind: their fraction relative to a streaming kernel's, so a
+        # calibrated copy bandwidth scales them too (memory_kernels.yaml)
+        self._kind_bandwidth_ratio = {
+            kind: (fwd / self.curve.memory_efficiency, bwd / self.curve.memory_efficiency)
+            for kind, (fwd, bwd) in memory_fractions(device).items()
+        }
+        # compiled (torch.compile): those kinds run as one fused kernel per pass, in the measured
+        # share of the eager chain's time, dispatched as one operator
+        self.compiled = compiled
+        self._fused_kinds = frozenset(fused_time_ratios(device)) if compiled else frozenset()
+        if compiled:
+            for kind, (fwd, bwd) in fused_time_ratios(device).items():
+                eager = self._kind_bandwidth_ratio.get(kind, (1.0, 1.0))
+                self._kind_bandwidth_ratio[kind] = (eager[0] / fwd, eager[1] / bwd)
         self._calibrated = {
             cls: calibration is not None and calibration.compute_rate(1e9, dt) is not None
             for cls, dt in self.class_dtypes.items()
@@ -331,12 +381,30 @@ class ComputeModel:
         moved = 2.0 * (mem + weights) if phase == "bwd" else mem + weights
         kernels = 2.0 if phase == "bwd" else 1.0
         gaps = 0.0 if self._host_runs_arithmetic else kernels * self.curve.kernel_overhead_s
-        return np.maximum(compute, moved / self.memory_bandwidth_Bps) + gaps
+        return np.maximum(compute, moved / self._bandwidths(layers, classes, phase)) + gaps
+
+    def _bandwidths(self, layers: tuple[Layer, ...], classes: list[str], phase: str) -> np.ndarray:
+        """Achieved memory bandwidth per layer: a memory-class layer of a kind with a measured eager
+        figure (:mod:`simcore.compute.memory_kernels`) at that figure in ``phase``, the rest at
+        ``memory_bandwidth_Bps``."""
+        import numpy as np
+
+        column = 1 if phase == "bwd" else 0
+        ratios = self._kind_bandwidth_ratio
+        scale = [
+            ratios[kind][column] if cls == "memory" and (kind := memory_kind(lay)) in ratios else 1.0
+            for lay, cls in zip(layers, classes, strict=True)
+        ]
+        return self.memory_bandwidth_Bps * np.array(scale, dtype=float)
 
     def _host_times(self, layers: tuple[Layer, ...], phase: str) -> np.ndarray:
         import numpy as np
 
-        ops = np.array([layer_operator_count(lay.kind, phase) for lay in layers], dtype=float)
+        fused = self._fused_kinds
+        ops = np.array(
+            [1 if memory_kind(lay) in fused else layer_operator_count(lay.kind, phase) for lay in layers],
+            dtype=float,
+        )
         return ops * self.host_op_s(phase)
 
     def layer_parts_s(self, workload: Workload, batch: int, phase: str) -> tuple[np.ndarray, np.ndarray]:

@@ -387,8 +387,14 @@ class _Composer:
         self.device = inputs.device
         self.timer = cache.get(
             "timer",
-            (cache.identity(self.device), config.dtype, calibration_id),
-            lambda: ComputeModel(self.device, config.dtype, inputs.calibration),
+            (cache.identity(self.device), config.dtype, calibration_id, config.compile, config.software_era),
+            lambda: ComputeModel(
+                self.device,
+                config.dtype,
+                inputs.calibration,
+                compiled=config.compile,
+                software_era=config.software_era,
+            ),
         )
         self.mode, _ = options.recompute_mode
         self._collective = _sibling_collective(cache, self.pricer, layout.tp)

@@ -123,6 +123,7 @@ def _build_run(
         accumulation=accumulation,
         recompute=training.activation_checkpointing,
         calibration=calibration,
+        software_era=training.software_era,
     )[:workers]
     worker_device = str(topology.node(topology.ranks[0]).get("gpu", "")) or "cpu"
     cut = segments(workload, layout, worker_device, training.dtype, training.micro_batch, calibration)

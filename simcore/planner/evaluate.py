@@ -158,7 +158,15 @@ def load_topology(
 
 
 def _cluster(job: PlanJob, gpus: int, caches: WorkerCaches) -> _Cluster:
-    key = (job.key or id(job), job.cluster, gpus, job.config.dtype, job.engine_path)
+    key = (
+        job.key or id(job),
+        job.cluster,
+        gpus,
+        job.config.dtype,
+        job.config.compile,
+        job.config.software_era,
+        job.engine_path,
+    )
     known = caches.clusters.get(key)
     if known is None:
         topology = load_topology(job.loader, job.cluster, gpus, caches)
@@ -170,7 +178,13 @@ def _cluster(job: PlanJob, gpus: int, caches: WorkerCaches) -> _Cluster:
         known = caches.clusters[key] = _Cluster(
             topology,
             device,
-            ComputeModel(device, job.config.dtype, job.calibration),
+            ComputeModel(
+                device,
+                job.config.dtype,
+                job.calibration,
+                compiled=job.config.compile,
+                software_era=job.config.software_era,
+            ),
             path,
             price(topology, job.calibration),
             together(topology, job.calibration),

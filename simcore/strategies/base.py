@@ -139,7 +139,10 @@ class TrainingConfig:
     ``global batch = batch_per_gpu x gpus`` (:meth:`for_gpus`). ``gradient_sync_every_micro_batch``:
     FSDP reduce-scatters every micro-batch's gradients (FSDP2's default); False is
     ``set_requires_gradient_sync(False)`` on all but the last micro-batch (unsharded gradients
-    accumulate in full, one reduce-scatter per step).
+    accumulate in full, one reduce-scatter per step). ``compile``: the model runs under torch.compile
+    (fused memory-bound kernels, :mod:`simcore.compute.memory_kernels`); off is eager, the documented
+    default of torch, torchtitan, HF Trainer and Megatron's own loop. ``software_era``: the
+    convolution library's era when older than today's (``efficiency.yaml`` ``software_eras``).
     """
 
     global_batch: int = 32
@@ -177,6 +180,8 @@ class TrainingConfig:
     batch_per_gpu: int | None = None
     gradient_sync_every_micro_batch: bool = True
     jitter_scope: str = "step"
+    compile: bool = False
+    software_era: str = "current"
 
     def __post_init__(self) -> None:
         for name in ("global_batch", "micro_batch", "steps", "bucket_size_bytes", "first_bucket_bytes"):

@@ -143,7 +143,9 @@ def make_context(
     sweep's :class:`~simcore.step.caches.StepCaches` (None: the context's own)."""
     if timer is None or device_memory_bytes is None:
         device = gating_device(topology, config.dtype)
-        timer = timer or ComputeModel(device, config.dtype, calibration)
+        timer = timer or ComputeModel(
+            device, config.dtype, calibration, compiled=config.compile, software_era=config.software_era
+        )
         device_memory_bytes = device_memory_bytes or device.memory_bytes
         if config.optimizer_impl not in ("auto",):
             check_impl_supported(canonical_impl(config.optimizer_impl), device.kind, device.name)

@@ -403,7 +403,7 @@ def _norm(
     width: int | None = None,
     weights: int | None = None,
 ) -> Layer:
-    """A LayerNorm (torch's fused kernel: read and write once) or an RMSNorm as eager PyTorch runs it,
+    """A LayerNorm (kind ``layernorm``: torch's fused kernel, read and write once) or an RMSNorm as eager PyTorch runs it,
     over ``width`` features per token (default: hidden) with ``weights`` scales (default: width).
 
     RMSNorm has no fused eager kernel (HF ``LlamaRMSNorm``, ``torch.nn.functional.rms_norm`` outside
@@ -417,7 +417,7 @@ def _norm(
         return _elementwise(
             name, "rmsnorm", block, params, (4.0 + e) * s * h, e * s * h, (28.0 + 4 * e) * s * h
         )
-    return _elementwise(name, "norm", block, params, e * s * h, e * s * h, 2.0 * e * s * h)
+    return _elementwise(name, "layernorm", block, params, e * s * h, e * s * h, 2.0 * e * s * h)
 
 
 def _rotary(shape: TransformerShape, block: int, s: int, e: int) -> Layer:

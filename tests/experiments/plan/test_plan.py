@@ -326,3 +326,11 @@ def test_ctrl_c_stops_the_process_pool_at_once() -> None:
     assert process.returncode == 130
     assert out.startswith("plan for gpt2-xl") and "evaluated in" in out
     assert err.strip().splitlines()[-1].startswith("interrupted: ")
+
+
+def test_compile_plans_a_faster_best_layout(capsys: pytest.CaptureFixture[str]) -> None:
+    eager = json.loads(_run([*SMALL, "--format", "json", "--top", "1"], capsys)[1])
+    fused = json.loads(_run([*SMALL, "--format", "json", "--top", "1", "--compile"], capsys)[1])
+    best = [g["ranked"][0]["tokens_per_s"] for g in eager["gpu_counts"]]
+    best_fused = [g["ranked"][0]["tokens_per_s"] for g in fused["gpu_counts"]]
+    assert all(f > e for f, e in zip(best_fused, best, strict=True))

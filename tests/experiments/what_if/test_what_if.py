@@ -183,6 +183,7 @@ def test_same_seed_same_output(capsys: pytest.CaptureFixture[str]) -> None:
         ),
         (["--precision", "fsdp-mp", "--strategies", "ddp"], "precision fsdp-mp is what fsdp/hsdp run"),
         (["--dtype", "fp32", "--precision", "mixed", "--strategies", "ddp"], "needs a low-precision --dtype"),
+        (["--software-era", "cudnn-v1"], "--software-era 'cudnn-v1'; allowed: current, cudnn-v3"),
     ],
 )
 def test_bad_input_gets_one_error_line(
@@ -521,3 +522,20 @@ def test_ps_on_dedicated_cpu_servers_and_an_ssp_bound_that_never_binds(
     out = _run(argv, capsys)
     assert "dedicated-cpu:1" in out
     assert "never binds here: ps-ssp runs as ps-async" in out
+
+
+def test_compile_fuses_the_memory_bound_kernels_and_only_speeds_compute(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--compile prices GPT-2's LayerNorms and loss as fused kernels (simcore.compute.memory_kernels):
+    compute time drops, the communication a step exposes does not grow."""
+    argv = ["--gpus", "8", "--cluster", "g5.12xlarge", "--model", "gpt2-small", "--seq-len", "256",
+            "--global-batch", "32", "--strategies", "ddp,fsdp", "--format", "json"]  # fmt: skip
+    eager = {r["strategy"]: r for r in json.loads(_run(argv, capsys))["records"]}
+    fused = {r["strategy"]: r for r in json.loads(_run([*argv, "--compile"], capsys))["records"]}
+    for name in ("ddp", "fsdp"):
+        assert fused[name]["compute_s"] < eager[name]["compute_s"]
+        assert fused[name]["step_time_s"] < eager[name]["step_time_s"]
+    table = _run([*argv[:-2], "--compile"], capsys)
+    assert "kernels: torch.compile (fused norm/rotary/SwiGLU/loss)" in table
+    assert "kernels:" not in _run(argv[:-2], capsys)

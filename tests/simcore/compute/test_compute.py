@@ -282,3 +282,22 @@ def test_real_calibration_profile_drives_the_rate() -> None:
     layer = _matmul(1e9)
     assert _kernel_s(model, layer) == pytest.approx(1e9 / 100e12 + model.curve.kernel_overhead_s)
     assert model.memory_bandwidth_Bps == 1.5e12
+
+
+def test_cudnn_v3_era_prices_fp32_convolutions_at_its_plateau() -> None:
+    """A 2015 stack (cuDNN v3, no Winograd) runs fp32 convolutions at 0.40 of peak (efficiency.yaml
+    software_eras: convnet-benchmarks' GoogLeNet R3 row), the current stack at the device's 1.00."""
+    gtx = device_spec("gtx-980")
+    conv = Layer("conv", "conv", 0, 0, 1e12, 2e12, 0.0, 0.0, 0.0)
+    now, old = ComputeModel(gtx, "fp32"), ComputeModel(gtx, "fp32", software_era="cudnn-v3")
+    plateau = 4.98e12 * 1e12 / (1e12 + 4.98e12 * now.curve.half_efficiency_time_s)
+    gap = now.curve.kernel_overhead_s
+    assert old.layer_time_s(conv, 1, "fwd") == pytest.approx(1e12 / (0.40 * plateau) + gap)
+    assert now.layer_time_s(conv, 1, "fwd") == pytest.approx(1e12 / (1.00 * plateau) + gap)
+    # matmuls are not convolutions: the era leaves them alone
+    assert old.layer_time_s(_matmul(1e12), 1, "fwd") == now.layer_time_s(_matmul(1e12), 1, "fwd")
+
+
+def test_unknown_software_era_is_refused() -> None:
+    with pytest.raises(TrainsimError, match="unknown software era 'cudnn-v1'; allowed: current, cudnn-v3"):
+        ComputeModel(A100, "bf16", software_era="cudnn-v1")
