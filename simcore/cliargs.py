@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextvars
 import datetime as dt
+import math
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -28,6 +29,7 @@ from typing import Any, NoReturn
 
 from simcore.errors import TrainsimError
 from simcore.units import format_bytes, parse_size
+from simcore.workload.user_code import DEFAULT_IMPORT_TIMEOUT_S
 
 __all__ = [
     "MAX_MESSAGE_BYTES",
@@ -193,8 +195,26 @@ def add_model(parser: argparse.ArgumentParser, default: str) -> None:
         "--model",
         default=default,
         help="preset name (e.g. llama2-7b), shape file (YAML/JSON), Hugging Face config.json or model "
-        "folder, or package.module:factory",
+        "folder, or package.module:factory (or file.py:factory)",
     )
+    parser.add_argument(
+        "--import-timeout",
+        type=_positive_seconds,
+        default=DEFAULT_IMPORT_TIMEOUT_S,
+        metavar="SECONDS",
+        help="time limit on importing and tracing a --model package.module:factory (it runs in a "
+        "child process)",
+    )
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not (math.isfinite(value) and 0 < value <= 86_400):
+        raise argparse.ArgumentTypeError(f"must be more than 0 and at most 86400 seconds, got {text!r}")
+    return value
 
 
 def add_format(parser: argparse.ArgumentParser, choices: Sequence[str], default: str = "table") -> None:

@@ -100,7 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     accumulation = config.accumulation_steps(args.gpus)
     check_micro_steps(2 * accumulation, f"two FSDP steps of {accumulation} micro-batches each", quiet=False)
-    workload = load_workload(args.model, seq_len=args.seq_len, dtype=config.dtype)
+    workload = load_workload(
+        args.model, seq_len=args.seq_len, dtype=config.dtype, import_timeout_s=args.import_timeout
+    )
     if not workload.block_names:
         raise TrainsimError(f"model {workload.name!r} has no blocks to align units with")
     units = wrap_units(workload, wrap)

@@ -33,7 +33,7 @@ from experiments.plan.plots import write_outputs
 from experiments.plan.report import format_counts, format_csv, format_json, format_table
 from experiments.plan.run import SEQUENCE_PARALLEL, prepare_plan, run_plan
 from experiments.report_html.page import command_line
-from simcore.cliargs import Parser, output_dir
+from simcore.cliargs import Parser, add_model, output_dir
 from simcore.errors import TrainsimError, cli_entry
 from simcore.report_checks import check_records
 from simcore.units import parse_size
@@ -136,9 +136,7 @@ def _add_space_arguments(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="python -m experiments.plan", description=__doc__.split("\n\n")[0])
-    p.add_argument(
-        "--model", default="gpt2-xl", help="preset name, shape file or module:factory (default %(default)s)"
-    )
+    add_model(p, "gpt2-xl")
     p.add_argument("--cluster", default="dgx-a100", help="cluster preset or YAML (default %(default)s)")
     p.add_argument(
         "--gpus",

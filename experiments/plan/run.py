@@ -97,7 +97,9 @@ def _job(args: argparse.Namespace) -> PlanJob:
     check_engine_path(args.engine_path)
     workload = framework_workload(
         getattr(args, "framework", None), seq_len=args.seq_len, dtype=args.dtype
-    ) or load_workload(args.model, seq_len=args.seq_len, dtype=args.dtype)
+    ) or load_workload(
+        args.model, seq_len=args.seq_len, dtype=args.dtype, import_timeout_s=args.import_timeout
+    )
     seq_len = workload.tokens_per_sample or None
     global_batch = resolve_global_batch(
         workload, global_batch=args.global_batch, tokens_per_step=args.tokens_per_step, seq_len=seq_len

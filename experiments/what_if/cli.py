@@ -537,7 +537,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     workload = framework_workload(
         framework, seq_len=cfg.seq_len, dtype=activation_dtype(cfg.dtype)
-    ) or load_workload(args.model, seq_len=cfg.seq_len, dtype=activation_dtype(cfg.dtype))
+    ) or load_workload(
+        args.model,
+        seq_len=cfg.seq_len,
+        dtype=activation_dtype(cfg.dtype),
+        import_timeout_s=args.import_timeout,
+    )
     cfg = replace(cfg, seq_len=workload.tokens_per_sample or None)
     if not layouts:
         _check_work(cfg, gpus, strategies, len(clusters), args)

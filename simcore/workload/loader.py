@@ -30,6 +30,7 @@ from simcore.workload.models.vit import build_vit
 from simcore.workload.shapefile import load_shape_file
 from simcore.workload.torch_import import workload_from_factory
 from simcore.workload.types import Workload
+from simcore.workload.user_code import DEFAULT_IMPORT_TIMEOUT_S
 from simcore.yamlload import safe_load
 
 __all__ = ["load_workload", "preset_names", "preset_source"]
@@ -126,6 +127,7 @@ def load_workload(
     dtype: str | None = None,
     input_shape: tuple[int, ...] | None = None,
     flash_attention: bool | None = None,
+    import_timeout_s: float | None = DEFAULT_IMPORT_TIMEOUT_S,
 ) -> Workload:
     """The workload named by ``spec``: a preset, a shape file, a Hugging Face ``config.json`` (or a
     folder holding one), or ``"module:factory"``.
@@ -136,6 +138,8 @@ def load_workload(
     for token models give ``seq_len`` instead (the input is then a ``(1, seq_len)`` int64 tensor).
     ``flash_attention`` overrides a transformer preset's (or config.json's) attention: fused (True)
     or the eager path that materialises the scores (False); None keeps the preset's.
+    ``import_timeout_s``: the time limit on a ``module:factory``'s import and trace (run in a child
+    process; None runs it here, unlimited).
     """
     _check_dtype(dtype)
     _check_positive(seq_len, "seq_len")
@@ -152,6 +156,7 @@ def load_workload(
         return load_shape_file(path, seq_len=seq_len, image_size=image_size, dtype=dtype)
     if ":" in spec:
         return workload_from_factory(
-            spec, input_shape=input_shape, seq_len=seq_len, image_size=image_size, dtype=dtype or "bf16"
-        )
+            spec, input_shape=input_shape, seq_len=seq_len, image_size=image_size, dtype=dtype or "bf16",
+            timeout_s=import_timeout_s,
+        )  # fmt: skip
     return _build_preset(spec, seq_len, image_size, dtype, flash_attention)

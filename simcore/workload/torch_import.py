@@ -58,6 +58,7 @@ from simcore.errors import TrainsimError
 from simcore.workload.models.transformer import LOSS_BYTES_PER_LOGIT
 from simcore.workload.torch_trace import ModuleRecord, layer_name, parameter_ties, trace
 from simcore.workload.types import Layer, Workload
+from simcore.workload.user_code import DEFAULT_IMPORT_TIMEOUT_S, run_isolated
 
 __all__ = ["resolve_factory", "workload_from_factory"]
 
@@ -242,9 +243,29 @@ def workload_from_factory(
     seq_len: int | None = None,
     image_size: int | None = None,
     dtype: str = "bf16",
+    timeout_s: float | None = DEFAULT_IMPORT_TIMEOUT_S,
 ) -> Workload:
-    """Trace the module ``factory()`` returns on the meta device into a workload (see module docstring)."""
-    torch = _import_torch()
+    """Trace the module ``factory()`` returns on the meta device into a workload (see module docstring).
+
+    The import, the factory and the trace run the user's code: in a forked child within
+    ``timeout_s`` seconds (None: in this process), any exception, exit or overrun reported as one
+    line (:func:`simcore.workload.user_code.run_isolated`)."""
+    torch = _import_torch()  # here, so a missing torch is this process's error and the child forks with it
+    return run_isolated(
+        f"model {spec!r}",
+        lambda: _trace_factory(torch, spec, input_shape, seq_len, image_size, dtype),
+        timeout_s,
+    )
+
+
+def _trace_factory(
+    torch: Any,
+    spec: str,
+    input_shape: tuple[int, ...] | None,
+    seq_len: int | None,
+    image_size: int | None,
+    dtype: str,
+) -> Workload:
     factory = resolve_factory(spec)
     with torch.device("meta"):
         model = factory()
