@@ -43,6 +43,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from experiments.validate_published.calibration import CALIBRATION_PATH, apply_calibration, load_calibration
 from experiments.validate_published.evaluate import RowResult, evaluate, summarise
 from experiments.validate_published.mapping import CATEGORIES, MAPPING_PATH, RowPlan, load_mapping
 from experiments.validate_published.published import CSV_PATH, content_sha256
@@ -127,6 +128,7 @@ def provenance(argv: Sequence[str]) -> dict[str, Any]:
         "versions": _versions(),
         "published_csv_sha256": content_sha256(CSV_PATH),
         "mapping_sha256": content_sha256(MAPPING_PATH),
+        "calibration_sha256": content_sha256(CALIBRATION_PATH),
     }
 
 
@@ -168,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     mapping = load_mapping()
     plans = select(mapping.plans, mapping.quick, quick=args.quick, categories=args.category)
     progress = (lambda line: print(line, file=sys.stderr)) if args.progress else None
-    results = evaluate(plans, progress)
+    results = apply_calibration(evaluate(plans, progress), mapping.plans, load_calibration(mapping.plans))
     summaries = summarise(results)
     if args.format == "json":
         sys.stdout.write(format_json(results, summaries))

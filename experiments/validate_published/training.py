@@ -166,6 +166,8 @@ class StepSetup:
     bucket_mb: int
     recompute: bool
     precision: str = "auto"
+    # every compute kernel's time multiplied by this (the calibrated column's one scalar; 1 = shipped)
+    compute_scale: float = 1.0
 
     def missing(self) -> list[str]:
         reasons = []
@@ -213,7 +215,9 @@ class StepSetup:
         )
         ctx = make_context(c.workload(), config, self._topology(gpus))
         strategy = get_strategy("ddp" if self.strategy == "none" else self.strategy)
-        step = simulate_step(strategy, ctx, seed=0, slowdown=config.slowdown(None))
+        scale = self.compute_scale
+        fixed = None if scale == 1.0 else (lambda _sim, _step: scale)
+        step = simulate_step(strategy, ctx, seed=0, slowdown=config.slowdown(None), compute_scale=fixed)
         seconds = step.step_times_s[0]
         return config.global_batch / seconds, seconds, bool(step.run.memory.peak().fits)
 
