@@ -119,7 +119,7 @@ def load_calibration(plans: Sequence[RowPlan], path: Path = CALIBRATION_PATH) ->
     """The table, validated against every row's plan (``plans``: the whole mapping)."""
     with path.open(encoding="utf-8") as handle:
         data = safe_load(handle) or {}
-    by_id = {p.row.id: p for p in plans}
+    by_id = {p.row.id: p for p in plans if isinstance(p.row.id, int)}
     known = set(by_id)
     constant = _constant_rows(data.get("constant_rows"), known)
     independent: dict[int, str] = {}

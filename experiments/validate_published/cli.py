@@ -46,6 +46,7 @@ from typing import Any
 from experiments.validate_published.calibration import CALIBRATION_PATH, apply_calibration, load_calibration
 from experiments.validate_published.evaluate import RowResult, evaluate, summarise
 from experiments.validate_published.mapping import CATEGORIES, MAPPING_PATH, RowPlan, load_mapping
+from experiments.validate_published.modern import MODERN_CSV, MODERN_TABLE, load_modern
 from experiments.validate_published.published import CSV_PATH, content_sha256
 from experiments.validate_published.report import format_csv, format_json, format_markdown, format_text
 from simcore.cliargs import Parser
@@ -75,7 +76,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def select(
-    plans: Sequence[RowPlan], quick_rows: Sequence[int], *, quick: bool, categories: str | None
+    plans: Sequence[RowPlan], quick_rows: Sequence[int | str], *, quick: bool, categories: str | None
 ) -> list[RowPlan]:
     """The plans ``--quick`` and ``--category`` keep, in row order."""
     chosen = list(plans)
@@ -129,6 +130,8 @@ def provenance(argv: Sequence[str]) -> dict[str, Any]:
         "published_csv_sha256": content_sha256(CSV_PATH),
         "mapping_sha256": content_sha256(MAPPING_PATH),
         "calibration_sha256": content_sha256(CALIBRATION_PATH),
+        "modern_runs_csv_sha256": content_sha256(MODERN_CSV),
+        "modern_table_sha256": content_sha256(MODERN_TABLE),
     }
 
 
@@ -168,7 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is not None:
         check_out(Path(args.out), force=args.force)
     mapping = load_mapping()
-    plans = select(mapping.plans, mapping.quick, quick=args.quick, categories=args.category)
+    modern, modern_quick = load_modern()
+    everything = [*mapping.plans, *modern]
+    plans = select(everything, [*mapping.quick, *modern_quick], quick=args.quick, categories=args.category)
     progress = (lambda line: print(line, file=sys.stderr)) if args.progress else None
     results = apply_calibration(evaluate(plans, progress), mapping.plans, load_calibration(mapping.plans))
     summaries = summarise(results)

@@ -27,7 +27,7 @@ NOT_EXPRESSIBLE = "not_expressible"
 class RowResult:
     """One published row against the simulator: the numbers, or why there are none."""
 
-    id: int
+    id: int | str
     category: str
     status: str
     hardware: str

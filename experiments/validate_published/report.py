@@ -129,9 +129,9 @@ def _headline(results: Sequence[RowResult]) -> str:
     )
 
 
-def unlock_counts(results: Sequence[RowResult]) -> list[tuple[str, list[int]]]:
+def unlock_counts(results: Sequence[RowResult]) -> list[tuple[str, list[int | str]]]:
     """Each reason of the rows not expressible with the rows it blocks, most rows first."""
-    rows: dict[str, list[int]] = {}
+    rows: dict[str, list[int | str]] = {}
     for result in results:
         for reason in result.reasons:
             rows.setdefault(reason, []).append(result.id)
@@ -139,8 +139,13 @@ def unlock_counts(results: Sequence[RowResult]) -> list[tuple[str, list[int]]]:
     return [(reason, rows[reason]) for reason, _ in order.most_common()]
 
 
-def id_list(ids: Sequence[int]) -> str:
-    """``1-12, 15, 17-19``: runs of consecutive row numbers."""
+def id_list(ids: Sequence[int | str]) -> str:
+    """``1-12, 15, 17-19``: runs of consecutive row numbers (ids that are not numbers as they are)."""
+    named = [str(i) for i in ids if isinstance(i, str)]
+    numbers = [i for i in ids if isinstance(i, int)]
+    if named:
+        return ", ".join(filter(None, (id_list(numbers) if numbers else "", *named)))
+    ids = numbers
     parts, start = [], 0
     for i in range(1, len(ids) + 1):
         if i == len(ids) or ids[i] != ids[i - 1] + 1:
