@@ -23,9 +23,9 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any
 
+from calibrate.gpu_suite.predict import single_device_cluster
 from experiments.validate_published.base import (
     Prediction,
     first_known,
@@ -46,8 +46,6 @@ from simcore.workload.loader import load_workload
 from simcore.workload.loader import preset_names as model_preset_names
 from topologies import load_cluster
 from topologies import preset_names as cluster_preset_names
-from topologies.builders import build_cluster
-from topologies.spec import ClusterSpec, DeviceDecl, FabricSpec, NodeType
 
 __all__ = [
     "PS_KEYS",
@@ -100,12 +98,7 @@ def _devices() -> list[str]:
 @functools.lru_cache(maxsize=16)
 def single_gpu_cluster(device: str) -> Topology:
     """One rank on one ``device``, nothing else: a one-GPU step needs no links or fabric."""
-    node = NodeType("single-gpu", (DeviceDecl("gpu0", "gpu", spec=device),), (), ("gpu0",), "one device")
-    fabric = FabricSpec(type="none", source="one device: no fabric")
-    spec = ClusterSpec(
-        f"single-{device}", MappingProxyType({"single-gpu": node}), (("single-gpu", 1),), fabric
-    )
-    return build_cluster(spec)
+    return single_device_cluster(device)
 
 
 @functools.lru_cache(maxsize=32)
