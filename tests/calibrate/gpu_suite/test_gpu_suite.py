@@ -8,6 +8,7 @@ taken, and that bad input is one error line.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -178,3 +179,27 @@ def test_a_tiny_run_of_everything_measures_every_kind(
     steps = [r for r in records if r["kind"] == "step"]
     assert {r["variant"] for r in steps} == {"eager", "compiled"}
     assert all(float(r["step_time_s"]) > 0 for r in steps)  # type: ignore[arg-type]
+
+
+def test_every_item_of_a_full_gpu_run_gets_a_prediction() -> None:
+    """The full plan, as an H200 run would record it (times made up): nothing lacks a prediction."""
+    size = SIZES["full"]
+    records: list[dict[str, object]] = [{"kind": "provenance", "device_spec": "h200-sxm"}]
+    records += [{**dataclasses.asdict(i), "key": i.key, "time_s": 1e-3} for i in kernel_items(size, fp8=True)]
+    records += [
+        {
+            "kind": "step",
+            **dataclasses.asdict(s),
+            "key": s.key,
+            "step_time_s": 0.1,
+            "peak_reserved_bytes": 2**33,
+        }
+        for s in step_items(size)
+    ]
+    records += [{"kind": "sustained", "key": "sustained", "n": 8192, "tflops": 700.0 - i} for i in range(4)]
+    comparisons = compare(records)
+    assert comparisons and all(c.predicted is not None and c.predicted > 0 for c in comparisons)
+    steps = [c for c in comparisons if c.quantity == "step_time_s"]
+    assert len(steps) == len(step_items(size))
+    (sustained,) = [c for c in comparisons if c.quantity == "tflops"]
+    assert sustained.measured == pytest.approx(697.5)  # the median of the second half: 698, 697
