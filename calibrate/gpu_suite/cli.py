@@ -21,7 +21,8 @@ first: device, driver, CUDA, torch, clocks and power limit at the start, date, c
 
 Each kernel is the computation of one simulator layer at one shape, so ``table.md`` sets each
 measurement beside the simulator's time for that layer (:mod:`calibrate.gpu_suite.predict`). An
-item that fails is recorded with its error; ``--budget-s`` bounds the run (later items are recorded
+item that fails is recorded with its error; ``--kinds`` picks parts of the run (e.g. ``gemm,sustained``
+to rerun those alone); ``--budget-s`` bounds the run (later items are recorded
 as skipped). ``--out`` holding earlier records is refused without ``--force`` (which appends).
 """
 

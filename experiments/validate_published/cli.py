@@ -7,7 +7,12 @@
 
 Reads the published measurements (``data/published_measurements.csv``: 157 rows, each with its
 source; ``data/README.md`` says where the file comes from) and the mapping of each row to a
-simulator setup (``data/mapping.yaml``). Every row the simulator can express is predicted with the
+simulator setup (``data/mapping.yaml``), and the 36 torchtitan/NeMo runs of 2024-25
+(``data/modern_runs.csv`` through the settings table ``data/modern.yaml``: categories
+``modern_runs`` and ``modern_runs_memory``, :mod:`experiments.validate_published.modern`). Rows that
+set or restate a shipped constant are *calibration rows*, listed apart and never scored; a second,
+*calibrated* column uses a source's own one-GPU rate as one compute-only scale on its distributed
+rows (``data/calibration.yaml``, :mod:`experiments.validate_published.calibration`). Every row the simulator can express is predicted with the
 shipped defaults - nothing is fitted to the rows - and printed beside its measured value with the
 setup stated (precision, batch, sequence, optimizer, algorithm), its error and its speed bias;
 then MAPE and mean bias per category, whether the simulator chose the algorithm a row states, and
