@@ -83,6 +83,7 @@ class Setting:
 
     config: Mapping[str, Any]
     options: Mapping[str, Any]
+    layout: Mapping[str, Any]
     needs: str = ""
     approximate: str = ""
 
@@ -99,12 +100,12 @@ class SettingsTable:
 
 
 def _setting(name: str, entry: Any) -> Setting:
-    if not isinstance(entry, Mapping) or not set(entry) <= {"config", "options", "needs", "approximate"}:
-        raise TrainsimError(
-            f"modern.yaml setting {name!r}: keys allowed are config, options, needs, approximate"
-        )
-    text = {k: " ".join(str(entry.get(k, "")).split()) for k in ("needs", "approximate")}
-    return Setting(dict(entry.get("config") or {}), dict(entry.get("options") or {}), **text)
+    allowed = ("config", "options", "layout", "needs", "approximate")
+    if not isinstance(entry, Mapping) or not set(entry) <= set(allowed):
+        raise TrainsimError(f"modern.yaml setting {name!r}: keys allowed are {', '.join(allowed)}")
+    config, options, layout = (dict(entry.get(k) or {}) for k in ("config", "options", "layout"))
+    needs, approximate = (" ".join(str(entry.get(k, "")).split()) for k in ("needs", "approximate"))
+    return Setting(config, options, layout, needs, approximate)
 
 
 def load_table(path: Path = MODERN_TABLE) -> SettingsTable:
@@ -185,7 +186,8 @@ class ModernSetup:
         )  # fmt: skip
         config = _with(config, dict(self.config), "the training config")
         options = _with(ParallelOptions(), dict(self.options), "the parallel options")
-        workload = load_workload(model, seq_len=self.seq_len, dtype=config.dtype)
+        # activations in bf16 whatever the GEMMs run in (FP8 recipes keep tensors in bf16)
+        workload = load_workload(model, seq_len=self.seq_len, dtype="bf16")
         topology = load_cluster(preset, gpus=self.gpus, nodes=self.nodes)
         result = simulate_parallel_step(
             workload, config, topology, self.strategy, self.layout, options, cluster=preset, trace=False
@@ -218,12 +220,13 @@ def _with(base: Any, changes: Mapping[str, Any], what: str) -> Any:
 class _Resolved:
     config: dict[str, Any]
     options: dict[str, Any]
+    layout: dict[str, Any]
     needs: list[str]
     approximations: list[str]
 
 
 def _resolve(names: Sequence[str], table: SettingsTable, where: str) -> _Resolved:
-    out = _Resolved({}, {}, [], [])
+    out = _Resolved({}, {}, {}, [], [])
     for name in names:
         setting = table.settings.get(name)
         if setting is None:
@@ -235,6 +238,7 @@ def _resolve(names: Sequence[str], table: SettingsTable, where: str) -> _Resolve
         else:
             out.config.update(setting.config)
             out.options.update(setting.options)
+            out.layout.update({k: tuple(v) if isinstance(v, list) else v for k, v in setting.layout.items()})
         if setting.approximate and not setting.needs:
             out.approximations.append(f"approximated: {setting.approximate}")
     return out
@@ -276,6 +280,7 @@ def modern_plan(row: Mapping[str, str], table: SettingsTable) -> RowPlan:
     layout = ParallelLayout(tp=d["tp"], pp=d["pp"], cp=d["cp"], ep=d["ep"], vpp=d["vpp"])
     names = _row_settings(row, pairs, table, where) + (["stages=uneven"] if _uneven(models, layout) else [])
     resolved = _resolve(names, table, where)
+    layout = _with(layout, resolved.layout, "the parallel layout")
     topologies = table.hardware[row["hardware"]][0]
     setup = ModernSetup(
         row["hardware"], topologies, models, strategy[0], int(row["gpus"]), int(row["nodes"]), layout,
