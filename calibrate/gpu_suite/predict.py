@@ -11,6 +11,8 @@ weights and AdamW, peak memory as the allocator holds it (compared with torch's 
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import math
 import statistics
 from collections.abc import Mapping, Sequence
@@ -33,6 +35,10 @@ from topologies.spec import ClusterSpec, DeviceDecl, FabricSpec, NodeType
 __all__ = ["Comparison", "compare", "format_table", "single_device_cluster"]
 
 COMPILED_NOTE = "priced as eager: this build has no compiled-kernel pricing"
+# whether this build prices torch.compile'd kernels and steps (ComputeModel(compiled=...),
+# TrainingConfig.compile); without it the compiled items are priced as eager, and say so
+COMPILED_KERNELS = "compiled" in inspect.signature(ComputeModel).parameters
+COMPILED_STEPS = "compile" in {f.name for f in dataclasses.fields(TrainingConfig)}
 
 
 def single_device_cluster(device: str) -> Topology:
@@ -87,9 +93,11 @@ def _layer(workload: Workload, name: str) -> Layer:
 
 def _kernel(record: Mapping[str, Any], device: str, loads: _Workloads) -> Comparison:
     workload = loads.get(record["preset"], int(record["seq_len"]))
-    model = ComputeModel(device_spec(device), str(record["dtype"]))
+    compiled = record.get("variant") == "compiled"
+    extra: dict[str, Any] = {"compiled": True} if compiled and COMPILED_KERNELS else {}
+    model = ComputeModel(device_spec(device), str(record["dtype"]), **extra)
     seconds = model.layer_time_s(_layer(workload, record["layer"]), int(record["batch"]), record["phase"])
-    note = COMPILED_NOTE if record.get("variant") == "compiled" else ""
+    note = COMPILED_NOTE if compiled and not extra else ""
     return Comparison(record["key"], "time_s", record.get("time_s"), seconds, note)
 
 
@@ -117,13 +125,15 @@ def _step(record: Mapping[str, Any], device: str, loads: _Workloads) -> list[Com
     seq, image = int(record.get("seq_len") or 0), int(record.get("image_size") or 0)
     workload = loads.get(record["workload"], seq, image)
     batch = int(record["batch"])
+    compiled = record.get("variant") == "compiled"
+    extra: dict[str, Any] = {"compile": True} if compiled and COMPILED_STEPS else {}
     config = TrainingConfig(
         global_batch=batch, micro_batch=batch, seq_len=seq or None, dtype="bf16", optimizer="adamw",
-        gradient_as_bucket_view=True,
+        gradient_as_bucket_view=True, **extra,
     )  # fmt: skip
     ctx = make_context(workload, config, single_device_cluster(device))
     step = simulate_step(get_strategy("ddp"), ctx, seed=0, slowdown=config.slowdown(None))
-    note = COMPILED_NOTE if record.get("variant") == "compiled" else ""
+    note = COMPILED_NOTE if compiled and not extra else ""
     peak = step.run.memory.peak()
     tensors = peak.peak_bytes - peak.breakdown.get("overhead", 0.0)  # without the allocator's fragmentation
     return [
