@@ -2,7 +2,7 @@
 predicted-vs-measured table.
 
     python -m calibrate.gpu_suite --out runs/h200        # about 8 minutes on one GPU
-    python -m calibrate.gpu_suite --out /tmp/s --tiny    # seconds, tiny sizes (automatic on a CPU)
+    python -m calibrate.gpu_suite --out runs/tiny --tiny  # seconds, tiny sizes (automatic on a CPU)
     python -m calibrate.gpu_suite --table runs/h200      # the table again, against today's simulator
 
 Measures, appending each record to ``<out>/suite.jsonl`` as it is taken (a provenance record
