@@ -172,7 +172,7 @@ SIZES = {
 
 
 def kernel_items(size: SizePlan, *, fp8: bool, kinds: tuple[str, ...] = KINDS) -> list[KernelItem]:
-    """Every kernel measurement of a run of ``kinds``, in the order they are taken."""
+    """Every kernel measurement of a run of ``kinds`` (the run takes the eager ones first)."""
     return [item for item in _kernel_items(size, fp8=fp8) if item.kind in kinds]
 
 
