@@ -139,12 +139,27 @@ def unlock_counts(results: Sequence[RowResult]) -> list[tuple[str, list[int | st
     return [(reason, rows[reason]) for reason, _ in order.most_common()]
 
 
+def _named_runs(names: Sequence[str]) -> list[str]:
+    """``modern-03-10``: runs of ids that share a prefix and count up (``modern-03`` ... ``modern-10``)."""
+    runs: list[list[str]] = []
+    for name in names:
+        prefix, _, number = name.rpartition("-")
+        previous = runs[-1][-1] if runs else ""
+        before, _, last = previous.rpartition("-")
+        if number.isdigit() and last.isdigit() and before == prefix and int(last) + 1 == int(number):
+            runs[-1].append(name)
+        else:
+            runs.append([name])
+    return [run[0] if len(run) == 1 else f"{run[0]}-{run[-1].rpartition('-')[2]}" for run in runs]
+
+
 def id_list(ids: Sequence[int | str]) -> str:
-    """``1-12, 15, 17-19``: runs of consecutive row numbers (ids that are not numbers as they are)."""
+    """``1-12, 15, 17-19``: runs of consecutive row numbers; named ids (``modern-03``) in runs of
+    their own (``modern-03-10``)."""
     named = [str(i) for i in ids if isinstance(i, str)]
     numbers = [i for i in ids if isinstance(i, int)]
     if named:
-        return ", ".join(filter(None, (id_list(numbers) if numbers else "", *named)))
+        return ", ".join(filter(None, (id_list(numbers) if numbers else "", *_named_runs(named))))
     ids = numbers
     parts, start = [], 0
     for i in range(1, len(ids) + 1):

@@ -25,6 +25,7 @@ from experiments.validate_published.modern import (
     parse_layout,
 )
 from experiments.validate_published.published import content_sha256
+from experiments.validate_published.report import id_list
 from simcore.errors import TrainsimError
 from simcore.parallel import ParallelOptions, simulate_parallel_step
 from simcore.strategies.base import TrainingConfig
@@ -145,3 +146,8 @@ def test_the_cli_reports_the_modern_categories(capsys: pytest.CaptureFixture[str
     assert doc["rows_total"] == 36
     assert {c["category"] for c in doc["categories"]} == {"modern_runs", "modern_runs_memory"}
     assert all(r["status"] == PREDICTED or r["reasons"] for r in doc["rows"])
+
+
+def test_named_row_ids_are_listed_in_runs() -> None:
+    ids: list[int | str] = [1, 2, 3, 7, "modern-03", "modern-04", "modern-05", "modern-07", "modern-10"]
+    assert id_list(ids) == "1-3, 7, modern-03-05, modern-07, modern-10"
