@@ -74,6 +74,8 @@ COMMANDS: dict[str, Command] = {
                                  "emulate a multi-node cluster on one Linux machine (root)"),
     "calibrate-cluster": Command("calibrate.cluster", "calibrate.cluster.cli",
                                  "a real Slurm cluster of emulated nodes on one Linux machine (root)"),
+    "calibrate-gpu-suite": Command("calibrate.gpu_suite", "calibrate.gpu_suite.cli",
+                                   "one prepared GPU run of what the compute model needs, predicted vs measured"),
 }  # fmt: skip
 
 

@@ -42,6 +42,7 @@ from experiments.reproduce_paper.hardware import (
     cached_workload,
     simulate_point,
 )
+from experiments.reproduce_paper.region import RegionSweep, claim_regions, format_regions
 from experiments.reproduce_paper.report import FORMATS, SUFFIX, render
 from simcore.cliargs import Parser, add_format, add_out, add_quiet, output_dir
 from simcore.compute.heterogeneity import Heterogeneity, Jitter, JitterSpec
@@ -335,6 +336,10 @@ def run_claims(setting: PaperSetting, *, quiet: bool = True) -> list[ClaimResult
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="python -m experiments.reproduce_paper", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="the small CI setting (a few seconds)")
+    parser.add_argument(
+        "--regions", action="store_true",
+        help="also sweep fabric x model x GPU count and say where each ratio claim holds (text)",
+    )  # fmt: skip
     add_format(parser, FORMATS)
     add_out(parser, "the report in every format", default_new=False)
     add_quiet(parser)
@@ -348,6 +353,9 @@ def main(argv: list[str] | None = None) -> int:
     setting = QUICK_SETTING if args.quick else FULL_SETTING
     results = run_claims(setting, quiet=args.quiet)
     print(render(results, setting, args.format, quick=args.quick), end="")
+    if args.regions:
+        sweep = RegionSweep(gpus=(2, 4, 8)) if args.quick else RegionSweep()
+        print("\n" + format_regions(claim_regions(setting, sweep, _step), setting, sweep), end="")
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         for fmt in FORMATS:

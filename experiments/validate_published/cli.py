@@ -7,7 +7,12 @@
 
 Reads the published measurements (``data/published_measurements.csv``: 157 rows, each with its
 source; ``data/README.md`` says where the file comes from) and the mapping of each row to a
-simulator setup (``data/mapping.yaml``). Every row the simulator can express is predicted with the
+simulator setup (``data/mapping.yaml``), and the 36 torchtitan/NeMo runs of 2024-25
+(``data/modern_runs.csv`` through the settings table ``data/modern.yaml``: categories
+``modern_runs`` and ``modern_runs_memory``, :mod:`experiments.validate_published.modern`). Rows that
+set or restate a shipped constant are *calibration rows*, listed apart and never scored; a second,
+*calibrated* column uses a source's own one-GPU rate as one compute-only scale on its distributed
+rows (``data/calibration.yaml``, :mod:`experiments.validate_published.calibration`). Every row the simulator can express is predicted with the
 shipped defaults - nothing is fitted to the rows - and printed beside its measured value with the
 setup stated (precision, batch, sequence, optimizer, algorithm), its error and its speed bias;
 then MAPE and mean bias per category, whether the simulator chose the algorithm a row states, and
@@ -46,8 +51,10 @@ from typing import Any
 
 from experiments.report_html.published import render_published
 from experiments.report_html.write import write_report
+from experiments.validate_published.calibration import CALIBRATION_PATH, apply_calibration, load_calibration
 from experiments.validate_published.evaluate import RowResult, evaluate, summarise
 from experiments.validate_published.mapping import CATEGORIES, MAPPING_PATH, RowPlan, load_mapping
+from experiments.validate_published.modern import MODERN_CSV, MODERN_TABLE, load_modern
 from experiments.validate_published.published import CSV_PATH, content_sha256
 from experiments.validate_published.report import (
     format_csv,
@@ -83,7 +90,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def select(
-    plans: Sequence[RowPlan], quick_rows: Sequence[int], *, quick: bool, categories: str | None
+    plans: Sequence[RowPlan], quick_rows: Sequence[int | str], *, quick: bool, categories: str | None
 ) -> list[RowPlan]:
     """The plans ``--quick`` and ``--category`` keep, in row order."""
     chosen = list(plans)
@@ -136,6 +143,9 @@ def provenance(argv: Sequence[str]) -> dict[str, Any]:
         "versions": _versions(),
         "published_csv_sha256": content_sha256(CSV_PATH),
         "mapping_sha256": content_sha256(MAPPING_PATH),
+        "calibration_sha256": content_sha256(CALIBRATION_PATH),
+        "modern_runs_csv_sha256": content_sha256(MODERN_CSV),
+        "modern_table_sha256": content_sha256(MODERN_TABLE),
     }
 
 
@@ -177,9 +187,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is not None:
         check_out(Path(args.out), force=args.force)
     mapping = load_mapping()
-    plans = select(mapping.plans, mapping.quick, quick=args.quick, categories=args.category)
+    modern, modern_quick = load_modern()
+    everything = [*mapping.plans, *modern]
+    plans = select(everything, [*mapping.quick, *modern_quick], quick=args.quick, categories=args.category)
     progress = (lambda line: print(line, file=sys.stderr)) if args.progress else None
-    results = evaluate(plans, progress)
+    results = apply_calibration(evaluate(plans, progress), mapping.plans, load_calibration(mapping.plans))
     summaries = summarise(results)
     if args.format == "json":
         sys.stdout.write(format_json(results, summaries))

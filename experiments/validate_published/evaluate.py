@@ -27,7 +27,7 @@ NOT_EXPRESSIBLE = "not_expressible"
 class RowResult:
     """One published row against the simulator: the numbers, or why there are none."""
 
-    id: int
+    id: int | str
     category: str
     status: str
     hardware: str
@@ -46,11 +46,24 @@ class RowResult:
     reasons: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
     source: str = ""
+    # "scored", or "calibration": the row set (or restates) the constant named in ``constant`` and is
+    # reported apart (:mod:`experiments.validate_published.calibration`)
+    role: str = "scored"
+    constant: str = ""
+    # the calibrated column: the prediction with the source's own one-device rate as compute scale
+    # (``anchor`` the row it comes from, ``compute_scale`` the scalar); None where the row has no anchor
+    calibrated: float | None = None
+    calibrated_error_pct: float | None = None
+    calibrated_bias_pct: float | None = None
+    anchor: int | None = None
+    compute_scale: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class CategorySummary:
-    """Errors of one category: MAPE and mean speed bias over its predicted rows."""
+    """Errors of one category: MAPE and mean speed bias over its predicted rows, uncalibrated and
+    calibrated (each row's calibrated value where it has an anchor, else its uncalibrated one; the
+    anchors themselves left out of the calibrated figures)."""
 
     category: str
     rows: int
@@ -60,6 +73,13 @@ class CategorySummary:
     bias_pct: float | None
     algorithm_checked: int
     algorithm_matched: int
+    calibrated_rows: int = 0
+    calibrated_mape_pct: float | None = None
+    calibrated_bias_pct: float | None = None
+
+
+CALIBRATION = "calibration"
+CALIBRATION_SUMMARY = "calibration rows"
 
 
 def _base(plan: RowPlan, status: str) -> RowResult:
@@ -111,27 +131,50 @@ def evaluate(plans: Sequence[RowPlan], progress: Callable[[str], None] | None = 
     return results
 
 
-def summarise(results: Sequence[RowResult]) -> list[CategorySummary]:
-    """One summary per category that has rows, in :data:`CATEGORIES` order."""
-    out = []
-    for category in CATEGORIES:
-        rows = [r for r in results if r.category == category]
-        if not rows:
+def _mean(values: Sequence[float]) -> float | None:
+    return math.fsum(values) / len(values) if values else None
+
+
+def _calibrated_pairs(done: Sequence[RowResult]) -> list[tuple[float, float]]:
+    """(error, bias) of the calibrated column: a row's calibrated pair, else its uncalibrated one."""
+    pairs = []
+    for r in done:
+        if r.anchor == r.id:
             continue
-        done = [r for r in rows if r.status == PREDICTED]
-        errors = [abs(r.error_pct) for r in done if r.error_pct is not None]
-        biases = [r.speed_bias_pct for r in done if r.speed_bias_pct is not None]
-        checked = [r for r in done if r.algorithm_match is not None]
-        out.append(
-            CategorySummary(
-                category,
-                len(rows),
-                len(done),
-                len(rows) - len(done),
-                math.fsum(errors) / len(errors) if errors else None,
-                math.fsum(biases) / len(biases) if biases else None,
-                len(checked),
-                sum(1 for r in checked if r.algorithm_match),
-            )
-        )
+        if r.calibrated_error_pct is not None and r.calibrated_bias_pct is not None:
+            pairs.append((r.calibrated_error_pct, r.calibrated_bias_pct))
+        elif r.error_pct is not None and r.speed_bias_pct is not None:
+            pairs.append((r.error_pct, r.speed_bias_pct))
+    return pairs
+
+
+def _summary(category: str, rows: Sequence[RowResult]) -> CategorySummary:
+    done = [r for r in rows if r.status == PREDICTED]
+    errors = [abs(r.error_pct) for r in done if r.error_pct is not None]
+    biases = [r.speed_bias_pct for r in done if r.speed_bias_pct is not None]
+    checked = [r for r in done if r.algorithm_match is not None]
+    pairs = _calibrated_pairs(done)
+    return CategorySummary(
+        category,
+        len(rows),
+        len(done),
+        len(rows) - len(done),
+        _mean(errors),
+        _mean(biases),
+        len(checked),
+        sum(1 for r in checked if r.algorithm_match),
+        sum(1 for r in done if r.calibrated is not None),
+        _mean([abs(e) for e, _ in pairs]),
+        _mean([b for _, b in pairs]),
+    )
+
+
+def summarise(results: Sequence[RowResult]) -> list[CategorySummary]:
+    """One summary per category that has scored rows, in :data:`CATEGORIES` order, then one line
+    for the calibration rows (:data:`CALIBRATION_SUMMARY`) when there are any: they score nothing."""
+    scored = [r for r in results if r.role != CALIBRATION]
+    out = [_summary(c, rows) for c in CATEGORIES if (rows := [r for r in scored if r.category == c])]
+    calibration = [r for r in results if r.role == CALIBRATION]
+    if calibration:
+        out.append(_summary(CALIBRATION_SUMMARY, calibration))
     return out

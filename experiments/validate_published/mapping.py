@@ -37,6 +37,8 @@ CATEGORIES = (
     "single_gpu_kernels",
     "tensor_pipeline",
     "memory",
+    "modern_runs",
+    "modern_runs_memory",
 )
 COMMON_KEYS = ("kind", "category", "metric", "hardware", "needs", "reason", "note", "stated_algorithm")
 

@@ -35,6 +35,8 @@ METRICS: dict[str, Metric] = {
         Metric("scaling_efficiency", "%", True, "samples/s at N GPUs over N x samples/s at one GPU"),
         Metric("samples_per_s_per_worker", "samples/s", True, "training samples per second per worker"),
         Metric("matmul_tflops", "TFLOPS", True, "2 n^3 / time of a square matmul, best over the sizes"),
+        # bias of a memory row: predicted / measured - 1 (+: the simulator over-predicts the memory)
+        Metric("peak_memory_gib", "GiB", True, "peak allocated memory per GPU (the largest over ranks)"),
         Metric(
             "layer_tflops", "TFLOPS", True, "a block's forward + backward FLOPs / time, best over the sweep"
         ),

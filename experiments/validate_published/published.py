@@ -35,9 +35,10 @@ COLUMNS = (
 
 @dataclass(frozen=True, slots=True)
 class PublishedRow:
-    """One published measurement, every column as the file has it (value as a number)."""
+    """One published measurement, every column as the file has it (value as a number); ``id`` is
+    the row number, or the id column of a file that has one (``modern_runs.csv``: ``modern-01``)."""
 
-    id: int
+    id: int | str
     category: str
     hardware: str
     gpus: int

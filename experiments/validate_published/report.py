@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from experiments.validate_published.evaluate import PREDICTED, CategorySummary, RowResult
+from experiments.validate_published.evaluate import CALIBRATION, PREDICTED, CategorySummary, RowResult
 
 __all__ = [
     "CONVENTIONS",
@@ -39,6 +39,9 @@ CONVENTIONS = (
     "+ means trainsim is too fast (optimistic), - too slow",
     "algorithm: what the simulator ran (chosen, or pinned where the row pins it); "
     "'matches' counts rows that state the algorithm NCCL chose",
+    "calibration rows: rows that set (or restate) a shipped constant; listed apart, never scored",
+    "calibrated: the source's own one-device rate as one compute-only scalar on its distributed rows "
+    "(the anchor itself not scored); rows without an anchor keep their uncalibrated value",
 )
 CSV_COLUMNS = (
     "id",
@@ -60,6 +63,13 @@ CSV_COLUMNS = (
     "reasons",
     "notes",
     "source",
+    "role",
+    "constant",
+    "calibrated",
+    "calibrated_error_pct",
+    "calibrated_bias_pct",
+    "anchor",
+    "compute_scale",
 )
 
 
@@ -79,9 +89,23 @@ def _algorithms(summary: CategorySummary) -> str:
     return f"{summary.algorithm_matched}/{summary.algorithm_checked}"
 
 
+_SUMMARY_HEADER = (
+    "category", "rows", "predicted", "not expr.", "MAPE", "bias", "calibrated rows", "cal. MAPE",
+    "cal. bias", "algorithm",
+)  # fmt: skip
+
+
 def _summary_cells(s: CategorySummary) -> tuple[str, ...]:
     counts = (str(s.rows), str(s.predicted), str(s.not_expressible))
-    return (s.category, *counts, _pct(s.mape_pct), _pct(s.bias_pct, True), _algorithms(s))
+    calibrated = (str(s.calibrated_rows), _pct(s.calibrated_mape_pct), _pct(s.calibrated_bias_pct, True))
+    return (s.category, *counts, _pct(s.mape_pct), _pct(s.bias_pct, True), *calibrated, _algorithms(s))
+
+
+def _calibrated_cell(r: RowResult) -> str:
+    if r.calibrated is None:
+        return "-"
+    role = "anchor, " if r.anchor == r.id else ""
+    return f"{_num(r.calibrated)} ({role}{_pct(r.calibrated_error_pct, True)}, x{r.compute_scale:.3f})"
 
 
 def _errors(r: RowResult) -> tuple[str, str, str, str]:
@@ -97,12 +121,17 @@ def _algorithm_cell(result: RowResult) -> str:
 
 def _headline(results: Sequence[RowResult]) -> str:
     predicted = sum(1 for r in results if r.status == PREDICTED)
-    return f"{len(results)} published rows: {predicted} predicted, {len(results) - predicted} not expressible"
+    calibration = sum(1 for r in results if r.role == CALIBRATION)
+    apart = f" ({calibration} of them calibration rows, not scored)" if calibration else ""
+    return (
+        f"{len(results)} published rows: {predicted} predicted{apart}, "
+        f"{len(results) - predicted} not expressible"
+    )
 
 
-def unlock_counts(results: Sequence[RowResult]) -> list[tuple[str, list[int]]]:
+def unlock_counts(results: Sequence[RowResult]) -> list[tuple[str, list[int | str]]]:
     """Each reason of the rows not expressible with the rows it blocks, most rows first."""
-    rows: dict[str, list[int]] = {}
+    rows: dict[str, list[int | str]] = {}
     for result in results:
         for reason in result.reasons:
             rows.setdefault(reason, []).append(result.id)
@@ -110,8 +139,28 @@ def unlock_counts(results: Sequence[RowResult]) -> list[tuple[str, list[int]]]:
     return [(reason, rows[reason]) for reason, _ in order.most_common()]
 
 
-def id_list(ids: Sequence[int]) -> str:
-    """``1-12, 15, 17-19``: runs of consecutive row numbers."""
+def _named_runs(names: Sequence[str]) -> list[str]:
+    """``modern-03-10``: runs of ids that share a prefix and count up (``modern-03`` ... ``modern-10``)."""
+    runs: list[list[str]] = []
+    for name in names:
+        prefix, _, number = name.rpartition("-")
+        previous = runs[-1][-1] if runs else ""
+        before, _, last = previous.rpartition("-")
+        if number.isdigit() and last.isdigit() and before == prefix and int(last) + 1 == int(number):
+            runs[-1].append(name)
+        else:
+            runs.append([name])
+    return [run[0] if len(run) == 1 else f"{run[0]}-{run[-1].rpartition('-')[2]}" for run in runs]
+
+
+def id_list(ids: Sequence[int | str]) -> str:
+    """``1-12, 15, 17-19``: runs of consecutive row numbers; named ids (``modern-03``) in runs of
+    their own (``modern-03-10``)."""
+    named = [str(i) for i in ids if isinstance(i, str)]
+    numbers = [i for i in ids if isinstance(i, int)]
+    if named:
+        return ", ".join(filter(None, (id_list(numbers) if numbers else "", *_named_runs(named))))
+    ids = numbers
     parts, start = [], 0
     for i in range(1, len(ids) + 1):
         if i == len(ids) or ids[i] != ids[i - 1] + 1:
@@ -134,22 +183,45 @@ def _text_table(header: Sequence[str], rows: Sequence[Sequence[str]], right: Seq
     return [line(header), *(line(r) for r in rows)]
 
 
+def _text_rows(title: str, rows: Sequence[RowResult]) -> list[str]:
+    if not rows:
+        return []
+    header = (
+        "row",
+        "category",
+        "measured",
+        "predicted",
+        "error",
+        "bias",
+        "calibrated",
+        "unit",
+        "algorithm",
+        "setup",
+    )
+    cells = [
+        (str(r.id), r.category, *_errors(r), _calibrated_cell(r), r.unit, _algorithm_cell(r), r.setup)
+        for r in rows
+    ]
+    return [
+        "",
+        title,
+        *_text_table(header, cells, (True, False, True, True, True, True, False, False, False, False)),
+    ]
+
+
 def format_text(results: Sequence[RowResult], summaries: Sequence[CategorySummary]) -> str:
     """A plain-text report for the terminal."""
     out = [f"trainsim vs published GPU measurements: {_headline(results)}", *CONVENTIONS, ""]
     out += _text_table(
-        ("category", "rows", "predicted", "not expr.", "MAPE", "bias", "algorithm"),
+        _SUMMARY_HEADER,
         [_summary_cells(s) for s in summaries],
-        (False, True, True, True, True, True, True),
+        (False, True, True, True, True, True, True, True, True, True),
     )
     predicted = [r for r in results if r.status == PREDICTED]
-    if predicted:
-        out += ["", "Predicted rows"]
-        out += _text_table(
-            ("row", "category", "measured", "predicted", "error", "bias", "unit", "algorithm", "setup"),
-            [(str(r.id), r.category, *_errors(r), r.unit, _algorithm_cell(r), r.setup) for r in predicted],
-            (True, False, True, True, True, True, False, False, False),
-        )
+    out += _text_rows("Predicted rows", [r for r in predicted if r.role != CALIBRATION])
+    calibration = [r for r in predicted if r.role == CALIBRATION]
+    out += _text_rows("Calibration rows (set or restate a constant: not scored)", calibration)
+    out += [f"{r.id:>4}  {r.constant}" for r in calibration]
     others = [r for r in results if r.status != PREDICTED]
     if others:
         out += ["", "Not expressible"]
@@ -181,32 +253,42 @@ _MD_PREDICTED = (
     "predicted",
     "error",
     "bias",
+    "calibrated (error, scale)",
     "algorithm",
     "notes",
 )
 
 
+def _md_row(r: RowResult) -> tuple[str, ...]:
+    return (
+        str(r.id),
+        r.hardware,
+        f"{r.metric} ({r.unit})",
+        r.setup,
+        *_errors(r),
+        _calibrated_cell(r),
+        _algorithm_cell(r),
+        "; ".join(r.notes),
+    )
+
+
 def _md_predicted(results: Sequence[RowResult]) -> list[str]:
     out: list[str] = []
     for category in dict.fromkeys(r.category for r in results):
-        rows = [r for r in results if r.category == category]
         out += ["", f"### {category}", ""]
-        out += _md_table(
-            _MD_PREDICTED,
-            [
-                (
-                    str(r.id),
-                    r.hardware,
-                    f"{r.metric} ({r.unit})",
-                    r.setup,
-                    *_errors(r),
-                    _algorithm_cell(r),
-                    "; ".join(r.notes),
-                )
-                for r in rows
-            ],
-        )
+        out += _md_table(_MD_PREDICTED, [_md_row(r) for r in results if r.category == category])
     return out
+
+
+def _md_calibration(rows: Sequence[RowResult]) -> list[str]:
+    out = ["", "## Calibration rows (not scored)", ""]
+    out += [
+        "These rows set a shipped constant, or measure the very quantity a constant is "
+        "(`data/calibration.yaml` says which and why); they are listed here and in the summary's "
+        "'calibration rows' line, never in a scored category.",
+        "",
+    ]
+    return out + _md_table(("constant", *_MD_PREDICTED), [(r.constant, *_md_row(r)) for r in rows])
 
 
 def format_markdown(
@@ -218,13 +300,13 @@ def format_markdown(
     out = ["# trainsim vs published GPU measurements", "", f"{_headline(results)}.", ""]
     out += [f"- {c}" for c in CONVENTIONS]
     out += ["", "## Summary per category", ""]
-    out += _md_table(
-        ("category", "rows", "predicted", "not expressible", "MAPE", "mean bias", "algorithm matches"),
-        [_summary_cells(s) for s in summaries],
-    )
-    predicted = [r for r in results if r.status == PREDICTED]
+    out += _md_table(_SUMMARY_HEADER, [_summary_cells(s) for s in summaries])
+    predicted = [r for r in results if r.status == PREDICTED and r.role != CALIBRATION]
     if predicted:
         out += ["", "## Predicted rows", *_md_predicted(predicted)]
+    calibration = [r for r in results if r.status == PREDICTED and r.role == CALIBRATION]
+    if calibration:
+        out += _md_calibration(calibration)
     others = [r for r in results if r.status != PREDICTED]
     if others:
         out += ["", "## Not expressible", ""]

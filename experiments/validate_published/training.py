@@ -23,9 +23,9 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any
 
+from calibrate.gpu_suite.predict import single_device_cluster
 from experiments.validate_published.base import (
     Prediction,
     first_known,
@@ -46,8 +46,6 @@ from simcore.workload.loader import load_workload
 from simcore.workload.loader import preset_names as model_preset_names
 from topologies import load_cluster
 from topologies import preset_names as cluster_preset_names
-from topologies.builders import build_cluster
-from topologies.spec import ClusterSpec, DeviceDecl, FabricSpec, NodeType
 
 __all__ = [
     "PS_KEYS",
@@ -100,12 +98,7 @@ def _devices() -> list[str]:
 @functools.lru_cache(maxsize=16)
 def single_gpu_cluster(device: str) -> Topology:
     """One rank on one ``device``, nothing else: a one-GPU step needs no links or fabric."""
-    node = NodeType("single-gpu", (DeviceDecl("gpu0", "gpu", spec=device),), (), ("gpu0",), "one device")
-    fabric = FabricSpec(type="none", source="one device: no fabric")
-    spec = ClusterSpec(
-        f"single-{device}", MappingProxyType({"single-gpu": node}), (("single-gpu", 1),), fabric
-    )
-    return build_cluster(spec)
+    return single_device_cluster(device)
 
 
 @functools.lru_cache(maxsize=32)
@@ -166,6 +159,8 @@ class StepSetup:
     bucket_mb: int
     recompute: bool
     precision: str = "auto"
+    # every compute kernel's time multiplied by this (the calibrated column's one scalar; 1 = shipped)
+    compute_scale: float = 1.0
 
     def missing(self) -> list[str]:
         reasons = []
@@ -213,7 +208,9 @@ class StepSetup:
         )
         ctx = make_context(c.workload(), config, self._topology(gpus))
         strategy = get_strategy("ddp" if self.strategy == "none" else self.strategy)
-        step = simulate_step(strategy, ctx, seed=0, slowdown=config.slowdown(None))
+        scale = self.compute_scale
+        fixed = None if scale == 1.0 else (lambda _sim, _step: scale)
+        step = simulate_step(strategy, ctx, seed=0, slowdown=config.slowdown(None), compute_scale=fixed)
         seconds = step.step_times_s[0]
         return config.global_batch / seconds, seconds, bool(step.run.memory.peak().fits)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given
@@ -22,6 +23,7 @@ from experiments.reproduce_paper.claims import (
     QUICK_SETTING,
     UNTESTABLE,
     ClaimResult,
+    PaperSetting,
     judge,
 )
 from experiments.reproduce_paper.cli import evaluate_fsdp_memory, main, render, run_claims
@@ -31,6 +33,7 @@ from experiments.reproduce_paper.hardware import (
     evaluate_nvlink_vs_pcie,
     forced_pcie,
 )
+from experiments.reproduce_paper.region import RegionSweep, claim_regions, format_regions
 from tests.goldens import assert_golden
 
 VERDICTS = {AGREES, PARTLY, DISAGREES, UNTESTABLE}
@@ -159,3 +162,24 @@ def test_negated_gain_and_empty_evidence() -> None:
     assert judge(claim, [0.1, 0.9]) == PARTLY
     assert judge(claim, [0.8]) == DISAGREES
     assert judge(claim, []) == UNTESTABLE
+
+
+# --- where each claim holds ------------------------------------------------------------------------
+
+
+def test_a_claims_region_is_where_its_rule_agrees_point_by_point() -> None:
+    def step(setting: PaperSetting, cluster: str, model: str, strategy: str, gpus: int) -> SimpleNamespace:
+        # DDP scales linearly from 100 samples/s; FSDP is 2x slower on "fast" and equal on "slow";
+        # FSDP's peak memory is 1/gpus of DDP's (5x at 5 GPUs: the claim's 4-6x)
+        rate = 100.0 * gpus / (2.0 if strategy == "fsdp" and cluster == "fast" else 1.0)
+        memory = 1e9 / (gpus if strategy == "fsdp" else 1)
+        return SimpleNamespace(samples_per_s=rate, peak_memory_bytes=memory)
+
+    sweep = RegionSweep(clusters=("fast", "slow"), models=("m",), gpus=(1, 2, 3, 5))
+    points = claim_regions(QUICK_SETTING, sweep, step)
+    agrees = {(p.claim_id, p.cluster, p.gpus) for p in points if p.verdict == AGREES}
+    assert {(c, g) for claim, c, g in agrees if claim == "ddp-vs-fsdp"} == {("fast", g) for g in (1, 2, 3, 5)}
+    assert {g for claim, _, g in agrees if claim == "ddp-vs-1gpu"} == {2, 3}  # 2x and 3x; 5x is not
+    assert {g for claim, _, g in agrees if claim == "fsdp-memory"} == {5}
+    text = format_regions(points, QUICK_SETTING, sweep)
+    assert "fast m: agrees at 1, 2, 3, 5 GPUs" in text and "slow m: agrees nowhere" in text

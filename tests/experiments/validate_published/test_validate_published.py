@@ -23,6 +23,7 @@ from experiments.validate_published.evaluate import NOT_EXPRESSIBLE, PREDICTED, 
 from experiments.validate_published.kernels import parse_layer
 from experiments.validate_published.mapping import CATEGORIES, load_mapping, plan_row
 from experiments.validate_published.metrics import METRICS, error_pct, speed_bias_pct
+from experiments.validate_published.modern import load_modern
 from experiments.validate_published.published import COLUMNS, CSV_PATH, content_sha256, load_rows
 from experiments.validate_published.report import CSV_COLUMNS, id_list
 from experiments.validate_published.training import parse_ps, parse_step
@@ -35,6 +36,11 @@ REFERENCE_COLUMNS = (
     "category", "hardware", "gpus", "nodes", "interconnect", "workload", "strategy", "metric",
     "value", "unit", "source",
 )  # fmt: skip
+
+
+def _quick() -> list[int | str]:
+    """The rows ``--quick`` runs: the mapping's and the modern runs'."""
+    return [*load_mapping().quick, *load_modern()[1]]
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
@@ -197,12 +203,14 @@ def test_workers_of_several_gpus_push_once_and_count_every_gpus_samples() -> Non
 
 def test_quick_json_has_the_quick_rows_and_the_summary(capsys: pytest.CaptureFixture[str]) -> None:
     doc = json.loads(_run(capsys, "--quick", "--format", "json"))
-    quick = set(load_mapping().quick)
+    quick = set(_quick())
     assert doc["format"] == "trainsim-validate-published"
     assert {r["id"] for r in doc["rows"]} == quick
     assert doc["rows_total"] == len(quick) == doc["predicted"] + doc["not_expressible"]
     assert doc["predicted"] >= 1
-    assert {c["category"] for c in doc["categories"]} == {r["category"] for r in doc["rows"]}
+    scored = {r["category"] for r in doc["rows"] if r["role"] == "scored"}
+    apart = {"calibration rows"} if any(r["role"] == "calibration" for r in doc["rows"]) else set()
+    assert {c["category"] for c in doc["categories"]} == scored | apart
     for row in doc["rows"]:
         assert set(row) >= set(CSV_COLUMNS)
         assert (row["status"] == "predicted") == (row["predicted"] is not None) == (not row["reasons"])
@@ -213,7 +221,7 @@ def test_quick_text_and_markdown_carry_the_same_rows(capsys: pytest.CaptureFixtu
     md = _run(capsys, "--quick", "--format", "md")
     assert text.startswith("trainsim vs published GPU measurements:")
     assert "## Summary per category" in md and "## Not expressible" in md
-    for plan_id in load_mapping().quick:
+    for plan_id in _quick():
         assert f"| {plan_id} |" in md
 
 
@@ -229,7 +237,7 @@ def test_out_writes_the_report_and_refuses_a_non_empty_directory(
     _run(capsys, "--quick", "--out", str(out))
     assert sorted(p.name for p in out.iterdir()) == sorted(OUT_FILES)
     lines = list(csv.reader(io.StringIO((out / "comparison.csv").read_text(encoding="utf-8"))))
-    assert tuple(lines[0]) == CSV_COLUMNS and len(lines) == 1 + len(load_mapping().quick)
+    assert tuple(lines[0]) == CSV_COLUMNS and len(lines) == 1 + len(_quick())
     provenance = json.loads((out / "provenance.json").read_text(encoding="utf-8"))
     assert {"date", "git_commit", "command", "versions", "published_csv_sha256"} <= set(provenance)
     assert provenance["command"].endswith(f"--quick --out {out}")
