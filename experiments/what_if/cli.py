@@ -219,6 +219,11 @@ def _add_parallel_flags(p: argparse.ArgumentParser) -> None:
     for flag, what in (("tp", "tensor"), ("pp", "pipeline"), ("cp", "context"), ("ep", "expert")):
         g.add_argument(f"--{flag}", help=f"{what}-parallel degree, or a comma list (a layout sweep)")
     g.add_argument("--vpp", help="virtual pipeline stages per rank (interleaved 1F1B), or a comma list")
+    g.add_argument(
+        "--pp-layers",
+        help="uneven pipeline stages: blocks per (virtual) stage, e.g. 15,16,16,15 (must sum to the "
+        "model's layers), or Megatron's first:F,last:L (the rest split evenly); one --pp value",
+    )
     g.add_argument("--recompute", help="none, selective, full or every-K (every K-th block)")
     g.add_argument(
         "--offload", choices=list(OFFLOAD_MODES), help="CPU offload of optimizer state, params or activations"
@@ -242,6 +247,7 @@ PARALLEL_FLAGS = (
     "cp",
     "ep",
     "vpp",
+    "pp_layers",
     "recompute",
     "offload",
     "schedule",

@@ -405,10 +405,10 @@ class _Composer:
     def _chunks(self) -> list[tuple[list[tuple[int, ...]], tuple[object, ...]]]:
         """Each pipeline rank's chunks (layer indices) and what makes two ranks' work alike."""
         lay = self.layout
-        key = (self.cache.identity(self.workload), lay.pp, lay.vpp)
+        key = (self.cache.identity(self.workload), lay.pp, lay.vpp, lay.stage_layers)
 
         def cut() -> list[tuple[list[tuple[int, ...]], tuple[object, ...]]]:
-            virtual = partition_stages(self.workload, lay.pp * lay.vpp)
+            virtual = partition_stages(self.workload, lay.pp * lay.vpp, lay.stage_layers)
             ranks = [[virtual[c * lay.pp + r] for c in range(lay.vpp)] for r in range(lay.pp)]
             return [(chunks, self._signature(chunks)) for chunks in ranks]
 

@@ -1,0 +1,53 @@
+"""experiments.what_if with the levers runs use today (uneven pipeline stages, TP communication
+overlap, per-op selective recompute, FP8 recipes): each is named in the output, and each bad value is
+one error line with exit 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from experiments.what_if.cli import main
+
+SMALL = [
+    "--model", "llama2-7b", "--cluster", "hgx-h100", "--gpus", "8", "--seq-len", "1024",
+    "--global-batch", "16", "--micro-batch", "1", "--strategies", "ddp", "--quiet",
+]  # fmt: skip
+
+
+def _json(argv: list[str], capsys: pytest.CaptureFixture[str]) -> list[dict[str, object]]:
+    assert main([*SMALL, *argv, "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    return list(data["records"] if isinstance(data, dict) else data)
+
+
+def _error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        main([*SMALL, *argv])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
+    return err
+
+
+def test_uneven_stages_are_named_in_the_layout(capsys: pytest.CaptureFixture[str]) -> None:
+    records = _json(["--tp", "2", "--pp", "4", "--pp-layers", "7,9,9,7"], capsys)
+    assert [r["layout"] for r in records] == ["dp1 tp2 pp4[7,9,9,7]"]
+    torchtitan = _json(["--tp", "2", "--pp", "4", "--pp-layers", "torchtitan"], capsys)
+    assert [r["layout"] for r in torchtitan] == ["dp1 tp2 pp4[8,9,8,7]"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--pp", "4", "--pp-layers", "7,9,9,8"], "sums to 33 blocks; the model has 32"),
+        (["--pp", "2,4", "--pp-layers", "16,16"], "needs one --pp value above 1"),
+        (["--pp-layers", "16,16"], "needs one --pp value above 1"),
+        (["--pp", "4", "--pp-layers", "16,16"], "lists 2 stages"),
+    ],
+)
+def test_bad_stage_lists_get_one_line(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert message in _error(argv, capsys)
