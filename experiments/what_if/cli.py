@@ -232,6 +232,11 @@ def _add_parallel_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--sequence-parallel", action="store_true", default=None, help="Megatron sequence parallelism"
     )
+    g.add_argument(
+        "--tp-comm-overlap", action="store_true", default=None,
+        help="overlap sequence parallelism's all-gather / reduce-scatter with the GEMMs (Megatron-LM "
+        "--tp-comm-overlap, torch async TP); needs --sequence-parallel",
+    )  # fmt: skip
     g.add_argument("--cp-kind", choices=list(CP_KINDS), help="context parallelism: ring attention or Ulysses")
     g.add_argument(
         "--expert-load", type=float, help="MoE: tokens on the busiest expert rank / the mean (>= 1)"
@@ -252,6 +257,7 @@ PARALLEL_FLAGS = (
     "offload",
     "schedule",
     "sequence_parallel",
+    "tp_comm_overlap",
     "cp_kind",
     "expert_load",
     "capacity_factor",

@@ -40,6 +40,7 @@ def parallel_options(args: argparse.Namespace) -> ParallelOptions:
     given = {
         "schedule": args.schedule,
         "sequence_parallel": args.sequence_parallel,
+        "tp_comm_overlap": args.tp_comm_overlap,
         "cp_kind": args.cp_kind,
         "recompute": args.recompute,
         "offload": args.offload,

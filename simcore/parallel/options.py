@@ -5,7 +5,10 @@ Defaults are Megatron-LM's: the 1F1B schedule (interleaved when ``vpp > 1``), se
 off unless asked for (``--sequence-parallel``; it is required, and so switched on, for expert
 parallelism combined with tensor parallelism, as Megatron-Core enforces), ring attention for
 context parallelism (Megatron-Core's ``p2p`` ``cp_comm_type``), no recompute, no offload, and
-dropless routing with perfectly balanced experts (``expert_load`` 1).
+dropless routing with perfectly balanced experts (``expert_load`` 1), and tensor-parallel
+collectives not overlapped with the GEMMs (``tp_comm_overlap``: Megatron-LM's ``--tp-comm-overlap``
+/ torch async TP, :mod:`simcore.parallel.tp`; it needs sequence parallelism, as Megatron-LM
+requires).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ class ParallelOptions:
     offload: str = "none"  # none | optimizer | params | activations
     expert_load: float = 1.0  # tokens on the busiest expert rank / the mean
     capacity_factor: float | None = None  # tokens an expert keeps / the mean (None: dropless)
+    tp_comm_overlap: bool = False  # sequence-parallel all-gather / reduce-scatter beside the GEMMs
 
     def __post_init__(self) -> None:
         if self.schedule not in PIPELINE_SCHEDULES:
@@ -66,6 +70,11 @@ class ParallelOptions:
             raise TrainsimError(f"expert load imbalance must be >= 1 (1 = balanced), got {self.expert_load}")
         if self.capacity_factor is not None and not self.capacity_factor > 0:
             raise TrainsimError(f"capacity factor must be > 0, got {self.capacity_factor}")
+        if self.tp_comm_overlap and not self.sequence_parallel:
+            raise TrainsimError(
+                "--tp-comm-overlap needs --sequence-parallel: Megatron-LM and torch async TP overlap "
+                "sequence parallelism's all-gather and reduce-scatter with the GEMMs"
+            )
 
     @property
     def recompute_mode(self) -> tuple[str, int]:

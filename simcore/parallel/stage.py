@@ -24,7 +24,7 @@ from simcore.parallel.layout import ParallelLayout, Placement
 from simcore.parallel.options import ParallelOptions
 from simcore.parallel.recompute import apply_recompute, held_bytes
 from simcore.parallel.shard import ShardSpec, shard_layer
-from simcore.parallel.tp import tensor_parallel_collectives
+from simcore.parallel.tp import hide_fraction, overlapped_exposed_s, tensor_parallel_collectives
 from simcore.workload.types import Layer, ParameterTie, TransformerDims, Workload
 
 # numpy: imported inside the functions that use them, so --help does not load them
@@ -294,9 +294,15 @@ def _exposed_comm(
     bwd = np.zeros(len(layers))
     totals = {"tp": 0.0, "cp": 0.0, "ep": 0.0}
     price = {axis: _axis_price(placement, pricer, axis, rank) for axis in ("tp", "cp", "ep")}
+    hide = hide_fraction() if options.tp_comm_overlap else 0.0
     for i, layer in enumerate(layers):
-        for coll in tensor_parallel_collectives(layer, dims, spec, micro_batch, elem):
-            seconds = price["tp"](coll.op, coll.size_bytes)
+        for coll in tensor_parallel_collectives(
+            layer, dims, spec, micro_batch, elem, overlap=options.tp_comm_overlap
+        ):
+            gemm_s = coll.gemm_share * float(base[coll.phase][i])
+            seconds = overlapped_exposed_s(
+                price["tp"](coll.op, coll.size_bytes), gemm_s, coll.overlap, spec.tp, hide
+            )
             (fwd if coll.phase == "fwd" else bwd)[i] += seconds
             totals["tp"] += seconds
         f, b = context_parallel_exposed_s(

@@ -51,3 +51,17 @@ def test_bad_stage_lists_get_one_line(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert message in _error(argv, capsys)
+
+
+def test_tp_comm_overlap_lowers_the_exposed_tp_time(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["--tp", "8", "--sequence-parallel"]
+    plain = _json(base, capsys)[-1]
+    overlapped = _json([*base, "--tp-comm-overlap"], capsys)[-1]
+    assert float(overlapped["tp_comm_s"]) < float(plain["tp_comm_s"])  # type: ignore[arg-type]
+    assert float(overlapped["step_time_s"]) < float(plain["step_time_s"])  # type: ignore[arg-type]
+
+
+def test_tp_comm_overlap_without_sequence_parallelism_is_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert "needs --sequence-parallel" in _error(["--tp", "8", "--tp-comm-overlap"], capsys)
