@@ -102,7 +102,8 @@ def _add_space_arguments(p: argparse.ArgumentParser) -> None:
     space.add_argument(
         "--recompute",
         default="none,selective,full",
-        help="comma list of none, selective, full, every-K; or both (none,full), on, off (default %(default)s)",
+        help="comma list of none, selective (Megatron: attention core), selective-op (torchtitan's per-op "
+        "policy), full, every-K; or both (none,full), on, off (default %(default)s)",
     )
     space.add_argument(
         "--offload",

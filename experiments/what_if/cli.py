@@ -224,7 +224,11 @@ def _add_parallel_flags(p: argparse.ArgumentParser) -> None:
         help="uneven pipeline stages: blocks per (virtual) stage, e.g. 15,16,16,15 (must sum to the "
         "model's layers), or Megatron's first:F,last:L (the rest split evenly); one --pp value",
     )
-    g.add_argument("--recompute", help="none, selective, full or every-K (every K-th block)")
+    g.add_argument(
+        "--recompute",
+        help="none, selective (Megatron: the attention core), selective-op (torchtitan's per-op policy: "
+        "matmul outputs but every second, attention and reduce-scatters saved), full or every-K",
+    )
     g.add_argument(
         "--offload", choices=list(OFFLOAD_MODES), help="CPU offload of optimizer state, params or activations"
     )

@@ -21,21 +21,23 @@ from simcore.parallel.pp import PIPELINE_SCHEDULES
 
 __all__ = ["CP_KINDS", "OFFLOAD_MODES", "RECOMPUTE_MODES", "ParallelOptions", "parse_recompute"]
 
-RECOMPUTE_MODES = ("none", "selective", "full", "every-K")
+RECOMPUTE_MODES = ("none", "selective", "selective-op", "full", "every-K")
 OFFLOAD_MODES = ("none", "optimizer", "params", "activations")
 CP_KINDS = ("ring", "ulysses")
 _EVERY = re.compile(r"every-(\d+)")
 
 
 def parse_recompute(text: str) -> tuple[str, int]:
-    """(mode, K): ``none``, ``selective``, ``full`` or ``every-K`` (every K-th block; every-1 = full)."""
+    """(mode, K): ``none``, ``selective`` (Megatron-LM: the attention core), ``selective-op``
+    (torchtitan's per-op policy, :mod:`simcore.compute.checkpointing`), ``full`` or ``every-K``
+    (every K-th block; every-1 = full)."""
     text = text.strip()
-    if text in ("none", "selective", "full"):
+    if text in ("none", "selective", "selective-op", "full"):
         return text, 1
     match = _EVERY.fullmatch(text)
     if not match or int(match[1]) < 1:
         raise TrainsimError(
-            f"recompute {text!r} not understood; allowed: none, selective, full, every-K (K >= 1)"
+            f"recompute {text!r} not understood; allowed: none, selective, selective-op, full, every-K (K >= 1)"
         )
     k = int(match[1])
     return ("full", 1) if k == 1 else ("every", k)
@@ -48,7 +50,7 @@ class ParallelOptions:
     schedule: str = "1f1b"
     sequence_parallel: bool = False
     cp_kind: str = "ring"
-    recompute: str = "none"  # none | selective | full | every-K
+    recompute: str = "none"  # none | selective | selective-op | full | every-K
     offload: str = "none"  # none | optimizer | params | activations
     expert_load: float = 1.0  # tokens on the busiest expert rank / the mean
     capacity_factor: float | None = None  # tokens an expert keeps / the mean (None: dropless)

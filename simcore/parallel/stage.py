@@ -179,6 +179,7 @@ class ShardedStage:
     chunk_slices: tuple[range, ...]
     held_per_sample: tuple[float, ...]
     tied_copy_params: int
+    rerun_shares: tuple[tuple[tuple[float, float], ...], ...]  # (compute, collective) share of each rerun
 
 
 def shard_stage(
@@ -202,7 +203,10 @@ def shard_stage(
     order = [i for chunk in chunks for i in chunk]
     sharded = [shard_layer(workload.layers[i], dims, spec, workload.dtype_bytes) for i in order]
     mode, every = options.recompute_mode
-    plan = apply_recompute(sharded, [workload.layers[i].block for i in order], mode, every)
+    plan = apply_recompute(
+        sharded, [workload.layers[i].block for i in order], mode, every,
+        dims=dims, sequence_parallel=spec.sequence_parallel, elem=workload.dtype_bytes,
+    )  # fmt: skip
     tied_copy = 0
     if (
         workload.ties
@@ -221,6 +225,7 @@ def shard_stage(
     return ShardedStage(
         rank, tuple(tuple(c) for c in chunks), spec, stage_wl, tuple(tuple(r) for r in plan.rerun),
         plan.transient_bytes, base, tuple(slices), held, tied_copy,
+        tuple(plan.rerun_shares(i) for i in range(len(plan.rerun))),
     )  # fmt: skip
 
 
@@ -260,7 +265,10 @@ def build_stage(
         workload.dtype_bytes,
         base,
     )
-    bwd_rerun = np.array([sum(base["fwd"][j] + fwd_comm[j] for j in rerun) for rerun in sharded.rerun])
+    bwd_rerun = np.array([
+        sum(c * base["fwd"][j] + m * fwd_comm[j] for j, (c, m) in zip(rerun, shares, strict=True))
+        for rerun, shares in zip(sharded.rerun, sharded.rerun_shares, strict=True)
+    ])  # fmt: skip
     extra = {"fwd": fwd_comm, "bwd": bwd_comm + bwd_rerun, "recompute": fwd_comm}
     return StageModel(
         rank,
