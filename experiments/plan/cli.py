@@ -31,6 +31,7 @@ from experiments.plan.plots import write_outputs
 from experiments.plan.report import format_counts, format_csv, format_json, format_table
 from experiments.plan.run import SEQUENCE_PARALLEL, prepare_plan, run_plan
 from simcore.cliargs import Parser
+from simcore.compute.fp8 import FP8_RECIPES
 from simcore.errors import TrainsimError, cli_entry
 from simcore.report_checks import check_records
 from simcore.units import parse_size
@@ -148,8 +149,15 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--tokens-per-step", type=_positive_int, help="tokens per optimizer step (e.g. 4Mi)")
     batch.add_argument("--seq-len", type=int, help="sequence length (default: the model's)")
     batch.add_argument(
-        "--dtype", default="bf16", help="compute dtype: fp32, bf16, fp16 (default %(default)s)"
+        "--dtype",
+        default="bf16",
+        help="compute dtype: fp32, bf16, fp16, fp8 (= --fp8 delayed) (default %(default)s)",
     )
+    batch.add_argument(
+        "--fp8", default="none", choices=list(FP8_RECIPES),
+        help="FP8 linears: tensorwise / rowwise (torchao), delayed (Transformer Engine; what --dtype fp8 "
+        "means); the output head stays bf16 (default %(default)s)",
+    )  # fmt: skip
     batch.add_argument(
         "--optimizer", default="adamw", help="sgd, sgd-momentum, adam, adamw (default %(default)s)"
     )

@@ -135,7 +135,7 @@ def _header(result: PlanResult) -> list[str]:
     prepared, job = result.prepared, result.prepared.job
     workload, config = job.workload, job.config
     first = result.counts[0]
-    precision = config.dtype + (
+    precision = (config.dtype if config.fp8 == "none" else f"fp8 {config.fp8} linears, bf16") + (
         " + fp32 master weights" if config.mixed_precision and config.master_weights else ""
     )
     batch = f"global batch {config.global_batch}"

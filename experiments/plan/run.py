@@ -10,6 +10,8 @@ import time
 from collections.abc import Iterator, Sequence
 
 from simcore.calibration.profile_json import load_profile
+from simcore.compute.fp8 import resolve_fp8
+from simcore.compute.precision import activation_dtype
 from simcore.errors import TrainsimError
 from simcore.fastpath.path import check_engine_path
 from simcore.planner.evaluate import PlanJob
@@ -94,7 +96,8 @@ def search_space(args: argparse.Namespace, strategies: Sequence[str]) -> SearchS
 
 def _job(args: argparse.Namespace) -> PlanJob:
     check_engine_path(args.engine_path)
-    workload = load_workload(args.model, seq_len=args.seq_len, dtype=args.dtype)
+    dtype, fp8 = resolve_fp8(args.dtype, args.fp8)
+    workload = load_workload(args.model, seq_len=args.seq_len, dtype=activation_dtype(dtype))
     seq_len = workload.tokens_per_sample or None
     global_batch = resolve_global_batch(
         workload, global_batch=args.global_batch, tokens_per_step=args.tokens_per_step, seq_len=seq_len
@@ -103,7 +106,8 @@ def _job(args: argparse.Namespace) -> PlanJob:
         global_batch=global_batch,
         micro_batch=1,
         seq_len=seq_len,
-        dtype=args.dtype,
+        dtype=dtype,
+        fp8=fp8,
         optimizer=args.optimizer,
         master_weights=not args.no_master_weights,
     )

@@ -57,6 +57,7 @@ from simcore.cliargs import (
     output_dir,
     size_bytes,
 )
+from simcore.compute.fp8 import FP8_RECIPES, resolve_fp8
 from simcore.compute.heterogeneity import Heterogeneity
 from simcore.compute.optimizer import OPTIMIZER_IMPLS
 from simcore.compute.precision import PRECISION_MODES, activation_dtype
@@ -135,6 +136,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--dtype", default=d.dtype, choices=list(COMPUTE_DTYPES),
         help="matmul dtype (tf32: fp32 with TF32 matmuls; fp8: FP8 GEMMs where the device has them)",
+    )  # fmt: skip
+    p.add_argument(
+        "--fp8", default="none", choices=list(FP8_RECIPES),
+        help="FP8 linears (the blocks' linears; the output head stays bf16): tensorwise / rowwise (torchao "
+        "float8, torchtitan), delayed (Transformer Engine DelayedScaling, Megatron-LM; what --dtype fp8 means)",
     )  # fmt: skip
     p.add_argument(
         "--precision", default=d.precision, choices=list(PRECISION_MODES),
@@ -269,11 +275,13 @@ PARALLEL_FLAGS = (
 
 
 def _config(args: argparse.Namespace, heterogeneity: Heterogeneity) -> TrainingConfig:
+    dtype, fp8 = resolve_fp8(args.dtype, args.fp8)
     return TrainingConfig(
         global_batch=args.global_batch if args.batch_per_gpu is None else args.batch_per_gpu,
         micro_batch=args.micro_batch,
         seq_len=args.seq_len,
-        dtype=args.dtype,
+        dtype=dtype,
+        fp8=fp8,
         precision=args.precision,
         optimizer_impl=args.optimizer_impl,
         batch_per_gpu=args.batch_per_gpu,
@@ -487,7 +495,8 @@ def _header(
     heterogeneity: Heterogeneity,
     network: NetworkOverrides | None = None,
 ) -> str:
-    precision = f"--dtype {cfg.dtype}, --precision {cfg.precision}"
+    precision = f"--dtype {cfg.dtype}" + (f" (--fp8 {cfg.fp8})" if cfg.fp8 != "none" else "")
+    precision += f", --precision {cfg.precision}"
     uneven = heterogeneity.describe()
     batch = (
         f"{cfg.batch_per_gpu} samples per GPU (weak scaling)"

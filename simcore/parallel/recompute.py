@@ -58,11 +58,13 @@ def apply_recompute(
     dims: TransformerDims | None = None,
     sequence_parallel: bool = False,
     elem: int = 2,
+    fp8_linears: bool = False,
 ) -> RecomputePlan:
     """The rank's ``layers`` (``global_blocks[i]``: layer i's block in the whole model) under ``mode``
-    (``selective-op`` needs the model's ``dims``, whether ``sequence_parallel`` runs, and ``elem``)."""
+    (``selective-op`` needs the model's ``dims``, whether ``sequence_parallel`` runs, ``elem``, and
+    whether the linears run in FP8, ``fp8_linears``)."""
     if mode == "selective-op" and dims is not None:
-        return _selective_op(layers, global_blocks, dims, sequence_parallel, elem)
+        return _selective_op(layers, global_blocks, dims, (sequence_parallel, fp8_linears), elem)
     out = list(layers)
     rerun: list[tuple[int, ...]] = [()] * len(out)
     transient = 0.0
@@ -88,8 +90,13 @@ def apply_recompute(
 
 
 def _selective_op(
-    layers: Sequence[Layer], global_blocks: Sequence[int], dims: TransformerDims, sp: bool, elem: int
+    layers: Sequence[Layer],
+    global_blocks: Sequence[int],
+    dims: TransformerDims,
+    flags: tuple[bool, bool],
+    elem: int,
 ) -> RecomputePlan:
+    sp, fp8 = flags
     out = list(layers)
     rerun: list[tuple[int, ...]] = [()] * len(out)
     shares: list[tuple[tuple[float, float], ...]] = [()] * len(out)
@@ -97,7 +104,8 @@ def _selective_op(
     for members in _blocks(out, global_blocks):
         first = members[0]
         kept = out[first - 1].output_bytes if first > 0 else out[first].output_bytes  # the block input
-        policy = selective_op_policy([out[i] for i in members], dims, sequence_parallel=sp, elem=elem)
+        block = [out[i] for i in members]
+        policy = selective_op_policy(block, dims, sequence_parallel=sp, elem=elem, fp8_linears=fp8)
         before = sum(out[i].activation_bytes for i in members)
         for k, (i, rule) in enumerate(zip(members, policy, strict=True)):
             out[i] = replace(out[i], activation_bytes=rule.saved_bytes + (kept if k == 0 else 0.0))

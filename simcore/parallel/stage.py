@@ -206,6 +206,7 @@ def shard_stage(
     plan = apply_recompute(
         sharded, [workload.layers[i].block for i in order], mode, every,
         dims=dims, sequence_parallel=spec.sequence_parallel, elem=workload.dtype_bytes,
+        fp8_linears=getattr(timer, "recipe", None) is not None,  # an FP8 recipe's compute model
     )  # fmt: skip
     tied_copy = 0
     if (

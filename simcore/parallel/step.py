@@ -34,8 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from simcore.compute.fp8 import compute_model
 from simcore.compute.memory import TIGHT_HEADROOM
-from simcore.compute.roofline import ComputeModel
 from simcore.errors import TrainsimError
 from simcore.fastpath.costs import fast_collective_model, fast_concurrent_model
 from simcore.fastpath.path import DEFAULT_ENGINE_PATH, check_engine_path, choose_path
@@ -387,8 +387,8 @@ class _Composer:
         self.device = inputs.device
         self.timer = cache.get(
             "timer",
-            (cache.identity(self.device), config.dtype, calibration_id),
-            lambda: ComputeModel(self.device, config.dtype, inputs.calibration),
+            (cache.identity(self.device), config.dtype, config.fp8, calibration_id),
+            lambda: compute_model(self.device, config.dtype, inputs.calibration, config.fp8),
         )
         self.mode, _ = options.recompute_mode
         self._collective = _sibling_collective(cache, self.pricer, layout.tp)

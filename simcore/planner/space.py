@@ -345,7 +345,7 @@ def _model_rule(axis: str, degree: int, workload: Workload, blocks: int) -> str:
         return ""
     if axis == "vpp":
         return ""  # checked with each pipeline degree (layers divisible by pp x vpp)
-    probe = ParallelLayout(**{axis: degree})
+    probe = ParallelLayout(**{axis: degree})  # type: ignore[arg-type]  # axis is a degree field (int)
     gpus = probe.model_parallel * probe.ep  # enough data-parallel ranks for the expert group
     try:
         check_layout(probe, gpus, workload)
