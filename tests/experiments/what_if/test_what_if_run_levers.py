@@ -65,3 +65,43 @@ def test_tp_comm_overlap_without_sequence_parallelism_is_one_line(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     assert "needs --sequence-parallel" in _error(["--tp", "8", "--tp-comm-overlap"], capsys)
+
+
+def test_fp8_recipes_are_named_and_faster_than_bf16(capsys: pytest.CaptureFixture[str]) -> None:
+    plain = ["--strategies", "fsdp"]
+    bf16 = _json(plain, capsys)[-1]
+    tensorwise = _json([*plain, "--fp8", "tensorwise"], capsys)[-1]
+    assert "fp8 matmuls" in str(tensorwise["precision"]) and "fsdp-mp" in str(tensorwise["precision"])
+    assert float(tensorwise["step_time_s"]) < float(bf16["step_time_s"])  # type: ignore[arg-type]
+    # the fp8 all-gather moves less
+    assert float(tensorwise["comm_bytes"]) < float(bf16["comm_bytes"])  # type: ignore[arg-type]
+    assert main([*SMALL, "--strategies", "fsdp", "--fp8", "rowwise"]) == 0
+    assert "--dtype fp8 (--fp8 rowwise)" in capsys.readouterr().out
+
+
+def test_selective_op_recompute_sits_between_none_and_full(capsys: pytest.CaptureFixture[str]) -> None:
+    # seq 4096: the step is GPU-bound (the reruns are device time; a host-bound layer would hide them)
+    times = {
+        mode: float(
+            _json(["--strategies", "fsdp", "--seq-len", "4096", "--recompute", mode], capsys)[-1][
+                "step_time_s"
+            ]
+        )  # type: ignore[arg-type]
+        for mode in ("none", "selective-op", "full")
+    }
+    assert times["none"] < times["selective-op"] < times["full"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--cluster", "dgx-a100", "--fp8", "tensorwise"], "a100-sxm-80gb has no fp8 tensor cores"),
+        (["--dtype", "fp8", "--fp8", "rowwise"], "--dtype fp8 is --fp8 delayed"),
+        (["--dtype", "fp16", "--fp8", "rowwise"], "cannot go with it"),
+        (["--recompute", "selective-ops"], "allowed: none, selective, selective-op"),
+    ],
+)
+def test_bad_fp8_and_recompute_values_get_one_line(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert message in _error(argv, capsys)

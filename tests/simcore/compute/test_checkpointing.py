@@ -39,7 +39,9 @@ def _block(workload: Workload) -> list:  # type: ignore[type-arg]
 
 def _policy(workload: Workload, fp8: bool = False):  # type: ignore[no-untyped-def]
     assert workload.dims is not None
-    return selective_op_policy(_block(workload), workload.dims, sequence_parallel=False, elem=E, fp8_linears=fp8)
+    return selective_op_policy(
+        _block(workload), workload.dims, sequence_parallel=False, elem=E, fp8_linears=fp8
+    )
 
 
 def test_a_llama_block_keeps_q_v_attention_w1_and_w2_outputs() -> None:
@@ -50,7 +52,9 @@ def test_a_llama_block_keeps_q_v_attention_w1_and_w2_outputs() -> None:
     workload = _llama()
     policy = _policy(workload)
     assert sum(p.saved_bytes for p in policy) == q + v + attention + w1 + w2
-    saved = {layer.name.split(".")[-1]: p.saved_bytes for layer, p in zip(_block(workload), policy, strict=True)}
+    saved = {
+        layer.name.split(".")[-1]: p.saved_bytes for layer, p in zip(_block(workload), policy, strict=True)
+    }
     assert saved["attn_qkv"] == q + v and saved["attn_out"] == 0 and saved["mlp_in"] == w1
     assert saved["norm1"] == saved["rotary"] == saved["mlp_act"] == saved["residual2"] == 0
 
