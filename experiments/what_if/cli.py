@@ -28,6 +28,11 @@ Network what-ifs on any cluster, no YAML edit: ``--nic-bandwidth RATE``, ``--nic
 top-level ``network`` record ``{"nic_bandwidth_Gbps", "nics_per_node", "oversubscription"}``
 (null where the cluster's own value stands).
 
+Run levers (``--fp8``, ``--recompute``, ``--tp-comm-overlap``, ``--pp-layers``): named on a ``run
+levers:`` header line and, in JSON, as a top-level ``levers`` record (:mod:`simcore.whatif.levers`);
+each record's ``precision`` says ``fp8 matmuls``, its ``recompute`` the mode, its ``layout`` the
+stage split (``pp4[7,9,9,7]``).
+
 Uneven hardware: ``--straggler RANK:FACTOR`` (repeatable), ``--jitter
 compute=lognormal:0.1,link=lognormal:0.05``, or a heterogeneous cluster YAML. With jitter and no
 ``--steps``, :data:`STOCHASTIC_STEPS` steps are simulated.
@@ -77,6 +82,7 @@ from simcore.report_checks import check_records
 from simcore.strategies.base import COMPUTE_DTYPES, JITTER_SCOPES, OPTIMIZERS, TrainingConfig
 from simcore.strategies.wrap import parse_wrap
 from simcore.whatif.layouts import point_label
+from simcore.whatif.levers import RunLevers
 from simcore.whatif.sweep import (
     DEFAULT_CLUSTERS,
     DEFAULT_CONFIG,
@@ -494,6 +500,7 @@ def _header(
     cfg: TrainingConfig,
     heterogeneity: Heterogeneity,
     network: NetworkOverrides | None = None,
+    levers: RunLevers | None = None,
 ) -> str:
     precision = f"--dtype {cfg.dtype}" + (f" (--fp8 {cfg.fp8})" if cfg.fp8 != "none" else "")
     precision += f", --precision {cfg.precision}"
@@ -508,6 +515,7 @@ def _header(
         f"{batch}, micro-batch {cfg.micro_batch}\n"
         + (f"uneven hardware: {uneven}; {cfg.steps} steps\n" if uneven != "none" else "")
         + (f"network what-if: {network.describe()}\n" if network is not None and network.given else "")
+        + (f"run levers: {levers.describe()}\n" if levers is not None and levers.given else "")
         + "scaling = samples/s / (gpus x samples/s of the same strategy on 1 GPU); "
         "* = that 1-GPU baseline does not fit (unlimited-memory GPU assumed)"
     )
@@ -541,7 +549,8 @@ def main(argv: list[str] | None = None) -> int:
         calibration = load_profile(args.calibration)
         for cluster in clusters:  # before the sweep: a mismatch is reported at once
             check_profile_for(calibration, loader(cluster, gpus=max(gpus)))
-    header = _header(workload.name, workload.params, cfg, heterogeneity, network)
+    levers = RunLevers(cfg.fp8, args.recompute, bool(args.tp_comm_overlap), args.pp_layers)
+    header = _header(workload.name, workload.params, cfg, heterogeneity, network, levers)
     points = len(clusters) * max(1, len(strategies)) * (len(gpus) + (1 not in gpus))
     with bar(points, "what-if", quiet=args.quiet, unit="point") as progress:
         if layouts:
@@ -570,12 +579,17 @@ def main(argv: list[str] | None = None) -> int:
                 ps_options=ps_options,
                 heterogeneity=heterogeneity,
             )
-    _print(args, result, header, out, network)
+    _print(args, result, header, out, network, levers)
     return 0
 
 
 def _print(
-    args: argparse.Namespace, result: WhatIfResult, header: str, out: Path | None, network: NetworkOverrides
+    args: argparse.Namespace,
+    result: WhatIfResult,
+    header: str,
+    out: Path | None,
+    network: NetworkOverrides,
+    levers: RunLevers,
 ) -> None:
     records = result.records()
     recommendations = [r.to_record() for r in result.recommendations]
@@ -583,7 +597,9 @@ def _print(
     require_finite(recommendations, "the recommendation")
     check_records(records, "the what-if")
     if args.format == "json":
-        extra = {"network": network.record()} if network.given else {}
+        extra: dict[str, object] = {"network": network.record()} if network.given else {}
+        if levers.given:
+            extra["levers"] = levers.record()
         print(records_to_json(records, recommendations=recommendations, **extra))
     elif args.format == "csv":
         print(records_to_csv(records), end="")

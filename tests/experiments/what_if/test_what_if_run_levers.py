@@ -105,3 +105,24 @@ def test_bad_fp8_and_recompute_values_get_one_line(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert message in _error(argv, capsys)
+
+
+def test_the_levers_are_recorded_in_the_header_and_the_json(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--tp", "2", "--pp", "2", "--sequence-parallel", "--tp-comm-overlap", "--pp-layers", "15,17"]
+    argv += ["--recompute", "selective-op", "--fp8", "tensorwise"]
+    assert main([*SMALL, *argv]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "run levers: --fp8 tensorwise, --recompute selective-op, --tp-comm-overlap, --pp-layers 15,17" in out
+    )
+    assert main([*SMALL, *argv, "--format", "json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["levers"] == {
+        "fp8": "tensorwise",
+        "recompute": "selective-op",
+        "tp_comm_overlap": True,
+        "pp_layers": "15,17",
+    }
+    assert document["records"][-1]["layout"] == "dp2 tp2 pp2[15,17]"
+    assert main([*SMALL, "--format", "json"]) == 0
+    assert "levers" not in json.loads(capsys.readouterr().out)
