@@ -23,7 +23,10 @@ Which linears: the transformer blocks' dense linears whose two weight dimensions
 grouped GEMMs stay bf16. Each such linear's three GEMMs run at the fp8 peak
 (:class:`Fp8ComputeModel`), plus its cast kernels (memory-bound bytes per element of the input,
 weight and output gradient, forward and backward: :func:`cast_bytes`); kernel launch gaps of the
-casts are left out (torchtitan runs FP8 with ``torch.compile``, which fuses them).
+casts are left out (torchtitan runs FP8 with ``torch.compile``, which fuses them). Memory: the
+fp8 weight copies ``delayed`` keeps (:func:`fp8_weight_copy_bytes`, charged to the parameters by DDP
+and ZeRO-1/2, which Megatron-LM and DeepSpeed run it with), and FSDP's fp8 all-gather
+(:func:`fp8_gather_bytes`: the gathered unit's buffer as well as its bytes on the wire).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ if TYPE_CHECKING:
 
     from simcore.calibration.profile import CalibrationProfile
     from simcore.hardware import DeviceSpec
-    from simcore.workload.types import Layer
+    from simcore.workload.types import Layer, Workload
 
 __all__ = [
     "FP8_RECIPES",
@@ -51,6 +54,7 @@ __all__ = [
     "check_fp8_device",
     "compute_model",
     "fp8_gather_bytes",
+    "fp8_weight_copy_bytes",
     "is_fp8_linear",
     "load_recipe",
     "resolve_fp8",
@@ -151,6 +155,15 @@ def fp8_gather_bytes(layers: Sequence[Layer], members: Sequence[int], gather_byt
             for i in members
         )
     )
+
+
+def fp8_weight_copy_bytes(workload: Workload, fp8: str) -> float:
+    """Bytes of FP8 weight copies a rank keeps across the step (Transformer Engine's fp8 weight and
+    its transpose per FP8 linear under ``delayed``; torchao recasts every forward: none kept)."""
+    if fp8 == "none":
+        return 0.0
+    per_param = load_recipe(fp8).weight_copy_bytes
+    return per_param * float(sum(layer.params for layer in workload.layers if is_fp8_linear(layer)))
 
 
 class Fp8ComputeModel(ComputeModel):

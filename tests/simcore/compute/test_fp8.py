@@ -135,3 +135,22 @@ def test_a_device_without_fp8_gets_one_line_naming_those_with_it() -> None:
     text = str(err.value)
     assert "a100-sxm-80gb has no fp8 tensor cores" in text and "h100-sxm" in text and "\n" not in text
     assert "a100" not in text.split("devices with them:")[1]
+
+
+def test_delayed_keeps_fp8_weight_copies_and_torchao_none() -> None:
+    from simcore.compute.fp8 import fp8_weight_copy_bytes
+    from simcore.strategies.runner import make_context
+    from tests.simcore.parallel.support import cluster
+
+    workload = _model()
+    fp8_params = sum(lay.params for lay in workload.layers if is_fp8_linear(lay))
+    assert fp8_weight_copy_bytes(workload, "delayed") == 2 * fp8_params  # fp8 data + fp8 transpose
+    assert fp8_weight_copy_bytes(workload, "tensorwise") == 0.0
+    topology = cluster("hgx-h100", 1)
+    for fp8, extra in (("delayed", 2 * fp8_params), ("tensorwise", 0)):
+        config = TrainingConfig(global_batch=1, dtype="fp8", fp8=fp8)
+        ctx = make_context(workload, config, topology)
+        for name in ("ddp", "zero1"):
+            strategy = get_strategy(name)
+            held = strategy.build_plan(ctx).initial_memory["params"]
+            assert held == workload.params * config.precision_for(strategy).bytes("param") + extra
