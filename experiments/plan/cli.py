@@ -122,6 +122,11 @@ def _add_space_arguments(p: argparse.ArgumentParser) -> None:
         choices=list(SEQUENCE_PARALLEL),
         help="sequence parallelism with tp > 1 (default %(default)s)",
     )
+    space.add_argument(
+        "--tp-comm-overlap", action="store_true",
+        help="overlap the sequence-parallel all-gather / reduce-scatter with the GEMMs (Megatron-LM "
+        "--tp-comm-overlap, torch async TP) wherever sequence parallelism runs",
+    )  # fmt: skip
     for axis, what, default in (
         ("tp", "tensor-parallel", "GPUs per node"),
         ("pp", "pipeline-parallel", "blocks, at most 16"),

@@ -67,6 +67,8 @@ def plan_document(result: PlanResult, *, top: int) -> dict[str, Any]:
             "offload": list(prepared.space.offload),
             "schedules": list(prepared.space.schedules),
             "sequence_parallel": list(prepared.space.sequence_parallel),
+            "tp_comm_overlap": prepared.space.tp_comm_overlap,
+            "fp8": config.fp8,
             **_degrees(result),
         },
         "configs_considered": sum(c.considered for c in result.counts),

@@ -84,6 +84,7 @@ def search_space(args: argparse.Namespace, strategies: Sequence[str]) -> SearchS
         offload=_modes(args.offload, "offload"),
         schedules=_modes(args.schedules, "schedules"),
         sequence_parallel=SEQUENCE_PARALLEL[args.sequence_parallel],
+        tp_comm_overlap=args.tp_comm_overlap,
         pipeline_strategies=tuple(_modes(args.pipeline_strategies, "pipeline-strategies")),
         max_tp=args.max_tp,
         max_pp=args.max_pp,
