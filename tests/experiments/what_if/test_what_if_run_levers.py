@@ -22,6 +22,12 @@ def _json(argv: list[str], capsys: pytest.CaptureFixture[str]) -> list[dict[str,
     return list(data["records"] if isinstance(data, dict) else data)
 
 
+def _number(record: dict[str, object], key: str) -> float:
+    value = record[key]
+    assert isinstance(value, int | float)
+    return float(value)
+
+
 def _error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     with pytest.raises(SystemExit) as exit_info:
         main([*SMALL, *argv])
@@ -57,8 +63,8 @@ def test_tp_comm_overlap_lowers_the_exposed_tp_time(capsys: pytest.CaptureFixtur
     base = ["--tp", "8", "--sequence-parallel"]
     plain = _json(base, capsys)[-1]
     overlapped = _json([*base, "--tp-comm-overlap"], capsys)[-1]
-    assert float(overlapped["tp_comm_s"]) < float(plain["tp_comm_s"])  # type: ignore[arg-type]
-    assert float(overlapped["step_time_s"]) < float(plain["step_time_s"])  # type: ignore[arg-type]
+    assert _number(overlapped, "tp_comm_s") < _number(plain, "tp_comm_s")
+    assert _number(overlapped, "step_time_s") < _number(plain, "step_time_s")
 
 
 def test_tp_comm_overlap_without_sequence_parallelism_is_one_line(
@@ -72,9 +78,9 @@ def test_fp8_recipes_are_named_and_faster_than_bf16(capsys: pytest.CaptureFixtur
     bf16 = _json(plain, capsys)[-1]
     tensorwise = _json([*plain, "--fp8", "tensorwise"], capsys)[-1]
     assert "fp8 matmuls" in str(tensorwise["precision"]) and "fsdp-mp" in str(tensorwise["precision"])
-    assert float(tensorwise["step_time_s"]) < float(bf16["step_time_s"])  # type: ignore[arg-type]
+    assert _number(tensorwise, "step_time_s") < _number(bf16, "step_time_s")
     # the fp8 all-gather moves less
-    assert float(tensorwise["comm_bytes"]) < float(bf16["comm_bytes"])  # type: ignore[arg-type]
+    assert _number(tensorwise, "comm_bytes") < _number(bf16, "comm_bytes")
     assert main([*SMALL, "--strategies", "fsdp", "--fp8", "rowwise"]) == 0
     assert "--dtype fp8 (--fp8 rowwise)" in capsys.readouterr().out
 
@@ -82,11 +88,10 @@ def test_fp8_recipes_are_named_and_faster_than_bf16(capsys: pytest.CaptureFixtur
 def test_selective_op_recompute_sits_between_none_and_full(capsys: pytest.CaptureFixture[str]) -> None:
     # seq 4096: the step is GPU-bound (the reruns are device time; a host-bound layer would hide them)
     times = {
-        mode: float(
-            _json(["--strategies", "fsdp", "--seq-len", "4096", "--recompute", mode], capsys)[-1][
-                "step_time_s"
-            ]
-        )  # type: ignore[arg-type]
+        mode: _number(
+            _json(["--strategies", "fsdp", "--seq-len", "4096", "--recompute", mode], capsys)[-1],
+            "step_time_s",
+        )
         for mode in ("none", "selective-op", "full")
     }
     assert times["none"] < times["selective-op"] < times["full"]

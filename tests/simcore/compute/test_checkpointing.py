@@ -33,11 +33,11 @@ def _llama(bias: bool = False, layers: int = 1) -> Workload:
     return build_workload("tiny-llama", shape, seq_len=None, dtype="bf16", source="test")
 
 
-def _block(workload: Workload) -> list:  # type: ignore[type-arg]
+def _block(workload: Workload) -> list:
     return [layer for layer in workload.layers if layer.block == 0]
 
 
-def _policy(workload: Workload, fp8: bool = False):  # type: ignore[no-untyped-def]
+def _policy(workload: Workload, fp8: bool = False):
     assert workload.dims is not None
     return selective_op_policy(
         _block(workload), workload.dims, sequence_parallel=False, elem=E, fp8_linears=fp8
@@ -107,7 +107,7 @@ def test_the_composed_step_pays_between_selective_and_full() -> None:
     config = TrainingConfig(global_batch=16, micro_batch=2)
     topology = cluster("hgx-h100", 8)  # FSDP: activations set the peak
 
-    def run(mode: str, path: str = "fast"):  # type: ignore[no-untyped-def]
+    def run(mode: str, path: str = "fast"):
         options = ParallelOptions(recompute=mode)
         return compose_parallel_step(workload, config, topology, "fsdp", ParallelLayout(), options, path=path)
 

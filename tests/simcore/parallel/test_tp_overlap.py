@@ -80,7 +80,7 @@ def _llama() -> Workload:
     return load_workload("llama2-7b", seq_len=2048)
 
 
-def _step(overlap: bool, path: str = "fast"):  # type: ignore[no-untyped-def]
+def _step(overlap: bool, path: str = "fast"):
     """Llama-2-7B at tp 4 (GPU-bound: the small test model's step is host-bound, hiding TP time)."""
     options = ParallelOptions(sequence_parallel=True, tp_comm_overlap=overlap)
     config = TrainingConfig(global_batch=1, micro_batch=1)
