@@ -356,6 +356,13 @@ def _ps_strategies(
     modes = [s for s in strategies if s in PS_MODES]
     if not modes:
         return strategies
+    if cfg.fp8 != "none":
+        # The parameter-server pricing runs every GEMM at one dtype (no cast kernels, no bf16 head).
+        why = f"the parameter-server modes ({', '.join(modes)}) do not model --fp8 {cfg.fp8}"
+        if given:
+            raise TrainsimError(f"{why}: leave them out of --strategies")
+        warn(f"{why}: left out")
+        return [s for s in strategies if s not in PS_MODES]
     uneven = bool(args.straggler or args.jitter)
     seconds = ps_seconds(cfg, gpus, len(modes), clusters, uneven=uneven)
     if seconds > MAX_PS_SECONDS:

@@ -131,3 +131,15 @@ def test_the_levers_are_recorded_in_the_header_and_the_json(capsys: pytest.Captu
     assert document["records"][-1]["layout"] == "dp2 tp2 pp2[15,17]"
     assert main([*SMALL, "--format", "json"]) == 0
     assert "levers" not in json.loads(capsys.readouterr().out)
+
+
+def test_parameter_server_modes_are_left_out_under_fp8(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--model", "gpt2-small", "--cluster", "hgx-h100", "--gpus", "2", "--global-batch", "8"]
+    assert main([*argv, "--fp8", "rowwise", "--format", "json"]) == 0
+    captured = capsys.readouterr()
+    assert "do not model --fp8 rowwise: left out" in captured.err
+    assert not [r for r in json.loads(captured.out)["records"] if str(r["strategy"]).startswith("ps-")]
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--dtype", "fp8", "--strategies", "ddp,ps-sync"])
+    assert exit_info.value.code == 2
+    assert "do not model --fp8 delayed: leave them out" in capsys.readouterr().err
