@@ -80,6 +80,7 @@ from simcore.paramserver import (
 from simcore.report import StepReport, records_to_csv, records_to_json
 from simcore.report_checks import check_records
 from simcore.strategies.base import COMPUTE_DTYPES, JITTER_SCOPES, OPTIMIZERS, TrainingConfig
+from simcore.strategies.runner import gating_device
 from simcore.strategies.wrap import parse_wrap
 from simcore.whatif.layouts import point_label
 from simcore.whatif.levers import RunLevers
@@ -542,6 +543,9 @@ def main(argv: list[str] | None = None) -> int:
         raise TrainsimError("--cluster needs at least one name")
     layouts = any(getattr(args, flag) is not None for flag in PARALLEL_FLAGS)
     # With a parallel layout the layout sweep checks its own batch split (data-parallel size, not GPUs).
+    if cfg.fp8 != "none":  # a GPU without FP8 is refused before anything else is said
+        for cluster in clusters:
+            gating_device(loader(cluster, gpus=max(gpus)), cfg.dtype)
     strategies = list(args.strategies or []) if layouts else _ps_strategies(args, cfg, gpus, len(clusters))
     ps_options = PSConfig(
         shards=args.ps_shards, placement=_placement(args.ps_placement), staleness_bound=args.staleness_bound
