@@ -9,6 +9,7 @@ import json
 import pytest
 
 from experiments.what_if.cli import main
+from tests.goldens import assert_golden
 
 SMALL = [
     "--model", "llama2-7b", "--cluster", "hgx-h100", "--gpus", "8", "--seq-len", "1024",
@@ -143,3 +144,10 @@ def test_parameter_server_modes_are_left_out_under_fp8(capsys: pytest.CaptureFix
         main([*argv, "--dtype", "fp8", "--strategies", "ddp,ps-sync"])
     assert exit_info.value.code == 2
     assert "do not model --fp8 delayed: leave them out" in capsys.readouterr().err
+
+
+def test_levers_table_matches_golden(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every lever at once on one layout: FP8 tensorwise, per-op recompute, TP overlap, uneven stages."""
+    argv = ["--tp", "2", "--pp", "4", "--sequence-parallel", "--tp-comm-overlap", "--pp-layers", "torchtitan"]
+    assert main([*SMALL, *argv, "--recompute", "selective-op", "--fp8", "tensorwise"]) == 0
+    assert_golden("what_if_levers.txt", capsys.readouterr().out)
