@@ -34,6 +34,7 @@ from experiments.plan.report import format_counts, format_csv, format_json, form
 from experiments.plan.run import SEQUENCE_PARALLEL, prepare_plan, run_plan
 from experiments.report_html.page import command_line
 from simcore.cliargs import Parser, add_model, output_dir
+from simcore.compute.fp8 import FP8_RECIPES
 from simcore.errors import TrainsimError, cli_entry
 from simcore.report_checks import check_records
 from simcore.units import parse_size
@@ -105,7 +106,8 @@ def _add_space_arguments(p: argparse.ArgumentParser) -> None:
     space.add_argument(
         "--recompute",
         default="none,selective,full",
-        help="comma list of none, selective, full, every-K; or both (none,full), on, off (default %(default)s)",
+        help="comma list of none, selective (Megatron: attention core), selective-op (torchtitan's per-op "
+        "policy), full, every-K; or both (none,full), on, off (default %(default)s)",
     )
     space.add_argument(
         "--offload",
@@ -123,6 +125,11 @@ def _add_space_arguments(p: argparse.ArgumentParser) -> None:
         choices=list(SEQUENCE_PARALLEL),
         help="sequence parallelism with tp > 1 (default %(default)s)",
     )
+    space.add_argument(
+        "--tp-comm-overlap", action="store_true",
+        help="overlap the sequence-parallel all-gather / reduce-scatter with the GEMMs (Megatron-LM "
+        "--tp-comm-overlap, torch async TP) wherever sequence parallelism runs",
+    )  # fmt: skip
     for axis, what, default in (
         ("tp", "tensor-parallel", "GPUs per node"),
         ("pp", "pipeline-parallel", "blocks, at most 16"),
@@ -148,8 +155,15 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--tokens-per-step", type=_positive_int, help="tokens per optimizer step (e.g. 4Mi)")
     batch.add_argument("--seq-len", type=int, help="sequence length (default: the model's)")
     batch.add_argument(
-        "--dtype", default="bf16", help="compute dtype: fp32, bf16, fp16 (default %(default)s)"
+        "--dtype",
+        default="bf16",
+        help="compute dtype: fp32, bf16, fp16, fp8 (= --fp8 delayed) (default %(default)s)",
     )
+    batch.add_argument(
+        "--fp8", default="none", choices=list(FP8_RECIPES),
+        help="FP8 linears: tensorwise / rowwise (torchao), delayed (Transformer Engine; what --dtype fp8 "
+        "means); the output head stays bf16 (default %(default)s)",
+    )  # fmt: skip
     batch.add_argument(
         "--optimizer", default="adamw", help="sgd, sgd-momentum, adam, adamw (default %(default)s)"
     )

@@ -67,6 +67,8 @@ def plan_document(result: PlanResult, *, top: int) -> dict[str, Any]:
             "offload": list(prepared.space.offload),
             "schedules": list(prepared.space.schedules),
             "sequence_parallel": list(prepared.space.sequence_parallel),
+            "tp_comm_overlap": prepared.space.tp_comm_overlap,
+            "fp8": config.fp8,
             **_degrees(result),
         },
         "configs_considered": sum(c.considered for c in result.counts),
@@ -136,7 +138,7 @@ def _header(result: PlanResult) -> list[str]:
     prepared, job = result.prepared, result.prepared.job
     workload, config = job.workload, job.config
     first = result.counts[0]
-    precision = config.dtype + (
+    precision = (config.dtype if config.fp8 == "none" else f"fp8 {config.fp8} linears, bf16") + (
         " + fp32 master weights" if config.mixed_precision and config.master_weights else ""
     )
     batch = f"global batch {config.global_batch}"

@@ -11,6 +11,8 @@ from collections.abc import Iterator, Sequence
 
 from experiments.common.frameworks.wiring import framework_workload
 from simcore.calibration.profile_json import load_profile
+from simcore.compute.fp8 import resolve_fp8
+from simcore.compute.precision import activation_dtype
 from simcore.errors import TrainsimError
 from simcore.fastpath.path import check_engine_path
 from simcore.planner.evaluate import PlanJob
@@ -83,6 +85,7 @@ def search_space(args: argparse.Namespace, strategies: Sequence[str]) -> SearchS
         offload=_modes(args.offload, "offload"),
         schedules=_modes(args.schedules, "schedules"),
         sequence_parallel=SEQUENCE_PARALLEL[args.sequence_parallel],
+        tp_comm_overlap=args.tp_comm_overlap,
         pipeline_strategies=tuple(_modes(args.pipeline_strategies, "pipeline-strategies")),
         max_tp=args.max_tp,
         max_pp=args.max_pp,
@@ -95,10 +98,11 @@ def search_space(args: argparse.Namespace, strategies: Sequence[str]) -> SearchS
 
 def _job(args: argparse.Namespace) -> PlanJob:
     check_engine_path(args.engine_path)
+    dtype, fp8 = resolve_fp8(args.dtype, args.fp8)
     workload = framework_workload(
-        getattr(args, "framework", None), seq_len=args.seq_len, dtype=args.dtype
+        getattr(args, "framework", None), seq_len=args.seq_len, dtype=activation_dtype(dtype)
     ) or load_workload(
-        args.model, seq_len=args.seq_len, dtype=args.dtype, import_timeout_s=args.import_timeout
+        args.model, seq_len=args.seq_len, dtype=activation_dtype(dtype), import_timeout_s=args.import_timeout
     )
     seq_len = workload.tokens_per_sample or None
     global_batch = resolve_global_batch(
@@ -108,7 +112,8 @@ def _job(args: argparse.Namespace) -> PlanJob:
         global_batch=global_batch,
         micro_batch=1,
         seq_len=seq_len,
-        dtype=args.dtype,
+        dtype=dtype,
+        fp8=fp8,
         optimizer=args.optimizer,
         master_weights=not args.no_master_weights,
         compile=args.compile,

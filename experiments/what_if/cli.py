@@ -33,6 +33,11 @@ A framework's own config, ``--from megatron "ARGS"`` / ``--from torchtitan FILE.
 deepspeed FILE.json``, sets the flags it implies (flags given here win); the table's first line and
 the JSON's top-level ``from`` record name each setting's source (:mod:`experiments.common.frameworks`).
 
+Run levers (``--fp8``, ``--recompute``, ``--tp-comm-overlap``, ``--pp-layers``): named on a ``run
+levers:`` header line and, in JSON, as a top-level ``levers`` record (:mod:`simcore.whatif.levers`);
+each record's ``precision`` says ``fp8 matmuls``, its ``recompute`` the mode, its ``layout`` the
+stage split (``pp4[7,9,9,7]``).
+
 Uneven hardware: ``--straggler RANK:FACTOR`` (repeatable), ``--jitter
 compute=lognormal:0.1,link=lognormal:0.05``, or a heterogeneous cluster YAML. With jitter and no
 ``--steps``, :data:`STOCHASTIC_STEPS` steps are simulated.
@@ -66,6 +71,7 @@ from simcore.cliargs import (
     output_dir,
     size_bytes,
 )
+from simcore.compute.fp8 import FP8_RECIPES, resolve_fp8
 from simcore.compute.heterogeneity import Heterogeneity
 from simcore.compute.optimizer import OPTIMIZER_IMPLS
 from simcore.compute.precision import PRECISION_MODES, activation_dtype
@@ -84,8 +90,10 @@ from simcore.paramserver import (
 from simcore.report import StepReport, records_to_csv, records_to_json
 from simcore.report_checks import check_records
 from simcore.strategies.base import COMPUTE_DTYPES, JITTER_SCOPES, OPTIMIZERS, TrainingConfig
+from simcore.strategies.runner import gating_device
 from simcore.strategies.wrap import parse_wrap
 from simcore.whatif.layouts import point_label
+from simcore.whatif.levers import RunLevers
 from simcore.whatif.sweep import (
     DEFAULT_CLUSTERS,
     DEFAULT_CONFIG,
@@ -145,6 +153,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--dtype", default=d.dtype, choices=list(COMPUTE_DTYPES),
         help="matmul dtype (tf32: fp32 with TF32 matmuls; fp8: FP8 GEMMs where the device has them)",
+    )  # fmt: skip
+    p.add_argument(
+        "--fp8", default="none", choices=list(FP8_RECIPES),
+        help="FP8 linears (the blocks' linears; the output head stays bf16): tensorwise / rowwise (torchao "
+        "float8, torchtitan), delayed (Transformer Engine DelayedScaling, Megatron-LM; what --dtype fp8 means)",
     )  # fmt: skip
     p.add_argument(
         "--precision", default=d.precision, choices=list(PRECISION_MODES),
@@ -240,7 +253,16 @@ def _add_parallel_flags(p: argparse.ArgumentParser) -> None:
     for flag, what in (("tp", "tensor"), ("pp", "pipeline"), ("cp", "context"), ("ep", "expert")):
         g.add_argument(f"--{flag}", help=f"{what}-parallel degree, or a comma list (a layout sweep)")
     g.add_argument("--vpp", help="virtual pipeline stages per rank (interleaved 1F1B), or a comma list")
-    g.add_argument("--recompute", help="none, selective, full or every-K (every K-th block)")
+    g.add_argument(
+        "--pp-layers",
+        help="uneven pipeline stages: blocks per (virtual) stage, e.g. 15,16,16,15 (must sum to the "
+        "model's layers), or Megatron's first:F,last:L (the rest split evenly); one --pp value",
+    )
+    g.add_argument(
+        "--recompute",
+        help="none, selective (Megatron: the attention core), selective-op (torchtitan's per-op policy: "
+        "matmul outputs but every second, attention and reduce-scatters saved), full or every-K",
+    )
     g.add_argument(
         "--offload", choices=list(OFFLOAD_MODES), help="CPU offload of optimizer state, params or activations"
     )
@@ -248,6 +270,11 @@ def _add_parallel_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--sequence-parallel", action="store_true", default=None, help="Megatron sequence parallelism"
     )
+    g.add_argument(
+        "--tp-comm-overlap", action="store_true", default=None,
+        help="overlap sequence parallelism's all-gather / reduce-scatter with the GEMMs (Megatron-LM "
+        "--tp-comm-overlap, torch async TP); needs --sequence-parallel",
+    )  # fmt: skip
     g.add_argument("--cp-kind", choices=list(CP_KINDS), help="context parallelism: ring attention or Ulysses")
     g.add_argument(
         "--expert-load", type=float, help="MoE: tokens on the busiest expert rank / the mean (>= 1)"
@@ -263,10 +290,12 @@ PARALLEL_FLAGS = (
     "cp",
     "ep",
     "vpp",
+    "pp_layers",
     "recompute",
     "offload",
     "schedule",
     "sequence_parallel",
+    "tp_comm_overlap",
     "cp_kind",
     "expert_load",
     "capacity_factor",
@@ -276,11 +305,13 @@ PARALLEL_FLAGS = (
 def _config(args: argparse.Namespace, heterogeneity: Heterogeneity) -> TrainingConfig:
     if args.software_era not in software_eras():
         raise TrainsimError(f"--software-era {args.software_era!r}; allowed: {', '.join(software_eras())}")
+    dtype, fp8 = resolve_fp8(args.dtype, args.fp8)
     return TrainingConfig(
         global_batch=args.global_batch if args.batch_per_gpu is None else args.batch_per_gpu,
         micro_batch=args.micro_batch,
         seq_len=args.seq_len,
-        dtype=args.dtype,
+        dtype=dtype,
+        fp8=fp8,
         precision=args.precision,
         optimizer_impl=args.optimizer_impl,
         batch_per_gpu=args.batch_per_gpu,
@@ -351,6 +382,13 @@ def _ps_strategies(
     modes = [s for s in strategies if s in PS_MODES]
     if not modes:
         return strategies
+    if cfg.fp8 != "none":
+        # The parameter-server pricing runs every GEMM at one dtype (no cast kernels, no bf16 head).
+        why = f"the parameter-server modes ({', '.join(modes)}) do not model --fp8 {cfg.fp8}"
+        if given:
+            raise TrainsimError(f"{why}: leave them out of --strategies")
+        warn(f"{why}: left out")
+        return [s for s in strategies if s not in PS_MODES]
     uneven = bool(args.straggler or args.jitter)
     seconds = ps_seconds(cfg, gpus, len(modes), clusters, uneven=uneven)
     if seconds > MAX_PS_SECONDS:
@@ -495,8 +533,10 @@ def _header(
     cfg: TrainingConfig,
     heterogeneity: Heterogeneity,
     network: NetworkOverrides | None = None,
+    levers: RunLevers | None = None,
 ) -> str:
-    precision = f"--dtype {cfg.dtype}, --precision {cfg.precision}"
+    precision = f"--dtype {cfg.dtype}" + (f" (--fp8 {cfg.fp8})" if cfg.fp8 != "none" else "")
+    precision += f", --precision {cfg.precision}"
     uneven = heterogeneity.describe()
     batch = (
         f"{cfg.batch_per_gpu} samples per GPU (weak scaling)"
@@ -510,6 +550,7 @@ def _header(
         + (f"network what-if: {network.describe()}\n" if network is not None and network.given else "")
         + ("kernels: torch.compile (fused norm/rotary/SwiGLU/loss)\n" if cfg.compile else "")
         + (f"convolutions: {cfg.software_era} software era\n" if cfg.software_era != "current" else "")
+        + (f"run levers: {levers.describe()}\n" if levers is not None and levers.given else "")
         + "scaling = samples/s / (gpus x samples/s of the same strategy on 1 GPU"
         + (", each straggler counted at its own speed" if heterogeneity.has_stragglers else "")
         + "); * = that 1-GPU baseline does not fit (unlimited-memory GPU assumed)"
@@ -531,6 +572,9 @@ def main(argv: list[str] | None = None) -> int:
         raise TrainsimError("--cluster needs at least one name")
     layouts = any(getattr(args, flag) is not None for flag in PARALLEL_FLAGS)
     # With a parallel layout the layout sweep checks its own batch split (data-parallel size, not GPUs).
+    if cfg.fp8 != "none":  # a GPU without FP8 is refused before anything else is said
+        for cluster in clusters:
+            gating_device(loader(cluster, gpus=max(gpus)), cfg.dtype)
     strategies = list(args.strategies or []) if layouts else _ps_strategies(args, cfg, gpus, len(clusters))
     ps_options = PSConfig(
         shards=args.ps_shards, placement=_placement(args.ps_placement), staleness_bound=args.staleness_bound
@@ -552,7 +596,8 @@ def main(argv: list[str] | None = None) -> int:
         calibration = load_profile(args.calibration)
         for cluster in clusters:  # before the sweep: a mismatch is reported at once
             check_profile_for(calibration, loader(cluster, gpus=max(gpus)))
-    header = _header(workload.name, workload.params, cfg, heterogeneity, network)
+    levers = RunLevers(cfg.fp8, args.recompute, bool(args.tp_comm_overlap), args.pp_layers)
+    header = _header(workload.name, workload.params, cfg, heterogeneity, network, levers)
     header = header if framework is None else f"{framework.describe()}\n{header}"
     points = len(clusters) * max(1, len(strategies)) * (len(gpus) + (1 not in gpus))
     with bar(points, "what-if", quiet=args.quiet, unit="point") as progress:
@@ -583,7 +628,7 @@ def main(argv: list[str] | None = None) -> int:
                 heterogeneity=heterogeneity,
             )
     command = command_line("python -m experiments.what_if", sys.argv[1:] if argv is None else argv)
-    _print(args, result, header, out, network, command, framework)
+    _print(args, result, header, out, network, levers, command, framework)
     return 0
 
 
@@ -593,6 +638,7 @@ def _print(
     header: str,
     out: Path | None,
     network: NetworkOverrides,
+    levers: RunLevers,
     command: str = "python -m experiments.what_if",
     framework: FromRecord | None = None,
 ) -> None:
@@ -601,8 +647,9 @@ def _print(
     require_finite(records, "the what-if")
     require_finite(recommendations, "the recommendation")
     check_records(records, "the what-if")
-    extra = {"network": network.record()} if network.given else {}
+    extra: dict[str, object] = {"network": network.record()} if network.given else {}
     extra |= {"from": framework.record()} if framework is not None else {}
+    extra |= {"levers": levers.record()} if levers.given else {}
     if args.format == "json":
         print(records_to_json(records, recommendations=recommendations, **extra))
     elif args.format == "csv":

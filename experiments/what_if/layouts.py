@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from dataclasses import replace
 
 from simcore.calibration.profile import CalibrationProfile
 from simcore.compute.heterogeneity import Heterogeneity
 from simcore.errors import TrainsimError
 from simcore.parallel import ParallelOptions
+from simcore.parallel.layout import ParallelLayout, parse_stage_layers
 from simcore.strategies import strategy_names
 from simcore.strategies.base import TrainingConfig
 from simcore.topology import ClusterLoader
@@ -38,6 +40,7 @@ def parallel_options(args: argparse.Namespace) -> ParallelOptions:
     given = {
         "schedule": args.schedule,
         "sequence_parallel": args.sequence_parallel,
+        "tp_comm_overlap": args.tp_comm_overlap,
         "cp_kind": args.cp_kind,
         "recompute": args.recompute,
         "offload": args.offload,
@@ -45,6 +48,21 @@ def parallel_options(args: argparse.Namespace) -> ParallelOptions:
         "capacity_factor": args.capacity_factor,
     }
     return ParallelOptions(**{k: v for k, v in given.items() if v is not None})
+
+
+def _uneven(text: str, layouts: list[ParallelLayout], workload: Workload) -> ParallelLayout:
+    """The one layout of ``--pp-layers`` (one --pp and --vpp value; its block counts per stage)."""
+    if len(layouts) != 1 or layouts[0].pp == 1:
+        raise TrainsimError(
+            "--pp-layers needs one --pp value above 1 (and one --tp, --cp, --ep, --vpp value)"
+        )
+    if workload.dims is None:
+        raise TrainsimError(
+            f"--pp-layers needs a transformer model; {workload.name!r} has no transformer shape"
+        )
+    layout = layouts[0]
+    counts = parse_stage_layers(text, layout.pp, layout.vpp, workload.dims.layers)
+    return replace(layout, stage_layers=counts)
 
 
 def run_layouts(
@@ -71,6 +89,8 @@ def run_layouts(
         _degrees(args.ep, "ep"),
         _degrees(args.vpp, "vpp"),
     )
+    if args.pp_layers is not None:
+        layouts = [_uneven(args.pp_layers, layouts, workload)]
     return run_what_if(
         workload,
         clusters,

@@ -32,11 +32,15 @@ autocast re-casts the weights every forward. Modes (``--precision``):
 ``mixed``
     Megatron-LM / DeepSpeed: low-precision parameters and gradients, gradients reduced in the low
     dtype, fp32 master weights and fp32 optimizer state (ZeRO paper, sec. 3.1: 2 + 2 + 12 bytes per
-    parameter with Adam). ``--dtype fp8`` runs the matmuls in FP8 (Transformer Engine) on top of it.
+    parameter with Adam). ``--dtype fp8`` (``--fp8 delayed``) runs the matmuls in FP8 (Transformer
+    Engine) on top of it.
 
 ``auto`` picks what each framework does with a low-precision ``--dtype``: DDP and the parameter
 server ``amp``, FSDP/HSDP ``fsdp-mp``, DeepSpeed's ZeRO-1/2/3 ``mixed``; ``fp32``/``tf32`` for those
-dtypes and ``mixed`` for ``fp8``. Without master weights (``--no-master-weights``) ``auto`` is ``pure``.
+dtypes and ``mixed`` for ``fp8`` with Transformer Engine's ``delayed`` recipe; torchao's FP8 recipes
+(``--fp8 tensorwise`` / ``rowwise``, :mod:`simcore.compute.fp8`) keep what the framework does with bf16
+(torchtitan: FSDP2 ``MixedPrecisionPolicy``), the FP8 linears' GEMMs in fp8. Without master weights
+(``--no-master-weights``) ``auto`` is ``pure``.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from dataclasses import dataclass
 
 from simcore.dtypes import DTYPE_BYTES
 from simcore.errors import TrainsimError
+from simcore.hardware import device_names, device_spec
 
 __all__ = [
     "COMPUTE_DTYPES",
@@ -104,30 +109,30 @@ class Precision:
         return f"{self.mode} ({', '.join(parts)})"
 
 
-def _mode_for(mode: str, dtype: str, framework: str, master_weights: bool) -> str:
+def _mode_for(mode: str, dtype: str, framework: str, master_weights: bool, fp8: str) -> str:
     if mode != "auto":
         return mode
     if dtype in ("fp32", "tf32"):
         return dtype
     if not master_weights:
         return "pure"
-    if dtype == "fp8":
+    if dtype == "fp8" and fp8 in ("delayed", "none"):
         return "mixed"
     return {"torch-fsdp": "fsdp-mp", "deepspeed": "mixed"}.get(framework, "amp")
 
 
 def resolve_precision(
-    mode: str, dtype: str, strategy: str, *, framework: str, master_weights: bool = True
+    mode: str, dtype: str, strategy: str, *, framework: str, master_weights: bool = True, fp8: str = "delayed"
 ) -> Precision:
     """The precision ``strategy``, run by ``framework`` (one of :data:`FRAMEWORKS`), runs with for
-    ``--precision mode`` and ``--dtype dtype``."""
+    ``--precision mode``, ``--dtype dtype`` and (with dtype fp8) the ``--fp8`` recipe."""
     if framework not in FRAMEWORKS:
         raise TrainsimError(f"framework {framework!r} unknown; allowed: {', '.join(FRAMEWORKS)}")
     if dtype not in COMPUTE_DTYPES:
         raise TrainsimError(f"dtype {dtype!r} unknown; allowed: {', '.join(COMPUTE_DTYPES)}")
     if mode not in PRECISION_MODES:
         raise TrainsimError(f"precision {mode!r} unknown; allowed: {', '.join(PRECISION_MODES)}")
-    name = _mode_for(mode, dtype, framework, master_weights)
+    name = _mode_for(mode, dtype, framework, master_weights, fp8)
     allowed = _ONLY_FOR.get(name)
     if allowed is not None and strategy not in allowed:
         raise TrainsimError(
@@ -173,6 +178,12 @@ def check_precision(precision: Precision, peak_flops: Mapping[str, float], devic
     if precision.conv_dtype != "tf32":
         needed.add(precision.conv_dtype)
     missing = sorted(d for d in needed if d not in rates)
+    if missing == ["fp8"]:
+        with_fp8 = [n for n in device_names() if "fp8" in device_spec(n).peak_flops]
+        raise TrainsimError(
+            f"{device_name} has no fp8 tensor cores, so --fp8 / --dtype fp8 cannot run on it; "
+            f"devices with them: {', '.join(with_fp8)}"
+        )
     if missing:
         hint = {"fp8": "use --dtype bf16", "bf16": "use --dtype fp16", "tf32": "use --dtype fp32"}
         raise TrainsimError(

@@ -3,9 +3,10 @@ parallelism composed with the data-parallel strategies, plus recompute and offlo
 
 Public API::
 
-    ParallelLayout(tp, pp, cp, ep, vpp)        the degrees; dp = gpus / (tp * pp * cp)
+    ParallelLayout(tp, pp, cp, ep, vpp, stage_layers)  the degrees; dp = gpus / (tp * pp * cp);
+                                               stage_layers: uneven pipeline stages (blocks each)
     ParallelOptions(schedule, sequence_parallel, cp_kind, recompute, offload, expert_load,
-                    capacity_factor)           how the layout runs
+                    capacity_factor, tp_comm_overlap)  how the layout runs
     check_layout(layout, gpus, workload)       one LayoutError naming the rule broken
     Placement(layout, gpus)                    process groups (Megatron's tp-cp-ep-dp-pp order)
     simulate_parallel_step(workload, config, topology, strategy, layout, options, *,

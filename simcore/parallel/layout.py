@@ -11,6 +11,20 @@ Placement (:class:`Placement`) follows Megatron-Core's default rank order ``tp-c
 so with ``tp`` dividing the GPUs per node a TP group sits inside one node (on NVLink/NVSwitch), then
 context, data and pipeline ranks. A TP group that crosses nodes is allowed and priced on the fabric;
 :meth:`Placement.notes` says so.
+
+Uneven pipeline stages (``--pp-layers``): ``stage_layers`` lists the transformer blocks of each
+virtual stage in order (``15,16,16,15``; Megatron-LM's ``--decoder-first-pipeline-num-layers`` /
+``--decoder-last-pipeline-num-layers`` and torchtitan's ``pipeline_parallel_layers_per_stage``
+give such lists); the embedding stays on the first stage and the final norm, output head and loss
+on the last (:func:`simcore.parallel.pp.partition_stages`). The form ``first:F,last:L`` is
+Megatron's: F blocks on the first stage, L on the last, the rest split evenly over the middle
+stages, which Megatron requires to divide evenly (:func:`parse_stage_layers`). The form
+``torchtitan`` (or ``torchtitan:I:O``) is torchtitan's split (``generate_llm_fqn_per_model_part``
+in ``torchtitan/distributed/pipeline_parallel.py``, commit b5bcd76): the embedding counts as I
+blocks and the norm plus output head as O (``pipeline_parallel_first_stage_less_layers`` /
+``..._last_stage_less_layers``, both 1 by default), the ``layers + I + O`` effective blocks are split
+evenly (the first stages one more), and the first and last stages hold I and O blocks fewer.
+Without a list the split is even (the first ``layers % stages`` stages one block more).
 """
 
 from __future__ import annotations
@@ -24,7 +38,7 @@ if TYPE_CHECKING:
     from simcore.topology import Topology
     from simcore.workload.types import Workload
 
-__all__ = ["LayoutError", "ParallelLayout", "Placement", "check_layout"]
+__all__ = ["LayoutError", "ParallelLayout", "Placement", "check_layout", "parse_stage_layers"]
 
 
 class LayoutError(TrainsimError):
@@ -41,12 +55,25 @@ class ParallelLayout:
     cp: int = 1
     ep: int = 1
     vpp: int = 1
+    # Transformer blocks per virtual stage, in order (None: an even split; see the module docstring).
+    stage_layers: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "cp", "ep", "vpp"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise LayoutError(f"layout: {name} must be a positive integer, got {value!r}")
+        if self.stage_layers is not None:
+            stages = self.pp * self.vpp
+            _need(
+                len(self.stage_layers) == stages,
+                f"--pp-layers lists {len(self.stage_layers)} stages; pp x vpp = {stages} needs one "
+                f"block count per stage",
+            )
+            _need(
+                all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in self.stage_layers),
+                f"--pp-layers: every stage needs at least one block, got {list(self.stage_layers)}",
+            )
 
     @property
     def model_parallel(self) -> int:
@@ -68,9 +95,78 @@ class ParallelLayout:
         for name in ("tp", "pp", "cp", "ep"):
             if getattr(self, name) > 1:
                 parts.append(f"{name}{getattr(self, name)}")
+        if self.stage_layers is not None:
+            parts = [
+                f"{p}[{','.join(map(str, self.stage_layers))}]" if p.startswith("pp") else p for p in parts
+            ]
         if self.vpp > 1:
             parts.append(f"vpp{self.vpp}")
         return " ".join(parts)
+
+
+def parse_stage_layers(text: str, pp: int, vpp: int, layers: int) -> tuple[int, ...]:
+    """Blocks per virtual stage from ``--pp-layers``: a comma list (``15,16,16,15``) or Megatron's
+    ``first:F,last:L`` (either part may be left out; the middle stages share the rest evenly)."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    stages = pp * vpp
+    if len(parts) == 1 and parts[0].split(":")[0] == "torchtitan":
+        return _torchtitan(parts[0], stages, layers)
+    if parts and all(":" in p for p in parts):
+        return _first_last(parts, stages, layers, text)
+    try:
+        counts = tuple(int(p) for p in parts)
+    except ValueError:
+        raise LayoutError(
+            f"--pp-layers {text!r}: expected block counts per stage (15,16,16,15) or first:F,last:L"
+        ) from None
+    _need(bool(counts), f"--pp-layers {text!r}: expected block counts per stage (15,16,16,15)")
+    _need(
+        sum(counts) == layers,
+        f"--pp-layers {text!r} sums to {sum(counts)} blocks; the model has {layers}",
+    )
+    return counts
+
+
+def _torchtitan(text: str, stages: int, layers: int) -> tuple[int, ...]:
+    weights = text.split(":")[1:] or ["1", "1"]
+    _need(
+        len(weights) == 2 and all(w.isdigit() for w in weights),
+        f"--pp-layers {text!r}: expected torchtitan or torchtitan:I:O (embedding and output weights)",
+    )
+    first, last = int(weights[0]), int(weights[1])
+    base, extra = divmod(layers + first + last, stages)
+    counts = [base + (1 if s < extra else 0) for s in range(stages)]
+    counts[0] -= first
+    counts[-1] -= last
+    _need(
+        stages > 1 and min(counts) >= 1,
+        f"--pp-layers {text!r}: {layers} blocks over {stages} stages leaves a stage without blocks",
+    )
+    return tuple(counts)
+
+
+def _first_last(parts: list[str], stages: int, layers: int, text: str) -> tuple[int, ...]:
+    given: dict[str, int] = {}
+    for part in parts:
+        key, _, value = part.partition(":")
+        _need(
+            key in ("first", "last") and key not in given and value.isdigit() and int(value) >= 1,
+            f"--pp-layers {text!r}: expected first:F,last:L with F, L >= 1 (each at most once)",
+        )
+        given[key] = int(value)
+    _need(stages > 1, f"--pp-layers {text!r}: first/last stages need pipeline parallelism (pp > 1)")
+    middle = stages - len(given)
+    rest = layers - sum(given.values())
+    fits = rest == 0 if middle == 0 else rest >= middle and rest % middle == 0
+    _need(
+        fits,
+        f"--pp-layers {text!r}: the other {rest} blocks do not split evenly over the {middle} middle "
+        "stage(s) (Megatron requires it)",
+    )
+    even = [rest // middle] * middle if middle else []
+    return tuple(
+        ([given["first"]] if "first" in given else []) + even + ([given["last"]] if "last" in given else [])
+    )
 
 
 def _need(condition: bool, message: str) -> None:
@@ -99,13 +195,19 @@ def check_layout(layout: ParallelLayout, gpus: int, workload: Workload, *, cp_ki
     _need(dims.kv_heads % tp == 0, f"key/value heads ({dims.kv_heads}) are not divisible by tp ({tp})")
     _need(dims.ffn % tp == 0, f"ffn width ({dims.ffn}) is not divisible by tp ({tp})")
     stages = layout.pp * layout.vpp
+    if layout.stage_layers is not None:
+        _need(
+            sum(layout.stage_layers) == dims.layers,
+            f"--pp-layers {','.join(map(str, layout.stage_layers))} sums to {sum(layout.stage_layers)} "
+            f"blocks; the model has {dims.layers}",
+        )
     _need(layout.vpp == 1 or layout.pp > 1, f"vpp {layout.vpp} needs pipeline parallelism (pp > 1)")
     _need(
         dims.layers >= stages,
         f"layers ({dims.layers}) are fewer than pp x vpp = {layout.pp} x {layout.vpp} = {stages} pipeline stages",
     )
     _need(
-        layout.vpp == 1 or dims.layers % stages == 0,
+        layout.vpp == 1 or layout.stage_layers is not None or dims.layers % stages == 0,
         f"the interleaved schedule needs layers ({dims.layers}) divisible by pp x vpp = {stages}",
     )
     _check_context(layout, dims.seq_len, dims.heads, dims.kv_heads, cp_kind)

@@ -5,7 +5,10 @@ Defaults are Megatron-LM's: the 1F1B schedule (interleaved when ``vpp > 1``), se
 off unless asked for (``--sequence-parallel``; it is required, and so switched on, for expert
 parallelism combined with tensor parallelism, as Megatron-Core enforces), ring attention for
 context parallelism (Megatron-Core's ``p2p`` ``cp_comm_type``), no recompute, no offload, and
-dropless routing with perfectly balanced experts (``expert_load`` 1).
+dropless routing with perfectly balanced experts (``expert_load`` 1), and tensor-parallel
+collectives not overlapped with the GEMMs (``tp_comm_overlap``: Megatron-LM's ``--tp-comm-overlap``
+/ torch async TP, :mod:`simcore.parallel.tp`; it needs sequence parallelism, as Megatron-LM
+requires).
 """
 
 from __future__ import annotations
@@ -18,21 +21,23 @@ from simcore.parallel.pp import PIPELINE_SCHEDULES
 
 __all__ = ["CP_KINDS", "OFFLOAD_MODES", "RECOMPUTE_MODES", "ParallelOptions", "parse_recompute"]
 
-RECOMPUTE_MODES = ("none", "selective", "full", "every-K")
+RECOMPUTE_MODES = ("none", "selective", "selective-op", "full", "every-K")
 OFFLOAD_MODES = ("none", "optimizer", "params", "activations")
 CP_KINDS = ("ring", "ulysses")
 _EVERY = re.compile(r"every-(\d+)")
 
 
 def parse_recompute(text: str) -> tuple[str, int]:
-    """(mode, K): ``none``, ``selective``, ``full`` or ``every-K`` (every K-th block; every-1 = full)."""
+    """(mode, K): ``none``, ``selective`` (Megatron-LM: the attention core), ``selective-op``
+    (torchtitan's per-op policy, :mod:`simcore.compute.checkpointing`), ``full`` or ``every-K``
+    (every K-th block; every-1 = full)."""
     text = text.strip()
-    if text in ("none", "selective", "full"):
+    if text in ("none", "selective", "selective-op", "full"):
         return text, 1
     match = _EVERY.fullmatch(text)
     if not match or int(match[1]) < 1:
         raise TrainsimError(
-            f"recompute {text!r} not understood; allowed: none, selective, full, every-K (K >= 1)"
+            f"recompute {text!r} not understood; allowed: none, selective, selective-op, full, every-K (K >= 1)"
         )
     k = int(match[1])
     return ("full", 1) if k == 1 else ("every", k)
@@ -45,10 +50,11 @@ class ParallelOptions:
     schedule: str = "1f1b"
     sequence_parallel: bool = False
     cp_kind: str = "ring"
-    recompute: str = "none"  # none | selective | full | every-K
+    recompute: str = "none"  # none | selective | selective-op | full | every-K
     offload: str = "none"  # none | optimizer | params | activations
     expert_load: float = 1.0  # tokens on the busiest expert rank / the mean
     capacity_factor: float | None = None  # tokens an expert keeps / the mean (None: dropless)
+    tp_comm_overlap: bool = False  # sequence-parallel all-gather / reduce-scatter beside the GEMMs
 
     def __post_init__(self) -> None:
         if self.schedule not in PIPELINE_SCHEDULES:
@@ -66,6 +72,11 @@ class ParallelOptions:
             raise TrainsimError(f"expert load imbalance must be >= 1 (1 = balanced), got {self.expert_load}")
         if self.capacity_factor is not None and not self.capacity_factor > 0:
             raise TrainsimError(f"capacity factor must be > 0, got {self.capacity_factor}")
+        if self.tp_comm_overlap and not self.sequence_parallel:
+            raise TrainsimError(
+                "--tp-comm-overlap needs --sequence-parallel: Megatron-LM and torch async TP overlap "
+                "sequence parallelism's all-gather and reduce-scatter with the GEMMs"
+            )
 
     @property
     def recompute_mode(self) -> tuple[str, int]:

@@ -70,16 +70,21 @@ class StageTimes:
     w: float = 0.0
 
 
-def partition_stages(workload: Workload, stages: int) -> list[tuple[int, ...]]:
-    """Layer indices of each of ``stages`` virtual stages (blocks split evenly, see module doc)."""
+def partition_stages(
+    workload: Workload, stages: int, counts: Sequence[int] | None = None
+) -> list[tuple[int, ...]]:
+    """Layer indices of each of ``stages`` virtual stages (blocks split evenly, see module doc;
+    ``counts``: the blocks of each stage instead, an uneven split as ``--pp-layers`` gives it)."""
     blocks = workload.block_layer_indices()
     if stages < 1 or stages > len(blocks):
         raise TrainsimError(f"cannot cut {len(blocks)} blocks into {stages} pipeline stages")
+    if counts is not None and (len(counts) != stages or sum(counts) != len(blocks) or min(counts) < 1):
+        raise TrainsimError(f"cannot cut {len(blocks)} blocks into stages of {list(counts)} blocks")
     base, extra = divmod(len(blocks), stages)
     out: list[list[int]] = []
     start = 0
     for stage in range(stages):
-        count = base + (1 if stage < extra else 0)
+        count = counts[stage] if counts is not None else base + (1 if stage < extra else 0)
         out.append([i for block in blocks[start : start + count] for i in block])
         start += count
     first_block_layer = blocks[0][0]

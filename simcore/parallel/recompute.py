@@ -10,6 +10,9 @@
   backward runs.
 - ``every-K``: the same for every K-th block only (blocks 0, K, 2K ... of the model), the others
   keep all their activations.
+- ``selective-op``: torchtitan's per-op policy (:mod:`simcore.compute.checkpointing`): every block
+  keeps its input and the outputs of its saved ops, and reruns the rest (shares of fused layers)
+  before its backward.
 
 :func:`apply_recompute` rewrites the saved bytes of a rank's (sharded) layers for ``selective``
 and ``every-K`` and says which forwards each backward reruns; ``full`` and ``none`` leave them.
@@ -20,7 +23,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from simcore.workload.types import Layer
+from simcore.compute.checkpointing import selective_op_policy
+from simcore.workload.types import Layer, TransformerDims
 
 __all__ = ["RecomputePlan", "apply_recompute", "held_bytes"]
 
@@ -29,19 +33,38 @@ __all__ = ["RecomputePlan", "apply_recompute", "held_bytes"]
 class RecomputePlan:
     """Layers with their saved bytes after recompute, and the forwards rerun before each backward.
 
-    ``rerun[i]`` lists the layers whose forward runs again just before layer ``i``'s backward;
-    ``transient_bytes`` is the largest set of activations rematerialised at once, per sample.
+    ``rerun[i]`` lists the layers whose forward runs again just before layer ``i``'s backward, and
+    ``shares[i]`` the (compute, collective) share of each one's forward that reruns (1, 1 but for
+    ``selective-op``); ``transient_bytes`` is the largest set of activations rematerialised at
+    once, per sample.
     """
 
     layers: tuple[Layer, ...]
     rerun: tuple[tuple[int, ...], ...]
     transient_bytes: float
+    shares: tuple[tuple[tuple[float, float], ...], ...] = ()
+
+    def rerun_shares(self, i: int) -> tuple[tuple[float, float], ...]:
+        """(compute, collective) shares of ``rerun[i]``'s forwards."""
+        return self.shares[i] if self.shares else tuple((1.0, 1.0) for _ in self.rerun[i])
 
 
 def apply_recompute(
-    layers: Sequence[Layer], global_blocks: Sequence[int], mode: str, every: int
+    layers: Sequence[Layer],
+    global_blocks: Sequence[int],
+    mode: str,
+    every: int,
+    *,
+    dims: TransformerDims | None = None,
+    sequence_parallel: bool = False,
+    elem: int = 2,
+    fp8_linears: bool = False,
 ) -> RecomputePlan:
-    """The rank's ``layers`` (``global_blocks[i]``: layer i's block in the whole model) under ``mode``."""
+    """The rank's ``layers`` (``global_blocks[i]``: layer i's block in the whole model) under ``mode``
+    (``selective-op`` needs the model's ``dims``, whether ``sequence_parallel`` runs, ``elem``, and
+    whether the linears run in FP8, ``fp8_linears``)."""
+    if mode == "selective-op" and dims is not None:
+        return _selective_op(layers, global_blocks, dims, (sequence_parallel, fp8_linears), elem)
     out = list(layers)
     rerun: list[tuple[int, ...]] = [()] * len(out)
     transient = 0.0
@@ -64,6 +87,33 @@ def apply_recompute(
                 out[i] = replace(out[i], activation_bytes=kept if i == first else 0.0)
             rerun[members[-1]] = tuple(members)
     return RecomputePlan(tuple(out), tuple(rerun), max(0.0, transient))
+
+
+def _selective_op(
+    layers: Sequence[Layer],
+    global_blocks: Sequence[int],
+    dims: TransformerDims,
+    flags: tuple[bool, bool],
+    elem: int,
+) -> RecomputePlan:
+    sp, fp8 = flags
+    out = list(layers)
+    rerun: list[tuple[int, ...]] = [()] * len(out)
+    shares: list[tuple[tuple[float, float], ...]] = [()] * len(out)
+    transient = 0.0
+    for members in _blocks(out, global_blocks):
+        first = members[0]
+        kept = out[first - 1].output_bytes if first > 0 else out[first].output_bytes  # the block input
+        block = [out[i] for i in members]
+        policy = selective_op_policy(block, dims, sequence_parallel=sp, elem=elem, fp8_linears=fp8)
+        before = sum(out[i].activation_bytes for i in members)
+        for k, (i, rule) in enumerate(zip(members, policy, strict=True)):
+            out[i] = replace(out[i], activation_bytes=rule.saved_bytes + (kept if k == 0 else 0.0))
+        held = sum(out[i].activation_bytes for i in members)
+        transient = max(transient, before - held)
+        rerun[members[-1]] = tuple(i for i, rule in zip(members, policy, strict=True) if rule.compute_share)
+        shares[members[-1]] = tuple((r.compute_share, r.comm_share) for r in policy if r.compute_share)
+    return RecomputePlan(tuple(out), tuple(rerun), max(0.0, transient), tuple(shares))
 
 
 def _blocks(layers: Sequence[Layer], global_blocks: Sequence[int]) -> list[list[int]]:

@@ -24,7 +24,7 @@ from simcore.parallel.layout import ParallelLayout, Placement
 from simcore.parallel.options import ParallelOptions
 from simcore.parallel.recompute import apply_recompute, held_bytes
 from simcore.parallel.shard import ShardSpec, shard_layer
-from simcore.parallel.tp import tensor_parallel_collectives
+from simcore.parallel.tp import hide_fraction, overlapped_exposed_s, tensor_parallel_collectives
 from simcore.workload.types import Layer, ParameterTie, TransformerDims, Workload
 
 # numpy: imported inside the functions that use them, so --help does not load them
@@ -179,6 +179,7 @@ class ShardedStage:
     chunk_slices: tuple[range, ...]
     held_per_sample: tuple[float, ...]
     tied_copy_params: int
+    rerun_shares: tuple[tuple[tuple[float, float], ...], ...]  # (compute, collective) share of each rerun
 
 
 def shard_stage(
@@ -202,7 +203,11 @@ def shard_stage(
     order = [i for chunk in chunks for i in chunk]
     sharded = [shard_layer(workload.layers[i], dims, spec, workload.dtype_bytes) for i in order]
     mode, every = options.recompute_mode
-    plan = apply_recompute(sharded, [workload.layers[i].block for i in order], mode, every)
+    plan = apply_recompute(
+        sharded, [workload.layers[i].block for i in order], mode, every,
+        dims=dims, sequence_parallel=spec.sequence_parallel, elem=workload.dtype_bytes,
+        fp8_linears=getattr(timer, "recipe", None) is not None,  # an FP8 recipe's compute model
+    )  # fmt: skip
     tied_copy = 0
     if (
         workload.ties
@@ -221,6 +226,7 @@ def shard_stage(
     return ShardedStage(
         rank, tuple(tuple(c) for c in chunks), spec, stage_wl, tuple(tuple(r) for r in plan.rerun),
         plan.transient_bytes, base, tuple(slices), held, tied_copy,
+        tuple(plan.rerun_shares(i) for i in range(len(plan.rerun))),
     )  # fmt: skip
 
 
@@ -260,7 +266,10 @@ def build_stage(
         workload.dtype_bytes,
         base,
     )
-    bwd_rerun = np.array([sum(base["fwd"][j] + fwd_comm[j] for j in rerun) for rerun in sharded.rerun])
+    bwd_rerun = np.array([
+        sum(c * base["fwd"][j] + m * fwd_comm[j] for j, (c, m) in zip(rerun, shares, strict=True))
+        for rerun, shares in zip(sharded.rerun, sharded.rerun_shares, strict=True)
+    ])  # fmt: skip
     extra = {"fwd": fwd_comm, "bwd": bwd_comm + bwd_rerun, "recompute": fwd_comm}
     return StageModel(
         rank,
@@ -294,9 +303,15 @@ def _exposed_comm(
     bwd = np.zeros(len(layers))
     totals = {"tp": 0.0, "cp": 0.0, "ep": 0.0}
     price = {axis: _axis_price(placement, pricer, axis, rank) for axis in ("tp", "cp", "ep")}
+    hide = hide_fraction() if options.tp_comm_overlap else 0.0
     for i, layer in enumerate(layers):
-        for coll in tensor_parallel_collectives(layer, dims, spec, micro_batch, elem):
-            seconds = price["tp"](coll.op, coll.size_bytes)
+        for coll in tensor_parallel_collectives(
+            layer, dims, spec, micro_batch, elem, overlap=options.tp_comm_overlap
+        ):
+            gemm_s = coll.gemm_share * float(base[coll.phase][i])
+            seconds = overlapped_exposed_s(
+                price["tp"](coll.op, coll.size_bytes), gemm_s, coll.overlap, spec.tp, hide
+            )
             (fwd if coll.phase == "fwd" else bwd)[i] += seconds
             totals["tp"] += seconds
         f, b = context_parallel_exposed_s(

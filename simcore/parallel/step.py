@@ -34,8 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from simcore.compute.fp8 import compute_model
 from simcore.compute.memory import TIGHT_HEADROOM
-from simcore.compute.roofline import ComputeModel
 from simcore.errors import TrainsimError
 from simcore.fastpath.costs import fast_collective_model, fast_concurrent_model
 from simcore.fastpath.path import DEFAULT_ENGINE_PATH, check_engine_path, choose_path
@@ -387,11 +387,12 @@ class _Composer:
         self.device = inputs.device
         self.timer = cache.get(
             "timer",
-            (cache.identity(self.device), config.dtype, calibration_id, config.compile, config.software_era),
-            lambda: ComputeModel(
+            (cache.identity(self.device), config.dtype, config.fp8, calibration_id, config.compile, config.software_era),
+            lambda: compute_model(
                 self.device,
                 config.dtype,
                 inputs.calibration,
+                config.fp8,
                 compiled=config.compile,
                 software_era=config.software_era,
             ),
@@ -411,10 +412,10 @@ class _Composer:
     def _chunks(self) -> list[tuple[list[tuple[int, ...]], tuple[object, ...]]]:
         """Each pipeline rank's chunks (layer indices) and what makes two ranks' work alike."""
         lay = self.layout
-        key = (self.cache.identity(self.workload), lay.pp, lay.vpp)
+        key = (self.cache.identity(self.workload), lay.pp, lay.vpp, lay.stage_layers)
 
         def cut() -> list[tuple[list[tuple[int, ...]], tuple[object, ...]]]:
-            virtual = partition_stages(self.workload, lay.pp * lay.vpp)
+            virtual = partition_stages(self.workload, lay.pp * lay.vpp, lay.stage_layers)
             ranks = [[virtual[c * lay.pp + r] for c in range(lay.vpp)] for r in range(lay.pp)]
             return [(chunks, self._signature(chunks)) for chunks in ranks]
 

@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from simcore.compute.fp8 import compute_model
 from simcore.compute.heterogeneity import NO_HETEROGENEITY, is_mixed_devices, sync_compute_scale
-from simcore.compute.roofline import ComputeModel
 from simcore.errors import TrainsimError
 from simcore.fastpath.costs import fast_collective_model, fast_concurrent_model
 from simcore.fastpath.path import DEFAULT_ENGINE_PATH, check_engine_path, choose_path
@@ -178,10 +178,11 @@ def _cluster(job: PlanJob, gpus: int, caches: WorkerCaches) -> _Cluster:
         known = caches.clusters[key] = _Cluster(
             topology,
             device,
-            ComputeModel(
+            compute_model(
                 device,
                 job.config.dtype,
                 job.calibration,
+                job.config.fp8,
                 compiled=job.config.compile,
                 software_era=job.config.software_era,
             ),

@@ -152,6 +152,8 @@ class PlanLayout:
             parts.append(f"schedule={opts.schedule}")
         if opts.sequence_parallel and self.parallel.tp > 1:
             parts.append("sp")
+        if opts.tp_comm_overlap and self.parallel.tp > 1:
+            parts.append("tp-overlap")
         return " ".join(parts)
 
     def to_record(self, gpus: int) -> dict[str, object]:
@@ -169,6 +171,7 @@ class PlanLayout:
             "vpp": lay.vpp,
             "schedule": opts.schedule,
             "sequence_parallel": opts.sequence_parallel and lay.tp > 1,
+            "tp_comm_overlap": opts.tp_comm_overlap and lay.tp > 1,
             "recompute": opts.recompute,
             "offload": opts.offload,
         }
@@ -200,6 +203,7 @@ class SearchSpace:
     offload: tuple[str, ...] = OFFLOAD_MODES
     schedules: tuple[str, ...] = DEFAULT_SCHEDULES
     sequence_parallel: tuple[bool, ...] = (True,)
+    tp_comm_overlap: bool = False  # --tp-comm-overlap where sequence parallelism runs
     pipeline_strategies: tuple[str, ...] = PIPELINE_STRATEGIES
     max_tp: int | None = None
     max_pp: int | None = None
@@ -345,7 +349,7 @@ def _model_rule(axis: str, degree: int, workload: Workload, blocks: int) -> str:
         return ""
     if axis == "vpp":
         return ""  # checked with each pipeline degree (layers divisible by pp x vpp)
-    probe = ParallelLayout(**{axis: degree})
+    probe = ParallelLayout(**{axis: degree})  # type: ignore[arg-type]  # axis is a degree field (int)
     gpus = probe.model_parallel * probe.ep  # enough data-parallel ranks for the expert group
     try:
         check_layout(probe, gpus, workload)
@@ -540,7 +544,8 @@ def _options(space: SearchSpace, parallel: ParallelLayout) -> Iterator[ParallelO
     for schedule in schedules:
         for sp in sps:
             for recompute in space.recompute:
-                yield ParallelOptions(schedule=schedule, sequence_parallel=sp, recompute=recompute)
+                overlap = space.tp_comm_overlap and sp
+                yield ParallelOptions(schedule, sp, recompute=recompute, tp_comm_overlap=overlap)
 
 
 def describe_axes(space: SearchSpace, axes: SearchAxes) -> str:
@@ -554,6 +559,8 @@ def describe_axes(space: SearchSpace, axes: SearchAxes) -> str:
         parts.append(f"schedule {'/'.join(space.schedules)}")
     if any(d > 1 for d in axes.tp):
         parts.append("sp " + "/".join("on" if s else "off" for s in space.sequence_parallel))
+        if space.tp_comm_overlap:
+            parts.append("tp comm overlap")
     parts.append(f"recompute {'/'.join(space.recompute)}")
     if space.offload != ("none",):
         parts.append(f"offload {'/'.join(space.offload)} (where nothing else fits)")

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from simcore.collectives.tuning import channels as nccl_channels
+from simcore.compute.fp8 import FP8_RECIPES
 from simcore.compute.memory import optimizer_step_temp_bytes, runtime_memory
 from simcore.compute.optimizer import (
     IMPL_ALIASES,
@@ -177,6 +178,9 @@ class TrainingConfig:
     # DeepSpeed's FusedAdam for ZeRO); it sets the step's time and its scratch memory.
     optimizer_impl: str = "auto"
     precision: str = "auto"
+    # FP8 recipe (simcore.compute.fp8): none, tensorwise, rowwise (torchao), delayed (Transformer
+    # Engine, what dtype "fp8" means); a recipe other than none runs with dtype "fp8"
+    fp8: str = "none"
     batch_per_gpu: int | None = None
     gradient_sync_every_micro_batch: bool = True
     jitter_scope: str = "step"
@@ -193,6 +197,13 @@ class TrainingConfig:
         if self.dtype not in COMPUTE_DTYPES:
             raise TrainsimError(
                 f"training config: dtype {self.dtype!r} is not allowed; allowed: {', '.join(COMPUTE_DTYPES)}"
+            )
+        if self.dtype == "fp8" and self.fp8 == "none":
+            object.__setattr__(self, "fp8", "delayed")  # --dtype fp8 is --fp8 delayed
+        if self.fp8 not in FP8_RECIPES or (self.fp8 != "none") != (self.dtype == "fp8"):
+            raise TrainsimError(
+                f"training config: fp8 recipe {self.fp8!r} with dtype {self.dtype!r}; allowed: "
+                f"{', '.join(FP8_RECIPES)}, a recipe other than none with dtype fp8"
             )
         if self.precision not in PRECISION_MODES:
             raise TrainsimError(
@@ -270,6 +281,7 @@ class TrainingConfig:
             name,
             framework=framework_of(strategy),
             master_weights=self.master_weights,
+            fp8=self.fp8,
         )
 
     def accumulation_steps(self, gpus: int) -> int:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from simcore.compute.fp8 import fp8_weight_copy_bytes
 from simcore.compute.memory import MemoryChange
 from simcore.compute.overheads import framework_overheads
 from simcore.compute.precision import Precision
@@ -239,7 +240,7 @@ class DDPStrategy:
         builder = PlanBuilder(self.name)
         builder.plan.fragmentation = cfg.fragmentation(ctx.device_kind)
         builder.plan.initial_memory = {
-            "params": params * precision.bytes("param"),
+            "params": params * precision.bytes("param") + fp8_weight_copy_bytes(ctx.workload, cfg.fp8),
             "optimizer": params * optimizer_state_bytes(precision, cfg.optimizer),
             "buffers": 0.0 if cfg.gradient_as_bucket_view else grads_total,
             "overhead": cfg.runtime_overhead_bytes(ctx.device_kind, 1),

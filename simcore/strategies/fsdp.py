@@ -75,6 +75,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from simcore.compute.fp8 import fp8_gather_bytes
 from simcore.compute.memory import MemoryChange
 from simcore.compute.overheads import framework_overheads
 from simcore.compute.precision import Precision
@@ -133,7 +134,9 @@ class ShardedHooks(PassHooks):
         self.unit_ops, self.tensor_ops = unit_ops, tensor_ops
         layers = ctx.workload.layers
         self.unit_params = [sum(layers[i].params for i in members) for members in units.units]
-        self.full_bytes = [p * precision.bytes("gather") for p in self.unit_params]
+        self.full_bytes = [
+            fp8_gather_bytes(layers, m, precision.bytes("gather"), ctx.config.fp8) for m in units.units
+        ]
         self.grad_bytes = [p * precision.bytes("unsharded_grad") for p in self.unit_params]
         self.reduce_bytes = [p * precision.bytes("reduce") for p in self.unit_params]
         self.shard_grad_element = precision.bytes("grad")

@@ -22,9 +22,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from simcore.compute.fp8 import compute_model
 from simcore.compute.optimizer import canonical_impl, check_impl_supported
 from simcore.compute.precision import COMPUTE_DTYPES, check_precision, resolve_precision
-from simcore.compute.roofline import ComputeModel
 from simcore.engine import Simulation
 from simcore.hardware import device_spec
 from simcore.report import LinkBusy, StepReport
@@ -143,8 +143,8 @@ def make_context(
     sweep's :class:`~simcore.step.caches.StepCaches` (None: the context's own)."""
     if timer is None or device_memory_bytes is None:
         device = gating_device(topology, config.dtype)
-        timer = timer or ComputeModel(
-            device, config.dtype, calibration, compiled=config.compile, software_era=config.software_era
+        timer = timer or compute_model(
+            device, config.dtype, calibration, config.fp8, compiled=config.compile, software_era=config.software_era
         )
         device_memory_bytes = device_memory_bytes or device.memory_bytes
         if config.optimizer_impl not in ("auto",):

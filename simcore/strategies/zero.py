@@ -24,6 +24,7 @@ and holds 1/N of them between micro-batches; ZeRO-1 moves them once per step and
 
 from __future__ import annotations
 
+from simcore.compute.fp8 import fp8_weight_copy_bytes
 from simcore.compute.overheads import framework_overheads
 from simcore.step.plan import PlanBuilder, StepPlan
 from simcore.strategies.base import StepContext, optimizer_state_bytes
@@ -59,7 +60,7 @@ class _ZeroBucketed:
         builder = PlanBuilder(self.name)
         builder.plan.fragmentation = cfg.fragmentation(ctx.device_kind)
         builder.plan.initial_memory = {
-            "params": params * precision.bytes("param"),
+            "params": params * precision.bytes("param") + fp8_weight_copy_bytes(ctx.workload, cfg.fp8),
             "optimizer": params * optimizer_state_bytes(precision, cfg.optimizer) / n,
             "buffers": bucket_bytes if n > 1 else 0.0,  # the contiguous reduction bucket
             "overhead": cfg.runtime_overhead_bytes(ctx.device_kind, 1),
