@@ -413,24 +413,43 @@ class StepContext:
     def _span_time(
         self, phase: str, layers: Sequence[int], kernel_extra_s: float, host_extra_ops: float
     ) -> float:
+        kernel_s, host_s = self._span_sums(phase, layers)
+        if host_s is None:  # a timer without a host/device split (test doubles)
+            return kernel_s + kernel_extra_s
+        host_s += host_extra_ops * self.host_op_s(phase)
+        return float(self.timer.combine(kernel_s + kernel_extra_s, host_s))  # type: ignore[attr-defined]
+
+    def _span_sums(self, phase: str, layers: Sequence[int]) -> tuple[float, float | None]:
+        """(device seconds, host seconds) of ``layers`` in ``phase`` before any framework extras
+        (host None for a timer without the split): what every strategy's span of these layers
+        shares, so kept once per context whatever extras each strategy adds. ``math.fsum`` is
+        correctly rounded, so a slice of consecutive layers sums to the same value as any order."""
+        key = ("span sums", phase, tuple(layers))
+        known = self._memo.get(key)
+        if known is None:
+            known = self._memo[key] = self._sums(phase, key[2])
+        return known
+
+    def _sums(self, phase: str, layers: tuple[int, ...]) -> tuple[float, float | None]:
+        contiguous = bool(layers) and layers[-1] - layers[0] + 1 == len(layers)
         parts = getattr(self.timer, "layer_parts_s", None)
-        if parts is None:  # a timer without a host/device split (test doubles)
+        if parts is None:
             times = self.layer_times(phase)
-            return math.fsum(times[i] for i in layers) + kernel_extra_s
+            chosen = times[layers[0] : layers[-1] + 1] if contiguous else [times[i] for i in layers]
+            return math.fsum(chosen), None
         kernel, host = self._parts(phase)
-        chosen = list(layers)
-        host_s = math.fsum(host[i] for i in chosen) + host_extra_ops * self.host_op_s(phase)
-        return float(self.timer.combine(math.fsum(kernel[i] for i in chosen) + kernel_extra_s, host_s))  # type: ignore[attr-defined]
+        if contiguous:
+            first, end = layers[0], layers[-1] + 1
+            return math.fsum(kernel[first:end]), math.fsum(host[first:end])
+        return math.fsum([kernel[i] for i in layers]), math.fsum([host[i] for i in layers])
 
     def _parts(self, phase: str) -> tuple[list[float], list[float]]:
-        key = f"parts:{phase}"
-        cached = self._layer_times.get(key)
-        if cached is None:
-            kernel, host = self.timer.layer_parts_s(self.workload, self.config.micro_batch, phase)  # type: ignore[attr-defined]
-            self._layer_times[key] = [*map(float, kernel), *map(float, host)]
-            cached = self._layer_times[key]
-        half = len(cached) // 2
-        return cached[:half], cached[half:]
+        kernel, host = self._layer_times.get(f"kernel:{phase}"), self._layer_times.get(f"host:{phase}")
+        if kernel is None or host is None:
+            kernel_s, host_s = self.timer.layer_parts_s(self.workload, self.config.micro_batch, phase)  # type: ignore[attr-defined]
+            kernel = self._layer_times[f"kernel:{phase}"] = [*map(float, kernel_s)]
+            host = self._layer_times[f"host:{phase}"] = [*map(float, host_s)]
+        return kernel, host
 
     def contention(self, cost: CommCost) -> float:
         """How much slower compute runs while this collective runs: ``sms / (sms - channels)`` for

@@ -17,7 +17,7 @@ are freed. A use between the first and the last adds its partial to the running 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from simcore.compute.memory import MemoryChange
@@ -28,7 +28,6 @@ from simcore.strategies.base import StepContext
 
 if TYPE_CHECKING:
     from simcore.compute.precision import Precision
-    from simcore.workload.types import Workload
 
 __all__ = [
     "Chunk",
@@ -152,14 +151,10 @@ def autocast_extras(
     """
     if precision is None or not precision.autocast:
         return 0.0, 0.0, []
-    layers = ctx.workload.layers
-    params = sum(layers[i].params for i in chunk.layers)
+    params, tensors = _chunk_params(ctx, chunk.layers)
     if params == 0:
         return 0.0, 0.0, []
     low = DTYPE_BYTES[precision.low]
-    tensors = ctx.memo(
-        ("param tensors", chunk.layers), lambda: param_tensor_count(_chunk_workload(ctx, chunk))
-    )
     seconds = ctx.copy_time_s(params * (4 + low) / 2.0)
     if phase == "bwd":
         return seconds, float(tensors), [("buffers", -float(params * low))]
@@ -167,10 +162,45 @@ def autocast_extras(
     return seconds, float(tensors), held
 
 
-def _chunk_workload(ctx: StepContext, chunk: Chunk) -> Workload:
-    from dataclasses import replace
+def _chunk_params(ctx: StepContext, layers: tuple[int, ...]) -> tuple[int, int]:
+    """(parameters, parameter tensors) of ``layers``, once per context and run of layers (every
+    strategy, pass and micro-batch of the context's plans asks again)."""
+    key = ("chunk params", layers)
+    known = ctx._memo.get(key)
+    if known is None:
+        model = ctx.workload.layers
+        per_kind = _tensors_per_kind(ctx)
+        chosen = [model[i] for i in layers]
+        known = ctx._memo[key] = (
+            sum(layer.params for layer in chosen),
+            sum(per_kind[layer.kind] for layer in chosen if layer.params > 0),
+        )
+    return known
 
-    return replace(ctx.workload, layers=tuple(ctx.workload.layers[i] for i in chunk.layers), ties=())
+
+def _tensors_per_kind(ctx: StepContext) -> dict[str, int]:
+    """Parameter tensors of one layer of each kind with parameters, as
+    :func:`~simcore.compute.roofline.param_tensor_count` counts them (a sum over layers, so a run
+    of layers has the sum of its layers' counts)."""
+
+    def count() -> dict[str, int]:
+        workload, counts = ctx.workload, {}
+        for layer in workload.layers:
+            if layer.params > 0 and layer.kind not in counts:
+                counts[layer.kind] = param_tensor_count(replace(workload, layers=(layer,), ties=()))
+        return counts
+
+    return ctx.memo(("param tensors per kind",), count)
+
+
+def _activation_bytes(ctx: StepContext, layers: tuple[int, ...]) -> float:
+    """Activation bytes ``layers`` save per sample (their sum, in layer order), once per context."""
+    key = ("activation bytes", layers)
+    known = ctx._memo.get(key)
+    if known is None:
+        model = ctx.workload.layers
+        known = ctx._memo[key] = sum(model[i].activation_bytes for i in layers)
+    return known
 
 
 def _saved_bytes(ctx: StepContext, chunk: Chunk, checkpointed: bool) -> float:
@@ -178,7 +208,7 @@ def _saved_bytes(ctx: StepContext, chunk: Chunk, checkpointed: bool) -> float:
     layers = ctx.workload.layers
     mb = ctx.config.micro_batch
     if not checkpointed:
-        return mb * sum(layers[i].activation_bytes for i in chunk.layers)
+        return mb * _activation_bytes(ctx, chunk.layers)
     first = chunk.layers[0]
     if first > 0 and layers[first - 1].block == chunk.block:
         return 0.0  # inside a checkpointed block only the block's input is kept
@@ -273,7 +303,6 @@ def _backward_pass(
 ) -> int | None:
     checkpoint = ctx.config.activation_checkpointing
     mb = ctx.config.micro_batch
-    layers = ctx.workload.layers
     block_layers = ctx.memo(("block layers",), ctx.workload.block_layer_indices) if checkpoint else ()
     recomputed: set[int] = set()
     ties = _tie_temp(ctx, chunks, hooks.tie_grad_bytes)
@@ -284,7 +313,7 @@ def _backward_pass(
         ckpt = checkpoint and chunk.block >= 0
         freed = _saved_bytes(ctx, chunk, ckpt)
         if ckpt:
-            freed += mb * sum(layers[i].activation_bytes for i in chunk.layers)
+            freed += mb * _activation_bytes(ctx, chunk.layers)
             if chunk.block not in recomputed:
                 recomputed.add(chunk.block)
                 members = block_layers[chunk.block]
@@ -297,7 +326,7 @@ def _backward_pass(
                     key=builder.key(micro_batch=micro_batch, block=chunk.block if chunk.block >= 0 else None),
                     kind="recompute",
                     after=waits,
-                    on_start=[("activations", mb * sum(layers[i].activation_bytes for i in members))],
+                    on_start=[("activations", mb * _activation_bytes(ctx, tuple(members)))],
                 )
         waits = hooks.before_backward(builder, chunk.layers, last)
         kernel_s, host_ops, released = hooks.extras(ctx, chunk, "bwd")
