@@ -403,6 +403,42 @@ class StepContext:
             known = self._memo[key] = self._span_time(phase, layers, kernel_extra_s, host_extra_ops)
         return float(known)
 
+    def layer_counts(self, layers: Sequence[int]) -> tuple[int, int, int]:
+        """(parameters, parameter tensors, layers with parameters) of ``layers`` of this context's
+        workload, once per context and run of layers: every strategy, pass and micro-batch of the
+        context's plans asks again. Tensors as :func:`~simcore.compute.roofline.param_tensor_count`
+        counts them (a sum over layers, so a run of layers has its layers' sum)."""
+        key = ("layer counts", tuple(layers))
+        known = self._memo.get(key)
+        if known is None:
+            model, per_kind = self.workload.layers, self._tensors_per_kind()
+            chosen = [model[i] for i in key[1] if model[i].params]
+            known = self._memo[key] = (
+                sum(layer.params for layer in chosen),
+                sum(per_kind[layer.kind] for layer in chosen),
+                len(chosen),
+            )
+        return known
+
+    def model_counts(self) -> tuple[int, int, int]:
+        """:meth:`layer_counts` of the whole model."""
+        known = self._memo.get(("model counts",))
+        if known is None:
+            known = self._memo[("model counts",)] = self.layer_counts(range(len(self.workload.layers)))
+        return known
+
+    def _tensors_per_kind(self) -> dict[str, int]:
+        """Parameter tensors of one layer of each kind with parameters (param_tensor_count's rule)."""
+
+        def count() -> dict[str, int]:
+            workload, counts = self.workload, {}
+            for layer in workload.layers:
+                if layer.params > 0 and layer.kind not in counts:
+                    counts[layer.kind] = param_tensor_count(replace(workload, layers=(layer,), ties=()))
+            return counts
+
+        return self.memo(("param tensors per kind",), count)
+
     def memo(self, key: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
         """``compute()``, once per ``key`` for this context (a pure function of its inputs)."""
         known = self._memo.get(key)
@@ -538,7 +574,7 @@ class StepContext:
                 lambda: whole.optimizer_step(strategy, local, shards, flat=flat),
             )
         precision, impl = self.precision(strategy), self.optimizer_impl(strategy)
-        tensors = 1 if flat else param_tensor_count(self.workload)
+        tensors = 1 if flat else self.model_counts()[1]
         cost = optimizer_step_cost(self.config.optimizer, impl, params, tensors, precision.bytes("state"))
         if precision.master and params > 0:
             extra = master_cast_bytes(params, precision.bytes("param"))

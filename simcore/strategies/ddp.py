@@ -36,7 +36,6 @@ from collections.abc import Sequence
 from simcore.compute.memory import MemoryChange
 from simcore.compute.overheads import framework_overheads
 from simcore.compute.precision import Precision
-from simcore.compute.roofline import param_tensor_count
 from simcore.step.plan import PlanBuilder, StepPlan
 from simcore.strategies.base import StepContext, optimizer_state_bytes
 from simcore.strategies.passes import (
@@ -76,16 +75,7 @@ def assign_buckets(
 
 def chunk_param_tensors(ctx: StepContext, layers: Sequence[int]) -> int:
     """Parameter tensors of ``layers`` (weights and biases)."""
-    from dataclasses import replace
-
-    chosen = tuple(layers)
-
-    def count() -> int:
-        return param_tensor_count(
-            replace(ctx.workload, layers=tuple(ctx.workload.layers[i] for i in chosen), ties=())
-        )
-
-    return int(ctx.memo(("param tensors", chosen), count))
+    return ctx.layer_counts(layers)[1]
 
 
 class BucketHooks(PassHooks):
@@ -140,8 +130,7 @@ class BucketHooks(PassHooks):
         self.last_reduce: int | None = None
 
     def _chunk_grad_bytes(self, chunk: Chunk) -> float:
-        layers = self.ctx.workload.layers
-        return sum(layers[i].params for i in chunk.layers) * self.grad_bytes
+        return self.ctx.layer_counts(chunk.layers)[0] * self.grad_bytes
 
     def extras(self, ctx: StepContext, chunk: Chunk, phase: str) -> tuple[float, float, list[MemoryChange]]:
         seconds, ops, changes = autocast_extras(ctx, chunk, phase, self.precision)
@@ -161,9 +150,8 @@ class BucketHooks(PassHooks):
         return []
 
     def backward_done(self, builder: PlanBuilder, chunk: Chunk, op: int) -> None:
-        layers = self.ctx.workload.layers
         bucket = chunk.group
-        self.pending[bucket] = self.pending.get(bucket, 0) - sum(1 for i in chunk.layers if layers[i].params)
+        self.pending[bucket] = self.pending.get(bucket, 0) - self.ctx.layer_counts(chunk.layers)[2]
         if self.pending[bucket] > 0 or bucket not in self.bucket_params or not self.communicate:
             return
         params = self.bucket_params[bucket]
@@ -207,11 +195,12 @@ def _copy_out_s(
 ) -> float:
     """The copy of the reduced buckets back into every gradient (and the compression hook's casts),
     over the whole model of ``ctx``: its kernels or its dispatch, the longer."""
-    params, grad_bytes = ctx.workload.params, precision.bytes("grad")
+    params, tensors, _ = ctx.model_counts()
+    grad_bytes = precision.bytes("grad")
     moved = (params * grad_bytes if copies else 0.0) + (
         params * (grad_bytes + precision.bytes("reduce")) / 2 if compress else 0.0
     )
-    return ctx.timer_combine(ctx.copy_time_s(moved), ops_per_tensor * param_tensor_count(ctx.workload), "bwd")
+    return ctx.timer_combine(ctx.copy_time_s(moved), ops_per_tensor * tensors, "bwd")
 
 
 class DDPStrategy:

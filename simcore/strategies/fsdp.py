@@ -131,8 +131,7 @@ class ShardedHooks(PassHooks):
         self.mp = precision
         self.tie_grad_bytes = precision.bytes("unsharded_grad")
         self.unit_ops, self.tensor_ops = unit_ops, tensor_ops
-        layers = ctx.workload.layers
-        self.unit_params = [sum(layers[i].params for i in members) for members in units.units]
+        self.unit_params = [ctx.layer_counts(members)[0] for members in units.units]
         self.full_bytes = [p * precision.bytes("gather") for p in self.unit_params]
         self.grad_bytes = [p * precision.bytes("unsharded_grad") for p in self.unit_params]
         self.reduce_bytes = [p * precision.bytes("reduce") for p in self.unit_params]
@@ -297,8 +296,7 @@ class ShardedHooks(PassHooks):
     def backward_memory(self, chunk: Chunk) -> list[MemoryChange]:
         if not self.allocate_unsharded:  # accumulating into the unsharded gradients already held
             return []
-        layers = self.ctx.workload.layers
-        return [("buffers", sum(layers[i].params for i in chunk.layers) * self.tie_grad_bytes)]
+        return [("buffers", self.ctx.layer_counts(chunk.layers)[0] * self.tie_grad_bytes)]
 
     def backward_released(self, chunk: Chunk) -> list[MemoryChange]:
         # post-backward reshards the unit once autograd has made its unsharded gradients

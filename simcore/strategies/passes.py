@@ -17,11 +17,10 @@ are freed. A use between the first and the last adds its partial to the running 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from simcore.compute.memory import MemoryChange
-from simcore.compute.roofline import param_tensor_count
 from simcore.dtypes import DTYPE_BYTES
 from simcore.step.plan import NO_KEY, Label, OpKey, PlanBuilder
 from simcore.strategies.base import StepContext
@@ -151,7 +150,7 @@ def autocast_extras(
     """
     if precision is None or not precision.autocast:
         return 0.0, 0.0, []
-    params, tensors = _chunk_params(ctx, chunk.layers)
+    params, tensors, _ = ctx.layer_counts(chunk.layers)
     if params == 0:
         return 0.0, 0.0, []
     low = DTYPE_BYTES[precision.low]
@@ -160,37 +159,6 @@ def autocast_extras(
         return seconds, float(tensors), [("buffers", -float(params * low))]
     held: list[MemoryChange] = [("buffers", float(params * low))] if phase == "fwd" else []
     return seconds, float(tensors), held
-
-
-def _chunk_params(ctx: StepContext, layers: tuple[int, ...]) -> tuple[int, int]:
-    """(parameters, parameter tensors) of ``layers``, once per context and run of layers (every
-    strategy, pass and micro-batch of the context's plans asks again)."""
-    key = ("chunk params", layers)
-    known = ctx._memo.get(key)
-    if known is None:
-        model = ctx.workload.layers
-        per_kind = _tensors_per_kind(ctx)
-        chosen = [model[i] for i in layers]
-        known = ctx._memo[key] = (
-            sum(layer.params for layer in chosen),
-            sum(per_kind[layer.kind] for layer in chosen if layer.params > 0),
-        )
-    return known
-
-
-def _tensors_per_kind(ctx: StepContext) -> dict[str, int]:
-    """Parameter tensors of one layer of each kind with parameters, as
-    :func:`~simcore.compute.roofline.param_tensor_count` counts them (a sum over layers, so a run
-    of layers has the sum of its layers' counts)."""
-
-    def count() -> dict[str, int]:
-        workload, counts = ctx.workload, {}
-        for layer in workload.layers:
-            if layer.params > 0 and layer.kind not in counts:
-                counts[layer.kind] = param_tensor_count(replace(workload, layers=(layer,), ties=()))
-        return counts
-
-    return ctx.memo(("param tensors per kind",), count)
 
 
 def _activation_bytes(ctx: StepContext, layers: tuple[int, ...]) -> float:
