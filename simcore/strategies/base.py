@@ -559,7 +559,7 @@ class StepContext:
         framework = framework_of(strategy)
         whole = self.whole
         if whole is not None:
-            local = params * whole.workload.params / self.workload.params
+            local = params * whole.model_counts()[0] / self.model_counts()[0]
             return self.memo(  # the same for every copy of the model: computed once per context family
                 (
                     "whole-model optimizer step",

@@ -56,13 +56,20 @@ def assign_buckets(
 ) -> list[int]:
     """Bucket index per layer, bucket 0 holding the last layers (filled first in backward).
 
-    Caps are in bytes of gradients of ``grad_bytes`` per element (default: the config's DDP caps).
-    """
-    layers = ctx.workload.layers
+    Caps are in bytes of gradients of ``grad_bytes`` per element (default: the config's DDP caps);
+    assigned once per context and caps (every plan of a sweep's context buckets the same)."""
     bucket_cap = ctx.config.bucket_size_bytes if bucket_bytes is None else bucket_bytes
+    cap = ctx.config.first_bucket_bytes if first_bytes is None else first_bytes
+    known = ctx.memo(
+        ("buckets", grad_bytes, bucket_cap, cap), lambda: _buckets(ctx, grad_bytes, bucket_cap, cap)
+    )
+    return list(known)
+
+
+def _buckets(ctx: StepContext, grad_bytes: int, bucket_cap: float, cap: float) -> tuple[int, ...]:
+    layers = ctx.workload.layers
     bucket_of = [0] * len(layers)
     current, filled = 0, 0.0
-    cap = ctx.config.first_bucket_bytes if first_bytes is None else first_bytes
     for index in reversed(range(len(layers))):
         bucket_of[index] = current
         if layers[index].params == 0:
@@ -70,7 +77,23 @@ def assign_buckets(
         filled += layers[index].params * grad_bytes
         if filled >= cap:
             current, filled, cap = current + 1, 0.0, bucket_cap
-    return bucket_of
+    return tuple(bucket_of)
+
+
+def _bucket_counts(ctx: StepContext, bucket_of: Sequence[int]) -> tuple[dict[int, int], dict[int, float]]:
+    """Per bucket: its layers with parameters, and its parameters (once per context and bucketing)."""
+
+    def count() -> tuple[dict[int, int], dict[int, float]]:
+        pending: dict[int, int] = {}
+        params: dict[int, float] = {}
+        for index, layer in enumerate(ctx.workload.layers):
+            if layer.params:
+                bucket = bucket_of[index]
+                pending[bucket] = pending.get(bucket, 0) + 1
+                params[bucket] = params.get(bucket, 0.0) + layer.params
+        return pending, params
+
+    return ctx.memo(("bucket counts", tuple(bucket_of)), count)
 
 
 def chunk_param_tensors(ctx: StepContext, layers: Sequence[int]) -> int:
@@ -120,13 +143,8 @@ class BucketHooks(PassHooks):
         self.grad_bytes = precision.bytes("grad")
         self.reduce_bytes = precision.bytes("reduce")
         self.bucket_of = bucket_of
-        self.pending: dict[int, int] = {}
-        self.bucket_params: dict[int, float] = {}
-        for index, layer in enumerate(ctx.workload.layers):
-            if layer.params:
-                bucket = bucket_of[index]
-                self.pending[bucket] = self.pending.get(bucket, 0) + 1
-                self.bucket_params[bucket] = self.bucket_params.get(bucket, 0.0) + layer.params
+        pending, self.bucket_params = _bucket_counts(ctx, bucket_of)
+        self.pending: dict[int, int] = dict(pending)  # counted down as the backward fills buckets
         self.last_reduce: int | None = None
 
     def _chunk_grad_bytes(self, chunk: Chunk) -> float:
@@ -221,7 +239,7 @@ class DDPStrategy:
         return assign_buckets(ctx, ctx.precision(self).bytes("grad"))
 
     def build_plan(self, ctx: StepContext) -> StepPlan:
-        cfg, params = ctx.config, ctx.workload.params
+        cfg, params = ctx.config, ctx.model_counts()[0]
         precision = ctx.precision(self)
         grad_bytes = precision.bytes("grad")
         grads_total = params * grad_bytes

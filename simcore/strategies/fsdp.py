@@ -398,7 +398,7 @@ def build_sharded_plan(
     Its ``framework``: ``torch-fsdp`` (FSDP2; DTensor parameters, FSDP2's hooks) or ``deepspeed``
     (ZeRO-3: flat fp32 partitions, DeepSpeed's module hooks).
     """
-    cfg, params = ctx.config, ctx.workload.params
+    cfg, params = ctx.config, ctx.model_counts()[0]
     name, deepspeed = strategy.name, strategy.framework == "deepspeed"
     precision = ctx.precision(strategy)
     shards = len(shard_group)

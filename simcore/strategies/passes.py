@@ -329,7 +329,11 @@ def build_quiet_microbatches(
     """
     if count <= 0:
         return None
-    seconds = _whole_microbatch_s(ctx.whole or ctx, precision, host_extra_ops)
+    whole = ctx.whole or ctx
+    seconds = whole.memo(
+        ("whole micro-batch", precision, host_extra_ops, whole.config.activation_checkpointing),
+        lambda: _whole_microbatch_s(whole, precision, host_extra_ops),
+    )
     name = "micro-batch 1 (no sync)" if count == 1 else f"micro-batches 1-{count} (no sync)"
     return builder.compute(name, count * seconds, kind="fwd+bwd", on_end=on_end)
 
