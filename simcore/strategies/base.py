@@ -597,7 +597,11 @@ class StepContext:
         parameters (weight and bias of one layer together, a slight overestimate). The state has
         the precision's state dtype (:func:`simcore.compute.memory.optimizer_step_temp_bytes`).
         """
-        largest = max((layer.params for layer in self.workload.layers), default=0) / shards
+        largest_layer = self.memo(
+            ("largest layer params",),
+            lambda: max((layer.params for layer in self.workload.layers), default=0),
+        )
+        largest = largest_layer / shards
         return optimizer_step_temp_bytes(
             self.config.optimizer, impl, local_params, min(largest, local_params), precision.bytes("state")
         )
