@@ -420,6 +420,42 @@ class StepContext:
             known = self._memo[key] = self._span_time(phase, layers, kernel_extra_s, host_extra_ops)
         return float(known)
 
+    def layer_counts(self, layers: Sequence[int]) -> tuple[int, int, int]:
+        """(parameters, parameter tensors, layers with parameters) of ``layers`` of this context's
+        workload, once per context and run of layers: every strategy, pass and micro-batch of the
+        context's plans asks again. Tensors as :func:`~simcore.compute.roofline.param_tensor_count`
+        counts them (a sum over layers, so a run of layers has its layers' sum)."""
+        key = ("layer counts", tuple(layers))
+        known = self._memo.get(key)
+        if known is None:
+            model, per_kind = self.workload.layers, self._tensors_per_kind()
+            chosen = [model[i] for i in key[1] if model[i].params]
+            known = self._memo[key] = (
+                sum(layer.params for layer in chosen),
+                sum(per_kind[layer.kind] for layer in chosen),
+                len(chosen),
+            )
+        return known
+
+    def model_counts(self) -> tuple[int, int, int]:
+        """:meth:`layer_counts` of the whole model."""
+        known = self._memo.get(("model counts",))
+        if known is None:
+            known = self._memo[("model counts",)] = self.layer_counts(range(len(self.workload.layers)))
+        return known
+
+    def _tensors_per_kind(self) -> dict[str, int]:
+        """Parameter tensors of one layer of each kind with parameters (param_tensor_count's rule)."""
+
+        def count() -> dict[str, int]:
+            workload, counts = self.workload, {}
+            for layer in workload.layers:
+                if layer.params > 0 and layer.kind not in counts:
+                    counts[layer.kind] = param_tensor_count(replace(workload, layers=(layer,), ties=()))
+            return counts
+
+        return self.memo(("param tensors per kind",), count)
+
     def memo(self, key: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
         """``compute()``, once per ``key`` for this context (a pure function of its inputs)."""
         known = self._memo.get(key)
@@ -430,24 +466,43 @@ class StepContext:
     def _span_time(
         self, phase: str, layers: Sequence[int], kernel_extra_s: float, host_extra_ops: float
     ) -> float:
+        kernel_s, host_s = self._span_sums(phase, layers)
+        if host_s is None:  # a timer without a host/device split (test doubles)
+            return kernel_s + kernel_extra_s
+        host_s += host_extra_ops * self.host_op_s(phase)
+        return float(self.timer.combine(kernel_s + kernel_extra_s, host_s))  # type: ignore[attr-defined]
+
+    def _span_sums(self, phase: str, layers: Sequence[int]) -> tuple[float, float | None]:
+        """(device seconds, host seconds) of ``layers`` in ``phase`` before any framework extras
+        (host None for a timer without the split): what every strategy's span of these layers
+        shares, so kept once per context whatever extras each strategy adds. ``math.fsum`` is
+        correctly rounded, so a slice of consecutive layers sums to the same value as any order."""
+        key = ("span sums", phase, tuple(layers))
+        known = self._memo.get(key)
+        if known is None:
+            known = self._memo[key] = self._sums(phase, key[2])
+        return known
+
+    def _sums(self, phase: str, layers: tuple[int, ...]) -> tuple[float, float | None]:
+        contiguous = bool(layers) and layers[-1] - layers[0] + 1 == len(layers)
         parts = getattr(self.timer, "layer_parts_s", None)
-        if parts is None:  # a timer without a host/device split (test doubles)
+        if parts is None:
             times = self.layer_times(phase)
-            return math.fsum(times[i] for i in layers) + kernel_extra_s
+            chosen = times[layers[0] : layers[-1] + 1] if contiguous else [times[i] for i in layers]
+            return math.fsum(chosen), None
         kernel, host = self._parts(phase)
-        chosen = list(layers)
-        host_s = math.fsum(host[i] for i in chosen) + host_extra_ops * self.host_op_s(phase)
-        return float(self.timer.combine(math.fsum(kernel[i] for i in chosen) + kernel_extra_s, host_s))  # type: ignore[attr-defined]
+        if contiguous:
+            first, end = layers[0], layers[-1] + 1
+            return math.fsum(kernel[first:end]), math.fsum(host[first:end])
+        return math.fsum([kernel[i] for i in layers]), math.fsum([host[i] for i in layers])
 
     def _parts(self, phase: str) -> tuple[list[float], list[float]]:
-        key = f"parts:{phase}"
-        cached = self._layer_times.get(key)
-        if cached is None:
-            kernel, host = self.timer.layer_parts_s(self.workload, self.config.micro_batch, phase)  # type: ignore[attr-defined]
-            self._layer_times[key] = [*map(float, kernel), *map(float, host)]
-            cached = self._layer_times[key]
-        half = len(cached) // 2
-        return cached[:half], cached[half:]
+        kernel, host = self._layer_times.get(f"kernel:{phase}"), self._layer_times.get(f"host:{phase}")
+        if kernel is None or host is None:
+            kernel_s, host_s = self.timer.layer_parts_s(self.workload, self.config.micro_batch, phase)  # type: ignore[attr-defined]
+            kernel = self._layer_times[f"kernel:{phase}"] = [*map(float, kernel_s)]
+            host = self._layer_times[f"host:{phase}"] = [*map(float, host_s)]
+        return kernel, host
 
     def contention(self, cost: CommCost) -> float:
         """How much slower compute runs while this collective runs: ``sms / (sms - channels)`` for
@@ -521,7 +576,7 @@ class StepContext:
         framework = framework_of(strategy)
         whole = self.whole
         if whole is not None:
-            local = params * whole.workload.params / self.workload.params
+            local = params * whole.model_counts()[0] / self.model_counts()[0]
             return self.memo(  # the same for every copy of the model: computed once per context family
                 (
                     "whole-model optimizer step",
@@ -536,7 +591,7 @@ class StepContext:
                 lambda: whole.optimizer_step(strategy, local, shards, flat=flat),
             )
         precision, impl = self.precision(strategy), self.optimizer_impl(strategy)
-        tensors = 1 if flat else param_tensor_count(self.workload)
+        tensors = 1 if flat else self.model_counts()[1]
         cost = optimizer_step_cost(self.config.optimizer, impl, params, tensors, precision.bytes("state"))
         if precision.master and params > 0:
             extra = master_cast_bytes(params, precision.bytes("param"))
@@ -559,7 +614,11 @@ class StepContext:
         parameters (weight and bias of one layer together, a slight overestimate). The state has
         the precision's state dtype (:func:`simcore.compute.memory.optimizer_step_temp_bytes`).
         """
-        largest = max((layer.params for layer in self.workload.layers), default=0) / shards
+        largest_layer = self.memo(
+            ("largest layer params",),
+            lambda: max((layer.params for layer in self.workload.layers), default=0),
+        )
+        largest = largest_layer / shards
         return optimizer_step_temp_bytes(
             self.config.optimizer, impl, local_params, min(largest, local_params), precision.bytes("state")
         )

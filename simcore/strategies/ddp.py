@@ -37,7 +37,6 @@ from simcore.compute.fp8 import fp8_weight_copy_bytes
 from simcore.compute.memory import MemoryChange
 from simcore.compute.overheads import framework_overheads
 from simcore.compute.precision import Precision
-from simcore.compute.roofline import param_tensor_count
 from simcore.step.plan import PlanBuilder, StepPlan
 from simcore.strategies.base import StepContext, optimizer_state_bytes
 from simcore.strategies.passes import (
@@ -58,13 +57,20 @@ def assign_buckets(
 ) -> list[int]:
     """Bucket index per layer, bucket 0 holding the last layers (filled first in backward).
 
-    Caps are in bytes of gradients of ``grad_bytes`` per element (default: the config's DDP caps).
-    """
-    layers = ctx.workload.layers
+    Caps are in bytes of gradients of ``grad_bytes`` per element (default: the config's DDP caps);
+    assigned once per context and caps (every plan of a sweep's context buckets the same)."""
     bucket_cap = ctx.config.bucket_size_bytes if bucket_bytes is None else bucket_bytes
+    cap = ctx.config.first_bucket_bytes if first_bytes is None else first_bytes
+    known = ctx.memo(
+        ("buckets", grad_bytes, bucket_cap, cap), lambda: _buckets(ctx, grad_bytes, bucket_cap, cap)
+    )
+    return list(known)
+
+
+def _buckets(ctx: StepContext, grad_bytes: int, bucket_cap: float, cap: float) -> tuple[int, ...]:
+    layers = ctx.workload.layers
     bucket_of = [0] * len(layers)
     current, filled = 0, 0.0
-    cap = ctx.config.first_bucket_bytes if first_bytes is None else first_bytes
     for index in reversed(range(len(layers))):
         bucket_of[index] = current
         if layers[index].params == 0:
@@ -72,21 +78,28 @@ def assign_buckets(
         filled += layers[index].params * grad_bytes
         if filled >= cap:
             current, filled, cap = current + 1, 0.0, bucket_cap
-    return bucket_of
+    return tuple(bucket_of)
+
+
+def _bucket_counts(ctx: StepContext, bucket_of: Sequence[int]) -> tuple[dict[int, int], dict[int, float]]:
+    """Per bucket: its layers with parameters, and its parameters (once per context and bucketing)."""
+
+    def count() -> tuple[dict[int, int], dict[int, float]]:
+        pending: dict[int, int] = {}
+        params: dict[int, float] = {}
+        for index, layer in enumerate(ctx.workload.layers):
+            if layer.params:
+                bucket = bucket_of[index]
+                pending[bucket] = pending.get(bucket, 0) + 1
+                params[bucket] = params.get(bucket, 0.0) + layer.params
+        return pending, params
+
+    return ctx.memo(("bucket counts", tuple(bucket_of)), count)
 
 
 def chunk_param_tensors(ctx: StepContext, layers: Sequence[int]) -> int:
     """Parameter tensors of ``layers`` (weights and biases)."""
-    from dataclasses import replace
-
-    chosen = tuple(layers)
-
-    def count() -> int:
-        return param_tensor_count(
-            replace(ctx.workload, layers=tuple(ctx.workload.layers[i] for i in chosen), ties=())
-        )
-
-    return int(ctx.memo(("param tensors", chosen), count))
+    return ctx.layer_counts(layers)[1]
 
 
 class BucketHooks(PassHooks):
@@ -131,18 +144,12 @@ class BucketHooks(PassHooks):
         self.grad_bytes = precision.bytes("grad")
         self.reduce_bytes = precision.bytes("reduce")
         self.bucket_of = bucket_of
-        self.pending: dict[int, int] = {}
-        self.bucket_params: dict[int, float] = {}
-        for index, layer in enumerate(ctx.workload.layers):
-            if layer.params:
-                bucket = bucket_of[index]
-                self.pending[bucket] = self.pending.get(bucket, 0) + 1
-                self.bucket_params[bucket] = self.bucket_params.get(bucket, 0.0) + layer.params
+        pending, self.bucket_params = _bucket_counts(ctx, bucket_of)
+        self.pending: dict[int, int] = dict(pending)  # counted down as the backward fills buckets
         self.last_reduce: int | None = None
 
     def _chunk_grad_bytes(self, chunk: Chunk) -> float:
-        layers = self.ctx.workload.layers
-        return sum(layers[i].params for i in chunk.layers) * self.grad_bytes
+        return self.ctx.layer_counts(chunk.layers)[0] * self.grad_bytes
 
     def extras(self, ctx: StepContext, chunk: Chunk, phase: str) -> tuple[float, float, list[MemoryChange]]:
         seconds, ops, changes = autocast_extras(ctx, chunk, phase, self.precision)
@@ -162,9 +169,8 @@ class BucketHooks(PassHooks):
         return []
 
     def backward_done(self, builder: PlanBuilder, chunk: Chunk, op: int) -> None:
-        layers = self.ctx.workload.layers
         bucket = chunk.group
-        self.pending[bucket] = self.pending.get(bucket, 0) - sum(1 for i in chunk.layers if layers[i].params)
+        self.pending[bucket] = self.pending.get(bucket, 0) - self.ctx.layer_counts(chunk.layers)[2]
         if self.pending[bucket] > 0 or bucket not in self.bucket_params or not self.communicate:
             return
         params = self.bucket_params[bucket]
@@ -208,11 +214,12 @@ def _copy_out_s(
 ) -> float:
     """The copy of the reduced buckets back into every gradient (and the compression hook's casts),
     over the whole model of ``ctx``: its kernels or its dispatch, the longer."""
-    params, grad_bytes = ctx.workload.params, precision.bytes("grad")
+    params, tensors, _ = ctx.model_counts()
+    grad_bytes = precision.bytes("grad")
     moved = (params * grad_bytes if copies else 0.0) + (
         params * (grad_bytes + precision.bytes("reduce")) / 2 if compress else 0.0
     )
-    return ctx.timer_combine(ctx.copy_time_s(moved), ops_per_tensor * param_tensor_count(ctx.workload), "bwd")
+    return ctx.timer_combine(ctx.copy_time_s(moved), ops_per_tensor * tensors, "bwd")
 
 
 class DDPStrategy:
@@ -233,7 +240,7 @@ class DDPStrategy:
         return assign_buckets(ctx, ctx.precision(self).bytes("grad"))
 
     def build_plan(self, ctx: StepContext) -> StepPlan:
-        cfg, params = ctx.config, ctx.workload.params
+        cfg, params = ctx.config, ctx.model_counts()[0]
         precision = ctx.precision(self)
         grad_bytes = precision.bytes("grad")
         grads_total = params * grad_bytes

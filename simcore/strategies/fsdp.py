@@ -132,11 +132,13 @@ class ShardedHooks(PassHooks):
         self.mp = precision
         self.tie_grad_bytes = precision.bytes("unsharded_grad")
         self.unit_ops, self.tensor_ops = unit_ops, tensor_ops
-        layers = ctx.workload.layers
-        self.unit_params = [sum(layers[i].params for i in members) for members in units.units]
-        self.full_bytes = [
-            fp8_gather_bytes(layers, m, precision.bytes("gather"), ctx.config.fp8) for m in units.units
-        ]
+        self.unit_params = [ctx.layer_counts(members)[0] for members in units.units]
+        gather, fp8 = precision.bytes("gather"), ctx.config.fp8
+        self.full_bytes = (
+            [fp8_gather_bytes(ctx.workload.layers, m, gather, fp8) for m in units.units]
+            if fp8 != "none"
+            else [p * gather for p in self.unit_params]  # no per-layer walk on the common path
+        )
         self.grad_bytes = [p * precision.bytes("unsharded_grad") for p in self.unit_params]
         self.reduce_bytes = [p * precision.bytes("reduce") for p in self.unit_params]
         self.shard_grad_element = precision.bytes("grad")
@@ -300,8 +302,7 @@ class ShardedHooks(PassHooks):
     def backward_memory(self, chunk: Chunk) -> list[MemoryChange]:
         if not self.allocate_unsharded:  # accumulating into the unsharded gradients already held
             return []
-        layers = self.ctx.workload.layers
-        return [("buffers", sum(layers[i].params for i in chunk.layers) * self.tie_grad_bytes)]
+        return [("buffers", self.ctx.layer_counts(chunk.layers)[0] * self.tie_grad_bytes)]
 
     def backward_released(self, chunk: Chunk) -> list[MemoryChange]:
         # post-backward reshards the unit once autograd has made its unsharded gradients
@@ -403,7 +404,7 @@ def build_sharded_plan(
     Its ``framework``: ``torch-fsdp`` (FSDP2; DTensor parameters, FSDP2's hooks) or ``deepspeed``
     (ZeRO-3: flat fp32 partitions, DeepSpeed's module hooks).
     """
-    cfg, params = ctx.config, ctx.workload.params
+    cfg, params = ctx.config, ctx.model_counts()[0]
     name, deepspeed = strategy.name, strategy.framework == "deepspeed"
     precision = ctx.precision(strategy)
     shards = len(shard_group)

@@ -21,14 +21,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from simcore.compute.memory import MemoryChange
-from simcore.compute.roofline import param_tensor_count
 from simcore.dtypes import DTYPE_BYTES
 from simcore.step.plan import NO_KEY, Label, OpKey, PlanBuilder
 from simcore.strategies.base import StepContext
 
 if TYPE_CHECKING:
     from simcore.compute.precision import Precision
-    from simcore.workload.types import Workload
 
 __all__ = [
     "Chunk",
@@ -152,14 +150,10 @@ def autocast_extras(
     """
     if precision is None or not precision.autocast:
         return 0.0, 0.0, []
-    layers = ctx.workload.layers
-    params = sum(layers[i].params for i in chunk.layers)
+    params, tensors, _ = ctx.layer_counts(chunk.layers)
     if params == 0:
         return 0.0, 0.0, []
     low = DTYPE_BYTES[precision.low]
-    tensors = ctx.memo(
-        ("param tensors", chunk.layers), lambda: param_tensor_count(_chunk_workload(ctx, chunk))
-    )
     seconds = ctx.copy_time_s(params * (4 + low) / 2.0)
     if phase == "bwd":
         return seconds, float(tensors), [("buffers", -float(params * low))]
@@ -167,10 +161,14 @@ def autocast_extras(
     return seconds, float(tensors), held
 
 
-def _chunk_workload(ctx: StepContext, chunk: Chunk) -> Workload:
-    from dataclasses import replace
-
-    return replace(ctx.workload, layers=tuple(ctx.workload.layers[i] for i in chunk.layers), ties=())
+def _activation_bytes(ctx: StepContext, layers: tuple[int, ...]) -> float:
+    """Activation bytes ``layers`` save per sample (their sum, in layer order), once per context."""
+    key = ("activation bytes", layers)
+    known = ctx._memo.get(key)
+    if known is None:
+        model = ctx.workload.layers
+        known = ctx._memo[key] = sum(model[i].activation_bytes for i in layers)
+    return known
 
 
 def _saved_bytes(ctx: StepContext, chunk: Chunk, checkpointed: bool) -> float:
@@ -178,7 +176,7 @@ def _saved_bytes(ctx: StepContext, chunk: Chunk, checkpointed: bool) -> float:
     layers = ctx.workload.layers
     mb = ctx.config.micro_batch
     if not checkpointed:
-        return mb * sum(layers[i].activation_bytes for i in chunk.layers)
+        return mb * _activation_bytes(ctx, chunk.layers)
     first = chunk.layers[0]
     if first > 0 and layers[first - 1].block == chunk.block:
         return 0.0  # inside a checkpointed block only the block's input is kept
@@ -273,7 +271,6 @@ def _backward_pass(
 ) -> int | None:
     checkpoint = ctx.config.activation_checkpointing
     mb = ctx.config.micro_batch
-    layers = ctx.workload.layers
     block_layers = ctx.memo(("block layers",), ctx.workload.block_layer_indices) if checkpoint else ()
     recomputed: set[int] = set()
     ties = _tie_temp(ctx, chunks, hooks.tie_grad_bytes)
@@ -284,7 +281,7 @@ def _backward_pass(
         ckpt = checkpoint and chunk.block >= 0
         freed = _saved_bytes(ctx, chunk, ckpt)
         if ckpt:
-            freed += mb * sum(layers[i].activation_bytes for i in chunk.layers)
+            freed += mb * _activation_bytes(ctx, chunk.layers)
             if chunk.block not in recomputed:
                 recomputed.add(chunk.block)
                 members = block_layers[chunk.block]
@@ -297,7 +294,7 @@ def _backward_pass(
                     key=builder.key(micro_batch=micro_batch, block=chunk.block if chunk.block >= 0 else None),
                     kind="recompute",
                     after=waits,
-                    on_start=[("activations", mb * sum(layers[i].activation_bytes for i in members))],
+                    on_start=[("activations", mb * _activation_bytes(ctx, tuple(members)))],
                 )
         waits = hooks.before_backward(builder, chunk.layers, last)
         kernel_s, host_ops, released = hooks.extras(ctx, chunk, "bwd")
@@ -332,7 +329,11 @@ def build_quiet_microbatches(
     """
     if count <= 0:
         return None
-    seconds = _whole_microbatch_s(ctx.whole or ctx, precision, host_extra_ops)
+    whole = ctx.whole or ctx
+    seconds = whole.memo(
+        ("whole micro-batch", precision, host_extra_ops, whole.config.activation_checkpointing),
+        lambda: _whole_microbatch_s(whole, precision, host_extra_ops),
+    )
     name = "micro-batch 1 (no sync)" if count == 1 else f"micro-batches 1-{count} (no sync)"
     return builder.compute(name, count * seconds, kind="fwd+bwd", on_end=on_end)
 

@@ -36,7 +36,7 @@ __all__ = ["Zero1Strategy", "Zero2Strategy", "zero_stages_coincide"]
 
 def zero_stages_coincide(ctx: StepContext) -> bool:
     """Whether ZeRO-1 and ZeRO-2 run the same step here (see the module docstring)."""
-    return ctx.accumulation == 1 and ctx.workload.params <= ctx.config.zero_bucket_elements
+    return ctx.accumulation == 1 and ctx.model_counts()[0] <= ctx.config.zero_bucket_elements
 
 
 class _ZeroBucketed:
@@ -52,7 +52,7 @@ class _ZeroBucketed:
         return ""
 
     def build_plan(self, ctx: StepContext) -> StepPlan:
-        cfg, params, n = ctx.config, ctx.workload.params, ctx.gpus
+        cfg, params, n = ctx.config, ctx.model_counts()[0], ctx.gpus
         precision = ctx.precision(self)
         grad_bytes = precision.bytes("grad")
         grads_total = params * grad_bytes
