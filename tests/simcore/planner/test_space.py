@@ -209,7 +209,7 @@ def test_labels_name_layouts_as_the_what_if_does() -> None:
     record = odd.to_record(16)
     assert record == {"label": odd.label(16), "strategy": "ddp", "micro_batch": 4, "dp": 2, "tp": 2, "pp": 2,
                       "cp": 2, "ep": 1, "vpp": 1, "schedule": "zb-h1", "sequence_parallel": True,
-                      "recompute": "selective", "offload": "optimizer"}  # fmt: skip
+                      "tp_comm_overlap": False, "recompute": "selective", "offload": "optimizer"}  # fmt: skip
     assert (
         PlanLayout("ddp", 1).fast_path
         and PlanLayout("ddp", 1, options=ParallelOptions(recompute="full")).fast_path
