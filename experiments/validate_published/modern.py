@@ -95,7 +95,8 @@ class SettingsTable:
     settings: Mapping[str, Setting]
     hardware: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]]  # topology presets, settings
     workloads: Mapping[str, tuple[str, ...]]
-    strategies: Mapping[str, tuple[str, Mapping[str, Any]]]  # strategy, extra options
+    # strategy, extra options, settings of the framework's own defaults (names in ``settings``)
+    strategies: Mapping[str, tuple[str, Mapping[str, Any], tuple[str, ...]]]
     quick: tuple[str, ...]
 
 
@@ -123,9 +124,13 @@ def load_table(path: Path = MODERN_TABLE) -> SettingsTable:
             raise TrainsimError(f"modern.yaml hardware {name!r}: setting {unknown[0]!r} is not in settings")
     workloads = {str(k): tuple(v) for k, v in (data.get("workloads") or {}).items()}
     strategies = {
-        str(k): (str(v["strategy"]), dict(v.get("options") or {}))
+        str(k): (str(v["strategy"]), dict(v.get("options") or {}), tuple(v.get("settings", ())))
         for k, v in (data.get("strategies") or {}).items()
     }
+    for name, (_, _, wanted) in strategies.items():
+        unknown = [s for s in wanted if s not in settings]
+        if unknown:
+            raise TrainsimError(f"modern.yaml strategy {name!r}: setting {unknown[0]!r} is not in settings")
     return SettingsTable(settings, hardware, workloads, strategies, tuple(data.get("quick") or ()))
 
 
@@ -279,6 +284,7 @@ def modern_plan(row: Mapping[str, str], table: SettingsTable) -> RowPlan:
         )
     layout = ParallelLayout(tp=d["tp"], pp=d["pp"], cp=d["cp"], ep=d["ep"], vpp=d["vpp"])
     names = _row_settings(row, pairs, table, where) + (["stages=uneven"] if _uneven(models, layout) else [])
+    names += [n for n in strategy[2] if n not in names]
     resolved = _resolve(names, table, where)
     layout = _with(layout, resolved.layout, "the parallel layout")
     topologies = table.hardware[row["hardware"]][0]

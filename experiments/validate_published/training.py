@@ -34,6 +34,7 @@ from experiments.validate_published.base import (
     positive_int,
 )
 from simcore.compute.precision import PRECISION_MODES
+from simcore.compute.roofline import software_eras
 from simcore.errors import TrainsimError
 from simcore.hardware import device_names
 from simcore.paramserver import PS_MODES
@@ -74,11 +75,12 @@ STEP_KEYS = (
     "bucket_mb",
     "activation_checkpointing",
     "precision",
+    "software_era",
 )
 STEP_METRICS = ("step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "scaling_efficiency")
 PS_KEYS = (
     "topology", "gpus", "gpus_per_worker", "model", "mode", "dtype", "micro_batch", "seq_len", "image_size",
-    "optimizer",
+    "optimizer", "software_era",
 )  # fmt: skip
 PS_METRICS = ("samples_per_s_per_worker", "scaling_efficiency")
 
@@ -116,6 +118,8 @@ class _Common:
     seq_len: int | None
     image_size: int | None
     optimizer: str
+    # the convolution library's era (efficiency.yaml software_eras), for runs that predate today's
+    software_era: str = "current"
 
     def missing(self) -> list[str]:
         reasons = []
@@ -201,6 +205,7 @@ class StepSetup:
             seq_len=c.seq_len,
             dtype=c.dtype,
             optimizer=c.optimizer,
+            software_era=c.software_era,
             bucket_size_bytes=self.bucket_mb * MiB,
             gradient_as_bucket_view=self.strategy == "none",
             activation_checkpointing=self.recompute,
@@ -269,6 +274,7 @@ class PSSetup:
             seq_len=c.seq_len,
             dtype=c.dtype,
             optimizer=c.optimizer,
+            software_era=c.software_era,
         )
         preset = first_known(self.topologies, _presets) or self.topologies[0]
         loader = load_cluster if self.gpus_per_worker == 1 else _first_gpus(self.gpus_per_worker)
@@ -307,7 +313,15 @@ def _common(entry: Mapping[str, Any], where: str) -> _Common:
         _optional_int(entry, "seq_len", where),
         _optional_int(entry, "image_size", where),
         str(entry["optimizer"]),
+        _software_era(entry, where),
     )
+
+
+def _software_era(entry: Mapping[str, Any], where: str) -> str:
+    era = entry.get("software_era", "current")
+    if era not in software_eras():
+        raise TrainsimError(f"{where}: software_era {era!r}; allowed: {', '.join(software_eras())}")
+    return str(era)
 
 
 def parse_step(entry: Mapping[str, Any], where: str, hardware: str) -> StepSetup:
