@@ -13,6 +13,8 @@ imported only when it runs, so the list shows at once.
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import importlib
 import sys
 from collections.abc import Callable
@@ -20,8 +22,9 @@ from dataclasses import dataclass
 from typing import cast
 
 from simcore.cliargs import PROG
+from simcore.errors import TrainsimError
 
-__all__ = ["COMMANDS", "Command", "main"]
+__all__ = ["COMMANDS", "Command", "main", "run_module"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +34,9 @@ class Command:
     module: str
     main_module: str
     summary: str
+    # "module:function" building the command's parser without importing the simulator ("" where
+    # its main module is light already): what answers --help (:func:`run_module`)
+    parser: str = ""
 
 
 COMMANDS: dict[str, Command] = {
@@ -53,7 +59,8 @@ COMMANDS: dict[str, Command] = {
     "validate-parallel": Command("experiments.validate_parallel", "experiments.validate_parallel.cli",
                                  "tensor/pipeline/3-D layouts against Megatron-LM's published runs"),
     "plan": Command("experiments.plan", "experiments.plan.cli",
-                    "the best layouts per GPU count, the Pareto frontier and the cost"),
+                    "the best layouts per GPU count, the Pareto frontier and the cost",
+                    "experiments.plan.args:build_parser"),
     "reproduce-paper": Command("experiments.reproduce_paper", "experiments.reproduce_paper.cli",
                                "the seed paper's claims against the simulator, one by one"),
     "bench": Command("experiments.bench", "experiments.bench.cli",
@@ -99,6 +106,35 @@ def _version() -> str:
         return "trainsim (not installed)"
 
 
+def _asks_help(args: list[str]) -> bool:
+    """Whether ``args`` ask for ``--help`` (before a ``--`` that ends the options)."""
+    options = args[: args.index("--")] if "--" in args else args
+    return "-h" in options or "--help" in options
+
+
+def _help_only(command: Command, args: list[str]) -> None:
+    """Print the command's help from its light parser (``SystemExit``); return where that parser
+    does not answer (an error in the arguments: the command's ``main`` reports it as it always does)."""
+    module, _, function = command.parser.partition(":")
+    build = cast("Callable[[], argparse.ArgumentParser]", getattr(importlib.import_module(module), function))
+    with contextlib.suppress(TrainsimError):
+        build().parse_args(args)
+
+
+def _run(command: Command, args: list[str]) -> int:
+    if command.parser and _asks_help(args):
+        _help_only(command, args)
+    run = cast("Callable[[list[str]], int]", importlib.import_module(command.main_module).main)
+    return int(run(args) or 0)
+
+
+def run_module(module: str, argv: list[str] | None = None) -> int:
+    """``python -m MODULE ARGS``: ``--help`` from the command's parser alone where it names one (the
+    simulator is not imported to print it), anything else by the command's ``main``."""
+    command = next(c for c in COMMANDS.values() if c.module == module)
+    return _run(command, list(sys.argv[1:] if argv is None else argv))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run ``trainsim COMMAND ARGS...``: the subcommand's own ``main(ARGS)``, or the list of commands."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -117,8 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     token = PROG.set(f"trainsim {args[0]}")
     try:
-        run = cast("Callable[[list[str]], int]", importlib.import_module(command.main_module).main)
-        return int(run(args[1:]) or 0)
+        return _run(command, args[1:])
     finally:
         PROG.reset(token)
 

@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 
+from experiments.plan.args import SEQUENCE_PARALLEL
 from simcore.calibration.profile_json import load_profile
 from simcore.errors import TrainsimError
 from simcore.fastpath.path import check_engine_path
@@ -33,7 +34,6 @@ __all__ = [
 
 # --recompute shorthands (the data-parallel planner's on/off) beside comma lists of modes.
 RECOMPUTE = {"both": ("none", "full"), "off": ("none",), "on": ("full",)}
-SEQUENCE_PARALLEL = {"on": (True,), "off": (False,), "both": (False, True)}
 PROGRESS_AFTER_S = 2.0  # the bar appears only when a sweep runs longer than this
 
 
