@@ -64,7 +64,7 @@ COMMANDS: dict[str, Command] = {
     "reproduce-paper": Command("experiments.reproduce_paper", "experiments.reproduce_paper.cli",
                                "the seed paper's claims against the simulator, one by one"),
     "bench": Command("experiments.bench", "experiments.bench.cli",
-                     "wall time and event counts of the simulator itself"),
+                     "wall time and event counts of the simulator itself", "experiments.bench.args:build_parser"),
     "calibrate-collectives": Command("calibrate.collectives", "calibrate.collectives.cli",
                                      "measure collectives (torchrun job, nccl-tests-like sweep)"),
     "calibrate-compute": Command("calibrate.compute", "calibrate.compute.cli",
