@@ -8,7 +8,9 @@ The rule: ``python -m experiments.X_Y`` is ``trainsim X-Y``, ``python -m calibra
 ``trainsim calibrate-X-Y`` and ``python -m topologies.show`` is ``trainsim show``. A subcommand
 takes the same flags and prints the same output as its module (only the usage line names
 ``trainsim``). ``trainsim --help`` lists them without importing any: a subcommand's module is
-imported only when it runs, so the list shows at once.
+imported only when it runs, so the list shows at once. A command whose ``Command.parser`` names its
+parser's own module answers ``--help`` from that module alone (:func:`run_module`, which its
+``python -m`` entry calls too), so the simulator is not imported to print the flags.
 """
 
 from __future__ import annotations
