@@ -8,11 +8,15 @@ The rule: ``python -m experiments.X_Y`` is ``trainsim X-Y``, ``python -m calibra
 ``trainsim calibrate-X-Y`` and ``python -m topologies.show`` is ``trainsim show``. A subcommand
 takes the same flags and prints the same output as its module (only the usage line names
 ``trainsim``). ``trainsim --help`` lists them without importing any: a subcommand's module is
-imported only when it runs, so the list shows at once.
+imported only when it runs, so the list shows at once. A command whose ``Command.parser`` names its
+parser's own module answers ``--help`` from that module alone (:func:`run_module`, which its
+``python -m`` entry calls too), so the simulator is not imported to print the flags.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import importlib
 import sys
 from collections.abc import Callable
@@ -20,8 +24,9 @@ from dataclasses import dataclass
 from typing import cast
 
 from simcore.cliargs import PROG
+from simcore.errors import TrainsimError
 
-__all__ = ["COMMANDS", "Command", "main"]
+__all__ = ["COMMANDS", "Command", "main", "run_module"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +36,9 @@ class Command:
     module: str
     main_module: str
     summary: str
+    # "module:function" building the command's parser without importing the simulator ("" where
+    # its main module is light already): what answers --help (:func:`run_module`)
+    parser: str = ""
 
 
 COMMANDS: dict[str, Command] = {
@@ -53,11 +61,12 @@ COMMANDS: dict[str, Command] = {
     "validate-parallel": Command("experiments.validate_parallel", "experiments.validate_parallel.cli",
                                  "tensor/pipeline/3-D layouts against Megatron-LM's published runs"),
     "plan": Command("experiments.plan", "experiments.plan.cli",
-                    "the best layouts per GPU count, the Pareto frontier and the cost"),
+                    "the best layouts per GPU count, the Pareto frontier and the cost",
+                    "experiments.plan.args:build_parser"),
     "reproduce-paper": Command("experiments.reproduce_paper", "experiments.reproduce_paper.cli",
                                "the seed paper's claims against the simulator, one by one"),
     "bench": Command("experiments.bench", "experiments.bench.cli",
-                     "wall time and event counts of the simulator itself"),
+                     "wall time and event counts of the simulator itself", "experiments.bench.args:build_parser"),
     "calibrate-collectives": Command("calibrate.collectives", "calibrate.collectives.cli",
                                      "measure collectives (torchrun job, nccl-tests-like sweep)"),
     "calibrate-compute": Command("calibrate.compute", "calibrate.compute.cli",
@@ -101,6 +110,35 @@ def _version() -> str:
         return "trainsim (not installed)"
 
 
+def _asks_help(args: list[str]) -> bool:
+    """Whether ``args`` ask for ``--help`` (before a ``--`` that ends the options)."""
+    options = args[: args.index("--")] if "--" in args else args
+    return "-h" in options or "--help" in options
+
+
+def _help_only(command: Command, args: list[str]) -> None:
+    """Print the command's help from its light parser (``SystemExit``); return where that parser
+    does not answer (an error in the arguments: the command's ``main`` reports it as it always does)."""
+    module, _, function = command.parser.partition(":")
+    build = cast("Callable[[], argparse.ArgumentParser]", getattr(importlib.import_module(module), function))
+    with contextlib.suppress(TrainsimError):
+        build().parse_args(args)
+
+
+def _run(command: Command, args: list[str]) -> int:
+    if command.parser and _asks_help(args):
+        _help_only(command, args)
+    run = cast("Callable[[list[str]], int]", importlib.import_module(command.main_module).main)
+    return int(run(args) or 0)
+
+
+def run_module(module: str, argv: list[str] | None = None) -> int:
+    """``python -m MODULE ARGS``: ``--help`` from the command's parser alone where it names one (the
+    simulator is not imported to print it), anything else by the command's ``main``."""
+    command = next(c for c in COMMANDS.values() if c.module == module)
+    return _run(command, list(sys.argv[1:] if argv is None else argv))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run ``trainsim COMMAND ARGS...``: the subcommand's own ``main(ARGS)``, or the list of commands."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -119,8 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     token = PROG.set(f"trainsim {args[0]}")
     try:
-        run = cast("Callable[[list[str]], int]", importlib.import_module(command.main_module).main)
-        return int(run(args[1:]) or 0)
+        return _run(command, args[1:])
     finally:
         PROG.reset(token)
 

@@ -1,5 +1,5 @@
-"""``python -m experiments.bench``."""
+"""``python -m experiments.bench`` (``--help`` without importing the simulator)."""
 
-from experiments.bench.cli import main
+from experiments.console import run_module
 
-raise SystemExit(main())
+raise SystemExit(run_module("experiments.bench"))

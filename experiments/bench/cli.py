@@ -29,7 +29,6 @@ default what-if's start-up, and algorithm selection at 4096 GPUs, each against i
 
 from __future__ import annotations
 
-import argparse
 import cProfile
 import gc
 import io
@@ -42,20 +41,19 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 import topologies
+from experiments.bench.args import ALGO_CHOICES, build_parser
 from experiments.bench.nccl_sim import NCCL_SIM_SHAPES, nccl_sim_cli_rows
 from experiments.bench.planner import format_planner_table
 from experiments.bench.planner import planner_rows as measure_planner
 from experiments.bench.whatif import format_whatif_table, fsdp_step_rows, parallel_step_row, what_if_cli_row
 from experiments.common.finite import require_finite
 from experiments.common.progress import bar
-from simcore.cliargs import Parser, add_format, add_quiet, int_list, int_range, size_bytes
 from simcore.collectives import ALGORITHMS, start_collective
 from simcore.engine import Simulation
 from simcore.errors import TrainsimError, cli_entry
 from simcore.net.network import Network
 from simcore.topology import Topology
 from simcore.units import format_bytes
-from topologies.cliargs import MAX_GPUS
 
 # simpy: imported inside the functions that use them, so --help does not load them
 if TYPE_CHECKING:
@@ -63,14 +61,13 @@ if TYPE_CHECKING:
 
     from simcore.collectives import CollectiveResult
 
-__all__ = ["BenchRow", "collective_bench_rows", "main"]
+__all__ = ["ALGO_CHOICES", "BenchRow", "build_parser", "collective_bench_rows", "main"]
 
 DEFAULT_GPUS = (8, 64, 512, 4096)
 QUICK_GPUS = (8, 16)
 DEFAULT_OPS = ("all_reduce", "all_gather")
 WARM_UP_GPUS = 8
 FSDP_GPUS = (16, 128, 1024)
-ALGO_CHOICES = sorted(set(ALGORITHMS["all_reduce"]) | set(ALGORITHMS["all_gather"]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,38 +238,6 @@ def profile_largest(gpus: int, size_bytes: float, algorithm: str, top: int = 20)
     out = io.StringIO()
     pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(top)
     return out.getvalue()
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="python -m experiments.bench", description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--gpus", type=int_list(1, MAX_GPUS, max_items=16), default=None,
-        help="comma-separated GPU counts (default 8,64,512,4096)",
-    )  # fmt: skip
-    parser.add_argument("--size", type=size_bytes(), default="1GiB", help="collective size")
-    parser.add_argument("--algo", default="ring", choices=ALGO_CHOICES, help="collective algorithm")
-    parser.add_argument(
-        "--repeats", type=int_range(1, 100), default=3, help="runs per row; the median is reported"
-    )
-    parser.add_argument("--quick", action="store_true", help="tiny sizes and one repeat (for tests)")
-    add_format(parser, ("table", "json"))
-    parser.add_argument("--profile", action="store_true", help="also profile the largest all_reduce")
-    parser.add_argument(
-        "--what-if",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="also time the default what-if, Llama-2-7B FSDP steps at 16/128/1024 GPUs and a 3-D "
-        "parallel Llama-2-70B step on 1024 GPUs (default: on, off with --quick)",
-    )
-    parser.add_argument(
-        "--planner",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="also time the planner: fast path, fixed sweep, plan, start-up (default: on, off with --quick)",
-    )
-    parser.add_argument("--ray", action="store_true", help="with --planner, also run the sweep as Ray tasks")
-    add_quiet(parser)
-    return parser
 
 
 @cli_entry

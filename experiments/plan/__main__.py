@@ -1,5 +1,5 @@
-"""``python -m experiments.plan``."""
+"""``python -m experiments.plan`` (``--help`` without importing the simulator)."""
 
-from experiments.plan.cli import main
+from experiments.console import run_module
 
-raise SystemExit(main())
+raise SystemExit(run_module("experiments.plan"))

@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator, Sequence
 
 from experiments.common.frameworks.wiring import framework_workload
+from experiments.plan.args import SEQUENCE_PARALLEL
 from simcore.calibration.profile_json import load_profile
 from simcore.compute.fp8 import resolve_fp8
 from simcore.compute.precision import activation_dtype
@@ -36,7 +37,6 @@ __all__ = [
 
 # --recompute shorthands (the data-parallel planner's on/off) beside comma lists of modes.
 RECOMPUTE = {"both": ("none", "full"), "off": ("none",), "on": ("full",)}
-SEQUENCE_PARALLEL = {"on": (True,), "off": (False,), "both": (False, True)}
 PROGRESS_AFTER_S = 2.0  # the bar appears only when a sweep runs longer than this
 
 

@@ -11,11 +11,15 @@ CollNet a SHARP fabric and ``NCCL_COLLNET_ENABLE``; PAT one GPU per node).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from simcore.collectives.options import NcclOptions
 from simcore.collectives.plan import PlanContext
 from simcore.collectives.striping import host_nics
 from simcore.collectives.tuning import arch_of, channels
+
+if TYPE_CHECKING:
+    from simcore.topology import Topology
 
 __all__ = ["GroupInfo", "group_info"]
 
@@ -51,9 +55,23 @@ class GroupInfo:
         return self.nodes > 1
 
 
+def _nvls_hosts(topology: Topology) -> frozenset[object]:
+    """Hosts with an NVLS switch (a node of theirs reduces in the network by NVLS)."""
+    nodes = topology.graph.nodes(data=True)
+    return frozenset(a.get("host") for _, a in nodes if a.get("in_network_reduction") == "nvls")
+
+
+def _host_vendors(topology: Topology) -> dict[object, frozenset[str]]:
+    """The vendors named by each host's nodes."""
+    found: dict[object, set[str]] = {}
+    for _, a in topology.graph.nodes(data=True):
+        found.setdefault(a.get("host"), set()).add(str(a.get("vendor", "")))
+    return {host: frozenset(vendors) for host, vendors in found.items()}
+
+
 def _nvls_switch(ctx: PlanContext, host: int) -> bool:
-    nodes = ctx.topology.graph.nodes
-    return any(a.get("host") == host and a.get("in_network_reduction") == "nvls" for _, a in nodes(data=True))
+    # read off the graph once per topology: a sweep asks for every group it prices
+    return host in ctx.topology.derived("nvls hosts", lambda: _nvls_hosts(ctx.topology))
 
 
 def group_info(ctx: PlanContext, options: NcclOptions) -> GroupInfo:
@@ -68,7 +86,8 @@ def group_info(ctx: PlanContext, options: NcclOptions) -> GroupInfo:
         return GroupInfo(len(ctx.group), len(blocks), ppn, "gloo")
     arch = min((arch_of(str(nodes[d[0]].get("gpu", ""))) for d in devices), key=_ARCH_ORDER.index)
     hosts = {ctx.host(d[0]) for d in devices}
-    vendors = {str(a.get("vendor", "")) for _, a in topology.graph.nodes(data=True) if a.get("host") in hosts}
+    by_host = topology.derived("host vendors", lambda: _host_vendors(topology))
+    vendors = set().union(*(by_host.get(h, frozenset()) for h in hosts))
     vendor = "amd" if "amd" in vendors else "intel"
     multi = len(blocks) > 1
     gateways = host_nics(ctx, devices) if multi else []

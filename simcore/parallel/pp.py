@@ -307,13 +307,23 @@ def run_pipeline(
     if isinstance(orders, CompiledOrders):
         compiled, plain = orders, orders.orders
     else:
-        compiled, plain = None, orders
+        compiled, plain = compile_orders(orders, len(times[0])), orders
+    link = _link_times(compiled, p2p)
     if split_w:
-        run = _list_schedule(plain, times, p2p, split_w)
+        run = _split_w_schedule(compiled, times, link, spans)
     else:
-        run = _in_order(compiled or compile_orders(plain, len(times[0])), times, p2p, spans)
+        run = _in_order(compiled, times, link, spans)
     run.peak_in_flight = _in_flight(plain, activation_weights)
     return run
+
+
+def _link_times(compiled: CompiledOrders, p2p: Callable[[int, int], float]) -> list[list[float]]:
+    """``link[receiver][sender]``: the send time of every pair of ranks that send (asked once each)."""
+    pp = len(compiled.ops)
+    link = [[0.0] * pp for _ in range(pp)]
+    for src, dst in compiled.links:
+        link[dst][src] = p2p(src, dst)
+    return link
 
 
 def _deadlock(done: int, orders: list[list[PipelineOp]]) -> TrainsimError:
@@ -346,7 +356,7 @@ def _list_schedule(
 def _in_order(
     compiled: CompiledOrders,
     times: Sequence[Sequence[StageTimes]],
-    p2p: Callable[[int, int], float],
+    link: list[list[float]],
     record: bool = True,
 ) -> PipelineRun:
     """The same schedule when every rank runs its order as given (no ``W`` to fill gaps with).
@@ -359,9 +369,6 @@ def _in_order(
     pp = len(compiled.ops)
     ends = [-1.0] * compiled.slots
     waiter = [-1] * compiled.slots  # the rank stopped at a pass waiting for this slot
-    link = [[0.0] * pp for _ in range(pp)]  # link[receiver][sender]
-    for src, dst in compiled.links:
-        link[dst][src] = p2p(src, dst)
     pos, free = [0] * pp, [0.0] * pp
     run = PipelineRun(0.0, busy_s=[0.0] * pp, last_backward_end_s=[0.0] * pp)
     spans = run.spans
@@ -400,6 +407,88 @@ def _in_order(
         raise _deadlock(sum(pos), compiled.orders)
     run.makespan_s = max(free)
     return run
+
+
+class _SplitW:
+    """:func:`_list_schedule` with split weight gradients, on compiled orders (the same decisions
+    and floating-point operations, on integer slots instead of passes as dictionary keys)."""
+
+    def __init__(
+        self, compiled: CompiledOrders, times: Sequence[Sequence[StageTimes]], link: list[list[float]]
+    ) -> None:
+        pp = len(compiled.ops)
+        self.compiled, self.times, self.link = compiled, times, link
+        self.ends = [-1.0] * compiled.slots
+        self.waiting: list[list[int]] = [[] for _ in range(compiled.slots)]
+        self.pos, self.free = [0] * pp, [0.0] * pp
+        self.pending: list[deque[PipelineOp]] = [deque() for _ in range(pp)]
+        self.run = PipelineRun(0.0, busy_s=[0.0] * pp, last_backward_end_s=[0.0] * pp)
+        self.heap = [(0.0, rank) for rank in range(pp)]
+
+    def _finish(self, rank: int, op: PipelineOp, start: float, end: float, record: bool) -> None:
+        self.free[rank] = end
+        if record:
+            self.run.spans.append((rank, op, start, end))
+        self.run.busy_s[rank] += end - start
+        heapq.heappush(self.heap, (end, rank))
+
+    def weight_pass(self, rank: int, now: float, record: bool) -> None:
+        op = self.pending[rank].popleft()
+        end = now + self.times[rank][op.chunk].w
+        last = self.run.last_backward_end_s
+        last[rank] = max(last[rank], end)
+        self._finish(rank, op, now, end, record)
+
+    def step(self, rank: int, now: float, record: bool) -> None:
+        ops = self.compiled.ops[rank]
+        k = self.pos[rank]
+        if k >= len(ops):
+            if self.pending[rank]:
+                self.weight_pass(rank, now, record)
+            return
+        op, own, dep, src, chunk, forward = ops[k]
+        ready: float | None = 0.0
+        if dep >= 0:
+            done = self.ends[dep]
+            ready = None if done < 0.0 else done + (self.link[rank][src] if src != rank else 0.0)
+        if (ready is None or ready > now) and self.pending[rank]:
+            self.weight_pass(rank, now, record)
+            return
+        if ready is None:
+            self.waiting[dep].append(rank)
+            return
+        self.pos[rank] = k + 1
+        start = max(now, ready)
+        t = self.times[rank][chunk]
+        end = self.ends[own] = start + (t.f if forward else t.b - t.w)
+        if not forward:
+            self.pending[rank].append(PipelineOp("W", chunk, op.micro))
+            last = self.run.last_backward_end_s
+            last[rank] = max(last[rank], end)
+        for waiter in self.waiting[own]:
+            heapq.heappush(self.heap, (self.free[waiter], waiter))
+        self.waiting[own] = []
+        self._finish(rank, op, start, end, record)
+
+
+def _split_w_schedule(
+    compiled: CompiledOrders,
+    times: Sequence[Sequence[StageTimes]],
+    link: list[list[float]],
+    record: bool = True,
+) -> PipelineRun:
+    """ZB-H1's list schedule (:func:`_list_schedule` with ``split_w``), timed on compiled orders."""
+    scheduler = _SplitW(compiled, times, link)
+    heap, free = scheduler.heap, scheduler.free
+    while heap:
+        now, rank = heapq.heappop(heap)
+        if now < free[rank]:
+            continue  # a stale entry: the rank was rescheduled later
+        scheduler.step(rank, now, record)
+    if sum(scheduler.pos) != sum(len(ops) for ops in compiled.ops):
+        raise _deadlock(sum(scheduler.pos), compiled.orders)
+    scheduler.run.makespan_s = max(free)
+    return scheduler.run
 
 
 def _in_flight(orders: list[list[PipelineOp]], weights: Sequence[Sequence[float]] | None) -> list[float]:

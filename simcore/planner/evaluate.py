@@ -98,8 +98,6 @@ class _Cluster:
     collective: CollectiveFn
     concurrent: ConcurrentFn  # same-shape groups priced together (HSDP's replicate groups)
     mixed: bool  # more than one device type: each step waits for the slowest rank
-    # what composed (model-parallel) steps on this cluster share across configurations
-    compose: ComposeCache = field(default_factory=ComposeCache)
 
 
 CONTEXT_CACHE_SIZE = 64  # a context's caches hold per-layer and span times (kilobytes)
@@ -116,7 +114,9 @@ class WorkerCaches:
     workload (by value), and ``workload_of`` the last few objects seen with theirs (a job arrives
     unpickled afresh with each chunk of tasks), so caches keyed on the one object's identity serve
     every chunk without hashing a workload per configuration; ``steps``: the step caches every
-    context of this worker carries."""
+    context of this worker carries; ``compose``: what composed (model-parallel) steps share, on
+    every cluster size of the worker (a pipeline stage's sharded layers and their compute times do
+    not depend on the GPU count; what does is keyed by its topology)."""
 
     clusters: dict[tuple[object, ...], _Cluster] = field(default_factory=dict)
     topologies: dict[tuple[object, ...], Topology] = field(default_factory=dict)
@@ -124,6 +124,7 @@ class WorkerCaches:
     workloads: dict[Workload, Workload] = field(default_factory=dict)
     workload_of: Recent[Workload] = field(default_factory=lambda: Recent(WORKLOAD_CACHE_SIZE))
     steps: StepCaches = field(default_factory=StepCaches)
+    compose: ComposeCache = field(default_factory=ComposeCache)
 
 
 # The process's own WorkerCaches: None until the pool's initializer or the first task here makes it
@@ -205,7 +206,7 @@ def time_layout(job: PlanJob, gpus: int, layout: PlanLayout, caches: WorkerCache
     config = replace(job.config, micro_batch=layout.micro_batch, activation_checkpointing=False)
     result = simulate_parallel_step(
         _workload(job, caches), config, cluster.topology, layout.strategy, layout.parallel, layout.options,
-        calibration=job.calibration, cluster=job.cluster, path=cluster.path, cache=cluster.compose,
+        calibration=job.calibration, cluster=job.cluster, path=cluster.path, cache=caches.compose,
         trace=False,
     )  # fmt: skip
     return Outcome(gpus, layout, result.report, path="parallel")

@@ -1,9 +1,11 @@
 """Run a sweep's tasks on an existing engine: in process, a local process pool, or Ray tasks.
 
-Tasks are sorted by GPU count (then micro-batch, degrees, options, strategy) and cut into chunks, so one
-worker times many configurations of one cluster size and loads and prices that cluster once
-(in its process's :class:`~simcore.planner.evaluate.WorkerCaches`: made by the pool's initializer,
-or by the first chunk a process runs in process or as a Ray task). Results come back by task index, so every
+Tasks are sorted by stage shape (micro-batch, degrees, sequence parallelism, recompute), then GPU
+count, then the rest (schedule, offload, strategy) and cut into chunks, so one worker times a stage
+shape at every GPU count in a row: it shards and times the stage's layers once for all of them, and
+prices each cluster's collectives for the configurations of that shape once (in its process's
+:class:`~simcore.planner.evaluate.WorkerCaches`: made by the pool's initializer, or by the first
+chunk a process runs in process or as a Ray task). Results come back by task index, so every
 engine returns the same list in the same order as a serial run.
 
 - ``local``: :class:`concurrent.futures.ProcessPoolExecutor` over the cores (forked where the
@@ -52,6 +54,9 @@ ENGINES = ("local", "ray")
 CONNECT_TIMEOUT_S = 5.0  # for the TCP connection to a cluster's address
 RAY_INIT_TIMEOUT_S = 20.0  # for ray.init to join the cluster there
 MAX_CHUNK = 64  # configurations per task: large enough to amortise a task, small enough to share out
+# PlanLayout.sort_key's leading fields that make a stage shape: micro-batch, tp, pp, cp, ep, vpp
+# (then schedule, sequence parallelism, recompute, offload, strategy)
+_SHAPE_FIELDS = 6
 
 _NO_RAY = (
     "--engine ray needs Ray, which is not installed: pip install 'trainsim[sweep]' "
@@ -72,16 +77,21 @@ class SweepRun:
     workers: int
 
 
+def _order_key(task: Task) -> tuple[object, ...]:
+    """Stage shape first, then GPU count, then what only orders or prices the stage differently."""
+    gpus, layout = task
+    key = layout.sort_key()
+    return (*key[:_SHAPE_FIELDS], gpus, *key[_SHAPE_FIELDS:])
+
+
 def chunk_tasks(tasks: Sequence[Task], workers: int) -> list[Chunk]:
-    """Indexed tasks grouped by GPU count and cut into about four chunks per worker."""
-    order = sorted(
-        range(len(tasks)),
-        key=lambda i: (tasks[i][0], tasks[i][1].sort_key()),
-    )
+    """Indexed tasks grouped by stage shape (every GPU count of it in a row) and cut into about four
+    chunks per worker."""
+    order = sorted(range(len(tasks)), key=lambda i: _order_key(tasks[i]))
     size = max(1, min(MAX_CHUNK, math.ceil(len(tasks) / max(1, 4 * workers))))
     chunks: list[Chunk] = []
     for i in order:
-        if not chunks or len(chunks[-1]) >= size or tasks[chunks[-1][-1][0]][0] != tasks[i][0]:
+        if not chunks or len(chunks[-1]) >= size:
             chunks.append([])
         chunks[-1].append((i, tasks[i]))
     return chunks

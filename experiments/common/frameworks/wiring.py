@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from experiments.common.frameworks.deepspeed import read_deepspeed
+from experiments.common.frameworks.flags import add_from
 from experiments.common.frameworks.megatron import read_megatron
 from experiments.common.frameworks.settings import FRAMEWORKS, PENDING_FLAGS, FrameworkConfig, Setting
 from experiments.common.frameworks.torchtitan import read_torchtitan
@@ -35,16 +36,6 @@ PLAN_FLAGS: dict[str, tuple[str, str | None]] = {
     "schedule": ("schedules", None),
     "sequence-parallel": ("sequence-parallel", "on"),
 }
-
-
-def add_from(parser: argparse.ArgumentParser) -> None:
-    """``--from FRAMEWORK CONFIG`` (read by :func:`expand_from` before argparse sees the rest)."""
-    parser.add_argument(
-        "--from", nargs=2, metavar=("FRAMEWORK", "CONFIG"), dest="from_framework",
-        help="take model, layout, batch, precision, recompute and optimizer from a framework config: "
-        "megatron \"ARGS\" (or a file of them), torchtitan FILE.toml, deepspeed FILE.json; "
-        "flags given here override it",
-    )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

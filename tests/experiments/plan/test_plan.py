@@ -301,6 +301,15 @@ def test_cli_lists_what_simcore_allows() -> None:
     assert cli.ENGINES == ENGINES
     assert cli.ENGINE_PATHS == ENGINE_PATHS
     assert list(cli.STRATEGIES) == strategy_names()
+    # the light parser's literal copies (--help imports neither simcore's fp8 nor the framework readers)
+    from experiments.common.frameworks.emit import EMITTERS
+    from experiments.common.frameworks.flags import FRAMEWORK_NAMES
+    from experiments.common.frameworks.settings import FRAMEWORKS
+    from experiments.plan.args import FP8_RECIPES
+    from simcore.compute.fp8 import FP8_RECIPES as SIMCORE_FP8
+
+    assert FP8_RECIPES == SIMCORE_FP8
+    assert FRAMEWORK_NAMES == FRAMEWORKS == tuple(EMITTERS)
 
 
 def _children(pid: int) -> list[str]:

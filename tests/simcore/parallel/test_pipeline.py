@@ -165,3 +165,46 @@ def test_a_cyclic_order_is_reported_as_a_deadlock() -> None:
     times = [[StageTimes(1.0, 2.0)], [StageTimes(1.0, 2.0)]]
     with pytest.raises(TrainsimError, match="deadlocked after 0 of 4 passes"):
         run_pipeline(orders, times, lambda a, c: 0.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(pp=st.sampled_from([2, 3, 4, 8]), micro=st.integers(1, 24), seed=st.integers(0, 2**16))
+def test_zb_h1_on_compiled_orders_is_the_list_scheduler_exactly(pp: int, micro: int, seed: int) -> None:
+    # The fast ZB-H1 timing (integer slots) takes every decision the reference list scheduler takes:
+    # the same passes in the same order at the same floating-point times; spans=False changes nothing else.
+    rnd = random.Random(seed)
+    orders = rank_orders("zb-h1", pp, 1, micro)
+    times = [[StageTimes(rnd.random(), 2 * rnd.random(), 0.9 * rnd.random())] for _ in range(pp)]
+    links = {(a, c): rnd.random() / 10 for a in range(pp) for c in range(pp)}
+    listed = _list_schedule(orders, times, lambda a, c: links[(a, c)], True)
+    for given_orders in (orders, compile_orders(orders, 1)):
+        timed = run_pipeline(given_orders, times, lambda a, c: links[(a, c)], split_w=True)
+        assert timed.spans == listed.spans
+        assert (timed.makespan_s, timed.busy_s) == (listed.makespan_s, listed.busy_s)
+        assert timed.last_backward_end_s == listed.last_backward_end_s
+    bare = run_pipeline(orders, times, lambda a, c: links[(a, c)], split_w=True, spans=False)
+    assert bare.spans == []
+    assert (bare.makespan_s, bare.busy_s, bare.last_backward_end_s) == (
+        listed.makespan_s,
+        listed.busy_s,
+        listed.last_backward_end_s,
+    )
+
+
+def test_each_link_is_priced_once_per_pipeline() -> None:
+    asked: list[tuple[int, int]] = []
+
+    def p2p(src: int, dst: int) -> float:
+        asked.append((src, dst))
+        return 0.1
+
+    for schedule in ("1f1b", "zb-h1"):
+        asked.clear()
+        run_pipeline(
+            rank_orders(schedule, 4, 1, 8),
+            [[StageTimes(1.0, 2.0, 0.5)]] * 4,
+            p2p,
+            split_w=schedule == "zb-h1",
+        )
+        # forwards send down the pipeline, backwards up it: 3 + 3 distinct pairs, each asked once
+        assert sorted(asked) == [(0, 1), (1, 0), (1, 2), (2, 1), (2, 3), (3, 2)]

@@ -75,11 +75,15 @@ def test_a_three_dimensional_space_is_timed_on_the_composed_step() -> None:
             assert r.to_record()["layout"]["label"] == r.label  # type: ignore[index]
 
 
-def test_chunks_keep_one_gpu_count_each_and_cover_every_task() -> None:
+def test_chunks_run_a_stage_shape_at_every_gpu_count_in_a_row_and_cover_every_task() -> None:
     tasks = [(g, PlanLayout(s, m)) for g in (8, 16) for s in ("ddp", "fsdp") for m in (1, 2, 4)]
     chunks = chunk_tasks(tasks, workers=2)
     assert sorted(i for chunk in chunks for i, _ in chunk) == list(range(len(tasks)))
-    assert all(len({task[0] for _, task in chunk}) == 1 for chunk in chunks)
+    # the micro-batch (the shape here) changes only once all GPU counts of the last one are done,
+    # and within a shape the GPU count only grows
+    order = [(task[1].micro_batch, task[0]) for chunk in chunks for _, task in chunk]
+    assert order == sorted(order)
+    assert [m for m, _ in order] == [1] * 4 + [2] * 4 + [4] * 4
 
 
 def test_memory_floor_skips_layouts_untimed() -> None:

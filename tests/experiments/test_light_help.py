@@ -1,0 +1,65 @@
+"""``--help`` from a command's light parser: the same text as its full parser, without the simulator.
+
+A command that names a ``parser`` (:class:`experiments.console.Command`) answers ``--help`` from that
+module alone; these tests hold its help equal to what ``main`` prints, its literal copies of
+simcore's allowed values equal to simcore's, and the modules it imports free of the step model.
+"""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+from experiments.bench import args as bench_args
+from experiments.console import COMMANDS, run_module
+from simcore.collectives import ALGORITHMS
+from tests.paths import REPO
+from topologies.cliargs import MAX_GPUS
+
+LIGHT = [c for c in COMMANDS.values() if c.parser]
+# Modules that --help must not load: the step model, the planner and the topology builders.
+HEAVY_PREFIXES = ("simcore.step", "simcore.strategies", "simcore.parallel", "simcore.planner", "topologies.")
+
+
+def test_some_commands_have_a_light_parser() -> None:
+    assert {c.module for c in LIGHT} >= {"experiments.plan", "experiments.bench"}
+
+
+@pytest.mark.parametrize("command", LIGHT, ids=lambda c: c.module)
+def test_light_help_is_the_full_parsers_help(command, capsys: pytest.CaptureFixture[str]) -> None:
+    module, _, function = command.parser.partition(":")
+    light = getattr(importlib.import_module(module), function)().format_help()
+    full = importlib.import_module(command.main_module).build_parser().format_help()
+    assert light == full
+    with pytest.raises(SystemExit) as exit_:
+        run_module(command.module, ["--help"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out == full
+
+
+@pytest.mark.parametrize("command", LIGHT, ids=lambda c: c.module)
+def test_help_in_a_fresh_interpreter_loads_no_step_model(command) -> None:
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", command.module, "--help"],
+        cwd=REPO, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    imported = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if "|" in line]
+    assert "usage:" in done.stdout
+    assert not [m for m in imported if m.startswith(HEAVY_PREFIXES)]
+
+
+def test_an_argument_error_beside_help_is_left_to_main(capsys: pytest.CaptureFixture[str]) -> None:
+    # the light parser prints help only where it parses; a bad value is reported by main as always
+    with pytest.raises(SystemExit) as exit_:
+        run_module("experiments.plan", ["--max-tp", "x", "--help"])
+    assert exit_.value.code == 2
+    assert "--max-tp" in capsys.readouterr().err
+
+
+def test_the_bench_parsers_literals_are_simcores() -> None:
+    either = sorted(set(ALGORITHMS["all_reduce"]) | set(ALGORITHMS["all_gather"]))
+    assert either == bench_args.ALGO_CHOICES
+    assert bench_args.MAX_GPUS == MAX_GPUS
