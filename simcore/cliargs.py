@@ -11,8 +11,9 @@ parser from these, so one flag means one thing everywhere:
 - ``--model``, ``--format``, ``--quiet`` and ``--out``/``--force`` (:func:`add_out`,
   :func:`output_dir`): nothing a command writes by default can overwrite earlier results; output
   goes to a new ``runs/<command>-<timestamp>/`` folder unless ``--out`` names one, a non-empty
-  ``--out`` needs ``--force``, and an ``--out`` that is a file or cannot be written is reported
-  before any simulation starts. A command whose output is one file (``calibrate.fit -o
+  ``--out`` needs ``--force``, and an ``--out`` that is a file, a dangling symlink or cannot be
+  written is reported before any simulation starts; a folder another run is writing (its
+  :class:`~simcore.output.OutLock`) is refused with that run's pid. A command whose output is one file (``calibrate.fit -o
   profile.json``) checks it with :func:`output_file`: an existing file needs ``--force``.
 """
 
@@ -26,7 +27,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from simcore.errors import TrainsimError
+from simcore.errors import TrainsimError, run_scope
+from simcore.output import LOCK_NAME, OutLock
 from simcore.units import format_bytes, parse_size
 
 __all__ = [
@@ -44,6 +46,7 @@ __all__ = [
     "new_run_dir",
     "output_dir",
     "output_file",
+    "png_file",
     "positive_int",
     "size_bytes",
 ]
@@ -188,6 +191,19 @@ def size_bytes(*, allow_zero: bool = True, high: float = MAX_MESSAGE_BYTES) -> C
     return _type("size", convert)
 
 
+def png_file(text: str) -> Path:
+    """``--png PATH``: a file name ending in ``.png`` or with no suffix (written exactly as given, as
+    PNG); any other suffix is refused, since the file would not be what its name says."""
+    path = Path(text)
+    if not text.strip() or text.endswith(("/", "\\")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a file name; give e.g. plot.png")
+    if path.suffix and path.suffix.lower() != ".png":
+        raise argparse.ArgumentTypeError(
+            f"{text!r} ends in {path.suffix!r}; a PNG file name ends in .png (or has no suffix)"
+        )
+    return path
+
+
 def add_model(parser: argparse.ArgumentParser, default: str) -> None:
     parser.add_argument(
         "--model",
@@ -231,8 +247,10 @@ def output_dir(out: str | None, *, force: bool, command: str | None = None) -> P
     """Check ``--out`` before any work: the folder a command may write, or None for no files.
 
     ``out`` None gives :func:`new_run_dir` of ``command`` (None when the command writes nothing
-    by default). Refused, with one error line: an existing file, a folder that already holds files
-    (unless ``force``), and a place this user cannot write.
+    by default). Refused, with one error line: an existing file, a dangling symlink, a folder that
+    already holds files (unless ``force``), a place this user cannot write, and a folder another
+    run holds. Under :func:`~simcore.errors.cli_entry` the folder is made and locked until the
+    command ends (and removed again if it stayed empty).
     """
     if out is None:
         if command is None:
@@ -240,13 +258,20 @@ def output_dir(out: str | None, *, force: bool, command: str | None = None) -> P
         path = new_run_dir(command)
     else:
         path = Path(out)
+        if path.is_symlink() and not path.exists():
+            raise TrainsimError(
+                f"--out {out!r} is a symlink to {str(path.resolve())!r}, which does not exist"
+            )
         if path.exists() and not path.is_dir():
             raise TrainsimError(f"--out {out!r} is an existing file; give a folder (new or empty)")
-        if path.is_dir() and not force and any(path.iterdir()):
+        if path.is_dir() and not force and any(p.name != LOCK_NAME for p in path.iterdir()):
             raise TrainsimError(
                 f"--out {out!r} already holds files; choose a new folder, or add --force to write into it"
             )
     _check_writable(path, out)
+    scope = run_scope()
+    if scope is not None:  # held until the command ends: a second run on this folder is refused
+        scope.enter_context(OutLock(path))
     return path
 
 

@@ -1,7 +1,7 @@
 """The one output layer: every file a command writes goes through here.
 
-- :func:`write_text_atomic`, :func:`write_bytes_atomic`, :func:`write_json_atomic` and
-  :func:`atomic_path` (for libraries that write to a name themselves: matplotlib's ``savefig``)
+- :func:`write_text_atomic`, :func:`write_bytes_atomic`, :func:`write_json_atomic`,
+  :func:`save_figure` (matplotlib) and :func:`atomic_path` (for any library that writes to a name)
   write a temporary file beside the target, fsync it and rename it over the target, so a reader
   (or a full disk, or a kill) never leaves half a file or a 0-byte ``plan.json`` behind;
 - every failure (no space left, read-only file system, permission denied, a dangling symlink, a
@@ -31,6 +31,7 @@ __all__ = [
     "LOCK_NAME",
     "OutLock",
     "atomic_path",
+    "save_figure",
     "write_bytes_atomic",
     "write_error",
     "write_json_atomic",
@@ -94,6 +95,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     try:
         yield tmp
         _fsync(tmp)
+        os.chmod(tmp, _mode(target))
         os.replace(tmp, target)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
@@ -101,6 +103,17 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _mode(target: Path) -> int:
+    """The permissions the file gets: the replaced file's, else what ``open`` would give (mkstemp's
+    0600 would hide results from the rest of a group)."""
+    try:
+        return target.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def _fsync(path: Path) -> None:
@@ -194,3 +207,15 @@ class OutLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def save_figure(fig: Any, path: str | os.PathLike[str], **savefig: Any) -> Path:
+    """Save a matplotlib figure to exactly ``path``, all at once or not at all (:func:`atomic_path`).
+
+    The format is ``path``'s suffix, PNG when it has none (so ``--png plot`` writes ``plot``, not
+    ``plot.png``); ``savefig`` is passed on (``dpi``, ``bbox_inches``).
+    """
+    fmt = Path(path).suffix.lstrip(".").lower() or "png"
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format=fmt, **savefig)
+    return Path(path)

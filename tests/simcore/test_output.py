@@ -15,6 +15,7 @@ from simcore.output import (
     LOCK_NAME,
     OutLock,
     atomic_path,
+    save_figure,
     write_error,
     write_json_atomic,
     write_text_atomic,
@@ -118,3 +119,30 @@ def test_lock_release_removes_the_lock_and_a_folder_it_made_when_empty(tmp_path:
     with OutLock(out):
         (out / "plan.json").write_text("{}")
     assert [p.name for p in out.iterdir()] == ["plan.json"]
+
+
+def test_a_new_file_gets_the_usual_permissions_and_a_replaced_one_keeps_its_own(tmp_path: Path) -> None:
+    umask = os.umask(0o022)
+    try:
+        write_text_atomic(tmp_path / "new.txt", "x")
+        assert (tmp_path / "new.txt").stat().st_mode & 0o777 == 0o644
+        (tmp_path / "kept.txt").write_text("old")
+        (tmp_path / "kept.txt").chmod(0o640)
+        write_text_atomic(tmp_path / "kept.txt", "new")
+        assert (tmp_path / "kept.txt").stat().st_mode & 0o777 == 0o640
+    finally:
+        os.umask(umask)
+
+
+class _Figure:
+    """Stands in for a matplotlib figure: writes the format it was asked for."""
+
+    def savefig(self, path: Path, *, format: str, dpi: int) -> None:
+        Path(path).write_text(f"{format} {dpi}")
+
+
+def test_save_figure_writes_exactly_the_path_given(tmp_path: Path) -> None:
+    assert save_figure(_Figure(), tmp_path / "plot", dpi=90) == tmp_path / "plot"
+    assert (tmp_path / "plot").read_text() == "png 90"
+    save_figure(_Figure(), tmp_path / "p.PNG", dpi=90)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.PNG", "plot"]
