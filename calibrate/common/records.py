@@ -17,13 +17,13 @@ import os
 import platform
 import socket
 import sys
-import tempfile
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
 from simcore.errors import TrainsimError
+from simcore.output import write_json_atomic
 
 __all__ = [
     "RecordWriter",
@@ -177,20 +177,9 @@ def resume_keys(path: str | os.PathLike[str], keys: Iterable[str]) -> set[tuple[
 
 
 def atomic_write_json(path: str | os.PathLike[str], data: Any) -> None:
-    """Write JSON to a temporary file beside ``path`` and rename it over: readers never see half."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2, sort_keys=False)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write JSON to a temporary file beside ``path`` and rename it over: readers never see half
+    (:func:`simcore.output.write_json_atomic`, the one output layer)."""
+    write_json_atomic(path, data)
 
 
 def drop_torn_tail(path: str | os.PathLike[str], *, warn: bool = True) -> int:

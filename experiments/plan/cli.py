@@ -25,12 +25,11 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from pathlib import Path
 
 from experiments.plan.plots import write_outputs
 from experiments.plan.report import format_counts, format_csv, format_json, format_table
 from experiments.plan.run import SEQUENCE_PARALLEL, prepare_plan, run_plan
-from simcore.cliargs import Parser
+from simcore.cliargs import Parser, output_dir
 from simcore.errors import TrainsimError, cli_entry
 from simcore.report_checks import check_records
 from simcore.units import parse_size
@@ -223,21 +222,10 @@ def _headroom(text: str) -> tuple[float, float]:
         return float(parse_size(value)), 0.0
 
 
-def _check_out(out: str | None, force: bool) -> Path | None:
-    if out is None:
-        return None
-    path = Path(out)
-    if path.exists() and not path.is_dir():
-        raise TrainsimError(f"--out {out} is a file; give a directory")
-    if path.is_dir() and any(path.iterdir()) and not force:
-        raise TrainsimError(f"--out {out} is not empty; give an empty directory or add --force")
-    return path
-
-
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    out = _check_out(args.out, args.force)
+    out = output_dir(args.out, force=args.force)  # checked and locked before any search
     if args.count:
         print(
             format_counts(

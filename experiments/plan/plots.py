@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from experiments.plan.report import plan_document
+from simcore.output import save_figure, write_json_atomic
 from simcore.planner.rank import throughput
 from simcore.planner.search import PlanResult
 
@@ -15,9 +15,7 @@ __all__ = ["plot_pareto", "write_outputs"]
 
 def write_outputs(result: PlanResult, out: Path, *, top: int) -> list[Path]:
     """Write ``plan.json`` and, when some layout fits, ``pareto.png``; returns the paths written."""
-    out.mkdir(parents=True, exist_ok=True)
-    document = out / "plan.json"
-    document.write_text(json.dumps(plan_document(result, top=top), indent=2) + "\n", encoding="utf-8")
+    document = write_json_atomic(out / "plan.json", plan_document(result, top=top))
     written = [document]
     if any(count.ranked for count in result.counts):
         written.append(plot_pareto(result, out / "pareto.png"))
@@ -71,6 +69,7 @@ def plot_pareto(result: PlanResult, path: Path) -> Path:
         )
         ax.set(xlabel=f"cost per million {unit.split('/')[0]}", ylabel=unit, title="throughput vs cost")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    try:
+        return save_figure(fig, path, dpi=120)
+    finally:
+        plt.close(fig)

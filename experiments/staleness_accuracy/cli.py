@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import platform
 import sys
@@ -66,6 +65,7 @@ from simcore.cliargs import (
     output_dir,
 )
 from simcore.errors import TrainsimError, cli_entry
+from simcore.output import write_json_atomic, write_text_atomic
 from simcore.staleness.distribution import fixed_staleness, load_measured_staleness, staleness_from_histogram
 from simcore.staleness.penalty import PenaltyObservation, fit_penalty_model
 from topologies.cliargs import add_cluster
@@ -228,7 +228,7 @@ def _write_outputs(
     out: Path, results: list[SettingResult], rows: list[SummaryRow], context: ReportContext
 ) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    (out / "report.md").write_text(markdown_report(rows, context), encoding="utf-8")
+    write_text_atomic(out / "report.md", markdown_report(rows, context))
     payload = {
         "context": {
             "command": context.command,
@@ -239,7 +239,7 @@ def _write_outputs(
         },
         "rows": [asdict(row) for row in rows],
     }
-    (out / "results.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    write_json_atomic(out / "results.json", payload)
     written = [out / "report.md", out / "results.json"]
     written += write_plots(out, results, rows, context.target, context.step_times.unit)
     for path in written:
@@ -341,8 +341,7 @@ def run_penalty_study(
         "valid_range": {"staleness_max": float(max(FIT_DELAYS))},
         "fits": fits,
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    write_json_atomic(path, data)
     for mode, fit in fits.items():
         print(
             f"{mode}: alpha_mean {fit['alpha_mean']}, spread-distribution rmse {fit['rmse_points_spread']} pts"

@@ -64,6 +64,7 @@ from simcore.cliargs import Parser, add_out, int_list, name_list, output_dir
 from simcore.compute.roofline import ComputeModel
 from simcore.errors import TrainsimError, cli_entry
 from simcore.hardware import device_spec
+from simcore.output import write_text_atomic
 from simcore.strategies import get_strategy
 from simcore.strategies.base import CommCost, StepContext, TrainingConfig
 from simcore.strategies.runner import simulate_step
@@ -245,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
             out_dir / "memory_comparison.json",
             {"rows": [asdict(r) | {"peak_error": r.peak_error} for r in rows], "summary": summary(rows)},
         )
-        (out_dir / "memory_report.md").write_text(markdown_report(rows, records), encoding="utf-8")
+        write_text_atomic(out_dir / "memory_report.md", markdown_report(rows, records))
         for path in write_plots(rows, out_dir):
             print(f"wrote {path}")
     return 0

@@ -49,6 +49,7 @@ from experiments.validate_published.published import CSV_PATH, content_sha256
 from experiments.validate_published.report import format_csv, format_json, format_markdown, format_text
 from simcore.cliargs import Parser
 from simcore.errors import TrainsimError, cli_entry
+from simcore.output import write_text_atomic
 
 __all__ = ["FORMATS", "OUT_FILES", "check_out", "main", "provenance", "select", "write_out"]
 
@@ -151,7 +152,7 @@ def write_out(out: Path, results: Sequence[RowResult], argv: Sequence[str], *, f
         "provenance.json": json.dumps(prov, indent=1, sort_keys=True) + "\n",
     }
     for name, text in texts.items():
-        (out / name).write_text(text, encoding="utf-8")
+        write_text_atomic(out / name, text)
     return [out / name for name in OUT_FILES]
 
 

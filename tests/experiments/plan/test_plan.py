@@ -91,7 +91,7 @@ def test_out_writes_the_plot_and_refuses_a_full_directory(
     with pytest.raises(SystemExit) as exit_info:
         main([*SMALL, "--out", str(out)])
     assert exit_info.value.code == 2
-    assert "is not empty; give an empty directory or add --force" in capsys.readouterr().err
+    assert "already holds files; choose a new folder, or add --force" in capsys.readouterr().err
     assert main([*SMALL, "--out", str(out), "--force"]) == 0
 
 
