@@ -149,11 +149,22 @@ class OutLock:
     the folder again if this lock made it and nothing was written there.
     """
 
-    def __init__(self, folder: str | os.PathLike[str]) -> None:
+    def __init__(
+        self, folder: str | os.PathLike[str], *, name: str = LOCK_NAME, target: Path | None = None,
+        what: str = "--out",
+    ) -> None:  # fmt: skip
         self.folder = Path(folder)
-        self.path = self.folder / LOCK_NAME
+        self.path = self.folder / name
+        self._target = target or self.folder  # what the refusal names
+        self._what = what
         self._fd: int | None = None
         self._made_folder = False
+
+    @classmethod
+    def for_file(cls, path: str | os.PathLike[str]) -> OutLock:
+        """A lock on one output file that runs append to (a record file): ``.NAME.lock`` beside it."""
+        p = Path(path)
+        return cls(p.parent, name=f".{p.name}.lock", target=p, what="output file")
 
     def acquire(self) -> OutLock:
         import fcntl
@@ -174,8 +185,8 @@ class OutLock:
                 holder = os.read(fd, 64).decode("ascii", "replace").strip() or "unknown"
                 os.close(fd)
                 raise TrainsimError(
-                    f"{self.folder} is in use by another run (pid {holder}); wait for it to end, "
-                    "or give another --out"
+                    f"{self._target} is in use by another run (pid {holder}); wait for it to end, "
+                    f"or give another {self._what}"
                 ) from None
             if self._same_file(fd):
                 break
