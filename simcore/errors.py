@@ -55,6 +55,15 @@ def _stdout_failed(exc: OSError) -> bool:
     return exc.filename is None and exc.errno in _STDOUT_ERRNOS
 
 
+def _scoped(main: Callable[..., object], args: tuple[object, ...], kwargs: dict[str, object]) -> object:
+    """``main`` with a fresh :func:`run_scope`, closed when it ends; standard output flushed."""
+    with contextlib.ExitStack() as scope:
+        _RUN_SCOPE.set(scope)
+        result = main(*args, **kwargs)
+        sys.stdout.flush()
+    return result
+
+
 def cli_entry(main: F) -> F:
     """Wrap a CLI ``main`` so user errors print one line on stderr and exit with status 2.
 
@@ -68,13 +77,10 @@ def cli_entry(main: F) -> F:
 
     @functools.wraps(main)
     def wrapper(*args: object, **kwargs: object) -> object:
-        scope = contextlib.ExitStack()
-        token = _RUN_SCOPE.set(scope)
         try:
-            with scope:
-                result = main(*args, **kwargs)
-                sys.stdout.flush()
-            return result
+            # in a copy of the caller's context: what the command sets (its run scope, a lifted
+            # input limit) ends with it, even when commands run one after another in one process
+            return contextvars.copy_context().run(_scoped, main, args, kwargs)
         except TrainsimError as exc:
             print(f"error: {exc}", file=sys.stderr)
             raise SystemExit(2) from None
@@ -97,7 +103,5 @@ def cli_entry(main: F) -> F:
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
             raise SystemExit(130) from None
-        finally:
-            _RUN_SCOPE.reset(token)
 
     return wrapper  # type: ignore[return-value]

@@ -66,8 +66,10 @@ from simcore.calibration.profile import (
     busbw_factor,
 )
 from simcore.calibration.profile_json import profile_to_json
-from simcore.cliargs import Parser, add_quiet, output_file
+from simcore.cliargs import Parser, add_quiet, output_file, size_bytes
 from simcore.errors import TrainsimError, cli_entry
+from simcore.inputs import LIMIT_ENV, lift_input_limit
+from simcore.limits import MEASUREMENT_FILE_BYTES
 from simcore.progress import track
 from topologies import load_cluster
 from topologies.cliargs import add_cluster
@@ -498,8 +500,13 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                 help="preset name or cluster file the profile must describe")  # fmt: skip
     parser.add_argument("--max-mape", type=float, default=0.25, help="flag fits above this MAPE (> 0)")
     parser.add_argument("--min-r2", type=float, default=0.9, help="flag fits below this R² (<= 1)")
+    parser.add_argument(
+        "--max-input-size", type=size_bytes(allow_zero=False), metavar="SIZE",
+        help=f"read input files up to SIZE (default {MEASUREMENT_FILE_BYTES.limit >> 20} MiB; also {LIMIT_ENV})",
+    )  # fmt: skip
     add_quiet(parser)
     args = parser.parse_args(argv)
+    lift_input_limit(args.max_input_size)
     if not (math.isfinite(args.max_mape) and args.max_mape > 0):
         raise TrainsimError(f"--max-mape must be a number above 0 (0.25 is 25 %), got {args.max_mape:g}")
     if not (math.isfinite(args.min_r2) and args.min_r2 <= 1):
