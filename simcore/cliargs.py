@@ -7,7 +7,9 @@ parser from these, so one flag means one thing everywhere:
   :func:`simcore.errors.cli_entry`) and whose ``--help`` shows every default;
 - comma-separated lists as argparse types (``--gpus 1,8,64``: :func:`int_list`;
   ``--strategies ddp,fsdp``: :func:`name_list`), bounded whole numbers (:func:`int_range`) and sizes
-  (:func:`size_bytes`), so a bad value is refused before anything runs;
+  (:func:`size_bytes`) and finite numbers in a range with their unit (:func:`real_range`), so a
+  bad value (NaN, infinity, 1e308, a denormal, a negative) is refused before anything runs; a
+  list that repeats an item uses it once and says so;
 - ``--model``, ``--format``, ``--quiet`` and ``--out``/``--force`` (:func:`add_out`,
   :func:`output_dir`): nothing a command writes by default can overwrite earlier results; output
   goes to a new ``runs/<command>-<timestamp>/`` folder unless ``--out`` names one, a non-empty
@@ -22,6 +24,8 @@ from __future__ import annotations
 import argparse
 import contextvars
 import datetime as dt
+import math
+import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -29,6 +33,7 @@ from typing import Any, NoReturn
 
 from simcore.errors import TrainsimError, run_scope
 from simcore.output import LOCK_NAME, OutLock
+from simcore.progress import note
 from simcore.units import format_bytes, parse_size
 
 __all__ = [
@@ -48,6 +53,7 @@ __all__ = [
     "output_file",
     "png_file",
     "positive_int",
+    "real_range",
     "size_bytes",
 ]
 
@@ -138,6 +144,42 @@ def positive_int(text: str) -> int:
     return int_range(1)(text)
 
 
+def _real(text: str, low: float, high: float, unit: str) -> float:
+    try:
+        value = float(text.strip().replace("_", ""))
+    except ValueError:
+        raise TrainsimError(f"expected a number, got {text!r}") from None
+    shown = f" {unit}" if unit else ""
+    if not math.isfinite(value):
+        raise TrainsimError(f"{text.strip()!r} is not a finite number; allowed {low:g}..{high:g}{shown}")
+    if 0 < abs(value) < sys.float_info.min:  # a denormal: it underflows to 0 or overflows a division
+        raise TrainsimError(
+            f"{text.strip()!r} is too small to compute with; allowed {low:g}..{high:g}{shown}"
+        )
+    if not low <= value <= high:
+        raise TrainsimError(f"{value:g}{shown} is out of range; allowed {low:g}..{high:g}{shown}")
+    return value
+
+
+def real_range(low: float, high: float, *, unit: str = "") -> Callable[[str], float]:
+    """A finite number in ``low..high`` (``unit`` names what it counts, shown in errors).
+
+    Both ends are real bounds, never 0 or infinity, so NaN, infinity, ``1e308`` and denormal
+    ``1e-320`` are refused with the range allowed instead of turning into ``$inf`` or a division
+    by a number that underflows.
+    """
+    if not (math.isfinite(low) and math.isfinite(high) and low <= high):
+        raise ValueError(f"real_range({low}, {high}) is not a finite range")
+    return _type("number", lambda text: _real(text, low, high, unit))
+
+
+def _note_repeats(text: str, items: Sequence[object], kept: Sequence[object]) -> None:
+    """Say once on stderr that a list named something twice (it is used once)."""
+    if len(kept) < len(items):
+        repeated = sorted({str(item) for item in items if items.count(item) > 1})
+        note(f"{text!r} repeats {', '.join(repeated)}; each is used once", quiet=False)
+
+
 def int_list(low: int = 1, high: int | None = None, *, max_items: int = 64) -> Callable[[str], list[int]]:
     """``8`` or ``1,8,64``: whole numbers in ``low..high``, at most ``max_items``, duplicates dropped."""
 
@@ -148,9 +190,16 @@ def int_list(low: int = 1, high: int | None = None, *, max_items: int = 64) -> C
         if len(parts) > max_items:
             raise TrainsimError(f"{len(parts)} values given; at most {max_items}")
         values = [_int(part, low, high) for part in parts]
-        return list(dict.fromkeys(values))
+        kept = list(dict.fromkeys(values))
+        _note_repeats(text, values, kept)
+        return kept
 
     return _type("int list", convert)
+
+
+def _allowed(choices: Sequence[str]) -> str:
+    """The allowed names for an error, never an empty list."""
+    return ", ".join(choices) if choices else "none are available here"
 
 
 def name_list(
@@ -169,12 +218,14 @@ def name_list(
         choices = list(allowed() if callable(allowed) else allowed)
         bad = [name for name in names if name not in choices]
         if bad:
-            raise TrainsimError(f"unknown {what} {bad[0]!r}; allowed: {', '.join(choices)}")
+            raise TrainsimError(f"unknown {what} {bad[0]!r}; allowed: {_allowed(choices)}")
         if not names:
             raise TrainsimError(
-                f"expected a comma list of {what}s, got {text!r}; allowed: {', '.join(choices)}"
+                f"expected a comma list of {what}s, got {text!r}; allowed: {_allowed(choices)}"
             )
-        return list(dict.fromkeys(names))
+        kept = list(dict.fromkeys(names))
+        _note_repeats(text, names, kept)
+        return kept
 
     return _type("name list", convert)
 

@@ -66,7 +66,7 @@ from simcore.calibration.profile import (
     busbw_factor,
 )
 from simcore.calibration.profile_json import profile_to_json
-from simcore.cliargs import Parser, add_quiet, output_file, size_bytes
+from simcore.cliargs import Parser, add_quiet, output_file, real_range, size_bytes
 from simcore.errors import TrainsimError, cli_entry
 from simcore.inputs import LIMIT_ENV, lift_input_limit
 from simcore.limits import MEASUREMENT_FILE_BYTES
@@ -498,8 +498,14 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--force", action="store_true", help="replace --out if it already exists")
     add_cluster(parser, None, topology_alias=True, dest="topology",
                 help="preset name or cluster file the profile must describe")  # fmt: skip
-    parser.add_argument("--max-mape", type=float, default=0.25, help="flag fits above this MAPE (> 0)")
-    parser.add_argument("--min-r2", type=float, default=0.9, help="flag fits below this R² (<= 1)")
+    # a MAPE of 100 (10,000 %) flags nothing real; R² of a fit can be any number up to 1
+    parser.add_argument(
+        "--max-mape",
+        type=real_range(1e-6, 100.0),
+        default=0.25,
+        help="flag fits above this MAPE (0.25 is 25 %%)",
+    )
+    parser.add_argument("--min-r2", type=real_range(-1e6, 1.0), default=0.9, help="flag fits below this R²")
     parser.add_argument(
         "--max-input-size", type=size_bytes(allow_zero=False), metavar="SIZE",
         help=f"read input files up to SIZE (default {MEASUREMENT_FILE_BYTES.limit >> 20} MiB; also {LIMIT_ENV})",
@@ -507,10 +513,6 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     add_quiet(parser)
     args = parser.parse_args(argv)
     lift_input_limit(args.max_input_size)
-    if not (math.isfinite(args.max_mape) and args.max_mape > 0):
-        raise TrainsimError(f"--max-mape must be a number above 0 (0.25 is 25 %), got {args.max_mape:g}")
-    if not (math.isfinite(args.min_r2) and args.min_r2 <= 1):
-        raise TrainsimError(f"--min-r2 must be a number of at most 1, got {args.min_r2:g}")
     return args
 
 

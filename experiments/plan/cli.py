@@ -29,8 +29,11 @@ import sys
 from experiments.plan.plots import write_outputs
 from experiments.plan.report import format_counts, format_csv, format_json, format_table
 from experiments.plan.run import SEQUENCE_PARALLEL, prepare_plan, run_plan
-from simcore.cliargs import Parser, output_dir
+from simcore.cliargs import MAX_MESSAGE_BYTES, Parser, int_list, int_range, output_dir, real_range
 from simcore.errors import TrainsimError, cli_entry
+from simcore.limits import MODEL_DIMENSION
+from simcore.planner.space import MAX_MICRO_BATCH
+from simcore.progress import note
 from simcore.report_checks import check_records
 from simcore.units import parse_size
 
@@ -52,6 +55,16 @@ _SUFFIXES = {
 }
 
 
+# Counts (tokens, samples) a plan takes: Llama 3 trained on 15.6e12 tokens (Dubey et al. 2024), so
+# 1e18 is five orders of magnitude beyond any run, yet far from where float products overflow.
+MAX_COUNT = 1e18
+# Price of one GPU-hour: on-demand H100s cost a few dollars; 1e6 per hour is far above any price
+# and keeps a run's cost finite (inf and 1e308 printed $inf).
+MAX_PRICE_PER_GPU_HOUR = 1e6
+MAX_DEGREE = 1 << 16  # a parallel degree: no axis exceeds the 65,536 GPUs of the largest cluster
+MAX_WORKERS = 4096  # processes: far above the cores of one machine
+
+
 def _count(text: str) -> float:
     """A count such as ``2T``, ``300B``, ``1.5e12``, ``4M`` (decimal K, M, B/G, T) or ``4Mi`` (binary)."""
     value = text.strip().lower().replace("_", "")
@@ -64,10 +77,12 @@ def _count(text: str) -> float:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a count (e.g. 2T, 300B, 4M, 4Mi, 1.5e12)"
         ) from None
-    if not number > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
     if not math.isfinite(number):
         raise argparse.ArgumentTypeError(f"{text!r} is not a finite count")
+    if not number >= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    if number > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"{text!r} is more than the {MAX_COUNT:.0e} allowed")
     return number
 
 
@@ -95,7 +110,7 @@ def _add_space_arguments(p: argparse.ArgumentParser) -> None:
         help="comma list of micro-batch sizes (default: every divisor of the per-replica batch)",
     )
     space.add_argument(
-        "--max-micro-batch", type=int,
+        "--max-micro-batch", type=int_range(1, MAX_MICRO_BATCH),
         help="largest micro-batch tried (default 32 samples, at most 16k tokens)",
     )  # fmt: skip
     space.add_argument(
@@ -126,8 +141,12 @@ def _add_space_arguments(p: argparse.ArgumentParser) -> None:
         ("ep", "expert-parallel", "experts of a MoE model, else 1"),
         ("vpp", "virtual pipeline", "4"),
     ):
-        space.add_argument(f"--max-{axis}", type=int, help=f"largest {what} degree (default: {default})")
-        space.add_argument(f"--{axis}", help=f"comma list: only these {what} degrees")
+        space.add_argument(
+            f"--max-{axis}", type=int_range(1, MAX_DEGREE), help=f"largest {what} degree (default: {default})"
+        )
+        space.add_argument(
+            f"--{axis}", type=int_list(1, MAX_DEGREE), help=f"comma list: only these {what} degrees"
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -144,7 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
     batch = p.add_argument_group("batch and model")
     batch.add_argument("--global-batch", type=_positive_int, help="samples per optimizer step")
     batch.add_argument("--tokens-per-step", type=_positive_int, help="tokens per optimizer step (e.g. 4Mi)")
-    batch.add_argument("--seq-len", type=int, help="sequence length (default: the model's)")
+    batch.add_argument(
+        "--seq-len", type=int_range(1, MODEL_DIMENSION.limit), help="sequence length (default: the model's)"
+    )
     batch.add_argument(
         "--dtype", default="bf16", help="compute dtype: fp32, bf16, fp16 (default %(default)s)"
     )
@@ -162,15 +183,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="memory kept free per GPU: a fraction (10%%, 0.1) or bytes (4GiB)",
     )
     limits.add_argument(
-        "--price-per-gpu-hour", type=float, help="price of one GPU-hour, for cost per token and --max-cost"
+        "--price-per-gpu-hour",
+        type=real_range(1e-6, MAX_PRICE_PER_GPU_HOUR, unit="per GPU-hour"),
+        help="price of one GPU-hour, for cost per token and --max-cost",
     )
     limits.add_argument("--train-tokens", type=_count, help="length of the training run in tokens (e.g. 2T)")
     limits.add_argument("--train-samples", type=_count, help="length of the training run in samples")
     limits.add_argument(
-        "--max-hours", type=float, help="drop layouts whose run takes longer (needs --train-tokens/-samples)"
+        "--max-hours",
+        type=real_range(1e-6, 1e9, unit="hours"),
+        help="drop layouts whose run takes longer (needs --train-tokens/-samples)",
     )
     limits.add_argument(
-        "--max-cost", type=float, help="drop layouts whose run costs more (needs a price and a length)"
+        "--max-cost",
+        type=real_range(1e-6, MAX_COUNT, unit="currency units"),
+        help="drop layouts whose run costs more (needs a price and a length)",
     )
     run = p.add_argument_group("how to run")
     run.add_argument(
@@ -182,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--address",
         help="Ray cluster address (host:port, ray://host:port or auto); default: a local instance",
     )
-    run.add_argument("--workers", type=int, help="processes (default: every core)")
+    run.add_argument("--workers", type=int_range(1, MAX_WORKERS), help="processes (default: every core)")
     run.add_argument(
         "--engine-path",
         default="auto",
@@ -190,7 +217,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--calibration", help="calibration profile JSON (calibrate.fit)")
     out = p.add_argument_group("output")
-    out.add_argument("--top", type=int, default=5, help="layouts listed per GPU count (default %(default)s)")
+    out.add_argument(
+        "--top",
+        type=int_range(1, 10_000),
+        default=5,
+        help="layouts listed per GPU count (default %(default)s)",
+    )
     out.add_argument("--format", default="table", choices=["table", "json", "csv"], help="output format")
     out.add_argument(
         "--out", help="directory for the Pareto plot and plan.json (must be empty unless --force)"
@@ -207,19 +239,30 @@ def _names(text: str, what: str) -> list[str]:
     names = [part.strip() for part in text.split(",") if part.strip()]
     if not names:
         raise TrainsimError(f"{what} needs at least one name")
-    return names
+    kept = list(dict.fromkeys(names))
+    if len(kept) < len(names):
+        note(f"{what} {text!r} repeats a name; each is searched once", quiet=False)
+    return kept
 
 
 def _headroom(text: str) -> tuple[float, float]:
-    """(bytes, fraction) kept free from ``10%``, ``0.1`` or ``4GiB``."""
+    """(bytes, fraction) kept free from ``10%``, ``0.1`` or ``4GiB``: a finite fraction below 1, or
+    a size up to :data:`~simcore.cliargs.MAX_MESSAGE_BYTES` (nan usable memory fitted everything)."""
     value = text.strip()
     try:
-        if value.endswith("%"):
-            return 0.0, float(value[:-1]) / 100.0
-        number = float(value)
-        return (0.0, number) if number < 1 else (number, 0.0)
+        number = float(value[:-1]) / 100.0 if value.endswith("%") else float(value)
     except ValueError:
-        return float(parse_size(value)), 0.0
+        size = float(parse_size(value))
+        if size > MAX_MESSAGE_BYTES:
+            raise TrainsimError(f"--memory-headroom {text!r} is more memory than any GPU has") from None
+        return size, 0.0
+    if not (math.isfinite(number) and number >= 0) or (value.endswith("%") and number >= 1):
+        raise TrainsimError(
+            f"--memory-headroom {text!r}: give a fraction 0 <= f < 1 (0.1, 10%) or a size (4GiB)"
+        )
+    if number >= 1 and number > MAX_MESSAGE_BYTES:
+        raise TrainsimError(f"--memory-headroom {text!r} is more memory than any GPU has")
+    return (0.0, number) if number < 1 else (number, 0.0)
 
 
 @cli_entry

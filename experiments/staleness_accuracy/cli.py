@@ -63,6 +63,7 @@ from simcore.cliargs import (
     int_range,
     name_list,
     output_dir,
+    real_range,
 )
 from simcore.errors import TrainsimError, cli_entry
 from simcore.output import write_json_atomic, write_text_atomic
@@ -97,14 +98,9 @@ MAX_UPDATES = 5_000_000
 NOTE_UPDATES = 3_000
 
 
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not (0 < value < 1e6):
-        raise argparse.ArgumentTypeError(f"expected a number > 0 and < 1e6, got {text!r}")
-    return value
+# A learning rate: 1e-12 is below any optimiser's useful step (fp32 rounds it away) and a denormal
+# 1e-320 would train nothing; 1e6 diverges at once.
+positive_float = real_range(1e-12, 1e6)
 
 
 def fraction(text: str) -> float:
