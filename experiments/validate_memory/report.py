@@ -225,7 +225,10 @@ def markdown_report(rows: Sequence[ComparisonRow], records: Sequence[Mapping[str
 
 
 def write_plots(rows: Sequence[ComparisonRow], out_dir: Path) -> list[Path]:
-    """Predicted vs measured peak (log-log, with the 5 % band) and per-category bars at the largest W."""
+    """Predicted vs measured peak (log-log, with the 5 % band) and per-category bars at the largest W;
+    nothing when there are no rows (no model measured has the workload source asked for)."""
+    if not rows:
+        return []
     import matplotlib
     import matplotlib.ticker
 
