@@ -195,8 +195,9 @@ def distinct_files(files: Iterable[Path], what: str, *, quiet: bool) -> list[Pat
         with file.open("rb") as handle:
             for chunk in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(chunk)
-        first = seen.setdefault(digest.hexdigest(), file)
-        if first is file:
+        first = seen.get(digest.hexdigest())
+        if first is None:
+            seen[digest.hexdigest()] = file
             kept.append(file)
         else:
             same = "given twice" if first.resolve() == file.resolve() else f"the same bytes as {first}"
