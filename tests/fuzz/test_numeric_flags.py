@@ -103,6 +103,26 @@ def test_every_numeric_type_refuses_non_finite_and_absurd_values(
             _refused_or_sane(action.type, text)
 
 
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_flag_parses_odd_numbers_or_refuses_them_in_one_line(
+    command: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every option that takes a value, numeric or not (a size, a ratio, a name), parsed with each
+    odd number: a value or one error, never another exception (nothing runs: parsing only)."""
+    parser = _parser(command, monkeypatch)
+    monkeypatch.undo()  # parse for real
+    for action in parser._actions:
+        if not action.option_strings or action.nargs == 0 or action.help == argparse.SUPPRESS:
+            continue
+        for text in BAD_NUMBERS:
+            try:
+                parser.parse_args([action.option_strings[0], text])
+            except TrainsimError as exc:
+                assert "\n" not in str(exc), (command, action.option_strings[0], text, str(exc))
+            except SystemExit as exc:  # a plain argparse parser's own error (usage and status 2)
+                assert exc.code == 2, (command, action.option_strings[0], text)
+
+
 def test_the_check_catches_a_bare_float() -> None:
     """The structural check and the value check can fail (no test that cannot fail)."""
     with pytest.raises(AssertionError):
