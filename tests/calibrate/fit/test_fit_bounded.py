@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 
 from calibrate.fit import cli as fit
 from calibrate.fit.cli import MAX_CUTS, _cut_candidates, _splits, fit_protocols
@@ -47,10 +48,15 @@ def test_repeated_rows_give_the_fits_of_one_row_per_size() -> None:
         assert np.isclose(one[name].busbw_Bps, many[name].busbw_Bps, rtol=1e-6)
 
 
-def test_the_search_tries_at_most_max_cuts_squared_splits(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    tried = []
+def test_the_search_tries_at_most_max_cuts_squared_splits(monkeypatch: pytest.MonkeyPatch) -> None:
+    tried: list[int] = []
     real = fit._segment_fit
-    monkeypatch.setattr(fit, "_segment_fit", lambda x, t: tried.append(1) or real(x, t))
+
+    def counted(x: np.ndarray, t: np.ndarray) -> tuple[float, float, float] | None:
+        tried.append(len(x))
+        return real(x, t)
+
+    monkeypatch.setattr(fit, "_segment_fit", counted)
     fit_protocols(np.arange(1.0, 5001.0) * 64, np.arange(1.0, 5001.0) * 1e-6 + 1e-5)
     runs = 1 + MAX_CUTS + MAX_CUTS * MAX_CUTS
     assert len(tried) <= 3 * runs, len(tried)
