@@ -59,6 +59,7 @@ __all__ = [
 
 # The console script (``trainsim what-if``) sets this so a command's usage line names how it was run.
 PROG: contextvars.ContextVar[str | None] = contextvars.ContextVar("trainsim_prog", default=None)
+_FLAG: contextvars.ContextVar[str] = contextvars.ContextVar("trainsim_flag", default="")  # being parsed
 RUNS_DIR = Path("runs")  # relative to the working directory; ignored by git
 # 1 PiB: no collective buffer of a real job comes near it (a 141 GB H200 x 4096 GPUs is 0.5 PiB in all).
 MAX_MESSAGE_BYTES = 2**50
@@ -104,6 +105,14 @@ class Parser(argparse.ArgumentParser):
         if kwargs.get("help") is None and not _no_default(default):
             kwargs["help"] = "(default: %(default)s)"
         return super().add_argument(*args, **kwargs)
+
+    def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
+        # the flag being converted, so a type's note can name it (``--tp '8,8' repeats 8``)
+        token = _FLAG.set(action.option_strings[-1] if action.option_strings else action.dest)
+        try:
+            return super()._get_value(action, arg_string)
+        finally:
+            _FLAG.reset(token)
 
     def error(self, message: str) -> NoReturn:
         # argparse says "argument --gpus: ..."; the flag alone reads better on one line.
@@ -177,7 +186,8 @@ def _note_repeats(text: str, items: Sequence[object], kept: Sequence[object]) ->
     """Say once on stderr that a list named something twice (it is used once)."""
     if len(kept) < len(items):
         repeated = sorted({str(item) for item in items if items.count(item) > 1})
-        note(f"{text!r} repeats {', '.join(repeated)}; each is used once", quiet=False)
+        flag = f"{_FLAG.get()} " if _FLAG.get() else ""
+        note(f"{flag}{text!r} repeats {', '.join(repeated)}; each is used once", quiet=False)
 
 
 def int_list(low: int = 1, high: int | None = None, *, max_items: int = 64) -> Callable[[str], list[int]]:

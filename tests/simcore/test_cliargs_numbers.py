@@ -48,6 +48,15 @@ def test_repeated_list_items_are_used_once_with_a_note(capsys: pytest.CaptureFix
     assert capsys.readouterr().err == ""
 
 
+def test_the_note_names_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    from simcore.cliargs import Parser
+
+    parser = Parser("p")
+    parser.add_argument("--tp", type=int_list())
+    assert parser.parse_args(["--tp", "8,8"]).tp == [8]
+    assert "note: --tp '8,8' repeats 8; each is used once" in capsys.readouterr().err
+
+
 def test_allowed_names_are_never_an_empty_list() -> None:
     with pytest.raises(argparse.ArgumentTypeError, match=r"allowed: none are available here$"):
         name_list([])("x")
