@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from simcore.cliargs import int_list, name_list, real_range
+from simcore.cliargs import Parser, int_list, name_list, real_range
 from simcore.errors import TrainsimError
 from simcore.planner.space import MAX_GPU_COUNTS, parse_gpu_counts
 
@@ -49,8 +49,6 @@ def test_repeated_list_items_are_used_once_with_a_note(capsys: pytest.CaptureFix
 
 
 def test_the_note_names_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
-    from simcore.cliargs import Parser
-
     parser = Parser("p")
     parser.add_argument("--tp", type=int_list())
     assert parser.parse_args(["--tp", "8,8"]).tp == [8]

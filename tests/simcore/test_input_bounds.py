@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import os
 from pathlib import Path
 
@@ -46,8 +47,6 @@ def test_the_size_bound_names_the_size_the_bound_and_how_to_lift_it(
 
 
 def test_lift_input_limit_holds_for_the_command_that_set_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    import contextvars
-
     monkeypatch.delenv(LIMIT_ENV, raising=False)
 
     def lifted() -> int:
