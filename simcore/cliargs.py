@@ -7,12 +7,15 @@ parser from these, so one flag means one thing everywhere:
   :func:`simcore.errors.cli_entry`) and whose ``--help`` shows every default;
 - comma-separated lists as argparse types (``--gpus 1,8,64``: :func:`int_list`;
   ``--strategies ddp,fsdp``: :func:`name_list`), bounded whole numbers (:func:`int_range`) and sizes
-  (:func:`size_bytes`), so a bad value is refused before anything runs;
+  (:func:`size_bytes`) and finite numbers in a range with their unit (:func:`real_range`), so a
+  bad value (NaN, infinity, 1e308, a denormal, a negative) is refused before anything runs; a
+  list that repeats an item uses it once and says so;
 - ``--model``, ``--format``, ``--quiet`` and ``--out``/``--force`` (:func:`add_out`,
   :func:`output_dir`): nothing a command writes by default can overwrite earlier results; output
   goes to a new ``runs/<command>-<timestamp>/`` folder unless ``--out`` names one, a non-empty
-  ``--out`` needs ``--force``, and an ``--out`` that is a file or cannot be written is reported
-  before any simulation starts. A command whose output is one file (``calibrate.fit -o
+  ``--out`` needs ``--force``, and an ``--out`` that is a file, a dangling symlink or cannot be
+  written is reported before any simulation starts; a folder another run is writing (its
+  :class:`~simcore.output.OutLock`) is refused with that run's pid. A command whose output is one file (``calibrate.fit -o
   profile.json``) checks it with :func:`output_file`: an existing file needs ``--force``.
 """
 
@@ -22,12 +25,15 @@ import argparse
 import contextvars
 import datetime as dt
 import math
+import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from simcore.errors import TrainsimError
+from simcore.errors import TrainsimError, run_scope
+from simcore.output import LOCK_NAME, OutLock
+from simcore.progress import note
 from simcore.units import format_bytes, parse_size
 from simcore.workload.user_code import DEFAULT_IMPORT_TIMEOUT_S
 
@@ -46,12 +52,15 @@ __all__ = [
     "new_run_dir",
     "output_dir",
     "output_file",
+    "png_file",
     "positive_int",
+    "real_range",
     "size_bytes",
 ]
 
 # The console script (``trainsim what-if``) sets this so a command's usage line names how it was run.
 PROG: contextvars.ContextVar[str | None] = contextvars.ContextVar("trainsim_prog", default=None)
+_FLAG: contextvars.ContextVar[str] = contextvars.ContextVar("trainsim_flag", default="")  # being parsed
 RUNS_DIR = Path("runs")  # relative to the working directory; ignored by git
 # 1 PiB: no collective buffer of a real job comes near it (a 141 GB H200 x 4096 GPUs is 0.5 PiB in all).
 MAX_MESSAGE_BYTES = 2**50
@@ -98,6 +107,14 @@ class Parser(argparse.ArgumentParser):
             kwargs["help"] = "(default: %(default)s)"
         return super().add_argument(*args, **kwargs)
 
+    def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
+        # the flag being converted, so a type's note can name it (``--tp '8,8' repeats 8``)
+        token = _FLAG.set(action.option_strings[-1] if action.option_strings else action.dest)
+        try:
+            return super()._get_value(action, arg_string)
+        finally:
+            _FLAG.reset(token)
+
     def error(self, message: str) -> NoReturn:
         # argparse says "argument --gpus: ..."; the flag alone reads better on one line.
         raise TrainsimError(message.removeprefix("argument "))
@@ -137,6 +154,43 @@ def positive_int(text: str) -> int:
     return int_range(1)(text)
 
 
+def _real(text: str, low: float, high: float, unit: str) -> float:
+    try:
+        value = float(text.strip().replace("_", ""))
+    except ValueError:
+        raise TrainsimError(f"expected a number, got {text!r}") from None
+    shown = f" {unit}" if unit else ""
+    if not math.isfinite(value):
+        raise TrainsimError(f"{text.strip()!r} is not a finite number; allowed {low:g}..{high:g}{shown}")
+    if 0 < abs(value) < sys.float_info.min:  # a denormal: it underflows to 0 or overflows a division
+        raise TrainsimError(
+            f"{text.strip()!r} is too small to compute with; allowed {low:g}..{high:g}{shown}"
+        )
+    if not low <= value <= high:
+        raise TrainsimError(f"{value:g}{shown} is out of range; allowed {low:g}..{high:g}{shown}")
+    return value
+
+
+def real_range(low: float, high: float, *, unit: str = "") -> Callable[[str], float]:
+    """A finite number in ``low..high`` (``unit`` names what it counts, shown in errors).
+
+    Both ends are real bounds, never 0 or infinity, so NaN, infinity, ``1e308`` and denormal
+    ``1e-320`` are refused with the range allowed instead of turning into ``$inf`` or a division
+    by a number that underflows.
+    """
+    if not (math.isfinite(low) and math.isfinite(high) and low <= high):
+        raise ValueError(f"real_range({low}, {high}) is not a finite range")
+    return _type("number", lambda text: _real(text, low, high, unit))
+
+
+def _note_repeats(text: str, items: Sequence[object], kept: Sequence[object]) -> None:
+    """Say once on stderr that a list named something twice (it is used once)."""
+    if len(kept) < len(items):
+        repeated = sorted({str(item) for item in items if items.count(item) > 1})
+        flag = f"{_FLAG.get()} " if _FLAG.get() else ""
+        note(f"{flag}{text!r} repeats {', '.join(repeated)}; each is used once", quiet=False)
+
+
 def int_list(low: int = 1, high: int | None = None, *, max_items: int = 64) -> Callable[[str], list[int]]:
     """``8`` or ``1,8,64``: whole numbers in ``low..high``, at most ``max_items``, duplicates dropped."""
 
@@ -147,9 +201,16 @@ def int_list(low: int = 1, high: int | None = None, *, max_items: int = 64) -> C
         if len(parts) > max_items:
             raise TrainsimError(f"{len(parts)} values given; at most {max_items}")
         values = [_int(part, low, high) for part in parts]
-        return list(dict.fromkeys(values))
+        kept = list(dict.fromkeys(values))
+        _note_repeats(text, values, kept)
+        return kept
 
     return _type("int list", convert)
+
+
+def _allowed(choices: Sequence[str]) -> str:
+    """The allowed names for an error, never an empty list."""
+    return ", ".join(choices) if choices else "none are available here"
 
 
 def name_list(
@@ -168,12 +229,14 @@ def name_list(
         choices = list(allowed() if callable(allowed) else allowed)
         bad = [name for name in names if name not in choices]
         if bad:
-            raise TrainsimError(f"unknown {what} {bad[0]!r}; allowed: {', '.join(choices)}")
+            raise TrainsimError(f"unknown {what} {bad[0]!r}; allowed: {_allowed(choices)}")
         if not names:
             raise TrainsimError(
-                f"expected a comma list of {what}s, got {text!r}; allowed: {', '.join(choices)}"
+                f"expected a comma list of {what}s, got {text!r}; allowed: {_allowed(choices)}"
             )
-        return list(dict.fromkeys(names))
+        kept = list(dict.fromkeys(names))
+        _note_repeats(text, names, kept)
+        return kept
 
     return _type("name list", convert)
 
@@ -188,6 +251,19 @@ def size_bytes(*, allow_zero: bool = True, high: float = MAX_MESSAGE_BYTES) -> C
         return int(value)
 
     return _type("size", convert)
+
+
+def png_file(text: str) -> Path:
+    """``--png PATH``: a file name ending in ``.png`` or with no suffix (written exactly as given, as
+    PNG); any other suffix is refused, since the file would not be what its name says."""
+    path = Path(text)
+    if not text.strip() or text.endswith(("/", "\\")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a file name; give e.g. plot.png")
+    if path.suffix and path.suffix.lower() != ".png":
+        raise argparse.ArgumentTypeError(
+            f"{text!r} ends in {path.suffix!r}; a PNG file name ends in .png (or has no suffix)"
+        )
+    return path
 
 
 def add_model(parser: argparse.ArgumentParser, default: str) -> None:
@@ -251,8 +327,10 @@ def output_dir(out: str | None, *, force: bool, command: str | None = None) -> P
     """Check ``--out`` before any work: the folder a command may write, or None for no files.
 
     ``out`` None gives :func:`new_run_dir` of ``command`` (None when the command writes nothing
-    by default). Refused, with one error line: an existing file, a folder that already holds files
-    (unless ``force``), and a place this user cannot write.
+    by default). Refused, with one error line: an existing file, a dangling symlink, a folder that
+    already holds files (unless ``force``), a place this user cannot write, and a folder another
+    run holds. Under :func:`~simcore.errors.cli_entry` the folder is made and locked until the
+    command ends (and removed again if it stayed empty).
     """
     if out is None:
         if command is None:
@@ -260,13 +338,20 @@ def output_dir(out: str | None, *, force: bool, command: str | None = None) -> P
         path = new_run_dir(command)
     else:
         path = Path(out)
+        if path.is_symlink() and not path.exists():
+            raise TrainsimError(
+                f"--out {out!r} is a symlink to {str(path.resolve())!r}, which does not exist"
+            )
         if path.exists() and not path.is_dir():
             raise TrainsimError(f"--out {out!r} is an existing file; give a folder (new or empty)")
-        if path.is_dir() and not force and any(path.iterdir()):
+        if path.is_dir() and not force and any(p.name != LOCK_NAME for p in path.iterdir()):
             raise TrainsimError(
                 f"--out {out!r} already holds files; choose a new folder, or add --force to write into it"
             )
     _check_writable(path, out)
+    scope = run_scope()
+    if scope is not None:  # held until the command ends: a second run on this folder is refused
+        scope.enter_context(OutLock(path))
     return path
 
 

@@ -2,8 +2,12 @@
 
 Every error is a one-line :class:`~simcore.errors.TrainsimError` naming the file:
 
-- :func:`read_text`: at most :data:`~simcore.limits.INPUT_FILE_BYTES`, regular files only (a FIFO
-  or a device would block or never end); a byte-order mark selects UTF-8, UTF-16 or UTF-32
+- :func:`check_input_file`, :func:`read_bytes`, :func:`input_lines`: a regular file (a FIFO
+  or a device such as ``/dev/zero`` would block or never end; a folder is not a file) of at most
+  a :class:`~simcore.limits.Bound` of bytes, checked from its size before a byte is read;
+  ``TRAINSIM_MAX_INPUT_BYTES`` (e.g. ``1GiB``, or a command's ``--max-input-size``) lifts the
+  bound. :func:`input_lines` streams a file line by line (record files, long logs).
+- :func:`read_text`: at most :data:`~simcore.limits.INPUT_FILE_BYTES`, as above; a byte-order mark selects UTF-8, UTF-16 or UTF-32
   (Windows PowerShell 5's ``>`` writes UTF-16 with a BOM), otherwise the text must be UTF-8;
   binary files and BOM-less UTF-16 are refused with a hint.
 - :func:`load_yaml`: PyYAML's safe loader, but the composed document is checked *before* Python
@@ -17,18 +21,39 @@ Every error is a one-line :class:`~simcore.errors.TrainsimError` naming the file
 from __future__ import annotations
 
 import codecs
+import contextvars
+import dataclasses
+import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from simcore.errors import TrainsimError
-from simcore.limits import INPUT_FILE_BYTES, YAML_ALIASES, YAML_DEPTH, YAML_NODES
+from simcore.limits import INPUT_FILE_BYTES, YAML_ALIASES, YAML_DEPTH, YAML_NODES, Bound
+from simcore.units import parse_size
 from simcore.yamlload import safe_loader
 
 # PyYAML: imported inside the functions that use them, so --help does not load them
 if TYPE_CHECKING:
     import yaml
 
-__all__ = ["check_nesting", "decode_text", "load_yaml", "read_text", "read_yaml"]
+__all__ = [
+    "LIMIT_ENV",
+    "byte_limit",
+    "check_input_file",
+    "check_nesting",
+    "decode_text",
+    "input_lines",
+    "lift_input_limit",
+    "load_yaml",
+    "read_bytes",
+    "read_text",
+    "read_yaml",
+]
+
+LIMIT_ENV = "TRAINSIM_MAX_INPUT_BYTES"  # lifts every input-size bound, for the rare huge input
+# A command's --max-input-size, for the command running now (None: the environment, else the bound).
+_LIFTED: contextvars.ContextVar[int | None] = contextvars.ContextVar("trainsim_input_limit", default=None)
 
 _BOMS = (  # UTF-32 first: its little-endian BOM begins with UTF-16's
     (codecs.BOM_UTF32_LE, "utf-32", "UTF-32"),
@@ -78,21 +103,82 @@ def decode_text(data: bytes, where: str, what: str) -> str:
         ) from None
 
 
-def read_text(path: Path | str, what: str) -> str:
-    """The text of the file at ``path`` (a user's input: ``what`` names the expected kind of file)."""
+def lift_input_limit(limit_bytes: int | None) -> None:
+    """``--max-input-size``: read input files of up to ``limit_bytes`` in this command (None: as set
+    by :data:`LIMIT_ENV`, else each bound's own limit)."""
+    _LIFTED.set(limit_bytes)
+
+
+def byte_limit(bound: Bound) -> int:
+    """The bytes a file under ``bound`` may hold: the bound's, or more where lifted (never less)."""
+    lifted = _LIFTED.get()
+    if lifted is None and os.environ.get(LIMIT_ENV, "").strip():
+        try:
+            lifted = int(parse_size(os.environ[LIMIT_ENV]))
+        except TrainsimError as exc:
+            raise TrainsimError(f"{LIMIT_ENV}={os.environ[LIMIT_ENV]!r}: {exc}") from None
+    return bound.limit if lifted is None else max(bound.limit, lifted)
+
+
+def _check_size(bound: Bound, size: int, where: str) -> None:
+    limit = byte_limit(bound)
+    try:
+        dataclasses.replace(bound, limit=limit).check(size, where, "the file")
+    except TrainsimError as exc:
+        raise TrainsimError(f"{exc}; set {LIMIT_ENV}=SIZE (e.g. 1GiB) to read a larger file") from None
+
+
+def check_input_file(path: Path | str, what: str, bound: Bound = INPUT_FILE_BYTES) -> int:
+    """The size of the file at ``path`` if it is a regular file within ``bound``; else one line
+    naming it (missing, a folder, a FIFO or device, too large). Nothing is read."""
     path = Path(path)
     try:
         if not path.exists():
             raise TrainsimError(f"no such file: {path}")
+        if path.is_dir():
+            raise TrainsimError(f"{path}: a folder, not a file; expected {what}")
         if not path.is_file():
-            raise TrainsimError(f"{path}: not a regular file; expected {what}")
-        INPUT_FILE_BYTES.check(path.stat().st_size, str(path), "the file")
-        with path.open("rb") as handle:
-            data = handle.read(INPUT_FILE_BYTES.limit + 1)
+            raise TrainsimError(f"{path}: not a regular file (a pipe or a device); expected {what}")
+        size = path.stat().st_size
     except OSError as exc:
         raise TrainsimError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    INPUT_FILE_BYTES.check(len(data), str(path), "the file")  # it grew while we read it
-    return decode_text(data, str(path), what)
+    _check_size(bound, size, str(path))
+    return size
+
+
+def read_bytes(path: Path | str, what: str, bound: Bound = INPUT_FILE_BYTES) -> bytes:
+    """The bytes of the file at ``path``, checked by :func:`check_input_file` first."""
+    check_input_file(path, what, bound)
+    try:
+        with Path(path).open("rb") as handle:
+            data = handle.read(byte_limit(bound) + 1)
+    except OSError as exc:
+        raise TrainsimError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    _check_size(bound, len(data), str(path))  # it grew while we read it
+    return data
+
+
+def input_lines(path: Path | str, what: str, bound: Bound = INPUT_FILE_BYTES) -> Iterator[str]:
+    """The lines of the UTF-8 text file at ``path`` (newlines kept), one at a time: memory stays
+    at one line however long the file. Checked by :func:`check_input_file` first."""
+    check_input_file(path, what, bound)
+    limit, read = byte_limit(bound), 0
+    try:
+        with Path(path).open(encoding="utf-8", newline="") as handle:
+            for line in handle:
+                read += len(line)
+                if read > limit:
+                    _check_size(bound, read, str(path))  # it grew while we read it
+                yield line
+    except UnicodeDecodeError as exc:
+        raise TrainsimError(f"{path}: not a UTF-8 text file ({exc.reason}); expected {what}") from None
+    except OSError as exc:
+        raise TrainsimError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+def read_text(path: Path | str, what: str) -> str:
+    """The text of the file at ``path`` (a user's input: ``what`` names the expected kind of file)."""
+    return decode_text(read_bytes(path, what, INPUT_FILE_BYTES), str(Path(path)), what)
 
 
 def _check_graph(root: yaml.Node, where: str) -> None:

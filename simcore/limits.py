@@ -28,6 +28,7 @@ __all__ = [
     "INPUT_FILE_BYTES",
     "LINKS_PER_CLUSTER",
     "LINKS_PER_NODE",
+    "MEASUREMENT_FILE_BYTES",
     "MODEL_BLOCKS",
     "MODEL_DIMENSION",
     "MODEL_OPERATORS",
@@ -123,6 +124,12 @@ INPUT_FILE_BYTES = Bound(
     2**20,
     "the largest real inputs, an nvidia-smi topo -m capture of a 72-GPU rack or a ResNet layer "
     "list, are well under 100 kB; parsing 1 MiB of YAML already takes about 2 s",
+)
+MEASUREMENT_FILE_BYTES = Bound(
+    "bytes in one measurement file (an nccl-tests log, a calibration record file, a profile)",
+    64 * 2**20,
+    "a full nccl-tests sweep is ~120 bytes a row and a calibration record ~300 bytes, so 64 MiB "
+    "holds ~200,000 measurements, far more than a day's sweep",
 )
 TEXT_LENGTH = Bound(
     "characters in one text field",

@@ -320,9 +320,25 @@ def check_cli_outcome(argv: list[str], code: int, out: str, err: str) -> None:
 # --- command lines -----------------------------------------------------------------------------------
 
 FLAG = None  # in a table of flag values: a flag that takes no value
-# Values no flag takes: empty, signs, overflow, non-finite, empty list items, non-ASCII, long digits.
+# Values no flag takes: empty, signs, overflow, huge and denormal, non-finite, empty list items, non-ASCII, long digits.
 GARBAGE = st.sampled_from(
-    ["", "x", "-1", "0", "1e400", "nan", "inf", "-inf", "1,,2", ",", "ü", "9" * 30, "1:2:3"]
+    [
+        "",
+        "x",
+        "-1",
+        "0",
+        "1e400",
+        "1e308",
+        "1e-320",
+        "nan",
+        "inf",
+        "-inf",
+        "1,,2",
+        ",",
+        "ü",
+        "9" * 30,
+        "1:2:3",
+    ]
 )
 
 

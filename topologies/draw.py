@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from simcore.output import save_figure
 from simcore.topology import Topology
 
 __all__ = ["draw_png", "layout"]
@@ -75,5 +76,7 @@ def draw_png(topo: Topology, path: Path | str) -> None:
     ax.legend(loc="upper left", fontsize=7)
     ax.axis("off")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        save_figure(fig, path, dpi=120)
+    finally:
+        plt.close(fig)

@@ -13,9 +13,8 @@ Examples::
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from simcore.cliargs import Parser, int_range
+from simcore.cliargs import Parser, int_range, png_file
 from simcore.errors import TrainsimError, cli_entry
 from simcore.limits import DEVICES_PER_NODE
 from simcore.topology import Topology
@@ -92,7 +91,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--gpu", help="GPU model of a topo -m capture (device spec name)")
     parser.add_argument("--nic-port", help="NIC speed for a topo -m capture, e.g. 40Gb/s")
-    parser.add_argument("--png", type=Path, help="also draw the graph to this PNG file")
+    parser.add_argument(
+        "--png", type=png_file, help="also draw the graph to this PNG file (its folder is made)"
+    )
     return parser
 
 

@@ -31,7 +31,7 @@ from calibrate.cluster.daemons import ClusterError, die_with_parent, stop_namesp
 from calibrate.cluster.emulated import NETNS_ETC, SlurmCluster, cluster_unavailable, slurm_cluster
 from calibrate.testbed.cli import signals_unwind
 from calibrate.testbed.net import LinkShape, can_create_namespaces, stale_namespaces
-from simcore.cliargs import Parser, int_range
+from simcore.cliargs import Parser, int_range, real_range
 from simcore.errors import cli_entry
 from simcore.units import parse_bandwidth
 
@@ -44,7 +44,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--nodes", type=int_range(1, 64), default=2, help="emulated nodes, one slurmd each")
     p.add_argument("--cpus", type=int_range(1, 1024), default=2, help="CPUs= of every node in slurm.conf")
     p.add_argument("--bandwidth", default="1Gbit/s", help="rate of each node's link, each direction")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the nodes to be idle")
+    p.add_argument(
+        "--timeout",
+        type=real_range(0.1, 86_400.0, unit="s"),
+        default=60.0,
+        help="seconds to wait for the nodes to be idle",
+    )
     p.add_argument("--cleanup", action="store_true", help="only remove what killed clusters left, then exit")
     p.add_argument("command", nargs=argparse.REMAINDER, help="after --: the command to run on the login node")
     args = p.parse_args(argv)

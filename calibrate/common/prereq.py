@@ -10,7 +10,10 @@ adds to or replaces earlier ones by accident:
 - a job appending to one record file (``calibrate.train``, ``calibrate.memory_truth``) refuses an
   existing non-empty file on the same terms;
 - an output that is the wrong kind of thing (a file where a folder is needed, or the reverse) or
-  in a place this user cannot write is refused, and nothing is created by the check itself.
+  in a place this user cannot write is refused;
+- the output is locked while the job runs (:class:`simcore.output.OutLock`): a second job on the
+  same folder or file is refused with the first one's pid, so two sweeps never append the same
+  measurements twice.
 
 Only the process that writes checks: rank 0 for a folder only it writes, every rank for a file
 each appends to. No rank writes before every rank has joined the process group, so one rank's
@@ -23,8 +26,10 @@ import importlib.util
 from collections.abc import Sequence
 from pathlib import Path
 
+from calibrate.common.launch import launch_rank
 from simcore.cliargs import output_dir, output_file
-from simcore.errors import TrainsimError
+from simcore.errors import TrainsimError, run_scope
+from simcore.output import OutLock
 
 __all__ = ["check_measurement_dir", "check_record_file", "require_torch"]
 
@@ -45,7 +50,8 @@ def _held(path: Path) -> bool:
 
 
 def check_measurement_dir(out: str, files: Sequence[str], *, resume: bool, force: bool) -> Path:
-    """The folder ``out`` after the checks above; ``files`` are the job's own record files."""
+    """The folder ``out`` after the checks above, locked until the command ends
+    (:func:`simcore.cliargs.output_dir`); ``files`` are the job's own record files."""
     folder = output_dir(out, force=True)  # a file in the way, or a place that cannot be written
     assert folder is not None  # out is given
     held = [name for name in files if _held(folder / name)]
@@ -58,8 +64,12 @@ def check_measurement_dir(out: str, files: Sequence[str], *, resume: bool, force
 
 
 def check_record_file(out: str, *, resume: bool, force: bool) -> Path:
-    """The record file ``out`` after the checks above."""
+    """The record file ``out`` after the checks above, locked (:meth:`simcore.output.OutLock.for_file`)
+    by the first rank until the command ends, so two jobs never append to one file at once."""
     path = output_file(out, force=True)  # a folder in the way, or a place that cannot be written
+    scope = run_scope()
+    if scope is not None and launch_rank() == 0:  # one writer per file: a second job is refused
+        scope.enter_context(OutLock.for_file(path))
     if _held(path) and not (resume or force):
         raise TrainsimError(
             f"--out {out!r} already holds earlier records; add --resume to continue them, --force to "

@@ -12,23 +12,28 @@ from __future__ import annotations
 import contextlib
 import csv
 import datetime as _dt
+import hashlib
 import json
 import os
 import platform
 import socket
 import sys
-import tempfile
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
 from simcore.errors import TrainsimError
+from simcore.inputs import check_input_file, input_lines
+from simcore.limits import MEASUREMENT_FILE_BYTES
+from simcore.output import write_json_atomic
+from simcore.progress import note
 
 __all__ = [
     "RecordWriter",
     "atomic_write_json",
     "describe_done",
+    "distinct_files",
     "done_keys",
     "drop_torn_tail",
     "provenance",
@@ -131,23 +136,26 @@ class RecordWriter:
 def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """All complete records of a JSONL or CSV file; a torn last line (a killed job) is skipped."""
     p = Path(path)
-    if not p.exists():
+    if not p.exists() and not p.is_symlink():
         return []
+    # streamed a line at a time from a regular file of bounded size (a FIFO or /dev/zero is refused)
+    lines = input_lines(p, "a record file (JSONL or CSV)", MEASUREMENT_FILE_BYTES)
     if p.suffix == ".csv":
-        with p.open(encoding="utf-8", newline="") as fh:
-            return [dict(row) for row in csv.DictReader(fh) if None not in row.values()]
+        return [dict(row) for row in csv.DictReader(lines) if None not in row.values()]
     records = []
-    lines = p.read_text(encoding="utf-8").splitlines()
+    bad: tuple[int, str] | None = None  # a line that is not JSON: an error unless it is the last
     for lineno, line in enumerate(lines, 1):
+        if bad is not None:
+            raise TrainsimError(f"{p}:{bad[0]}: not a JSON record: {bad[1][:60]!r}")
         if not line.strip():
             continue
         try:
             records.append(json.loads(line))
         except json.JSONDecodeError:
-            if lineno == len(lines):
-                break  # the measurement in flight when the job died
-            raise TrainsimError(f"{p}:{lineno}: not a JSON record: {line[:60]!r}") from None
-    return records
+            bad = (lineno, line.rstrip("\r\n"))
+        except RecursionError:
+            raise TrainsimError(f"{p}:{lineno}: a record nested too deeply to read") from None
+    return records  # a bad last line is the measurement in flight when the job died
 
 
 def done_keys(path: str | os.PathLike[str], keys: Iterable[str]) -> set[tuple[Any, ...]]:
@@ -176,21 +184,64 @@ def resume_keys(path: str | os.PathLike[str], keys: Iterable[str]) -> set[tuple[
     return done
 
 
+def distinct_files(files: Iterable[Path], what: str, *, quiet: bool) -> list[Path]:
+    """``files`` without repeats: a file given twice, or a copy with the same bytes, is read once
+    (its measurements would count twice in every fit), with a note naming both; each is first checked (:func:`simcore.inputs.check_input_file`)."""
+    seen: dict[str, Path] = {}
+    kept = []
+    for file in files:
+        check_input_file(file, what, MEASUREMENT_FILE_BYTES)
+        digest = hashlib.sha256()
+        with file.open("rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+        first = seen.get(digest.hexdigest())
+        if first is None:
+            seen[digest.hexdigest()] = file
+            kept.append(file)
+        else:
+            same = "given twice" if first.resolve() == file.resolve() else f"the same bytes as {first}"
+            note(f"{file}: {same}; its measurements are read once", quiet=quiet)
+    return kept
+
+
 def atomic_write_json(path: str | os.PathLike[str], data: Any) -> None:
-    """Write JSON to a temporary file beside ``path`` and rename it over: readers never see half."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2, sort_keys=False)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write JSON to a temporary file beside ``path`` and rename it over: readers never see half
+    (:func:`simcore.output.write_json_atomic`, the one output layer)."""
+    write_json_atomic(path, data)
+
+
+_CHUNK = 1 << 16
+
+
+def _tail_start(fh: Any, size: int) -> int:
+    """Where the last line starts when the file does not end in a newline (``size`` when it does),
+    read backwards a chunk at a time: a long record file is never read whole."""
+    end = size
+    while end > 0:
+        start = max(0, end - _CHUNK)
+        fh.seek(start)
+        chunk = fh.read(end - start)
+        if end == size and chunk.endswith(b"\n"):
+            return size
+        newline = chunk.rfind(b"\n")
+        if newline >= 0:
+            return start + newline + 1
+        end = start
+    return 0
+
+
+def _count_lines(path: Path, upto: int) -> int:
+    """Newlines in the first ``upto`` bytes of ``path``, a chunk at a time."""
+    count = 0
+    with path.open("rb") as fh:
+        while upto > 0:
+            chunk = fh.read(min(_CHUNK, upto))
+            if not chunk:
+                break
+            count += chunk.count(b"\n")
+            upto -= len(chunk)
+    return count
 
 
 def drop_torn_tail(path: str | os.PathLike[str], *, warn: bool = True) -> int:
@@ -200,17 +251,17 @@ def drop_torn_tail(path: str | os.PathLike[str], *, warn: bool = True) -> int:
     it dropped. Call before reopening a record file for appending.
     """
     p = Path(path)
-    if not p.exists() or p.stat().st_size == 0:
+    if not p.is_file() or p.stat().st_size == 0:
         return 0
     with p.open("rb+") as fh:
-        data = fh.read()
-        if data.endswith(b"\n"):
+        size = fh.seek(0, os.SEEK_END)
+        keep = _tail_start(fh, size)
+        if keep == size:
             return 0
-        keep = data.rfind(b"\n") + 1
         fh.truncate(keep)
-    removed = len(data) - keep
+    removed = size - keep
     if warn:
-        line = data.count(b"\n", 0, keep) + 1
+        line = _count_lines(p, keep) + 1
         print(f"warning: {p}:{line}: dropped a torn record ({removed} bytes, half-written when the job "
               "was killed); it is measured again", file=sys.stderr, flush=True)  # fmt: skip
     return removed

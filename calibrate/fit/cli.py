@@ -48,11 +48,11 @@ import math
 import statistics
 import sys
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from calibrate.common.records import atomic_write_json, read_records
+from calibrate.common.records import atomic_write_json, distinct_files, read_records
 from calibrate.fit.physical import keep_physical
 from calibrate.nccl_tests import parser as nccl_tests
 from simcore.calibration.compat import check_profile_for
@@ -66,8 +66,10 @@ from simcore.calibration.profile import (
     busbw_factor,
 )
 from simcore.calibration.profile_json import profile_to_json
-from simcore.cliargs import Parser, add_quiet, output_file
+from simcore.cliargs import Parser, add_quiet, output_file, real_range, size_bytes
 from simcore.errors import TrainsimError, cli_entry
+from simcore.inputs import LIMIT_ENV, lift_input_limit
+from simcore.limits import MEASUREMENT_FILE_BYTES
 from simcore.progress import track
 from topologies import load_cluster
 from topologies.cliargs import add_cluster
@@ -149,13 +151,35 @@ def _segment_fit(x: np.ndarray, t: np.ndarray) -> tuple[float, float, float] | N
     return float(max(alpha, 0.0)), float(per_byte), float(np.sum(((alpha + per_byte * x) - t) ** 2 / t**2))
 
 
-def _splits(n: int, runs: int) -> list[tuple[int, ...]]:
-    """Cut points splitting ``n`` sorted points into ``runs`` contiguous runs of 2 or more."""
+# Cut positions the protocol search tries: every boundary between two message sizes up to this
+# many (a nccl-tests sweep of -f 2 from 8 B to 16 GiB has 31), else this many on a log-size grid.
+# The search is then at most ~MAX_CUTS**2 / 2 splits whatever the number of rows (linear in rows):
+# all pairs of rows would be O(n^2) splits, 31.5 M for a 7,945-row log (8 GB of cut tuples).
+MAX_CUTS = 64
+
+
+def _cut_candidates(x: np.ndarray) -> list[int]:
+    """Where a run may end in sorted sizes ``x``: between two different sizes (repeats of one size
+    stay together), thinned to :data:`MAX_CUTS` positions spread evenly over log size."""
+    import numpy as np
+
+    n = len(x)
+    cuts = [i for i in range(2, n - 1) if x[i - 1] < x[i]]
+    if len(cuts) <= MAX_CUTS:
+        return cuts
+    logs = np.log(np.maximum(x[cuts], 1.0))
+    grid = np.linspace(logs[0], logs[-1], MAX_CUTS)
+    return sorted({cuts[int(np.argmin(np.abs(logs - g)))] for g in grid})
+
+
+def _splits(cuts: Sequence[int], n: int, runs: int) -> Iterator[tuple[int, ...]]:
+    """Cut points from ``cuts`` splitting ``n`` sorted points into ``runs`` contiguous runs of 2 or more."""
     if runs == 1:
-        return [()]
-    if runs == 2:
-        return [(i,) for i in range(2, n - 1)]
-    return [(i, j) for i in range(2, n - 3) for j in range(i + 2, n - 1)]
+        yield ()
+    elif runs == 2:
+        yield from ((i,) for i in cuts if 2 <= i <= n - 2)
+    else:
+        yield from ((i, j) for i in cuts if 2 <= i <= n - 4 for j in cuts if i + 2 <= j <= n - 2)
 
 
 def fit_protocols(bus_bytes: ArrayLike, times: ArrayLike) -> tuple[dict[str, ProtocolFit], tuple[str, ...]]:
@@ -165,9 +189,10 @@ def fit_protocols(bus_bytes: ArrayLike, times: ArrayLike) -> tuple[dict[str, Pro
     order = np.argsort(np.asarray(bus_bytes, dtype=float), kind="stable")
     x, t = np.asarray(bus_bytes, dtype=float)[order], np.asarray(times, dtype=float)[order]
     n = len(x)
+    candidates = _cut_candidates(x)
     best: tuple[float, list[tuple[float, float]], list[int]] | None = None
     for runs in (1, 2, 3):
-        for cuts in _splits(n, runs):
+        for cuts in _splits(candidates, n, runs):
             bounds = [0, *cuts, n]
             fits = [_segment_fit(x[a:b], t[a:b]) for a, b in itertools.pairwise(bounds)]
             if any(f is None for f in fits):
@@ -307,7 +332,11 @@ def load_rows(inputs: Sequence[str], *, quiet: bool = True) -> list[dict[str, An
     missing = [name for name in inputs if not Path(name).exists()]
     if missing:
         raise TrainsimError(f"{missing[0]}: no such file or directory")
-    files = [file for name in inputs for file in _records_in(Path(name))]
+    files = distinct_files(
+        [file for name in inputs for file in _records_in(Path(name))],
+        "a record file or nccl-tests log",
+        quiet=quiet,
+    )
     rows: list[dict[str, Any]] = []
     for file in track(files, len(files), "reading", quiet=quiet, unit="file"):
         if file.suffix in _RECORD_SUFFIXES:
@@ -469,14 +498,21 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--force", action="store_true", help="replace --out if it already exists")
     add_cluster(parser, None, topology_alias=True, dest="topology",
                 help="preset name or cluster file the profile must describe")  # fmt: skip
-    parser.add_argument("--max-mape", type=float, default=0.25, help="flag fits above this MAPE (> 0)")
-    parser.add_argument("--min-r2", type=float, default=0.9, help="flag fits below this R² (<= 1)")
+    # a MAPE of 100 (10,000 %) flags nothing real; R² of a fit can be any number up to 1
+    parser.add_argument(
+        "--max-mape",
+        type=real_range(1e-6, 100.0),
+        default=0.25,
+        help="flag fits above this MAPE (0.25 is 25 %%)",
+    )
+    parser.add_argument("--min-r2", type=real_range(-1e6, 1.0), default=0.9, help="flag fits below this R²")
+    parser.add_argument(
+        "--max-input-size", type=size_bytes(allow_zero=False), metavar="SIZE",
+        help=f"read input files up to SIZE (default {MEASUREMENT_FILE_BYTES.limit >> 20} MiB; also {LIMIT_ENV})",
+    )  # fmt: skip
     add_quiet(parser)
     args = parser.parse_args(argv)
-    if not (math.isfinite(args.max_mape) and args.max_mape > 0):
-        raise TrainsimError(f"--max-mape must be a number above 0 (0.25 is 25 %), got {args.max_mape:g}")
-    if not (math.isfinite(args.min_r2) and args.min_r2 <= 1):
-        raise TrainsimError(f"--min-r2 must be a number of at most 1, got {args.min_r2:g}")
+    lift_input_limit(args.max_input_size)
     return args
 
 

@@ -12,6 +12,8 @@ import codecs
 from pathlib import Path
 
 from simcore.errors import TrainsimError
+from simcore.inputs import read_bytes
+from simcore.limits import MEASUREMENT_FILE_BYTES
 
 __all__ = ["read_capture"]
 
@@ -48,14 +50,10 @@ def _utf16_without_bom(data: bytes) -> str | None:
 def read_capture(path: str | Path) -> str:
     """The text of a capture, decoded as above; TrainsimError for a missing or binary file."""
     p = Path(path)
-    try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise TrainsimError(f"{p}: no such file") from None
-    except IsADirectoryError:
-        raise TrainsimError(f"{p}: a directory, not a capture file") from None
-    except OSError as exc:
-        raise TrainsimError(f"{p}: cannot read it ({exc.strerror})") from None
+    if not p.exists():
+        raise TrainsimError(f"{p}: no such file")
+    # a regular file of bounded size, checked before reading: a FIFO or /dev/zero would never end
+    data = read_bytes(p, "an nccl-tests log (text output or -J JSON)", MEASUREMENT_FILE_BYTES)
     for bom, codec in _BOMS:
         if data.startswith(bom):
             return _decode(data[len(bom) :], codec, p, f"starts with a {codec} byte-order mark")

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from calibrate.common.records import RecordWriter
+from calibrate.common.records import RecordWriter, distinct_files
 from calibrate.nccl_tests.capture import read_capture
 from calibrate.nccl_tests.evidence import OPS
 from calibrate.nccl_tests.json_log import parse_json
@@ -38,6 +38,7 @@ from calibrate.nccl_tests.table import (
 from calibrate.nccl_tests.text_log import parse_text
 from simcore.cliargs import Parser, output_file
 from simcore.errors import TrainsimError, cli_entry
+from simcore.output import OutLock
 
 __all__ = [
     "COLLECTIVE_FIELDS",
@@ -88,9 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--op", choices=sorted(OPS), help="the collective, if the file does not say")
     args = parser.parse_args(argv)
     output_file(args.out, force=True)  # appended to, so it may exist; a folder or unwritable place may not
-    rows = [row for path in args.captures for row in parse_file(path, op=args.op)]
-    count = write_rows(rows, args.out)
-    print(f"{count} rows from {len(args.captures)} capture(s) appended to {args.out}")
+    captures = distinct_files([Path(c) for c in args.captures], "an nccl-tests log", quiet=False)
+    rows = [row for path in captures for row in parse_file(path, op=args.op)]
+    with OutLock.for_file(args.out):  # one writer: two runs appending at once would interleave rows
+        count = write_rows(rows, args.out)
+    print(f"{count} rows from {len(captures)} capture(s) appended to {args.out}")
     return 0
 
 

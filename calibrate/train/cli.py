@@ -58,7 +58,7 @@ from calibrate.common.launch import launch_rank
 from calibrate.common.prereq import check_record_file, require_torch
 from calibrate.common.procs import die_with_launcher
 from calibrate.train.config import ALL_STRATEGIES, TrainConfig, check_config
-from simcore.cliargs import Parser
+from simcore.cliargs import Parser, int_range, real_range
 from simcore.errors import TrainsimError, cli_entry
 
 __all__ = ["check_output", "config_from_args", "launch_local", "main", "run_training"]
@@ -69,27 +69,35 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="JSONL file the records are appended to")
     p.add_argument("--model", default="cnn", help="cnn | transformer")
     p.add_argument("--strategy", default="ddp", help=" | ".join(ALL_STRATEGIES))
+    # Bounds: far above what a CPU testbed job trains (a few hundred steps of a width-16 model) and
+    # below what would take days or overflow; each number is checked once, here (simcore.cliargs).
+    big = 10**7
     for name, kind, default, help_text in [
-        ("steps", int, 20, "training steps"),
-        ("batch", int, 16, "samples per worker per step"),
-        ("lr", float, 0.1, "SGD learning rate"),
-        ("momentum", float, 0.9, "SGD momentum"),
-        ("seed", int, 0, "seed of model init and data"),
-        ("width", int, 16, "channels / model width"),
-        ("depth", int, 2, "CNN stages / transformer blocks"),
-        ("heads", int, 2, "attention heads"),
-        ("seq-len", int, 32, "transformer sequence length"),
-        ("vocab", int, 64, "transformer vocabulary"),
-        ("image-size", int, 16, "CNN image side"),
-        ("num-classes", int, 10, "CNN classes"),
-        ("noise", float, 1.0, "image noise std (task difficulty)"),
-        ("threads", int, None, "torch threads per rank (default: 1 when several ranks, else all)"),
-        ("staleness-bound", int, 2, "ps-ssp bound s"),
-        ("ps-ranks", int, 1, "parameter server ranks"),
-        ("eval-every", int, 10, "held-out accuracy every N steps (and at the end)"),
-        ("warmup", int, 2, "steps excluded from the summary"),
-        ("checkpoint-every", int, 10, "checkpoint every N steps (0: never)"),
-        ("timeout-s", float, 900.0, "abort the whole job after this long"),
+        ("steps", int_range(1, big), 20, "training steps"),
+        ("batch", int_range(1, 2**20), 16, "samples per worker per step"),
+        ("lr", real_range(1e-12, 1e6), 0.1, "SGD learning rate"),
+        ("momentum", real_range(0.0, 0.999999), 0.9, "SGD momentum"),
+        ("seed", int_range(0, 2**32 - 1), 0, "seed of model init and data"),
+        ("width", int_range(1, 2**16), 16, "channels / model width"),
+        ("depth", int_range(1, 1024), 2, "CNN stages / transformer blocks"),
+        ("heads", int_range(1, 1024), 2, "attention heads"),
+        ("seq-len", int_range(1, 2**20), 32, "transformer sequence length"),
+        ("vocab", int_range(1, 2**24), 64, "transformer vocabulary"),
+        ("image-size", int_range(1, 4096), 16, "CNN image side"),
+        ("num-classes", int_range(1, 2**20), 10, "CNN classes"),
+        ("noise", real_range(0.0, 1e6), 1.0, "image noise std (task difficulty)"),
+        (
+            "threads",
+            int_range(1, 4096),
+            None,
+            "torch threads per rank (default: 1 when several ranks, else all)",
+        ),
+        ("staleness-bound", int_range(0, big), 2, "ps-ssp bound s"),
+        ("ps-ranks", int_range(1, 4096), 1, "parameter server ranks"),
+        ("eval-every", int_range(0, big), 10, "held-out accuracy every N steps (and at the end)"),
+        ("warmup", int_range(0, big), 2, "steps excluded from the summary"),
+        ("checkpoint-every", int_range(0, big), 10, "checkpoint every N steps (0: never)"),
+        ("timeout-s", real_range(0.1, 1e7, unit="s"), 900.0, "abort the whole job after this long"),
     ]:
         p.add_argument(f"--{name}", type=kind, default=default, help=help_text)
     p.add_argument("--slow-rank", default=None, help="R:FACTOR, rank R sleeps (FACTOR-1) x its compute")

@@ -63,7 +63,16 @@ from experiments.nccl_sim.outputs import alternatives, measured_rows, write_outp
 from experiments.report_html.page import command_line
 from simcore.calibration.compat import check_profile_for
 from simcore.calibration.profile_json import load_profile
-from simcore.cliargs import Parser, add_format, add_out, add_quiet, int_range, output_dir, size_bytes
+from simcore.cliargs import (
+    Parser,
+    add_format,
+    add_out,
+    add_quiet,
+    int_range,
+    output_dir,
+    real_range,
+    size_bytes,
+)
 from simcore.collectives import (
     ALGORITHMS,
     OPS,
@@ -157,7 +166,9 @@ def _parser() -> argparse.ArgumentParser:
         "--algo", default=None, help=f"pin the algorithm (NCCL spellings too): {', '.join(ALGO_CHOICES)}"
     )
     p.add_argument("--proto", default=None, help=f"pin NCCL's protocol: {', '.join(PROTOCOLS)}")
-    p.add_argument("--skew", type=float, default=1.0, help="all_to_allv: receive skew across ranks")
+    p.add_argument(
+        "--skew", type=real_range(0.0, 1e6), default=1.0, help="all_to_allv: receive skew across ranks"
+    )
     p.add_argument(
         "--mode", default="aggregate", choices=("aggregate", "per-step"), help="how flows are simulated"
     )

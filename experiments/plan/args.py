@@ -7,7 +7,8 @@ import argparse
 import math
 
 from experiments.common.frameworks.flags import FRAMEWORK_NAMES, add_from
-from simcore.cliargs import Parser, add_model
+from simcore.cliargs import Parser, add_model, int_list, int_range, real_range
+from simcore.limits import MODEL_DIMENSION
 
 __all__ = ["ENGINES", "ENGINE_PATHS", "FP8_RECIPES", "SEQUENCE_PARALLEL", "STRATEGIES", "build_parser"]
 
@@ -36,6 +37,18 @@ _SUFFIXES = {
 }
 
 
+# Counts (tokens, samples) a plan takes: Llama 3 trained on 15.6e12 tokens (Dubey et al. 2024), so
+# 1e18 is five orders of magnitude beyond any run, yet far from where float products overflow.
+MAX_COUNT = 1e18
+# Price of one GPU-hour: on-demand H100s cost a few dollars; 1e6 per hour is far above any price
+# and keeps a run's cost finite (inf and 1e308 printed $inf).
+MAX_PRICE_PER_GPU_HOUR = 1e6
+MAX_DEGREE = 1 << 16  # a parallel degree: no axis exceeds the 65,536 GPUs of the largest cluster
+MAX_WORKERS = 4096  # processes: far above the cores of one machine
+# simcore.planner.space.MAX_MICRO_BATCH, literal so --help imports no planner (a test holds them equal)
+MAX_MICRO_BATCH = 1 << 16
+
+
 def _count(text: str) -> float:
     """A count such as ``2T``, ``300B``, ``1.5e12``, ``4M`` (decimal K, M, B/G, T) or ``4Mi`` (binary)."""
     value = text.strip().lower().replace("_", "")
@@ -48,10 +61,12 @@ def _count(text: str) -> float:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a count (e.g. 2T, 300B, 4M, 4Mi, 1.5e12)"
         ) from None
-    if not number > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
     if not math.isfinite(number):
         raise argparse.ArgumentTypeError(f"{text!r} is not a finite count")
+    if not number >= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    if number > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"{text!r} is more than the {MAX_COUNT:.0e} allowed")
     return number
 
 
@@ -79,7 +94,7 @@ def _add_space_arguments(p: argparse.ArgumentParser) -> None:
         help="comma list of micro-batch sizes (default: every divisor of the per-replica batch)",
     )
     space.add_argument(
-        "--max-micro-batch", type=int,
+        "--max-micro-batch", type=int_range(1, MAX_MICRO_BATCH),
         help="largest micro-batch tried (default 32 samples, at most 16k tokens)",
     )  # fmt: skip
     space.add_argument(
@@ -116,8 +131,12 @@ def _add_space_arguments(p: argparse.ArgumentParser) -> None:
         ("ep", "expert-parallel", "experts of a MoE model, else 1"),
         ("vpp", "virtual pipeline", "4"),
     ):
-        space.add_argument(f"--max-{axis}", type=int, help=f"largest {what} degree (default: {default})")
-        space.add_argument(f"--{axis}", help=f"comma list: only these {what} degrees")
+        space.add_argument(
+            f"--max-{axis}", type=int_range(1, MAX_DEGREE), help=f"largest {what} degree (default: {default})"
+        )
+        space.add_argument(
+            f"--{axis}", type=int_list(1, MAX_DEGREE), help=f"comma list: only these {what} degrees"
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -132,7 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
     batch = p.add_argument_group("batch and model")
     batch.add_argument("--global-batch", type=_positive_int, help="samples per optimizer step")
     batch.add_argument("--tokens-per-step", type=_positive_int, help="tokens per optimizer step (e.g. 4Mi)")
-    batch.add_argument("--seq-len", type=int, help="sequence length (default: the model's)")
+    batch.add_argument(
+        "--seq-len", type=int_range(1, MODEL_DIMENSION.limit), help="sequence length (default: the model's)"
+    )
     batch.add_argument(
         "--dtype",
         default="bf16",
@@ -162,15 +183,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="memory kept free per GPU: a fraction (10%%, 0.1) or bytes (4GiB)",
     )
     limits.add_argument(
-        "--price-per-gpu-hour", type=float, help="price of one GPU-hour, for cost per token and --max-cost"
+        "--price-per-gpu-hour",
+        type=real_range(1e-6, MAX_PRICE_PER_GPU_HOUR, unit="per GPU-hour"),
+        help="price of one GPU-hour, for cost per token and --max-cost",
     )
     limits.add_argument("--train-tokens", type=_count, help="length of the training run in tokens (e.g. 2T)")
     limits.add_argument("--train-samples", type=_count, help="length of the training run in samples")
     limits.add_argument(
-        "--max-hours", type=float, help="drop layouts whose run takes longer (needs --train-tokens/-samples)"
+        "--max-hours",
+        type=real_range(1e-6, 1e9, unit="hours"),
+        help="drop layouts whose run takes longer (needs --train-tokens/-samples)",
     )
     limits.add_argument(
-        "--max-cost", type=float, help="drop layouts whose run costs more (needs a price and a length)"
+        "--max-cost",
+        type=real_range(1e-6, MAX_COUNT, unit="currency units"),
+        help="drop layouts whose run costs more (needs a price and a length)",
     )
     run = p.add_argument_group("how to run")
     run.add_argument(
@@ -182,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--address",
         help="Ray cluster address (host:port, ray://host:port or auto); default: a local instance",
     )
-    run.add_argument("--workers", type=int, help="processes (default: every core)")
+    run.add_argument("--workers", type=int_range(1, MAX_WORKERS), help="processes (default: every core)")
     run.add_argument(
         "--engine-path",
         default="auto",
@@ -190,7 +217,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--calibration", help="calibration profile JSON (calibrate.fit)")
     out = p.add_argument_group("output")
-    out.add_argument("--top", type=int, default=5, help="layouts listed per GPU count (default %(default)s)")
+    out.add_argument(
+        "--top",
+        type=int_range(1, 10_000),
+        default=5,
+        help="layouts listed per GPU count (default %(default)s)",
+    )
     out.add_argument("--format", default="table", choices=["table", "json", "csv"], help="output format")
     out.add_argument(
         "--out", help="directory for the Pareto plot and plan.json (must be empty unless --force)"

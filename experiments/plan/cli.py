@@ -22,8 +22,8 @@ per GPU count, the ranked layouts as what-if records (:mod:`simcore.report`) wit
 
 from __future__ import annotations
 
+import math
 import sys
-from pathlib import Path
 
 from experiments.common.frameworks.emit import emit_plan, emit_text, write_emitted
 from experiments.common.frameworks.wiring import expand_from
@@ -32,8 +32,9 @@ from experiments.plan.plots import write_outputs
 from experiments.plan.report import format_counts, format_csv, format_json, format_table
 from experiments.plan.run import prepare_plan, run_plan
 from experiments.report_html.page import command_line
-from simcore.cliargs import output_dir
+from simcore.cliargs import MAX_MESSAGE_BYTES, output_dir
 from simcore.errors import TrainsimError, cli_entry
+from simcore.progress import note
 from simcore.report_checks import check_records
 from simcore.units import parse_size
 
@@ -44,30 +45,30 @@ def _names(text: str, what: str) -> list[str]:
     names = [part.strip() for part in text.split(",") if part.strip()]
     if not names:
         raise TrainsimError(f"{what} needs at least one name")
-    return names
+    kept = list(dict.fromkeys(names))
+    if len(kept) < len(names):
+        note(f"{what} {text!r} repeats a name; each is searched once", quiet=False)
+    return kept
 
 
 def _headroom(text: str) -> tuple[float, float]:
-    """(bytes, fraction) kept free from ``10%``, ``0.1`` or ``4GiB``."""
+    """(bytes, fraction) kept free from ``10%``, ``0.1`` or ``4GiB``: a finite fraction below 1, or
+    a size up to :data:`~simcore.cliargs.MAX_MESSAGE_BYTES` (nan usable memory fitted everything)."""
     value = text.strip()
     try:
-        if value.endswith("%"):
-            return 0.0, float(value[:-1]) / 100.0
-        number = float(value)
-        return (0.0, number) if number < 1 else (number, 0.0)
+        number = float(value[:-1]) / 100.0 if value.endswith("%") else float(value)
     except ValueError:
-        return float(parse_size(value)), 0.0
-
-
-def _check_out(out: str | None, force: bool) -> Path | None:
-    if out is None:
-        return None
-    path = Path(out)
-    if path.exists() and not path.is_dir():
-        raise TrainsimError(f"--out {out} is a file; give a directory")
-    if path.is_dir() and any(path.iterdir()) and not force:
-        raise TrainsimError(f"--out {out} is not empty; give an empty directory or add --force")
-    return output_dir(out, force=True)  # and a place this user can write (one error line otherwise)
+        size = float(parse_size(value))
+        if size > MAX_MESSAGE_BYTES:
+            raise TrainsimError(f"--memory-headroom {text!r} is more memory than any GPU has") from None
+        return size, 0.0
+    if not (math.isfinite(number) and number >= 0) or (value.endswith("%") and number >= 1):
+        raise TrainsimError(
+            f"--memory-headroom {text!r}: give a fraction 0 <= f < 1 (0.1, 10%) or a size (4GiB)"
+        )
+    if number >= 1 and number > MAX_MESSAGE_BYTES:
+        raise TrainsimError(f"--memory-headroom {text!r} is more memory than any GPU has")
+    return (0.0, number) if number < 1 else (number, 0.0)
 
 
 @cli_entry
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     argv, framework = expand_from(build_parser(), argv, "plan")
     args = build_parser().parse_args(argv)
     args.framework = framework  # read by experiments.plan.run._job (a framework's own model shape)
-    out = _check_out(args.out, args.force)
+    out = output_dir(args.out, force=args.force)  # checked and locked before any search
     if args.count:
         print(
             format_counts(

@@ -4,12 +4,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from experiments.plan.report import plan_document
 from experiments.report_html.plan import render_plan
 from experiments.report_html.write import write_report
+from simcore.output import save_figure, write_json_atomic
 from simcore.planner.rank import throughput
 from simcore.planner.search import PlanResult
 
@@ -21,10 +21,8 @@ def write_outputs(
 ) -> list[Path]:
     """Write ``plan.json``, ``report.html`` and, when some layout fits, ``pareto.png``; returns the
     paths written."""
-    out.mkdir(parents=True, exist_ok=True)
-    document = out / "plan.json"
     doc = plan_document(result, top=top)
-    document.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    document = write_json_atomic(out / "plan.json", doc)
     written = [document, write_report(out, render_plan(doc, command))]
     if any(count.ranked for count in result.counts):
         written.append(plot_pareto(result, out / "pareto.png"))
@@ -78,6 +76,7 @@ def plot_pareto(result: PlanResult, path: Path) -> Path:
         )
         ax.set(xlabel=f"cost per million {unit.split('/')[0]}", ylabel=unit, title="throughput vs cost")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    try:
+        return save_figure(fig, path, dpi=120)
+    finally:
+        plt.close(fig)

@@ -54,13 +54,17 @@ def _micro_batches(text: str | None) -> tuple[int, ...] | None:
     return sizes
 
 
-def _degrees(text: str | None, flag: str) -> tuple[int, ...] | None:
-    if text is None:
+def _degrees(values: Sequence[int] | str | None, flag: str) -> tuple[int, ...] | None:
+    """The degrees of ``--tp 8,4`` (parsed, checked and deduplicated by :func:`simcore.cliargs.int_list`;
+    text from a caller that did not parse it)."""
+    if values is None:
         return None
+    if not isinstance(values, str):
+        return tuple(values)
     try:
-        degrees = tuple(int(part) for part in text.split(",") if part.strip())
+        degrees = tuple(dict.fromkeys(int(part) for part in values.split(",") if part.strip()))
     except ValueError:
-        raise TrainsimError(f"--{flag}: expected a comma list of whole numbers, got {text!r}") from None
+        raise TrainsimError(f"--{flag}: expected a comma list of whole numbers, got {values!r}") from None
     if not degrees:
         raise TrainsimError(f"--{flag} lists no degree")
     return degrees

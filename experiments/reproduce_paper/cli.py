@@ -47,6 +47,7 @@ from experiments.reproduce_paper.report import FORMATS, SUFFIX, render
 from simcore.cliargs import Parser, add_format, add_out, add_quiet, output_dir
 from simcore.compute.heterogeneity import Heterogeneity, Jitter, JitterSpec
 from simcore.errors import cli_entry
+from simcore.output import write_text_atomic
 from simcore.paramserver import (
     PSConfig,
     PSResult,
@@ -360,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         out.mkdir(parents=True, exist_ok=True)
         for fmt in FORMATS:
             path = out / f"reproduce_paper.{SUFFIX[fmt]}"
-            path.write_text(render(results, setting, fmt, quick=args.quick), encoding="utf-8")
+            write_text_atomic(path, render(results, setting, fmt, quick=args.quick))
             print(f"wrote {path}", file=sys.stderr)
     return 0
 

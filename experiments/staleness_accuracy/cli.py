@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import platform
 import sys
@@ -64,8 +63,10 @@ from simcore.cliargs import (
     int_range,
     name_list,
     output_dir,
+    real_range,
 )
 from simcore.errors import TrainsimError, cli_entry
+from simcore.output import write_json_atomic, write_text_atomic
 from simcore.staleness.distribution import fixed_staleness, load_measured_staleness, staleness_from_histogram
 from simcore.staleness.penalty import PenaltyObservation, fit_penalty_model
 from topologies.cliargs import add_cluster
@@ -97,14 +98,9 @@ MAX_UPDATES = 5_000_000
 NOTE_UPDATES = 3_000
 
 
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not (0 < value < 1e6):
-        raise argparse.ArgumentTypeError(f"expected a number > 0 and < 1e6, got {text!r}")
-    return value
+# A learning rate: 1e-12 is below any optimiser's useful step (fp32 rounds it away) and a denormal
+# 1e-320 would train nothing; 1e6 diverges at once.
+positive_float = real_range(1e-12, 1e6)
 
 
 def fraction(text: str) -> float:
@@ -228,7 +224,7 @@ def _write_outputs(
     out: Path, results: list[SettingResult], rows: list[SummaryRow], context: ReportContext
 ) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    (out / "report.md").write_text(markdown_report(rows, context), encoding="utf-8")
+    write_text_atomic(out / "report.md", markdown_report(rows, context))
     payload = {
         "context": {
             "command": context.command,
@@ -239,7 +235,7 @@ def _write_outputs(
         },
         "rows": [asdict(row) for row in rows],
     }
-    (out / "results.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    write_json_atomic(out / "results.json", payload)
     written = [out / "report.md", out / "results.json"]
     written += write_plots(out, results, rows, context.target, context.step_times.unit)
     for path in written:
@@ -341,8 +337,7 @@ def run_penalty_study(
         "valid_range": {"staleness_max": float(max(FIT_DELAYS))},
         "fits": fits,
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    write_json_atomic(path, data)
     for mode, fit in fits.items():
         print(
             f"{mode}: alpha_mean {fit['alpha_mean']}, spread-distribution rmse {fit['rmse_points_spread']} pts"

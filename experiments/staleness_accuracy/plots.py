@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from experiments.staleness_accuracy.trainer import SettingResult
+from simcore.output import save_figure
 
 if TYPE_CHECKING:
     from experiments.staleness_accuracy.report import SummaryRow
@@ -52,8 +53,10 @@ def write_plots(
     drawers = (_plot_curves, _plot_penalty, _plot_time_to_target)
     for path, draw, data in zip(paths, drawers, (curves, summary, summary), strict=True):
         fig = draw(plt, sns, data, target, time_unit)
-        fig.savefig(path, dpi=120, bbox_inches="tight")
-        plt.close(fig)
+        try:
+            save_figure(fig, path, dpi=120, bbox_inches="tight")
+        finally:
+            plt.close(fig)
     return paths
 
 

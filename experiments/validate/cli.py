@@ -58,6 +58,7 @@ from experiments.validate.report import link_dir, load_measured, write_report
 from simcore.calibration.profile_json import profile_to_json
 from simcore.cliargs import Parser, add_out, output_dir
 from simcore.errors import TrainsimError, cli_entry
+from simcore.inputs import read_text
 
 __all__ = ["calibrate_links", "calibrate_machine", "launch_module", "main", "measure_runs", "testbed_reason"]
 
@@ -355,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
             "report_command": " ".join(["python -m experiments.validate", *_portable(args.argv)]),
         }
     cores = int(provenance.get("cores_available") or len(os.sched_getaffinity(0)))
-    notes = Path(args.notes).read_text(encoding="utf-8") if args.notes else ""
+    notes = read_text(args.notes, "notes (Markdown)") if args.notes else ""
     out.mkdir(parents=True, exist_ok=True)
     summary = write_report(
         runs, out, cores=cores, provenance=provenance, plots=not args.quick, analysis=notes, source=source

@@ -30,6 +30,7 @@ from experiments.validate.metrics import GOAL_OVERALL, GOAL_STRATEGY, Row, mape,
 from experiments.validate.predict import MeasuredRun, layer_corrections, measured_step, predict
 from simcore.calibration.profile_json import load_profile
 from simcore.errors import TrainsimError
+from simcore.output import save_figure, write_json_atomic, write_text_atomic
 
 if TYPE_CHECKING:
     from simcore.calibration.profile import CalibrationProfile
@@ -178,13 +179,12 @@ def write_report(runs: Sequence[tuple[RunSpec, MeasuredRun | None, str]], out: P
     writer = csv.DictWriter(buffer, fieldnames=CSV_FIELDS, lineterminator="\n")
     writer.writeheader()
     writer.writerows(records)
-    (out / "comparison.csv").write_text(buffer.getvalue(), encoding="utf-8")
-    (out / "comparison.json").write_text(json.dumps({"rows": records, "strategy_order": orders}, indent=1) + "\n",
-                                         encoding="utf-8")  # fmt: skip
+    write_text_atomic(out / "comparison.csv", buffer.getvalue())
+    write_json_atomic(out / "comparison.json", {"rows": records, "strategy_order": orders}, indent=1)
     summary = summary_text(rows, orders)
     figures = _plots(rows, out) if plots else []
     text = report_markdown(summary, rows, orders, provenance, figures, analysis, _calibration_md(source))
-    (out / "report.md").write_text(text, encoding="utf-8")
+    write_text_atomic(out / "report.md", text)
     return summary
 
 
@@ -348,7 +348,7 @@ def _plots(rows: Sequence[Row], out: Path) -> list[str]:
                            facet_kws={"sharey": False}, height=3.2)  # fmt: skip
         grid.set_axis_labels("processes (world size)", "step time (ms)")
         grid.set(ylim=(0, None), xticks=sorted(plain.world.unique()))
-        grid.figure.savefig(out / "step_vs_world.png", dpi=90)
+        save_figure(grid.figure, out / "step_vs_world.png", dpi=90)
         plt.close(grid.figure)
         names.append("step_vs_world.png")
     names += _bandwidth_plot(frame, out)
@@ -359,7 +359,7 @@ def _plots(rows: Sequence[Row], out: Path) -> list[str]:
     axis.plot([0, top], [0, top], color="grey", linewidth=1)
     axis.set(xlabel="measured step (ms)", ylabel="predicted step (ms)", xlim=(0, top), ylim=(0, top))
     figure.tight_layout()
-    figure.savefig(out / "predicted_vs_measured.png", dpi=90)
+    save_figure(figure, out / "predicted_vs_measured.png", dpi=90)
     plt.close(figure)
     return [*names, "predicted_vs_measured.png"]
 
@@ -376,7 +376,7 @@ def _bandwidth_plot(frame: Any, out: Path) -> list[str]:
                        markers=True, dashes={"measured": "", "predicted": (4, 2)}, height=3.5)  # fmt: skip
     grid.set(xscale="log")
     grid.set_axis_labels("link bandwidth (Mbit/s, tc tbf)", "step time (ms)")
-    grid.figure.savefig(out / "step_vs_bandwidth.png", dpi=90)
+    save_figure(grid.figure, out / "step_vs_bandwidth.png", dpi=90)
     plt.close(grid.figure)
     return ["step_vs_bandwidth.png"]
 

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from simcore.output import save_figure
+
 __all__ = [
     "CATEGORIES",
     "PEAK_GOAL",
@@ -223,7 +225,10 @@ def markdown_report(rows: Sequence[ComparisonRow], records: Sequence[Mapping[str
 
 
 def write_plots(rows: Sequence[ComparisonRow], out_dir: Path) -> list[Path]:
-    """Predicted vs measured peak (log-log, with the 5 % band) and per-category bars at the largest W."""
+    """Predicted vs measured peak (log-log, with the 5 % band) and per-category bars at the largest W;
+    nothing when there are no rows (no model measured has the workload source asked for)."""
+    if not rows:
+        return []
     import matplotlib
     import matplotlib.ticker
 
@@ -272,8 +277,10 @@ def write_plots(rows: Sequence[ComparisonRow], out_dir: Path) -> list[Path]:
             alpha=0.2,
         )
     peak_path = out_dir / "memory_peak.png"
-    grid.savefig(peak_path, dpi=120)
-    plt.close(grid.figure)
+    try:
+        save_figure(grid.figure, peak_path, dpi=120)
+    finally:
+        plt.close(grid.figure)
     top = max(r.world_size for r in rows)
     long = [
         {
@@ -305,6 +312,8 @@ def write_plots(rows: Sequence[ComparisonRow], out_dir: Path) -> list[Path]:
     bars.figure.suptitle(f"per-rank bytes by category at the peak, W = {top}", y=1.02)
     bars.tick_params(axis="x", labelrotation=30)
     bars_path = out_dir / "memory_categories.png"
-    bars.savefig(bars_path, dpi=120)
-    plt.close(bars.figure)
+    try:
+        save_figure(bars.figure, bars_path, dpi=120)
+    finally:
+        plt.close(bars.figure)
     return [peak_path, bars_path]

@@ -65,6 +65,7 @@ from experiments.validate_published.report import (
 )
 from simcore.cliargs import Parser, output_dir
 from simcore.errors import TrainsimError, cli_entry
+from simcore.output import write_text_atomic
 
 __all__ = ["FORMATS", "OUT_FILES", "check_out", "main", "provenance", "select", "write_out"]
 
@@ -171,7 +172,7 @@ def write_out(out: Path, results: Sequence[RowResult], argv: Sequence[str], *, f
         "provenance.json": json.dumps(prov, indent=1, sort_keys=True) + "\n",
     }
     for name, text in texts.items():
-        (out / name).write_text(text, encoding="utf-8")
+        write_text_atomic(out / name, text)
     write_report(out, render_published(json_document(results, summaries, prov), prov["command"]))
     return [out / name for name in OUT_FILES]
 

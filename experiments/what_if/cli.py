@@ -69,6 +69,7 @@ from simcore.cliargs import (
     add_quiet,
     int_range,
     output_dir,
+    real_range,
     size_bytes,
 )
 from simcore.compute.fp8 import FP8_RECIPES, resolve_fp8
@@ -277,11 +278,23 @@ def _add_parallel_flags(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     g.add_argument("--cp-kind", choices=list(CP_KINDS), help="context parallelism: ring attention or Ulysses")
     g.add_argument(
-        "--expert-load", type=float, help="MoE: tokens on the busiest expert rank / the mean (>= 1)"
+        "--expert-load",
+        type=real_range(1.0, MAX_EXPERT_LOAD),
+        help="MoE: tokens on the busiest expert rank / the mean (>= 1)",
     )
     g.add_argument(
-        "--capacity-factor", type=float, help="MoE: expert capacity / mean tokens (default dropless)"
+        "--capacity-factor",
+        type=real_range(MIN_CAPACITY_FACTOR, MAX_CAPACITY_FACTOR),
+        help="MoE: expert capacity / mean tokens (default dropless)",
     )
+
+
+# MoE imbalance: all of a batch's tokens on one of 1,024 expert ranks is a load of 1,024 (the most
+# experts of a published model, e.g. 256 routed experts in DeepSeek-V3, are far fewer).
+MAX_EXPERT_LOAD = 1024.0
+# Capacity factors: Switch Transformer (Fedus et al. 2021, Table 1) trains at 1.0-2.0; below 0.1
+# nine tenths of the tokens would be dropped, and above 64 no expert ever drops one.
+MIN_CAPACITY_FACTOR, MAX_CAPACITY_FACTOR = 0.1, 64.0
 
 
 PARALLEL_FLAGS = (

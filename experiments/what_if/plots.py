@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from simcore.compute.memory import CATEGORIES
 from simcore.net.trace import TraceRecorder
+from simcore.output import save_figure
 from simcore.parallel.report import ParallelStepReport
 from simcore.paramserver import PS_MODES
 from simcore.report import StepReport
@@ -163,9 +164,10 @@ def plot_staleness(results: Sequence[PSResult], path: Path) -> Path:
 def _save(fig: object, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
-    fig.savefig(path, dpi=120, bbox_inches="tight")  # type: ignore[attr-defined]
-    plt.close(fig)  # type: ignore[arg-type]
-    return path
+    try:
+        return save_figure(fig, path, dpi=120, bbox_inches="tight")
+    finally:
+        plt.close(fig)  # type: ignore[arg-type]
 
 
 def write_step_trace(result: WhatIfResult, path: Path) -> tuple[Path, str]:

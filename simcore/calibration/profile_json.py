@@ -29,6 +29,8 @@ from simcore.calibration.profile import (
     ProtocolFit,
 )
 from simcore.calibration.ranges import physical_range
+from simcore.inputs import read_bytes
+from simcore.limits import MEASUREMENT_FILE_BYTES
 
 __all__ = ["load_profile", "profile_from_json", "profile_to_json"]
 
@@ -272,10 +274,12 @@ def profile_from_json(data: Any, where: str = "profile") -> CalibrationProfile:
 def load_profile(path: str | Path) -> CalibrationProfile:
     """Read and validate a profile written by ``calibrate.fit``; ProfileError naming what is wrong."""
     p = Path(path)
+    if not p.exists():
+        raise ProfileError(f"{p}: no such calibration profile")
+    # a regular file of bounded size first: --calibration /dev/zero or a FIFO would never end
+    raw = read_bytes(p, "a calibration profile (JSON, from calibrate.fit)", MEASUREMENT_FILE_BYTES)
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ProfileError(f"{p}: no such calibration profile") from None
+        data = json.loads(raw.decode("utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise ProfileError(
             f"{p}: not a JSON calibration profile ({str(exc) or 'nested too deeply'})"

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from simcore.errors import TrainsimError
 from simcore.net.network import link_name
+from simcore.output import write_bytes_atomic
 from simcore.topology import effective_bandwidth
 
 if TYPE_CHECKING:
@@ -140,11 +141,8 @@ class TraceRecorder:
         """Write the trace (gzip-compressed if asked, as Perfetto reads ``.json.gz`` directly)."""
         out = Path(path)
         text = json.dumps(self.to_json(), separators=(",", ":"))
-        if gzip:
-            out.write_bytes(gzip_module.compress(text.encode(), mtime=0))
-        else:
-            out.write_text(text)
-        return out
+        data = gzip_module.compress(text.encode(), mtime=0) if gzip else text.encode()
+        return write_bytes_atomic(out, data)
 
 
 def _ns(time_s: float) -> int:

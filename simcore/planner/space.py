@@ -87,6 +87,10 @@ DEFAULT_MAX_MICRO_BATCH = 32
 # micro-batches of 1-2 sequences). --max-micro-batch overrides it.
 DEFAULT_MICRO_BATCH_TOKENS = 16 * 1024
 MAX_GPUS = 1 << 20
+# GPU counts one plan may search: each is a full layout search (seconds to minutes), and a plan of
+# 64 counts already covers every power of two and step a study needs; "1:65536:1" is refused
+# from its end points, before anything is listed.
+MAX_GPU_COUNTS = 64
 MAX_MICRO_BATCH = 1 << 16  # samples: far above any GPU's memory, and it bounds the divisor search
 # Pipeline depth cap: Narayanan et al. 2021 (Table 1) train up to 1T parameters with pp <= 64, but
 # their GPT-3 175B and smaller runs use pp <= 16; deeper pipelines only add bubble at these sizes.
@@ -381,10 +385,22 @@ def parse_gpu_counts(text: str) -> tuple[int, ...]:
             raise TrainsimError(
                 f"--gpus: range {part!r} needs 1 <= start <= stop and a step >= 1 (a factor >= 2)"
             )
+        if stop > MAX_GPUS:
+            raise TrainsimError(f"--gpus: range {part!r} ends past the largest count allowed, {MAX_GPUS}")
+        listed = math.floor(math.log(stop / start, step)) + 1 if times else (stop - start) // step + 1
+        if listed + len(counts) > MAX_GPU_COUNTS:
+            raise TrainsimError(
+                f"--gpus: {part!r} lists {listed:,} GPU counts; at most {MAX_GPU_COUNTS} are searched in one "
+                "plan (use a doubling range such as 64..1024, or a larger step)"
+            )
         value = start
         while value <= stop:
             counts.add(value)
             value = value * step if times else value + step
+    if len(counts) > MAX_GPU_COUNTS:
+        raise TrainsimError(
+            f"--gpus: {len(counts)} GPU counts given; at most {MAX_GPU_COUNTS} are searched in one plan"
+        )
     if not counts:
         raise TrainsimError(f"--gpus: no GPU count in {text!r}")
     if min(counts) < 1 or max(counts) > MAX_GPUS:

@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from simcore.errors import TrainsimError
+from simcore.inputs import decode_text, read_bytes
+from simcore.limits import MEASUREMENT_FILE_BYTES
 
 # numpy: imported inside the functions that use them, so --help does not load them
 if TYPE_CHECKING:
@@ -187,9 +189,11 @@ def load_measured_staleness(path: str | Path, label: str | None = None) -> Stale
     samples directly (negative values are an error there).
     """
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise TrainsimError(f"measured staleness file not found: {p}")
-    text = p.read_text(encoding="utf-8")
+    text = decode_text(
+        read_bytes(p, "measured staleness (JSON or JSONL)", MEASUREMENT_FILE_BYTES), str(p), "JSON"
+    )
     name = label or f"measured {p.name}"
     source = f"measured: {p.name}"
     try:

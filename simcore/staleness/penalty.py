@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from simcore.errors import TrainsimError
+from simcore.inputs import read_text
 
 # numpy is imported inside the functions that use it, so --help does not load it.
 
@@ -39,9 +40,9 @@ def load_penalty_coefficients(path: str | Path | None = None) -> dict[str, Any]:
         where = f"simcore/data/{PENALTY_COEFFICIENTS_FILE}"
     else:
         where = str(path)
-        if not Path(path).is_file():
+        if not Path(path).exists():
             raise TrainsimError(f"penalty coefficients file not found: {path}")
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_text(path, "penalty coefficients (JSON)")
     data = json.loads(text)
     if not isinstance(data, dict) or not isinstance(data.get("fits"), dict):
         raise TrainsimError(f"{where}: expected an object with a 'fits' table per mode")

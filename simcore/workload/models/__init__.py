@@ -23,7 +23,7 @@ def check_keys(
 ) -> Mapping[str, Any]:
     """``mapping`` as a mapping with every required key and no unknown key."""
     required, optional = tuple(required), tuple(optional)
-    allowed = ", ".join(required + optional)
+    allowed = ", ".join(required + optional) or "none (it takes no keys)"  # never an empty list
     if not isinstance(mapping, Mapping):
         raise TrainsimError(f"{where}: expected a mapping with keys {allowed}, got {type(mapping).__name__}")
     unknown = [key for key in mapping if key not in required and key not in optional]

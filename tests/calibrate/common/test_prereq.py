@@ -102,7 +102,7 @@ _WITHOUT_TORCH = (
         (["calibrate.compute", "--out", "x"], "calibration jobs need torch"),
         (["calibrate.memory_truth", "--out", "x.jsonl"], "calibration jobs need torch"),
         (["calibrate.train", "--out", "x.jsonl"], "calibrate.train measures with torch"),
-        (["calibrate.train", "--out", "x.jsonl", "--steps", "0"], "--steps must be at least 1"),
+        (["calibrate.train", "--out", "x.jsonl", "--steps", "0"], "--steps: 0 is out of range"),
         (
             ["calibrate.slurm.preflight", "calibrate.compute", "--out", "x"],
             "calibrate.compute measures with torch",

@@ -174,8 +174,8 @@ def test_an_existing_profile_is_replaced_only_with_force(
     [
         (["-o", "."], "--out '.' is a folder; give the file to write"),
         (["-o", "/proc/no/such/p.json"], "--out '/proc/no/such/p.json': cannot write in '/proc'"),
-        (["-o", "p.json", "--max-mape", "nan"], "--max-mape must be a number above 0"),
-        (["-o", "p.json", "--min-r2", "2"], "--min-r2 must be a number of at most 1"),
+        (["-o", "p.json", "--max-mape", "nan"], "--max-mape: 'nan' is not a finite number"),
+        (["-o", "p.json", "--min-r2", "2"], "--min-r2: 2 is out of range; allowed -1e+06..1"),
     ],
 )
 def test_bad_output_or_thresholds_are_one_error_line(

@@ -30,7 +30,7 @@ def test_unknown_job_names_the_allowed_ones(capsys: pytest.CaptureFixture[str]) 
     ("argv", "error"),
     [
         (["calibrate.collectives", "-b", "8", "-e", "4"], "error: sizes: need 1 <= -b (8) <= -e (4)\n"),
-        (["calibrate.train", "--steps", "0"], "error: --steps must be at least 1, got 0\n"),
+        (["calibrate.train", "--steps", "0"], "error: --steps: 0 is out of range; allowed 1..10000000\n"),
         (["calibrate.compute", "--repeats", "0"], "error: "),
     ],
 )

@@ -37,11 +37,11 @@ TINY_TRANSFORMER = [
     ("argv", "message"),
     [
         (["--strategy", "allreduce-magic"], "unknown strategy 'allreduce-magic'; allowed: ddp, fsdp"),
-        (["--steps", "0"], "--steps must be at least 1"),
+        (["--steps", "0"], "--steps: 0 is out of range"),
         (["--model", "resnet"], "unknown model 'resnet'"),
         (["--slow-rank", "fast"], "expected RANK:FACTOR"),
         (["--slow-rank", "1:0.5"], "factor >= 1"),
-        (["--steps", "ten"], "invalid int value"),
+        (["--steps", "ten"], "expected a whole number, got 'ten'"),
     ],
 )
 def test_bad_arguments_give_one_error_line_and_status_2(

@@ -91,7 +91,7 @@ def test_out_writes_the_plot_and_refuses_a_full_directory(
     with pytest.raises(SystemExit) as exit_info:
         main([*SMALL, "--out", str(out)])
     assert exit_info.value.code == 2
-    assert "is not empty; give an empty directory or add --force" in capsys.readouterr().err
+    assert "already holds files; choose a new folder, or add --force" in capsys.readouterr().err
     assert main([*SMALL, "--out", str(out), "--force"]) == 0
 
 
@@ -110,19 +110,19 @@ def test_out_writes_the_plot_and_refuses_a_full_directory(
         (["--micro-batches", "3"], "the search space is empty"),
         (["--memory-headroom", "100%"], "--memory-headroom"),
         (["--gpus", "64..8"], "--gpus: range"),
-        (["--top", "0"], "--top must be at least 1"),
-        (["--max-tp", "0"], "--max-tp must be at least 1, got 0"),
-        (["--max-pp", "0"], "--max-pp must be at least 1"),
-        (["--max-cp", "-2"], "--max-cp must be at least 1"),
-        (["--max-ep", "0"], "--max-ep must be at least 1"),
-        (["--max-vpp", "0"], "--max-vpp must be at least 1"),
+        (["--top", "0"], "--top: 0 is out of range; allowed 1..10000"),
+        (["--max-tp", "0"], "--max-tp: 0 is out of range; allowed 1..65536"),
+        (["--max-pp", "0"], "--max-pp: 0 is out of range"),
+        (["--max-cp", "-2"], "--max-cp: -2 is out of range"),
+        (["--max-ep", "0"], "--max-ep: 0 is out of range"),
+        (["--max-vpp", "0"], "--max-vpp: 0 is out of range"),
         (["--tp", "2"], "--tp 2 contradicts --max-tp 1"),
         (["--max-tp", "8", "--tp", "5"], "--tp 5: attention heads (12) are not divisible by tp (5)"),
         (
             ["--max-pp", "8", "--pp", "5"],
             "--pp 5: the model's 12 blocks do not divide into 5 equal pipeline stages",
         ),
-        (["--max-tp", "8", "--tp", "two"], "--tp: expected a comma list of whole numbers"),
+        (["--max-tp", "8", "--tp", "two"], "--tp: expected a whole number, got 'two'"),
         (["--max-ep", "2", "--ep", "2"], "--ep 2: ep 2 needs a mixture-of-experts model"),
         (
             ["--max-tp", "8", "--tp", "4", "--gpus", "2"],
@@ -309,6 +309,10 @@ def test_cli_lists_what_simcore_allows() -> None:
     from simcore.compute.fp8 import FP8_RECIPES as SIMCORE_FP8
 
     assert FP8_RECIPES == SIMCORE_FP8
+    from experiments.plan.args import MAX_MICRO_BATCH
+    from simcore.planner.space import MAX_MICRO_BATCH as SPACE_MAX
+
+    assert MAX_MICRO_BATCH == SPACE_MAX
     assert FRAMEWORK_NAMES == FRAMEWORKS == tuple(EMITTERS)
 
 

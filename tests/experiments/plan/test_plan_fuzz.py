@@ -29,6 +29,10 @@ FLAGS = {
     "--global-batch": _ints(8, 64, 96, 10**12),
     "--model": _choice("gpt2-small", "mixtral-8x7b", "resnet50-cifar10"),
     "--seq-len": _ints(512, 16384),
+    "--memory-headroom": _choice("0", "0.1", "10%", "4GiB", "150%", "1e308", "-0.1", "nan"),
+    "--gpus": _choice("8", "8..64", "1:65536:1", "1:2000000:x2", "8,8,8"),
+    "--price-per-gpu-hour": _choice("2.5", "1e308", "1e-320"),
+    "--train-tokens": _choice("2T", "inf", "1e30", "0.5"),
 }
 
 

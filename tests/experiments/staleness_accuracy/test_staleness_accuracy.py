@@ -114,8 +114,8 @@ def test_time_basis_without_cluster_is_the_paper_or_the_given_times() -> None:
         (["--step-time", "async=-1s"], "error: time"),
         (["--dataset", "mnist"], "--dataset: invalid choice: 'mnist'"),
         (["--seeds", "0"], "--seeds: 0 is out of range"),
-        (["--lr", "0"], "--lr: expected a number > 0"),
-        (["--lr", "nan"], "--lr: expected a number > 0"),
+        (["--lr", "0"], "--lr: 0 is out of range; allowed 1e-12..1e+06"),
+        (["--lr", "nan"], "--lr: 'nan' is not a finite number"),
         (["--target", "97"], "--target: expected an accuracy between 0 and 1"),
     ],
 )
