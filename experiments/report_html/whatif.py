@@ -35,7 +35,7 @@ def whatif_document(
 ) -> dict[str, Any]:
     """The JSON document the what-if prints, its table header, and one timeline per (cluster,
     synchronous strategy) at the largest GPU count: spans ``[stream, name, kind, start_s, end_s]``
-    and memory samples ``[time_s, bytes, phase]``."""
+    and memory samples ``[time_s, bytes, phase]`` (``memory_categories``: a thinned copy by category)."""
     gpus = max(rec.gpus for rec in result.recommendations)
     timelines = [
         {
@@ -45,6 +45,7 @@ def whatif_document(
             "step_time_s": step.run.step_time_s,
             "spans": [[s.stream, s.name, s.kind, s.start_s, s.end_s] for s in step.run.spans],
             "memory": [[t, total, phase] for t, total, phase in step.run.memory.samples],
+            "memory_categories": _category_samples(step.run.memory),
         }
         for (cluster, label, count), step in result.steps.items()
         if count == gpus
@@ -110,8 +111,48 @@ def _recommendations(doc: Mapping[str, Any]) -> str:
     return section("Recommendation", *items, anchor="recommendation")
 
 
+# Points per category line: a step has hundreds of memory samples; the lines only need their shape
+# (the total line and the peak keep every sample), and the page stays small.
+_CATEGORY_POINTS = 80
+
+
+def _category_samples(memory: Any) -> dict[str, Any]:
+    """``{"categories": [...], "samples": [[t, [GiB per category]], ...]}`` at up to
+    :data:`_CATEGORY_POINTS` of the step's samples (the peak's among them); empty where the run
+    kept no categories."""
+    per_sample = getattr(memory, "category_samples", None)
+    if not per_sample:
+        return {}
+    times = [t for t, _, _ in memory.samples]
+    peak = max(range(len(times)), key=lambda i: sum(per_sample[i]))
+    stride = max(1, len(times) // _CATEGORY_POINTS)
+    picked = sorted({*range(0, len(times), stride), peak, len(times) - 1})
+    return {
+        "categories": list(CATEGORIES),
+        "samples": [[times[i], [round(v / GIB, 4) for v in per_sample[i]]] for i in picked],
+    }
+
+
+def _category_series(timeline: Mapping[str, Any], peak_gib: float) -> list[Series]:
+    """One step line per memory category that reaches 1% of the peak."""
+    data = timeline.get("memory_categories") or {}
+    names, samples = data.get("categories", []), data.get("samples", [])
+    series = []
+    for k, name in enumerate(names):
+        if max((v[k] for _, v in samples), default=0.0) < 0.01 * peak_gib:
+            continue
+        points: list[Point] = []
+        for i, (t, values) in enumerate(samples):
+            if i:
+                points.append(Point(t * 1e3, samples[i - 1][1][k], ""))
+            points.append(Point(t * 1e3, values[k], f"{name} {values[k]:.2f} GiB at {t * 1e3:.3f} ms"))
+        series.append(Series(name, points, line=True, markers=False, faint=True))
+    return series
+
+
 def _memory_chart(timeline: Mapping[str, Any], record: Mapping[str, Any]) -> str:
-    """Memory in use over the step (a step line), the device's capacity, and the peak marked."""
+    """Memory in use over the step (a step line) and each category's share of it (faint lines), the
+    device's capacity, and the peak marked."""
     samples = timeline["memory"]
     line: list[Point] = []
     previous = None
@@ -129,6 +170,7 @@ def _memory_chart(timeline: Mapping[str, Any], record: Mapping[str, Any]) -> str
         f"peak {peak_bytes / GIB:.2f} GiB at {peak_t * 1e3:.3f} ms ({peak_phase}) of {capacity:.1f} GiB"
     )
     series = [
+        *_category_series(timeline, peak_bytes / GIB),
         Series("memory in use (tensors)", line, line=True, markers=False),
         Series("peak", [Point(peak_t * 1e3, peak_bytes / GIB, peak_tip)], emphasis=True),
     ]

@@ -92,8 +92,8 @@ class MemoryPeak:
 
 @dataclass(slots=True)
 class MemoryTimeline:
-    """Running per-category totals of one rank, its peak, the (time, total, phase) samples and
-    each category's own maximum over the step."""
+    """Running per-category totals of one rank, its peak, the (time, total, phase) samples (and,
+    when asked, each sample's categories) and each category's own maximum over the step."""
 
     capacity_bytes: float
     fragmentation: float = 0.0  # reserved / allocated - 1 of the caching allocator, charged at the peak
@@ -108,6 +108,9 @@ class MemoryTimeline:
     phase_peaks: dict[str, tuple[float, float, dict[str, float], object]] | None = None
     # The key of the phase at the peak (see apply).
     peak_key: object = None
+    # When a list: beside each sample, the bytes of every category then, in CATEGORIES order (for a
+    # trace or a report page; None on the paths that only need the peak).
+    category_samples: list[tuple[float, ...]] | None = None
 
     def apply(
         self, changes: Iterable[MemoryChange], phase: str, time_s: float = 0.0, key: object = None
@@ -129,6 +132,8 @@ class MemoryTimeline:
             return
         total = sum(self.current.values())
         self.samples.append((time_s, total, phase))
+        if self.category_samples is not None:
+            self.category_samples.append(tuple(self.current.values()))
         if self.phase_peaks is not None:
             known = self.phase_peaks.get(phase)
             if known is None or total > known[0]:

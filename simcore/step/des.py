@@ -203,7 +203,7 @@ def run_plan(
     order they first appear in the plan. One memory timeline is kept: the representative rank's
     (per-rank plans should attach memory changes to that rank's operations only).
     """
-    memory = MemoryTimeline(capacity_bytes, plan.fragmentation)
+    memory = MemoryTimeline(capacity_bytes, plan.fragmentation, category_samples=[])
     memory.apply(plan.initial_memory.items(), START_OF_STEP, 0.0, (None, None))
     runner = _Runner(sim, plan, memory, slowdown, compute_scale, comm_slowdown)
     processes = [

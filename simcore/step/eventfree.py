@@ -408,7 +408,12 @@ def evaluate_plan_timed(
     :class:`~simcore.report.StepReport` reads; a trace wants them all); ``phase_peaks`` has the
     memory timeline keep each phase's largest footprint.
     """
-    memory = MemoryTimeline(capacity_bytes, plan.fragmentation, phase_peaks={} if phase_peaks else None)
+    memory = MemoryTimeline(
+        capacity_bytes,
+        plan.fragmentation,
+        phase_peaks={} if phase_peaks else None,
+        category_samples=None if comm_spans_only else [],  # a trace: memory by category too
+    )
     memory.apply(plan.initial_memory.items(), START_OF_STEP, 0.0, (None, None))
     evaluator = _Evaluator(plan, memory, slowdown, compute_scale, comm_slowdown)
     step_time = evaluator.run() if evaluator.streams else 0.0
