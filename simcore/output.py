@@ -145,7 +145,7 @@ class OutLock:
     """An advisory lock on an ``--out`` folder for one run: :data:`LOCK_NAME` inside it, ``flock``-ed.
 
     :meth:`acquire` creates the folder if needed and refuses, with one line naming the holder's pid,
-    when another process holds the lock; :meth:`release` unlocks, removes the lock file and removes
+    when another process holds the lock (a second acquire by the holder itself is a no-op); :meth:`release` unlocks, removes the lock file and removes
     the folder again if this lock made it and nothing was written there.
     """
 
@@ -184,6 +184,9 @@ class OutLock:
             except BlockingIOError:
                 holder = os.read(fd, 64).decode("ascii", "replace").strip() or "unknown"
                 os.close(fd)
+                if holder == str(os.getpid()):  # this run holds it already (a second check of --out)
+                    self._made_folder = False
+                    return self
                 raise TrainsimError(
                     f"{self._target} is in use by another run (pid {holder}); wait for it to end, "
                     f"or give another {self._what}"

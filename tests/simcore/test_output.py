@@ -111,6 +111,15 @@ def test_lock_refuses_a_second_holder_naming_its_pid(tmp_path: Path) -> None:
         assert (out / LOCK_NAME).exists()
 
 
+def test_the_holder_checking_its_own_out_again_is_not_refused(tmp_path: Path) -> None:
+    """A command that checks --out twice (before its work, and again when writing) holds one lock."""
+    out = tmp_path / "run"
+    with OutLock(out):
+        with OutLock(out):  # the same process: a no-op, not "in use by another run"
+            pass
+        assert (out / LOCK_NAME).exists()  # the inner release left the outer lock in place
+
+
 def test_lock_release_removes_the_lock_and_a_folder_it_made_when_empty(tmp_path: Path) -> None:
     out = tmp_path / "new"
     with OutLock(out):
