@@ -65,7 +65,7 @@ from experiments.validate_published.report import (
 )
 from simcore.cliargs import Parser, output_dir
 from simcore.errors import TrainsimError, cli_entry
-from simcore.output import write_text_atomic
+from simcore.output import LOCK_NAME, write_text_atomic
 
 __all__ = ["FORMATS", "OUT_FILES", "check_out", "main", "provenance", "select", "write_out"]
 
@@ -154,7 +154,7 @@ def check_out(out: Path, *, force: bool) -> None:
     """Refuse a file, or a non-empty directory without ``force`` (checked before any simulation)."""
     if out.exists() and not out.is_dir():
         raise TrainsimError(f"--out {out} is a file; give a directory")
-    if out.is_dir() and any(out.iterdir()) and not force:
+    if out.is_dir() and any(p.name != LOCK_NAME for p in out.iterdir()) and not force:  # our own lock: empty
         raise TrainsimError(f"--out {out} is not empty; add --force to overwrite its report files")
     output_dir(str(out), force=True)  # and a place this user can write (one error line otherwise)
 

@@ -34,10 +34,15 @@ NUMERIC_TYPES = {"int", "number", "int list", "size", "_count", "_positive_int",
 
 def _main_module(command: str) -> str:
     """The module a ``python -m`` command's ``__main__`` takes ``main`` from (itself when it has no
-    ``__main__``)."""
+    ``__main__``; the console's entry for it when ``__main__`` goes through ``run_module``)."""
+    from experiments.console import COMMANDS
+
     main_file = REPO / command.replace(".", "/") / "__main__.py"
     if not main_file.exists():
         return command
+    routed = {c.module: c.main_module for c in COMMANDS.values()}
+    if command in routed and "run_module" in main_file.read_text(encoding="utf-8"):
+        return routed[command]
     for node in ast.parse(main_file.read_text(encoding="utf-8")).body:
         if isinstance(node, ast.ImportFrom) and node.module and any(a.name == "main" for a in node.names):
             return node.module

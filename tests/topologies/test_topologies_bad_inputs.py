@@ -207,7 +207,7 @@ def test_a_directory_is_not_a_cluster_file(tmp_path, capsys):
     folder = tmp_path / "spec.yaml"
     folder.mkdir()
     err = _refused([str(folder)], capsys)
-    assert "not a regular file" in err
+    assert "a folder, not a file" in err
 
 
 def test_deep_nesting_is_refused(tmp_path, capsys):
