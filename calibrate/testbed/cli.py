@@ -11,7 +11,8 @@ is a node of its own and every collective crosses the emulated fabric. Rank 0 pr
 terminal; the other ranks' output is shown if the job fails. The namespaces are always removed
 afterwards: on success, on failure, on timeout, on Ctrl-C and on SIGTERM/SIGHUP. A testbed killed
 with SIGKILL cannot clean up: its ranks die with it (each asks Linux for SIGKILL when the testbed
-exits, ``PR_SET_PDEATHSIG``), and ``--cleanup`` kills whatever still runs in the namespaces it left,
+exits, ``PR_SET_PDEATHSIG``), the next start removes the namespaces it left (and says so), and
+``--cleanup`` kills whatever still runs in the namespaces it left,
 removes them, and says what it removed and what it could not (with the processes still inside).
 
 A calibration job's options and ``--out`` are checked once, here, before any namespace is made
@@ -237,6 +238,21 @@ def cleanup() -> int:
     return 1 if failed else 0
 
 
+def _remove_stale() -> None:
+    """Namespaces a killed testbed left (its launcher got SIGKILL) are removed at the next start,
+    saying so; what cannot be removed is named, with ``--cleanup`` to retry."""
+    stale, _ = testbed_namespaces()
+    if not stale:
+        return
+    results = [clean_namespace(name) for name in stale]
+    removed = [r.name for r in results if r.ok]
+    if removed:
+        print(f"testbed: removed {len(removed)} namespace(s) left by killed testbeds: {', '.join(removed)}")
+    for result in results:
+        if not result.ok:
+            print(f"warning: {_cleanup_line(result)}; run --cleanup as root to retry", file=sys.stderr)
+
+
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
@@ -247,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         return cleanup()
     if args.job[0] in JOBS:  # the job's own options and --out, once, before any namespace exists
         check_job(args.job[0], args.job[1:])
+    _remove_stale()
     testbed = Testbed(args.nodes, LinkShape(args.bandwidth, args.delay))
     print(f"testbed: {args.nodes} nodes, {args.bandwidth * 8 / 1e9:g} Gbit/s links, delay {args.delay * 1e6:g} us, "
           f"namespaces {testbed.tag}-*", flush=True)  # fmt: skip

@@ -278,3 +278,26 @@ def test_ranks_die_with_a_killed_testbed_and_cleanup_removes_its_namespaces(
         "removed 3 of 3 stale namespace(s)",
     ]
     assert _our_namespaces(proc.pid) == []
+
+
+def test_the_next_start_removes_what_a_killed_testbed_left_and_says_so(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No root needed: the namespaces and their removal are stand-ins; what is checked is that a
+    start removes the stale ones (never a live testbed's) and names each, and what failed."""
+    from calibrate.testbed.net import NamespaceCleanup
+
+    stale, live = ["trainsim-11-node0", "trainsim-11-node1"], ["trainsim-22-node0"]
+    cleaned: list[str] = []
+
+    def clean(name: str) -> NamespaceCleanup:
+        cleaned.append(name)
+        return NamespaceCleanup(name, name.endswith("node0"), error="" if name.endswith("node0") else "busy")
+
+    monkeypatch.setattr(testbed, "testbed_namespaces", lambda: (stale, live))
+    monkeypatch.setattr(testbed, "clean_namespace", clean)
+    testbed._remove_stale()
+    out, err = capsys.readouterr()
+    assert cleaned == stale  # the live testbed's namespace is left alone
+    assert out == "testbed: removed 1 namespace(s) left by killed testbeds: trainsim-11-node0\n"
+    assert "could not remove trainsim-11-node1: busy" in err and "--cleanup" in err
