@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -65,6 +66,7 @@ from simcore.compute.roofline import ComputeModel
 from simcore.errors import TrainsimError, cli_entry
 from simcore.hardware import device_spec
 from simcore.output import write_text_atomic
+from simcore.procs import die_with_parent
 from simcore.progress import bar, note
 from simcore.strategies import get_strategy
 from simcore.strategies.base import CommCost, StepContext, TrainingConfig
@@ -225,7 +227,9 @@ def _measure(args: argparse.Namespace, out_dir: Path | None) -> list[dict[str, A
         with bar(len(points), "memory truth", quiet=args.quiet, unit="config") as counter:
             for name, strategy, world, optimizer in points:
                 counter.set_postfix_str(f"{name} {strategy} W={world}", refresh=True)
-                with concurrent.futures.ProcessPoolExecutor(1, mp_context=spawn) as pool:  # one child each
+                with concurrent.futures.ProcessPoolExecutor(
+                    1, mp_context=spawn, initializer=die_with_parent, initargs=(os.getpid(),)
+                ) as pool:  # one child each, killed by Linux if this process dies (kill -9, SIGTERM)
                     record = pool.submit(measure_point, name, strategy, world, optimizer).result()
                 records.append(record)
                 if writer is not None:
