@@ -209,4 +209,6 @@ def compute_model(
     (``compiled``: torch.compile's fused kernels; ``software_era``: the convolution library's era)."""
     if fp8 == "none":
         return ComputeModel(device, dtype, calibration, compiled=compiled, software_era=software_era)
-    return Fp8ComputeModel(device, load_recipe(fp8), calibration, compiled=compiled, software_era=software_era)
+    return Fp8ComputeModel(
+        device, load_recipe(fp8), calibration, compiled=compiled, software_era=software_era
+    )

@@ -387,7 +387,14 @@ class _Composer:
         self.device = inputs.device
         self.timer = cache.get(
             "timer",
-            (cache.identity(self.device), config.dtype, config.fp8, calibration_id, config.compile, config.software_era),
+            (
+                cache.identity(self.device),
+                config.dtype,
+                config.fp8,
+                calibration_id,
+                config.compile,
+                config.software_era,
+            ),
             lambda: compute_model(
                 self.device,
                 config.dtype,

@@ -144,7 +144,12 @@ def make_context(
     if timer is None or device_memory_bytes is None:
         device = gating_device(topology, config.dtype)
         timer = timer or compute_model(
-            device, config.dtype, calibration, config.fp8, compiled=config.compile, software_era=config.software_era
+            device,
+            config.dtype,
+            calibration,
+            config.fp8,
+            compiled=config.compile,
+            software_era=config.software_era,
         )
         device_memory_bytes = device_memory_bytes or device.memory_bytes
         if config.optimizer_impl not in ("auto",):

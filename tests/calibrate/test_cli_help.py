@@ -47,7 +47,17 @@ def _parser_of(module_name: str, monkeypatch: pytest.MonkeyPatch) -> argparse.Ar
 
 
 def test_every_job_is_found() -> None:
-    jobs = {"collectives", "compute", "fit", "nccl_tests", "memory_truth", "train", "testbed", "cluster", "gpu_suite"}
+    jobs = {
+        "collectives",
+        "compute",
+        "fit",
+        "nccl_tests",
+        "memory_truth",
+        "train",
+        "testbed",
+        "cluster",
+        "gpu_suite",
+    }
     assert set(ENTRY_POINTS) == {f"calibrate.{job}" for job in jobs}
 
 
