@@ -83,8 +83,10 @@ def config_file(text: str, framework: str, what: str) -> Path:
 
 
 def refuse(framework: str, key: str, why: str) -> TrainsimError:
-    """The one-line error for a key a reader cannot take: which key, and what is allowed."""
-    return TrainsimError(f"--from {framework}: {key}: {why}")
+    """The one-line error for a key a reader cannot take: which key, and what is allowed (a key
+    with a line break or other unprintable characters in it is shown quoted, so the line stays one)."""
+    shown = key if key.isprintable() else repr(key)
+    return TrainsimError(f"--from {framework}: {shown}: {why}")
 
 
 # The architecture fields that decide a step's time and memory: a framework's shape with the same

@@ -71,3 +71,11 @@ def test_plan_count_from_a_garbled_deepspeed_json_ends_cleanly(
     argv = ["--from", "deepspeed", str(path), "--model", "gpt2-small", "--gpus", "8", "--count", "--quiet"]
     code, out, err = run_cli(plan_main, argv, seconds=60)
     check_cli_outcome(argv, code, out, err)
+
+
+@pytest.mark.parametrize("doc", [{"\n": 1}, {"optimizer": {"type": "AdamW", "\n": 1}}])
+def test_a_key_with_a_line_break_is_named_on_one_line(doc: dict[str, Any], tmp_path: Path) -> None:
+    """Found by the fuzz test above in CI: the key was printed raw and split the error in two."""
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, **doc}), encoding="utf-8")
+    _contract(read_deepspeed, str(path), gpus=8)
