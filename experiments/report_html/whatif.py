@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from experiments.report_html.page import TableColumn, page, section, table
 from experiments.report_html.svg import Guide, Point, Series, bar_rows, lane_timeline, num, xy_chart
-from simcore.compute.memory import CATEGORIES
+from simcore.compute.memory import CATEGORIES, MemoryTimeline
 from simcore.report import SCHEMA, SCHEMA_VERSION
 
 if TYPE_CHECKING:
@@ -116,11 +116,11 @@ def _recommendations(doc: Mapping[str, Any]) -> str:
 _CATEGORY_POINTS = 80
 
 
-def _category_samples(memory: Any) -> dict[str, Any]:
+def _category_samples(memory: MemoryTimeline) -> dict[str, Any]:
     """``{"categories": [...], "samples": [[t, [GiB per category]], ...]}`` at up to
     :data:`_CATEGORY_POINTS` of the step's samples (the peak's among them); empty where the run
     kept no categories."""
-    per_sample = getattr(memory, "category_samples", None)
+    per_sample = memory.category_samples
     if not per_sample:
         return {}
     times = [t for t, _, _ in memory.samples]

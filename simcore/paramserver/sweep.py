@@ -58,17 +58,17 @@ def run_modes(
     Every run takes ``options`` with its own mode and ``steps`` (the options' own mode and steps
     are not used)."""
     wanted = [normalize_mode(m) for m in modes]
-    # async first (ssp may reuse it); ps-ssp at s = 0 is ps-sync's run
-    order = sorted(dict.fromkeys(wanted), key=lambda m: m != "ps-async")
+    # async and sync before ssp, which may be either's run relabelled
+    order = sorted(dict.fromkeys(wanted), key=lambda m: m == "ps-ssp")
     results: dict[str, PSResult] = {}
     for mode in order:
-        previous = results.get("ps-async")
-        if mode == "ps-ssp" and previous is not None and previous.clock_lag_max <= options.staleness_bound:
-            results[mode] = as_ssp(previous, options.staleness_bound)
-            continue
         run_as = "ps-sync" if mode == "ps-ssp" and options.staleness_bound == 0 else mode
-        if run_as != mode and "ps-sync" in results:
+        previous = results.get("ps-async")
+        if run_as == "ps-sync" and "ps-sync" in results:
             results[mode] = as_ssp(results["ps-sync"], 0)
+            continue
+        if run_as == "ps-ssp" and previous is not None and previous.clock_lag_max <= options.staleness_bound:
+            results[mode] = as_ssp(previous, options.staleness_bound)
             continue
         outcome = simulate_parameter_server(
             workload,
