@@ -23,6 +23,8 @@ PRESETS = [
     "a100-roce-400g",
     "h100-roce-800g",
     "h100-pcie-nvlink-pair",
+    "h100-pcie-nvlink-pair-1bridge",
+    "h100-pcie-nvlink-pair-2bridge",
     "rtx5090-pcie",
     "rtx4090-pcie",
     "a100-40gb-hdr4",
@@ -158,3 +160,16 @@ def test_roce_presets_carry_the_published_per_node_network_total(name, per_node_
     out = [topo.link(src, dst) for src, dst in topo.graph.edges if src.startswith("h0/nic")]
     total = sum(link.bandwidth_Bps for link in out if link.kind == "roce")
     assert total == pytest.approx(per_node_Bps)
+
+
+@pytest.mark.parametrize(
+    ("name", "bridges"),
+    [("h100-pcie-nvlink-pair-1bridge", 1), ("h100-pcie-nvlink-pair-2bridge", 2), ("h100-pcie-nvlink-pair", 3)],
+)
+def test_h100_pcie_pair_bridges_are_four_nvlink4_links_each(name, bridges):
+    """Each bridge is 4 NVLink4 links; NCCL counts a link at SM90_NVLINK_BW = 20.6 GB/s (topo.h)."""
+    topo = load_cluster(name)
+    attrs = topo.graph.edges["h0/gpu0", "h0/gpu1"]
+    assert attrs["kind"] == "nvlink"
+    assert attrs["bandwidth_Bps"] == pytest.approx(bridges * 4 * 25e9)
+    assert attrs["bandwidth_Bps"] * attrs["efficiency"] == pytest.approx(bridges * 4 * 20.6e9)
