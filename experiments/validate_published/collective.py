@@ -6,6 +6,12 @@ algorithm when the row pins it (``NCCL_ALGO``). The prediction is
 :func:`experiments.nccl_sim.cli.rows_for` on :func:`topologies.load_cluster`'s cluster, so sizes
 are rounded and bus bandwidths computed exactly as ``python -m experiments.nccl_sim`` prints them.
 A sweep's metric is the largest bus bandwidth over its sizes (the "peak" rows).
+
+A row whose source does not show the machine's topology (no ``nvidia-smi topo -m``) names the
+presets it could have run on under ``topology_unknown`` (e.g. an H100 PCIe pair with 1, 2 or 3
+NVLink bridges): it is predicted on its first ``topology`` preset, the band over those presets is
+shown beside it, and it is scored in its own category (:data:`TOPOLOGY_UNKNOWN`), never in the
+collective categories, and never fitted.
 """
 
 from __future__ import annotations
@@ -29,9 +35,10 @@ from simcore.topology import Topology
 from simcore.units import parse_size
 from topologies import load_cluster, preset_names
 
-__all__ = ["KEYS", "METRIC_NAMES", "CollectiveSetup", "format_size", "parse"]
+__all__ = ["KEYS", "METRIC_NAMES", "TOPOLOGY_UNKNOWN", "CollectiveSetup", "format_size", "parse"]
 
-KEYS = ("topology", "gpus", "nodes", "op", "size", "sweep", "algorithm", "datatype")
+KEYS = ("topology", "gpus", "nodes", "op", "size", "sweep", "algorithm", "datatype", "topology_unknown")
+TOPOLOGY_UNKNOWN = "collective_topology_unknown"
 METRIC_NAMES = ("time_us", "busbw", "busbw_peak")
 SMALL_MAX_BYTES = 1024**2  # "small message" rows: <= 1 MiB (the collectives issue's target split)
 LARGE_MIN_BYTES = 64 * 1024**2  # "large message" rows: >= 64 MiB, and every sweep's peak
@@ -67,9 +74,13 @@ class CollectiveSetup:
     sweep: bool
     algorithm: str | None
     datatype: str
+    band: tuple[str, ...] = ()  # presets the unknown topology may be (empty: the topology is known)
 
     def category(self) -> str:
-        """``collective_large`` / ``_mid`` / ``_small`` by the message size (a sweep is large)."""
+        """``collective_large`` / ``_mid`` / ``_small`` by the message size (a sweep is large);
+        :data:`TOPOLOGY_UNKNOWN` where the source does not show the topology."""
+        if self.band:
+            return TOPOLOGY_UNKNOWN
         if self.sweep or self.sizes[0] >= LARGE_MIN_BYTES:
             return "collective_large"
         return "collective_small" if self.sizes[0] <= SMALL_MAX_BYTES else "collective_mid"
@@ -77,7 +88,8 @@ class CollectiveSetup:
     def missing(self) -> list[str]:
         if first_known(self.topologies, _known_presets) is None:
             return [missing_name("topology preset", self.topologies, self.hardware)]
-        return []
+        unknown = [name for name in self.band if name not in _known_presets()]
+        return [missing_name("topology preset", unknown, "the topology band")] if unknown else []
 
     def _preset(self) -> str:
         return first_known(self.topologies, _known_presets) or (self.topologies or ("?",))[0]
@@ -94,15 +106,26 @@ class CollectiveSetup:
             f"{sizes}; algorithm {algorithm}"
         )
 
-    def predict(self, metric: str) -> Prediction:
-        topology = _cluster(self._preset(), self.gpus, self.nodes)
+    def _value(self, preset: str, metric: str) -> tuple[float, str, int]:
+        """(the metric's value, the algorithm, the size it was read at) on ``preset``."""
+        topology = _cluster(preset, self.gpus, self.nodes)
         rows = rows_for(topology, self.op, self.sizes, datatype=self.datatype, algorithm=self.algorithm)
         if metric == "busbw_peak":
             best = max(rows, key=lambda r: r.busbw_GBps)
-            setup = f"{self.describe()}; peak at {format_size(best.size_bytes)}"
-            return Prediction(best.busbw_GBps, setup, best.algorithm)
+            return best.busbw_GBps, best.algorithm, best.size_bytes
         value = rows[0].time_us if metric == "time_us" else rows[0].busbw_GBps
-        return Prediction(value, self.describe(), rows[0].algorithm)
+        return value, rows[0].algorithm, rows[0].size_bytes
+
+    def predict(self, metric: str) -> Prediction:
+        value, algorithm, size = self._value(self._preset(), metric)
+        setup = self.describe() + (f"; peak at {format_size(size)}" if metric == "busbw_peak" else "")
+        if self.band:
+            values = [self._value(name, metric)[0] for name in self.band]
+            setup += (
+                f"; topology unknown: {min(values):.4g}..{max(values):.4g} over "
+                f"{', '.join(self.band)}"
+            )
+        return Prediction(value, setup, algorithm)
 
 
 def _sizes(entry: Mapping[str, Any], where: str) -> tuple[tuple[int, ...], bool]:
@@ -138,4 +161,5 @@ def parse(entry: Mapping[str, Any], where: str, hardware: str) -> CollectiveSetu
         sweep,
         algorithm,
         datatype,
+        name_list(entry, "topology_unknown", where, required=False),
     )

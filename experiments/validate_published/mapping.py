@@ -30,6 +30,7 @@ CATEGORIES = (
     "collective_large",
     "collective_mid",
     "collective_small",
+    "collective_topology_unknown",
     "ddp",
     "fsdp_zero",
     "parameter_server",

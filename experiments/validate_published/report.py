@@ -42,6 +42,8 @@ CONVENTIONS = (
     "calibration rows: rows that set (or restate) a shipped constant; listed apart, never scored",
     "calibrated: the source's own one-device rate as one compute-only scalar on its distributed rows "
     "(the anchor itself not scored); rows without an anchor keep their uncalibrated value",
+    "collective_topology_unknown: collective rows whose source does not show the topology; "
+    "predicted on the row's preset with the band over the possible ones in the setup, scored apart",
 )
 CSV_COLUMNS = (
     "id",

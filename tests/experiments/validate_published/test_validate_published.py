@@ -92,10 +92,34 @@ def test_collective_categories_follow_the_message_size() -> None:
         sizes = getattr(setup, "sizes", None)
         if plan.kind != "collective" or sizes is None:
             continue
-        if getattr(setup, "sweep", False) or sizes[0] >= 64 * 2**20:
+        if getattr(setup, "band", ()):
+            assert plan.category == "collective_topology_unknown"
+        elif getattr(setup, "sweep", False) or sizes[0] >= 64 * 2**20:
             assert plan.category == "collective_large"
         elif sizes[0] <= 2**20:
             assert plan.category == "collective_small"
+
+
+def test_topology_unknown_rows_are_scored_apart_with_the_band() -> None:
+    """The H100 PCIe pair rows (31-33): no nvidia-smi topo in the source, so 1..3 NVLink bridges;
+    predicted with three, the band spanning one bridge (82.4 GB/s as NCCL counts it) to three."""
+    plans = {p.row.id: p for p in load_mapping().plans}
+    plan = plans[31]
+    assert plan.category == "collective_topology_unknown"
+    assert plan.setup is not None and plan.metric is not None
+    prediction = plan.setup.predict(plan.metric.name)
+    three = plan_row(plan.row, {**_h100_pair_entry(), "topology": ["h100-pcie-nvlink-pair"]}, {})
+    assert three.setup is not None and three.category == "collective_large"
+    assert prediction.value == pytest.approx(three.setup.predict("busbw").value)
+    one = plan_row(plan.row, {**_h100_pair_entry(), "topology": ["h100-pcie-nvlink-pair-1bridge"]}, {})
+    assert one.setup is not None
+    low = one.setup.predict("busbw").value
+    assert 0.8 * 82.4 < low < 82.4  # one bridge: 4 links x 20.6 GB/s, less latency
+    assert f"topology unknown: {low:.4g}..{prediction.value:.4g}" in prediction.setup
+
+
+def _h100_pair_entry() -> dict[str, object]:
+    return {"kind": "collective", "gpus": 2, "nodes": 1, "op": "all_reduce", "size": "1GiB", "metric": "busbw"}
 
 
 def test_every_row_is_predicted_or_listed_with_a_reason() -> None:
