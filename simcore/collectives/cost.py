@@ -164,9 +164,10 @@ def _efficiency(pattern: str, proto: str, info: GroupInfo, op: str, size: float)
     return eff
 
 
-def _cap_busbw(pattern: str, proto: str, info: GroupInfo) -> float:
-    """NCCL's throughput cap on the bus bandwidth (GB/s) of ``pattern`` with ``proto``; inf if none."""
-    arch, index, ch = info.arch, node_index(info.nodes), info.channels
+def _cap_busbw(pattern: str, proto: str, info: GroupInfo, size: float) -> float:
+    """NCCL's throughput cap on the bus bandwidth (GB/s) of ``pattern`` with ``proto``; inf if none.
+    Per-channel caps count the channels NCCL runs for ``size`` (:meth:`GroupInfo.channels_for`)."""
+    arch, index, ch = info.arch, node_index(info.nodes), info.channels_for(pattern, proto, size)
     if proto == "LL" and pattern in ("ring", "chain", "p2p", "tree"):
         return ll_max_busbw(arch, info.nodes, info.vendor)
     if proto == "LL128" and pattern in ("ring", "chain", "p2p"):
@@ -186,7 +187,7 @@ def _engine_s(pattern: str, proto: str, info: GroupInfo, op: str, size: float) -
     """Time the protocol's throughput cap alone needs for ``size`` bytes (0 if uncapped)."""
     if info.backend != "nccl" or size <= 0 or info.ranks < 2:
         return 0.0
-    cap = _cap_busbw(pattern, proto, info)
+    cap = _cap_busbw(pattern, proto, info, size)
     if not math.isfinite(cap):
         return 0.0
     ratios = tables()["bandwidth"]["cap_ratio"]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from simcore.collectives.options import NcclOptions
 from simcore.collectives.plan import PlanContext
 from simcore.collectives.striping import host_nics
-from simcore.collectives.tuning import arch_of, channels
+from simcore.collectives.tuning import arch_of, channels, size_channels
 
 if TYPE_CHECKING:
     from simcore.topology import Topology
@@ -49,6 +49,10 @@ class GroupInfo:
     @property
     def channels(self) -> int:
         return channels(self.nodes, self.nics)
+
+    def channels_for(self, pattern: str, proto: str, size_bytes: float) -> int:
+        """The channels NCCL runs ``pattern`` / ``proto`` on for ``size_bytes`` (fewer for small sizes)."""
+        return size_channels(self.channels, pattern, proto, self.ranks, size_bytes)
 
     @property
     def multi_node(self) -> bool:

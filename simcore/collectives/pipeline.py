@@ -70,13 +70,13 @@ def chunk_bytes(pattern: str, proto: str, size: float, info: GroupInfo) -> float
             return _halve(
                 size,
                 chunk,
-                info.channels * 1.0,
+                info.channels_for("tree", proto, size) * 1.0,
                 [[f * tree_depth(info), m] for f, m in cfg["tree_simple_rules"]],
             )
         if proto == "LL128":
             nsteps = 1 + (int(math.log2(info.nodes)) if info.nodes > 1 else 0) + 0.1 * info.ppn
             rules = [[f * nsteps / info.ppn, m] for f, m in cfg["tree_ll128_rules"]]
-            return _halve(size, chunk, info.channels * 1.0, rules)
+            return _halve(size, chunk, info.channels_for("tree", proto, size) * 1.0, rules)
         return chunk
     nvls_chunk = float(info.nvls_chunk or cfg["nvls_chunk"])
     if pattern == "nvls":
@@ -93,7 +93,7 @@ def fill_s(phase: Phase, proto: str, size: float, info: GroupInfo, efficiency: f
     hops = phase.hops
     if info.backend != "nccl" or hops.pattern not in PIPELINED or size <= 0 or info.ranks < 2:
         return 0.0
-    ops = _nvls_ops(info) if hops.pattern != "tree" else max(1, info.channels)
+    ops = _nvls_ops(info) if hops.pattern != "tree" else info.channels_for("tree", proto, size)
     chunk = min(chunk_bytes(hops.pattern, proto, size, info), size / ops)
     if chunk <= 0:
         return 0.0

@@ -24,6 +24,7 @@ __all__ = [
     "base_latency_us",
     "channels",
     "efficiency",
+    "size_channels",
     "hop_latency_us",
     "latency_param",
     "ll_max_busbw",
@@ -132,6 +133,20 @@ def channels(nodes: int, nics: int) -> int:
     if nodes <= 1 or nics <= 0:
         return int(cfg["single_node"])
     return max(1, min(int(cfg["max"]), int(cfg["per_nic"]) * nics))
+
+
+def size_channels(channels: int, pattern: str, proto: str, ranks: int, size_bytes: float) -> int:
+    """Channels NCCL runs ``pattern`` with ``proto`` on for ``size_bytes`` (enqueue.cc's channel
+    tuning): the largest count up to ``channels`` whose threads each get at least the protocol's
+    threshold of bytes, at least one. Patterns outside the rule keep ``channels``."""
+    cfg = tables()["bandwidth"]["channel_tuning"]
+    if pattern not in cfg["patterns"] or channels <= 1:
+        return channels
+    threshold = float(cfg["thread_threshold"][proto])
+    if pattern == "ring" and proto == "LL" and cfg["ring_ll_threshold_times_ranks"]:
+        threshold *= ranks
+    per_channel = float(cfg["max_threads"][proto]) * threshold
+    return max(1, min(channels, int(size_bytes // per_channel)))
 
 
 def node_index(nodes: int) -> int:
