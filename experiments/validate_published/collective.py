@@ -121,10 +121,7 @@ class CollectiveSetup:
         setup = self.describe() + (f"; peak at {format_size(size)}" if metric == "busbw_peak" else "")
         if self.band:
             values = [self._value(name, metric)[0] for name in self.band]
-            setup += (
-                f"; topology unknown: {min(values):.4g}..{max(values):.4g} over "
-                f"{', '.join(self.band)}"
-            )
+            setup += f"; topology unknown: {min(values):.4g}..{max(values):.4g} over {', '.join(self.band)}"
         return Prediction(value, setup, algorithm)
 
 

@@ -24,12 +24,12 @@ __all__ = [
     "base_latency_us",
     "channels",
     "efficiency",
-    "size_channels",
     "hop_latency_us",
     "latency_param",
     "ll_max_busbw",
     "node_index",
     "protocols_of",
+    "size_channels",
     "tables",
     "tree_correction",
 ]

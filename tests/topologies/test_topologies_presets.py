@@ -164,7 +164,11 @@ def test_roce_presets_carry_the_published_per_node_network_total(name, per_node_
 
 @pytest.mark.parametrize(
     ("name", "bridges"),
-    [("h100-pcie-nvlink-pair-1bridge", 1), ("h100-pcie-nvlink-pair-2bridge", 2), ("h100-pcie-nvlink-pair", 3)],
+    [
+        ("h100-pcie-nvlink-pair-1bridge", 1),
+        ("h100-pcie-nvlink-pair-2bridge", 2),
+        ("h100-pcie-nvlink-pair", 3),
+    ],
 )
 def test_h100_pcie_pair_bridges_are_four_nvlink4_links_each(name, bridges):
     """Each bridge is 4 NVLink4 links; NCCL counts a link at SM90_NVLINK_BW = 20.6 GB/s (topo.h)."""

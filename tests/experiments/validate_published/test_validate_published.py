@@ -119,7 +119,14 @@ def test_topology_unknown_rows_are_scored_apart_with_the_band() -> None:
 
 
 def _h100_pair_entry() -> dict[str, object]:
-    return {"kind": "collective", "gpus": 2, "nodes": 1, "op": "all_reduce", "size": "1GiB", "metric": "busbw"}
+    return {
+        "kind": "collective",
+        "gpus": 2,
+        "nodes": 1,
+        "op": "all_reduce",
+        "size": "1GiB",
+        "metric": "busbw",
+    }
 
 
 def test_every_row_is_predicted_or_listed_with_a_reason() -> None:

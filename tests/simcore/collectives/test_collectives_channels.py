@@ -41,7 +41,9 @@ def test_channels_by_size_follow_nccls_thread_thresholds(
 
 @given(st.integers(1, 32), st.sampled_from(["ring", "tree", "chain"]), st.sampled_from(["LL", "LL128", "Simple"]),
        st.integers(2, 64), st.integers(1, 1 << 31))  # fmt: skip
-def test_channels_grow_with_size_between_one_and_all(channels: int, pattern: str, proto: str, ranks: int, size: int) -> None:
+def test_channels_grow_with_size_between_one_and_all(
+    channels: int, pattern: str, proto: str, ranks: int, size: int
+) -> None:
     got = size_channels(channels, pattern, proto, ranks, size)
     assert 1 <= got <= channels
     assert got <= size_channels(channels, pattern, proto, ranks, 2 * size)
