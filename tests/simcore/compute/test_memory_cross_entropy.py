@@ -40,7 +40,9 @@ def _head_workload(vocab: int, with_loss: bool) -> Workload:
     tokens, hidden = 64, 32
     head_out = 2.0 * tokens * vocab  # bf16 logits of one sample
     layers = [
-        Layer("a", "linear", -1, hidden * hidden, 1e6, 2e6, 2.0 * tokens * hidden, 2.0 * tokens * hidden, 1e5),
+        Layer(
+            "a", "linear", -1, hidden * hidden, 1e6, 2e6, 2.0 * tokens * hidden, 2.0 * tokens * hidden, 1e5
+        ),
         Layer("lm_head", "linear", -1, hidden * vocab, 1e6, 2e6, 4.0 * tokens * vocab, head_out, 1e5),
     ]
     if with_loss:
@@ -56,7 +58,7 @@ def test_the_step_peak_holds_the_backward_working_set_above_the_saved_log_softma
     vocab, tokens, mb = 50_000, 64, 2
     cfg = TrainingConfig(global_batch=2 * mb, micro_batch=mb, optimizer_impl="fused", precision="mixed")
 
-    def run(with_loss: bool):  # noqa: ANN202 - a step run
+    def run(with_loss: bool):
         ctx = toy_context(2, cfg, workload=_head_workload(vocab, with_loss))
         return simulate_step(get_strategy("ddp"), ctx).run
 

@@ -24,9 +24,7 @@ LLAMA_LIKE = build_workload(
 
 def _activations(fp8: str, op: str) -> float:
     options = ParallelOptions(recompute="selective-op", fp8_checkpoint_op=op)
-    config = TrainingConfig(
-        global_batch=16, micro_batch=2, dtype="fp8" if fp8 != "none" else "bf16", fp8=fp8
-    )
+    config = TrainingConfig(global_batch=16, micro_batch=2, dtype="fp8" if fp8 != "none" else "bf16", fp8=fp8)
     report = compose_parallel_step(
         LLAMA_LIKE, config, cluster("hgx-h100", 8), "fsdp", ParallelLayout(), options, path="fast"
     ).report
