@@ -185,15 +185,18 @@ def _saved_bytes(ctx: StepContext, chunk: Chunk, checkpointed: bool) -> float:
 
 def _loss_working(ctx: StepContext, chunk: Chunk) -> tuple[float, float]:
     """(forward, backward) ``temp`` bytes a chunk holding the loss adds while it runs, for one
-    micro-batch: the cross entropy's working tensors over the logits of the layer before it
+    micro-batch: the cross entropy's working tensors over the rank's logits (read off the loss
+    layer's streamed bytes)
     (:func:`simcore.compute.memory.cross_entropy_working_bytes`); (0, 0) for other chunks."""
 
     def compute() -> tuple[float, float]:
         layers, elem = ctx.workload.layers, ctx.workload.dtype_bytes
         forward = backward = 0.0
         for i in chunk.layers:
-            if layers[i].kind == "loss" and i > 0:
-                f, b = cross_entropy_working_bytes(layers[i - 1].output_bytes / elem, elem)
+            if layers[i].kind == "loss":
+                # the loss layer streams 12 + elem bytes per logit (read elem, write 4 for the
+                # upcast; read 4, write 4 for the log-softmax: presets and imported models alike)
+                f, b = cross_entropy_working_bytes(layers[i].memory_bytes / (12.0 + elem), elem)
                 forward, backward = forward + f, backward + b
         mb = ctx.config.micro_batch
         return mb * forward, mb * backward

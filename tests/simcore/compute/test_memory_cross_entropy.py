@@ -46,7 +46,7 @@ def _head_workload(vocab: int, with_loss: bool) -> Workload:
         Layer("lm_head", "linear", -1, hidden * vocab, 1e6, 2e6, 4.0 * tokens * vocab, head_out, 1e5),
     ]
     if with_loss:
-        layers.append(Layer("loss", "loss", -1, 0, 0.0, 0.0, 0.0, 4.0, 1e5))
+        layers.append(Layer("loss", "loss", -1, 0, 0.0, 0.0, 0.0, 4.0, (12.0 + 2) * tokens * vocab))
     return Workload("head", tuple(layers), (), "bf16", 0, "test")
 
 
