@@ -243,7 +243,9 @@ def optimizer_step_temp_bytes(
 CROSS_ENTROPY_ELEM = 4  # torch's cross entropy works in fp32 on logits upcast with .float()
 
 
-def cross_entropy_working_bytes(logits: float, elem: int) -> tuple[float, float]:
+def cross_entropy_working_bytes(
+    logits: float, elem: int, vocab_parallel: bool = False
+) -> tuple[float, float]:
     """Bytes the cross entropy over ``logits`` elements holds while it runs, above what is held
     before it: (forward, backward).
 
@@ -261,10 +263,17 @@ def cross_entropy_working_bytes(logits: float, elem: int) -> tuple[float, float]
       (``zeros_like`` then a scatter) and ``_log_softmax_backward_data`` a second one from it and
       the saved output, so two fp32 logit-sized tensors beside the saved one.
 
-    Megatron's vocab-parallel cross entropy works in place (``_VocabParallelCrossEntropy``) and
-    holds less; this is the PyTorch rule.
+    ``vocab_parallel``: the logits are split over tensor-parallel ranks by vocabulary and the loss
+    runs as torch's ``loss_parallel`` (``torch/distributed/tensor/parallel/loss.py``, what
+    torchtitan enables with TP). Its ``_log_softmax`` is unfused: ``shifted = x - max`` and
+    ``exp(shifted)`` (or then ``result = shifted - logsumexp``) coexist with the fp32 input, one
+    fp32 tensor more in forward; ``_nll_loss_and_log_softmax_backward`` computes
+    ``(zeros_like(x) scattered + exp(x)) * grad``: three fp32 logit-sized tensors at once beside
+    the saved output. Megatron's vocab-parallel cross entropy works in place
+    (``_VocabParallelCrossEntropy``) and holds less; this is the PyTorch rule.
     """
     copy = 0.0 if elem == CROSS_ENTROPY_ELEM else CROSS_ENTROPY_ELEM * logits
-    forward = elem * logits + copy + CROSS_ENTROPY_ELEM * logits
-    backward = 2.0 * CROSS_ENTROPY_ELEM * logits
+    fp32_tensors = 3.0 if vocab_parallel else 2.0
+    forward = elem * logits + copy + (fp32_tensors - 1.0) * CROSS_ENTROPY_ELEM * logits
+    backward = fp32_tensors * CROSS_ENTROPY_ELEM * logits
     return forward, backward

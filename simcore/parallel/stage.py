@@ -160,6 +160,7 @@ def _stage_workload(
         source=workload.source,
         ties=ties,
         dims=workload.dims,
+        vocab_parallel=tp,
     )
 
 

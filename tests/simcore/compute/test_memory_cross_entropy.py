@@ -69,3 +69,28 @@ def test_the_step_peak_holds_the_backward_working_set_above_the_saved_log_softma
     raw = max(total for _, total, _ in with_loss.memory.samples)
     raw_without = max(total for _, total, _ in without.memory.samples)
     assert raw - raw_without == pytest.approx(mb * 8 * logits, rel=1e-9)
+
+
+def test_vocab_parallel_loss_holds_one_fp32_tensor_more_each_way() -> None:
+    """torch's loss_parallel: x, shifted and exp(shifted) in forward; zeros_like(x), exp(x) and their
+    sum in backward."""
+    forward, backward = cross_entropy_working_bytes(LOGITS, 2, vocab_parallel=True)
+    assert forward == 2 * LOGITS + 4 * LOGITS + 4 * LOGITS + 4 * LOGITS
+    assert backward == 3 * 4 * LOGITS
+
+
+def test_a_tensor_parallel_stage_runs_the_loss_vocab_parallel() -> None:
+    from simcore.parallel import ParallelLayout, ParallelOptions
+    from simcore.parallel.step import compose_parallel_step
+    from tests.simcore.parallel.support import cluster, small_gpt
+
+    def temp(tp: int) -> float:
+        report = compose_parallel_step(
+            small_gpt(tied=False), TrainingConfig(global_batch=16, micro_batch=2), cluster("hgx-h100", 8),
+            "fsdp", ParallelLayout(tp=tp), ParallelOptions(), path="fast",
+        ).report  # fmt: skip
+        return report.memory_breakdown["temp"]
+
+    logits = 512 * 4096  # small_gpt: seq 512, vocab 4096, per sample
+    assert temp(1) == pytest.approx(2 * 8 * logits)  # the peak at the loss's backward
+    assert temp(2) == pytest.approx(2 * 12 * logits / 2)
