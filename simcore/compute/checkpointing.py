@@ -20,7 +20,10 @@ wv 3 saved, wo 4 recomputed, w1 5 saved, w3 6 recomputed, w2 7 saved. A linear w
 ``addmm`` (``at::linear`` on a contiguous 3-D input with a bias: ``_flatten_nd_linear``), which is
 saved and not counted; routed experts run ``_grouped_mm``, not in the compute-intensive list, so
 they are recomputed (their all-to-all outputs saved); FP8 linears run ``_scaled_mm``, saved and not
-counted. The attention kernel's saved outputs are its output and its fp32 log-sum-exp per head.
+counted (``fp8_linears``). Before torchao's 2025 refactor a float8 linear called ``torch.mm`` on its
+``Float8Tensor`` subclasses (torchao eab345c, ``manual_float8_matmul_with_args_in_float8``), which the
+policy sees as ``aten.mm`` and counts like a bf16 one: ``fp8_linears`` false
+(``ParallelOptions.fp8_checkpoint_op = "mm"``). The attention kernel's saved outputs are its output and its fp32 log-sum-exp per head.
 
 :func:`selective_op_policy` says, per layer of one block, the bytes it keeps and the share of its
 forward (compute, and collectives) rerun in backward; :mod:`simcore.parallel.recompute` applies it.

@@ -37,6 +37,7 @@ __all__ = [
     "MemoryPeak",
     "MemoryTimeline",
     "RuntimeMemory",
+    "cross_entropy_working_bytes",
     "model_state_bytes",
     "optimizer_step_temp_bytes",
     "resolve_optimizer_impl",
@@ -237,3 +238,42 @@ def optimizer_step_temp_bytes(
     if impl == "foreach":
         return float(local_params) * state_bytes
     return 0.0
+
+
+CROSS_ENTROPY_ELEM = 4  # torch's cross entropy works in fp32 on logits upcast with .float()
+
+
+def cross_entropy_working_bytes(
+    logits: float, elem: int, vocab_parallel: bool = False
+) -> tuple[float, float]:
+    """Bytes the cross entropy over ``logits`` elements holds while it runs, above what is held
+    before it: (forward, backward).
+
+    As PyTorch training loops write it (torchtitan ``loss_fn``: ``F.cross_entropy(pred.flatten(0,
+    1).float(), labels)``; Hugging Face ``ForCausalLMLoss``: ``logits.float()`` then
+    ``cross_entropy``), ``cross_entropy`` is ``log_softmax`` then ``nll_loss``
+    (``aten/src/ATen/native/LossNLL.cpp``, ``cross_entropy_loss``):
+
+    - forward: the logits in the compute dtype (``elem`` bytes, alive until the loop drops them),
+      their fp32 copy (``_to_copy``; none when the logits are fp32 already) and the fp32
+      log-softmax output exist at once; the copy is freed when ``cross_entropy`` returns (the
+      copy's backward needs nothing), the log-softmax output is kept (saved for backward: the
+      head's saved bytes, ``LOSS_BYTES_PER_LOGIT``);
+    - backward: ``nll_loss_backward`` writes a dense fp32 gradient the size of the logits
+      (``zeros_like`` then a scatter) and ``_log_softmax_backward_data`` a second one from it and
+      the saved output, so two fp32 logit-sized tensors beside the saved one.
+
+    ``vocab_parallel``: the logits are split over tensor-parallel ranks by vocabulary and the loss
+    runs as torch's ``loss_parallel`` (``torch/distributed/tensor/parallel/loss.py``, what
+    torchtitan enables with TP). Its ``_log_softmax`` is unfused: ``shifted = x - max`` and
+    ``exp(shifted)`` (or then ``result = shifted - logsumexp``) coexist with the fp32 input, one
+    fp32 tensor more in forward; ``_nll_loss_and_log_softmax_backward`` computes
+    ``(zeros_like(x) scattered + exp(x)) * grad``: three fp32 logit-sized tensors at once beside
+    the saved output. Megatron's vocab-parallel cross entropy works in place
+    (``_VocabParallelCrossEntropy``) and holds less; this is the PyTorch rule.
+    """
+    copy = 0.0 if elem == CROSS_ENTROPY_ELEM else CROSS_ENTROPY_ELEM * logits
+    fp32_tensors = 3.0 if vocab_parallel else 2.0
+    forward = elem * logits + copy + (fp32_tensors - 1.0) * CROSS_ENTROPY_ELEM * logits
+    backward = fp32_tensors * CROSS_ENTROPY_ELEM * logits
+    return forward, backward

@@ -21,6 +21,7 @@ from simcore.parallel.pp import PIPELINE_SCHEDULES
 
 __all__ = ["CP_KINDS", "OFFLOAD_MODES", "RECOMPUTE_MODES", "ParallelOptions", "parse_recompute"]
 
+FP8_CHECKPOINT_OPS = ("scaled_mm", "mm")
 RECOMPUTE_MODES = ("none", "selective", "selective-op", "full", "every-K")
 OFFLOAD_MODES = ("none", "optimizer", "params", "activations")
 CP_KINDS = ("ring", "ulysses")
@@ -55,6 +56,12 @@ class ParallelOptions:
     expert_load: float = 1.0  # tokens on the busiest expert rank / the mean
     capacity_factor: float | None = None  # tokens an expert keeps / the mean (None: dropless)
     tp_comm_overlap: bool = False  # sequence-parallel all-gather / reduce-scatter beside the GEMMs
+    # The op an FP8 linear shows torchtitan's per-op checkpoint policy (``selective-op``):
+    # ``scaled_mm`` (today's torchao calls torch._scaled_mm, which the policy saves and does not count)
+    # or ``mm`` (torchao before its 2025 refactor dispatched aten.mm through its Float8Tensor subclass,
+    # which the policy counts like a bf16 mm: every second one recomputed). See
+    # simcore.compute.checkpointing.
+    fp8_checkpoint_op: str = "scaled_mm"
 
     def __post_init__(self) -> None:
         if self.schedule not in PIPELINE_SCHEDULES:
@@ -72,6 +79,10 @@ class ParallelOptions:
             raise TrainsimError(f"expert load imbalance must be >= 1 (1 = balanced), got {self.expert_load}")
         if self.capacity_factor is not None and not self.capacity_factor > 0:
             raise TrainsimError(f"capacity factor must be > 0, got {self.capacity_factor}")
+        if self.fp8_checkpoint_op not in FP8_CHECKPOINT_OPS:
+            raise TrainsimError(
+                f"fp8 checkpoint op {self.fp8_checkpoint_op!r} unknown; allowed: {', '.join(FP8_CHECKPOINT_OPS)}"
+            )
         if self.tp_comm_overlap and not self.sequence_parallel:
             raise TrainsimError(
                 "--tp-comm-overlap needs --sequence-parallel: Megatron-LM and torch async TP overlap "

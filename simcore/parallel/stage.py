@@ -160,6 +160,7 @@ def _stage_workload(
         source=workload.source,
         ties=ties,
         dims=workload.dims,
+        vocab_parallel=tp,
     )
 
 
@@ -206,7 +207,8 @@ def shard_stage(
     plan = apply_recompute(
         sharded, [workload.layers[i].block for i in order], mode, every,
         dims=dims, sequence_parallel=spec.sequence_parallel, elem=workload.dtype_bytes,
-        fp8_linears=getattr(timer, "recipe", None) is not None,  # an FP8 recipe's compute model
+        # an FP8 recipe's compute model, its linears seen by the policy as _scaled_mm
+        fp8_linears=getattr(timer, "recipe", None) is not None and options.fp8_checkpoint_op == "scaled_mm",
     )  # fmt: skip
     tied_copy = 0
     if (

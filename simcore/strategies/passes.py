@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from simcore.compute.memory import MemoryChange
+from simcore.compute.memory import MemoryChange, cross_entropy_working_bytes
 from simcore.dtypes import DTYPE_BYTES
 from simcore.step.plan import NO_KEY, Label, OpKey, PlanBuilder
 from simcore.strategies.base import StepContext
@@ -183,6 +183,28 @@ def _saved_bytes(ctx: StepContext, chunk: Chunk, checkpointed: bool) -> float:
     return mb * (layers[first - 1].output_bytes if first > 0 else layers[first].output_bytes)
 
 
+def _loss_working(ctx: StepContext, chunk: Chunk) -> tuple[float, float]:
+    """(forward, backward) ``temp`` bytes a chunk holding the loss adds while it runs, for one
+    micro-batch: the cross entropy's working tensors over the rank's logits (read off the loss
+    layer's streamed bytes)
+    (:func:`simcore.compute.memory.cross_entropy_working_bytes`); (0, 0) for other chunks."""
+
+    def compute() -> tuple[float, float]:
+        layers, elem = ctx.workload.layers, ctx.workload.dtype_bytes
+        forward = backward = 0.0
+        for i in chunk.layers:
+            if layers[i].kind == "loss":
+                # the loss layer streams 12 + elem bytes per logit (read elem, write 4 for the
+                # upcast; read 4, write 4 for the log-softmax: presets and imported models alike)
+                logits = layers[i].memory_bytes / (12.0 + elem)
+                f, b = cross_entropy_working_bytes(logits, elem, ctx.workload.vocab_parallel > 1)
+                forward, backward = forward + f, backward + b
+        mb = ctx.config.micro_batch
+        return mb * forward, mb * backward
+
+    return ctx.memo(("loss working bytes", chunk.layers), compute)
+
+
 def _tie_temp(ctx: StepContext, chunks: Sequence[Chunk], grad_bytes: int) -> dict[int, tuple[float, float]]:
     """Per chunk index: (temp bytes added when its backward ends, temp bytes released just after),
     for the partial gradients of tied parameters (see the module docstring)."""
@@ -249,13 +271,16 @@ def _forward_pass(
         waits = hooks.before_forward(builder, chunk, last)
         saved = _saved_bytes(ctx, chunk, checkpoint and chunk.block >= 0)
         kernel_s, host_ops, held = hooks.extras(ctx, chunk, "fwd")
+        working = _loss_working(ctx, chunk)[0]
         last = builder.compute(
             label,
             ctx.span_time("fwd", chunk.layers, kernel_extra_s=kernel_s, host_extra_ops=host_ops),
             key=builder.key(micro_batch=micro_batch, block=chunk.block if chunk.block >= 0 else None),
             kind="fwd",
             after=waits,
-            on_end=[("activations", saved), *held, *hooks.forward_memory(chunk)],
+            on_start=[("temp", working)] if working else (),
+            on_end=[("activations", saved), *held, *hooks.forward_memory(chunk)]
+            + ([("temp", -working)] if working else []),
         )
         hooks.forward_started(builder, chunk, last)
     return last
@@ -298,14 +323,17 @@ def _backward_pass(
                 )
         waits = hooks.before_backward(builder, chunk.layers, last)
         kernel_s, host_ops, released = hooks.extras(ctx, chunk, "bwd")
+        working = _loss_working(ctx, chunk)[1]
         last = builder.compute(
             labels[index],
             ctx.span_time("bwd", chunk.layers, kernel_extra_s=kernel_s, host_extra_ops=host_ops),
             key=builder.key(micro_batch=micro_batch, block=chunk.block if chunk.block >= 0 else None),
             kind="bwd",
             after=waits,
+            on_start=[("temp", working)] if working else (),
             on_end=[*hooks.backward_memory(chunk), ("activations", -freed), *released]
-            + ([("temp", tie_add)] if tie_add else []),
+            + ([("temp", tie_add)] if tie_add else [])
+            + ([("temp", -working)] if working else []),
             after_end=hooks.backward_released(chunk) + ([("temp", -tie_release)] if tie_release else []),
         )
         hooks.backward_started(builder, chunk, last)

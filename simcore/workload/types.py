@@ -149,6 +149,9 @@ class Workload:
     source: str  # where the architecture (and its published parameter count) comes from
     ties: tuple[ParameterTie, ...] = ()  # parameters shared by several layers
     dims: TransformerDims | None = None  # the transformer shape, when built from one
+    # ranks the output logits are split over by vocabulary (a tensor-parallel rank's stage: the
+    # cross entropy runs vocab-parallel, simcore.compute.memory.cross_entropy_working_bytes)
+    vocab_parallel: int = 1
 
     def __post_init__(self) -> None:
         for tie in self.ties:
