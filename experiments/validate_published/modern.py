@@ -29,6 +29,7 @@ from experiments.validate_published.metrics import METRICS
 from experiments.validate_published.published import PublishedRow
 from simcore.errors import TrainsimError
 from simcore.parallel import ParallelLayout, ParallelOptions, simulate_parallel_step
+from simcore.parallel.layout import parse_stage_layers
 from simcore.strategies.base import TrainingConfig
 from simcore.workload.loader import load_workload
 from simcore.workload.loader import preset_names as model_preset_names
@@ -302,6 +303,11 @@ def modern_plan(row: Mapping[str, str], table: SettingsTable) -> RowPlan:
     names += [n for n in strategy[2] if n not in names]
     names += list(table.recipes.get((row["strategy"], row["workload"]), ()))
     resolved = _resolve(names, table, where)
+    split = resolved.layout.get("stage_layers")
+    if isinstance(split, str):  # a --pp-layers form (torchtitan, first:F,last:L): the model's blocks
+        dims = load_workload(first_known(models, model_preset_names) or models[0]).dims
+        assert dims is not None  # a pipelined row's model is a transformer
+        resolved.layout["stage_layers"] = parse_stage_layers(split, layout.pp, layout.vpp, dims.layers)
     layout = _with(layout, resolved.layout, "the parallel layout")
     topologies = table.hardware[row["hardware"]][0]
     setup = ModernSetup(

@@ -89,6 +89,15 @@ def test_a_frameworks_recipe_settings_override_the_layout_column(tmp_path: Path)
         load_table(tmp_path / "modern.yaml")
 
 
+def test_llama_405b_rows_take_torchtitans_uneven_split_of_126_blocks() -> None:
+    by_id = {p.row.id: p for p in load_modern()[0]}
+    # generate_split_points: first stage 126 // stages, middle stages one more while the remainder
+    # lasts, the last stage the rest
+    assert by_id["modern-22"].setup.layout.stage_layers == (7, *[8] * 14, 7)
+    assert by_id["modern-20"].setup.layout.stage_layers == (15, *[16] * 6, 15)
+    assert by_id["modern-22"].all_reasons() == [] and by_id["modern-23"].all_reasons() == []
+
+
 def _table_without_needs(tmp_path: Path, *settings: str) -> Path:
     """The shipped table with the ``needs`` line of each of ``settings`` deleted."""
     lines, current = [], ""
