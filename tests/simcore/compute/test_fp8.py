@@ -5,6 +5,7 @@ GEMMs at the fp8 peak plus casts (the output head in bf16), the fp8 all-gather, 
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 import pytest
 
@@ -174,3 +175,38 @@ def test_delayed_keeps_fp8_weight_copies_and_torchao_none() -> None:
             strategy = get_strategy(name)
             held = strategy.build_plan(ctx).initial_memory["params"]
             assert held == workload.params * config.precision_for(strategy).bytes("param") + extra
+
+
+def test_a_runs_compute_model_spreads_the_weight_cast_over_its_accumulation_steps() -> None:
+    """The data-parallel context and the composed pipeline step hand the step's micro-batches to the
+    delayed recipe's compute model (tensorwise keeps casting every micro-batch)."""
+    import topologies
+    from simcore.parallel import ParallelLayout, simulate_parallel_step
+    from simcore.strategies.runner import make_context
+
+    topology = topologies.load_cluster("hgx-h100", gpus=2)
+    workload = _model()
+    config = TrainingConfig(global_batch=16, micro_batch=2, dtype="fp8", fp8="delayed")
+    timer = make_context(workload, config, topology).timer
+    assert isinstance(timer, Fp8ComputeModel) and timer.microbatches == 16 // (2 * 2)
+    tensorwise = replace(config, fp8="tensorwise")
+    timer = make_context(workload, tensorwise, topology).timer
+    assert isinstance(timer, Fp8ComputeModel) and timer.microbatches == 1
+    # a pipeline of 2 stages and 8 micro-batches: more micro-batches per step spread the weight
+    # cast thinner, so the per-micro-batch time of the composed step falls with the global batch
+    steps = [
+        simulate_parallel_step(
+            workload, replace(config, global_batch=b), topology, "ddp", ParallelLayout(pp=2)
+        ).report.step_time_s
+        / (b // 2)
+        for b in (16, 64)
+    ]
+    plain = [
+        simulate_parallel_step(
+            workload, replace(tensorwise, global_batch=b), topology, "ddp", ParallelLayout(pp=2)
+        ).report.step_time_s
+        / (b // 2)
+        for b in (16, 64)
+    ]
+    # the bubble's share falls alike for both; the delayed recipe falls further
+    assert steps[1] / steps[0] < plain[1] / plain[0]
