@@ -19,7 +19,7 @@ from __future__ import annotations
 import csv
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from experiments.validate_published.metrics import METRICS
 from experiments.validate_published.published import PublishedRow
 from simcore.errors import TrainsimError
 from simcore.parallel import ParallelLayout, ParallelOptions, simulate_parallel_step
+from simcore.parallel.layout import parse_stage_layers
 from simcore.strategies.base import TrainingConfig
 from simcore.workload.loader import load_workload
 from simcore.workload.loader import preset_names as model_preset_names
@@ -98,6 +99,9 @@ class SettingsTable:
     # strategy, extra options, settings of the framework's own defaults (names in ``settings``)
     strategies: Mapping[str, tuple[str, Mapping[str, Any], tuple[str, ...]]]
     quick: tuple[str, ...]
+    # settings of the framework recipe a (strategy, workload) ran with, where the recipe's file
+    # states them: applied after the row's own (they override the layout column's guesses)
+    recipes: Mapping[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
 
 
 def _setting(name: str, entry: Any) -> Setting:
@@ -131,7 +135,19 @@ def load_table(path: Path = MODERN_TABLE) -> SettingsTable:
         unknown = [s for s in wanted if s not in settings]
         if unknown:
             raise TrainsimError(f"modern.yaml strategy {name!r}: setting {unknown[0]!r} is not in settings")
-    return SettingsTable(settings, hardware, workloads, strategies, tuple(data.get("quick") or ()))
+    recipes: dict[tuple[str, str], tuple[str, ...]] = {}
+    for strategy, entries in (data.get("recipes") or {}).items():
+        for workload, wanted in (entries or {}).items():
+            unknown = [s for s in wanted or () if s not in settings]
+            if unknown or strategy not in strategies or workload not in workloads:
+                what = (
+                    f"setting {unknown[0]!r} is not in settings"
+                    if unknown
+                    else "is not a strategy x workload"
+                )
+                raise TrainsimError(f"modern.yaml recipe {strategy!r} / {workload!r}: {what}")
+            recipes[str(strategy), str(workload)] = tuple(wanted or ())
+    return SettingsTable(settings, hardware, workloads, strategies, tuple(data.get("quick") or ()), recipes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,7 +301,13 @@ def modern_plan(row: Mapping[str, str], table: SettingsTable) -> RowPlan:
     layout = ParallelLayout(tp=d["tp"], pp=d["pp"], cp=d["cp"], ep=d["ep"], vpp=d["vpp"])
     names = _row_settings(row, pairs, table, where) + (["stages=uneven"] if _uneven(models, layout) else [])
     names += [n for n in strategy[2] if n not in names]
+    names += list(table.recipes.get((row["strategy"], row["workload"]), ()))
     resolved = _resolve(names, table, where)
+    split = resolved.layout.get("stage_layers")
+    if isinstance(split, str):  # a --pp-layers form (torchtitan, first:F,last:L): the model's blocks
+        dims = load_workload(first_known(models, model_preset_names) or models[0]).dims
+        assert dims is not None  # a pipelined row's model is a transformer
+        resolved.layout["stage_layers"] = parse_stage_layers(split, layout.pp, layout.vpp, dims.layers)
     layout = _with(layout, resolved.layout, "the parallel layout")
     topologies = table.hardware[row["hardware"]][0]
     setup = ModernSetup(

@@ -58,6 +58,7 @@ __all__ = [
     "is_fp8_linear",
     "load_recipe",
     "resolve_fp8",
+    "weight_cast_microbatches",
 ]
 
 FP8_RECIPES = ("none", "tensorwise", "rowwise", "delayed")
@@ -76,6 +77,7 @@ class Fp8Recipe:
     grad_output_bytes: float  # per output-gradient element (backward)
     fp8_all_gather: bool  # FSDP gathers the FP8 linears' weights in fp8
     weight_copy_bytes: float  # fp8 weight copies kept, per FP8-linear parameter
+    weight_cast_per_step: bool = False  # the weights' fp8 copies are cast once per step, not per micro-batch
 
 
 def load_recipe(name: str) -> Fp8Recipe:
@@ -93,6 +95,7 @@ def load_recipe(name: str) -> Fp8Recipe:
         float(entry["grad_output_bytes_per_element"]),
         bool(entry["fp8_all_gather"]),
         float(entry["weight_copy_bytes"]),
+        bool(entry.get("weight_cast_per_step", False)),
     )
 
 
@@ -136,13 +139,24 @@ def is_fp8_linear(layer: Layer) -> bool:
     return round(k) % _DIVISOR == 0 and round(n) % _DIVISOR == 0
 
 
-def cast_bytes(layer: Layer, batch: int, phase: str, recipe: Fp8Recipe) -> float:
-    """Bytes the recipe's cast kernels move for ``layer`` on ``batch`` samples in ``phase``."""
+def cast_bytes(layer: Layer, batch: int, phase: str, recipe: Fp8Recipe, microbatches: int = 1) -> float:
+    """Bytes the recipe's cast kernels move for ``layer`` on ``batch`` samples in ``phase``, per
+    micro-batch of a step of ``microbatches``: a recipe that casts the weights once per step
+    (``weight_cast_per_step``) spreads that cast over the step's micro-batches."""
     assert layer.gemm is not None  # is_fp8_linear holds
     m, k, n = layer.gemm
+    share = 1.0 / max(1, microbatches) if recipe.weight_cast_per_step else 1.0
     if phase == "bwd":
-        return recipe.grad_output_bytes * m * n * batch + recipe.weight_bwd_bytes * k * n
-    return recipe.input_bytes * m * k * batch + recipe.weight_fwd_bytes * k * n
+        return recipe.grad_output_bytes * m * n * batch + share * recipe.weight_bwd_bytes * k * n
+    return recipe.input_bytes * m * k * batch + share * recipe.weight_fwd_bytes * k * n
+
+
+def weight_cast_microbatches(fp8: str, microbatches: int) -> int:
+    """The micro-batches a step's weight casts are spread over under recipe ``fp8``: the step's
+    ``microbatches`` when the recipe casts its weights once per step, else 1 (cast every micro-batch)."""
+    if fp8 == "none" or not load_recipe(fp8).weight_cast_per_step:
+        return 1
+    return max(1, microbatches)
 
 
 def fp8_gather_bytes(layers: Sequence[Layer], members: Sequence[int], gather_bytes: int, fp8: str) -> float:
@@ -178,9 +192,11 @@ class Fp8ComputeModel(ComputeModel):
         *,
         compiled: bool = False,
         software_era: str = "current",
+        microbatches: int = 1,
     ):
         super().__init__(device, "fp8", calibration, compiled=compiled, software_era=software_era)
         self.recipe = recipe
+        self.microbatches = max(1, microbatches)  # a step's micro-batches (weights cast once per step)
         self._bf16 = ComputeModel(device, "bf16", calibration)
 
     def _kernel_times(self, layers: tuple[Layer, ...], batch: int, phase: str) -> np.ndarray:
@@ -192,7 +208,8 @@ class Fp8ComputeModel(ComputeModel):
             times[plain] = self._bf16._kernel_times(tuple(layers[i] for i in plain), batch, phase)
         for i, lay in enumerate(layers):
             if is_fp8_linear(lay):
-                times[i] += cast_bytes(lay, batch, phase, self.recipe) / self.memory_bandwidth_Bps
+                cast = cast_bytes(lay, batch, phase, self.recipe, self.microbatches)
+                times[i] += cast / self.memory_bandwidth_Bps
         return times
 
 
@@ -204,11 +221,14 @@ def compute_model(
     *,
     compiled: bool = False,
     software_era: str = "current",
+    microbatches: int = 1,
 ) -> ComputeModel:
     """The compute model of a run: :class:`Fp8ComputeModel` under an FP8 recipe, else ComputeModel
-    (``compiled``: torch.compile's fused kernels; ``software_era``: the convolution library's era)."""
+    (``compiled``: torch.compile's fused kernels; ``software_era``: the convolution library's era;
+    ``microbatches``: a step's micro-batches, over which a once-per-step weight cast is spread)."""
     if fp8 == "none":
         return ComputeModel(device, dtype, calibration, compiled=compiled, software_era=software_era)
     return Fp8ComputeModel(
-        device, load_recipe(fp8), calibration, compiled=compiled, software_era=software_era
-    )
+        device, load_recipe(fp8), calibration, compiled=compiled, software_era=software_era,
+        microbatches=weight_cast_microbatches(fp8, microbatches),
+    )  # fmt: skip

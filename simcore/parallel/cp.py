@@ -7,6 +7,17 @@ attention of the block already received. A step costs ``max(send, attention of o
 only what the send exceeds the block's compute is exposed. Backward passes the key/value blocks
 and their gradients (twice the bytes) against the backward of one block.
 
+Causal load balance: Megatron-Core / Transformer Engine and torch's ``context_parallel`` (what
+torchtitan runs) cut the sequence into ``2 cp`` chunks and give rank ``r`` chunks ``r`` and
+``2cp - 1 - r`` (torch: ``_cp_options.enable_load_balance = True``, the round-robin note of
+``torch/distributed/tensor/experimental/_attention.py``); every rank then computes ``1/cp`` of the
+causal attention (:mod:`simcore.parallel.shard`), and every ring step after the first is half a
+block pair (the full query chunk against the first half of the keys, or the second half of the
+queries against all keys), so each of the ``cp`` steps holds ``1/cp`` of the rank's attention. torch
+moves the keys/values with one all-gather issued at the first step and waited at the second
+(``_RotateMethod.ALL_GATHER``, its default) and the key/value gradients round the ring, each hop
+waited one step later: the same bytes per hop, hidden the same way.
+
 Ulysses (Jacobs et al. 2023, "DeepSpeed Ulysses", arXiv 2309.14509, sec. 3.1): an all-to-all
 turns the sequence split into a head split before attention (queries, keys and values) and one
 turns it back after (the output); backward does the same two. Not overlapped.

@@ -208,7 +208,8 @@ def check_layout(layout: ParallelLayout, gpus: int, workload: Workload, *, cp_ki
     )
     _need(
         layout.vpp == 1 or layout.stage_layers is not None or dims.layers % stages == 0,
-        f"the interleaved schedule needs layers ({dims.layers}) divisible by pp x vpp = {stages}",
+        f"the interleaved schedule needs layers ({dims.layers}) divisible by pp x vpp = {stages} "
+        "(Megatron's rule), or an uneven split given with --pp-layers (a list, first:F,last:L or torchtitan)",
     )
     _check_context(layout, dims.seq_len, dims.heads, dims.kv_heads, cp_kind)
     _check_experts(layout, gpus, workload)

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from simcore.compute.fp8 import compute_model
+from simcore.compute.fp8 import compute_model, weight_cast_microbatches
 from simcore.compute.memory import TIGHT_HEADROOM
 from simcore.errors import TrainsimError
 from simcore.fastpath.costs import fast_collective_model, fast_concurrent_model
@@ -394,6 +394,7 @@ class _Composer:
                 calibration_id,
                 config.compile,
                 config.software_era,
+                weight_cast_microbatches(config.fp8, self.micro),
             ),
             lambda: compute_model(
                 self.device,
@@ -402,6 +403,7 @@ class _Composer:
                 config.fp8,
                 compiled=config.compile,
                 software_era=config.software_era,
+                microbatches=self.micro,
             ),
         )
         self.mode, _ = options.recompute_mode

@@ -150,6 +150,7 @@ def make_context(
             config.fp8,
             compiled=config.compile,
             software_era=config.software_era,
+            microbatches=config.accumulation_steps(topology.world_size),
         )
         device_memory_bytes = device_memory_bytes or device.memory_bytes
         if config.optimizer_impl not in ("auto",):

@@ -75,6 +75,29 @@ def test_every_row_is_planned_in_its_category_with_the_tables_needs() -> None:
     assert ("tp_comm_overlap", True) in by_id["modern-18"].setup.options
 
 
+def test_a_frameworks_recipe_settings_override_the_layout_column(tmp_path: Path) -> None:
+    by_id = {p.row.id: p for p in load_modern()[0]}
+    options = {row: dict(by_id[row].setup.options) for row in ("modern-29", "modern-30", "modern-34")}
+    # NeMo-Framework-Launcher 24.07: gpt3/20b and llama2_70b run sequence parallelism with TP comm
+    # overlap, gpt3/175b sequence parallelism only; the rows' layout column says sp=off
+    assert options["modern-29"]["sequence_parallel"] and options["modern-29"]["tp_comm_overlap"]
+    assert options["modern-34"]["sequence_parallel"] and options["modern-34"]["tp_comm_overlap"]
+    assert options["modern-30"]["sequence_parallel"] and not options["modern-30"].get("tp_comm_overlap")
+    text = MODERN_TABLE.read_text(encoding="utf-8").replace("[sp=on, asynctp=on]", "[sp=sometimes]", 1)
+    (tmp_path / "modern.yaml").write_text(text, encoding="utf-8")
+    with pytest.raises(TrainsimError, match="sp=sometimes"):
+        load_table(tmp_path / "modern.yaml")
+
+
+def test_llama_405b_rows_take_torchtitans_uneven_split_of_126_blocks() -> None:
+    by_id = {p.row.id: p for p in load_modern()[0]}
+    # generate_split_points: first stage 126 // stages, middle stages one more while the remainder
+    # lasts, the last stage the rest
+    assert by_id["modern-22"].setup.layout.stage_layers == (7, *[8] * 14, 7)
+    assert by_id["modern-20"].setup.layout.stage_layers == (15, *[16] * 6, 15)
+    assert by_id["modern-22"].all_reasons() == [] and by_id["modern-23"].all_reasons() == []
+
+
 def _table_without_needs(tmp_path: Path, *settings: str) -> Path:
     """The shipped table with the ``needs`` line of each of ``settings`` deleted."""
     lines, current = [], ""

@@ -116,3 +116,24 @@ def test_the_slowest_stage_sets_the_step() -> None:
     assert times[(2, 6)] > times[(4, 4)] and times[(6, 2)] > times[(4, 4)]
     even = compose_parallel_step(workload, config, topology, "ddp", ParallelLayout(pp=2)).report
     assert times[(4, 4)] == pytest.approx(even.step_time_s, rel=1e-12)
+
+
+def test_the_interleaved_schedule_takes_uneven_virtual_stages() -> None:
+    """pp 2 x vpp 2 over 8 blocks without an even cut: the discrete-event and event-free steps agree,
+    and the rank holding 3 + 3 blocks of a (3, 1, 3, 1) split sets a slower step than the even cut."""
+    workload = small_gpt(tied=False)
+    config = TrainingConfig(global_batch=8, micro_batch=1)
+    topology = cluster("dgx-a100", 2)
+    times = {}
+    for counts in [(2, 2, 2, 2), (1, 3, 3, 1), (3, 1, 3, 1)]:
+        layout = ParallelLayout(pp=2, vpp=2, stage_layers=counts)
+        fast = compose_parallel_step(workload, config, topology, "ddp", layout, path="fast").report
+        des = compose_parallel_step(workload, config, topology, "ddp", layout, path="des").report
+        assert math.isclose(fast.step_time_s, des.step_time_s, rel_tol=0.01)
+        times[counts] = des.step_time_s
+    # (1, 3, 3, 1) leaves each rank 4 blocks (the embedding and head on the light chunks): as fast
+    # as the even cut within 2%; (3, 1, 3, 1) gives rank 0 six blocks
+    assert times[(1, 3, 3, 1)] == pytest.approx(times[(2, 2, 2, 2)], rel=0.02)
+    assert times[(3, 1, 3, 1)] > 1.1 * max(times[(1, 3, 3, 1)], times[(2, 2, 2, 2)])
+    # the heavier rank computes 6 of 8 blocks against 4 of 8: its share of the step grows toward 6/4
+    assert times[(3, 1, 3, 1)] / times[(2, 2, 2, 2)] < 1.5
