@@ -409,14 +409,14 @@ def eager_attention_bytes(shape: TransformerShape, e: int) -> tuple[float, float
     Forward on the ``heads x s x s`` scores: Q K^T writes them, the scale reads and writes them, a
     causal decoder's ``torch.where`` with the mask buffer reads and writes them, softmax reads and
     writes them, dropout reads them and writes them and a 1-byte mask, and P V reads them: 2 passes
-    in the GEMMs, 6 (+2 causal, +2 + 1/e dropout) between them. ``torch.matmul`` on the head-split
+    in the GEMMs, 4 (+2 causal, +2 + 1/e dropout) between them. ``torch.matmul`` on the head-split
     (permuted) Q, K^T and V copies each to a contiguous batch first, and the heads are merged back
     with ``.contiguous()``: four layout copies (read, write) of ``s x width``.
 
     Backward (the autograd formulas of those ops): dP = dO V^T writes the scores, dV = P^T dO reads
     P, dropout's backward reads the gradient and the mask and writes, softmax's reads the gradient
     and its saved output and writes, ``where``'s reads and writes, the scale's reads and writes,
-    dQ = dS K and dK = dS^T Q read dS once each: 4 passes in the GEMMs, 7 (+2 causal, +1 + 1/e
+    dQ = dS K and dK = dS^T Q read dS once each: 4 passes in the GEMMs, 5 (+2 causal, +2 + 1/e
     dropout) between them, not twice the forward's; the four GEMMs read and write twice the forward
     GEMMs' Q, K, V and output bytes; the gradients of Q, K, V and of the output are copied back
     through the same four non-viewable reshapes.

@@ -193,3 +193,34 @@ def test_shape_file_keys_for_the_new_attention() -> None:
         TransformerShape.from_mapping(
             {**BASE, "mla": {"kv_lora_rank": 1, "qk_nope_head_dim": 1, "qk_rope_head_dim": 1}}, where="t"
         )
+
+
+@pytest.mark.parametrize(("causal", "dropout"), [(True, True), (False, True), (True, False), (False, False)])
+def test_eager_attention_bytes_follow_its_kernels(causal: bool, dropout: bool) -> None:
+    """Eager attention (hidden 64, 8 heads, s 32, bf16), counted by hand: forward 2 score passes in
+    the GEMMs plus scale 2, mask 2, softmax 2, dropout 2 + 1/2 between them, four layout copies of
+    Q, K, V and the output; backward 4 passes in the GEMMs plus dropout 2 + 1/2, softmax 3, mask 2,
+    scale 2, twice the GEMMs' Q/K/V/output bytes and the four copies again."""
+    s, h, heads = 32, 64, 8
+    core = _layers(flash_attention=False, causal=causal, dropout=dropout)["block0.attn_core"]
+    scores = E * heads * s * s  # 16384 bytes
+    io = E * 4 * s * h  # Q, K, V read, the output written: 16384 bytes
+    between_fwd = 2 + 2 + (2 if causal else 0) + (2.5 if dropout else 0)
+    between_bwd = 3 + 2 + (2 if causal else 0) + (2.5 if dropout else 0)
+    fwd = io + 2 * scores + between_fwd * scores + 2 * io
+    bwd = 2 * io + 4 * scores + between_bwd * scores + 2 * io
+    assert core.kind == "attention_math"
+    assert core.memory_bytes == pytest.approx(fwd)
+    assert core.bwd_bytes_ratio * core.memory_bytes == pytest.approx(bwd)
+    assert core.serial_fraction[0] * fwd == pytest.approx(between_fwd * scores + 2 * io)
+    assert core.serial_fraction[1] * bwd == pytest.approx(between_bwd * scores + 2 * io)
+    # GPT-2's case by number: forward (3 + 10.5) x 16384 = 221184 bytes, backward (4 + 13.5) x 16384
+    if causal and dropout:
+        assert (core.memory_bytes, core.bwd_bytes_ratio * core.memory_bytes) == pytest.approx(
+            (221184, 286720)
+        )
+
+
+def test_fused_attention_keeps_the_one_kernel_rule() -> None:
+    core = _layers()["block0.attn_core"]
+    assert core.kind == "attention" and core.bwd_bytes_ratio == 2.0 and core.serial_fraction == (0.0, 0.0)
