@@ -68,6 +68,7 @@ SHAPE_KEYS_OPTIONAL = (
     "pooler",
     "dropout",
     "flash_attention",
+    "fused_softmax",
     "moe",
     "causal",
     "activation",
@@ -115,6 +116,10 @@ class TransformerShape:
     pooler: bool = False  # BERT's pooler (hidden x hidden linear on the first token)
     dropout: bool = True  # dropout layers present (1-byte masks saved for backward)
     flash_attention: bool = True  # attention scores never materialised (no s^2 activation term)
+    # eager attention as Megatron-LM runs it (FusedScaleMaskSoftmax, the scale in baddbmm's alpha, the
+    # heads as strided batches of [s, b, heads, d] views): no separate scale/mask kernels, no layout
+    # copies. False: Hugging Face's eager chain (scale, mask, softmax as separate kernels)
+    fused_softmax: bool = False
     moe: MoEDims | None = None  # mixture-of-experts feed-forward (see MoEDims)
     causal: bool = True  # decoder self-attention (the fused kernel skips the masked half)
     # the FFN's activation when not gated: gelu (torch's fused erf kernel), gelu_tanh (GPT-2's
@@ -247,6 +252,7 @@ class TransformerShape:
             pooler=get_bool(m, "pooler", where, False),
             dropout=get_bool(m, "dropout", where, True),
             flash_attention=get_bool(m, "flash_attention", where, True),
+            fused_softmax=get_bool(m, "fused_softmax", where, False),
             moe=_moe_from_mapping(m["moe"], f"{where}: moe") if "moe" in m else None,
             causal=get_bool(m, "causal", where, True),
             activation=get_choice(m, "activation", where, ACTIVATIONS, "gelu"),
@@ -420,15 +426,28 @@ def eager_attention_bytes(shape: TransformerShape, e: int) -> tuple[float, float
     dropout) between them, not twice the forward's; the four GEMMs read and write twice the forward
     GEMMs' Q, K, V and output bytes; the gradients of Q, K, V and of the output are copied back
     through the same four non-viewable reshapes.
+
+    With ``fused_softmax`` (Megatron-LM's FusedScaleMaskSoftmax, ``masked_softmax_fusion`` on by
+    default; the 1/sqrt(d) scale in ``baddbmm``'s alpha) the scale, mask and softmax are one kernel
+    (forward: read, write; backward: read the gradient and the saved output, write) and ``bmm`` takes
+    the heads of the ``[s, b, heads, d]`` views as strided batches: no layout copies.
     """
     s = shape.seq_len
     scores = float(shape.heads * s * s)
     qkv_elems = s * (shape.q_width + shape.k_width + shape.v_width)
     io = float(e * (qkv_elems + s * shape.attn_width))  # Q, K, V read, the output written
+    drop = 2 + 1 / e if shape.dropout else 0
+    if shape.fused_softmax:  # one softmax kernel (read, write; backward: gradient, output, write)
+        return (
+            io + 2 * e * scores + (2 + drop) * e * scores,
+            2 * io + (4 + 3 + drop) * e * scores,
+            (2 + drop) * e * scores,
+            (3 + drop) * e * scores,
+        )
     copies = 2.0 * io  # four layout copies, each read and written
     mask = 2 if shape.causal else 0
-    fwd_between = 4 + mask + (2 + 1 / e if shape.dropout else 0)
-    bwd_between = 5 + mask + (2 + 1 / e if shape.dropout else 0)
+    fwd_between = 4 + mask + drop
+    bwd_between = 5 + mask + drop
     fwd_serial = fwd_between * e * scores + copies
     bwd_serial = bwd_between * e * scores + copies
     return (

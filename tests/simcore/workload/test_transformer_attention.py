@@ -224,3 +224,17 @@ def test_eager_attention_bytes_follow_its_kernels(causal: bool, dropout: bool) -
 def test_fused_attention_keeps_the_one_kernel_rule() -> None:
     core = _layers()["block0.attn_core"]
     assert core.kind == "attention" and core.bwd_bytes_ratio == 2.0 and core.serial_fraction == (0.0, 0.0)
+
+
+def test_megatron_fused_softmax_drops_the_scale_mask_kernels_and_the_copies() -> None:
+    """Megatron-LM's eager attention (hidden 64, 8 heads, s 32, bf16, causal, dropout): forward 2
+    score passes in the GEMMs plus fused softmax 2 and dropout 2 + 1/2; backward 4 plus softmax 3
+    and dropout 2 + 1/2; no layout copies."""
+    core = _layers(flash_attention=False, fused_softmax=True, dropout=True)["block0.attn_core"]
+    scores, io = E * 8 * 32 * 32, E * 4 * 32 * 64
+    assert core.memory_bytes == pytest.approx(io + 6.5 * scores)
+    assert core.bwd_bytes_ratio * core.memory_bytes == pytest.approx(2 * io + 9.5 * scores)
+    assert core.serial_fraction[0] * core.memory_bytes == pytest.approx(4.5 * scores)
+    assert core.serial_fraction[1] * core.bwd_bytes_ratio * core.memory_bytes == pytest.approx(5.5 * scores)
+    with pytest.raises(TrainsimError, match="fused_softmax"):
+        TransformerShape.from_mapping({**BASE, "fused_softmax": "yes"}, where="shape")
