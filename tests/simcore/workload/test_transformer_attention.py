@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simcore.errors import TrainsimError
 from simcore.workload.loader import load_workload
@@ -238,3 +240,23 @@ def test_megatron_fused_softmax_drops_the_scale_mask_kernels_and_the_copies() ->
     assert core.serial_fraction[1] * core.bwd_bytes_ratio * core.memory_bytes == pytest.approx(5.5 * scores)
     with pytest.raises(TrainsimError, match="fused_softmax"):
         TransformerShape.from_mapping({**BASE, "fused_softmax": "yes"}, where="shape")
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    heads=st.sampled_from([1, 2, 4, 8]),
+    s=st.integers(1, 256),
+    causal=st.booleans(),
+    dropout=st.booleans(),
+    fused=st.booleans(),
+)
+def test_eager_attention_backward_moves_less_than_twice_and_serial_shares_are_fractions(
+    heads: int, s: int, causal: bool, dropout: bool, fused: bool
+) -> None:
+    """Eager attention's backward moves more than its forward but less than the roofline's 2x, and
+    the bytes between its GEMMs are a share of each phase's bytes."""
+    core = _layers(
+        heads=heads, seq_len=s, causal=causal, dropout=dropout, flash_attention=False, fused_softmax=fused
+    )["block0.attn_core"]
+    assert 1.0 < core.bwd_bytes_ratio < 2.0
+    assert all(0.0 < share < 1.0 for share in core.serial_fraction)
