@@ -86,6 +86,7 @@ def _workload(row: Mapping[str, str]) -> Workload:
         vocab=int(row["vocab"]),
         seq_len=int(row["seq_len"]),
         flash_attention=False,
+        fused_softmax=True,  # Megatron-LM's FusedScaleMaskSoftmax (masked_softmax_fusion, on by default)
     )
     return build_workload(row["model"], shape, seq_len=None, dtype="bf16", source=row["source"])
 

@@ -378,10 +378,16 @@ class ComputeModel:
                 rate = self.achieved_flops(half, cls, "bwd")
                 w1, w2 = (waves[chosen, 1], waves[chosen, 2]) if cls in _WAVED else (1.0, 1.0)
                 compute[chosen] = half / (rate * w1) + half / (rate * w2)
-        moved = 2.0 * (mem + weights) if phase == "bwd" else mem + weights
+        column = 1 if phase == "bwd" else 0
+        if phase == "bwd":
+            mem = mem * np.fromiter((lay.bwd_bytes_ratio for lay in layers), float, count)
+            weights = 2.0 * weights
+        # memory-bound kernels between a layer's GEMMs (eager attention): their bytes add to the time
+        serial = mem * np.fromiter((lay.serial_fraction[column] for lay in layers), float, count)
         kernels = 2.0 if phase == "bwd" else 1.0
         gaps = 0.0 if self._host_runs_arithmetic else kernels * self.curve.kernel_overhead_s
-        return np.maximum(compute, moved / self._bandwidths(layers, classes, phase)) + gaps
+        bandwidth = self._bandwidths(layers, classes, phase)
+        return np.maximum(compute, (mem - serial + weights) / bandwidth) + serial / bandwidth + gaps
 
     def _bandwidths(self, layers: tuple[Layer, ...], classes: list[str], phase: str) -> np.ndarray:
         """Achieved memory bandwidth per layer: a memory-class layer of a kind with a measured eager

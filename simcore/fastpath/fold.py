@@ -90,7 +90,7 @@ class _Copy:
 def _signature(layer: Layer) -> tuple[object, ...]:
     return (
         layer.kind, layer.params, layer.fwd_flops, layer.bwd_flops, layer.activation_bytes,
-        layer.output_bytes, layer.memory_bytes, layer.gemm,
+        layer.output_bytes, layer.memory_bytes, layer.gemm, layer.bwd_bytes_ratio, layer.serial_fraction,
     )  # fmt: skip
 
 

@@ -39,6 +39,13 @@ class Layer:
     # tokens of a sequence, output positions of a convolution); None when unknown. The compute model
     # derives the data-gradient (m x n by n x k) and weight-gradient (k x m by m x n) GEMMs from it.
     gemm: tuple[float, float, float] | None = None
+    # Backward's bytes over the forward's ``memory_bytes`` (2: every tensor read and written again, the
+    # roofline's rule); eager attention states its own count (simcore/workload/models/transformer.py).
+    bwd_bytes_ratio: float = 2.0
+    # (forward, backward) share of that phase's activation bytes moved by memory-bound kernels that run
+    # between the layer's GEMMs (eager attention's scale, mask, softmax, dropout and layout copies):
+    # they add to the GEMMs' time instead of hiding under it. 0: one kernel, max(compute, bytes).
+    serial_fraction: tuple[float, float] = (0.0, 0.0)
 
     @property
     def is_flop_free(self) -> bool:

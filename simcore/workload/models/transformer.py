@@ -68,6 +68,7 @@ SHAPE_KEYS_OPTIONAL = (
     "pooler",
     "dropout",
     "flash_attention",
+    "fused_softmax",
     "moe",
     "causal",
     "activation",
@@ -115,6 +116,10 @@ class TransformerShape:
     pooler: bool = False  # BERT's pooler (hidden x hidden linear on the first token)
     dropout: bool = True  # dropout layers present (1-byte masks saved for backward)
     flash_attention: bool = True  # attention scores never materialised (no s^2 activation term)
+    # eager attention as Megatron-LM runs it (FusedScaleMaskSoftmax, the scale in baddbmm's alpha, the
+    # heads as strided batches of [s, b, heads, d] views): no separate scale/mask kernels, no layout
+    # copies. False: Hugging Face's eager chain (scale, mask, softmax as separate kernels)
+    fused_softmax: bool = False
     moe: MoEDims | None = None  # mixture-of-experts feed-forward (see MoEDims)
     causal: bool = True  # decoder self-attention (the fused kernel skips the masked half)
     # the FFN's activation when not gated: gelu (torch's fused erf kernel), gelu_tanh (GPT-2's
@@ -247,6 +252,7 @@ class TransformerShape:
             pooler=get_bool(m, "pooler", where, False),
             dropout=get_bool(m, "dropout", where, True),
             flash_attention=get_bool(m, "flash_attention", where, True),
+            fused_softmax=get_bool(m, "fused_softmax", where, False),
             moe=_moe_from_mapping(m["moe"], f"{where}: moe") if "moe" in m else None,
             causal=get_bool(m, "causal", where, True),
             activation=get_choice(m, "activation", where, ACTIVATIONS, "gelu"),
@@ -385,12 +391,70 @@ def _attention_core(shape: TransformerShape, block: int, e: int) -> Layer:
         )
     scores = a * s * s
     saved = float(e * qkv_elems + e * scores + ((1 + e) * scores if shape.dropout else 0))
-    # eager attention over the score matrix: write it, scale it (read, write), mask it (a causal
-    # decoder: read, write), softmax (read, write), dropout (read, write, 1-byte mask), read for PV
-    passes = 6 + (2 if shape.causal else 0) + (2 + 1 / e if shape.dropout else 0)
-    moved = e * (qkv_elems + s * o) + passes * e * scores
+    fwd_bytes, bwd_bytes, fwd_serial, bwd_serial = eager_attention_bytes(shape, e)
     return Layer(
-        f"block{block}.attn_core", "attention_math", block, sinks, flops, 2.0 * flops, saved, e * s * o, moved
+        f"block{block}.attn_core",
+        "attention_math",
+        block,
+        sinks,
+        flops,
+        2.0 * flops,
+        saved,
+        e * s * o,
+        fwd_bytes,
+        bwd_bytes_ratio=bwd_bytes / fwd_bytes,
+        serial_fraction=(fwd_serial / fwd_bytes, bwd_serial / bwd_bytes),
+    )
+
+
+def eager_attention_bytes(shape: TransformerShape, e: int) -> tuple[float, float, float, float]:
+    """Bytes per sample of eager attention (Hugging Face's BERT/GPT-2 ``_attn`` of 2019-2022, no
+    FlashAttention) as its kernels move them: (forward, backward, forward serial, backward serial),
+    the serial ones being the memory-bound kernels between the batched GEMMs.
+
+    Forward on the ``heads x s x s`` scores: Q K^T writes them, the scale reads and writes them, a
+    causal decoder's ``torch.where`` with the mask buffer reads and writes them, softmax reads and
+    writes them, dropout reads them and writes them and a 1-byte mask, and P V reads them: 2 passes
+    in the GEMMs, 4 (+2 causal, +2 + 1/e dropout) between them. ``torch.matmul`` on the head-split
+    (permuted) Q, K^T and V copies each to a contiguous batch first, and the heads are merged back
+    with ``.contiguous()``: four layout copies (read, write) of ``s x width``.
+
+    Backward (the autograd formulas of those ops): dP = dO V^T writes the scores, dV = P^T dO reads
+    P, dropout's backward reads the gradient and the mask and writes, softmax's reads the gradient
+    and its saved output and writes, ``where``'s reads and writes, the scale's reads and writes,
+    dQ = dS K and dK = dS^T Q read dS once each: 4 passes in the GEMMs, 5 (+2 causal, +2 + 1/e
+    dropout) between them, not twice the forward's; the four GEMMs read and write twice the forward
+    GEMMs' Q, K, V and output bytes; the gradients of Q, K, V and of the output are copied back
+    through the same four non-viewable reshapes.
+
+    With ``fused_softmax`` (Megatron-LM's FusedScaleMaskSoftmax, ``masked_softmax_fusion`` on by
+    default; the 1/sqrt(d) scale in ``baddbmm``'s alpha) the scale, mask and softmax are one kernel
+    (forward: read, write; backward: read the gradient and the saved output, write) and ``bmm`` takes
+    the heads of the ``[s, b, heads, d]`` views as strided batches: no layout copies.
+    """
+    s = shape.seq_len
+    scores = float(shape.heads * s * s)
+    qkv_elems = s * (shape.q_width + shape.k_width + shape.v_width)
+    io = float(e * (qkv_elems + s * shape.attn_width))  # Q, K, V read, the output written
+    drop = 2 + 1 / e if shape.dropout else 0
+    if shape.fused_softmax:  # one softmax kernel (read, write; backward: gradient, output, write)
+        return (
+            io + 2 * e * scores + (2 + drop) * e * scores,
+            2 * io + (4 + 3 + drop) * e * scores,
+            (2 + drop) * e * scores,
+            (3 + drop) * e * scores,
+        )
+    copies = 2.0 * io  # four layout copies, each read and written
+    mask = 2 if shape.causal else 0
+    fwd_between = 4 + mask + drop
+    bwd_between = 5 + mask + drop
+    fwd_serial = fwd_between * e * scores + copies
+    bwd_serial = bwd_between * e * scores + copies
+    return (
+        io + 2 * e * scores + fwd_serial,
+        2 * io + 4 * e * scores + bwd_serial,
+        fwd_serial,
+        bwd_serial,
     )
 
 

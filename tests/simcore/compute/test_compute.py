@@ -301,3 +301,39 @@ def test_cudnn_v3_era_prices_fp32_convolutions_at_its_plateau() -> None:
 def test_unknown_software_era_is_refused() -> None:
     with pytest.raises(TrainsimError, match="unknown software era 'cudnn-v1'; allowed: current, cudnn-v3"):
         ComputeModel(A100, "bf16", software_era="cudnn-v1")
+
+
+@pytest.mark.parametrize(("dtype", "peak"), [("fp16", 70e12), ("bf16", 70e12), ("tf32", 35e12)])
+def test_a10g_tensor_core_gemms_plateau_at_the_peak(dtype: str, peak: float) -> None:
+    """GA102's half-rate FP32-accumulate tensor cores: a 10240^3 GEMM at 1.00 of the peak (ga102
+    source), times the curve's size term ``F / (F + peak * half_s)``; FP32 SGEMM keeps 0.85."""
+    model = ComputeModel(device_spec("a10g"), dtype)
+    flops = 2.0 * 10240**3
+    size = flops / (flops + peak * model.curve.half_efficiency_time_s)
+    expected = flops / (peak * 1.00 * size) + model.curve.kernel_overhead_s
+    assert _kernel_s(model, _matmul(flops)) == pytest.approx(expected, rel=1e-9)
+    fp32 = ComputeModel(device_spec("a10g"), "fp32")
+    assert fp32.curve.plateau("gemm", "fwd", "fp32") == pytest.approx(0.85)
+
+
+def test_serial_memory_kernels_add_to_the_gemms_and_backward_bytes_follow_the_layer() -> None:
+    """A layer of 1e12 FLOPs and 1 GB forward, 40% of it in memory-bound kernels between its GEMMs,
+    backward 1.5x the bytes with 60% between: on a 100 TFLOP/s, 1 TB/s device (memory efficiency
+    0.8, plateau 0.8) forward = max(F / rate, 0.6 GB / bw) + 0.4 GB / bw, backward likewise."""
+    device = _device(peak=100e12, bandwidth=1e12)
+    model = ComputeModel(device, "bf16")
+    bw = 1e12 * model.curve.memory_efficiency
+    flops, moved = 1e12, 1e9
+    layer = replace(
+        _matmul(flops, moved=moved), kind="attention_math", bwd_bytes_ratio=1.5, serial_fraction=(0.4, 0.6)
+    )
+    gap = model.curve.kernel_overhead_s
+    fwd_compute = flops / float(model.achieved_flops(flops, "gemm", "fwd"))
+    assert _kernel_s(model, layer) == pytest.approx(max(fwd_compute, 0.6e9 / bw) + 0.4e9 / bw + gap)
+    half = flops  # backward: two GEMMs of the forward's size
+    bwd_compute = 2 * half / float(model.achieved_flops(half, "gemm", "bwd"))
+    expected = max(bwd_compute, 0.4 * 1.5e9 / bw) + 0.6 * 1.5e9 / bw + 2 * gap
+    assert _kernel_s(model, layer, phase="bwd") == pytest.approx(expected)
+    # the defaults keep the one-kernel rule: max(compute, bytes), backward twice the bytes
+    plain = _matmul(flops, moved=moved)
+    assert _kernel_s(model, plain, phase="bwd") == pytest.approx(max(bwd_compute, 2e9 / bw) + 2 * gap)

@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simcore.errors import TrainsimError
 from simcore.workload.loader import load_workload
@@ -193,3 +195,68 @@ def test_shape_file_keys_for_the_new_attention() -> None:
         TransformerShape.from_mapping(
             {**BASE, "mla": {"kv_lora_rank": 1, "qk_nope_head_dim": 1, "qk_rope_head_dim": 1}}, where="t"
         )
+
+
+@pytest.mark.parametrize(("causal", "dropout"), [(True, True), (False, True), (True, False), (False, False)])
+def test_eager_attention_bytes_follow_its_kernels(causal: bool, dropout: bool) -> None:
+    """Eager attention (hidden 64, 8 heads, s 32, bf16), counted by hand: forward 2 score passes in
+    the GEMMs plus scale 2, mask 2, softmax 2, dropout 2 + 1/2 between them, four layout copies of
+    Q, K, V and the output; backward 4 passes in the GEMMs plus dropout 2 + 1/2, softmax 3, mask 2,
+    scale 2, twice the GEMMs' Q/K/V/output bytes and the four copies again."""
+    s, h, heads = 32, 64, 8
+    core = _layers(flash_attention=False, causal=causal, dropout=dropout)["block0.attn_core"]
+    scores = E * heads * s * s  # 16384 bytes
+    io = E * 4 * s * h  # Q, K, V read, the output written: 16384 bytes
+    between_fwd = 2 + 2 + (2 if causal else 0) + (2.5 if dropout else 0)
+    between_bwd = 3 + 2 + (2 if causal else 0) + (2.5 if dropout else 0)
+    fwd = io + 2 * scores + between_fwd * scores + 2 * io
+    bwd = 2 * io + 4 * scores + between_bwd * scores + 2 * io
+    assert core.kind == "attention_math"
+    assert core.memory_bytes == pytest.approx(fwd)
+    assert core.bwd_bytes_ratio * core.memory_bytes == pytest.approx(bwd)
+    assert core.serial_fraction[0] * fwd == pytest.approx(between_fwd * scores + 2 * io)
+    assert core.serial_fraction[1] * bwd == pytest.approx(between_bwd * scores + 2 * io)
+    # GPT-2's case by number: forward (3 + 10.5) x 16384 = 221184 bytes, backward (4 + 13.5) x 16384
+    if causal and dropout:
+        assert (core.memory_bytes, core.bwd_bytes_ratio * core.memory_bytes) == pytest.approx(
+            (221184, 286720)
+        )
+
+
+def test_fused_attention_keeps_the_one_kernel_rule() -> None:
+    core = _layers()["block0.attn_core"]
+    assert core.kind == "attention" and core.bwd_bytes_ratio == 2.0 and core.serial_fraction == (0.0, 0.0)
+
+
+def test_megatron_fused_softmax_drops_the_scale_mask_kernels_and_the_copies() -> None:
+    """Megatron-LM's eager attention (hidden 64, 8 heads, s 32, bf16, causal, dropout): forward 2
+    score passes in the GEMMs plus fused softmax 2 and dropout 2 + 1/2; backward 4 plus softmax 3
+    and dropout 2 + 1/2; no layout copies."""
+    core = _layers(flash_attention=False, fused_softmax=True, dropout=True)["block0.attn_core"]
+    scores, io = E * 8 * 32 * 32, E * 4 * 32 * 64
+    assert core.memory_bytes == pytest.approx(io + 6.5 * scores)
+    assert core.bwd_bytes_ratio * core.memory_bytes == pytest.approx(2 * io + 9.5 * scores)
+    assert core.serial_fraction[0] * core.memory_bytes == pytest.approx(4.5 * scores)
+    assert core.serial_fraction[1] * core.bwd_bytes_ratio * core.memory_bytes == pytest.approx(5.5 * scores)
+    with pytest.raises(TrainsimError, match="fused_softmax"):
+        TransformerShape.from_mapping({**BASE, "fused_softmax": "yes"}, where="shape")
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    heads=st.sampled_from([1, 2, 4, 8]),
+    s=st.integers(1, 256),
+    causal=st.booleans(),
+    dropout=st.booleans(),
+    fused=st.booleans(),
+)
+def test_eager_attention_backward_moves_less_than_twice_and_serial_shares_are_fractions(
+    heads: int, s: int, causal: bool, dropout: bool, fused: bool
+) -> None:
+    """Eager attention's backward moves more than its forward but less than the roofline's 2x, and
+    the bytes between its GEMMs are a share of each phase's bytes."""
+    core = _layers(
+        heads=heads, seq_len=s, causal=causal, dropout=dropout, flash_attention=False, fused_softmax=fused
+    )["block0.attn_core"]
+    assert 1.0 < core.bwd_bytes_ratio < 2.0
+    assert all(0.0 < share < 1.0 for share in core.serial_fraction)
