@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from simcore.compute.power import power_capped
 from simcore.compute.roofline import ComputeModel
 from simcore.data import data_file
 from simcore.errors import TrainsimError
@@ -204,9 +205,12 @@ def compute_model(
     *,
     compiled: bool = False,
     software_era: str = "current",
+    power_limit_w: float | None = None,
 ) -> ComputeModel:
     """The compute model of a run: :class:`Fp8ComputeModel` under an FP8 recipe, else ComputeModel
-    (``compiled``: torch.compile's fused kernels; ``software_era``: the convolution library's era)."""
+    (``compiled``: torch.compile's fused kernels; ``software_era``: the convolution library's era;
+    ``power_limit_w``: a board power limit, :func:`simcore.compute.power.power_capped`)."""
+    device = power_capped(device, power_limit_w)
     if fp8 == "none":
         return ComputeModel(device, dtype, calibration, compiled=compiled, software_era=software_era)
     return Fp8ComputeModel(

@@ -394,6 +394,7 @@ class _Composer:
                 calibration_id,
                 config.compile,
                 config.software_era,
+                config.power_limit_w,
             ),
             lambda: compute_model(
                 self.device,
@@ -402,6 +403,7 @@ class _Composer:
                 config.fp8,
                 compiled=config.compile,
                 software_era=config.software_era,
+                power_limit_w=config.power_limit_w,
             ),
         )
         self.mode, _ = options.recompute_mode

@@ -166,6 +166,7 @@ def _cluster(job: PlanJob, gpus: int, caches: WorkerCaches) -> _Cluster:
         job.config.dtype,
         job.config.compile,
         job.config.software_era,
+        job.config.power_limit_w,
         job.engine_path,
     )
     known = caches.clusters.get(key)
@@ -186,6 +187,7 @@ def _cluster(job: PlanJob, gpus: int, caches: WorkerCaches) -> _Cluster:
                 job.config.fp8,
                 compiled=job.config.compile,
                 software_era=job.config.software_era,
+                power_limit_w=job.config.power_limit_w,
             ),
             path,
             price(topology, job.calibration),

@@ -144,6 +144,8 @@ class TrainingConfig:
     (fused memory-bound kernels, :mod:`simcore.compute.memory_kernels`); off is eager, the documented
     default of torch, torchtitan, HF Trainer and Megatron's own loop. ``software_era``: the
     convolution library's era when older than today's (``efficiency.yaml`` ``software_eras``).
+    ``power_limit_w``: a board power limit below the device's default slows its kernels
+    (:mod:`simcore.compute.power`); None runs at the default limit.
     """
 
     global_batch: int = 32
@@ -186,12 +188,17 @@ class TrainingConfig:
     jitter_scope: str = "step"
     compile: bool = False
     software_era: str = "current"
+    power_limit_w: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("global_batch", "micro_batch", "steps", "bucket_size_bytes", "first_bucket_bytes"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise TrainsimError(f"training config: {name} must be a positive integer, got {value!r}")
+        if self.power_limit_w is not None and not (
+            isinstance(self.power_limit_w, (int, float)) and 0 < self.power_limit_w < float("inf")
+        ):
+            raise TrainsimError(f"training config: power_limit_w must be a positive number of watts, got {self.power_limit_w!r}")
         if self.seq_len is not None and self.seq_len < 1:
             raise TrainsimError(f"training config: seq_len must be a positive integer, got {self.seq_len!r}")
         if self.dtype not in COMPUTE_DTYPES:

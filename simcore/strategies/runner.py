@@ -150,6 +150,7 @@ def make_context(
             config.fp8,
             compiled=config.compile,
             software_era=config.software_era,
+            power_limit_w=config.power_limit_w,
         )
         device_memory_bytes = device_memory_bytes or device.memory_bytes
         if config.optimizer_impl not in ("auto",):
