@@ -677,6 +677,7 @@ def _print(
     extra: dict[str, object] = {"network": network.record()} if network.given else {}
     extra |= {"from": framework.record()} if framework is not None else {}
     extra |= {"levers": levers.record()} if levers.given else {}
+    extra |= {"power_limit_w": args.power_limit} if args.power_limit is not None else {}
     if args.format == "json":
         print(records_to_json(records, recommendations=recommendations, **extra))
     elif args.format == "csv":
