@@ -205,6 +205,12 @@ def build_parser() -> argparse.ArgumentParser:
         "the sustained clock of the cap (default: the device's default limit)",
     )
     p.add_argument(
+        "--no-rank-spread",
+        action="store_true",
+        help="every GPU at the median GPU's speed (default: a synchronous step of N GPUs computes at the "
+        "expected slowest of N; off with --straggler or --jitter, which give per-rank speeds)",
+    )
+    p.add_argument(
         "--steps",
         type=int_range(1, MAX_STEPS),
         help=f"steps to simulate for p50/p99 (default {d.steps}, {STOCHASTIC_STEPS} with --jitter; "
@@ -347,6 +353,9 @@ def _config(args: argparse.Namespace, heterogeneity: Heterogeneity) -> TrainingC
         compile=args.compile,
         software_era=args.software_era,
         power_limit_w=args.power_limit,
+        rank_spread=not (
+            args.no_rank_spread or heterogeneity.has_stragglers or heterogeneity.jitter.compute.active
+        ),
         steps=args.steps if args.steps is not None else (STOCHASTIC_STEPS if heterogeneity.stochastic else 1),
     )
 

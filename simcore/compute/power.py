@@ -59,8 +59,11 @@ def _table() -> tuple[float, dict[str, PowerSpec]]:
     for name, entry in data["devices"].items():
         unknown = sorted(set(entry) - set(_KEYS))
         if unknown:
-            raise TrainsimError(f"power.yaml: {name}.{unknown[0]} is not a known key; allowed: {', '.join(_KEYS)}")
-        spec = PowerSpec(*(float(entry[k]) for k in _KEYS[:-1]), source=str(entry["source"]))
+            raise TrainsimError(
+                f"power.yaml: {name}.{unknown[0]} is not a known key; allowed: {', '.join(_KEYS)}"
+            )
+        watts = {k: float(entry[k]) for k in _KEYS[:-1]}
+        spec = PowerSpec(**watts, source=str(entry["source"]))
         if not spec.static_w < spec.min_w <= spec.default_w <= spec.max_w:
             raise TrainsimError(f"power.yaml: {name} needs static_w < min_w <= default_w <= max_w")
         specs[str(name)] = spec

@@ -145,7 +145,8 @@ class TrainingConfig:
     default of torch, torchtitan, HF Trainer and Megatron's own loop. ``software_era``: the
     convolution library's era when older than today's (``efficiency.yaml`` ``software_eras``).
     ``power_limit_w``: a board power limit below the device's default slows its kernels
-    (:mod:`simcore.compute.power`); None runs at the default limit.
+    (:mod:`simcore.compute.power`); None runs at the default limit. ``rank_spread``: a synchronous
+    step computes at the expected slowest of its GPUs (:mod:`simcore.compute.rank_spread`).
     """
 
     global_batch: int = 32
@@ -189,6 +190,9 @@ class TrainingConfig:
     compile: bool = False
     software_era: str = "current"
     power_limit_w: float | None = None
+    # the slowest of the step's GPUs gates it (simcore.compute.rank_spread); off where explicit
+    # per-rank speeds are simulated (stragglers, jitter, mixed devices)
+    rank_spread: bool = True
 
     def __post_init__(self) -> None:
         for name in ("global_batch", "micro_batch", "steps", "bucket_size_bytes", "first_bucket_bytes"):
@@ -198,7 +202,9 @@ class TrainingConfig:
         if self.power_limit_w is not None and not (
             isinstance(self.power_limit_w, (int, float)) and 0 < self.power_limit_w < float("inf")
         ):
-            raise TrainsimError(f"training config: power_limit_w must be a positive number of watts, got {self.power_limit_w!r}")
+            raise TrainsimError(
+                f"training config: power_limit_w must be a positive number of watts, got {self.power_limit_w!r}"
+            )
         if self.seq_len is not None and self.seq_len < 1:
             raise TrainsimError(f"training config: seq_len must be a positive integer, got {self.seq_len!r}")
         if self.dtype not in COMPUTE_DTYPES:

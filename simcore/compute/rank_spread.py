@@ -1,0 +1,86 @@
+"""The slowest of N ranks: GPUs of one SKU do not sustain the same clock (``data/rank_spread.yaml``).
+
+Every rank of a synchronous step waits for the slowest one at each collective it joins, so N ranks
+compute at the slowest of N GPUs drawn from the fleet. Per-GPU speed is normal around the median
+GPU (the one whose kernels the efficiency tables measured) with relative spread ``sigma`` (Sinha et
+al., SC22); the expected slowest of N is ``1 - sigma * E[max of N standard normals]`` of the median's
+speed, so compute-bound kernels take ``1 / (1 - sigma * e_N)`` as long: nothing at N = 1, ~2% at 8
+ranks, ~4% at 128, ~5% at 1,024. It stays off where the simulator already draws explicit per-rank
+speeds (stragglers, jitter, mixed devices).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+from simcore.data import data_file
+
+if TYPE_CHECKING:
+    from simcore.hardware import DeviceSpec
+
+__all__ = [
+    "expected_max_standard_normal",
+    "rank_spread_sigma",
+    "slowest_of",
+    "slowest_rank_time_factor",
+    "spread_ranks",
+]
+
+_DATA_FILE = Path(__file__).parent.parent / "data" / "rank_spread.yaml"
+
+
+@functools.lru_cache(maxsize=1)
+def rank_spread_sigma() -> float:
+    """Relative spread (standard deviation over the median) of per-GPU speed within one SKU."""
+    return float(data_file(_DATA_FILE.name)["relative_sigma"])
+
+
+@functools.lru_cache(maxsize=256)
+def expected_max_standard_normal(n: int) -> float:
+    """E[max of ``n`` independent standard normal draws] (0 for n = 1), by quadrature of the order
+    statistic's density n phi(x) Phi(x)^(n-1)."""
+    if n < 1:
+        raise ValueError(f"need at least one draw, got {n}")
+    if n == 1:
+        return 0.0
+    from scipy import integrate, stats
+
+    def density(x: float) -> float:
+        return float(x * n * stats.norm.pdf(x) * math.exp((n - 1) * stats.norm.logcdf(x)))
+
+    value, _ = integrate.quad(density, -12.0, 12.0, limit=200)
+    return float(value)
+
+
+def slowest_rank_time_factor(ranks: int) -> float:
+    """How much longer a compute-bound kernel takes on the expected slowest of ``ranks`` GPUs."""
+    return 1.0 / (1.0 - rank_spread_sigma() * expected_max_standard_normal(max(1, ranks)))
+
+
+_SLOWEST: dict[tuple[int, int], tuple[DeviceSpec, DeviceSpec]] = {}
+
+
+def slowest_of(device: DeviceSpec, ranks: int) -> DeviceSpec:
+    """``device`` as the expected slowest of ``ranks`` of its kind: its peak FLOP/s divided by
+    :func:`slowest_rank_time_factor` (the same object for the same device and count)."""
+    if ranks <= 1 or device.kind != "gpu":
+        return device
+    key = (id(device), ranks)
+    hit = _SLOWEST.get(key)
+    if hit is not None and hit[0] is device:
+        return hit[1]
+    factor = slowest_rank_time_factor(ranks)
+    slow = replace(device, peak_flops=MappingProxyType({k: v / factor for k, v in device.peak_flops.items()}))
+    _SLOWEST[key] = (device, slow)
+    return slow
+
+
+def spread_ranks(enabled: bool, world_size: int, *, explicit_speeds: bool) -> int:
+    """How many ranks' spread gates a synchronous step: ``world_size``, or 1 (no penalty) when the
+    rule is turned off or the simulation draws explicit per-rank speeds instead."""
+    return world_size if enabled and not explicit_speeds else 1
