@@ -74,3 +74,15 @@ def test_a_lower_limit_is_never_faster(a: float, b: float) -> None:
     low, high = sorted((a, b))
     for draw in (spec.default_w, spec.memory_bound_draw_w):
         assert 0 < capped_clock_ratio(spec, low, draw) <= capped_clock_ratio(spec, high, draw) <= 1
+
+
+def test_the_per_device_gradient_of_the_parameter_server_runs_under_the_cap() -> None:
+    """The parameter-server and mixed-device path prices a gradient per device: capped there too."""
+    from simcore.compute.rank_speed import device_gradient_time_s
+    from simcore.workload.loader import load_workload
+
+    workload = load_workload("gpt2-small", seq_len=1024, dtype="bf16")
+    memo: dict[tuple[object, ...], tuple[object, float]] = {}
+    plain = device_gradient_time_s("h100-sxm", workload, "bf16", 8, memo=memo)
+    capped = device_gradient_time_s("h100-sxm", workload, "bf16", 8, memo=memo, power_limit_w=500)
+    assert plain < capped < plain / (430 / 630) ** (1 / 3) + 1e-12 and len(memo) == 2
