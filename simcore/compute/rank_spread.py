@@ -42,19 +42,19 @@ def rank_spread_sigma() -> float:
 
 @functools.lru_cache(maxsize=256)
 def expected_max_standard_normal(n: int) -> float:
-    """E[max of ``n`` independent standard normal draws] (0 for n = 1), by quadrature of the order
-    statistic's density n phi(x) Phi(x)^(n-1)."""
+    """E[max of ``n`` independent standard normal draws] (0 for n = 1): the order statistic's density
+    n phi(x) Phi(x)^(n-1) integrated against x (trapezoid on [-12, 12], error below 1e-9)."""
     if n < 1:
         raise ValueError(f"need at least one draw, got {n}")
     if n == 1:
         return 0.0
-    from scipy import integrate, stats
+    import numpy as np
+    from scipy.special import log_ndtr
 
-    def density(x: float) -> float:
-        return float(x * n * stats.norm.pdf(x) * math.exp((n - 1) * stats.norm.logcdf(x)))
-
-    value, _ = integrate.quad(density, -12.0, 12.0, limit=200)
-    return float(value)
+    x = np.linspace(-12.0, 12.0, 24_001)
+    density = n * np.exp(-0.5 * x * x + (n - 1) * log_ndtr(x)) / math.sqrt(2.0 * math.pi)
+    f = x * density  # the trapezoid rule on a uniform grid (numpy 1.24 has no np.trapezoid)
+    return float((f.sum() - 0.5 * (f[0] + f[-1])) * (x[1] - x[0]))
 
 
 def slowest_rank_time_factor(ranks: int) -> float:
