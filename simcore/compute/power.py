@@ -103,29 +103,21 @@ def capped_clock_ratio(spec: PowerSpec, limit_w: float, draw_w: float) -> float:
     return float(((limit_w - spec.static_w) / (draw_w - spec.static_w)) ** (1.0 / exponent))
 
 
-_CAPPED: dict[tuple[int, float], tuple[DeviceSpec, DeviceSpec]] = {}
-
-
 def power_capped(device: DeviceSpec, limit_w: float | None) -> DeviceSpec:
     """``device`` under a board power limit of ``limit_w`` watts (None: as it is, at its default).
 
     Peak FLOP/s (tensor and CUDA cores: the SM clock) scale by the compute-bound clock ratio, memory
-    bandwidth by the memory-bound one; the name stays, so efficiency tables still apply. The same
-    device object is returned for the same device and limit, so caches keyed by it keep hitting.
+    bandwidth by the memory-bound one; the name stays, so efficiency tables still apply.
     """
     if limit_w is None:
         return device
-    key = (id(device), float(limit_w))
-    hit = _CAPPED.get(key)
-    if hit is not None and hit[0] is device:
-        return hit[1]
     spec = check_power_limit(device.name, limit_w)
     compute = capped_clock_ratio(spec, limit_w, spec.default_w)
     memory = capped_clock_ratio(spec, limit_w, spec.memory_bound_draw_w)
-    capped = replace(
+    if compute == 1.0 and memory == 1.0:
+        return device
+    return replace(
         device,
         peak_flops=MappingProxyType({k: v * compute for k, v in device.peak_flops.items()}),
         memory_bandwidth_Bps=device.memory_bandwidth_Bps * memory,
     )
-    _CAPPED[key] = (device, capped)
-    return capped

@@ -38,8 +38,9 @@ def test_a_cap_below_the_memory_bound_draw_slows_memory_too() -> None:
     assert capped.flops("bf16") == pytest.approx(989.5e12 * (180 / 630) ** (1 / 3))
 
 
-def test_the_same_limit_gives_the_same_device_object() -> None:
-    assert power_capped(H100, 500) is power_capped(H100, 500.0)
+def test_the_same_limit_gives_the_same_device() -> None:
+    assert power_capped(H100, 500) == power_capped(H100, 500.0)
+    assert power_capped(H100, 700) is H100
 
 
 def test_a_compute_model_under_the_cap_runs_its_gemm_slower() -> None:

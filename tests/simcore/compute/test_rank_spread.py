@@ -48,7 +48,7 @@ def test_eight_ranks_by_hand() -> None:
     slow = slowest_of(H100, 8)
     assert slow.flops("bf16") == pytest.approx(989.5e12 * (1 - 0.0148 * 1.42360), rel=1e-5)
     assert slow.memory_bandwidth_Bps == H100.memory_bandwidth_Bps  # the clock's spread, not HBM's
-    assert slowest_of(H100, 1) is H100 and slowest_of(H100, 8) is slow
+    assert slowest_of(H100, 1) is H100 and slowest_of(H100, 8) == slow
 
 
 def test_off_where_explicit_speeds_are_simulated() -> None:
