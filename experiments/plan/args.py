@@ -183,6 +183,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="board power limit per GPU (nvidia-smi -pl); below the device's default its kernels run at "
         "the sustained clock of the cap (default: the device's default limit)",
     )
+    batch.add_argument(
+        "--no-rank-spread",
+        action="store_true",
+        help="every GPU at the median GPU's speed (default: a synchronous step of N GPUs computes at the "
+        "expected slowest of N)",
+    )
     _add_space_arguments(p)
     limits = p.add_argument_group("memory, time and cost")
     limits.add_argument(

@@ -124,6 +124,7 @@ def _job(args: argparse.Namespace) -> PlanJob:
         master_weights=not args.no_master_weights,
         compile=args.compile,
         power_limit_w=args.power_limit,
+        rank_spread=not args.no_rank_spread,
     )
     if args.power_limit is not None:  # one clear line now, not a refusal of every layout later
         topology = load_cluster(args.cluster, gpus=parse_gpu_counts(args.gpus)[0])
