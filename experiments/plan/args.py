@@ -8,6 +8,7 @@ import math
 
 from experiments.common.frameworks.flags import FRAMEWORK_NAMES, add_from
 from simcore.cliargs import Parser, add_model, int_list, int_range, real_range
+from simcore.compute.power import settable_range_w
 from simcore.limits import MODEL_DIMENSION
 
 __all__ = ["ENGINES", "ENGINE_PATHS", "FP8_RECIPES", "SEQUENCE_PARALLEL", "STRATEGIES", "build_parser"]
@@ -174,6 +175,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--compile",
         action="store_true",
         help="torch.compile: fused norm/rotary/SwiGLU/loss kernels (default eager)",
+    )
+    batch.add_argument(
+        "--power-limit",
+        type=real_range(*settable_range_w(), unit="W"),
+        metavar="WATTS",
+        help="board power limit per GPU (nvidia-smi -pl); below the device's default its kernels run at "
+        "the sustained clock of the cap (default: the device's default limit)",
+    )
+    batch.add_argument(
+        "--no-rank-spread",
+        action="store_true",
+        help="every GPU at the median GPU's speed (default: a synchronous step of N GPUs computes at the "
+        "expected slowest of N)",
     )
     _add_space_arguments(p)
     limits = p.add_argument_group("memory, time and cost")

@@ -13,6 +13,7 @@ from experiments.common.frameworks.wiring import framework_workload
 from experiments.plan.args import SEQUENCE_PARALLEL
 from simcore.calibration.profile_json import load_profile
 from simcore.compute.fp8 import resolve_fp8
+from simcore.compute.power import check_power_limit
 from simcore.compute.precision import activation_dtype
 from simcore.errors import TrainsimError
 from simcore.fastpath.path import check_engine_path
@@ -22,6 +23,7 @@ from simcore.planner.rank import Budget
 from simcore.planner.search import PlanResult, Prepared, finish, prepare
 from simcore.planner.space import AXES, DEFAULT_MAX_VPP, SearchSpace, parse_gpu_counts, resolve_global_batch
 from simcore.strategies.base import TrainingConfig
+from simcore.strategies.runner import gating_device
 from simcore.workload.loader import load_workload
 from topologies import load_cluster
 
@@ -121,7 +123,12 @@ def _job(args: argparse.Namespace) -> PlanJob:
         optimizer=args.optimizer,
         master_weights=not args.no_master_weights,
         compile=args.compile,
+        power_limit_w=args.power_limit,
+        rank_spread=not args.no_rank_spread,
     )
+    if args.power_limit is not None:  # one clear line now, not a refusal of every layout later
+        topology = load_cluster(args.cluster, gpus=parse_gpu_counts(args.gpus)[0])
+        check_power_limit(gating_device(topology, dtype).name, args.power_limit)
     calibration = None
     if args.calibration:
         calibration = load_profile(args.calibration)

@@ -75,6 +75,7 @@ from simcore.cliargs import (
 from simcore.compute.fp8 import FP8_RECIPES, resolve_fp8
 from simcore.compute.heterogeneity import Heterogeneity
 from simcore.compute.optimizer import OPTIMIZER_IMPLS
+from simcore.compute.power import settable_range_w
 from simcore.compute.precision import PRECISION_MODES, activation_dtype
 from simcore.compute.roofline import software_eras
 from simcore.errors import TrainsimError, cli_entry
@@ -195,6 +196,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--software-era",
         default="current",
         help="convolution library era: current, or cudnn-v3 for 2015 stacks (no Winograd); default %(default)s",
+    )
+    p.add_argument(
+        "--power-limit",
+        type=real_range(*settable_range_w(), unit="W"),
+        metavar="WATTS",
+        help="board power limit per GPU (nvidia-smi -pl); below the device's default its kernels run at "
+        "the sustained clock of the cap (default: the device's default limit)",
+    )
+    p.add_argument(
+        "--no-rank-spread",
+        action="store_true",
+        help="every GPU at the median GPU's speed (default: a synchronous step of N GPUs computes at the "
+        "expected slowest of N; off with --straggler or --jitter, which give per-rank speeds)",
     )
     p.add_argument(
         "--steps",
@@ -338,6 +352,10 @@ def _config(args: argparse.Namespace, heterogeneity: Heterogeneity) -> TrainingC
         activation_checkpointing=args.checkpoint_activations,
         compile=args.compile,
         software_era=args.software_era,
+        power_limit_w=args.power_limit,
+        rank_spread=not (
+            args.no_rank_spread or heterogeneity.has_stragglers or heterogeneity.jitter.compute.active
+        ),
         steps=args.steps if args.steps is not None else (STOCHASTIC_STEPS if heterogeneity.stochastic else 1),
     )
 
@@ -563,6 +581,11 @@ def _header(
         + (f"network what-if: {network.describe()}\n" if network is not None and network.given else "")
         + ("kernels: torch.compile (fused norm/rotary/SwiGLU/loss)\n" if cfg.compile else "")
         + (f"convolutions: {cfg.software_era} software era\n" if cfg.software_era != "current" else "")
+        + (
+            f"power limit: {cfg.power_limit_w:g} W per GPU (sustained clocks under the cap)\n"
+            if cfg.power_limit_w is not None
+            else ""
+        )
         + (f"run levers: {levers.describe()}\n" if levers is not None and levers.given else "")
         + "scaling = samples/s / (gpus x samples/s of the same strategy on 1 GPU"
         + (", each straggler counted at its own speed" if heterogeneity.has_stragglers else "")
@@ -663,6 +686,7 @@ def _print(
     extra: dict[str, object] = {"network": network.record()} if network.given else {}
     extra |= {"from": framework.record()} if framework is not None else {}
     extra |= {"levers": levers.record()} if levers.given else {}
+    extra |= {"power_limit_w": args.power_limit} if args.power_limit is not None else {}
     if args.format == "json":
         print(records_to_json(records, recommendations=recommendations, **extra))
     elif args.format == "csv":

@@ -35,6 +35,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from simcore.compute.power import power_capped
+from simcore.compute.rank_spread import slowest_of
 from simcore.compute.roofline import ComputeModel
 from simcore.data import data_file
 from simcore.errors import TrainsimError
@@ -222,10 +224,15 @@ def compute_model(
     compiled: bool = False,
     software_era: str = "current",
     microbatches: int = 1,
+    power_limit_w: float | None = None,
+    ranks: int = 1,
 ) -> ComputeModel:
     """The compute model of a run: :class:`Fp8ComputeModel` under an FP8 recipe, else ComputeModel
     (``compiled``: torch.compile's fused kernels; ``software_era``: the convolution library's era;
-    ``microbatches``: a step's micro-batches, over which a once-per-step weight cast is spread)."""
+    ``microbatches``: a step's micro-batches, over which a once-per-step weight cast is spread;
+    ``power_limit_w``: a board power limit, :func:`simcore.compute.power.power_capped`; ``ranks``: the
+    synchronous step's ranks, computing at the slowest's speed, :func:`simcore.compute.rank_spread.slowest_of`)."""
+    device = slowest_of(power_capped(device, power_limit_w), ranks)
     if fp8 == "none":
         return ComputeModel(device, dtype, calibration, compiled=compiled, software_era=software_era)
     return Fp8ComputeModel(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from simcore.compute.power import power_capped
 from simcore.compute.roofline import ComputeModel
 from simcore.hardware import device_spec
 
@@ -35,18 +36,22 @@ def device_gradient_time_s(
     calibration: CalibrationProfile | None = None,
     memo: dict[tuple[object, ...], tuple[object, float]] | None = None,
     software_era: str = "current",
+    power_limit_w: float | None = None,
 ) -> float:
     """Seconds of forward + backward (+ recompute) of ``accumulation`` micro-batches on ``device``.
 
     ``memo``: where the caller keeps one gradient per (device, workload, dtype, micro-batch,
     recompute, calibration, software era); the functions below keep it with the topology, so a
     what-if that prices the same gradient for every parameter-server mode pays for it once per cluster.
-    ``software_era``: the convolution library's era (:class:`~simcore.compute.roofline.ComputeModel`).
+    ``software_era``: the convolution library's era (:class:`~simcore.compute.roofline.ComputeModel`);
+    ``power_limit_w``: a board power limit on a GPU (:func:`simcore.compute.power.power_capped`).
     """
-    key = (device, workload, dtype, micro_batch, recompute, id(calibration), software_era)
+    key = (device, workload, dtype, micro_batch, recompute, id(calibration), software_era, power_limit_w)
     hit = memo.get(key) if memo is not None else None
     if hit is None or hit[0] is not calibration:
-        model = ComputeModel(device_spec(device), dtype, calibration, software_era=software_era)
+        spec = device_spec(device)
+        spec = power_capped(spec, power_limit_w) if spec.kind == "gpu" else spec
+        model = ComputeModel(spec, dtype, calibration, software_era=software_era)
         seconds = sum(model.phase_time_s(workload, micro_batch, phase) for phase in ("fwd", "bwd"))
         if recompute:
             seconds += model.phase_time_s(workload, micro_batch, "recompute")
@@ -70,6 +75,7 @@ def rank_compute_times(
     recompute: bool = False,
     calibration: CalibrationProfile | None = None,
     software_era: str = "current",
+    power_limit_w: float | None = None,
 ) -> np.ndarray:
     """Seconds for one gradient (``accumulation`` micro-batches of forward + backward) on each rank's device.
 
@@ -92,6 +98,7 @@ def rank_compute_times(
                 calibration=calibration,
                 memo=_memo(topology),
                 software_era=software_era,
+                power_limit_w=power_limit_w,
             )
         times[rank] = by_device[name]
     return times

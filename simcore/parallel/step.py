@@ -35,7 +35,9 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from simcore.compute.fp8 import compute_model, weight_cast_microbatches
+from simcore.compute.heterogeneity import is_mixed_devices
 from simcore.compute.memory import TIGHT_HEADROOM
+from simcore.compute.rank_spread import spread_ranks
 from simcore.errors import TrainsimError
 from simcore.fastpath.costs import fast_collective_model, fast_concurrent_model
 from simcore.fastpath.path import DEFAULT_ENGINE_PATH, check_engine_path, choose_path
@@ -385,6 +387,11 @@ class _Composer:
             ),
         )
         self.device = inputs.device
+        self._spread_ranks = spread_ranks(
+            config.rank_spread,
+            self.gpus,
+            explicit_speeds=config.compute_jitter_sigma > 0 or is_mixed_devices(topology),
+        )
         self.timer = cache.get(
             "timer",
             (
@@ -395,6 +402,8 @@ class _Composer:
                 config.compile,
                 config.software_era,
                 weight_cast_microbatches(config.fp8, self.micro),
+                config.power_limit_w,
+                self._spread_ranks,
             ),
             lambda: compute_model(
                 self.device,
@@ -404,6 +413,8 @@ class _Composer:
                 compiled=config.compile,
                 software_era=config.software_era,
                 microbatches=self.micro,
+                power_limit_w=config.power_limit_w,
+                ranks=self._spread_ranks,
             ),
         )
         self.mode, _ = options.recompute_mode

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from simcore.compute.heterogeneity import NO_HETEROGENEITY, Heterogeneity, rank_compute_times
+from simcore.compute.power import power_capped
 from simcore.compute.roofline import ComputeModel
 from simcore.engine import Simulation
 from simcore.errors import TrainsimError
@@ -72,6 +73,8 @@ def _server_times(
 ) -> tuple[float, float]:
     """(update, aggregate-one-gradient) seconds for ``params`` parameters on ``device``."""
     spec = device_spec(str(topology.node(device).get("gpu", "")) or "cpu")
+    if spec.kind == "gpu":  # a GPU server runs under the run's board limit too
+        spec = power_capped(spec, training.power_limit_w)
     model = ComputeModel(spec, training.dtype, calibration)
     update = model.optimizer_time_s(params, training.optimizer)
     aggregate = params * (ACCUMULATOR_BYTES + training.grad_bytes) / model.memory_bandwidth_Bps
@@ -124,6 +127,7 @@ def _build_run(
         recompute=training.activation_checkpointing,
         calibration=calibration,
         software_era=training.software_era,
+        power_limit_w=training.power_limit_w,
     )[:workers]
     worker_device = str(topology.node(topology.ranks[0]).get("gpu", "")) or "cpu"
     cut = segments(workload, layout, worker_device, training.dtype, training.micro_batch, calibration)

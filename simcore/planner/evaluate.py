@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from simcore.compute.fp8 import compute_model
 from simcore.compute.heterogeneity import NO_HETEROGENEITY, is_mixed_devices, sync_compute_scale
+from simcore.compute.rank_spread import spread_ranks
 from simcore.errors import TrainsimError
 from simcore.fastpath.costs import fast_collective_model, fast_concurrent_model
 from simcore.fastpath.path import DEFAULT_ENGINE_PATH, check_engine_path, choose_path
@@ -166,6 +167,8 @@ def _cluster(job: PlanJob, gpus: int, caches: WorkerCaches) -> _Cluster:
         job.config.dtype,
         job.config.compile,
         job.config.software_era,
+        job.config.power_limit_w,
+        job.config.rank_spread,
         job.engine_path,
     )
     known = caches.clusters.get(key)
@@ -186,6 +189,12 @@ def _cluster(job: PlanJob, gpus: int, caches: WorkerCaches) -> _Cluster:
                 job.config.fp8,
                 compiled=job.config.compile,
                 software_era=job.config.software_era,
+                power_limit_w=job.config.power_limit_w,
+                ranks=spread_ranks(
+                    job.config.rank_spread,
+                    topology.world_size,
+                    explicit_speeds=job.config.compute_jitter_sigma > 0 or is_mixed_devices(topology),
+                ),
             ),
             path,
             price(topology, job.calibration),

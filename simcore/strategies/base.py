@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from simcore.collectives.tuning import channels as nccl_channels
 from simcore.compute.fp8 import FP8_RECIPES
+from simcore.compute.host_syncs import host_sync_time_s, syncs_per_step
 from simcore.compute.memory import optimizer_step_temp_bytes, runtime_memory
 from simcore.compute.optimizer import (
     IMPL_ALIASES,
@@ -144,6 +145,9 @@ class TrainingConfig:
     (fused memory-bound kernels, :mod:`simcore.compute.memory_kernels`); off is eager, the documented
     default of torch, torchtitan, HF Trainer and Megatron's own loop. ``software_era``: the
     convolution library's era when older than today's (``efficiency.yaml`` ``software_eras``).
+    ``power_limit_w``: a board power limit below the device's default slows its kernels
+    (:mod:`simcore.compute.power`); None runs at the default limit. ``rank_spread``: a synchronous
+    step computes at the expected slowest of its GPUs (:mod:`simcore.compute.rank_spread`).
     """
 
     global_batch: int = 32
@@ -186,12 +190,28 @@ class TrainingConfig:
     jitter_scope: str = "step"
     compile: bool = False
     software_era: str = "current"
+    power_limit_w: float | None = None
+    # the slowest of the step's GPUs gates it (simcore.compute.rank_spread); off where explicit
+    # per-rank speeds are simulated (stragglers, jitter, mixed devices)
+    rank_spread: bool = True
+    # host syncs per step of the training loop (None: its framework's, simcore/data/host_syncs.yaml)
+    host_syncs_per_step: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("global_batch", "micro_batch", "steps", "bucket_size_bytes", "first_bucket_bytes"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise TrainsimError(f"training config: {name} must be a positive integer, got {value!r}")
+        if self.power_limit_w is not None and not (
+            isinstance(self.power_limit_w, (int, float)) and 0 < self.power_limit_w < float("inf")
+        ):
+            raise TrainsimError(
+                f"training config: power_limit_w must be a positive number of watts, got {self.power_limit_w!r}"
+            )
+        if self.host_syncs_per_step is not None and not 0 <= self.host_syncs_per_step <= 1000:
+            raise TrainsimError(
+                f"training config: host_syncs_per_step must be 0..1000, got {self.host_syncs_per_step!r}"
+            )
         if self.seq_len is not None and self.seq_len < 1:
             raise TrainsimError(f"training config: seq_len must be a positive integer, got {self.seq_len!r}")
         if self.dtype not in COMPUTE_DTYPES:
@@ -603,7 +623,16 @@ class StepContext:
             dtensor = framework == "torch-fsdp"  # FSDP2's parameters are DTensors
             factor = framework_overheads().dtensor_op_factor if dtensor else 1.0
             seconds = float(timed(cost, host_factor=factor))
+        seconds += self.host_sync_s(framework)
         return OptimizerStep(seconds, self._optimizer_scratch(params, shards, impl, precision), impl)
+
+    def host_sync_s(self, framework: str) -> float:
+        """Exposed seconds of the host syncs ``framework``'s loop makes per step (``loss.item()``,
+        ``clip_grad_norm_(...).item()``): :mod:`simcore.compute.host_syncs`; the config's
+        ``host_syncs_per_step`` replaces the framework's count."""
+        syncs = self.config.host_syncs_per_step
+        count = syncs_per_step(framework) if syncs is None else syncs
+        return host_sync_time_s(count, self.host_op_s("fwd"), device_kind=self.device_kind)
 
     def _optimizer_scratch(self, local_params: float, shards: int, impl: str, precision: Precision) -> float:
         """Scratch bytes of this rank's optimizer step (``temp`` while it runs).

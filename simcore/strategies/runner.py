@@ -23,8 +23,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from simcore.compute.fp8 import compute_model
+from simcore.compute.heterogeneity import is_mixed_devices
 from simcore.compute.optimizer import canonical_impl, check_impl_supported
 from simcore.compute.precision import COMPUTE_DTYPES, check_precision, resolve_precision
+from simcore.compute.rank_spread import spread_ranks
 from simcore.engine import Simulation
 from simcore.hardware import device_spec
 from simcore.report import LinkBusy, StepReport
@@ -151,6 +153,12 @@ def make_context(
             compiled=config.compile,
             software_era=config.software_era,
             microbatches=config.accumulation_steps(topology.world_size),
+            power_limit_w=config.power_limit_w,
+            ranks=spread_ranks(
+                config.rank_spread,
+                topology.world_size,
+                explicit_speeds=config.compute_jitter_sigma > 0 or is_mixed_devices(topology),
+            ),
         )
         device_memory_bytes = device_memory_bytes or device.memory_bytes
         if config.optimizer_impl not in ("auto",):

@@ -38,3 +38,26 @@ def test_fp8_on_a_device_without_it_is_one_line(capsys: pytest.CaptureFixture[st
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "has no fp8 tensor cores" in err and err.count("\n") == 1
+
+
+def test_a_power_limit_slows_the_plan_and_a_device_without_it_is_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    def step_s(argv: list[str]) -> float:
+        document = json.loads(_run([*BASE, *argv, "--format", "json"], capsys))
+        return float(document["gpu_counts"][0]["ranked"][0]["step_time_s"])
+
+    assert step_s(["--power-limit", "400"]) > step_s([])
+    with pytest.raises(SystemExit) as exit_info:
+        main([*BASE, "--cluster", "dgx-a100", "--power-limit", "300"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "'a100-sxm-80gb' has no power data" in err and err.count("\n") == 1
+
+
+def test_no_rank_spread_prices_every_gpu_at_the_median(capsys: pytest.CaptureFixture[str]) -> None:
+    def step_s(argv: list[str]) -> float:
+        document = json.loads(_run([*BASE, *argv, "--format", "json"], capsys))
+        return float(document["gpu_counts"][0]["ranked"][0]["step_time_s"])
+
+    assert step_s(["--no-rank-spread"]) < step_s([])

@@ -136,14 +136,19 @@ def test_a_predicted_row_is_the_reports_tokens_per_second_per_gpu() -> None:
     plan = modern_plan(row, table)
     (result,) = evaluate([plan])
     assert result.status == PREDICTED and result.predicted is not None
-    config = TrainingConfig(global_batch=16, micro_batch=2, seq_len=8192, dtype="bf16", optimizer="adamw")
+    # the row's 500 W board limit and torchtitan's loop (a loss read every 10th step) are applied
+    config = TrainingConfig(
+        global_batch=16, micro_batch=2, seq_len=8192, dtype="bf16", optimizer="adamw",
+        power_limit_w=500, host_syncs_per_step=0.1,
+    )  # fmt: skip
     assert isinstance(plan.setup, ModernSetup)
     report = simulate_parallel_step(
         load_workload("llama3-8b", seq_len=8192, dtype="bf16"), config, load_cluster("hgx-h100", gpus=8, nodes=1),
         "fsdp", plan.setup.layout, ParallelOptions(recompute="full"), cluster="hgx-h100", trace=False,
     ).report  # fmt: skip
     assert result.predicted == pytest.approx(16 * 8192 / report.step_time_s / 8, rel=1e-9)
-    assert any("500 W" in n for n in result.notes)  # the approximation is stated on the row
+    assert ("power_limit_w", 500) in plan.setup.config
+    assert not any("power limit is not applied" in n for n in result.notes)
 
 
 @pytest.mark.parametrize(
