@@ -82,6 +82,7 @@ from simcore.compute.precision import Precision
 from simcore.step.plan import Label, OpKey, PlanBuilder, StepPlan
 from simcore.strategies.base import StepContext, Strategy, optimizer_state_bytes
 from simcore.strategies.ddp import chunk_param_tensors
+from simcore.strategies.deepspeed import prefetch_allowed, zero3_defaults
 from simcore.strategies.passes import (
     Chunk,
     PassHooks,
@@ -121,8 +122,10 @@ class ShardedHooks(PassHooks):
         allocate_unsharded: bool = True,
         unit_ops: tuple[float, float] = (0.0, 0.0),
         tensor_ops: tuple[float, float] = (0.0, 0.0),
+        max_live_params: float = float("inf"),
     ) -> None:
         self.ctx, self.units, self.micro_batch = ctx, units, micro_batch
+        self.max_live_params = max_live_params  # DeepSpeed's bound on gathered parameters (deepspeed.py)
         # each unit's operations in this micro-batch share one key
         self.unit_keys = [OpKey(group=unit, micro_batch=micro_batch) for unit in range(len(units.units))]
         self.shard_group, self.replicate_group = tuple(shard_group), tuple(replicate_group)
@@ -204,7 +207,9 @@ class ShardedHooks(PassHooks):
         """Gather the next ``prefetch`` units of ``order`` after ``position``: alongside compute op
         ``op`` (it starts them), or, with ``op`` None, after ``after`` (a blocking prefetch)."""
         depth = self.ctx.config.prefetch
-        issued = []
+        issued: list[int] = []
+        if not prefetch_allowed((self.unit_params[u] for u in self.gathered), self.max_live_params):
+            return issued  # DeepSpeed: the gathered parameters already reach max_live_parameters
         for unit in list(dict.fromkeys(order[position + 1 :]))[:depth]:
             if unit not in self.gathered and unit not in blocked and self.pending[unit] > 0:
                 starts = [op] if op is not None else []
@@ -425,6 +430,10 @@ def build_sharded_plan(
     unit_ops = overheads.zero3_unit_ops if deepspeed else overheads.fsdp2_unit_ops
     tensor_ops = (0.0, 0.0) if deepspeed else overheads.fsdp2_tensor_ops
     every = cfg.gradient_sync_every_micro_batch
+    max_live = float("inf")
+    if deepspeed:
+        limit = cfg.zero3_max_live_params
+        max_live = float(limit if limit is not None else zero3_defaults().max_live_parameters)
     for micro in range(quiet, k):
         number = micro + 1 if k > 1 else None  # labels name micro-batches only when there are several
         final = micro == k - 1
@@ -433,6 +442,7 @@ def build_sharded_plan(
             reshard_root=reshard_root, first_micro=micro == 0, micro_batch=number, precision=precision,
             sync=every or final, first_reduce=micro == 0 if every else final,
             allocate_unsharded=every or micro == quiet, unit_ops=unit_ops, tensor_ops=tensor_ops,
+            max_live_params=max_live,
         )  # fmt: skip
         last = build_microbatch(ctx, builder, chunks, hooks, number, last)
     after = [builder.last_comm] if builder.last_comm is not None else []
