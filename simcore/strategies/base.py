@@ -243,7 +243,9 @@ class TrainingConfig:
         if self.zero3_prefetch_bucket_params < 1:
             raise TrainsimError("training config: zero3_prefetch_bucket_params must be >= 1")
         if self.zero3_max_live_params is not None and self.zero3_max_live_params < 1:
-            raise TrainsimError("training config: zero3_max_live_params must be >= 1 (or unset: DeepSpeed's 1e9)")
+            raise TrainsimError(
+                "training config: zero3_max_live_params must be >= 1 (or unset: DeepSpeed's 1e9)"
+            )
         if IMPL_ALIASES.get(self.optimizer_impl, self.optimizer_impl) not in OPTIMIZER_IMPLS:
             raise TrainsimError(
                 f"training config: optimizer_impl {self.optimizer_impl!r} is not known; "
