@@ -65,7 +65,10 @@ in the order units were recorded, so a unit whose boundary falls *inside* a tran
 cannot be prefetched: its all-gather starts only when compute reaches it, an exposed round trip
 in the middle of the block's forward and again in its backward. DeepSpeed ZeRO-3 gathers in traced
 parameter order by prefetch buckets (``stage3_prefetch_bucket_size``), so its groups may split
-blocks without this penalty.
+blocks without this penalty. Its coordinator prefetches only while the parameters gathered or in
+flight stay under ``stage3_max_live_parameters`` (:mod:`simcore.strategies.deepspeed`): a group
+of that size or more (1e9 elements by default) leaves no room, and the group after it is gathered
+on demand.
 
 HSDP (:mod:`simcore.strategies.hsdp`) reuses this schedule with the shard group limited to a node
 and an all-reduce of each reduce-scattered shard across nodes.
@@ -496,7 +499,16 @@ class Zero3Strategy:
     communicates_every_microbatch = True
 
     def assumption_note(self, ctx: StepContext) -> str:
-        return ""
+        limit = ctx.config.zero3_max_live_params
+        bound = limit if limit is not None else zero3_defaults().max_live_parameters
+        units = bucket_units(ctx.workload, ctx.config.zero3_prefetch_bucket_params, ctx.caches.unit_plans)
+        largest = max(ctx.layer_counts(members)[0] for members in units.units)
+        if ctx.gpus == 1 or largest < bound:
+            return ""
+        return (
+            f"zero3: a gather group of {largest:.3g} elements reaches stage3_max_live_parameters "
+            f"({bound:.3g}): DeepSpeed prefetches nothing while it is gathered, the next group waits"
+        )
 
     def layer_groups(self, ctx: StepContext) -> list[int]:
         """The prefetch bucket of each layer (see fastpath.fold)."""

@@ -105,3 +105,19 @@ def test_the_event_free_path_agrees_with_the_des(max_live: int | None) -> None:
 def test_a_bound_below_one_is_refused() -> None:
     with pytest.raises(TrainsimError, match="zero3_max_live_params"):
         TrainingConfig(zero3_max_live_params=0)
+
+
+def test_the_note_says_when_a_group_reaches_the_bound() -> None:
+    def note(max_live: int | None) -> str:
+        config = TrainingConfig(
+            global_batch=16,
+            micro_batch=1,
+            zero3_prefetch_bucket_params=3_000_000,
+            zero3_max_live_params=max_live,
+        )
+        return get_strategy("zero3").assumption_note(
+            toy_context(16, config, workload=toy_transformer(blocks=4))
+        )
+
+    assert note(None) == "" and note(4_000_001) == ""
+    assert "a gather group of 4e+06 elements reaches stage3_max_live_parameters (4e+06)" in note(4_000_000)
