@@ -8,7 +8,7 @@ from simcore.errors import TrainsimError
 from simcore.step.plan import COMM
 from simcore.strategies import get_strategy
 from simcore.strategies.base import TrainingConfig
-from simcore.strategies.deepspeed import prefetch_allowed, zero3_defaults
+from simcore.strategies.deepspeed import prefetch_allowed, released_after_recompute, zero3_defaults
 from simcore.whatif.sweep import run_what_if
 from tests.simcore.strategies.test_strategies_support import toy_context, toy_transformer
 from topologies import load_cluster
@@ -68,10 +68,13 @@ def test_fsdp_keeps_its_own_prefetch() -> None:
     assert _on_demand("fsdp", 1) == _on_demand("fsdp", None)
 
 
-def _record(max_live: int | None, path: str = "des") -> object:
+def _record(
+    max_live: int | None, path: str = "des", reuse: int | None = None, checkpoint: bool = False
+) -> object:
     config = TrainingConfig(
-        global_batch=32, micro_batch=2, zero3_prefetch_bucket_params=3_000_000, zero3_max_live_params=max_live
-    )
+        global_batch=32, micro_batch=2, zero3_prefetch_bucket_params=3_000_000, zero3_max_live_params=max_live,
+        zero3_max_reuse_distance=reuse, activation_checkpointing=checkpoint,
+    )  # fmt: skip
     workload = toy_transformer(blocks=20, layers_per_block=2)
     result = run_what_if(
         workload,
@@ -121,3 +124,48 @@ def test_the_note_says_when_a_group_reaches_the_bound() -> None:
 
     assert note(None) == "" and note(4_000_001) == ""
     assert "a gather group of 4e+06 elements reaches stage3_max_live_parameters (4e+06)" in note(4_000_000)
+
+
+def test_the_reuse_rule_walks_the_recompute_then_the_backward() -> None:
+    """GPT 174.6B's four modules (QKV 4.5e8, out 1.5e8, FC1 6e8, FC2 6e8) with 1e9: after QKV's
+    recompute the walk passes out, FC1 (7.5e8), FC2 (1.35e9) and stops: released; out: FC1, FC2
+    (1.2e9): released; FC1: FC2, then FC2's backward (1.2e9): released; FC2: its own backward
+    comes first: kept."""
+    gpt175 = [(0, 4.5e8), (1, 1.5e8), (2, 6e8), (3, 6e8)]
+    assert released_after_recompute(gpt175, 1e9) == [0, 1, 2]
+    assert released_after_recompute(gpt175, 2e9) == [0, 1]  # QKV walks 2.55e9 to its backward
+    assert released_after_recompute(gpt175, 4e9) == []  # every backward within 4e9 (QKV: 2.7e9)
+    assert released_after_recompute(gpt175, 0) == [0, 1, 2, 3]  # nothing kept
+    assert released_after_recompute([(0, 2e8)], 1e9) == []  # one group per block: used again at once
+
+
+def _regathers(name: str, reuse: int | None, checkpoint: bool = True) -> int:
+    """Second all-gathers on the toy transformer with 4e8-parameter layers (each its own group):
+    four checkpointed blocks of three groups."""
+    config = TrainingConfig(
+        global_batch=16, micro_batch=1, zero3_prefetch_bucket_params=3_000_000,
+        zero3_max_reuse_distance=reuse, activation_checkpointing=checkpoint,
+    )  # fmt: skip
+    workload = toy_transformer(blocks=4, params_per_layer=400_000_000)
+    plan = get_strategy(name).build_plan(toy_context(16, config, workload=workload))
+    return sum("again after recompute" in op.name for op in plan.ops if op.kind == "all_gather")
+
+
+def test_checkpointed_blocks_gather_their_released_groups_again() -> None:
+    """Three 4e8 groups a block, reuse 1e9: only the block's first group is released (the walk
+    passes the other two and the last one's backward, 1.2e9), so one more all-gather a block: 4.
+    Reuse 0 releases all three (12), a reuse beyond the block none; no recompute, or FSDP: none."""
+    assert _regathers("zero3", None) == 4
+    assert _regathers("zero3", 0) == 12
+    assert _regathers("zero3", 10**12) == 0
+    assert _regathers("zero3", 0, checkpoint=False) == 0
+    assert _regathers("fsdp", 0) == 0
+
+
+def test_regathering_costs_time_and_the_paths_agree() -> None:
+    once, twice = _record(None, checkpoint=True), _record(None, reuse=0, checkpoint=True)
+    assert twice.step_time_s >= once.step_time_s  # type: ignore[attr-defined]
+    assert twice.comm_s > once.comm_s  # type: ignore[attr-defined]
+    fast = _record(None, "fast", reuse=0, checkpoint=True)
+    for name in ("step_time_s", "exposed_comm_s", "comm_s", "peak_memory_bytes"):
+        assert getattr(fast, name) == pytest.approx(getattr(twice, name), rel=0.01), name
