@@ -6,7 +6,8 @@
     python -m experiments.validate_published --out experiments/results/published --force
 
 Reads the published measurements (``data/published_measurements.csv``: 157 rows, each with its
-source; ``data/README.md`` says where the file comes from) and the mapping of each row to a
+source; ``data/README.md`` says where the file comes from; then ``data/added_rows.csv``: rows the
+project added from other publications, numbered from 158) and the mapping of each row to a
 simulator setup (``data/mapping.yaml``), and the 36 torchtitan/NeMo runs of 2024-25
 (``data/modern_runs.csv`` through the settings table ``data/modern.yaml``: categories
 ``modern_runs`` and ``modern_runs_memory``, :mod:`experiments.validate_published.modern`). Rows that
@@ -55,7 +56,7 @@ from experiments.validate_published.calibration import CALIBRATION_PATH, apply_c
 from experiments.validate_published.evaluate import RowResult, evaluate, summarise
 from experiments.validate_published.mapping import CATEGORIES, MAPPING_PATH, RowPlan, load_mapping
 from experiments.validate_published.modern import MODERN_CSV, MODERN_TABLE, load_modern
-from experiments.validate_published.published import CSV_PATH, content_sha256
+from experiments.validate_published.published import ADDED_PATH, CSV_PATH, content_sha256
 from experiments.validate_published.report import (
     format_csv,
     format_json,
@@ -143,6 +144,7 @@ def provenance(argv: Sequence[str]) -> dict[str, Any]:
         "command": " ".join(["python -m experiments.validate_published", *argv]),
         "versions": _versions(),
         "published_csv_sha256": content_sha256(CSV_PATH),
+        "added_rows_csv_sha256": content_sha256(ADDED_PATH),
         "mapping_sha256": content_sha256(MAPPING_PATH),
         "calibration_sha256": content_sha256(CALIBRATION_PATH),
         "modern_runs_csv_sha256": content_sha256(MODERN_CSV),

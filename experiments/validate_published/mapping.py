@@ -17,7 +17,7 @@ from typing import Any
 from experiments.validate_published import collective, kernels, training
 from experiments.validate_published.base import Setup
 from experiments.validate_published.metrics import METRICS, Metric
-from experiments.validate_published.published import PublishedRow, load_rows
+from experiments.validate_published.published import PublishedRow, load_all_rows
 from simcore.errors import TrainsimError
 from simcore.yamlload import safe_load
 
@@ -157,7 +157,7 @@ def load_mapping(path: Path = MAPPING_PATH) -> RowMapping:
     """Every published row's plan, in row order; every row must have exactly one entry."""
     with path.open(encoding="utf-8") as handle:
         data = safe_load(handle)
-    rows = load_rows()
+    rows = load_all_rows()
     entries = data.get("rows", {})
     ids = {row.id for row in rows}
     if set(entries) != ids:

@@ -32,6 +32,12 @@ METRICS: dict[str, Metric] = {
         Metric("step_time_s", "s", False, "seconds per training iteration"),
         Metric("tokens_per_s_per_gpu", "tokens/s/GPU", True, "training tokens per second per GPU"),
         Metric("tflops_per_gpu", "TFLOPS", True, "model FLOPs (6 x params x tokens) per second per GPU"),
+        Metric(
+            "megatron_tflops_per_gpu",
+            "TFLOPS",
+            True,
+            "Narayanan et al. 2021 Eq. 3 FLOPs (recomputation counted) per second per GPU",
+        ),
         Metric("scaling_efficiency", "%", True, "samples/s at N GPUs over N x samples/s at one GPU"),
         Metric("samples_per_s_per_worker", "samples/s", True, "training samples per second per worker"),
         Metric("matmul_tflops", "TFLOPS", True, "2 n^3 / time of a square matmul, best over the sizes"),

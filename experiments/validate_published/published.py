@@ -15,9 +15,19 @@ from pathlib import Path
 
 from simcore.errors import TrainsimError
 
-__all__ = ["COLUMNS", "CSV_PATH", "PublishedRow", "content_sha256", "load_rows"]
+__all__ = [
+    "ADDED_PATH",
+    "COLUMNS",
+    "CSV_PATH",
+    "PublishedRow",
+    "content_sha256",
+    "load_all_rows",
+    "load_rows",
+]
 
 CSV_PATH = Path(__file__).parent / "data" / "published_measurements.csv"
+# rows the project added later, from other publications (same columns; numbered after CSV_PATH's)
+ADDED_PATH = Path(__file__).parent / "data" / "added_rows.csv"
 COLUMNS = (
     "category",
     "hardware",
@@ -84,10 +94,16 @@ def _row(number: int, record: dict[str, str], where: str) -> PublishedRow:
 
 
 @functools.lru_cache(maxsize=4)
-def load_rows(path: Path = CSV_PATH) -> tuple[PublishedRow, ...]:
-    """Every row of ``path``; the header must be exactly :data:`COLUMNS`."""
+def load_rows(path: Path = CSV_PATH, first: int = 1) -> tuple[PublishedRow, ...]:
+    """Every row of ``path``, numbered from ``first``; the header must be exactly :data:`COLUMNS`."""
     with path.open(newline="", encoding="utf-8") as handle:
         reader = csv.DictReader(handle)
         if tuple(reader.fieldnames or ()) != COLUMNS:
             raise TrainsimError(f"{path.name}: columns {reader.fieldnames} are not {list(COLUMNS)}")
-        return tuple(_row(number, record, path.name) for number, record in enumerate(reader, 1))
+        return tuple(_row(number, record, path.name) for number, record in enumerate(reader, first))
+
+
+def load_all_rows() -> tuple[PublishedRow, ...]:
+    """The reference set's rows (:data:`CSV_PATH`, 1-157) and then the added ones (:data:`ADDED_PATH`)."""
+    rows = load_rows()
+    return rows + load_rows(ADDED_PATH, len(rows) + 1)

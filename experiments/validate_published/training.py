@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from calibrate.gpu_suite.predict import single_device_cluster
@@ -45,6 +46,7 @@ from simcore.topology import Topology
 from simcore.whatif.sweep import run_what_if
 from simcore.workload.loader import load_workload
 from simcore.workload.loader import preset_names as model_preset_names
+from simcore.workload.types import Workload
 from topologies import load_cluster
 from topologies import preset_names as cluster_preset_names
 
@@ -77,12 +79,28 @@ STEP_KEYS = (
     "precision",
     "software_era",
 )
-STEP_METRICS = ("step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "scaling_efficiency")
+STEP_METRICS = (
+    "step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "megatron_tflops_per_gpu", "scaling_efficiency",
+)  # fmt: skip
 PS_KEYS = (
     "topology", "gpus", "gpus_per_worker", "model", "mode", "dtype", "micro_batch", "seq_len", "image_size",
     "optimizer", "software_era",
 )  # fmt: skip
 PS_METRICS = ("samples_per_s_per_worker", "scaling_efficiency")
+
+
+# model shapes the rows need that are no preset (config.json files, see data/README.md)
+DATA = Path(__file__).parent / "data"
+
+
+def megatron_flops_per_step(workload: Workload, global_batch: int) -> float:
+    """FLOPs of one step as Narayanan et al. (SC21, arXiv 2104.04473) count them (their Eq. 3, full
+    activation recomputation included): ``96 B s l h^2 (1 + s / 6h + V / 16 l h)``."""
+    dims = workload.dims
+    if dims is None:
+        raise TrainsimError(f"workload {workload.name!r}: the Megatron FLOP count needs a transformer shape")
+    s, layers, h, vocab = workload.tokens_per_sample, dims.layers, dims.hidden, dims.vocab
+    return 96.0 * global_batch * s * layers * h * h * (1 + s / (6 * h) + vocab / (16 * layers * h))
 
 
 def _presets() -> list[str]:
@@ -123,7 +141,7 @@ class _Common:
 
     def missing(self) -> list[str]:
         reasons = []
-        if first_known(self.models, _models) is None:
+        if first_known(self.models, _models) is None and self._model_file() is None:
             reasons.append(missing_name("model preset", self.models))
         if self.dtype not in COMPUTE_DTYPES:
             reasons.append(
@@ -133,8 +151,13 @@ class _Common:
             reasons.append(f"optimizer {self.optimizer} not modelled (allowed: {', '.join(OPTIMIZERS)})")
         return reasons
 
+    def _model_file(self) -> str | None:
+        return next(
+            (str(DATA / m) for m in self.models if m.endswith(".json") and (DATA / m).is_file()), None
+        )
+
     def model(self) -> str:
-        return first_known(self.models, _models) or self.models[0]
+        return first_known(self.models, _models) or self._model_file() or self.models[0]
 
     def workload(self) -> Any:
         return load_workload(self.model(), seq_len=self.seq_len, image_size=self.image_size, dtype=self.dtype)
@@ -144,7 +167,7 @@ class _Common:
         shape += f" {self.image_size}px" if self.image_size else ""
         precision = self.dtype if self.dtype == "fp32" else f"{self.dtype} + fp32 master weights"
         return (
-            f"{self.model()}{shape}, {precision}, batch {self.micro_batch}/GPU "
+            f"{Path(self.model()).stem}{shape}, {precision}, batch {self.micro_batch}/GPU "
             f"(global {self.micro_batch * gpus}), {self.optimizer}"
         )
 
@@ -227,6 +250,9 @@ class StepSetup:
             value = rate * self.common.workload().tokens_per_sample / self.gpus
         elif metric == "tflops_per_gpu":
             flops = model_flops_per_step(self.common.workload(), self.common.micro_batch * self.gpus)
+            value = flops / seconds / self.gpus / 1e12
+        elif metric == "megatron_tflops_per_gpu":
+            flops = megatron_flops_per_step(self.common.workload(), self.common.micro_batch * self.gpus)
             value = flops / seconds / self.gpus / 1e12
         else:
             value = 100.0 * rate / (self.gpus * self._samples_per_s(1)[0])

@@ -166,6 +166,10 @@ class TrainingConfig:
     reshard_root_after_forward: bool = False
     wrap: str | tuple[int, ...] = "per-block"
     zero3_prefetch_bucket_params: int = 50_000_000  # DeepSpeed stage3_prefetch_bucket_size default
+    # DeepSpeed stage3_max_live_parameters (elements); None = DeepSpeed's default (data/efficiency.yaml)
+    zero3_max_live_params: int | None = None
+    # DeepSpeed stage3_max_reuse_distance (elements); None = DeepSpeed's default (data/efficiency.yaml)
+    zero3_max_reuse_distance: int | None = None
     # DeepSpeed ZeRO-1/2 (deepspeed/runtime/zero/config.py defaults): reduce_bucket_size and
     # allgather_bucket_size in elements; overlap_comm None = DeepSpeed's default (stage == 3).
     zero_bucket_elements: int = 500_000_000
@@ -260,6 +264,14 @@ class TrainingConfig:
             )
         if self.zero3_prefetch_bucket_params < 1:
             raise TrainsimError("training config: zero3_prefetch_bucket_params must be >= 1")
+        if self.zero3_max_reuse_distance is not None and self.zero3_max_reuse_distance < 0:
+            raise TrainsimError(
+                "training config: zero3_max_reuse_distance must be >= 0 (or unset: DeepSpeed's 1e9)"
+            )
+        if self.zero3_max_live_params is not None and self.zero3_max_live_params < 1:
+            raise TrainsimError(
+                "training config: zero3_max_live_params must be >= 1 (or unset: DeepSpeed's 1e9)"
+            )
         if IMPL_ALIASES.get(self.optimizer_impl, self.optimizer_impl) not in OPTIMIZER_IMPLS:
             raise TrainsimError(
                 f"training config: optimizer_impl {self.optimizer_impl!r} is not known; "

@@ -65,7 +65,10 @@ in the order units were recorded, so a unit whose boundary falls *inside* a tran
 cannot be prefetched: its all-gather starts only when compute reaches it, an exposed round trip
 in the middle of the block's forward and again in its backward. DeepSpeed ZeRO-3 gathers in traced
 parameter order by prefetch buckets (``stage3_prefetch_bucket_size``), so its groups may split
-blocks without this penalty.
+blocks without this penalty. Its coordinator prefetches only while the parameters gathered or in
+flight stay under ``stage3_max_live_parameters`` (:mod:`simcore.strategies.deepspeed`): a group
+of that size or more (1e9 elements by default) leaves no room, and the group after it is gathered
+on demand.
 
 HSDP (:mod:`simcore.strategies.hsdp`) reuses this schedule with the shard group limited to a node
 and an all-reduce of each reduce-scattered shard across nodes.
@@ -82,6 +85,7 @@ from simcore.compute.precision import Precision
 from simcore.step.plan import Label, OpKey, PlanBuilder, StepPlan
 from simcore.strategies.base import StepContext, Strategy, optimizer_state_bytes
 from simcore.strategies.ddp import chunk_param_tensors
+from simcore.strategies.deepspeed import prefetch_allowed, released_after_recompute, zero3_defaults
 from simcore.strategies.passes import (
     Chunk,
     PassHooks,
@@ -121,8 +125,16 @@ class ShardedHooks(PassHooks):
         allocate_unsharded: bool = True,
         unit_ops: tuple[float, float] = (0.0, 0.0),
         tensor_ops: tuple[float, float] = (0.0, 0.0),
+        max_live_params: float = float("inf"),
+        max_reuse: float | None = None,
     ) -> None:
         self.ctx, self.units, self.micro_batch = ctx, units, micro_batch
+        self.max_live_params = max_live_params  # DeepSpeed's bound on gathered parameters (deepspeed.py)
+        # DeepSpeed's reuse distance: groups released after a block's recompute are gathered again
+        # for their backward (None: FSDP, which gathers a unit once for both)
+        self.max_reuse = max_reuse
+        self.recomputed_blocks: set[int] = set()
+        self.regather: list[int] = []  # groups to gather again once the block's recompute is done
         # each unit's operations in this micro-batch share one key
         self.unit_keys = [OpKey(group=unit, micro_batch=micro_batch) for unit in range(len(units.units))]
         self.shard_group, self.replicate_group = tuple(shard_group), tuple(replicate_group)
@@ -204,7 +216,9 @@ class ShardedHooks(PassHooks):
         """Gather the next ``prefetch`` units of ``order`` after ``position``: alongside compute op
         ``op`` (it starts them), or, with ``op`` None, after ``after`` (a blocking prefetch)."""
         depth = self.ctx.config.prefetch
-        issued = []
+        issued: list[int] = []
+        if not prefetch_allowed((self.unit_params[u] for u in self.gathered), self.max_live_params):
+            return issued  # DeepSpeed: the gathered parameters already reach max_live_parameters
         for unit in list(dict.fromkeys(order[position + 1 :]))[:depth]:
             if unit not in self.gathered and unit not in blocked and self.pending[unit] > 0:
                 starts = [op] if op is not None else []
@@ -289,7 +303,9 @@ class ShardedHooks(PassHooks):
     ) -> list[int]:
         unit_of = self.units.unit_of_layer
         units = [unit_of[i] for i in layers]
+        self._regather(builder, previous_op)
         waits = self._ensure(builder, units, previous_op, "backward")
+        self._plan_regather(layers, units)
         if self.on_cpu and units and units[0] != self.previous_bwd_group:
             # FSDP2's backward prefetch blocks on CPU: the next unit is gathered before this one
             # computes (its memory is held alongside, as on a GPU)
@@ -298,6 +314,34 @@ class ShardedHooks(PassHooks):
                 self.units.mid_block_backward, after=[*waits, *([previous_op] if previous_op is not None else [])],
             )  # fmt: skip
         return waits
+
+    def _plan_regather(self, layers: Sequence[int], units: Sequence[int]) -> None:
+        """DeepSpeed with activation checkpointing: the first call of a block's backward is its
+        recompute; the groups the reuse rule releases after it are gathered again afterwards."""
+        if self.max_reuse is None or self.on_cpu or not self.ctx.config.activation_checkpointing:
+            return
+        block = self.ctx.workload.layers[layers[0]].block if layers else -1
+        if block < 0 or block in self.recomputed_blocks:
+            return
+        self.recomputed_blocks.add(block)
+        groups = [(u, self.unit_params[u]) for u in dict.fromkeys(units)]
+        self.regather = released_after_recompute(groups, self.max_reuse) if len(self.shard_group) > 1 else []
+
+    def _regather(self, builder: PlanBuilder, previous_op: int | None) -> None:
+        """The released groups' second all-gathers, after the recompute (``previous_op``), in
+        backward order; each group's backward then waits for its second gather. Its buffer is
+        counted as held in between (DeepSpeed frees it: the peak is slightly overstated)."""
+        regather, self.regather = self.regather, []
+        for unit in reversed(regather):
+            if unit not in self.gathered:
+                continue
+            op = add_collective(
+                self.ctx, builder, "all_gather", self.full_bytes[unit], self.shard_group,
+                builder.label("all_gather ", "unit", " (backward, again after recompute)"),
+                key=self.unit_keys[unit], after=[previous_op] if previous_op is not None else [],
+            )  # fmt: skip
+            self.gathered[unit] = op
+            self.copied.pop(unit, None)
 
     def backward_memory(self, chunk: Chunk) -> list[MemoryChange]:
         if not self.allocate_unsharded:  # accumulating into the unsharded gradients already held
@@ -425,6 +469,11 @@ def build_sharded_plan(
     unit_ops = overheads.zero3_unit_ops if deepspeed else overheads.fsdp2_unit_ops
     tensor_ops = (0.0, 0.0) if deepspeed else overheads.fsdp2_tensor_ops
     every = cfg.gradient_sync_every_micro_batch
+    max_live, max_reuse = float("inf"), None
+    if deepspeed:
+        limit, reuse = cfg.zero3_max_live_params, cfg.zero3_max_reuse_distance
+        max_live = float(limit if limit is not None else zero3_defaults().max_live_parameters)
+        max_reuse = float(reuse if reuse is not None else zero3_defaults().max_reuse_distance)
     for micro in range(quiet, k):
         number = micro + 1 if k > 1 else None  # labels name micro-batches only when there are several
         final = micro == k - 1
@@ -433,6 +482,7 @@ def build_sharded_plan(
             reshard_root=reshard_root, first_micro=micro == 0, micro_batch=number, precision=precision,
             sync=every or final, first_reduce=micro == 0 if every else final,
             allocate_unsharded=every or micro == quiet, unit_ops=unit_ops, tensor_ops=tensor_ops,
+            max_live_params=max_live, max_reuse=max_reuse,
         )  # fmt: skip
         last = build_microbatch(ctx, builder, chunks, hooks, number, last)
     after = [builder.last_comm] if builder.last_comm is not None else []
@@ -486,7 +536,16 @@ class Zero3Strategy:
     communicates_every_microbatch = True
 
     def assumption_note(self, ctx: StepContext) -> str:
-        return ""
+        limit = ctx.config.zero3_max_live_params
+        bound = limit if limit is not None else zero3_defaults().max_live_parameters
+        units = bucket_units(ctx.workload, ctx.config.zero3_prefetch_bucket_params, ctx.caches.unit_plans)
+        largest = max(ctx.layer_counts(members)[0] for members in units.units)
+        if ctx.gpus == 1 or largest < bound:
+            return ""
+        return (
+            f"zero3: a gather group of {largest:.3g} elements reaches stage3_max_live_parameters "
+            f"({bound:.3g}): DeepSpeed prefetches nothing while it is gathered, the next group waits"
+        )
 
     def layer_groups(self, ctx: StepContext) -> list[int]:
         """The prefetch bucket of each layer (see fastpath.fold)."""
