@@ -85,6 +85,8 @@ _CLASS_OF_KIND = {
 
 _EFFICIENCY_FILE = Path(__file__).parent.parent / "data" / "efficiency.yaml"
 _TILE = 128  # cuBLAS/CUTLASS output tile edge of large GEMMs (gemm_shape source)
+# a GEMM far past every measured size: the size curve's plateau rate (calibrated or not)
+_PLATEAU_FLOPS = 1e18
 _WAVED = ("gemm", "conv1x1")  # classes whose kernels are one GEMM each (tile/wave quantisation)
 
 
@@ -353,6 +355,12 @@ class ComputeModel:
         factors[index, 2] = _wave_factor(k, n, m, sms)
         return factors
 
+    def _wave_excess_s(self, flops: np.ndarray, wave: np.ndarray, kernel: str, phase: str) -> np.ndarray:
+        """Seconds that tile/wave quantisation (factor ``wave`` <= 1) adds to GEMMs of ``flops``: their
+        arithmetic at the class's plateau rate, stretched by 1 / wave."""
+        plateau_rate = self.achieved_flops(_PLATEAU_FLOPS, kernel, phase)
+        return flops / plateau_rate * (1.0 / wave - 1.0)
+
     def _kernel_times(self, layers: tuple[Layer, ...], batch: int, phase: str) -> np.ndarray:
         import numpy as np
 
@@ -368,16 +376,24 @@ class ComputeModel:
             chosen = np.array([c == cls for c in classes]) & (fwd > 0)
             if not chosen.any():
                 continue
+            # Tile/wave quantisation wastes part of the tiles' arithmetic: it stretches the kernel's
+            # work at the plateau rate by 1/w, not its fixed latency (the size curve's half-efficiency
+            # term, s / rate - s / plateau rate); dividing the whole time by w made a tiny GEMM (a
+            # 10-class head, one token) take w ~ 1e-5 times its launch latency: 0.5 s for ResNet's fc
             if phase != "bwd":
                 rate = self.achieved_flops(fwd[chosen], cls, phase)
-                compute[chosen] = fwd[chosen] / (rate * (waves[chosen, 0] if cls in _WAVED else 1.0))
+                compute[chosen] = fwd[chosen] / rate
+                if cls in _WAVED:
+                    compute[chosen] += self._wave_excess_s(fwd[chosen], waves[chosen, 0], cls, phase)
             elif cls == "attention":
                 compute[chosen] = bwd[chosen] / self.achieved_flops(bwd[chosen], cls, "bwd")
             else:  # data- and weight-gradient kernels, each the size of the forward's
                 half = bwd[chosen] / 2.0
                 rate = self.achieved_flops(half, cls, "bwd")
-                w1, w2 = (waves[chosen, 1], waves[chosen, 2]) if cls in _WAVED else (1.0, 1.0)
-                compute[chosen] = half / (rate * w1) + half / (rate * w2)
+                compute[chosen] = 2.0 * half / rate
+                if cls in _WAVED:
+                    for column in (1, 2):
+                        compute[chosen] += self._wave_excess_s(half, waves[chosen, column], cls, "bwd")
         column = 1 if phase == "bwd" else 0
         if phase == "bwd":
             mem = mem * np.fromiter((lay.bwd_bytes_ratio for lay in layers), float, count)

@@ -108,6 +108,21 @@ def test_wave_quantisation_penalises_a_gemm_of_few_tiles() -> None:
     assert rate_ragged < 0.8 * rate_full
 
 
+def test_wave_quantisation_stretches_the_arithmetic_not_the_launch_latency() -> None:
+    """A 1 x 2048 x 10 GEMM (a classifier head at batch 1) fills one 128 x 128 tile to 10 / 16384 and
+    one wave of 4 split-K units on 108 SMs: its arithmetic at the plateau rate stretched by 1 / w
+    plus the size curve's fixed latency, not the whole curve time divided by w (0.5 s before)."""
+    model = ComputeModel(A100, "bf16")
+    flops = 2.0 * 1 * 2048 * 10
+    head = replace(_matmul(flops), gemm=(1, 2048, 10))
+    wave = (1 * 10 / (128 * 128)) * (4 / 108)  # tile use x (units / SMs) / ceil(waves)
+    plateau = 312e12 * model.curve.max_efficiency
+    latency = model.curve.half_efficiency_time_s / model.curve.max_efficiency
+    expected = flops / plateau / wave + latency + model.curve.kernel_overhead_s
+    assert _kernel_s(model, head) == pytest.approx(expected, rel=1e-9)
+    assert _kernel_s(model, head) < 1e-4
+
+
 def test_half_efficiency_point() -> None:
     model = ComputeModel(A100, "bf16")
     half_flops = 312e12 * model.curve.half_efficiency_time_s
