@@ -676,8 +676,8 @@ class _Composer:
             # weights and the send times alone: one run serves every strategy whose stages time
             # alike on this split (DDP, ZeRO-1 and ZeRO-2 communicate after the last micro-batch)
             # and a layout timed again (the planner's sweeps, the benchmark).
-            sends = tuple(p2p(src, dst) for src, dst in orders.links)
-            key = (shape, split_w, tuple(map(tuple, times)), tuple(map(tuple, weights)), sends)
+            send_times = tuple(p2p(src, dst) for src, dst in orders.links)
+            key = (shape, split_w, tuple(map(tuple, times)), tuple(map(tuple, weights)), send_times)
             pipeline = self.cache.get("pipeline run", key, timed)
         sends = 2 * self.micro * lay.vpp  # a forward and a backward send per micro-batch and chunk
         return pipeline, sends * p2p(0, 1 % lay.pp)
