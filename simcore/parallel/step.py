@@ -674,8 +674,8 @@ class _Composer:
         else:
             # Without spans the run is a function of the shape, the stage times, the activation
             # weights and the send times alone: one run serves every strategy whose stages time
-            # alike on this split (DDP, ZeRO-1 and ZeRO-2 communicate after the last micro-batch)
-            # and a layout timed again (the planner's sweeps, the benchmark).
+            # alike on this split (DDP and ZeRO-1 communicate after the last micro-batch) and a
+            # layout timed again (the planner's sweeps, the benchmark).
             send_times = tuple(p2p(src, dst) for src, dst in orders.links)
             key = (shape, split_w, tuple(map(tuple, times)), tuple(map(tuple, weights)), send_times)
             pipeline = self.cache.get("pipeline run", key, timed)
