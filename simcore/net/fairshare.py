@@ -49,22 +49,30 @@ def max_min_rates(
     n_links = len(capacity_Bps)
     rates = np.zeros(n_flows)
     spare = np.asarray(capacity_Bps, dtype=np.float64).copy()
-    weight = np.ones(n_flows) if weights is None else np.asarray(weights, dtype=np.float64)
+    # Unit weights: link counts instead of summed weights (the same numbers: sums of ones are
+    # exact), so the common case skips gathering a weight per entry on every pass.
+    weight = None if weights is None else np.asarray(weights, dtype=np.float64)
     live_link, live_flow = entry_link, entry_flow
     while len(live_link):
-        unfixed = np.bincount(live_link, weights=weight[live_flow], minlength=n_links)
+        if weight is None:
+            unfixed = np.bincount(live_link, minlength=n_links)
+        else:
+            unfixed = np.bincount(live_link, weights=weight[live_flow], minlength=n_links)
         used = unfixed > 0
-        share = np.full(n_links, np.inf)
-        share[used] = spare[used] / unfixed[used]
+        share = np.divide(spare, unfixed, out=np.full(n_links, np.inf), where=used)
         level = float(share.min())
         tight = share <= level * (1.0 + LEVEL_TOLERANCE)
         newly = np.zeros(n_flows, dtype=bool)
         newly[live_flow[tight[live_link]]] = True
-        rates[newly] = level * weight[newly]
         leaving = newly[live_flow]
-        spare -= level * np.bincount(
-            live_link[leaving], weights=weight[live_flow[leaving]], minlength=n_links
-        )
+        if weight is None:
+            rates[newly] = level
+            fixed = np.bincount(live_link[leaving], minlength=n_links)
+        else:
+            rates[newly] = level * weight[newly]
+            fixed = np.bincount(live_link[leaving], weights=weight[live_flow[leaving]], minlength=n_links)
+        spare -= level * fixed
         np.maximum(spare, 0.0, out=spare)
-        live_link, live_flow = live_link[~leaving], live_flow[~leaving]
+        staying = ~leaving
+        live_link, live_flow = live_link[staying], live_flow[staying]
     return rates

@@ -317,7 +317,10 @@ class Network:
             flow.rate_Bps = rate
             flow.remaining_bytes = 0.0
             flow.sent_s = now
-        entries = active.alive[active.entry_flow] & np.isin(active.entry_flow, group)
+        # (the group's flows as a mask over slots: np.isin sorts both arrays on every call)
+        ending = np.zeros(len(active.flows), dtype=bool)
+        ending[group] = True
+        entries = active.alive[active.entry_flow] & ending[active.entry_flow]
         self.links.add_bytes(active.entry_link[entries], active.size[active.entry_flow[entries]])
         active.alive[group] = False
         active.rates[group] = 0.0

@@ -675,14 +675,23 @@ class _Composer:
             for run in per_rank
         ]
         times = [run.times for run in per_rank]
-        pipeline = run_pipeline(
-            orders,
-            times,
-            p2p,
-            split_w=self.options.schedule == "zb-h1",
-            activation_weights=weights,
-            spans=self.trace,
-        )
+        split_w = self.options.schedule == "zb-h1"
+
+        def timed() -> PipelineRun:
+            return run_pipeline(
+                orders, times, p2p, split_w=split_w, activation_weights=weights, spans=self.trace
+            )
+
+        if self.trace or not isinstance(orders, CompiledOrders):
+            pipeline = timed()
+        else:
+            # Without spans the run is a function of the shape, the stage times, the activation
+            # weights and the send times alone: one run serves every strategy whose stages time
+            # alike on this split (DDP and ZeRO-1 communicate after the last micro-batch) and a
+            # layout timed again (the planner's sweeps, the benchmark).
+            send_times = tuple(p2p(src, dst) for src, dst in orders.links)
+            key = (shape, split_w, tuple(map(tuple, times)), tuple(map(tuple, weights)), send_times)
+            pipeline = self.cache.get("pipeline run", key, timed)
         sends = 2 * self.micro * lay.vpp  # a forward and a backward send per micro-batch and chunk
         return pipeline, sends * p2p(0, 1 % lay.pp)
 

@@ -107,3 +107,43 @@ def test_weighted_rates_stay_feasible_and_finish_by_the_busiest_link(
     assert np.all(used <= capacity * (1 + 1e-9))
     drain = np.bincount(links, weights=sizes[flows], minlength=len(capacity)) / capacity
     assert np.max(sizes / rates) <= drain.max() * (1 + 1e-9)
+
+
+def reference_rates(
+    links: np.ndarray, flows: np.ndarray, n_flows: int, capacity: np.ndarray, weights: np.ndarray | None
+) -> np.ndarray:
+    """Progressive filling as first written (weights of one gathered per entry, every pass)."""
+    n_links = len(capacity)
+    rates, spare = np.zeros(n_flows), capacity.astype(np.float64).copy()
+    weight = np.ones(n_flows) if weights is None else weights
+    while len(links):
+        unfixed = np.bincount(links, weights=weight[flows], minlength=n_links)
+        used = unfixed > 0
+        share = np.full(n_links, np.inf)
+        share[used] = spare[used] / unfixed[used]
+        level = float(share.min())
+        tight = share <= level * (1.0 + 1e-12)
+        newly = np.zeros(n_flows, dtype=bool)
+        newly[flows[tight[links]]] = True
+        rates[newly] = level * weight[newly]
+        leaving = newly[flows]
+        spare -= level * np.bincount(links[leaving], weights=weight[flows[leaving]], minlength=n_links)
+        np.maximum(spare, 0.0, out=spare)
+        links, flows = links[~leaving], flows[~leaving]
+    return rates
+
+
+@given(problems(), st.booleans())
+@settings(max_examples=80, deadline=None)
+def test_rates_equal_the_plain_progressive_filling_bit_for_bit(
+    problem: tuple[list[list[int]], np.ndarray], weighted: bool
+) -> None:
+    # The unit-weight shortcut (counts for summed ones) and the weighted path: the same floats.
+    routes, capacity = problem
+    links, flows = incidence(routes)
+    weights = np.linspace(0.5, 3.0, len(routes)) if weighted else None
+    got = max_min_rates(links, flows, len(routes), capacity, weights)
+    assert got.tolist() == reference_rates(links, flows, len(routes), capacity, weights).tolist()
+    if not weighted:
+        ones = max_min_rates(links, flows, len(routes), capacity, np.ones(len(routes)))
+        assert got.tolist() == ones.tolist()

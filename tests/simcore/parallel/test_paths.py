@@ -229,3 +229,22 @@ def test_schedules_share_stage_runs_and_answer_as_fresh_calls_do() -> None:
             workload, config, topology, "zero1", layout, ParallelOptions(schedule="zb-h1"), cache=cache
         )
         assert cache.misses == runs  # nothing new to build or run
+
+
+def test_strategies_that_time_alike_share_one_pipeline_run_and_answer_as_fresh_calls_do() -> None:
+    """Without a trace a pipeline run is kept by its inputs: DDP and ZeRO-1 on one split
+    communicate after the last micro-batch, so their stages time alike and one run serves both;
+    each report equals a fresh call's, and a call with a trace (spans) runs its own."""
+    workload, topology = small_gpt(), cluster("dgx-a100", 16)
+    layout = ParallelLayout(tp=2, pp=4)
+    config = TrainingConfig(global_batch=2 * 8, micro_batch=1)
+    cache = ComposeCache()
+    for strategy in ("ddp", "zero1"):
+        shared = simulate_parallel_step(
+            workload, config, topology, strategy, layout, cache=cache, path="fast", trace=False
+        )
+        fresh = simulate_parallel_step(workload, config, topology, strategy, layout, path="fast", trace=False)
+        assert shared.report == fresh.report, strategy
+    assert cache.size("pipeline run") == 1
+    traced = simulate_parallel_step(workload, config, topology, "zero1", layout, cache=cache, path="fast")
+    assert traced.report == fresh.report and cache.size("pipeline run") == 1
