@@ -43,7 +43,7 @@ from calibrate.collectives.options import (
 )
 from calibrate.common.launch import BACKENDS, launch_rank
 from calibrate.common.prereq import check_measurement_dir
-from calibrate.common.procs import die_with_launcher
+from calibrate.common.procs import die_with_launcher, exit_on_stop_signals
 from simcore.cliargs import Parser, int_range, name_list, size_bytes
 from simcore.errors import cli_entry
 
@@ -101,7 +101,16 @@ def main(argv: list[str] | None = None) -> int:
         files = ("collectives.jsonl", "collectives.csv") if args.csv else ("collectives.jsonl",)
         check_measurement_dir(args.out, files, resume=args.resume, force=args.force)
     die_with_launcher()  # a killed torchrun must not leave this rank appending records
+    # Ctrl-C / SIGTERM: one line from rank 0, no traceback from any rank (armed before torch loads)
+    exit_on_stop_signals(launch_rank(), lambda: _interrupted_line(args.out))
     return run_sweep(args)
+
+
+def _interrupted_line(out: str) -> str:
+    return (
+        f"interrupted: the measurements finished so far are kept in {out}/collectives.jsonl; "
+        "--resume measures the rest"
+    )
 
 
 if __name__ == "__main__":

@@ -5,6 +5,10 @@ Every calibration job writes JSONL (one record per line) and optionally CSV thro
 ``--resume`` can skip what is already there (:func:`resume_keys`, :func:`read_records`). A
 half-written last line (the job died writing it) is dropped before anything is appended, with a
 warning on stderr naming the file and line; ``--resume`` says on stderr what it skips.
+
+A measurement is named by its kind and key (:data:`MEASUREMENT_KEYS`): a file holds each once. Two
+writers on one file (a launcher killed while its workers went on, then ``--resume``) can append
+one twice; :func:`read_records` keeps the first and says on stderr how many it dropped.
 """
 
 from __future__ import annotations
@@ -30,16 +34,29 @@ from simcore.output import write_json_atomic
 from simcore.progress import note
 
 __all__ = [
+    "MEASUREMENT_KEYS",
     "RecordWriter",
     "atomic_write_json",
+    "dedupe_records",
     "describe_done",
     "distinct_files",
     "done_keys",
     "drop_torn_tail",
+    "measurement_key",
     "provenance",
     "read_records",
     "resume_keys",
 ]
+
+# Per record kind, the fields that name one measurement (the jobs' --resume keys). Kinds not listed
+# (provenance, training steps) are never deduplicated: each run writes its own.
+MEASUREMENT_KEYS: dict[str, tuple[str, ...]] = {
+    "collective": ("op", "size_bytes", "group", "repeat"),  # calibrate.collectives
+    "matmul": ("item", "repeat"),  # calibrate.compute
+    "memory": ("item", "repeat"),
+    "slowdown": ("item", "repeat"),
+    "memory_truth": ("model", "strategy", "world_size", "optimizer"),  # calibrate.memory_truth
+}
 
 _ENV_KNOBS = (
     "OMP_NUM_THREADS",
@@ -133,15 +150,54 @@ class RecordWriter:
         self.close()
 
 
+def measurement_key(record: Any) -> tuple[Any, ...] | None:
+    """``(kind, *key fields)`` of a measurement record; None for other records (and for a
+    measurement that lacks one of its key fields, which names nothing to compare)."""
+    if not isinstance(record, dict):
+        return None
+    fields = MEASUREMENT_KEYS.get(str(record.get("kind")))
+    if fields is None or any(record.get(f) is None for f in fields):
+        return None
+    return (record["kind"], *(str(record[f]) for f in fields))  # str: CSV cells and JSON agree
+
+
+def dedupe_records(records: list[dict[str, Any]], source: object) -> list[dict[str, Any]]:
+    """``records`` with each measurement key once (the first kept), saying on stderr how many went."""
+    seen: set[tuple[Any, ...]] = set()
+    kept = []
+    for record in records:
+        key = measurement_key(record)
+        if key is not None:
+            if key in seen:
+                continue
+            seen.add(key)
+        kept.append(record)
+    dropped = len(records) - len(kept)
+    if dropped:
+        print(
+            f"{source}: {dropped} duplicate record(s) of a measurement already in the file dropped "
+            "(the first of each kept)",
+            file=sys.stderr,
+            flush=True,
+        )
+    return kept
+
+
 def read_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """All complete records of a JSONL or CSV file; a torn last line (a killed job) is skipped."""
+    """All complete records of a JSONL or CSV file, each measurement once (:func:`dedupe_records`);
+    a torn last line (a killed job) is skipped."""
     p = Path(path)
     if not p.exists() and not p.is_symlink():
         return []
     # streamed a line at a time from a regular file of bounded size (a FIFO or /dev/zero is refused)
     lines = input_lines(p, "a record file (JSONL or CSV)", MEASUREMENT_FILE_BYTES)
     if p.suffix == ".csv":
-        return [dict(row) for row in csv.DictReader(lines) if None not in row.values()]
+        rows = [dict(row) for row in csv.DictReader(lines) if None not in row.values()]
+        return dedupe_records(rows, p)
+    return dedupe_records(_json_records(p, lines), p)
+
+
+def _json_records(p: Path, lines: Iterable[str]) -> list[dict[str, Any]]:
     records = []
     bad: tuple[int, str] | None = None  # a line that is not JSON: an error unless it is the last
     for lineno, line in enumerate(lines, 1):
