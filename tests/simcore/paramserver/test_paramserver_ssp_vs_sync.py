@@ -6,7 +6,15 @@ it is the barrier itself and runs as ps-sync (Ho et al. 2013). What it still pay
 does not: its shards apply every gradient as its own update (W a round to ps-sync's one), which
 shows where the shard's update is on the critical path (small compute, big shards). Measured on
 40 random cases of the space below: worst 0.99 of ps-sync's rate with s >= 1 (before: 0.85 behind a
-2x straggler at s = 1, 0.83 at s = 0). The bound held here is 0.97 (a 6-step run's steady state).
+2x straggler at s = 1, 0.83 at s = 0).
+
+Not "never slower" behind a straggler when the server's links are the bottleneck: a probe of 40
+cases found 0.914 (8 workers, s = 2, a 4x straggler, 4 M parameters, 2e9 FLOPs). Once the gate
+closes the straggler is the critical path, and its push and pull share the server's links fairly
+with the fast workers' traffic, which in ps-sync happens while the straggler computes. Neither
+coalescing a shard's waiting gradients nor one update per clock removes that sharing (both tried:
+0.81-0.95). Without a straggler ps-ssp is never slower (float noise aside); with one, the bound
+held is 0.9.
 """
 
 from __future__ import annotations
@@ -57,7 +65,8 @@ def test_ssp_is_not_slower_than_sync(
 ) -> None:
     het = Heterogeneity((Straggler(straggler[0] % workers, straggler[1]),) if straggler else ())
     sync, ssp = _pair(workers, bound, het, params, fwd_flops, layerwise)
-    assert ssp.throughput_samples_per_s >= 0.97 * sync.throughput_samples_per_s
+    floor = 0.9 if straggler else 1.0 - 1e-9
+    assert ssp.throughput_samples_per_s >= floor * sync.throughput_samples_per_s
     # the table's figures are the same run's: samples/s = throughput, step = global batch / it
     for result in (sync, ssp):
         assert (
