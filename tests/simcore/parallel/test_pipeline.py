@@ -174,7 +174,9 @@ def test_zb_h1_on_compiled_orders_is_the_list_scheduler_exactly(pp: int, micro: 
     # the same passes in the same order at the same floating-point times; spans=False changes nothing else.
     rnd = random.Random(seed)
     orders = rank_orders("zb-h1", pp, 1, micro)
-    times = [[StageTimes(rnd.random(), b, 0.45 * b * rnd.random())] for b in (2 * rnd.random() for _ in range(pp))]  # w <= b: b includes w
+    times = [
+        [StageTimes(rnd.random(), b, 0.45 * b * rnd.random())] for b in (2 * rnd.random() for _ in range(pp))
+    ]  # w <= b: b includes w
     links = {(a, c): rnd.random() / 10 for a in range(pp) for c in range(pp)}
     listed = _list_schedule(orders, times, lambda a, c: links[(a, c)], True)
     for given_orders in (orders, compile_orders(orders, 1)):
