@@ -101,8 +101,12 @@ def main(argv: list[str] | None = None) -> int:
         files = ("collectives.jsonl", "collectives.csv") if args.csv else ("collectives.jsonl",)
         check_measurement_dir(args.out, files, resume=args.resume, force=args.force)
     die_with_launcher()  # a killed torchrun must not leave this rank appending records
-    # Ctrl-C / SIGTERM: one line from rank 0, no traceback from any rank (armed before torch loads)
-    exit_on_stop_signals(launch_rank(), lambda: _interrupted_line(args.out))
+    # Ctrl-C / SIGTERM: one line from rank 0, no traceback from any rank (armed before torch loads).
+    # Only when this process is the command (argv None, as `python -m` runs it): the signal mask
+    # armed here is inherited by every child a caller starts later, so a caller that runs main()
+    # in its own process (a test, a library user) must not have its SIGINT / SIGTERM taken.
+    if argv is None:
+        exit_on_stop_signals(launch_rank(), lambda: _interrupted_line(args.out))
     return run_sweep(args)
 
 

@@ -8,7 +8,6 @@ import math
 
 from experiments.common.frameworks.flags import FRAMEWORK_NAMES, add_from
 from simcore.cliargs import Parser, add_model, int_list, int_range, real_range
-from simcore.compute.power import settable_range_w
 from simcore.limits import MODEL_DIMENSION
 
 __all__ = ["ENGINES", "ENGINE_PATHS", "FP8_RECIPES", "SEQUENCE_PARALLEL", "STRATEGIES", "build_parser"]
@@ -178,7 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     batch.add_argument(
         "--power-limit",
-        type=real_range(*settable_range_w(), unit="W"),
+        # a board limit at all here; the device's own settable range is checked once the cluster is
+        # known (simcore.compute.power.check_power_limit), so --help reads no data file
+        type=real_range(1.0, 5000.0, unit="W"),
         metavar="WATTS",
         help="board power limit per GPU (nvidia-smi -pl); below the device's default its kernels run at "
         "the sustained clock of the cap (default: the device's default limit)",

@@ -75,7 +75,6 @@ from simcore.cliargs import (
 from simcore.compute.fp8 import FP8_RECIPES, resolve_fp8
 from simcore.compute.heterogeneity import Heterogeneity
 from simcore.compute.optimizer import OPTIMIZER_IMPLS
-from simcore.compute.power import settable_range_w
 from simcore.compute.precision import PRECISION_MODES, activation_dtype
 from simcore.compute.roofline import software_eras
 from simcore.errors import TrainsimError, cli_entry
@@ -199,7 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--power-limit",
-        type=real_range(*settable_range_w(), unit="W"),
+        # a board limit at all here; the device's own settable range is checked once the cluster is
+        # known (simcore.compute.power.check_power_limit), so --help reads no data file
+        type=real_range(1.0, 5000.0, unit="W"),
         metavar="WATTS",
         help="board power limit per GPU (nvidia-smi -pl); below the device's default its kernels run at "
         "the sustained clock of the cap (default: the device's default limit)",

@@ -41,7 +41,7 @@ def test_a_500_w_cap_slows_the_step_and_is_recorded(capsys: pytest.CaptureFixtur
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--power-limit", "50"], "--power-limit: 50 W is out of range; allowed 200..700 W"),
+        (["--power-limit", "50"], "--power-limit 50 W is outside h100-sxm's settable range 200..700 W"),
         (["--power-limit", "nan"], "--power-limit"),
         (["--cluster", "dgx-a100", "--power-limit", "300"], "'a100-sxm-80gb' has no power data"),
         (["--cluster", "hgx-h100", "--power-limit", "200"], None),
