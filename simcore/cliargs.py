@@ -283,6 +283,25 @@ def add_model(parser: argparse.ArgumentParser, default: str) -> None:
     )
 
 
+def add_clock_levers(group: Any, *, rank_spread_note: str = "") -> None:
+    """``--power-limit`` and ``--no-rank-spread``, the what-if's and the planner's alike."""
+    group.add_argument(
+        "--power-limit",
+        # a board limit at all here; the device's own settable range is checked once the cluster is
+        # known (simcore.compute.power.check_power_limit), so --help reads no data file
+        type=real_range(1.0, 5000.0, unit="W"),
+        metavar="WATTS",
+        help="board power limit per GPU (nvidia-smi -pl); below the device's default its kernels run at "
+        "the sustained clock of the cap (default: the device's default limit)",
+    )
+    group.add_argument(
+        "--no-rank-spread",
+        action="store_true",
+        help="every GPU at the median GPU's speed (default: a synchronous step of N GPUs computes at the "
+        f"expected slowest of N{rank_spread_note})",
+    )
+
+
 def _positive_seconds(text: str) -> float:
     try:
         value = float(text)

@@ -7,7 +7,7 @@ import argparse
 import math
 
 from experiments.common.frameworks.flags import FRAMEWORK_NAMES, add_from
-from simcore.cliargs import Parser, add_model, int_list, int_range, real_range
+from simcore.cliargs import Parser, add_clock_levers, add_model, int_list, int_range, real_range
 from simcore.limits import MODEL_DIMENSION
 
 __all__ = ["ENGINES", "ENGINE_PATHS", "FP8_RECIPES", "SEQUENCE_PARALLEL", "STRATEGIES", "build_parser"]
@@ -175,21 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="torch.compile: fused norm/rotary/SwiGLU/loss kernels (default eager)",
     )
-    batch.add_argument(
-        "--power-limit",
-        # a board limit at all here; the device's own settable range is checked once the cluster is
-        # known (simcore.compute.power.check_power_limit), so --help reads no data file
-        type=real_range(1.0, 5000.0, unit="W"),
-        metavar="WATTS",
-        help="board power limit per GPU (nvidia-smi -pl); below the device's default its kernels run at "
-        "the sustained clock of the cap (default: the device's default limit)",
-    )
-    batch.add_argument(
-        "--no-rank-spread",
-        action="store_true",
-        help="every GPU at the median GPU's speed (default: a synchronous step of N GPUs computes at the "
-        "expected slowest of N)",
-    )
+    add_clock_levers(batch)
     _add_space_arguments(p)
     limits = p.add_argument_group("memory, time and cost")
     limits.add_argument(

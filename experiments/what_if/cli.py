@@ -63,6 +63,7 @@ from simcore.calibration.compat import check_profile_for
 from simcore.calibration.profile_json import load_profile
 from simcore.cliargs import (
     Parser,
+    add_clock_levers,
     add_format,
     add_model,
     add_out,
@@ -196,21 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="current",
         help="convolution library era: current, or cudnn-v3 for 2015 stacks (no Winograd); default %(default)s",
     )
-    p.add_argument(
-        "--power-limit",
-        # a board limit at all here; the device's own settable range is checked once the cluster is
-        # known (simcore.compute.power.check_power_limit), so --help reads no data file
-        type=real_range(1.0, 5000.0, unit="W"),
-        metavar="WATTS",
-        help="board power limit per GPU (nvidia-smi -pl); below the device's default its kernels run at "
-        "the sustained clock of the cap (default: the device's default limit)",
-    )
-    p.add_argument(
-        "--no-rank-spread",
-        action="store_true",
-        help="every GPU at the median GPU's speed (default: a synchronous step of N GPUs computes at the "
-        "expected slowest of N; off with --straggler or --jitter, which give per-rank speeds)",
-    )
+    add_clock_levers(p, rank_spread_note="; off with --straggler or --jitter, which give per-rank speeds")
     p.add_argument(
         "--steps",
         type=int_range(1, MAX_STEPS),

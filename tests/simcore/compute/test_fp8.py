@@ -192,21 +192,18 @@ def test_a_runs_compute_model_spreads_the_weight_cast_over_its_accumulation_step
     tensorwise = replace(config, fp8="tensorwise")
     timer = make_context(workload, tensorwise, topology).timer
     assert isinstance(timer, Fp8ComputeModel) and timer.microbatches == 1
+
     # a pipeline of 2 stages and 8 micro-batches: more micro-batches per step spread the weight
     # cast thinner, so the per-micro-batch time of the composed step falls with the global batch
-    steps = [
-        simulate_parallel_step(
-            workload, replace(config, global_batch=b), topology, "ddp", ParallelLayout(pp=2)
-        ).report.step_time_s
-        / (b // 2)
-        for b in (16, 64)
-    ]
-    plain = [
-        simulate_parallel_step(
-            workload, replace(tensorwise, global_batch=b), topology, "ddp", ParallelLayout(pp=2)
-        ).report.step_time_s
-        / (b // 2)
-        for b in (16, 64)
-    ]
+    def per_micro_batch_s(run: TrainingConfig) -> list[float]:
+        return [
+            simulate_parallel_step(
+                workload, replace(run, global_batch=b), topology, "ddp", ParallelLayout(pp=2)
+            ).report.step_time_s
+            / (b // 2)
+            for b in (16, 64)
+        ]
+
+    steps, plain = per_micro_batch_s(config), per_micro_batch_s(tensorwise)
     # the bubble's share falls alike for both; the delayed recipe falls further
     assert steps[1] / steps[0] < plain[1] / plain[0]
