@@ -78,6 +78,7 @@ STEP_KEYS = (
     "activation_checkpointing",
     "precision",
     "software_era",
+    "zero3_per_rank_lists",
 )
 STEP_METRICS = (
     "step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "megatron_tflops_per_gpu", "scaling_efficiency",
@@ -188,6 +189,8 @@ class StepSetup:
     precision: str = "auto"
     # every compute kernel's time multiplied by this (the calibrated column's one scalar; 1 = shipped)
     compute_scale: float = 1.0
+    # DeepSpeed 2021's per-rank list collectives (TrainingConfig.zero3_per_rank_lists)
+    zero3_per_rank_lists: bool = False
 
     def missing(self) -> list[str]:
         reasons = []
@@ -233,6 +236,7 @@ class StepSetup:
             gradient_as_bucket_view=self.strategy == "none",
             activation_checkpointing=self.recompute,
             precision=self.precision,
+            zero3_per_rank_lists=self.zero3_per_rank_lists,
         )
         ctx = make_context(c.workload(), config, self._topology(gpus))
         strategy = get_strategy("ddp" if self.strategy == "none" else self.strategy)
@@ -367,6 +371,9 @@ def parse_step(entry: Mapping[str, Any], where: str, hardware: str) -> StepSetup
         raise TrainsimError(f"{where}: 'strategy' is required (ddp, fsdp, zero1..3, hsdp or none)")
     if strategy == "none" and gpus != 1:
         raise TrainsimError(f"{where}: strategy 'none' (no DDP wrapper) is for one GPU")
+    lists = entry.get("zero3_per_rank_lists", False)
+    if not isinstance(lists, bool):
+        raise TrainsimError(f"{where}: 'zero3_per_rank_lists' must be true or false")
     precision = entry.get("precision", "auto")
     if precision not in PRECISION_MODES:
         raise TrainsimError(f"{where}: precision {precision!r}; allowed: {', '.join(PRECISION_MODES)}")
@@ -381,6 +388,7 @@ def parse_step(entry: Mapping[str, Any], where: str, hardware: str) -> StepSetup
         positive_int(entry, "bucket_mb", where, default=25),
         recompute,
         str(precision),
+        zero3_per_rank_lists=lists,
     )
 
 

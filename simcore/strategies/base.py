@@ -170,6 +170,10 @@ class TrainingConfig:
     zero3_max_live_params: int | None = None
     # DeepSpeed stage3_max_reuse_distance (elements); None = DeepSpeed's default (data/efficiency.yaml)
     zero3_max_reuse_distance: int | None = None
+    # DeepSpeed 2021 (v0.3.13-v0.5.4): one list collective per parameter tensor, one view and one copy
+    # per rank, the device synchronized at each fetch (simcore/strategies/deepspeed.py); False: the
+    # flat-buffer collectives DeepSpeed has used since (PR #1188)
+    zero3_per_rank_lists: bool = False
     # DeepSpeed ZeRO-1/2 (deepspeed/runtime/zero/config.py defaults): reduce_bucket_size and
     # allgather_bucket_size in elements; overlap_comm None = DeepSpeed's default (stage == 3).
     zero_bucket_elements: int = 500_000_000

@@ -19,6 +19,20 @@ order, their hooks fetching and releasing as in forward) and then runs the modul
 reverse order, so a module whose backward lies more than the reuse distance past its recomputation
 is gathered twice in backward (:func:`released_after_recompute`).
 
+Per-rank tensor lists (DeepSpeed v0.3.13-v0.5.4, 2021, on torch.distributed's list API; the
+``per_rank_lists`` switch): every parameter tensor is gathered by its own ``all_gather`` into a list of
+one ``narrow`` view per rank, and every gradient tensor reduce-scattered by its own ``reduce_scatter``
+from such a list (``partition_parameters.py`` ``_allgather_param`` / ``_reduce_scatter_gradient``);
+ProcessGroupNCCL then copies the flat NCCL buffer out to (or in from) the list, one ``copy_`` per rank
+(DeepSpeed PR #1188, which removed it: "the torch.distributed.all_gather will do implicit memcpy at
+the end of each ncclAllgather"). The host therefore dispatches operators in proportion to the ranks
+for every tensor and every pass, and it does so with the device idle: before each all-gather
+DeepSpeed calls ``torch.cuda.synchronize()`` and each fetch synchronizes again (``_synchronize_communication``;
+PR #1188: "the async version is not async at all"), so the queue is empty while the lists are built
+(:func:`per_rank_list_host_s`). Tensors of at most ``param_persistence_threshold`` elements are never
+gathered (they persist), but their gradients are reduce-scattered like the rest
+(:func:`gathered_tensor_count`).
+
 The defaults live in ``data/efficiency.yaml``, section ``deepspeed_zero3``, with their sources.
 """
 
@@ -29,8 +43,28 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from simcore.data import data_file
+from simcore.workload.types import Layer
 
-__all__ = ["Zero3Defaults", "prefetch_allowed", "released_after_recompute", "zero3_defaults"]
+__all__ = [
+    "PerRankListCost",
+    "Zero3Defaults",
+    "gathered_tensor_count",
+    "per_rank_list_host_s",
+    "prefetch_allowed",
+    "released_after_recompute",
+    "tensor_sizes",
+    "zero3_defaults",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class PerRankListCost:
+    """Host work per rank of one list collective of the 2021 DeepSpeed: ATen operators DeepSpeed's
+    Python loop dispatches (``python_ops``, each at ``host_op_s``) and copies ProcessGroupNCCL
+    launches from C++ (``launches``, each one kernel launch)."""
+
+    python_ops: int
+    launches: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +75,7 @@ class Zero3Defaults:
     max_live_parameters: int
     max_reuse_distance: int
     param_persistence_threshold: int
+    per_rank_lists: dict[str, PerRankListCost]
 
 
 @functools.lru_cache(maxsize=1)
@@ -52,7 +87,38 @@ def zero3_defaults() -> Zero3Defaults:
         max_live_parameters=int(table["max_live_parameters"]),
         max_reuse_distance=int(table["max_reuse_distance"]),
         param_persistence_threshold=int(table["param_persistence_threshold"]),
+        per_rank_lists={
+            str(op): PerRankListCost(int(entry["python_ops"]), int(entry["launches"]))
+            for op, entry in table["per_rank_lists"].items()
+        },
     )
+
+
+def tensor_sizes(layer: Layer, tensors: int) -> list[float]:
+    """Element counts of ``layer``'s ``tensors`` parameter tensors: a linear layer's weight (the
+    ``k x n`` of its GEMM) and its bias (the rest); otherwise ``tensors`` equal parts."""
+    if tensors <= 0 or layer.params <= 0:
+        return []
+    if layer.gemm is not None and tensors == 2 and layer.kind == "linear":
+        weight = min(float(layer.params), layer.gemm[1] * layer.gemm[2])
+        bias = float(layer.params) - weight
+        return [weight, bias] if bias > 0 else [weight]
+    return [layer.params / tensors] * tensors
+
+
+def gathered_tensor_count(layers: Iterable[tuple[Layer, int]], threshold: float) -> int:
+    """Tensors of ``(layer, tensors)`` that DeepSpeed gathers: those of more than ``threshold``
+    elements (``param_persistence_threshold``: smaller ones persist on every rank)."""
+    return sum(size > threshold for layer, tensors in layers for size in tensor_sizes(layer, tensors))
+
+
+def per_rank_list_host_s(op: str, ranks: int, tensors: int, host_op_s: float, launch_s: float) -> float:
+    """Host seconds of ``tensors`` list collectives ``op`` over ``ranks`` ranks (DeepSpeed 2021):
+    ``tensors x ranks x (python_ops x host_op_s + launches x launch_s)``; nothing on one rank."""
+    if ranks <= 1 or tensors <= 0:
+        return 0.0
+    cost = zero3_defaults().per_rank_lists[op]
+    return tensors * ranks * (cost.python_ops * host_op_s + cost.launches * launch_s)
 
 
 def prefetch_allowed(available: Iterable[float], max_live: float) -> bool:

@@ -79,13 +79,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from simcore.compute.fp8 import fp8_gather_bytes
+from simcore.compute.host_syncs import launch_latency_s
 from simcore.compute.memory import MemoryChange
 from simcore.compute.overheads import framework_overheads
 from simcore.compute.precision import Precision
 from simcore.step.plan import Label, OpKey, PlanBuilder, StepPlan
 from simcore.strategies.base import StepContext, Strategy, optimizer_state_bytes
 from simcore.strategies.ddp import chunk_param_tensors
-from simcore.strategies.deepspeed import prefetch_allowed, released_after_recompute, zero3_defaults
+from simcore.strategies.deepspeed import (
+    gathered_tensor_count,
+    per_rank_list_host_s,
+    prefetch_allowed,
+    released_after_recompute,
+    zero3_defaults,
+)
 from simcore.strategies.passes import (
     Chunk,
     PassHooks,
@@ -103,6 +110,8 @@ __all__ = ["FSDPStrategy", "ShardedHooks", "Zero3Strategy", "build_sharded_plan"
 _REDUCE_COPY_IN = Label("reduce_scatter copy-in ", "unit")
 _REDUCE_SCATTER = Label("reduce_scatter ", "unit")
 _ACROSS_NODES = Label("all_reduce ", "unit", " shard across nodes")
+_GATHER_LISTS = Label("all_gather per-rank lists (host) ", "unit")
+_REDUCE_LISTS = Label("reduce_scatter per-rank lists (host) ", "unit")
 
 
 class ShardedHooks(PassHooks):
@@ -127,6 +136,7 @@ class ShardedHooks(PassHooks):
         tensor_ops: tuple[float, float] = (0.0, 0.0),
         max_live_params: float = float("inf"),
         max_reuse: float | None = None,
+        per_rank_lists: bool = False,
     ) -> None:
         self.ctx, self.units, self.micro_batch = ctx, units, micro_batch
         self.max_live_params = max_live_params  # DeepSpeed's bound on gathered parameters (deepspeed.py)
@@ -172,6 +182,38 @@ class ShardedHooks(PassHooks):
         self.previous_bwd_group: int | None = None
         self.lingering = 0.0  # bytes of the reduce-scatter input FSDP2 still holds
         self.blocking: list[int] = []  # CPU: collectives the next compute waits for
+        self.gather_lists_s, self.reduce_lists_s = self._per_rank_lists(per_rank_lists)
+
+    def _per_rank_lists(self, enabled: bool) -> tuple[list[float], list[float]]:
+        """Host seconds of each unit's per-rank list collectives (DeepSpeed 2021,
+        :func:`~simcore.strategies.deepspeed.per_rank_list_host_s`): its gathered tensors' all-gathers
+        and all its tensors' reduce-scatters; zeros when off."""
+        count = len(self.units.units)
+        if not enabled or len(self.shard_group) <= 1:
+            return [0.0] * count, [0.0] * count
+        ctx, ranks = self.ctx, len(self.shard_group)
+        host_op, launch = ctx.host_op_s("fwd"), launch_latency_s()
+        threshold = zero3_defaults().param_persistence_threshold
+        layers = ctx.workload.layers
+        gathers, reduces = [], []
+        for unit, members in enumerate(self.units.units):
+            gathered = gathered_tensor_count(
+                ((layers[i], ctx.layer_counts([i])[1]) for i in members), threshold
+            )
+            gathers.append(per_rank_list_host_s("all_gather", ranks, gathered, host_op, launch))
+            reduces.append(
+                per_rank_list_host_s("reduce_scatter", ranks, self.unit_tensors[unit], host_op, launch)
+            )
+        return gathers, reduces
+
+    def _list_host(
+        self, builder: PlanBuilder, label: Label, seconds: float, unit: int, after: Sequence[int]
+    ) -> list[int]:
+        """The host building a collective's per-rank lists, on the compute stream (the device is
+        idle meanwhile: DeepSpeed synchronized it); ``[]`` when there is nothing to build."""
+        if seconds <= 0.0:
+            return []
+        return [builder.compute(label, seconds, key=self.unit_keys[unit], kind="host", after=after)]
 
     # --- gathering -------------------------------------------------------------------------
     def _gather(
@@ -186,6 +228,9 @@ class ShardedHooks(PassHooks):
         # the shard's copy-in (and cast to the gather dtype) just before the collective, on its stream
         shard = self.unit_params[unit] / len(self.shard_group)
         copy_in = self.ctx.copy_time_s(shard * (self.mp.bytes("param") + self.mp.bytes("gather")) / 2)
+        host = self._list_host(builder, _GATHER_LISTS, self.gather_lists_s[unit], unit, after)
+        if not after_start:  # on demand: the gather waits for its lists (a prefetch runs beside compute)
+            after = [*after, *host]
         op = add_collective(
             self.ctx,
             builder,
@@ -335,10 +380,14 @@ class ShardedHooks(PassHooks):
         for unit in reversed(regather):
             if unit not in self.gathered:
                 continue
+            previous = [previous_op] if previous_op is not None else []
+            after = (
+                self._list_host(builder, _GATHER_LISTS, self.gather_lists_s[unit], unit, previous) or previous
+            )
             op = add_collective(
                 self.ctx, builder, "all_gather", self.full_bytes[unit], self.shard_group,
                 builder.label("all_gather ", "unit", " (backward, again after recompute)"),
-                key=self.unit_keys[unit], after=[previous_op] if previous_op is not None else [],
+                key=self.unit_keys[unit], after=after,
             )  # fmt: skip
             self.gathered[unit] = op
             self.copied.pop(unit, None)
@@ -406,6 +455,7 @@ class ShardedHooks(PassHooks):
                 after=[op],
             )
             copy_s = 0.0
+        after = self._list_host(builder, _REDUCE_LISTS, self.reduce_lists_s[unit], unit, [op]) or [op]
         rs = add_collective(
             self.ctx,
             builder,
@@ -414,7 +464,7 @@ class ShardedHooks(PassHooks):
             self.shard_group,
             _REDUCE_SCATTER,
             key=self.unit_keys[unit],
-            after=[op],
+            after=after,
             on_start=on_start,
             on_end=on_end,
             extra_s=copy_s,
@@ -482,7 +532,7 @@ def build_sharded_plan(
             reshard_root=reshard_root, first_micro=micro == 0, micro_batch=number, precision=precision,
             sync=every or final, first_reduce=micro == 0 if every else final,
             allocate_unsharded=every or micro == quiet, unit_ops=unit_ops, tensor_ops=tensor_ops,
-            max_live_params=max_live, max_reuse=max_reuse,
+            max_live_params=max_live, max_reuse=max_reuse, per_rank_lists=deepspeed and cfg.zero3_per_rank_lists,
         )  # fmt: skip
         last = build_microbatch(ctx, builder, chunks, hooks, number, last)
     after = [builder.last_comm] if builder.last_comm is not None else []
