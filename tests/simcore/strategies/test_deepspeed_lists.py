@@ -1,0 +1,131 @@
+"""DeepSpeed 2021's per-rank list collectives (``zero3_per_rank_lists``, simcore/strategies/deepspeed.py)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from simcore.compute.host_syncs import launch_latency_s
+from simcore.step.plan import COMM, COMPUTE
+from simcore.strategies import get_strategy
+from simcore.strategies.base import StepContext, TrainingConfig
+from simcore.strategies.deepspeed import (
+    gathered_tensor_count,
+    per_rank_list_host_s,
+    tensor_sizes,
+    zero3_defaults,
+)
+from simcore.whatif.sweep import run_what_if
+from simcore.workload.types import Layer
+from tests.simcore.strategies.test_strategies_support import RateTimer, toy_context, toy_transformer
+from topologies import load_cluster
+
+HOST_OP_S = 8e-6
+
+
+class HostTimer(RateTimer):
+    """The stand-in timer with a host cost per dispatched operator."""
+
+    def host_op_s(self, phase: str) -> float:
+        return HOST_OP_S
+
+
+def _context(gpus: int, lists: bool, checkpoint: bool = False) -> StepContext:
+    config = TrainingConfig(
+        global_batch=gpus, micro_batch=1, zero3_prefetch_bucket_params=3_000_000, precision="mixed",
+        zero3_per_rank_lists=lists, activation_checkpointing=checkpoint,
+    )  # fmt: skip
+    base = toy_context(gpus, config, workload=toy_transformer(blocks=4))
+    return StepContext(
+        base.workload, config, gpus, HostTimer(), base.collective, base.world, base.node, base.cross_node,
+        base.device_memory_bytes,
+    )  # fmt: skip
+
+
+def test_the_per_rank_counts_are_the_sources() -> None:
+    """all_gather: DeepSpeed's narrow per rank + ProcessGroupNCCL's copy-out; reduce_scatter:
+    view + narrow per rank + the copy-in (efficiency.yaml deepspeed_zero3.per_rank_lists)."""
+    lists = zero3_defaults().per_rank_lists
+    assert (lists["all_gather"].python_ops, lists["all_gather"].launches) == (1, 1)
+    assert (lists["reduce_scatter"].python_ops, lists["reduce_scatter"].launches) == (2, 1)
+
+
+def test_the_host_cost_is_tensors_times_ranks_times_the_ops() -> None:
+    """1,536 ranks, 4 tensors, 8 us per op, 5 us per launch: 4 x 1536 x 13 us and 4 x 1536 x 21 us."""
+    assert per_rank_list_host_s("all_gather", 1536, 4, 8e-6, 5e-6) == pytest.approx(4 * 1536 * 13e-6)
+    assert per_rank_list_host_s("reduce_scatter", 1536, 4, 8e-6, 5e-6) == pytest.approx(4 * 1536 * 21e-6)
+    assert per_rank_list_host_s("all_gather", 1, 4, 8e-6, 5e-6) == 0.0
+    assert per_rank_list_host_s("reduce_scatter", 8, 0, 8e-6, 5e-6) == 0.0
+
+
+@given(st.integers(2, 4096), st.integers(1, 200))
+def test_the_host_cost_grows_linearly_with_the_ranks(ranks: int, tensors: int) -> None:
+    one = per_rank_list_host_s("all_gather", ranks, tensors, 8e-6, 5e-6)
+    assert per_rank_list_host_s("all_gather", 2 * ranks, tensors, 8e-6, 5e-6) == pytest.approx(2 * one)
+
+
+def test_a_gpt_block_gathers_its_four_weights_and_reduces_all_twelve_tensors() -> None:
+    """GPT 174.6B's block (hidden 12288): the QKV/out/FC1/FC2 weights are gathered; their biases
+    (36864, 12288, 49152, 12288) and the two LayerNorms' 12288-element tensors persist (<= 1e5)."""
+    h = 12288
+    linear = [(3 * h, h), (h, h), (4 * h, h), (h, 4 * h)]  # (out, in)
+    block = [Layer("norm1", "layernorm", 0, 2 * h, 0.0, 0.0, 0.0, 0.0, 0.0)]
+    for out, inp in linear:
+        block.append(
+            Layer("fc", "linear", 0, out * inp + out, 1.0, 2.0, 0.0, 0.0, 0.0, gemm=(2048.0, inp, out))
+        )
+    block.append(Layer("norm2", "layernorm", 0, 2 * h, 0.0, 0.0, 0.0, 0.0, 0.0))
+    assert tensor_sizes(block[1], 2) == [3 * h * h, 3 * h]
+    assert tensor_sizes(block[0], 2) == [h, h]
+    assert gathered_tensor_count(((layer, 2) for layer in block), 1e5) == 4
+    assert gathered_tensor_count(((layer, 2) for layer in block), 0) == 12
+
+
+def test_the_plan_holds_the_hand_counted_host_work() -> None:
+    """Toy transformer, 16 ranks, 3M buckets: 8 groups holding 27 tensors (embedding 1, twelve 2M
+    linears of 2 x 1M tensors, the head's 2 x 0.5M), all gathered (> 1e5); each group gathered in
+    forward and again in backward (ZeRO-3 reshards everything) and reduce-scattered once:
+    host = 16 x (2 x 27 x (8 + 5 us) + 27 x (2 x 8 + 5 us))."""
+    plan = get_strategy("zero3").build_plan(_context(16, lists=True))
+    host = [op for op in plan.ops if op.stream == COMPUTE and op.kind == "host"]
+    launch = launch_latency_s()
+    expected = 16 * (2 * 27 * (HOST_OP_S + launch) + 27 * (2 * HOST_OP_S + launch))
+    assert sum(op.duration_s for op in host) == pytest.approx(expected)
+    assert len(host) == 16 + 8  # one per all-gather, one per reduce-scatter
+    gathers = [op for op in plan.ops if op.stream == COMM and op.kind == "all_gather"]
+    assert len(gathers) == 16
+
+
+def test_off_by_default_and_never_for_fsdp() -> None:
+    assert not TrainingConfig().zero3_per_rank_lists
+    for name, lists in (("zero3", False), ("fsdp", True)):
+        plan = get_strategy(name).build_plan(_context(16, lists=lists))
+        assert not [op for op in plan.ops if op.kind == "host"], name
+
+
+def test_the_lists_cost_more_at_more_ranks() -> None:
+    def host_s(gpus: int) -> float:
+        plan = get_strategy("zero3").build_plan(_context(gpus, lists=True))
+        return sum(op.duration_s for op in plan.ops if op.kind == "host")
+
+    assert host_s(32) == pytest.approx(2 * host_s(16))
+
+
+@pytest.mark.parametrize("checkpoint", [False, True])
+def test_the_event_free_path_agrees_with_the_des(checkpoint: bool) -> None:
+    def report(path: str, lists: bool) -> object:
+        config = TrainingConfig(
+            global_batch=32, micro_batch=2, zero3_prefetch_bucket_params=3_000_000,
+            zero3_per_rank_lists=lists, activation_checkpointing=checkpoint,
+        )  # fmt: skip
+        result = run_what_if(
+            toy_transformer(blocks=20, layers_per_block=2), ["dgx-a100"], [16], loader=load_cluster,
+            strategies=["zero3"], config=config, engine_path=path,
+        )  # fmt: skip
+        return result.reports[-1]
+
+    des, fast = report("des", True), report("fast", True)
+    for name in ("step_time_s", "exposed_comm_s", "peak_memory_bytes"):
+        assert getattr(fast, name) == pytest.approx(getattr(des, name), rel=0.01), name
+    assert des.step_time_s > report("des", False).step_time_s  # type: ignore[attr-defined]
