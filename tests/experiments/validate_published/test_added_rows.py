@@ -6,7 +6,8 @@ import pytest
 
 from experiments.validate_published.mapping import load_mapping
 from experiments.validate_published.published import ADDED_PATH, load_all_rows, load_rows
-from experiments.validate_published.training import DATA, megatron_flops_per_step
+from experiments.validate_published.training import DATA, megatron_flops_per_step, parse_step
+from simcore.errors import TrainsimError
 from simcore.workload.loader import load_workload
 
 
@@ -40,3 +41,18 @@ def test_the_megatron_count_is_the_papers_eq3() -> None:
     assert 174.4e9 < workload.params < 174.8e9  # "174.6" in the paper's Table 1
     big = load_workload(str(DATA / "models" / "mt-nlg-530b.json"), seq_len=2048, dtype="fp16")
     assert 529.4e9 < big.params < 529.8e9  # "529.6"
+
+
+def test_the_2021_rows_run_deepspeeds_per_rank_lists() -> None:
+    """The paper's ZeRO-3 runs (early 2021) predate DeepSpeed PR #1188 (October 2021)."""
+    plans = {p.row.id: p for p in load_mapping().plans}
+    assert all(plans[n].setup.zero3_per_rank_lists for n in range(158, 164))  # type: ignore[union-attr]
+
+
+def test_the_lists_switch_must_be_a_boolean() -> None:
+    entry = {
+        "topology": ["dgx-a100"], "gpus": 16, "nodes": 2, "model": ["gpt2"], "strategy": "zero3", "dtype": "fp16",
+        "micro_batch": 1, "optimizer": "adamw", "zero3_per_rank_lists": "yes",
+    }  # fmt: skip
+    with pytest.raises(TrainsimError, match="'zero3_per_rank_lists' must be true or false"):
+        parse_step(entry, "row 1", "A100")
