@@ -59,11 +59,11 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class PerRankListCost:
-    """Host work per rank of one list collective of the 2021 DeepSpeed: ATen operators DeepSpeed's
-    Python loop dispatches (``python_ops``, each at ``host_op_s``) and copies ProcessGroupNCCL
-    launches from C++ (``launches``, each one kernel launch)."""
+    """Host work per rank of one list collective of the 2021 DeepSpeed: seconds of DeepSpeed's
+    Python loop (``loop_s``, measured) and copies ProcessGroupNCCL launches from C++ (``launches``,
+    each one kernel launch)."""
 
-    python_ops: int
+    loop_s: float
     launches: int
 
 
@@ -88,7 +88,7 @@ def zero3_defaults() -> Zero3Defaults:
         max_reuse_distance=int(table["max_reuse_distance"]),
         param_persistence_threshold=int(table["param_persistence_threshold"]),
         per_rank_lists={
-            str(op): PerRankListCost(int(entry["python_ops"]), int(entry["launches"]))
+            str(op): PerRankListCost(float(entry["loop_s"]), int(entry["launches"]))
             for op, entry in table["per_rank_lists"].items()
         },
     )
@@ -112,13 +112,13 @@ def gathered_tensor_count(layers: Iterable[tuple[Layer, int]], threshold: float)
     return sum(size > threshold for layer, tensors in layers for size in tensor_sizes(layer, tensors))
 
 
-def per_rank_list_host_s(op: str, ranks: int, tensors: int, host_op_s: float, launch_s: float) -> float:
+def per_rank_list_host_s(op: str, ranks: int, tensors: int, launch_s: float) -> float:
     """Host seconds of ``tensors`` list collectives ``op`` over ``ranks`` ranks (DeepSpeed 2021):
-    ``tensors x ranks x (python_ops x host_op_s + launches x launch_s)``; nothing on one rank."""
+    ``tensors x ranks x (loop_s + launches x launch_s)``; nothing on one rank."""
     if ranks <= 1 or tensors <= 0:
         return 0.0
     cost = zero3_defaults().per_rank_lists[op]
-    return tensors * ranks * (cost.python_ops * host_op_s + cost.launches * launch_s)
+    return tensors * ranks * (cost.loop_s + cost.launches * launch_s)
 
 
 def prefetch_allowed(available: Iterable[float], max_live: float) -> bool:

@@ -183,6 +183,9 @@ class ShardedHooks(PassHooks):
         self.lingering = 0.0  # bytes of the reduce-scatter input FSDP2 still holds
         self.blocking: list[int] = []  # CPU: collectives the next compute waits for
         self.gather_lists_s, self.reduce_lists_s = self._per_rank_lists(per_rank_lists)
+        # DeepSpeed 2021 synchronizes the device at each fetch: the next unit waits for every
+        # collective in flight, its reduce-scatters included
+        self.synchronized = per_rank_lists and len(self.shard_group) > 1
 
     def _per_rank_lists(self, enabled: bool) -> tuple[list[float], list[float]]:
         """Host seconds of each unit's per-rank list collectives (DeepSpeed 2021,
@@ -192,7 +195,7 @@ class ShardedHooks(PassHooks):
         if not enabled or len(self.shard_group) <= 1:
             return [0.0] * count, [0.0] * count
         ctx, ranks = self.ctx, len(self.shard_group)
-        host_op, launch = ctx.host_op_s("fwd"), launch_latency_s()
+        launch = launch_latency_s()
         threshold = zero3_defaults().param_persistence_threshold
         layers = ctx.workload.layers
         gathers, reduces = [], []
@@ -200,10 +203,8 @@ class ShardedHooks(PassHooks):
             gathered = gathered_tensor_count(
                 ((layers[i], ctx.layer_counts([i])[1]) for i in members), threshold
             )
-            gathers.append(per_rank_list_host_s("all_gather", ranks, gathered, host_op, launch))
-            reduces.append(
-                per_rank_list_host_s("reduce_scatter", ranks, self.unit_tensors[unit], host_op, launch)
-            )
+            gathers.append(per_rank_list_host_s("all_gather", ranks, gathered, launch))
+            reduces.append(per_rank_list_host_s("reduce_scatter", ranks, self.unit_tensors[unit], launch))
         return gathers, reduces
 
     def _list_host(
@@ -480,7 +481,7 @@ class ShardedHooks(PassHooks):
                 key=self.unit_keys[unit],
                 after=[rs],
             )
-        if self.on_cpu:
+        if self.on_cpu or self.synchronized:
             self.blocking.append(rs)
 
 
