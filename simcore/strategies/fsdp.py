@@ -70,6 +70,11 @@ flight stay under ``stage3_max_live_parameters`` (:mod:`simcore.strategies.deeps
 of that size or more (1e9 elements by default) leaves no room, and the group after it is gathered
 on demand.
 
+DeepSpeed as it ran in 2021 (``TrainingConfig.zero3_per_rank_lists``, :mod:`simcore.strategies.deepspeed`):
+before each all-gather and each reduce-scatter the host builds one list entry per rank, on the
+compute stream with the device idle (each fetch synchronized it), and the next unit's compute waits
+for the reduce-scatters in flight, as the fetch's ``torch.cuda.synchronize()`` does.
+
 HSDP (:mod:`simcore.strategies.hsdp`) reuses this schedule with the shard group limited to a node
 and an all-reduce of each reduce-scattered shard across nodes.
 """
