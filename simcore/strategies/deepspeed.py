@@ -31,7 +31,10 @@ DeepSpeed calls ``torch.cuda.synchronize()`` and each fetch synchronizes again (
 PR #1188: "the async version is not async at all"), so the queue is empty while the lists are built
 (:func:`per_rank_list_host_s`). Tensors of at most ``param_persistence_threshold`` elements are never
 gathered (they persist), but their gradients are reduce-scattered like the rest
-(:func:`gathered_tensor_count`).
+(:func:`gathered_tensor_count`). The gradients take this path with ``contiguous_gradients: true``
+(the ZeRO-3 tutorial's config) and ``reduce_scatter: true`` (``stage3.py`` ``average_tensor``); with
+v0.3-v0.4's code default ``contiguous_gradients: false`` they are all-reduced in flat buckets
+(``buffered_reduce_fallback``), which is not modelled.
 
 The defaults live in ``data/efficiency.yaml``, section ``deepspeed_zero3``, with their sources.
 """
