@@ -596,12 +596,18 @@ class Zero3Strategy:
         bound = limit if limit is not None else zero3_defaults().max_live_parameters
         units = bucket_units(ctx.workload, ctx.config.zero3_prefetch_bucket_params, ctx.caches.unit_plans)
         largest = max(ctx.layer_counts(members)[0] for members in units.units)
-        if ctx.gpus == 1 or largest < bound:
-            return ""
-        return (
-            f"zero3: a gather group of {largest:.3g} elements reaches stage3_max_live_parameters "
-            f"({bound:.3g}): DeepSpeed prefetches nothing while it is gathered, the next group waits"
-        )
+        notes = []
+        if ctx.gpus > 1 and largest >= bound:
+            notes.append(
+                f"zero3: a gather group of {largest:.3g} elements reaches stage3_max_live_parameters "
+                f"({bound:.3g}): DeepSpeed prefetches nothing while it is gathered, the next group waits"
+            )
+        if ctx.gpus > 1 and ctx.config.zero3_per_rank_lists:
+            notes.append(
+                "zero3: DeepSpeed 2021's per-rank lists: every tensor's all-gather and reduce-scatter "
+                f"builds {ctx.gpus} entries on the host, with the device synchronized at each fetch"
+            )
+        return "; ".join(notes)
 
     def layer_groups(self, ctx: StepContext) -> list[int]:
         """The prefetch bucket of each layer (see fastpath.fold)."""

@@ -131,3 +131,9 @@ def test_a_fetch_waits_for_the_reduce_scatters_in_flight() -> None:
 
     assert waited(True) == (7, 8)
     assert waited(False) == (0, 8)
+
+
+def test_the_note_names_the_lists() -> None:
+    note = get_strategy("zero3").assumption_note(_context(16, lists=True))
+    assert "per-rank lists" in note and "builds 16 entries" in note
+    assert "per-rank lists" not in get_strategy("zero3").assumption_note(_context(16, lists=False))
