@@ -45,6 +45,7 @@ from simcore.fastpath.run import evaluate_step
 from simcore.parallel.cache import ComposeCache
 from simcore.parallel.comm import GroupPricer, sharing_groups
 from simcore.parallel.layout import ParallelLayout, Placement, check_layout
+from simcore.parallel.memory_pipeline import pipelined_extra_bytes, run_state_bytes, stage_held_state
 from simcore.parallel.offload import OffloadEffect, offload_effect
 from simcore.parallel.options import ParallelOptions
 from simcore.parallel.pp import (
@@ -667,9 +668,7 @@ class _Composer:
             return self.cache.get("p2p", (*self._where[1:3], lay, self.gpus, size, src, dst), price)
 
         shape = (self.options.schedule, lay.pp, lay.vpp, self.micro)
-        orders: list[list[PipelineOp]] | CompiledOrders = self.cache.get(
-            "orders", shape, lambda: compile_orders(rank_orders(*shape), lay.vpp)
-        )
+        orders: list[list[PipelineOp]] | CompiledOrders = self._orders()
         weights = [
             [run.model.held_per_sample[c] * self.config.micro_batch for c in range(lay.vpp)]
             for run in per_rank
@@ -694,6 +693,27 @@ class _Composer:
             pipeline = self.cache.get("pipeline run", key, timed)
         sends = 2 * self.micro * lay.vpp  # a forward and a backward send per micro-batch and chunk
         return pipeline, sends * p2p(0, 1 % lay.pp)
+
+    def _orders(self) -> CompiledOrders:
+        lay = self.layout
+        shape = (self.options.schedule, lay.pp, lay.vpp, self.micro)
+        return self.cache.get("orders", shape, lambda: compile_orders(rank_orders(*shape), lay.vpp))
+
+    def _pipelined_extra(self, run: _StageRun, order: list[PipelineOp]) -> float:
+        """Bytes the rank holds at its pipelined peak beyond its run's (memory_pipeline)."""
+        mb = self.config.micro_batch
+        activations = [held * mb for held in run.model.held_per_sample]
+        strategy = get_strategy(self.strategy)
+        held = stage_held_state(run.model, run.ctx, strategy)
+        run_state = 0.0
+        if run.result is not None:
+            peak = run.result.run.memory.peak()
+            run_state = run_state_bytes(
+                peak.breakdown, run.result.plan.initial_memory, strategy.zero_stage, strategy.framework
+            )
+        return pipelined_extra_bytes(
+            order, activations, held, run_activations=sum(activations), run_state=run_state
+        )
 
     def _step_time(self, per_rank: list[_StageRun], pipeline: PipelineRun | None) -> float:
         if pipeline is None:
@@ -722,10 +742,13 @@ class _Composer:
     ) -> list[StagePrediction]:
         out = []
         mb = self.config.micro_batch
+        orders = self._orders().orders if pipeline is not None else None
         for r, run in enumerate(per_rank):
             held_one = sum(run.model.held_per_sample) * mb
             in_flight = pipeline.peak_in_flight[r] if pipeline is not None else held_one
             extra = max(0.0, in_flight - held_one) + run.model.transient_per_sample * mb
+            if orders is not None:  # with the state the schedule keeps across micro-batches
+                extra = self._pipelined_extra(run, orders[r]) + run.model.transient_per_sample * mb
             peak, breakdown, phase = _stage_peak(run, extra)
             out.append(
                 StagePrediction(
