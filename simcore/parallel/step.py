@@ -38,6 +38,7 @@ from simcore.compute.fp8 import compute_model, weight_cast_microbatches
 from simcore.compute.heterogeneity import is_mixed_devices
 from simcore.compute.memory import TIGHT_HEADROOM
 from simcore.compute.rank_spread import spread_ranks
+from simcore.compute.saved_tensors import saved_tensor_workload
 from simcore.errors import TrainsimError
 from simcore.fastpath.costs import fast_collective_model, fast_concurrent_model
 from simcore.fastpath.path import DEFAULT_ENGINE_PATH, check_engine_path, choose_path
@@ -170,6 +171,7 @@ def simulate_parallel_step(
     gpus = topology.world_size
     check_engine_path(path)
     check_layout(layout, gpus, workload, cp_kind=options.cp_kind)
+    workload = saved_tensor_workload(workload, options.saved_tensors, config.fp8)
     if not _delegates(layout, options):
         return compose_parallel_step(
             workload, config, topology, strategy, layout, options, calibration=calibration,
