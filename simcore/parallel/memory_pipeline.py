@@ -49,9 +49,11 @@ __all__ = [
     "HeldState",
     "held_state",
     "pipeline_peak_bytes",
+    "pipeline_peak_parts",
     "pipelined_extra_bytes",
     "run_state_bytes",
     "stage_held_state",
+    "state_category",
 ]
 
 
@@ -92,10 +94,14 @@ def held_state(
     return HeldState(tuple(p * grad_bytes for p in chunk_params))
 
 
-def pipeline_peak_bytes(order: Sequence[PipelineOp], activations: Sequence[float], held: HeldState) -> float:
-    """The most a rank holds at a boundary of its passes ``order``: the activations in flight
-    (``activations[chunk]`` per micro-batch, from its ``F`` to its ``B``) plus ``held``."""
-    in_flight = grads = peak = 0.0
+def pipeline_peak_parts(
+    order: Sequence[PipelineOp], activations: Sequence[float], held: HeldState
+) -> tuple[float, float]:
+    """(activations, held state) at the boundary of the rank's passes ``order`` where their sum is
+    largest: the activations in flight (``activations[chunk]`` per micro-batch, from its ``F`` to
+    its ``B``) and ``held``'s gradients and gathered parameters then."""
+    in_flight = grads = 0.0
+    best = (0.0, 0.0)
     done: set[int] = set()
     for op in order:
         if op.kind == "F":
@@ -109,8 +115,15 @@ def pipeline_peak_bytes(order: Sequence[PipelineOp], activations: Sequence[float
             after_backward = held.params_after_backward
         else:
             continue
-        peak = max(peak, in_flight + grads + held.params_always + after_backward)
-    return peak
+        state = grads + held.params_always + after_backward
+        if in_flight + state > sum(best):
+            best = (in_flight, state)
+    return best
+
+
+def pipeline_peak_bytes(order: Sequence[PipelineOp], activations: Sequence[float], held: HeldState) -> float:
+    """The most a rank holds at a boundary of its passes (:func:`pipeline_peak_parts` summed)."""
+    return sum(pipeline_peak_parts(order, activations, held))
 
 
 def run_state_bytes(
@@ -132,11 +145,18 @@ def pipelined_extra_bytes(
     *,
     run_activations: float,
     run_state: float,
-) -> float:
-    """Bytes a pipelined rank holds at its peak beyond its one-micro-batch run's: the schedule's
-    peak of activations and held state, less what the run counted of them (``run_activations``:
-    one micro-batch of every chunk; ``run_state``: :func:`run_state_bytes`)."""
-    return max(0.0, pipeline_peak_bytes(order, activations, held) - run_activations - run_state)
+) -> tuple[float, float]:
+    """(activations, held state) a pipelined rank holds at its peak beyond its one-micro-batch
+    run's: the schedule's peak less what the run counted of each (``run_activations``: one
+    micro-batch of every chunk; ``run_state``: :func:`run_state_bytes`), neither below zero."""
+    in_flight, state = pipeline_peak_parts(order, activations, held)
+    return max(0.0, in_flight - run_activations), max(0.0, state - run_state)
+
+
+def state_category(zero_stage: int, framework: str) -> str:
+    """The memory category the held state is counted in: FSDP2's unsharded gradients and gathered
+    parameters are ``buffers`` (as its run counts them), everyone else's ``grads``."""
+    return "buffers" if zero_stage == 3 and framework == "torch-fsdp" else "grads"
 
 
 def stage_held_state(model: StageModel, ctx: StepContext, strategy: Strategy) -> HeldState:

@@ -108,3 +108,13 @@ def test_the_step_peak_drops_by_the_saved_bytes_of_a_micro_batch() -> None:
     assert eager.report.peak_memory_bytes - fused.report.peak_memory_bytes == pytest.approx(
         expected, rel=0.02
     )
+
+
+def test_a_fused_swiglu_is_still_priced_as_swiglu() -> None:
+    """Saving two halves instead of three leaves the kernel's kind (and so its time) as it was."""
+    from simcore.compute.memory_kernels import memory_kind
+
+    base, fused = _llama(), saved_tensor_workload(_llama(), "megatron-te")
+    for a, b in zip(base.layers, fused.layers, strict=True):
+        assert memory_kind(a) == memory_kind(b)
+    assert any(memory_kind(b) == "swiglu" for b in fused.layers)

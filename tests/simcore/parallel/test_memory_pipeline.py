@@ -15,8 +15,10 @@ from simcore.parallel.memory_pipeline import (
     HeldState,
     held_state,
     pipeline_peak_bytes,
+    pipeline_peak_parts,
     pipelined_extra_bytes,
     run_state_bytes,
+    state_category,
 )
 from simcore.parallel.pp import rank_orders
 from simcore.parallel.step import ParallelStepResult
@@ -88,8 +90,14 @@ def test_run_state_and_extra_subtract_what_the_one_micro_batch_run_counted() -> 
     assert run_state_bytes(breakdown, initial, 3, "torch-fsdp") == 12.0
     order = rank_orders("1f1b", 4, 1, 8)[0]
     extra = pipelined_extra_bytes(order, [A], HeldState((G,)), run_activations=A, run_state=2.0)
-    assert extra == 4 * A + G - A - 2.0
-    assert pipelined_extra_bytes(order, [A], HeldState((G,)), run_activations=A, run_state=99.0) == 0.0
+    assert extra == (4 * A - A, G - 2.0)  # peak 4A + G: 3A more activations, G - 2 more state
+    assert pipelined_extra_bytes(order, [A], HeldState((G,)), run_activations=A, run_state=99.0) == (
+        3 * A,
+        0.0,
+    )
+    assert pipeline_peak_parts(order, [A], HeldState((G,), params_always=1.0)) == (4 * A, G + 1.0)
+    assert state_category(3, "torch-fsdp") == "buffers"
+    assert state_category(1, "deepspeed") == state_category(0, "torch-ddp") == "grads"
 
 
 _SCHEDULES = st.sampled_from(["1f1b", "gpipe", "zb-h1"])
