@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from simcore.compute.fp8 import fp8_gather_bytes
+from simcore.compute.memory import MemoryTimeline
 from simcore.parallel.pp import PipelineOp
 
 if TYPE_CHECKING:
@@ -127,11 +128,23 @@ def pipeline_peak_bytes(order: Sequence[PipelineOp], activations: Sequence[float
 
 
 def run_state_bytes(
-    breakdown: Mapping[str, float], initial: Mapping[str, float], zero_stage: int, framework: str
+    timeline: MemoryTimeline,
+    initial: Mapping[str, float],
+    last_backward_s: float,
+    zero_stage: int,
+    framework: str,
 ) -> float:
     """What the one-micro-batch run counts at its peak of the state :func:`held_state` describes:
     the gradients made during its step (and, for FSDP2, its gathered units and unsharded
-    gradients, its ``buffers``)."""
+    gradients, its ``buffers``). A peak after the run's last backward (``last_backward_s``: the
+    optimizer step) says nothing of what its passes held: none is counted then."""
+    if not timeline.samples:
+        return 0.0
+    raw = max(total for _, total, _ in timeline.samples)
+    when = next(t for t, total, _ in timeline.samples if total == raw)
+    if when > last_backward_s * (1 + 1e-12):
+        return 0.0
+    breakdown = timeline.peak().breakdown
     grads = max(0.0, breakdown.get("grads", 0.0) - initial.get("grads", 0.0))
     if zero_stage == 3 and framework == "torch-fsdp":
         return grads + max(0.0, breakdown.get("buffers", 0.0) - initial.get("buffers", 0.0))

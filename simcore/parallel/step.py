@@ -715,10 +715,10 @@ class _Composer:
         held = stage_held_state(run.model, run.ctx, strategy)
         run_state = 0.0
         if run.result is not None:
-            peak = run.result.run.memory.peak()
             run_state = run_state_bytes(
-                peak.breakdown, run.result.plan.initial_memory, strategy.zero_stage, strategy.framework
-            )
+                run.result.run.memory, run.result.plan.initial_memory, run.last_backward_s,
+                strategy.zero_stage, strategy.framework,
+            )  # fmt: skip
         more, state = pipelined_extra_bytes(
             order, activations, held, run_activations=sum(activations), run_state=run_state
         )

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simcore.compute.memory import runtime_memory
+from simcore.compute.memory import MemoryTimeline, runtime_memory
 from simcore.parallel import ParallelLayout, simulate_parallel_step
 from simcore.parallel.memory_pipeline import (
     HeldState,
@@ -84,10 +84,15 @@ def test_held_state_of_each_strategy() -> None:
 
 
 def test_run_state_and_extra_subtract_what_the_one_micro_batch_run_counted() -> None:
-    breakdown = {"grads": 9.0, "buffers": 4.0}
+    """The run's state at its peak in its passes; a peak in its tail (the optimizer step) counts none."""
+    timeline = MemoryTimeline(capacity_bytes=1e12)
+    timeline.apply([("grads", 1.0)], "start", 0.0)
+    timeline.apply([("grads", 8.0), ("buffers", 4.0)], "backward", 1.0)
     initial = {"grads": 1.0}
-    assert run_state_bytes(breakdown, initial, 0, "torch-ddp") == 8.0
-    assert run_state_bytes(breakdown, initial, 3, "torch-fsdp") == 12.0
+    assert run_state_bytes(timeline, initial, 2.0, 0, "torch-ddp") == 8.0
+    assert run_state_bytes(timeline, initial, 2.0, 3, "torch-fsdp") == 12.0
+    timeline.apply([("temp", 50.0)], "optimizer step", 3.0)
+    assert run_state_bytes(timeline, initial, 2.0, 0, "torch-ddp") == 0.0
     order = rank_orders("1f1b", 4, 1, 8)[0]
     extra = pipelined_extra_bytes(order, [A], HeldState((G,)), run_activations=A, run_state=2.0)
     assert extra == (4 * A - A, G - 2.0)  # peak 4A + G: 3A more activations, G - 2 more state
