@@ -31,6 +31,7 @@ from simcore.errors import TrainsimError
 
 __all__ = [
     "CATEGORIES",
+    "CROSS_ENTROPY_KERNELS",
     "OPTIMIZER_IMPLS",
     "TIGHT_HEADROOM",
     "MemoryChange",
@@ -241,10 +242,11 @@ def optimizer_step_temp_bytes(
 
 
 CROSS_ENTROPY_ELEM = 4  # torch's cross entropy works in fp32 on logits upcast with .float()
+CROSS_ENTROPY_KERNELS = ("torch", "megatron")
 
 
 def cross_entropy_working_bytes(
-    logits: float, elem: int, vocab_parallel: bool = False
+    logits: float, elem: int, vocab_parallel: bool = False, kernel: str = "torch"
 ) -> tuple[float, float]:
     """Bytes the cross entropy over ``logits`` elements holds while it runs, above what is held
     before it: (forward, backward).
@@ -269,9 +271,21 @@ def cross_entropy_working_bytes(
     ``exp(shifted)`` (or then ``result = shifted - logsumexp``) coexist with the fp32 input, one
     fp32 tensor more in forward; ``_nll_loss_and_log_softmax_backward`` computes
     ``(zeros_like(x) scattered + exp(x)) * grad``: three fp32 logit-sized tensors at once beside
-    the saved output. Megatron's vocab-parallel cross entropy works in place
-    (``_VocabParallelCrossEntropy``) and holds less; this is the PyTorch rule.
+    the saved output.
+
+    ``kernel="megatron"``: Megatron-Core's vocab-parallel cross entropy, whatever the tensor-parallel
+    size (``megatron/core/tensor_parallel/cross_entropy.py``, ``_VocabParallelCrossEntropy`` and the
+    fused ``cross_entropy_loss_fusion`` path alike): forward upcasts the logits once
+    (``calculate_logits_max``: ``.float()``), then subtracts the max, exponentiates and normalises
+    that fp32 copy in place and saves it as the softmax, so the logits and one fp32 copy; backward
+    turns the saved softmax into the gradient in place (``grad_input = softmax``, ``mul_``), and
+    only the cast of that gradient back to the logits' dtype is new.
     """
+    if kernel not in CROSS_ENTROPY_KERNELS:
+        raise TrainsimError(f"cross entropy {kernel!r} unknown; allowed: {', '.join(CROSS_ENTROPY_KERNELS)}")
+    if kernel == "megatron":
+        copy = 0.0 if elem == CROSS_ENTROPY_ELEM else CROSS_ENTROPY_ELEM * logits
+        return elem * logits + copy, (0.0 if elem == CROSS_ENTROPY_ELEM else elem * logits)
     copy = 0.0 if elem == CROSS_ENTROPY_ELEM else CROSS_ENTROPY_ELEM * logits
     fp32_tensors = 3.0 if vocab_parallel else 2.0
     forward = elem * logits + copy + (fp32_tensors - 1.0) * CROSS_ENTROPY_ELEM * logits

@@ -33,12 +33,13 @@ def memory_kind(layer: Layer) -> str:
 
     A SwiGLU activation is recorded as kind ``activation`` saving three tensors of its output's size
     (the gate's input and both halves, :func:`simcore.workload.models.transformer._activation` and the
-    MoE experts'); GELU and ReLU save one.
+    MoE experts'), or two where a fused kernel saves only its input halves (Megatron's
+    ``SwiGLUFunction``, :mod:`simcore.compute.saved_tensors`); GELU and ReLU save one.
     """
     if (
         layer.kind == "activation"
         and layer.output_bytes > 0
-        and layer.activation_bytes == 3 * layer.output_bytes
+        and layer.activation_bytes in (3 * layer.output_bytes, 2 * layer.output_bytes)
     ):
         return "swiglu"
     return layer.kind

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from simcore.compute.saved_tensors import SAVED_TENSOR_RULES
 from simcore.errors import TrainsimError
 from simcore.parallel.pp import PIPELINE_SCHEDULES
 
@@ -62,6 +63,10 @@ class ParallelOptions:
     # which the policy counts like a bf16 mm: every second one recomputed). See
     # simcore.compute.checkpointing.
     fp8_checkpoint_op: str = "scaled_mm"
+    # Whose kernels decide the activations saved for backward: ``eager`` PyTorch (the workload as
+    # built) or ``megatron-te`` (Megatron-Core on Transformer Engine's fused kernels), see
+    # simcore.compute.saved_tensors.
+    saved_tensors: str = "eager"
 
     def __post_init__(self) -> None:
         if self.schedule not in PIPELINE_SCHEDULES:
@@ -82,6 +87,10 @@ class ParallelOptions:
         if self.fp8_checkpoint_op not in FP8_CHECKPOINT_OPS:
             raise TrainsimError(
                 f"fp8 checkpoint op {self.fp8_checkpoint_op!r} unknown; allowed: {', '.join(FP8_CHECKPOINT_OPS)}"
+            )
+        if self.saved_tensors not in SAVED_TENSOR_RULES:
+            raise TrainsimError(
+                f"saved tensors {self.saved_tensors!r} unknown; allowed: {', '.join(SAVED_TENSOR_RULES)}"
             )
         if self.tp_comm_overlap and not self.sequence_parallel:
             raise TrainsimError(

@@ -30,7 +30,7 @@ pipeline orders) lives in a :class:`~simcore.parallel.cache.ComposeCache` the ca
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -38,6 +38,7 @@ from simcore.compute.fp8 import compute_model, weight_cast_microbatches
 from simcore.compute.heterogeneity import is_mixed_devices
 from simcore.compute.memory import TIGHT_HEADROOM
 from simcore.compute.rank_spread import spread_ranks
+from simcore.compute.saved_tensors import saved_tensor_workload
 from simcore.errors import TrainsimError
 from simcore.fastpath.costs import fast_collective_model, fast_concurrent_model
 from simcore.fastpath.path import DEFAULT_ENGINE_PATH, check_engine_path, choose_path
@@ -45,6 +46,12 @@ from simcore.fastpath.run import evaluate_step
 from simcore.parallel.cache import ComposeCache
 from simcore.parallel.comm import GroupPricer, sharing_groups
 from simcore.parallel.layout import ParallelLayout, Placement, check_layout
+from simcore.parallel.memory_pipeline import (
+    pipelined_extra_bytes,
+    run_state_bytes,
+    stage_held_state,
+    state_category,
+)
 from simcore.parallel.offload import OffloadEffect, offload_effect
 from simcore.parallel.options import ParallelOptions
 from simcore.parallel.pp import (
@@ -169,6 +176,7 @@ def simulate_parallel_step(
     gpus = topology.world_size
     check_engine_path(path)
     check_layout(layout, gpus, workload, cp_kind=options.cp_kind)
+    workload = saved_tensor_workload(workload, options.saved_tensors, config.fp8)
     if not _delegates(layout, options):
         return compose_parallel_step(
             workload, config, topology, strategy, layout, options, calibration=calibration,
@@ -667,9 +675,7 @@ class _Composer:
             return self.cache.get("p2p", (*self._where[1:3], lay, self.gpus, size, src, dst), price)
 
         shape = (self.options.schedule, lay.pp, lay.vpp, self.micro)
-        orders: list[list[PipelineOp]] | CompiledOrders = self.cache.get(
-            "orders", shape, lambda: compile_orders(rank_orders(*shape), lay.vpp)
-        )
+        orders: list[list[PipelineOp]] | CompiledOrders = self._orders()
         weights = [
             [run.model.held_per_sample[c] * self.config.micro_batch for c in range(lay.vpp)]
             for run in per_rank
@@ -694,6 +700,29 @@ class _Composer:
             pipeline = self.cache.get("pipeline run", key, timed)
         sends = 2 * self.micro * lay.vpp  # a forward and a backward send per micro-batch and chunk
         return pipeline, sends * p2p(0, 1 % lay.pp)
+
+    def _orders(self) -> CompiledOrders:
+        lay = self.layout
+        shape = (self.options.schedule, lay.pp, lay.vpp, self.micro)
+        return self.cache.get("orders", shape, lambda: compile_orders(rank_orders(*shape), lay.vpp))
+
+    def _pipelined_extra(self, run: _StageRun, order: list[PipelineOp]) -> tuple[float, dict[str, float]]:
+        """Activations and (by category) held state the rank keeps at its pipelined peak beyond its
+        run's (:mod:`simcore.parallel.memory_pipeline`)."""
+        mb = self.config.micro_batch
+        activations = [held * mb for held in run.model.held_per_sample]
+        strategy = get_strategy(self.strategy)
+        held = stage_held_state(run.model, run.ctx, strategy)
+        run_state = 0.0
+        if run.result is not None:
+            run_state = run_state_bytes(
+                run.result.run.memory, run.result.plan.initial_memory, run.last_backward_s,
+                strategy.zero_stage, strategy.framework,
+            )  # fmt: skip
+        more, state = pipelined_extra_bytes(
+            order, activations, held, run_activations=sum(activations), run_state=run_state
+        )
+        return more, {state_category(strategy.zero_stage, strategy.framework): state}
 
     def _step_time(self, per_rank: list[_StageRun], pipeline: PipelineRun | None) -> float:
         if pipeline is None:
@@ -722,11 +751,16 @@ class _Composer:
     ) -> list[StagePrediction]:
         out = []
         mb = self.config.micro_batch
+        orders = self._orders().orders if pipeline is not None else None
         for r, run in enumerate(per_rank):
             held_one = sum(run.model.held_per_sample) * mb
             in_flight = pipeline.peak_in_flight[r] if pipeline is not None else held_one
             extra = max(0.0, in_flight - held_one) + run.model.transient_per_sample * mb
-            peak, breakdown, phase = _stage_peak(run, extra)
+            held: dict[str, float] = {}
+            if orders is not None:  # with the state the schedule keeps across micro-batches
+                more, held = self._pipelined_extra(run, orders[r])
+                extra = more + run.model.transient_per_sample * mb
+            peak, breakdown, phase = _stage_peak(run, extra, held)
             out.append(
                 StagePrediction(
                     r,
@@ -832,9 +866,13 @@ def _memory_status(peak_bytes: float, capacity_bytes: float) -> str:
     return "fits"
 
 
-def _stage_peak(run: _StageRun, extra: float) -> tuple[float, dict[str, float], str]:
+def _stage_peak(
+    run: _StageRun, extra: float, held: Mapping[str, float] | None = None
+) -> tuple[float, dict[str, float], str]:
     """A stage's peak: the run's timeline, with ``extra`` activations (micro-batches in flight beyond
-    the run's one, blocks being recomputed) while the passes run and the offload's changes."""
+    the run's one, blocks being recomputed) and ``held`` state by category (what the pipeline keeps
+    across micro-batches) while the passes run, and the offload's changes."""
+    held = held or {}
     if run.result is None:  # a lean run: nothing beyond its own peak (Composer.lean)
         own = _own(run)
         return own.peak_memory_bytes, dict(own.memory_breakdown), own.peak_phase
@@ -845,7 +883,7 @@ def _stage_peak(run: _StageRun, extra: float) -> tuple[float, dict[str, float], 
     after = max((total for t, total, _ in timeline.samples if t > cut), default=0.0)
     delta = run.offload.memory_delta
     held_all_step = math.fsum(v for k, v in delta.items() if k != "activations")
-    during = passes + extra + math.fsum(delta.values())
+    during = passes + extra + math.fsum(held.values()) + math.fsum(delta.values())
     # The allocator's fragmentation is charged on the tensors at the peak (MemoryTimeline.peak);
     # the stage's extra activations and offload changes are tensors too.
     raw_peak = max((total for _, total, _ in timeline.samples), default=0.0)
@@ -855,6 +893,10 @@ def _stage_peak(run: _StageRun, extra: float) -> tuple[float, dict[str, float], 
     breakdown = dict(peak.breakdown)
     for category, change in delta.items():
         breakdown[category] = max(0.0, breakdown.get(category, 0.0) + change)
+    if during >= after + held_all_step:  # the passes hold the peak: the held state is in it
+        for category, amount in held.items():
+            breakdown[category] = breakdown.get(category, 0.0) + amount
+            breakdown["overhead"] = breakdown.get("overhead", 0.0) + amount * timeline.fragmentation
     missing = total - math.fsum(breakdown.values())
     if abs(missing) > 1e-9 * max(total, 1.0):  # activations in flight or moved by offload
         breakdown["activations"] = max(0.0, breakdown.get("activations", 0.0) + missing)

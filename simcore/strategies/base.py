@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from simcore.collectives.tuning import channels as nccl_channels
 from simcore.compute.fp8 import FP8_RECIPES
 from simcore.compute.host_syncs import host_sync_time_s, syncs_per_step
-from simcore.compute.memory import optimizer_step_temp_bytes, runtime_memory
+from simcore.compute.memory import CROSS_ENTROPY_KERNELS, optimizer_step_temp_bytes, runtime_memory
 from simcore.compute.optimizer import (
     IMPL_ALIASES,
     OPTIMIZER_IMPLS,
@@ -204,6 +204,9 @@ class TrainingConfig:
     rank_spread: bool = True
     # host syncs per step of the training loop (None: its framework's, simcore/data/host_syncs.yaml)
     host_syncs_per_step: float | None = None
+    # whose cross entropy runs the loss: "torch" (F.cross_entropy, loss_parallel) or "megatron"
+    # (vocab-parallel, in place): simcore.compute.memory.cross_entropy_working_bytes
+    cross_entropy: str = "torch"
 
     def __post_init__(self) -> None:
         for name in ("global_batch", "micro_batch", "steps", "bucket_size_bytes", "first_bucket_bytes"):
@@ -222,6 +225,11 @@ class TrainingConfig:
             )
         if self.seq_len is not None and self.seq_len < 1:
             raise TrainsimError(f"training config: seq_len must be a positive integer, got {self.seq_len!r}")
+        if self.cross_entropy not in CROSS_ENTROPY_KERNELS:
+            raise TrainsimError(
+                f"training config: cross_entropy {self.cross_entropy!r} is not known; allowed: "
+                f"{', '.join(CROSS_ENTROPY_KERNELS)}"
+            )
         if self.dtype not in COMPUTE_DTYPES:
             raise TrainsimError(
                 f"training config: dtype {self.dtype!r} is not allowed; allowed: {', '.join(COMPUTE_DTYPES)}"

@@ -197,7 +197,9 @@ def _loss_working(ctx: StepContext, chunk: Chunk) -> tuple[float, float]:
                 # the loss layer streams 12 + elem bytes per logit (read elem, write 4 for the
                 # upcast; read 4, write 4 for the log-softmax: presets and imported models alike)
                 logits = layers[i].memory_bytes / (12.0 + elem)
-                f, b = cross_entropy_working_bytes(logits, elem, ctx.workload.vocab_parallel > 1)
+                f, b = cross_entropy_working_bytes(
+                    logits, elem, ctx.workload.vocab_parallel > 1, ctx.config.cross_entropy
+                )
                 forward, backward = forward + f, backward + b
         mb = ctx.config.micro_batch
         return mb * forward, mb * backward

@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from simcore.compute.memory import cross_entropy_working_bytes
+from simcore.errors import TrainsimError
 from simcore.strategies import get_strategy
 from simcore.strategies.base import TrainingConfig
 from simcore.strategies.runner import simulate_step
@@ -94,3 +95,45 @@ def test_a_tensor_parallel_stage_runs_the_loss_vocab_parallel() -> None:
     logits = 512 * 4096  # small_gpt: seq 512, vocab 4096, per sample
     assert temp(1) == pytest.approx(2 * 8 * logits)  # the peak at the loss's backward
     assert temp(2) == pytest.approx(2 * 12 * logits / 2)
+
+
+def test_megatron_cross_entropy_works_in_place() -> None:
+    """Megatron-Core: forward the bf16 logits and one fp32 copy (normalised in place into the saved
+    softmax); backward only the cast of the in-place gradient back to bf16; fp32 logits copy nothing."""
+    assert cross_entropy_working_bytes(LOGITS, 2, kernel="megatron") == (6 * LOGITS, 2 * LOGITS)
+    assert cross_entropy_working_bytes(LOGITS, 2, True, kernel="megatron") == (6 * LOGITS, 2 * LOGITS)
+    assert cross_entropy_working_bytes(LOGITS, 4, kernel="megatron") == (4 * LOGITS, 0.0)
+    with pytest.raises(TrainsimError, match="allowed: torch, megatron"):
+        cross_entropy_working_bytes(LOGITS, 2, kernel="apex")
+    with pytest.raises(TrainsimError, match="cross_entropy 'apex' is not known"):
+        TrainingConfig(cross_entropy="apex")
+
+
+@given(st.floats(0, 1e12), st.sampled_from([1, 2, 4]), st.booleans())
+def test_megatron_never_holds_more_than_torch(logits: float, elem: int, vocab_parallel: bool) -> None:
+    torch_f, torch_b = cross_entropy_working_bytes(logits, elem, vocab_parallel)
+    megatron_f, megatron_b = cross_entropy_working_bytes(logits, elem, vocab_parallel, "megatron")
+    assert megatron_f <= torch_f and megatron_b <= torch_b
+
+
+def test_the_step_peak_with_megatron_loss_holds_one_bf16_gradient_above_the_saved_softmax() -> None:
+    """As the torch test above, with Megatron's loss: backward adds the bf16 gradient cast only."""
+    vocab, tokens, mb = 50_000, 64, 2
+    cfg = TrainingConfig(
+        global_batch=2 * mb,
+        micro_batch=mb,
+        optimizer_impl="fused",
+        precision="mixed",
+        cross_entropy="megatron",
+    )
+
+    def run(with_loss: bool):
+        ctx = toy_context(2, cfg, workload=_head_workload(vocab, with_loss))
+        return simulate_step(get_strategy("ddp"), ctx).run
+
+    with_loss, without = run(True), run(False)
+    logits = tokens * vocab
+    assert with_loss.memory.category_max["temp"] == pytest.approx(mb * 6 * logits)
+    raw = max(total for _, total, _ in with_loss.memory.samples)
+    raw_without = max(total for _, total, _ in without.memory.samples)
+    assert raw - raw_without == pytest.approx(mb * 2 * logits, rel=1e-9)

@@ -1,0 +1,196 @@
+"""What a pipelined stage holds across its micro-batches besides their activations.
+
+A stage's data-parallel run (:mod:`simcore.parallel.step`) prices one micro-batch; its memory
+timeline holds one micro-batch's activations and whatever that one micro-batch's backward leaves
+behind. Under a pipeline schedule the rank runs many micro-batches before the last backward, so
+two more things are held at its peak:
+
+- the activations of every micro-batch in flight (the schedule's order: between a chunk's ``F``
+  and its ``B``), and
+- the state that the first backward of a chunk creates and that later micro-batches accumulate
+  into, held until the step's last backward: the gradients, and for FSDP the gathered parameters.
+
+Per data-parallel strategy (``zero_stage``; ``framework``):
+
+- DDP and ZeRO-1 (0, 1): the full gradients of the chunk in the gradient dtype (DDP's
+  ``no_sync()`` micro-batches accumulate into ``.grad``; ZeRO-1 reduces once, after the last
+  micro-batch).
+- ZeRO-2 (2): the gradients are reduce-scattered every micro-batch; only the rank's shard stays.
+- FSDP2 (3, ``torch-fsdp``) under ``torch.distributed.pipelining``: every micro-batch's backward
+  runs with ``set_requires_gradient_sync(False)`` and ``set_reshard_after_backward(False)``, and the
+  reduce-scatters run after the last backward (``PipelineStage.backward_maybe_with_nosync``,
+  ``torch/distributed/pipelining/stage.py``, torch 2.6: ``run_post_backward``). So the unsharded
+  gradients accumulate over the step in the reduce dtype (``FSDPParam.to_accumulated_grad_if_needed``
+  upcasts them when ``MixedPrecisionPolicy.reduce_dtype`` differs, torchtitan's fp32), and the
+  gathered parameters stay gathered after every backward; with ``reshard_after_forward=False``
+  (torchtitan's setting under pipelining, ``parallelize_llama.apply_fsdp``) from the first forward
+  on, else until the next forward reshards them.
+- DeepSpeed ZeRO-3 (3, ``deepspeed``) reduces every micro-batch: the shard only, as ZeRO-2.
+
+The peak is the largest sum over the rank's pass boundaries (the activations and the gradients
+change together inside a pass, one freeing as the other is made, so a pass's extremes are its
+ends).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from simcore.compute.fp8 import fp8_gather_bytes
+from simcore.compute.memory import MemoryTimeline
+from simcore.parallel.pp import PipelineOp
+
+if TYPE_CHECKING:
+    from simcore.parallel.stage import StageModel
+    from simcore.strategies.base import StepContext, Strategy
+
+__all__ = [
+    "HeldState",
+    "held_state",
+    "pipeline_peak_bytes",
+    "pipeline_peak_parts",
+    "pipelined_extra_bytes",
+    "run_state_bytes",
+    "stage_held_state",
+    "state_category",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class HeldState:
+    """Bytes a pipelined rank holds across micro-batches besides activations."""
+
+    grads: tuple[float, ...]  # per chunk: made by its first backward, kept until the last one ends
+    params_always: float = 0.0  # gathered parameters held from the first forward to the last backward
+    params_after_backward: float = 0.0  # gathered parameters held from a backward to the next forward
+
+
+def held_state(
+    zero_stage: int,
+    framework: str,
+    *,
+    chunk_params: Sequence[float],
+    grad_bytes: float,
+    reduce_bytes: float,
+    shards: int,
+    gathered_bytes: float = 0.0,
+    reshard_after_forward: bool = True,
+) -> HeldState:
+    """The :class:`HeldState` of a strategy's rank (see the module docstring).
+
+    ``chunk_params``: the rank's parameters per chunk (after tensor/expert sharding, before the
+    data-parallel shard); ``grad_bytes`` / ``reduce_bytes``: bytes per gradient element as backward
+    makes it and as it is reduced; ``shards``: the data-parallel shard group; ``gathered_bytes``:
+    the rank's parameters as FSDP gathers them (fp8 linears in fp8 where the recipe gathers so).
+    """
+    if zero_stage == 3 and framework == "torch-fsdp":
+        grads = tuple(p * reduce_bytes for p in chunk_params)
+        if reshard_after_forward:
+            return HeldState(grads, 0.0, gathered_bytes)
+        return HeldState(grads, gathered_bytes, 0.0)
+    if zero_stage >= 2:
+        return HeldState(tuple(p / max(1, shards) * grad_bytes for p in chunk_params))
+    return HeldState(tuple(p * grad_bytes for p in chunk_params))
+
+
+def pipeline_peak_parts(
+    order: Sequence[PipelineOp], activations: Sequence[float], held: HeldState
+) -> tuple[float, float]:
+    """(activations, held state) at the boundary of the rank's passes ``order`` where their sum is
+    largest: the activations in flight (``activations[chunk]`` per micro-batch, from its ``F`` to
+    its ``B``) and ``held``'s gradients and gathered parameters then."""
+    in_flight = grads = 0.0
+    best = (0.0, 0.0)
+    done: set[int] = set()
+    for op in order:
+        if op.kind == "F":
+            in_flight += activations[op.chunk]
+            after_backward = 0.0
+        elif op.kind == "B":
+            in_flight -= activations[op.chunk]
+            if op.chunk not in done:
+                done.add(op.chunk)
+                grads += held.grads[op.chunk]
+            after_backward = held.params_after_backward
+        else:
+            continue
+        state = grads + held.params_always + after_backward
+        if in_flight + state > sum(best):
+            best = (in_flight, state)
+    return best
+
+
+def pipeline_peak_bytes(order: Sequence[PipelineOp], activations: Sequence[float], held: HeldState) -> float:
+    """The most a rank holds at a boundary of its passes (:func:`pipeline_peak_parts` summed)."""
+    return sum(pipeline_peak_parts(order, activations, held))
+
+
+def run_state_bytes(
+    timeline: MemoryTimeline,
+    initial: Mapping[str, float],
+    last_backward_s: float,
+    zero_stage: int,
+    framework: str,
+) -> float:
+    """What the one-micro-batch run counts at its peak of the state :func:`held_state` describes:
+    the gradients made during its step (and, for FSDP2, its gathered units and unsharded
+    gradients, its ``buffers``). A peak after the run's last backward (``last_backward_s``: the
+    optimizer step) says nothing of what its passes held: none is counted then."""
+    if not timeline.samples:
+        return 0.0
+    raw = max(total for _, total, _ in timeline.samples)
+    when = next(t for t, total, _ in timeline.samples if total == raw)
+    if when > last_backward_s * (1 + 1e-12):
+        return 0.0
+    breakdown = timeline.peak().breakdown
+    grads = max(0.0, breakdown.get("grads", 0.0) - initial.get("grads", 0.0))
+    if zero_stage == 3 and framework == "torch-fsdp":
+        return grads + max(0.0, breakdown.get("buffers", 0.0) - initial.get("buffers", 0.0))
+    return grads
+
+
+def pipelined_extra_bytes(
+    order: Sequence[PipelineOp],
+    activations: Sequence[float],
+    held: HeldState,
+    *,
+    run_activations: float,
+    run_state: float,
+) -> tuple[float, float]:
+    """(activations, held state) a pipelined rank holds at its peak beyond its one-micro-batch
+    run's: the schedule's peak less what the run counted of each (``run_activations``: one
+    micro-batch of every chunk; ``run_state``: :func:`run_state_bytes`), neither below zero."""
+    in_flight, state = pipeline_peak_parts(order, activations, held)
+    return max(0.0, in_flight - run_activations), max(0.0, state - run_state)
+
+
+def state_category(zero_stage: int, framework: str) -> str:
+    """The memory category the held state is counted in: FSDP2's unsharded gradients and gathered
+    parameters are ``buffers`` (as its run counts them), everyone else's ``grads``."""
+    return "buffers" if zero_stage == 3 and framework == "torch-fsdp" else "grads"
+
+
+def stage_held_state(model: StageModel, ctx: StepContext, strategy: Strategy) -> HeldState:
+    """:func:`held_state` of a stage's rank: its chunks' parameters, its strategy's dtypes, its
+    data-parallel group and (FSDP) its parameters' gathered bytes."""
+    precision = ctx.precision(strategy)
+    layers = model.workload.layers
+    chunk_params = [float(ctx.layer_counts(list(chunk))[0]) for chunk in model.chunk_slices]
+    gather, fp8 = precision.bytes("gather"), ctx.config.fp8
+    everything = range(len(layers))
+    gathered = (
+        fp8_gather_bytes(layers, everything, gather, fp8) if fp8 != "none" else sum(chunk_params) * gather
+    )
+    sharded = strategy.zero_stage == 3 and strategy.framework == "torch-fsdp"
+    return held_state(
+        strategy.zero_stage,
+        strategy.framework,
+        chunk_params=chunk_params,
+        grad_bytes=precision.bytes("unsharded_grad" if sharded else "grad"),
+        reduce_bytes=precision.bytes("reduce"),
+        shards=ctx.gpus,
+        gathered_bytes=gathered,
+        reshard_after_forward=ctx.config.reshard_after_forward,
+    )

@@ -1,0 +1,162 @@
+"""What a pipelined stage holds across micro-batches: hand counts of the schedules' peaks, each
+strategy's held state, invariants of the peak, and the composed step's stage peaks."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simcore.compute.memory import MemoryTimeline, runtime_memory
+from simcore.parallel import ParallelLayout, simulate_parallel_step
+from simcore.parallel.memory_pipeline import (
+    HeldState,
+    held_state,
+    pipeline_peak_bytes,
+    pipeline_peak_parts,
+    pipelined_extra_bytes,
+    run_state_bytes,
+    state_category,
+)
+from simcore.parallel.pp import rank_orders
+from simcore.parallel.step import ParallelStepResult
+from simcore.strategies.base import TrainingConfig
+from tests.simcore.parallel.support import cluster, small_gpt
+
+A, G = 3.0, 5.0  # one micro-batch's activations, the chunk's gradients (bytes, any unit)
+
+
+def test_1f1b_first_rank_holds_pp_micro_batches_and_the_gradients() -> None:
+    """1F1B, pp 4, 8 micro-batches, rank 0: F F F F B F ... ; after the first B (3 in flight and the
+    gradients) the next F brings 4 back: peak 4A + G."""
+    order = rank_orders("1f1b", 4, 1, 8)[0]
+    assert pipeline_peak_bytes(order, [A], HeldState((G,))) == 4 * A + G
+
+
+def test_1f1b_last_rank_holds_one_micro_batch_and_the_gradients() -> None:
+    order = rank_orders("1f1b", 4, 1, 8)[3]
+    assert pipeline_peak_bytes(order, [A], HeldState((G,))) == A + G
+
+
+def test_gpipe_holds_every_micro_batch_before_its_first_backward() -> None:
+    """GPipe: m forwards, then backwards: max(mA, (m - 1)A + G)."""
+    order = rank_orders("gpipe", 4, 1, 6)[0]
+    assert pipeline_peak_bytes(order, [A], HeldState((1.0,))) == 6 * A  # 18 > 5A + 1
+    assert pipeline_peak_bytes(order, [A], HeldState((G,))) == 5 * A + G  # 20 > 18
+
+
+def test_fsdp_gathered_parameters_count_always_or_after_a_backward() -> None:
+    """With reshard_after_forward False the gathered parameters P are held from the first forward;
+    else only from a backward to the next forward (rank 3 of 1F1B pp 4: F B F B ...: A + G + P
+    after every B, then the F reshards them)."""
+    order = rank_orders("1f1b", 4, 1, 8)[3]
+    always = HeldState((G,), params_always=7.0)
+    after = HeldState((G,), params_after_backward=7.0)
+    assert pipeline_peak_bytes(order, [A], always) == A + G + 7.0
+    assert pipeline_peak_bytes(order, [A], after) == G + 7.0  # after a B nothing is in flight
+
+
+def test_interleaved_chunks_weigh_their_own_activations() -> None:
+    """Interleaved, pp 2, vpp 2, 2 micro-batches, rank 0: warm-up 2 (pp - 1) + (vpp - 1) pp = 4 = all
+    chunk forwards (2A + 2 x 2A), then the backwards: peak 2 x (A + 2A) before any B."""
+    order = rank_orders("1f1b", 2, 2, 2)[0]
+    assert pipeline_peak_bytes(order, [A, 2 * A], HeldState((G, G))) == 6 * A
+
+
+def test_held_state_of_each_strategy() -> None:
+    """DDP/ZeRO-1: full gradients in the grad dtype; ZeRO-2: the shard; FSDP2: unsharded gradients
+    in the reduce dtype, gathered parameters always (no reshard after forward) or after backward."""
+
+    def held(stage: int, framework: str, gathered: float = 0.0, reshard: bool = True) -> HeldState:
+        return held_state(
+            stage, framework, chunk_params=[10.0, 20.0], grad_bytes=2, reduce_bytes=4, shards=5,
+            gathered_bytes=gathered, reshard_after_forward=reshard,
+        )  # fmt: skip
+
+    assert held(0, "torch-ddp") == HeldState((20.0, 40.0))
+    assert held(1, "megatron") == HeldState((20.0, 40.0))
+    assert held(2, "deepspeed") == HeldState((4.0, 8.0))
+    assert held(3, "deepspeed") == HeldState((4.0, 8.0))
+    assert held(3, "torch-fsdp", 60.0, reshard=False) == HeldState((40.0, 80.0), 60.0, 0.0)
+    assert held(3, "torch-fsdp", 60.0) == HeldState((40.0, 80.0), 0.0, 60.0)
+
+
+def test_run_state_and_extra_subtract_what_the_one_micro_batch_run_counted() -> None:
+    """The run's state at its peak in its passes; a peak in its tail (the optimizer step) counts none."""
+    timeline = MemoryTimeline(capacity_bytes=1e12)
+    timeline.apply([("grads", 1.0)], "start", 0.0)
+    timeline.apply([("grads", 8.0), ("buffers", 4.0)], "backward", 1.0)
+    initial = {"grads": 1.0}
+    assert run_state_bytes(timeline, initial, 2.0, 0, "torch-ddp") == 8.0
+    assert run_state_bytes(timeline, initial, 2.0, 3, "torch-fsdp") == 12.0
+    timeline.apply([("temp", 50.0)], "optimizer step", 3.0)
+    assert run_state_bytes(timeline, initial, 2.0, 0, "torch-ddp") == 0.0
+    order = rank_orders("1f1b", 4, 1, 8)[0]
+    extra = pipelined_extra_bytes(order, [A], HeldState((G,)), run_activations=A, run_state=2.0)
+    assert extra == (4 * A - A, G - 2.0)  # peak 4A + G: 3A more activations, G - 2 more state
+    assert pipelined_extra_bytes(order, [A], HeldState((G,)), run_activations=A, run_state=99.0) == (
+        3 * A,
+        0.0,
+    )
+    assert pipeline_peak_parts(order, [A], HeldState((G,), params_always=1.0)) == (4 * A, G + 1.0)
+    assert state_category(3, "torch-fsdp") == "buffers"
+    assert state_category(1, "deepspeed") == state_category(0, "torch-ddp") == "grads"
+
+
+_SCHEDULES = st.sampled_from(["1f1b", "gpipe", "zb-h1"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    _SCHEDULES,
+    st.integers(1, 6),
+    st.integers(1, 12),
+    st.floats(0.0, 10.0),
+    st.floats(0.0, 10.0),
+    st.floats(0.0, 10.0),
+)
+def test_peak_is_bounded_and_grows_with_micro_batches(
+    schedule: str, pp: int, micro: int, a: float, g: float, p: float
+) -> None:
+    """Nondecreasing in micro-batches; at least the activations' in-flight peak and the gradients
+    (plus the parameters held always); at most all of them at once; the first rank holds at least
+    what the last one does (1F1B, GPipe: no fewer micro-batches in flight)."""
+    held = HeldState((g,), params_always=p)
+    orders = rank_orders(schedule, pp, 1, micro)
+    more = rank_orders(schedule, pp, 1, micro + 1)
+    for rank in range(pp):
+        peak = pipeline_peak_bytes(orders[rank], [a], held)
+        in_flight = min(micro, pp - rank) if schedule != "gpipe" else micro
+        assert peak >= max(in_flight * a, g) + p - 1e-9
+        assert peak <= in_flight * a + g + p + 1e-9
+        assert pipeline_peak_bytes(more[rank], [a], held) >= peak - 1e-9
+    assert pipeline_peak_bytes(orders[0], [a], held) >= pipeline_peak_bytes(orders[-1], [a], held) - 1e-9
+
+
+def _pipelined(strategy: str, config: TrainingConfig, pp: int = 4, layers: int = 8) -> ParallelStepResult:
+    workload = small_gpt(layers, tied=False)
+    return simulate_parallel_step(workload, config, cluster("dgx-a100", 8), strategy, ParallelLayout(pp=pp))
+
+
+def test_fsdp_stages_accumulate_their_unsharded_gradients_in_the_reduce_dtype() -> None:
+    """FSDP2 under pipelining keeps each stage's unsharded gradients over the step in the reduce
+    dtype: fp32 (``fsdp-mp``) holds 2 bytes per stage parameter more than bf16 (``fsdp-mp-low``),
+    with the allocator's fragmentation on them; the one-micro-batch runs are otherwise alike."""
+    config = TrainingConfig(global_batch=64, micro_batch=1, reshard_after_forward=False)
+    fp32 = _pipelined("fsdp", replace(config, precision="fsdp-mp"), layers=16)
+    bf16 = _pipelined("fsdp", replace(config, precision="fsdp-mp-low"), layers=16)
+    fragmentation = runtime_memory("gpu").fragmentation
+    for high, low in zip(fp32.stages, bf16.stages, strict=True):
+        stage_params = high.memory_breakdown["params"] / 4.0 * 2  # fp32 shards over dp 2
+        expected = 2.0 * stage_params * (1 + fragmentation)
+        assert high.peak_memory_bytes - low.peak_memory_bytes == pytest.approx(expected, rel=0.01)
+
+
+def test_more_micro_batches_never_lower_a_pipelined_stage_peak() -> None:
+    base = TrainingConfig(global_batch=16, micro_batch=1)
+    for strategy in ("ddp", "zero1", "fsdp"):
+        few = _pipelined(strategy, base).report.peak_memory_bytes
+        many = _pipelined(strategy, replace(base, global_batch=64)).report.peak_memory_bytes
+        assert many >= few * (1 - 1e-9), strategy
