@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -37,7 +38,7 @@ __all__ = ["STOP_GRACE_S", "TIMEOUT_STATUS", "supervise"]
 STOP_GRACE_S = 20.0  # a stopped launcher's time to stop its workers before its group is killed
 TIMEOUT_STATUS = 124  # what ``timeout`` reports for a job it killed
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-_RANK_LINE = b"interrupted:"  # how a calibration rank that was stopped says so (one line)
+_RANK_LINE = re.compile(rb"^(\[rank\d+\]: ?)?interrupted:")  # a stopped calibration rank's one line
 _POLL_S = 0.05
 
 
@@ -61,7 +62,7 @@ class _Stderr:
         sink = sys.stderr.buffer if hasattr(sys.stderr, "buffer") else None
         for line in iter(self._source.readline, b""):
             if self._stopping.is_set():
-                if not line.startswith(_RANK_LINE) or self.rank_line_seen:
+                if self.rank_line_seen or not _RANK_LINE.match(line):
                     continue
                 self.rank_line_seen = True
             with contextlib.suppress(OSError, ValueError):  # our stderr closed: keep draining the pipe

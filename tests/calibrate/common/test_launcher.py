@@ -124,3 +124,36 @@ def test_ctrl_c_of_a_training_job_under_torchrun_is_one_line_and_130(tmp_path: P
     assert job.returncode == INTERRUPTED_STATUS, err[-3000:]
     assert err.endswith("interrupted: calibrate.train stopped (SIGINT)\n"), err[-3000:]
     assert "Traceback" not in err, err[-3000:]
+
+
+_COLLECTIVES = """
+import sys
+from calibrate.common.launcher import supervise
+sweep = ["--ops", "all_reduce", "-b", "8", "-e", "64K", "-f", "2", "-n", "2000", "-w", "1", "--repeats", "8",
+         "--threads", "1", "--groups", "world"]
+command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           "-m", "calibrate.collectives", "--out", sys.argv[1], *sweep]
+sys.exit(supervise([command], 240, name="calibrate.collectives"))
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_ctrl_c_of_the_collectives_under_torchrun_is_rank_zeros_line_alone(tmp_path: Path) -> None:
+    """The issue's case: torchrun's launcher traceback and shutdown log gone, rank 0's line kept."""
+    pytest.importorskip("torch", reason="runs a real torchrun job")
+    env = {k: v for k, v in os.environ.items() if k != "RANK"}
+    env.update(PYTHONPATH=os.getcwd(), OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo", MASTER_ADDR="127.0.0.1")
+    job = subprocess.Popen([sys.executable, "-c", _COLLECTIVES, str(tmp_path)], stderr=subprocess.PIPE, text=True,
+                           env=env, start_new_session=True)  # fmt: skip
+    records = tmp_path / "collectives.jsonl"
+    deadline = time.monotonic() + 180
+    while job.poll() is None and time.monotonic() < deadline:
+        if records.exists() and records.read_text().count("\n") >= 3:
+            break
+        time.sleep(0.05)
+    assert job.poll() is None, "the sweep ended before it was interrupted"
+    os.killpg(job.pid, signal.SIGINT)
+    _, err = job.communicate(timeout=60)
+    assert job.returncode == INTERRUPTED_STATUS, err[-3000:]
+    assert err.count("\n") == 1 and "interrupted: the measurements finished so far are kept in" in err, err
