@@ -17,8 +17,9 @@ connected component, 5.5 distinct rate levels each): the time goes to the number
 recomputations (one per flow start or end that is not simultaneous with another), each a few
 dozen numpy calls of a few microseconds. What did not help at these sizes, with the same results:
 fixing every link that is a local bottleneck in one pass (2 passes instead of 5.5, but each
-dearer), a dense route matrix, dropping links whose flows always also cross a narrower link (63%
-of the pairs, bit-identical rates), memoising rates by the set of routes (30% hits). A departing
+dearer), a dense route matrix, dropping links whose flows always also cross a narrower link (a
+NIC's PCIe side: 26% of the pairs, bit-identical rates; 63% would be dominated in the active set),
+memoising rates by the set of routes (30% hits). A departing
 flow cannot change the rate of a flow slower than itself (progressive filling runs the same below
 its rate), but 40% of the flows were at least as fast. Fewer recomputations would need
 coarser batching of ends, which changes results.
