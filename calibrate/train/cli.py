@@ -44,17 +44,14 @@ record a killed run left, which it drops before appending.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import faulthandler
 import os
-import signal
-import subprocess
 import sys
-import time
 from dataclasses import fields
 from pathlib import Path
 
 from calibrate.common.launch import launch_rank
+from calibrate.common.launcher import supervise
 from calibrate.common.prereq import check_record_file, require_torch
 from calibrate.common.procs import die_with_launcher
 from calibrate.train.config import ALL_STRATEGIES, TrainConfig, check_config
@@ -188,9 +185,10 @@ def launch_local(
             "calibrate.train",
             *argv,
         ]
-        return _wait_or_kill([subprocess.Popen(command, start_new_session=True, env=base_env)], timeout_s)
+        return supervise([command], timeout_s, envs=[base_env], name="calibrate.train")
     port = _free_port()
-    procs: list[subprocess.Popen[bytes]] = []
+    commands: list[list[str]] = []
+    envs: list[dict[str, str]] = []
     for rank in range(nproc):
         rank_env = {
             **base_env,
@@ -201,9 +199,9 @@ def launch_local(
             "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": str(port),
         }
-        command = [sys.executable, "-m", "calibrate.train", *argv]
-        procs.append(subprocess.Popen(command, env=rank_env, start_new_session=True))
-    return _wait_or_kill(procs, timeout_s)
+        commands.append([sys.executable, "-m", "calibrate.train", *argv])
+        envs.append(rank_env)
+    return supervise(commands, timeout_s, envs=envs, name="calibrate.train")
 
 
 def _free_port() -> int:
@@ -212,27 +210,6 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def _wait_or_kill(procs: list[subprocess.Popen[bytes]], timeout_s: float) -> int:
-    """0 when every process succeeds; else the first failure's status, after killing the others
-    (a rank that failed leaves its peers waiting in a collective); 124 after killing all on timeout."""
-    deadline = time.monotonic() + timeout_s
-    status = 0
-    while time.monotonic() < deadline:
-        codes = [proc.poll() for proc in procs]
-        status = next((code for code in codes if code), 0)
-        if status or all(code == 0 for code in codes):
-            break
-        time.sleep(0.05)
-    else:
-        status = 124
-    for proc in procs:  # each runs in a session of its own: kill every group still alive
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    return status
 
 
 if __name__ == "__main__":

@@ -123,15 +123,20 @@ STOCHASTIC_STEPS = (
     20  # steps simulated with jitter when --steps is not given: enough for a p99 to mean something
 )
 MAX_STEPS = 10_000
-# Parameter-server modes are simulated per rank, and their cost grows steeply with the workers:
-# one ps-async run of 2 steps (GPT-2 XL, dgx-a100, one core) took 1.5 s at 64 GPUs, 19 s at 128
-# and 216 s at 256, about x11 per doubling (GPUs^3.5). The estimate below uses that curve for
-# every mode (ps-sync is cheaper: 5 s at 256), refuses a run estimated past MAX_PS_SECONDS and
-# states the estimate past NOTE_PS_SECONDS.
-PS_SECONDS_PER_STEP_AT_64 = 0.75
+# Parameter-server modes are simulated per rank, and their cost grows steeply with the workers.
+# CPU seconds per simulated step of one mode on one cluster, measured on a shared 2-core machine
+# (process_time; GPT-2 XL and Llama-2-7B, dgx-a100 and g5.48xlarge): 0.27 at 16 GPUs, 0.8-1.2 at
+# 32, 5-6 at 64 (9 with a 4x straggler: the workers drift apart, so fewer flows start or end
+# together). A per-simulation part grows as GPUs^2 (flows x rate recomputations), the rate
+# recomputation over every active flow as GPUs^3.5 (x11 per doubling past 64). The estimate
+# below refuses a run estimated past MAX_PS_SECONDS and states the estimate past NOTE_PS_SECONDS.
+# (It used to take 0.75 s per step at 64 from a quiet machine and GPUs^3.5 alone: it said
+# "roughly 12 s" for a run of Llama-2-7B at 64 GPUs behind a straggler that took 145 s.)
+PS_SECONDS_PER_STEP_AT_64 = 4.1  # the GPUs^2 part
+PS_RECOMPUTE_SECONDS_PER_STEP_AT_64 = 1.9  # the GPUs^3.5 part
 PS_GROWTH_EXPONENT = 3.5
 MAX_PS_SECONDS = 120.0
-NOTE_PS_SECONDS = 2.0
+NOTE_PS_SECONDS = 10.0  # the default what-if (16 GPUs, about 4 s by this estimate) says nothing
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -385,9 +390,13 @@ def _check_work(
 
 
 def ps_seconds(cfg: TrainingConfig, gpus: list[int], modes: int, clusters: int, *, uneven: bool) -> float:
-    """Rough single-core seconds of the parameter-server modes (see PS_SECONDS_PER_STEP_AT_64)."""
+    """Rough single-core CPU seconds of the parameter-server modes (see PS_SECONDS_PER_STEP_AT_64)."""
     steps = max(cfg.steps, UNEVEN_PS_STEPS if uneven else MIN_PS_STEPS)
-    per_step = sum(PS_SECONDS_PER_STEP_AT_64 * (n / 64) ** PS_GROWTH_EXPONENT for n in {*gpus, 1})
+    per_step = sum(
+        PS_SECONDS_PER_STEP_AT_64 * (n / 64) ** 2
+        + PS_RECOMPUTE_SECONDS_PER_STEP_AT_64 * (n / 64) ** PS_GROWTH_EXPONENT
+        for n in {*gpus, 1}
+    )
     return modes * clusters * steps * per_step
 
 

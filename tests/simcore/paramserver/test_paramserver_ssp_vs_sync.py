@@ -4,22 +4,42 @@ SSP relaxes the barrier: a worker may run up to s clocks ahead of the slowest in
 worker the gate will hold pulls once it may go on (not at once and again after waiting); at s = 0
 it is the barrier itself and runs as ps-sync (Ho et al. 2013). What it still pays that the barrier
 does not: its shards apply every gradient as its own update (W a round to ps-sync's one), which
-shows where the shard's update is on the critical path (small compute, big shards). Measured on
-40 random cases of the space below: worst 0.99 of ps-sync's rate with s >= 1 (before: 0.85 behind a
-2x straggler at s = 1, 0.83 at s = 0).
+shows where the shard's update is on the critical path (small compute, big shards). An earlier
+probe of 40 random cases found worst 0.99 of ps-sync's rate with s >= 1 (before that: 0.85 behind a
+2x straggler at s = 1, 0.83 at s = 0); the full grid below finds the case it missed.
 
-Not "never slower" behind a straggler when the server's links are the bottleneck: a probe of 40
-cases found 0.914 (8 workers, s = 2, a 4x straggler, 4 M parameters, 2e9 FLOPs). Once the gate
-closes the straggler is the critical path, and its push and pull share the server's links fairly
-with the fast workers' traffic, which in ps-sync happens while the straggler computes. Neither
-coalescing a shard's waiting gradients nor one update per clock removes that sharing (both tried:
-0.81-0.95). Without a straggler ps-ssp is never slower (float noise aside); with one, the bound
-held is 0.9.
+Not "never slower" behind a straggler when the server's links are the bottleneck, and the theory
+says why. SSP with bound s never waits more than the barrier for the same update order (Ho et al.
+2013) only where waiting is all there is: on a link shared fairly (TCP, ps-lite's one connection
+per worker and server) the order of the bytes matters too. Real SSP systems do not throttle pushes:
+a Petuum / Bosen client sends its clock's updates at the end of every clock and blocks only in its
+next read (the model here does the same: a fast worker at the bound has pushed, and waits to
+pull). A full grid of the space below (288 cases: 4 and 8 workers, s in {1, 2, 4}, no straggler
+or 2x/3x/4x on ranks 0, 1, 7, three sizes, two compute loads, layer-wise or not) gives:
+
+- no straggler: worst 1.008 of ps-sync's rate (never slower);
+- with a straggler: worst 0.848 (8 workers, s = 2 or 4, a 3x straggler on rank 7, 8 x 4 M
+  parameters, 2e10 FLOPs, layer-wise pushes). There the gate never closes, so ps-ssp is ps-async
+  event for event (:func:`simcore.paramserver.sweep.run_modes` reuses that run): SSP's rule
+  cannot be the cause. It is ps-async against ps-sync on a saturated server NIC: the straggler
+  sits on the node of the second shard, and unsynchronised pushes and pulls share that NIC's
+  directions fairly with its traffic, where the barrier's phases leave the links to one kind at
+  a time (busiest link 87% used under ps-sync, 84% under ps-async). With s = 1 the gate closes and
+  ps-ssp is 0.856, a little better than ps-async. Coalescing a shard's waiting gradients or one
+  update per clock does not remove that sharing (both tried before: 0.81-0.95).
+- the sustained-rate window (:func:`simcore.paramserver.report.sustained_samples_per_s`) is exact
+  to one round of gradients only, and behind a straggler the two modes' first steps differ
+  (ps-sync's ends with the straggler's first gradient, the asynchronous modes' with the W-th
+  gradient, fast workers' second ones included): a case at 0.943 of ps-sync's rate (8 workers,
+  s = 1, a 4x straggler) applied its budget sooner than ps-sync did (0.19585 s against 0.19697 s).
+
+So the property held with a straggler is the grid's worst with a margin, 0.84, and the worst case
+is always among the examples; a change of the physics that moves it fails here.
 """
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from simcore.compute.heterogeneity import Heterogeneity, Straggler
@@ -27,6 +47,9 @@ from simcore.paramserver import Placement, PSConfig
 from simcore.paramserver.report import PSResult
 from simcore.paramserver.sweep import run_modes
 from tests.paramserver_helpers import cluster, training, uniform_workload
+
+# ps-ssp over ps-sync behind a straggler on saturated server links (module docstring: grid worst 0.848)
+SSP_FLOOR_BEHIND_A_STRAGGLER = 0.84
 
 
 def _pair(
@@ -55,6 +78,7 @@ def _pair(
     fwd_flops=st.sampled_from([2e9, 2e10]),
     layerwise=st.booleans(),
 )
+@example(workers=8, bound=2, straggler=(7, 3.0), params=4_000_000, fwd_flops=2e10, layerwise=True)
 def test_ssp_is_not_slower_than_sync(
     workers: int,
     bound: int,
@@ -65,7 +89,7 @@ def test_ssp_is_not_slower_than_sync(
 ) -> None:
     het = Heterogeneity((Straggler(straggler[0] % workers, straggler[1]),) if straggler else ())
     sync, ssp = _pair(workers, bound, het, params, fwd_flops, layerwise)
-    floor = 0.9 if straggler else 1.0 - 1e-9
+    floor = SSP_FLOOR_BEHIND_A_STRAGGLER if straggler else 1.0 - 1e-9
     assert ssp.throughput_samples_per_s >= floor * sync.throughput_samples_per_s
     # the table's figures are the same run's: samples/s = throughput, step = global batch / it
     for result in (sync, ssp):
