@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 
 from simcore.errors import TrainsimError
+from simcore.parallel.cp import RING_MERGES
 from simcore.parallel.pp import PIPELINE_SCHEDULES
 
 __all__ = ["CP_KINDS", "OFFLOAD_MODES", "RECOMPUTE_MODES", "ParallelOptions", "parse_recompute"]
@@ -62,6 +63,9 @@ class ParallelOptions:
     # which the policy counts like a bf16 mm: every second one recomputed). See
     # simcore.compute.checkpointing.
     fp8_checkpoint_op: str = "scaled_mm"
+    # ring attention's per-step output merge and gradient accumulation (simcore.parallel.cp):
+    # ``fused`` (Transformer Engine, Megatron-Core) or ``eager`` (torch's context_parallel, torchtitan)
+    ring_merge: str = "fused"
 
     def __post_init__(self) -> None:
         if self.schedule not in PIPELINE_SCHEDULES:
@@ -72,6 +76,8 @@ class ParallelOptions:
             raise TrainsimError(
                 f"context parallelism {self.cp_kind!r} unknown; allowed: {', '.join(CP_KINDS)}"
             )
+        if self.ring_merge not in RING_MERGES:
+            raise TrainsimError(f"ring merge {self.ring_merge!r} unknown; allowed: {', '.join(RING_MERGES)}")
         parse_recompute(self.recompute)
         if self.offload not in OFFLOAD_MODES:
             raise TrainsimError(f"offload {self.offload!r} unknown; allowed: {', '.join(OFFLOAD_MODES)}")
