@@ -1,5 +1,6 @@
-"""The GEMM size curve held to kernel-level measurements: OpenXLA's per-shape cuBLAS table for H100
-(``efficiency.yaml`` source ``xla_gemm``), not whole training steps."""
+"""The compute model held to kernel-level measurements, not whole training steps: the GEMM size curve
+to OpenXLA's per-shape cuBLAS table for H100 (``efficiency.yaml`` source ``xla_gemm``), eager
+(unfused) attention to the FlashAttention-3 paper's "standard attention" bars on H100."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 from simcore.compute.roofline import ComputeModel
 from simcore.hardware import device_spec
+from simcore.workload.models.transformer import TransformerShape, build_layers
 from simcore.workload.types import Layer, Workload
 
 H100 = device_spec("h100-sxm")
@@ -76,4 +78,36 @@ def test_hopper_gemm_rates_follow_xlas_measured_table() -> None:
         rate = layer.fwd_flops / _device_s(model, layer) / 1e12
         errors.append(math.log(rate / measured))
         assert abs(rate / measured - 1) < 0.30, (m, n, k, rate, measured)
+    assert abs(sum(errors) / len(errors)) < 0.10
+
+
+# J. Shah et al., "FlashAttention-3" (2024), Figs. 5 and 6 (H100 80GB SXM5, head dim 128, non-causal,
+# batch x seq = 16k tokens, 2,048 features): "Standard attention" (PyTorch matmul, softmax, matmul)
+# forward and backward TFLOP/s by sequence length (backward counted as 2.5x the forward's FLOPs)
+STANDARD_ATTENTION_H100 = {
+    512: (74, 104),
+    1024: (100, 131),
+    2048: (119, 159),
+    4096: (133, 174),
+    8192: (139, 181),
+}
+
+
+def test_eager_attention_follows_the_standard_attention_benchmark() -> None:
+    """The bytes the eager attention layer moves (scores written, scaled, softmaxed, read) and its
+    batched GEMMs, priced by the roofline: every point within 30%, the mean log error within 10%."""
+    model = ComputeModel(H100, "fp16")
+    errors = []
+    for seq, (fwd_tflops, bwd_tflops) in STANDARD_ATTENTION_H100.items():
+        shape = TransformerShape(
+            layers=1, hidden=2048, heads=16, ffn=8192, vocab=128, seq_len=seq,
+            causal=False, dropout=False, flash_attention=False,
+        )  # fmt: skip
+        core = next(lay for lay in build_layers(shape, "fp16") if lay.name.endswith("attn_core"))
+        batch = 16384 // seq
+        flops = 4.0 * seq * seq * 2048 * batch
+        for phase, measured, work in (("fwd", fwd_tflops, flops), ("bwd", bwd_tflops, 2.5 * flops)):
+            rate = work / model.layer_time_s(core, batch, phase) / 1e12
+            errors.append(math.log(rate / measured))
+            assert abs(rate / measured - 1) < 0.30, (seq, phase, rate, measured)
     assert abs(sum(errors) / len(errors)) < 0.10
