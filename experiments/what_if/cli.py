@@ -80,6 +80,7 @@ from simcore.compute.precision import PRECISION_MODES, activation_dtype
 from simcore.compute.roofline import software_eras
 from simcore.errors import TrainsimError, cli_entry
 from simcore.parallel import CP_KINDS, OFFLOAD_MODES, PIPELINE_SCHEDULES
+from simcore.parallel.cp import RING_MERGES
 from simcore.parallel.report import ParallelStepReport
 from simcore.paramserver import (
     DEFAULT_STALENESS_BOUND,
@@ -285,6 +286,11 @@ def _add_parallel_flags(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     g.add_argument("--cp-kind", choices=list(CP_KINDS), help="context parallelism: ring attention or Ulysses")
     g.add_argument(
+        "--ring-merge", choices=list(RING_MERGES),
+        help="ring attention's per-step output merge: fused (Transformer Engine, Megatron; default) or "
+        "eager (torch context_parallel, torchtitan)",
+    )  # fmt: skip
+    g.add_argument(
         "--expert-load",
         type=real_range(1.0, MAX_EXPERT_LOAD),
         help="MoE: tokens on the busiest expert rank / the mean (>= 1)",
@@ -317,6 +323,7 @@ PARALLEL_FLAGS = (
     "sequence_parallel",
     "tp_comm_overlap",
     "cp_kind",
+    "ring_merge",
     "expert_load",
     "capacity_factor",
 )

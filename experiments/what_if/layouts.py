@@ -42,6 +42,7 @@ def parallel_options(args: argparse.Namespace) -> ParallelOptions:
         "sequence_parallel": args.sequence_parallel,
         "tp_comm_overlap": args.tp_comm_overlap,
         "cp_kind": args.cp_kind,
+        "ring_merge": getattr(args, "ring_merge", None),
         "recompute": args.recompute,
         "offload": args.offload,
         "expert_load": args.expert_load,

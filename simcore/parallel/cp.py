@@ -21,16 +21,30 @@ waited one step later: the same bytes per hop, hidden the same way.
 Ulysses (Jacobs et al. 2023, "DeepSpeed Ulysses", arXiv 2309.14509, sec. 3.1): an all-to-all
 turns the sequence split into a head split before attention (queries, keys and values) and one
 turns it back after (the output); backward does the same two. Not overlapped.
+
+Ring attention's own memory-bound kernels (:func:`ring_merge_bytes`) run on the compute stream
+between the per-step attention kernels and cannot hide behind them: each step's partial output is
+merged into the running one by an online-softmax correction in fp32, the key/value blocks are
+concatenated for the send, and backward accumulates the query, key and value gradients in fp32.
+Their bytes move at the compute model's streaming bandwidth, counted from the code of the two
+implementations (``ParallelOptions.ring_merge``): ``eager``, torch's ``context_parallel`` (what
+torchtitan runs: ``_templated_ring_attention``, ``_SDPAMerger``, ``_templated_ring_attention_backward``
+with ``_cp_options`` ``convert_to_f32=True``, ``enable_load_balance=True``, torch 2.6,
+``torch/distributed/tensor/experimental/_attention.py``): unfused fp32 merges and accumulations; and
+``fused``, Transformer Engine's ``AttnFuncWithCPAndKVP2P`` (Megatron-Core's ``p2p``
+``cp_comm_type``): one jit-fused correction ``out.add_(out_i * exp(lse_i - lse))`` per step and the
+gradients added in the inputs' dtype (``dq.add_(dq_)``, ``dkv.add_``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from simcore.errors import TrainsimError
 from simcore.parallel.shard import ShardSpec, layer_role
 from simcore.workload.types import Layer, TransformerDims
 
-__all__ = ["context_parallel_exposed_s"]
+__all__ = ["RING_MERGES", "context_parallel_exposed_s", "ring_merge_bytes"]
 
 Price = Callable[[str, float], float]
 
@@ -45,8 +59,12 @@ def context_parallel_exposed_s(
     kind: str,
     attention_s: tuple[float, float],
     price: Price,
+    memory_bandwidth_Bps: float | None = None,
+    merge: str = "fused",
 ) -> tuple[float, float]:
-    """Exposed (forward, backward) seconds of ``layer``'s context-parallel communication.
+    """Exposed (forward, backward) seconds context parallelism adds to ``layer``: its communication
+    not hidden behind the attention and, given ``memory_bandwidth_Bps``, ring attention's merge and
+    accumulation kernels (:func:`ring_merge_bytes` of implementation ``merge``) at that bandwidth.
 
     ``attention_s`` is this rank's attention compute (forward, backward) for the micro-batch;
     ``price(op, bytes)`` prices a collective over the context-parallel group.
@@ -66,4 +84,62 @@ def context_parallel_exposed_s(
     bwd_step = price("send_recv", 2.0 * block)
     fwd = (cp - 1) * max(0.0, fwd_step - attention_s[0] / cp)
     bwd = (cp - 1) * max(0.0, bwd_step - attention_s[1] / cp)
+    if memory_bandwidth_Bps:
+        merge_fwd, merge_bwd = ring_merge_bytes(dims, spec, micro_batch=micro_batch, elem=elem, merge=merge)
+        fwd += merge_fwd / memory_bandwidth_Bps
+        bwd += merge_bwd / memory_bandwidth_Bps
+    return fwd, bwd
+
+
+RING_MERGES = ("fused", "eager")
+
+
+def ring_merge_bytes(
+    dims: TransformerDims, spec: ShardSpec, *, micro_batch: int, elem: int, merge: str = "fused"
+) -> tuple[float, float]:
+    """(forward, backward) bytes of ring attention's memory-bound kernels per layer and micro-batch
+    on the busiest rank, the last of the ring, whose every step after the first computes and merges
+    a full-size output (the others do half of it in some steps).
+
+    With ``Q`` query (= output) and ``KV`` key elements per rank, ``e`` bytes per element and ``cp``
+    steps: ``fused`` (Transformer Engine) zeroes the output (e Q), corrects it every step in one
+    kernel (read it and the step's output, write it: 3e Q), and from the second step copies the
+    first half of the received keys and values contiguous (2e KV); backward adds the query and
+    key/value gradients each step in the inputs' dtype (3e Q + 3e 2KV) with the same half copies.
+    ``eager`` (torch) see :func:`_eager_merge_bytes`.
+    """
+    if merge not in RING_MERGES:
+        raise TrainsimError(f"ring merge {merge!r} unknown; allowed: {', '.join(RING_MERGES)}")
+    cp, e = spec.cp, float(elem)
+    tokens = micro_batch * dims.seq_len / cp
+    q = tokens * dims.heads * dims.head_dim / spec.tp
+    kv = tokens * dims.kv_heads * dims.head_dim / spec.tp
+    if merge == "eager":
+        return _eager_merge_bytes(cp, e, q, kv)
+    halves = (cp - 1) * 2 * e * kv
+    return e * q + cp * 3 * e * q + halves, cp * 3 * e * (q + 2 * kv) + halves
+
+
+def _eager_merge_bytes(cp: int, e: float, q: float, kv: float) -> tuple[float, float]:
+    """torch's ``context_parallel``: forward ``key/value.contiguous()`` (the heads transposed: 2 KV
+    read and written), per step but the last ``torch.cat`` of key and value for the send (2 KV, read
+    and written), the first output upcast to fp32 (e + 4 per element) and each later step's merge
+    ``out - sigmoid(lse_i - lse) * (out - out_i)`` after the upcast of ``out_i``: (e + 4) + 12 + 8 +
+    12 = 36 + e bytes per element, then the result cast back (4 + e). Backward: fp32 zeros for the
+    three gradients (4 Q + 8 KV), per step the ``torch.cat`` of key and value (but the last), the
+    key/value gradient added in fp32 (8 + e per element; after the first step into half of it, then
+    the whole re-concatenated: + 8 each), their fp32 concatenation for the send (16 per key/value
+    pair element), the query gradient added in fp32 (8 + e), and at the end both cast back (4 + e)."""
+    steps = cp - 1
+    fwd = 2 * kv * 2 * e + steps * 2 * kv * 2 * e + (e + 4) * q + steps * (36 + e) * q + (4 + e) * q
+    bwd = (
+        4 * q
+        + 8 * kv
+        + steps * 2 * kv * 2 * e
+        + 2 * kv * (8 + e)
+        + steps * 2 * kv * ((8 + e) / 2 + 8)
+        + cp * 16 * kv
+        + cp * (8 + e) * q
+        + (4 + e) * (q + 2 * kv)
+    )
     return fwd, bwd

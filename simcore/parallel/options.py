@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from simcore.compute.saved_tensors import SAVED_TENSOR_RULES
 from simcore.errors import TrainsimError
+from simcore.parallel.cp import RING_MERGES
 from simcore.parallel.pp import PIPELINE_SCHEDULES
 
 __all__ = ["CP_KINDS", "OFFLOAD_MODES", "RECOMPUTE_MODES", "ParallelOptions", "parse_recompute"]
@@ -67,6 +68,9 @@ class ParallelOptions:
     # built) or ``megatron-te`` (Megatron-Core on Transformer Engine's fused kernels), see
     # simcore.compute.saved_tensors.
     saved_tensors: str = "eager"
+    # ring attention's per-step output merge and gradient accumulation (simcore.parallel.cp):
+    # ``fused`` (Transformer Engine, Megatron-Core) or ``eager`` (torch's context_parallel, torchtitan)
+    ring_merge: str = "fused"
 
     def __post_init__(self) -> None:
         if self.schedule not in PIPELINE_SCHEDULES:
@@ -77,6 +81,8 @@ class ParallelOptions:
             raise TrainsimError(
                 f"context parallelism {self.cp_kind!r} unknown; allowed: {', '.join(CP_KINDS)}"
             )
+        if self.ring_merge not in RING_MERGES:
+            raise TrainsimError(f"ring merge {self.ring_merge!r} unknown; allowed: {', '.join(RING_MERGES)}")
         parse_recompute(self.recompute)
         if self.offload not in OFFLOAD_MODES:
             raise TrainsimError(f"offload {self.offload!r} unknown; allowed: {', '.join(OFFLOAD_MODES)}")

@@ -267,6 +267,7 @@ def build_stage(
         micro_batch,
         workload.dtype_bytes,
         base,
+        timer.memory_bandwidth_Bps,
     )
     bwd_rerun = np.array([
         sum(c * base["fwd"][j] + m * fwd_comm[j] for j, (c, m) in zip(rerun, shares, strict=True))
@@ -297,6 +298,7 @@ def _exposed_comm(
     micro_batch: int,
     elem: int,
     base: dict[str, np.ndarray],
+    memory_bandwidth_Bps: float,
 ) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
     """Exposed forward and backward seconds per layer, and their per-axis totals."""
     import numpy as np
@@ -325,6 +327,8 @@ def _exposed_comm(
             kind=options.cp_kind,
             attention_s=(float(base["fwd"][i]), float(base["bwd"][i])),
             price=price["cp"],
+            memory_bandwidth_Bps=memory_bandwidth_Bps,
+            merge=options.ring_merge,
         )
         g, h = expert_parallel_exposed_s(
             layer, dims, spec, micro_batch=micro_batch, elem=elem, price=price["ep"]

@@ -187,7 +187,7 @@ def expand_from(
     return tokens + rest, record
 
 
-_LAYOUT_ONLY = ("tp", "pp", "cp", "ep", "vpp", "schedule", "sequence-parallel", "cp-kind")
+_LAYOUT_ONLY = ("tp", "pp", "cp", "ep", "vpp", "schedule", "sequence-parallel", "cp-kind", "ring-merge")
 
 
 def _data_parallel_what_if(settings: tuple[Setting, ...]) -> tuple[Setting, ...]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from simcore.parallel.cp import context_parallel_exposed_s
+from simcore.parallel.cp import context_parallel_exposed_s, ring_merge_bytes
 from simcore.parallel.shard import ShardSpec
 from tests.simcore.parallel.support import small_gpt
 
@@ -93,3 +93,60 @@ def test_round_robin_causal_split_gives_each_rank_one_cp_th_of_the_attention(cp:
         mine = (rank, chunks - 1 - rank)
         work = sum(0.5 if q == k else (1.0 if k < q else 0.0) for q in mine for k in range(chunks))
         assert work == pytest.approx(total / cp)
+
+
+def test_eager_ring_merge_and_accumulation_bytes_by_hand() -> None:
+    """torch's context_parallel, cp 4, micro-batch 2 of 512 tokens, 8 heads of 64 (no GQA), bf16: N = 256 tokens x 512 = 131072
+    query and as many key elements per rank. Forward on the last rank: contiguous k, v 8N; three
+    concatenations 24N; first upcast 6N; three fp32 merges of (2 + 4) + 12 + 8 + 12 = 38 bytes per
+    element, 114N; cast back 6N: 158N. Backward: zeros 4N + 8N; three concatenations 24N; first
+    k/v gradient add 2 x 10N; three half adds plus re-concatenation 3 x 2 x (5 + 8)N = 78N; four
+    fp32 gradient concatenations 4 x 16N; four query gradient adds 4 x 10N; casts back 6 x 3N: 256N."""
+    _, dims = _attn()
+    n = 131072
+    fwd, bwd = ring_merge_bytes(dims, ShardSpec(cp=4), micro_batch=MB, elem=ELEM, merge="eager")
+    assert fwd == pytest.approx(158 * n, rel=1e-12)
+    assert bwd == pytest.approx(256 * n, rel=1e-12)
+
+
+def test_fused_ring_merge_bytes_by_hand() -> None:
+    """Transformer Engine, same shapes (N = 131072): forward zeroes the output 2N, corrects it in
+    each of 4 steps 4 x 6N, copies half the keys and values in 3 steps 3 x 4N: 38N; backward adds
+    the query gradient 4 x 6N and the key/value gradients 4 x 12N, with the same half copies 12N:
+    84N. Both far below torch's unfused fp32 chain."""
+    _, dims = _attn()
+    n = 131072
+    fwd, bwd = ring_merge_bytes(dims, ShardSpec(cp=4), micro_batch=MB, elem=ELEM)
+    assert fwd == pytest.approx(38 * n, rel=1e-12)
+    assert bwd == pytest.approx(84 * n, rel=1e-12)
+
+
+def test_unknown_ring_merge_is_refused() -> None:
+    from simcore.errors import TrainsimError
+    from simcore.parallel.options import ParallelOptions
+
+    _, dims = _attn()
+    with pytest.raises(TrainsimError, match="ring merge 'te' unknown; allowed: fused, eager"):
+        ring_merge_bytes(dims, ShardSpec(cp=2), micro_batch=MB, elem=ELEM, merge="te")
+    with pytest.raises(TrainsimError, match="allowed: fused, eager"):
+        ParallelOptions(ring_merge="te")
+
+
+def test_ring_merge_kernels_add_their_bytes_at_the_streaming_bandwidth() -> None:
+    layer, dims = _attn()
+    spec = ShardSpec(cp=4)
+    kwargs = dict(micro_batch=MB, elem=ELEM, kind="ring", attention_s=(1.0, 1.0), price=lambda op, size: 0.0)
+    assert context_parallel_exposed_s(layer, dims, spec, **kwargs) == (0.0, 0.0)  # type: ignore[arg-type]
+    fwd, bwd = context_parallel_exposed_s(layer, dims, spec, **kwargs, memory_bandwidth_Bps=1e12)  # type: ignore[arg-type]
+    merge = ring_merge_bytes(dims, spec, micro_batch=MB, elem=ELEM)
+    assert (fwd, bwd) == pytest.approx((merge[0] / 1e12, merge[1] / 1e12), rel=1e-12)
+    eager = context_parallel_exposed_s(layer, dims, spec, **kwargs, memory_bandwidth_Bps=1e12, merge="eager")  # type: ignore[arg-type]
+    assert eager[0] == pytest.approx(
+        ring_merge_bytes(dims, spec, micro_batch=MB, elem=ELEM, merge="eager")[0] / 1e12
+    )
+    # Ulysses has no per-step merge
+    uly = context_parallel_exposed_s(
+        layer, dims, spec, micro_batch=MB, elem=ELEM, kind="ulysses", attention_s=(1.0, 1.0),
+        price=lambda op, size: 0.0, memory_bandwidth_Bps=1e12,
+    )  # fmt: skip
+    assert uly == (0.0, 0.0)
