@@ -14,6 +14,12 @@ limit of the protocol (LL's llMaxBw, LL128 and tree caps per channel). Ring intr
 multi-node ring are no faster than NCCL's per-step network post overhead. CPU (gloo) groups use
 the plain alpha-beta model: steps x (slowest route latency + a software step), Simple only, every
 link at its full rate.
+
+NCCL picks an (algorithm, protocol) pair by its own prediction, which differs from this one where
+the network plugin reports a latency for its device: NCCL's tuner adds that figure to every
+node-crossing hop (twice for Simple) instead of the fabric's latency. :func:`tuner_time_s` is this
+model's time seen that way; it ranks candidates (:mod:`simcore.collectives.selection`) and never
+prices one.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ __all__ = [
     "materialize",
     "phase_costs",
     "plan_cost",
+    "tuner_time_s",
 ]
 
 _NVLINK_KINDS = frozenset({"nvlink", "nvswitch"})
@@ -230,6 +237,23 @@ def plan_cost(costs: Sequence[PhaseCost]) -> tuple[float, Edge | None]:
     total = sum(c.time_s for c in costs)
     limiting = max((c for c in costs if c.bottleneck is not None), key=lambda c: c.link_s, default=None)
     return total, None if limiting is None else limiting.bottleneck
+
+
+def tuner_time_s(plan: Plan, costs: Sequence[PhaseCost], proto: str, size: float, info: GroupInfo) -> float:
+    """The time NCCL's tuner predicts for ``plan`` with ``proto``: the priced time, each node-crossing
+    hop at the network plugin's reported latency (NCCL's ``graph->latencyInter``, added to the network
+    hop latency in src/graph/tuning.cc, twice for Simple) instead of the fabric's. Equal to the
+    priced time where the plugin reports none (:attr:`GroupInfo.tuner_net_latency_s`)."""
+    total = plan_cost(costs)[0]
+    seen_s = info.tuner_net_latency_s
+    if seen_s is None or info.backend != "nccl" or not info.multi_node:
+        return total
+    for phase in plan.phases:
+        hops = phase.hops
+        if phase.transfers and hops.inter:
+            as_seen = replace(hops, fabric_s=seen_s)
+            total += latency_s(as_seen, proto, info, plan.op, size) - latency_s(hops, proto, info, plan.op, size)
+    return total
 
 
 def materialize(plan: Plan, costs: Sequence[PhaseCost], proto: str, size: float, info: GroupInfo) -> Plan:
