@@ -252,7 +252,9 @@ def tuner_time_s(plan: Plan, costs: Sequence[PhaseCost], proto: str, size: float
         hops = phase.hops
         if phase.transfers and hops.inter:
             as_seen = replace(hops, fabric_s=seen_s)
-            total += latency_s(as_seen, proto, info, plan.op, size) - latency_s(hops, proto, info, plan.op, size)
+            total += latency_s(as_seen, proto, info, plan.op, size) - latency_s(
+                hops, proto, info, plan.op, size
+            )
     return total
 
 

@@ -118,7 +118,9 @@ def group_info(ctx: PlanContext, options: NcclOptions) -> GroupInfo:
         nvls_chunk=options.nvls_chunk or 0,
         nvls_tree_max_chunk=options.nvls_tree_max_chunk or 0,
         tuner_net_latency_s=(
-            options.plugin_net_latency_us * 1e-6 if multi and options.plugin_net_latency_us is not None else None
+            options.plugin_net_latency_us * 1e-6
+            if multi and options.plugin_net_latency_us is not None
+            else None
         ),
     )
 

@@ -180,7 +180,9 @@ class NcclOptions:
             nvls_chunk=self.nvls_chunk or base.nvls_chunk,
             nvls_tree_max_chunk=self.nvls_tree_max_chunk or base.nvls_tree_max_chunk,
             plugin_net_latency_us=(
-                self.plugin_net_latency_us if self.plugin_net_latency_us is not None else base.plugin_net_latency_us
+                self.plugin_net_latency_us
+                if self.plugin_net_latency_us is not None
+                else base.plugin_net_latency_us
             ),
         )
 
