@@ -19,9 +19,8 @@ link at its full rate.
 NCCL picks an (algorithm, protocol) pair by its own prediction, latency + bytes / bandwidth, which
 has no pipeline fill (it derates trees at medium sizes instead) and, where the network plugin
 reports a latency for its device, adds that figure to every node-crossing hop (twice for Simple)
-instead of the fabric's. :func:`tuner_time_s` is this
-model's time seen that way; it ranks candidates (:mod:`simcore.collectives.selection`) and never
-prices one.
+instead of the fabric's. :func:`tuner_time_s` is this model's time seen that way; it ranks the
+candidates (:mod:`simcore.collectives.selection`) and never prices one.
 """
 
 from __future__ import annotations

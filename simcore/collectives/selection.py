@@ -3,10 +3,12 @@
 NCCL's tuner (src/graph/tuning.cc ncclTopoTuneModel; src/enqueue.cc getAlgoInfo / topoGetAlgoInfo)
 predicts every enabled pair's time as latency + bytes / bandwidth and runs the fastest;
 ``NCCL_ALGO`` / ``NCCL_PROTO`` restrict the candidates. We do the same with our cost model
-(:mod:`simcore.collectives.cost`) on the actual routes, seen as NCCL's tuner sees it: where the
-network plugin reports a latency for its device (aws-ofi-nccl on EFA: 75 us), every node-crossing
-hop is ranked at that latency (:func:`~simcore.collectives.cost.tuner_time_s`), while the winner
-is priced at the fabric's own. Candidates per op: :data:`AUTO` (NCCL's
+(:mod:`simcore.collectives.cost`) on the actual routes, seen as NCCL's model sees it
+(:func:`~simcore.collectives.cost.tuner_time_s`): no pipeline fill but NCCL's medium-size tree
+correction, and, where the network plugin reports a latency for its device (aws-ofi-nccl on EFA:
+75 us), every node-crossing hop at that latency. The winner is priced by the cost model itself, so
+where NCCL's model misjudges a pair, trainsim runs NCCL's pick at its real cost rather than the
+cheapest candidate. Candidates per op: :data:`AUTO` (NCCL's
 algorithms only; ``direct`` and ``hierarchical`` run only when pinned), each where the hardware and
 options allow it (NVLS on one node of Hopper GPUs with an NVLS switch and more than two of them;
 NVLS-tree across such nodes; CollNet only when enabled; PAT at one GPU per node). Ties go to the
