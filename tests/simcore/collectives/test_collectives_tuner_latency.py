@@ -119,7 +119,7 @@ def test_pinned_prices_do_not_depend_on_the_reported_latency() -> None:
 
 
 def test_efa_presets_carry_the_plugin_latency_and_one_node_ignores_it() -> None:
-    for name in ("p4de.24xlarge", "p5.48xlarge"):
+    for name in ("p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge"):
         assert price(
             load_cluster(name, nodes=2), "all_reduce", MiB
         ).info.tuner_net_latency_s == pytest.approx(75 * US)
