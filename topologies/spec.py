@@ -346,6 +346,7 @@ NCCL_ENV_KEYS = (
     "NCCL_NVLS_CHUNKSIZE",
     "NCCL_NVLSTREE_MAX_CHUNKSIZE",
     "NCCL_NVLS_ENABLE",
+    "OFI_NCCL_NET_LATENCY",  # aws-ofi-nccl's reported network latency (checked by NcclOptions.from_env)
 )
 _NCCL_SIZE_KEYS = ("NCCL_BUFFSIZE", "NCCL_NVLS_CHUNKSIZE", "NCCL_NVLSTREE_MAX_CHUNKSIZE")
 

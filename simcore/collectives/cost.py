@@ -9,11 +9,18 @@ For every phase of a unit plan (:mod:`simcore.collectives.plan`):
 
 where the link time is the most loaded link's bytes over its usable rate (measured on the actual
 routes), ``efficiency`` is the protocol's fraction of that rate (LL's flag bytes, LL128's 120/128,
-trees' 0.92 and NCCL's medium-size tree correction) and the cap is NCCL's per-channel throughput
+trees' 0.92; NCCL's medium-size tree correction stands in for the pipeline fill in NCCL's own
+model, so only :func:`tuner_time_s` applies it) and the cap is NCCL's per-channel throughput
 limit of the protocol (LL's llMaxBw, LL128 and tree caps per channel). Ring intra-node steps of a
 multi-node ring are no faster than NCCL's per-step network post overhead. CPU (gloo) groups use
 the plain alpha-beta model: steps x (slowest route latency + a software step), Simple only, every
 link at its full rate.
+
+NCCL picks an (algorithm, protocol) pair by its own prediction, latency + bytes / bandwidth, which
+has no pipeline fill (it derates trees at medium sizes instead) and, where the network plugin
+reports a latency for its device, adds that figure to every node-crossing hop (twice for Simple)
+instead of the fabric's. :func:`tuner_time_s` is this model's time seen that way; it ranks the
+candidates (:mod:`simcore.collectives.selection`) and never prices one.
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ __all__ = [
     "materialize",
     "phase_costs",
     "plan_cost",
+    "tuner_time_s",
 ]
 
 _NVLINK_KINDS = frozenset({"nvlink", "nvswitch"})
@@ -155,13 +163,17 @@ def latency_s(hops: Hops, proto: str, info: GroupInfo, op: str, size: float) -> 
     return max(lat, float(latency_param("launch_floor_us"))) * 1e-6
 
 
-def _efficiency(pattern: str, proto: str, info: GroupInfo, op: str, size: float) -> float:
-    if info.backend != "nccl":
-        return 1.0
-    eff = efficiency(pattern, proto, not info.multi_node)
-    if pattern == "tree" and op == "all_reduce":
-        eff *= tree_correction(proto, size)
-    return eff
+def _efficiency(pattern: str, proto: str, info: GroupInfo) -> float:
+    """Fraction of the links' rate the protocol delivers (LL's flags, LL128's 120/128, trees' 0.92)."""
+    return 1.0 if info.backend != "nccl" else efficiency(pattern, proto, not info.multi_node)
+
+
+def _tuner_derating(pattern: str, proto: str, info: GroupInfo, op: str, size: float) -> float:
+    """NCCL's medium-size tree correction (ncclTopoGetAlgoTime): its model's stand-in for the tree's
+    pipeline fill, which the price counts itself (:func:`~simcore.collectives.pipeline.fill_s`)."""
+    if info.backend == "nccl" and pattern == "tree" and op == "all_reduce":
+        return tree_correction(proto, size)
+    return 1.0
 
 
 def _cap_busbw(pattern: str, proto: str, info: GroupInfo, size: float) -> float:
@@ -209,14 +221,10 @@ def phase_costs(
         if not phase.transfers:
             out.append(PhaseCost(0.0, 0.0, 0.0, None))
             continue
-        eff = _efficiency(pattern, proto, info, plan.op, size)
-        # The fill is priced at the protocol's own efficiency, without NCCL's medium-size tree
-        # correction (a size-dependent fudge), so that it never falls as bytes grow.
-        base_eff = 1.0 if info.backend != "nccl" else efficiency(pattern, proto, not info.multi_node)
+        eff = _efficiency(pattern, proto, info)
         out.append(
             PhaseCost(
-                latency_s(phase.hops, proto, info, plan.op, size)
-                + fill_s(phase, proto, size, info, base_eff),
+                latency_s(phase.hops, proto, info, plan.op, size) + fill_s(phase, proto, size, info, eff),
                 per_byte * size / eff,
                 _engine_s(pattern, proto, info, plan.op, size),
                 edge,
@@ -232,6 +240,26 @@ def plan_cost(costs: Sequence[PhaseCost]) -> tuple[float, Edge | None]:
     return total, None if limiting is None else limiting.bottleneck
 
 
+def tuner_time_s(plan: Plan, costs: Sequence[PhaseCost], proto: str, size: float, info: GroupInfo) -> float:
+    """The time NCCL's tuner predicts for ``plan`` with ``proto`` (ncclTopoGetAlgoTime: latency +
+    bytes / bandwidth): the priced latency without the pipeline fill, each node-crossing hop at the
+    network plugin's reported latency where it reports one (NCCL's ``graph->latencyInter``, added to
+    the network hop in src/graph/tuning.cc, twice for Simple; :attr:`GroupInfo.tuner_net_latency_s`),
+    and the priced bandwidth times NCCL's medium-size tree correction instead of the fill."""
+    if info.backend != "nccl":
+        return plan_cost(costs)[0]
+    seen_s = info.tuner_net_latency_s if info.multi_node else None
+    total = 0.0
+    for phase, cost in zip(plan.phases, costs, strict=True):
+        hops = phase.hops
+        if not phase.transfers:
+            continue
+        as_seen = hops if seen_s is None or not hops.inter else replace(hops, fabric_s=seen_s)
+        link = cost.link_s / _tuner_derating(hops.pattern, proto, info, plan.op, size)
+        total += latency_s(as_seen, proto, info, plan.op, size) + max(link, cost.engine_s)
+    return total
+
+
 def materialize(plan: Plan, costs: Sequence[PhaseCost], proto: str, size: float, info: GroupInfo) -> Plan:
     """The runnable plan: unit transfers scaled to ``size`` on the wire, latency and floor filled in."""
     phases = []
@@ -239,7 +267,7 @@ def materialize(plan: Plan, costs: Sequence[PhaseCost], proto: str, size: float,
         if not phase.transfers:
             phases.append(phase)
             continue
-        eff = _efficiency(phase.hops.pattern, proto, info, plan.op, size)
+        eff = _efficiency(phase.hops.pattern, proto, info)
         scale = size / eff
         transfers = tuple(
             Transfer(t.src, t.dst, t.size_bytes * scale, t.route, t.latency_s) for t in phase.transfers

@@ -45,6 +45,9 @@ class GroupInfo:
     buffsize: int = 0  # NCCL_BUFFSIZE where set (0: NCCL's default)
     nvls_chunk: int = 0  # NCCL_NVLS_CHUNKSIZE where set
     nvls_tree_max_chunk: int = 0  # NCCL_NVLSTREE_MAX_CHUNKSIZE where set
+    # The latency NCCL's tuner adds per node-crossing hop where the network plugin reports one
+    # (OFI_NCCL_NET_LATENCY); None: the tuner sees the fabric's own latency.
+    tuner_net_latency_s: float | None = None
 
     @property
     def channels(self) -> int:
@@ -114,6 +117,11 @@ def group_info(ctx: PlanContext, options: NcclOptions) -> GroupInfo:
         buffsize=options.buffsize or 0,
         nvls_chunk=options.nvls_chunk or 0,
         nvls_tree_max_chunk=options.nvls_tree_max_chunk or 0,
+        tuner_net_latency_s=(
+            options.plugin_net_latency_us * 1e-6
+            if multi and options.plugin_net_latency_us is not None
+            else None
+        ),
     )
 
 

@@ -12,7 +12,13 @@ syntax from NCCL's environment-variable documentation):
 - ``NCCL_NVLS_ENABLE``: ``0`` disables NVLink SHARP (NVLS and NVLS-tree);
 - ``NCCL_BUFFSIZE``, ``NCCL_NVLS_CHUNKSIZE``, ``NCCL_NVLSTREE_MAX_CHUNKSIZE``: the Simple
   protocol's buffer (8 steps of it make a chunk) and NVLS's chunk sizes, in bytes (pipeline fill,
-  :mod:`simcore.collectives.pipeline`).
+  :mod:`simcore.collectives.pipeline`);
+- ``OFI_NCCL_NET_LATENCY``: the inter-node latency (microseconds) AWS's aws-ofi-nccl plugin reports
+  to NCCL as its network device's ``latency`` property (75 us on p4d, p4de and p5: the plugin's
+  ``platform_data_map`` in src/platform-aws.cpp). NCCL's tuner adds it to every node-crossing hop
+  (``graph->latencyInter``, src/graph/search.cc; twice for Simple, src/graph/tuning.cc) when it
+  picks an algorithm and protocol; it steers the choice only and is not a time anything takes
+  (:func:`simcore.collectives.cost.tuner_time_s`).
 
 A cluster spec's fabric may carry the environment its network plugin sets (``fabric.nccl_env``,
 e.g. AWS's aws-ofi-nccl on EFA); the user's own environment wins over it (:meth:`NcclOptions.over`).
@@ -118,6 +124,24 @@ def _size(env: Mapping[str, str], name: str) -> int | None:
     return int(text)
 
 
+_MAX_NET_LATENCY_US = 10_000.0
+
+
+def _latency_us(env: Mapping[str, str], name: str) -> float | None:
+    value = env.get(name)
+    if value is None or str(value).strip() == "":
+        return None
+    try:
+        latency = float(str(value).strip())
+    except ValueError:
+        latency = -1.0
+    if not 0.0 <= latency <= _MAX_NET_LATENCY_US:  # also rejects nan
+        raise TrainsimError(
+            f"{name}={value!r} is not allowed; give microseconds from 0 to {_MAX_NET_LATENCY_US:g}"
+        )
+    return latency
+
+
 @dataclass(frozen=True, slots=True)
 class NcclOptions:
     """Which of NCCL's algorithms and protocols may run (None: NCCL's defaults)."""
@@ -129,6 +153,7 @@ class NcclOptions:
     buffsize: int | None = None  # NCCL_BUFFSIZE (None: NCCL's default, simcore/data/nccl.yaml)
     nvls_chunk: int | None = None  # NCCL_NVLS_CHUNKSIZE
     nvls_tree_max_chunk: int | None = None  # NCCL_NVLSTREE_MAX_CHUNKSIZE
+    plugin_net_latency_us: float | None = None  # OFI_NCCL_NET_LATENCY (None: the plugin reports none)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> NcclOptions:
@@ -141,6 +166,7 @@ class NcclOptions:
             collnet=_switch(env, "NCCL_COLLNET_ENABLE"),
             nvls=True if nvls is None else nvls,
             **{field: _size(env, name) for name, field in _SIZES.items()},
+            plugin_net_latency_us=_latency_us(env, "OFI_NCCL_NET_LATENCY"),
         )
 
     def over(self, base: NcclOptions) -> NcclOptions:
@@ -153,6 +179,11 @@ class NcclOptions:
             buffsize=self.buffsize or base.buffsize,
             nvls_chunk=self.nvls_chunk or base.nvls_chunk,
             nvls_tree_max_chunk=self.nvls_tree_max_chunk or base.nvls_tree_max_chunk,
+            plugin_net_latency_us=(
+                self.plugin_net_latency_us
+                if self.plugin_net_latency_us is not None
+                else base.plugin_net_latency_us
+            ),
         )
 
     def allows_algorithm(self, name: str) -> bool:

@@ -24,18 +24,13 @@ from simcore.collectives.group import GroupInfo
 from simcore.collectives.plan import Phase
 from simcore.collectives.tuning import arch_param, tables
 
-__all__ = ["chunk_bytes", "fill_s", "tree_depth"]
+__all__ = ["chunk_bytes", "fill_s"]
 
 PIPELINED = ("tree", "nvls", "nvls_tree")
 
 
 def _cfg() -> Any:
     return tables()["pipeline"]
-
-
-def tree_depth(info: GroupInfo) -> int:
-    """NCCL's tree depth: the chain inside a node plus the tree's levels between nodes."""
-    return info.ppn - 1 + (int(math.log2(info.nodes)) if info.nodes > 1 else 0)
 
 
 def _halve(size: float, chunk: float, per_chunk: float, rules: Sequence[Sequence[float]]) -> float:
@@ -66,13 +61,6 @@ def chunk_bytes(pattern: str, proto: str, size: float, info: GroupInfo) -> float
         chunk = float(cfg["step_bytes"][proto])
         if proto == "Simple" and info.buffsize:
             chunk = info.buffsize / int(cfg["steps"])
-        if proto == "Simple":
-            return _halve(
-                size,
-                chunk,
-                info.channels_for("tree", proto, size) * 1.0,
-                [[f * tree_depth(info), m] for f, m in cfg["tree_simple_rules"]],
-            )
         if proto == "LL128":
             nsteps = 1 + (int(math.log2(info.nodes)) if info.nodes > 1 else 0) + 0.1 * info.ppn
             rules = [[f * nsteps / info.ppn, m] for f, m in cfg["tree_ll128_rules"]]

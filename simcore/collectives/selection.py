@@ -3,7 +3,12 @@
 NCCL's tuner (src/graph/tuning.cc ncclTopoTuneModel; src/enqueue.cc getAlgoInfo / topoGetAlgoInfo)
 predicts every enabled pair's time as latency + bytes / bandwidth and runs the fastest;
 ``NCCL_ALGO`` / ``NCCL_PROTO`` restrict the candidates. We do the same with our cost model
-(:mod:`simcore.collectives.cost`) on the actual routes. Candidates per op: :data:`AUTO` (NCCL's
+(:mod:`simcore.collectives.cost`) on the actual routes, seen as NCCL's model sees it
+(:func:`~simcore.collectives.cost.tuner_time_s`): no pipeline fill but NCCL's medium-size tree
+correction, and, where the network plugin reports a latency for its device (aws-ofi-nccl on EFA:
+75 us), every node-crossing hop at that latency. The winner is priced by the cost model itself, so
+where NCCL's model misjudges a pair, trainsim runs NCCL's pick at its real cost rather than the
+cheapest candidate. Candidates per op: :data:`AUTO` (NCCL's
 algorithms only; ``direct`` and ``hierarchical`` run only when pinned), each where the hardware and
 options allow it (NVLS on one node of Hopper GPUs with an NVLS switch and more than two of them;
 NVLS-tree across such nodes; CollNet only when enabled; PAT at one GPU per node). Ties go to the
@@ -20,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from simcore.collectives.cost import PhaseCost, allowed_protocols, phase_costs, plan_cost
+from simcore.collectives.cost import PhaseCost, allowed_protocols, phase_costs, tuner_time_s
 from simcore.collectives.group import GroupInfo
 from simcore.collectives.options import NcclOptions
 from simcore.collectives.pat import pat_counts
@@ -92,7 +97,8 @@ def _bytes_scale(hops: Hops, op: str, ranks: int, sub_ranks: int) -> float:
 def best_protocol(
     unit: Unit, info: GroupInfo, options: NcclOptions, size: float, pinned: str | None = None
 ) -> tuple[str, list[PhaseCost], float]:
-    """The fastest protocol for ``unit`` at ``size`` (or the pinned one): (protocol, phase costs, time)."""
+    """The protocol NCCL's tuner ranks fastest for ``unit`` at ``size`` (or the pinned one):
+    (protocol, its priced phase costs, the tuner's time for it - the ranking key, not a price)."""
     plan, links = unit
     protos = allowed_protocols(plan, info, options)
     if pinned is not None:
@@ -104,7 +110,7 @@ def best_protocol(
     best: tuple[str, list[PhaseCost], float] | None = None
     for proto in protos:
         costs = phase_costs(plan, links, proto, size, info)
-        time = plan_cost(costs)[0]
+        time = tuner_time_s(plan, costs, proto, size, info)
         if best is None or time < best[2]:
             best = (proto, costs, time)
     if best is None:

@@ -6,7 +6,7 @@ import pytest
 
 from simcore.collectives import NcclOptions, price
 from simcore.collectives.group import GroupInfo
-from simcore.collectives.pipeline import chunk_bytes, tree_depth
+from simcore.collectives.pipeline import chunk_bytes
 from simcore.errors import TrainsimError
 from topologies import load_cluster
 
@@ -19,19 +19,31 @@ def _info(**kw: object) -> GroupInfo:
     return GroupInfo(**base)  # type: ignore[arg-type]
 
 
-def test_tree_depth_is_the_chain_plus_the_levels_between_nodes() -> None:
-    assert tree_depth(_info()) == 8
-    assert tree_depth(_info(ranks=8, nodes=1)) == 7
-    assert tree_depth(_info(ranks=64, nodes=8)) == 10
-
-
 @pytest.mark.parametrize(
-    ("size", "chunk"),
-    # 8 channels, depth 8: halve while a channel gets < 64 chunks (floor 128K), < 32 (64K), < 8 (32K).
-    [(16 * MiB, 64 * KiB), (128 * MiB, 256 * KiB), (GiB, 512 * KiB), (1 * MiB, 32 * KiB)],
+    ("size", "buffsize", "chunk"),
+    # NCCL calcCollChunking: a Simple tree moves one buffer slot (NCCL_BUFFSIZE / 8) per chunk at any
+    # size (no halving loop: those are CollNet's); a channel's share caps it (8 channels here).
+    [
+        (16 * MiB, 0, 512 * KiB),
+        (GiB, 0, 512 * KiB),
+        (16 * MiB, 8 * MiB, MiB),
+        (128 * MiB, 8 * MiB, MiB),
+        (MiB, 0, 512 * KiB),
+    ],
 )
-def test_tree_simple_chunks_follow_nccls_halving_rules(size: int, chunk: int) -> None:
-    assert chunk_bytes("tree", "Simple", size, _info()) == chunk
+def test_tree_simple_chunk_is_one_buffer_slot(size: int, buffsize: int, chunk: int) -> None:
+    assert chunk_bytes("tree", "Simple", size, _info(buffsize=buffsize)) == chunk
+
+
+def test_tree_simple_fill_uses_at_most_a_channels_share() -> None:
+    """1 MiB on 8 channels: 128 KiB each, below the 512 KiB slot; the fill streams 128 KiB chunks."""
+    topo = load_cluster("dgx-a100", gpus=16)
+    one, two = (price(topo, "all_reduce", s, algorithm="tree", protocol="Simple") for s in (MiB, 2 * MiB))
+    eight_b = price(topo, "all_reduce", 8, algorithm="tree", protocol="Simple").costs[0].latency_s
+    # the fill (latency above the 8-byte one) doubles with the per-channel chunk while it is below a slot
+    assert (two.costs[0].latency_s - eight_b) == pytest.approx(
+        2 * (one.costs[0].latency_s - eight_b), rel=1e-4
+    )
 
 
 def test_nvls_tree_chunks_drop_at_nccls_thresholds_and_obey_the_platform_cap() -> None:
@@ -43,7 +55,7 @@ def test_nvls_tree_chunks_drop_at_nccls_thresholds_and_obey_the_platform_cap() -
     assert chunk_bytes("nvls_tree", "Simple", 128 * MiB, big) == 128 * KiB
 
 
-def test_fill_grows_with_the_chunk_but_stays_a_small_share_of_large_messages() -> None:
+def test_fill_is_one_slot_deep_once_a_channel_holds_a_slot_and_a_small_share_of_large_messages() -> None:
     topo = load_cluster("dgx-a100", gpus=16)
     small, large = (
         price(topo, "all_reduce", s, algorithm="tree", protocol="Simple") for s in (16 * MiB, GiB)
@@ -56,7 +68,8 @@ def test_fill_grows_with_the_chunk_but_stays_a_small_share_of_large_messages() -
         large.costs[0].latency_s
         - price(topo, "all_reduce", 8, algorithm="tree", protocol="Simple").costs[0].latency_s
     )
-    assert 0 < fill_small < fill_large < 0.2 * large.closed_form_s
+    assert 0 < fill_small == pytest.approx(fill_large, rel=1e-6)
+    assert fill_large < 0.2 * large.closed_form_s
 
 
 def test_rings_have_no_separate_fill() -> None:
