@@ -20,7 +20,11 @@ A probe does not depend on the global batch (it runs ``size`` micro-batches what
 a caller that names everything else the plan depends on (``reuse``: the planner's cluster, GPU
 count, workload, configuration but the batch, layout) gets the probe evaluated once for every
 batch size of a sweep; the last :data:`~simcore.step.caches.PROBE_CACHE_SIZE` are kept in the
-context's caches, for as long as whoever runs the sweep keeps those.
+context's caches, for as long as whoever runs the sweep keeps those. A sweep times every layout of
+one batch size before the next, so the cache holds a batch size's probes (one per GPU count, layout
+and folded copy); each is kept reduced to what a longer step's report reads (:class:`_Kept`), and
+the report of a fresh probe is made from the same reduction, so a reused probe reports bit for bit
+what a fresh one does.
 """
 
 from __future__ import annotations
