@@ -20,7 +20,11 @@ A probe does not depend on the global batch (it runs ``size`` micro-batches what
 a caller that names everything else the plan depends on (``reuse``: the planner's cluster, GPU
 count, workload, configuration but the batch, layout) gets the probe evaluated once for every
 batch size of a sweep; the last :data:`~simcore.step.caches.PROBE_CACHE_SIZE` are kept in the
-context's caches, for as long as whoever runs the sweep keeps those.
+context's caches, for as long as whoever runs the sweep keeps those. A sweep times every layout of
+one batch size before the next, so the cache holds a batch size's probes (one per GPU count, layout
+and folded copy); each is kept reduced to what a longer step's report reads (:class:`_Kept`), and
+the report of a fresh probe is made from the same reduction, so a reused probe reports bit for bit
+what a fresh one does.
 """
 
 from __future__ import annotations
@@ -35,7 +39,18 @@ from simcore.errors import TrainsimError
 from simcore.fastpath.fold import Measured, fold_step
 from simcore.report import LinkBusy, StepReport
 from simcore.step.eventfree import TimedRun, evaluate_plan_timed
-from simcore.step.plan import COMM, COMPUTE, Op, OpKey, Phase, PhasePart, StepPlan, phase_of, phase_text
+from simcore.step.plan import (
+    COMM,
+    COMPUTE,
+    Op,
+    OpKey,
+    Phase,
+    PhasePart,
+    PlanRun,
+    StepPlan,
+    phase_of,
+    phase_text,
+)
 from simcore.strategies.base import StepContext, Strategy
 from simcore.strategies.runner import StepResult, comm_slowdown_under_compute, report_step
 
@@ -124,12 +139,13 @@ def _measure(
 def _measured(
     report: StepReport,
     busy: LinkBusy,
-    timed: TimedRun,
+    timed: TimedRun | PlanRun,
     renumber: tuple[float, int, int] | None = None,
 ) -> Measured:
-    """What folding reads of a step; ``renumber`` (the start of a probe's last micro-batch, the
-    probe's micro-batches and how many more the step has): phases from then on renumbered."""
-    memory = timed.run.memory
+    """What folding reads of a step (``timed``: its run); ``renumber`` (the start of a probe's last
+    micro-batch, the probe's micro-batches and how many more the step has): phases from then on
+    renumbered."""
+    memory = (timed.run if isinstance(timed, TimedRun) else timed).memory
     # (a list: the timeline names each phase once, and renumbering keeps them apart)
     peaks: list[tuple[Phase, tuple[float, float, dict[str, float]]]] = []
     for total, at, parts, key in (memory.phase_peaks or {}).values():
@@ -172,6 +188,59 @@ class _Probe:
     period: _Period | None
 
 
+@dataclass(slots=True)
+class _CommPlan(StepPlan):
+    """A probe's plan as its extrapolated reports read it: the communication operations (the links
+    a report names), with the compute time and bytes of the whole plan summed once."""
+
+    compute_total_s: float = 0.0
+    comm_total_bytes: float = 0.0
+
+    def compute_s(self) -> float:
+        return self.compute_total_s
+
+    def comm_bytes(self) -> float:
+        return self.comm_total_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    """What a repeating probe contributes to the report of any longer step, and nothing else: a
+    sweep keeps many (one per GPU count, layout and folded copy, for every batch size), so the
+    compute operations, compute spans and memory samples are dropped once read (about a tenth of
+    the probe's size). Every report, fresh or from a kept probe, is made from one of these.
+
+    ``size``: the probe's micro-batches; ``last_start``: when its last one begins; ``peak_late``:
+    whether the memory peak is first reached in the last micro-batch; ``busy``: seconds each link
+    was busy in the probe (copied before extending)."""
+
+    plan: _CommPlan
+    run: PlanRun
+    period: _Period
+    size: int
+    last_start: float
+    peak_late: bool
+    busy: LinkBusy
+
+
+def _keep(probe: _Probe, period: _Period) -> _Kept:
+    """``probe``, repeating with ``period``, reduced to what :func:`_report` reads."""
+    plan, timed, starts = probe.plan, probe.timed, probe.starts
+    run, memory = timed.run, timed.run.memory
+    top = max((total for _, total, _ in memory.samples), default=0.0)  # before fragmentation, as sampled
+    first_at = next((t for t, total, _ in memory.samples if total == top), 0.0)
+    last_start = timed.starts[starts[-1]]
+    comm = [op for op in plan.ops if op.stream == COMM]
+    kept_plan = _CommPlan(
+        plan.strategy, comm, plan.initial_memory, plan.fragmentation, plan.compute_s(), plan.comm_bytes()
+    )
+    kept_memory = replace(memory, samples=[], category_samples=None)
+    kept_run = PlanRun(run.step_time_s, [s for s in run.spans if s.stream == COMM], kept_memory)
+    return _Kept(
+        kept_plan, kept_run, period, len(starts), last_start, first_at >= last_start, _busy(plan, timed)
+    )
+
+
 def _extrapolated(
     strategy: Strategy,
     ctx: StepContext,
@@ -187,9 +256,9 @@ def _extrapolated(
     # micro-batch by micro-batch (DDP and ZeRO-1 run all but the last as one operation).
     key, caches = (strategy.name, ctx.gpus == 1), ctx.caches
     first = caches.first_probe.get(key, PROBES[0])
-    known: _Probe | None = None if reuse is None else caches.probes.get((reuse, strategy.name, contention))  # type: ignore[assignment]
-    if known is not None and known.period is not None and first and first <= len(known.starts) < k:
-        return _report(known, known.period, ctx, k, cluster=cluster, device=device, peak_flops=peak_flops)
+    known: _Kept | None = None if reuse is None else caches.probes.get((reuse, strategy.name, contention))  # type: ignore[assignment]
+    if known is not None and first and first <= known.size < k:
+        return _report(known, ctx, k, cluster=cluster, device=device, peak_flops=peak_flops)
     for size in (p for p in PROBES if first and first <= p <= k):
         probe = _probe(strategy, ctx, size, contention)
         if isinstance(probe, str):
@@ -201,23 +270,24 @@ def _extrapolated(
             return _measured(report, _busy(probe.plan, probe.timed), probe.timed)
         if probe.period is not None:
             caches.first_probe[key] = size
+            kept = _keep(probe, probe.period)
             if reuse is not None:
-                caches.probes.put((reuse, strategy.name, contention), probe)
-            return _report(probe, probe.period, ctx, k, cluster=cluster, device=device, peak_flops=peak_flops)
+                caches.probes.put((reuse, strategy.name, contention), kept)
+            return _report(kept, ctx, k, cluster=cluster, device=device, peak_flops=peak_flops)
     return None
 
 
 def _report(
-    probe: _Probe, period: _Period, ctx: StepContext, k: int, *, cluster: str, device: str, peak_flops: float
+    kept: _Kept, ctx: StepContext, k: int, *, cluster: str, device: str, peak_flops: float
 ) -> Measured:
     """The probe's report with ``k - size`` more middle micro-batches (fewer when negative)."""
-    plan, timed, starts = probe.plan, probe.timed, probe.starts
-    extra = k - len(starts)
-    step_s = timed.run.step_time_s + extra * period.time_s
-    result = StepResult(plan, timed.run, [step_s])
+    plan, run, period = kept.plan, kept.run, kept.period
+    extra = k - kept.size
+    step_s = run.step_time_s + extra * period.time_s
+    result = StepResult(plan, run, [step_s])
     report = report_step(result, ctx, cluster=cluster, device=device, peak_flops=peak_flops)
     compute_s = plan.compute_s() + extra * period.compute_s
-    busy = _busy(plan, timed)
+    busy = LinkBusy(dict(kept.busy.by_kind), dict(kept.busy.by_link))
     busy.add_times(period.busy, extra)
     report = replace(
         report,
@@ -229,11 +299,12 @@ def _report(
         bottleneck_link=busy.bottleneck(),
     )
     # The verdict names the peak's phase too: renumbered with it (a peak in the last micro-batch).
-    phase = _peak_phase(timed, starts, report.peak_phase, extra)
+    phase = report.peak_phase
+    if kept.peak_late:
+        phase = phase_text(_renumbered(phase_of(run.memory.peak_key), kept.size, extra))  # type: ignore[arg-type]
     peak = MemoryPeak(report.peak_memory_bytes, phase, report.memory_breakdown, report.memory_capacity_bytes)
     report = replace(report, peak_phase=phase, oom_verdict=peak.verdict())
-    size, last_start = len(starts), timed.starts[starts[-1]]
-    return _measured(report, busy, timed, (last_start, size, extra))
+    return _measured(report, busy, run, (kept.last_start, kept.size, extra))
 
 
 def _probe(strategy: Strategy, ctx: StepContext, size: int, contention: _Contention) -> _Probe | str:
@@ -347,18 +418,6 @@ def _busy(plan: StepPlan, timed: TimedRun) -> LinkBusy:
         if op.stream == COMM:
             busy.add(op.link_kind, op.link, timed.starts[op.id], timed.ends[op.id])
     return busy
-
-
-def _peak_phase(timed: TimedRun, starts: list[int], phase: str, extra: int) -> str:
-    """The probe's peak phase, renumbered when the peak falls in the last micro-batch."""
-    memory = timed.run.memory
-    samples = memory.samples
-    top = max((total for _, total, _ in samples), default=0.0)  # before fragmentation, as sampled
-    first_at = next((t for t, total, _ in samples if total == top), 0.0)
-    last_start = timed.starts[starts[-1]]
-    if first_at < last_start:
-        return phase
-    return phase_text(_renumbered(phase_of(memory.peak_key), len(starts), extra))  # type: ignore[arg-type]
 
 
 def _renumbered(phase: Phase, size: int, extra: int) -> Phase:

@@ -22,7 +22,7 @@ __all__ = ["PROBE_CACHE_SIZE", "Recent", "StepCaches"]
 
 V = TypeVar("V")
 
-PROBE_CACHE_SIZE = 128  # a probe holds its plan and timeline (under a megabyte each)
+PROBE_CACHE_SIZE = 512  # a kept probe is its communication and memory peaks (a few hundred kilobytes at most)
 _DERIVED_SIZE = 64  # runs of blocks, shallower copies: one per workload (and depth) of a sweep
 _UNIT_PLANS_SIZE = 32  # FSDP/ZeRO-3 units per (workload, policy): a sweep plans few
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -157,3 +158,38 @@ def test_a_probe_is_shared_between_batch_sizes_and_each_report_is_its_own(
     for k in (6, 9, 13):
         assert reports[("fsdp mb=2 on 16 GPUs", k)] == reports[(None, k)]
         assert reports[(None, k)].accumulation_steps == k
+
+
+def test_a_sweep_keeps_a_probe_per_layout_until_the_next_batch_size_reuses_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A sweep evaluates every layout of one batch size before the next batch size: each probe
+    must still be kept when its layout comes round again (more layouts than the 128 once kept)."""
+    layouts = 130
+    probed: list[int] = []
+    original = fast_step._probe
+
+    def recorded(*args: Any) -> object:
+        probed.append(args[2])
+        return original(*args)
+
+    monkeypatch.setattr(fast_step, "_probe", recorded)
+    caches = StepCaches()
+    workload = toy_transformer(blocks=1)
+    reports: dict[tuple[int, int], StepReport] = {}
+    for k in (6, 9):
+        config = TrainingConfig(global_batch=2 * k, micro_batch=1, bucket_size_bytes=8 * 2**20)
+        ctx = replace(toy_context(2, config, workload=workload), caches=caches)
+        for layout in range(layouts):
+            reports[(k, layout)] = fast_step_report(
+                get_strategy("fsdp"), ctx, cluster="c", device="d", peak_flops=1e14, slowdown=None,
+                reuse=("layout", layout),
+            )  # fmt: skip
+    assert len(probed) == layouts, "every layout's probe is built once and reused by the next batch size"
+    fresh = toy_context(2, TrainingConfig(global_batch=2 * 9, micro_batch=1, bucket_size_bytes=8 * 2**20),
+                        workload=workload)  # fmt: skip
+    alone = fast_step_report(
+        get_strategy("fsdp"), fresh, cluster="c", device="d", peak_flops=1e14, slowdown=None
+    )
+    assert reports[(9, 0)] == alone == reports[(9, layouts - 1)]
+    assert_same_report(alone, _full("fsdp", fresh, None))
