@@ -650,6 +650,7 @@ def main(argv: list[str] | None = None) -> int:
                 progress=lambda _line: progress.update(1),
                 ps_options=ps_options,
                 heterogeneity=heterogeneity,
+                keep_steps=out is not None,  # the steps feed only the trace and the page --out writes
             )
     command = command_line("python -m experiments.what_if", sys.argv[1:] if argv is None else argv)
     _print(args, result, header, out, network, levers, command, framework)

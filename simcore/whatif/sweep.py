@@ -120,6 +120,7 @@ def run_what_if(
     engine_path: str = DEFAULT_ENGINE_PATH,
     layouts: Sequence[ParallelLayout] | None = None,
     options: ParallelOptions | None = None,
+    keep_steps: bool = True,
 ) -> WhatIfResult:
     """Simulate every (cluster, strategy, gpus) point; reports are ordered cluster, strategy, gpus.
 
@@ -155,7 +156,7 @@ def run_what_if(
         topologies = load_topologies(result, cluster, counts, loader, calibration)
         by_point = _simulate_cluster(
             result, cluster, topologies, chosen, workload, config, calibration, seed, tick, heterogeneity,
-            engine_path, caches,
+            engine_path, caches, keep_steps,
         )  # fmt: skip
         if ps_modes:
             by_point.update(
@@ -218,9 +219,11 @@ def _simulate_cluster(
     heterogeneity: Heterogeneity = NO_HETEROGENEITY,
     engine_path: str = DEFAULT_ENGINE_PATH,
     caches: StepCaches | None = None,
+    keep_steps: bool = True,
 ) -> dict[tuple[str, int], StepReport]:
     """Every synchronous strategy at every GPU count of one cluster (scaling efficiency not yet set);
-    ``caches``: what the run's points share (FSDP units, folded copies).
+    ``caches``: what the run's points share (FSDP units, folded copies); ``keep_steps``: as
+    :func:`run_what_if` takes it.
 
     A step's compute waits for the slowest rank (devices, stragglers and jitter; see
     :func:`simcore.compute.heterogeneity.sync_compute_scale`).
@@ -242,14 +245,15 @@ def _simulate_cluster(
             reference=device.name, recompute=config.activation_checkpointing, calibration=calibration,
         )  # fmt: skip
         for strategy in chosen:
-            # The simulated steps are kept (Chrome traces, the mean rate of jittery steps).
+            # The simulated steps are kept where asked for (Chrome traces) and wherever they were
+            # simulated (the mean rate of jittery steps reads them).
             evaluated = evaluate_step(
                 strategy, ctx, path=path, slowdown=slowdown, compute_scale=scale, seed=seed, cluster=cluster,
-                device=device.name, peak_flops=device.flops(config.dtype), trace=True,
+                device=device.name, peak_flops=device.flops(config.dtype), trace=keep_steps,
             )  # fmt: skip
-            assert evaluated.step is not None  # trace=True always simulates
             by_point[(strategy.name, n)] = evaluated.report
-            result.steps[(cluster, strategy.name, n)] = evaluated.step
+            if evaluated.step is not None:
+                result.steps[(cluster, strategy.name, n)] = evaluated.step
             tick(f"{cluster} {strategy.name} {n} GPUs")
     return by_point
 
