@@ -43,7 +43,8 @@ class Command:
 
 COMMANDS: dict[str, Command] = {
     "what-if": Command("experiments.what_if", "experiments.what_if.cli",
-                       "which data-parallel strategy for a model on a cluster, and why (the main job)"),
+                       "which data-parallel strategy for a model on a cluster, and why (the main job)",
+                       "experiments.what_if.args:build_parser"),
     "nccl-sim": Command("experiments.nccl_sim", "experiments.nccl_sim.cli",
                         "simulated collectives, printed like nccl-tests"),
     "show": Command("topologies.show", "topologies.show",

@@ -56,6 +56,15 @@ from simcore.strategies import get_strategy, strategy_names
 from simcore.strategies.base import Strategy, TrainingConfig
 from simcore.strategies.runner import gating_device, make_context
 from simcore.topology import ClusterLoader, Topology
+from simcore.whatif.defaults import (
+    DEFAULT_CLUSTERS,
+    DEFAULT_GLOBAL_BATCH,
+    DEFAULT_MICRO_BATCH,
+    DEFAULT_MODEL,
+    DEFAULT_SEQ_LEN,
+    MIN_PS_STEPS,
+    UNEVEN_PS_STEPS,
+)
 from simcore.whatif.layouts import run_layouts
 from simcore.whatif.recommend import Recommendation, UnevenHardware, recommend
 from simcore.whatif.result import WhatIfResult, counted_progress, gpu_counts, load_topologies
@@ -78,16 +87,10 @@ __all__ = [
     "run_what_if",
 ]
 
-DEFAULT_MODEL = "gpt2-xl"
-DEFAULT_SEQ_LEN = 1024
-DEFAULT_CLUSTERS = ("dgx-a100", "g5.48xlarge")
 DEFAULT_CONFIG = TrainingConfig(
-    global_batch=64, micro_batch=4, seq_len=DEFAULT_SEQ_LEN, dtype="bf16", optimizer="adamw"
-)
-# Parameter-server steps: two on even, deterministic hardware (the second shows steady-state
-# staleness); eight where stragglers, mixed devices or jitter let workers drift apart.
-MIN_PS_STEPS = 2
-UNEVEN_PS_STEPS = 8
+    global_batch=DEFAULT_GLOBAL_BATCH, micro_batch=DEFAULT_MICRO_BATCH, seq_len=DEFAULT_SEQ_LEN, dtype="bf16",
+    optimizer="adamw",
+)  # fmt: skip
 
 
 def all_strategy_names() -> list[str]:

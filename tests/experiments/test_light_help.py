@@ -20,12 +20,17 @@ from tests.paths import REPO
 from topologies.cliargs import MAX_GPUS
 
 LIGHT = [c for c in COMMANDS.values() if c.parser]
-# Modules that --help must not load: the step model, the planner and the topology builders.
-HEAVY_PREFIXES = ("simcore.step", "simcore.strategies", "simcore.parallel", "simcore.planner", "topologies.")
+# Modules that --help must not load: the step model, the planner, the parameter server and, for a
+# parser without --cluster, the topologies (--cluster's help lists the presets: topologies.cliargs).
+HEAVY_PREFIXES = (
+    "simcore.step", "simcore.strategies", "simcore.parallel", "simcore.planner", "simcore.paramserver",
+    "simcore.fastpath", "simcore.collectives", "simcore.compute", "simcore.whatif.sweep",
+)  # fmt: skip
+TAKES_A_CLUSTER = {"experiments.what_if"}
 
 
 def test_some_commands_have_a_light_parser() -> None:
-    assert {c.module for c in LIGHT} >= {"experiments.plan", "experiments.bench"}
+    assert {c.module for c in LIGHT} >= {"experiments.plan", "experiments.bench", "experiments.what_if"}
 
 
 @pytest.mark.parametrize("command", LIGHT, ids=lambda c: c.module)
@@ -48,7 +53,8 @@ def test_help_in_a_fresh_interpreter_loads_no_step_model(command) -> None:
     )  # fmt: skip
     imported = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if "|" in line]
     assert "usage:" in done.stdout
-    assert not [m for m in imported if m.startswith(HEAVY_PREFIXES)]
+    heavy = HEAVY_PREFIXES + (() if command.module in TAKES_A_CLUSTER else ("topologies.",))
+    assert not [m for m in imported if m.startswith(heavy)]
 
 
 def test_an_argument_error_beside_help_is_left_to_main(capsys: pytest.CaptureFixture[str]) -> None:
