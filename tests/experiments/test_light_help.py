@@ -69,3 +69,21 @@ def test_the_bench_parsers_literals_are_simcores() -> None:
     either = sorted(set(ALGORITHMS["all_reduce"]) | set(ALGORITHMS["all_gather"]))
     assert either == bench_args.ALGO_CHOICES
     assert bench_args.MAX_GPUS == MAX_GPUS
+
+
+@pytest.mark.parametrize(
+    "command",
+    [c for c in LIGHT if hasattr(importlib.import_module(c.parser.split(":")[0]), "DESCRIPTION")],
+    ids=lambda c: c.module,
+)
+def test_a_light_parsers_description_is_its_commands_first_paragraph(command) -> None:
+    light = importlib.import_module(command.parser.partition(":")[0])
+    main_doc = importlib.import_module(command.main_module).__doc__ or ""
+    assert " ".join(main_doc.split("\n\n")[0].split()) == light.DESCRIPTION
+
+
+def test_the_published_validators_categories_are_its_mappings() -> None:
+    from experiments.validate_published.args import CATEGORIES
+    from experiments.validate_published.mapping import CATEGORIES as MAPPED
+
+    assert MAPPED == CATEGORIES
