@@ -26,7 +26,7 @@ HEAVY_PREFIXES = (
     "simcore.step", "simcore.strategies", "simcore.parallel", "simcore.planner", "simcore.paramserver",
     "simcore.fastpath", "simcore.collectives", "simcore.compute", "simcore.whatif.sweep",
 )  # fmt: skip
-TAKES_A_CLUSTER = {"experiments.what_if"}
+TAKES_A_CLUSTER = {"experiments.what_if", "experiments.check_shards"}
 
 
 def test_some_commands_have_a_light_parser() -> None:
@@ -87,3 +87,10 @@ def test_the_published_validators_categories_are_its_mappings() -> None:
     from experiments.validate_published.mapping import CATEGORIES as MAPPED
 
     assert MAPPED == CATEGORIES
+
+
+def test_the_paper_reproductions_formats_are_its_reports() -> None:
+    from experiments.reproduce_paper.args import FORMATS
+    from experiments.reproduce_paper.report import FORMATS as RENDERED
+
+    assert RENDERED == FORMATS
