@@ -26,7 +26,7 @@ HEAVY_PREFIXES = (
     "simcore.step", "simcore.strategies", "simcore.parallel", "simcore.planner", "simcore.paramserver",
     "simcore.fastpath", "simcore.collectives", "simcore.compute", "simcore.whatif.sweep",
 )  # fmt: skip
-TAKES_A_CLUSTER = {"experiments.what_if", "experiments.check_shards"}
+TAKES_A_CLUSTER = {"experiments.what_if", "experiments.check_shards", "experiments.staleness_accuracy"}
 
 
 def test_some_commands_have_a_light_parser() -> None:
