@@ -26,7 +26,9 @@ HEAVY_PREFIXES = (
     "simcore.step", "simcore.strategies", "simcore.parallel", "simcore.planner", "simcore.paramserver",
     "simcore.fastpath", "simcore.collectives", "simcore.compute", "simcore.whatif.sweep",
 )  # fmt: skip
-TAKES_A_CLUSTER = {"experiments.what_if", "experiments.check_shards", "experiments.staleness_accuracy"}
+TAKES_A_CLUSTER = {
+    "experiments.what_if", "experiments.check_shards", "experiments.staleness_accuracy", "experiments.nccl_sim",
+}  # fmt: skip
 
 
 def test_some_commands_have_a_light_parser() -> None:
@@ -94,3 +96,12 @@ def test_the_paper_reproductions_formats_are_its_reports() -> None:
     from experiments.reproduce_paper.report import FORMATS as RENDERED
 
     assert RENDERED == FORMATS
+
+
+def test_the_nccl_simulators_literals_are_the_collectives() -> None:
+    from experiments.nccl_sim import args as nccl_args
+    from simcore.collectives import OPS, PROTOCOLS
+
+    assert tuple(OPS) == nccl_args.OPS
+    assert tuple(PROTOCOLS) == nccl_args.PROTOCOLS
+    assert sorted({name for algos in ALGORITHMS.values() for name in algos}) == nccl_args.ALGO_CHOICES
