@@ -21,12 +21,34 @@ def shown(quiet: bool) -> bool:
     return not quiet and sys.stderr.isatty()
 
 
+class _Hidden:
+    """The bar where none is shown: the calls a bar takes, doing nothing (tqdm itself, ~0.1 s to
+    import, is loaded only when a bar is drawn)."""
+
+    def __enter__(self) -> _Hidden:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def update(self, n: float = 1) -> None:
+        return None
+
+    def set_postfix_str(self, text: str = "", refresh: bool = True) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
 def bar(total: int, desc: str, *, quiet: bool, unit: str = "it") -> Any:
-    """A tqdm bar of ``total`` steps on stderr (disabled, a no-op, unless :func:`shown`)."""
+    """A tqdm bar of ``total`` steps on stderr (a no-op bar unless :func:`shown`)."""
+    if not shown(quiet):
+        return _Hidden()
     from tqdm import tqdm
 
     return tqdm(
-        total=total, desc=desc, unit=unit, file=sys.stderr, disable=not shown(quiet), leave=False,
+        total=total, desc=desc, unit=unit, file=sys.stderr, leave=False,
         dynamic_ncols=True,
     )  # fmt: skip
 

@@ -1,5 +1,5 @@
-"""``python -m experiments.check_shards``."""
+"""``python -m experiments.check_shards`` (``--help`` without importing the simulator)."""
 
-from experiments.check_shards.cli import main
+from experiments.console import run_module
 
-raise SystemExit(main())
+raise SystemExit(run_module("experiments.check_shards"))

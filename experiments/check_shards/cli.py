@@ -13,14 +13,13 @@ on the same cluster.
 
 from __future__ import annotations
 
-import argparse
 import json
 from dataclasses import replace
 from typing import Any
 
-from experiments.common.args import add_batch, check_micro_steps
+from experiments.check_shards.args import build_parser
+from experiments.common.args import check_micro_steps
 from experiments.common.finite import require_finite
-from simcore.cliargs import Parser, add_format, add_model, int_range
 from simcore.errors import TrainsimError, cli_entry
 from simcore.strategies.base import TrainingConfig
 from simcore.strategies.fsdp import FSDPStrategy
@@ -30,26 +29,8 @@ from simcore.topology import Topology
 from simcore.workload.loader import load_workload
 from simcore.workload.types import Workload
 from topologies import load_cluster
-from topologies.cliargs import add_cluster, add_gpus
 
 LISTED = 6  # split blocks named in the table before "..."
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = Parser(prog="python -m experiments.check_shards", description=__doc__.split("\n\n")[0])
-    add_model(p, "llama2-7b")
-    add_cluster(p, "dgx-a100")
-    add_gpus(p, "16", help="data-parallel ranks")
-    p.add_argument(
-        "--wrap", default="per-block", help="per-block, every-N-layers, every-N-blocks, or layer indices"
-    )
-    add_batch(p, global_batch=32, micro_batch=1)
-    p.add_argument(
-        "--seq-len", type=int_range(1, 2**20), default=None, help="sequence length (default: the model's)"
-    )
-    p.add_argument("--prefetch", type=int_range(0, 1024), default=1, help="FSDP prefetch depth in units")
-    add_format(p, ("table", "json"))
-    return p
 
 
 def _describe(units: UnitPlan, block_names: tuple[str, ...]) -> list[str]:

@@ -7,9 +7,9 @@ import argparse
 from experiments.common.progress import note
 from simcore.cliargs import int_range, name_list
 from simcore.errors import TrainsimError
-from simcore.whatif.sweep import all_strategy_names
 
 __all__ = [
+    "ALL_STRATEGIES",
     "MAX_BATCH",
     "MAX_MICRO_STEPS",
     "add_batch",
@@ -23,9 +23,25 @@ __all__ = [
 MAX_BATCH = 2**30
 
 
+# simcore.whatif.sweep.all_strategy_names(), literal so that a parser (and --help) imports neither the
+# strategies nor the parameter server (tests/experiments/common/test_args.py holds them equal).
+ALL_STRATEGIES = (
+    "ddp",
+    "fsdp",
+    "zero1",
+    "zero2",
+    "zero3",
+    "hsdp",
+    "ps-sync",
+    "ps-async",
+    "ps-ssp",
+    "ps-mitigated",
+)
+
+
 def strategy_names() -> list[str]:
     """Every strategy a what-if can run: the synchronous ones, then the parameter-server modes."""
-    return all_strategy_names()
+    return list(ALL_STRATEGIES)
 
 
 def add_strategies(parser: argparse.ArgumentParser, default: str | None) -> None:

@@ -1,5 +1,5 @@
-"""``python -m experiments.nccl_sim``."""
+"""``python -m experiments.nccl_sim`` (``--help`` without importing the simulator)."""
 
-from experiments.nccl_sim.cli import main
+from experiments.console import run_module
 
-raise SystemExit(main())
+raise SystemExit(run_module("experiments.nccl_sim"))

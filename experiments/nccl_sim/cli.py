@@ -59,19 +59,13 @@ from typing import Any
 
 from experiments.common.finite import require_finite
 from experiments.common.progress import bar, note
+from experiments.nccl_sim.args import DATATYPES, build_parser
 from experiments.nccl_sim.outputs import alternatives, measured_rows, write_outputs
 from experiments.report_html.page import command_line
 from simcore.calibration.compat import check_profile_for
 from simcore.calibration.profile_json import load_profile
 from simcore.cliargs import (
-    Parser,
-    add_format,
-    add_out,
-    add_quiet,
-    int_range,
     output_dir,
-    real_range,
-    size_bytes,
 )
 from simcore.collectives import (
     ALGORITHMS,
@@ -89,35 +83,15 @@ from simcore.errors import TrainsimError, cli_entry
 from simcore.topology import Topology
 from topologies import load_cluster
 from topologies.cliargs import (
-    MAX_GPUS,
-    add_cluster,
-    add_fabric,
-    add_gpus,
-    add_network,
-    add_nodes,
     network_from_args,
 )
 from topologies.network import NetworkOverrides
 
 __all__ = ["NcclRow", "check_algo", "check_proto", "main", "rows_for", "size_ladder", "skewed_splits"]
 
-# nccl-tests' type names and their sizes in bytes.
-DATATYPES = {
-    "int8": 1,
-    "uint8": 1,
-    "int32": 4,
-    "uint32": 4,
-    "int64": 8,
-    "uint64": 8,
-    "half": 2,
-    "float": 4,
-    "double": 8,
-    "bfloat16": 2,
-}
 _REDOP = {"all_reduce": "sum", "reduce": "sum", "reduce_scatter": "sum", "ps_push": "sum"}
 _ROOTED = ("broadcast", "reduce")
 _PER_RANK_COUNT = ("all_gather", "reduce_scatter", "all_to_all", "all_to_allv")
-ALGO_CHOICES = sorted({name for algos in ALGORITHMS.values() for name in algos})
 MAX_SIZES = 1024
 # Sizes x ranks above which the run says what it will simulate and shows progress: one size of
 # an all_reduce over 16,384 ranks takes ~16 s on one core (python -m experiments.nccl_sim --gpus 16384).
@@ -140,50 +114,6 @@ class NcclRow:
     protocol: str
     bottleneck: LinkRef | None
     closed_form_us: float
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = Parser(prog="python -m experiments.nccl_sim", description=__doc__.split("\n\n")[0])
-    add_cluster(p, "dgx-a100", topology_alias=True)
-    add_gpus(p, None, help="ranks to place (default: one node of the preset)")
-    add_nodes(p)
-    add_fabric(p)
-    add_network(p)
-    p.add_argument("--op", default="all_reduce", choices=list(OPS), help="collective")
-    p.add_argument("-b", "--minbytes", type=size_bytes(), default="32M", help="smallest size")
-    p.add_argument("-e", "--maxbytes", type=size_bytes(), default="32M", help="largest size")
-    p.add_argument(
-        "-f", "--stepfactor", type=int_range(1, 2**20), default=1, help="multiply the size by this per step"
-    )
-    p.add_argument(
-        "-i", "--stepbytes", type=size_bytes(), default="1M", help="add this per step when -f is 1"
-    )
-    p.add_argument("-d", "--datatype", default="float", choices=list(DATATYPES), help="element type")
-    p.add_argument(
-        "-r", "--root", type=int_range(0, MAX_GPUS), default=0, help="root rank for broadcast/reduce"
-    )
-    p.add_argument(
-        "--algo", default=None, help=f"pin the algorithm (NCCL spellings too): {', '.join(ALGO_CHOICES)}"
-    )
-    p.add_argument("--proto", default=None, help=f"pin NCCL's protocol: {', '.join(PROTOCOLS)}")
-    p.add_argument(
-        "--skew", type=real_range(0.0, 1e6), default=1.0, help="all_to_allv: receive skew across ranks"
-    )
-    p.add_argument(
-        "--mode", default="aggregate", choices=("aggregate", "per-step"), help="how flows are simulated"
-    )
-    p.add_argument("--calibration", default=None, help="calibration profile JSON (alpha-beta per collective)")
-    add_format(p, ("table", "json"))
-    add_out(
-        p,
-        "nccl_sim.json and report.html (bandwidth and time vs size per algorithm/protocol)",
-        default_new=False,
-    )
-    p.add_argument(
-        "--compare", metavar="LOG", help="a real nccl-tests log (text or -J JSON) drawn over the simulation"
-    )
-    add_quiet(p)
-    return p
 
 
 def ladder_length(min_bytes: int, max_bytes: int, factor: int, step_bytes: int) -> int:
@@ -473,7 +403,7 @@ def _load_topology(args: argparse.Namespace, network: NetworkOverrides) -> Topol
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     algorithm = check_algo(args.op, args.algo, "--algo")
     protocol = check_proto(args.proto)
     if not args.skew >= 0 or args.skew == float("inf"):

@@ -1,5 +1,5 @@
-"""``python -m experiments.reproduce_paper``."""
+"""``python -m experiments.reproduce_paper`` (``--help`` without importing the simulator)."""
 
-from experiments.reproduce_paper.cli import main
+from experiments.console import run_module
 
-raise SystemExit(main())
+raise SystemExit(run_module("experiments.reproduce_paper"))

@@ -20,7 +20,6 @@ markdown, JSON) is rendered by :mod:`experiments.reproduce_paper.report`.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from collections.abc import Callable, Sequence
@@ -29,6 +28,7 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 from experiments.common.progress import track
+from experiments.reproduce_paper.args import build_parser
 from experiments.reproduce_paper.claims import (
     CLAIMS,
     FULL_SETTING,
@@ -44,7 +44,7 @@ from experiments.reproduce_paper.hardware import (
 )
 from experiments.reproduce_paper.region import RegionSweep, claim_regions, format_regions
 from experiments.reproduce_paper.report import FORMATS, SUFFIX, render
-from simcore.cliargs import Parser, add_format, add_out, add_quiet, output_dir
+from simcore.cliargs import output_dir
 from simcore.compute.heterogeneity import Heterogeneity, Jitter, JitterSpec
 from simcore.errors import cli_entry
 from simcore.output import write_text_atomic
@@ -332,19 +332,6 @@ def run_claims(setting: PaperSetting, *, quiet: bool = True) -> list[ClaimResult
     paper = [*PAPER_EVALUATORS, *_ps_evaluators()]
     results = _evaluate([*paper, *HARDWARE_EVALUATORS], setting, quiet)
     return [*_paper_order(results[: len(paper)]), *results[len(paper) :]]
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="python -m experiments.reproduce_paper", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="the small CI setting (a few seconds)")
-    parser.add_argument(
-        "--regions", action="store_true",
-        help="also sweep fabric x model x GPU count and say where each ratio claim holds (text)",
-    )  # fmt: skip
-    add_format(parser, FORMATS)
-    add_out(parser, "the report in every format", default_new=False)
-    add_quiet(parser)
-    return parser
 
 
 @cli_entry

@@ -1,5 +1,5 @@
-"""``python -m experiments.staleness_accuracy``."""
+"""``python -m experiments.staleness_accuracy`` (``--help`` without importing the simulator)."""
 
-from experiments.staleness_accuracy.cli import main
+from experiments.console import run_module
 
-raise SystemExit(main())
+raise SystemExit(run_module("experiments.staleness_accuracy"))

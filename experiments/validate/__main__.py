@@ -1,5 +1,5 @@
-"""``python -m experiments.validate``."""
+"""``python -m experiments.validate`` (``--help`` without importing the simulator)."""
 
-from experiments.validate.cli import main
+from experiments.console import run_module
 
-raise SystemExit(main())
+raise SystemExit(run_module("experiments.validate"))

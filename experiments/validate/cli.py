@@ -53,16 +53,15 @@ from calibrate.fit.physical import keep_physical
 from calibrate.testbed.cli import run_job
 from calibrate.testbed.net import LinkShape, Testbed, TestbedError, can_create_namespaces
 from calibrate.train.cli import launch_local
+from experiments.validate.args import COMMITTED, build_parser
 from experiments.validate.grid import RunSpec, full_grid, quick_grid, train_argv
 from experiments.validate.report import link_dir, load_measured, write_report
 from simcore.calibration.profile_json import profile_to_json
-from simcore.cliargs import Parser, add_out, output_dir
+from simcore.cliargs import output_dir
 from simcore.errors import TrainsimError, cli_entry
 from simcore.inputs import read_text
 
 __all__ = ["calibrate_links", "calibrate_machine", "launch_module", "main", "measure_runs", "testbed_reason"]
-
-COMMITTED = "experiments/results/validation"  # the committed full run: its measurements are never rewritten
 
 
 def _free_port() -> int:
@@ -287,21 +286,7 @@ def _portable(argv: list[str]) -> list[str]:
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = Parser(prog="python -m experiments.validate", description=__doc__.split("\n\n")[0])
-    p.add_argument(
-        "--quick", action="store_true", help="CI: 2 processes, tiny CNN, DDP + PS sync, no testbed"
-    )
-    add_out(p, "the calibration, the runs and the report", default_new=True)
-    p.add_argument(
-        "--measured", default=None, metavar="DIR",
-        help=f"re-predict the measurements in DIR (read only), e.g. {COMMITTED}",
-    )  # fmt: skip
-    p.add_argument(
-        "--in-place", action="store_true",
-        help="with --measured: rewrite the report inside DIR (its measurements are only read)",
-    )  # fmt: skip
-    p.add_argument("--no-testbed", action="store_true", help="skip the emulated-node runs")
-    p.add_argument("--notes", default=None, help="markdown file of analysis to put in the report")
+    p = build_parser()
     args = p.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     return args

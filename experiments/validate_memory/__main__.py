@@ -1,5 +1,5 @@
-"""``python -m experiments.validate_memory``."""
+"""``python -m experiments.validate_memory`` (``--help`` without importing the simulator)."""
 
-from experiments.validate_memory.cli import main
+from experiments.console import run_module
 
-raise SystemExit(main())
+raise SystemExit(run_module("experiments.validate_memory"))

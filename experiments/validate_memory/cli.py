@@ -52,6 +52,7 @@ from typing import Any
 
 from calibrate.common.records import RecordWriter, atomic_write_json, read_records
 from calibrate.memory_truth.options import MODEL_NAMES, parse_list
+from experiments.validate_memory.args import FULL_MODELS, QUICK_MODELS, SOURCES, build_parser
 from experiments.validate_memory.report import (
     CATEGORIES,
     PEAK_GOAL,
@@ -61,7 +62,7 @@ from experiments.validate_memory.report import (
     summary,
     write_plots,
 )
-from simcore.cliargs import Parser, add_out, add_quiet, int_list, name_list, output_dir
+from simcore.cliargs import output_dir
 from simcore.compute.roofline import ComputeModel
 from simcore.errors import TrainsimError, cli_entry
 from simcore.hardware import device_spec
@@ -85,11 +86,8 @@ __all__ = [
     "write_plots",
 ]
 
-QUICK_MODELS = ("gpt2-tiny", "resnet-tiny")
 QUICK_WORLD_SIZES = (1, 2, 4)
-FULL_MODELS = ("gpt2-small", "bert-base", "resnet50")
 FULL_WORLD_SIZES = (1, 2, 4, 8, 16, 32, 64)
-SOURCES = ("import", "preset")
 
 
 def _workload(record: Mapping[str, Any], source: str) -> Any:
@@ -166,35 +164,6 @@ def compare(records: Sequence[Mapping[str, Any]], sources: Sequence[str] = SOURC
                 )
             )
     return rows
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="python -m experiments.validate_memory", description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--quick", action="store_true", help=f"models {','.join(QUICK_MODELS)} at W = 1, 2, 4 (CI)"
-    )
-    parser.add_argument("--models", help=f"comma list (default {','.join(FULL_MODELS)})")
-    parser.add_argument(
-        "--strategies", type=name_list(("ddp", "fsdp"), what="strategy"), default="ddp,fsdp",
-        help="comma list of ddp, fsdp",
-    )  # fmt: skip
-    parser.add_argument(
-        "--world-sizes", type=int_list(1, 4096, max_items=16), default=None,
-        help="comma list (default 1,2,4,8,16,32,64)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--optimizer", default="adamw", choices=("adamw", "sgd", "sgd-momentum"), help="optimizer"
-    )
-    parser.add_argument(
-        "--sources", type=name_list(SOURCES, what="source"), default="import,preset",
-        help="simulator workloads: import, preset",
-    )  # fmt: skip
-    parser.add_argument(
-        "--measured", help="JSONL of calibrate.memory_truth records instead of measuring here"
-    )
-    add_out(parser, "the records, comparison, markdown report and plots", default_new=False)
-    add_quiet(parser)
-    return parser
 
 
 def measure_point(name: str, strategy: str, world: int, optimizer: str) -> dict[str, Any]:

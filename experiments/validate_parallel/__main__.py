@@ -1,5 +1,5 @@
-"""``python -m experiments.validate_parallel``."""
+"""``python -m experiments.validate_parallel`` (``--help`` without importing the simulator)."""
 
-from experiments.validate_parallel.cli import main
+from experiments.console import run_module
 
-raise SystemExit(main())
+raise SystemExit(run_module("experiments.validate_parallel"))

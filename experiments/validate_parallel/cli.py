@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from simcore.cliargs import Parser, add_format
+from experiments.validate_parallel.args import build_parser
 from simcore.errors import TrainsimError, cli_entry
 from simcore.parallel import ParallelLayout, ParallelOptions, simulate_parallel_step
 from simcore.report_checks import check_records
@@ -146,12 +146,7 @@ def format_table(rows: Sequence[PredictedRow]) -> str:
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    parser = Parser(prog="python -m experiments.validate_parallel", description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--only", default="", help="keep rows whose config starts with this prefix (default: all)"
-    )
-    add_format(parser, ("table", "json"))
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     rows = [r for r in load_rows() if r["config"].startswith(args.only)]
     if not rows:
         raise TrainsimError(f"--only {args.only!r} matches no published row")

@@ -1,5 +1,5 @@
-"""``python -m experiments.validate_published``."""
+"""``python -m experiments.validate_published`` (``--help`` without importing the simulator)."""
 
-from experiments.validate_published.cli import main
+from experiments.console import run_module
 
-raise SystemExit(main())
+raise SystemExit(run_module("experiments.validate_published"))

@@ -40,7 +40,6 @@ drawn, from the same document as ``comparison.json``: :mod:`experiments.report_h
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import platform
@@ -52,6 +51,7 @@ from typing import Any
 
 from experiments.report_html.published import render_published
 from experiments.report_html.write import write_report
+from experiments.validate_published.args import FORMATS, build_parser
 from experiments.validate_published.calibration import CALIBRATION_PATH, apply_calibration, load_calibration
 from experiments.validate_published.evaluate import RowResult, evaluate, summarise
 from experiments.validate_published.mapping import CATEGORIES, MAPPING_PATH, RowPlan, load_mapping
@@ -64,31 +64,15 @@ from experiments.validate_published.report import (
     format_text,
     json_document,
 )
-from simcore.cliargs import Parser, output_dir
+from simcore.cliargs import output_dir
 from simcore.errors import TrainsimError, cli_entry
 from simcore.output import LOCK_NAME, write_text_atomic
 
 __all__ = ["FORMATS", "OUT_FILES", "check_out", "main", "provenance", "select", "write_out"]
 
-FORMATS = ("text", "json", "md")
 OUT_FILES = ("report.md", "comparison.json", "comparison.csv", "provenance.json", "report.html")
 _REPO = Path(__file__).resolve().parents[2]
 _VERSIONED = ("numpy", "scipy", "simpy", "networkx", "PyYAML")
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = Parser(prog="python -m experiments.validate_published", description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="only the small subset of rows CI runs")
-    p.add_argument("--category", default=None, help=f"comma-separated categories: {', '.join(CATEGORIES)}")
-    p.add_argument("--format", default="text", choices=FORMATS, help="output format")
-    p.add_argument(
-        "--out",
-        default=None,
-        help="write report.md, comparison.json/.csv, provenance.json, report.html here (default: print only, write nothing)",
-    )
-    p.add_argument("--force", action="store_true", help="write into a non-empty --out directory")
-    p.add_argument("--progress", action="store_true", help="one line per row on stderr")
-    return p
 
 
 def select(
@@ -182,7 +166,7 @@ def write_out(out: Path, results: Sequence[RowResult], argv: Sequence[str], *, f
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     if args.format not in FORMATS:
         raise TrainsimError(f"unknown --format {args.format!r}; allowed: {', '.join(FORMATS)}")
     if args.force and args.out is None:

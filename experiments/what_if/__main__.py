@@ -1,5 +1,5 @@
-"""``python -m experiments.what_if``."""
+"""``python -m experiments.what_if`` (``--help`` without importing the simulator)."""
 
-from experiments.what_if.cli import main
+from experiments.console import run_module
 
-raise SystemExit(main())
+raise SystemExit(run_module("experiments.what_if"))

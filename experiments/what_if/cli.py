@@ -50,40 +50,28 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from experiments.common.args import add_batch, add_strategies, check_micro_steps, count_text
+from experiments.common.args import check_micro_steps, count_text
 from experiments.common.finite import require_finite
-from experiments.common.frameworks.wiring import FromRecord, add_from, expand_from, framework_workload
+from experiments.common.frameworks.wiring import FromRecord, expand_from, framework_workload
 from experiments.common.progress import bar, note, warn
 from experiments.report_html.page import command_line
 from experiments.report_html.whatif import render_whatif, whatif_document
 from experiments.report_html.write import write_report
+from experiments.what_if.args import PARALLEL_FLAGS, STOCHASTIC_STEPS, build_parser
 from experiments.what_if.layouts import run_layouts
 from experiments.what_if.plots import plot_staleness, plot_what_if, write_step_trace
 from simcore.calibration.compat import check_profile_for
 from simcore.calibration.profile_json import load_profile
 from simcore.cliargs import (
-    Parser,
-    add_clock_levers,
-    add_format,
-    add_model,
-    add_out,
-    add_quiet,
-    int_range,
     output_dir,
-    real_range,
-    size_bytes,
 )
-from simcore.compute.fp8 import FP8_RECIPES, resolve_fp8
+from simcore.compute.fp8 import resolve_fp8
 from simcore.compute.heterogeneity import Heterogeneity
-from simcore.compute.optimizer import OPTIMIZER_IMPLS
-from simcore.compute.precision import PRECISION_MODES, activation_dtype
+from simcore.compute.precision import activation_dtype
 from simcore.compute.roofline import software_eras
 from simcore.errors import TrainsimError, cli_entry
-from simcore.parallel import CP_KINDS, OFFLOAD_MODES, PIPELINE_SCHEDULES
-from simcore.parallel.cp import RING_MERGES
 from simcore.parallel.report import ParallelStepReport
 from simcore.paramserver import (
-    DEFAULT_STALENESS_BOUND,
     PS_MODES,
     Placement,
     PSConfig,
@@ -92,15 +80,12 @@ from simcore.paramserver import (
 )
 from simcore.report import StepReport, records_to_csv, records_to_json
 from simcore.report_checks import check_records
-from simcore.strategies.base import COMPUTE_DTYPES, JITTER_SCOPES, OPTIMIZERS, TrainingConfig
+from simcore.strategies.base import TrainingConfig
 from simcore.strategies.runner import gating_device
 from simcore.strategies.wrap import parse_wrap
 from simcore.whatif.layouts import point_label
 from simcore.whatif.levers import RunLevers
 from simcore.whatif.sweep import (
-    DEFAULT_CLUSTERS,
-    DEFAULT_CONFIG,
-    DEFAULT_MODEL,
     MIN_PS_STEPS,
     UNEVEN_PS_STEPS,
     WhatIfResult,
@@ -110,20 +95,12 @@ from simcore.whatif.sweep import (
 from simcore.workload.loader import load_workload
 from simcore.workload.types import Workload
 from topologies.cliargs import (
-    MAX_GPUS,
     MAX_NODES,
-    add_cluster,
-    add_gpus,
-    add_network,
     network_from_args,
     network_loader,
 )
 from topologies.network import NetworkOverrides
 
-STOCHASTIC_STEPS = (
-    20  # steps simulated with jitter when --steps is not given: enough for a p99 to mean something
-)
-MAX_STEPS = 10_000
 # Parameter-server modes are simulated per rank, and their cost grows steeply with the workers.
 # CPU seconds per simulated step of one mode on one cluster, measured on a shared 2-core machine
 # (process_time; GPT-2 XL and Llama-2-7B, dgx-a100 and g5.48xlarge): 0.27 at 16 GPUs, 0.8-1.2 at
@@ -138,195 +115,6 @@ PS_RECOMPUTE_SECONDS_PER_STEP_AT_64 = 1.9  # the GPUs^3.5 part
 PS_GROWTH_EXPONENT = 3.5
 MAX_PS_SECONDS = 120.0
 NOTE_PS_SECONDS = 10.0  # the default what-if (16 GPUs, about 4 s by this estimate) says nothing
-
-
-def build_parser() -> argparse.ArgumentParser:
-    d = DEFAULT_CONFIG
-    p = Parser(prog="python -m experiments.what_if", description=__doc__.split("\n\n")[0])
-    add_model(p, DEFAULT_MODEL)
-    add_cluster(p, ",".join(DEFAULT_CLUSTERS), several=True)
-    add_network(p)
-    add_strategies(p, None)
-    add_gpus(p, "16", several=True, help="a GPU count or a comma list (a scaling sweep)")
-    add_batch(p, global_batch=d.global_batch, micro_batch=d.micro_batch)
-    p.add_argument(
-        "--batch-per-gpu", type=int_range(1, 2**20), default=None,
-        help="weak scaling: samples per GPU per step (global batch = N x GPUs), so --gpus 1,8,64 "
-        "runs in one command; replaces --global-batch",
-    )  # fmt: skip
-    p.add_argument(
-        "--seq-len", type=int_range(1, 2**20), default=None,
-        help=f"sequence length (default: the model's own: a preset's or a shape file's; {d.seq_len} for GPT-2)",
-    )  # fmt: skip
-    p.add_argument(
-        "--dtype", default=d.dtype, choices=list(COMPUTE_DTYPES),
-        help="matmul dtype (tf32: fp32 with TF32 matmuls; fp8: FP8 GEMMs where the device has them)",
-    )  # fmt: skip
-    p.add_argument(
-        "--fp8", default="none", choices=list(FP8_RECIPES),
-        help="FP8 linears (the blocks' linears; the output head stays bf16): tensorwise / rowwise (torchao "
-        "float8, torchtitan), delayed (Transformer Engine DelayedScaling, Megatron-LM; what --dtype fp8 means)",
-    )  # fmt: skip
-    p.add_argument(
-        "--precision", default=d.precision, choices=list(PRECISION_MODES),
-        help="how tensors and collectives are typed: amp (autocast, fp32 params/grads/all-reduce), "
-        "amp-compress (DDP bf16 compression hook), pure, fsdp-mp / fsdp-mp-low (FSDP "
-        "MixedPrecisionPolicy, reduce fp32 / low), mixed (Megatron/DeepSpeed fp32 master); auto: what "
-        "each framework runs (DDP amp, FSDP fsdp-mp, ZeRO mixed)",
-    )  # fmt: skip
-    p.add_argument("--no-master-weights", action="store_true", help="pure bf16/fp16 (no fp32 master copy)")
-    p.add_argument("--optimizer", default=d.optimizer, choices=list(OPTIMIZERS), help="optimizer")
-    p.add_argument(
-        "--optimizer-impl", default=d.optimizer_impl, choices=[*OPTIMIZER_IMPLS, "single-tensor"],
-        help="torch.optim implementation: foreach (GPU default, ~80 B/param for AdamW), fused (~28 "
-        "B/param), single (per-tensor loop, CPU default); auto: the framework's default (DeepSpeed: fused)",
-    )  # fmt: skip
-    p.add_argument(
-        "--bucket-size", type=size_bytes(allow_zero=False, high=2**40), default=f"{d.bucket_size_bytes / 2**20:g}MiB",
-        help="DDP/ZeRO gradient bucket",
-    )  # fmt: skip
-    p.add_argument(
-        "--prefetch", type=int_range(0, 1024), default=d.prefetch, help="FSDP prefetch depth in units"
-    )
-    p.add_argument(
-        "--wrap", default="per-block", help="FSDP wrap: per-block, every-N-layers, every-N-blocks, or indices"
-    )
-    p.add_argument("--no-reshard-after-forward", action="store_true", help="FSDP keeps gathered parameters")
-    p.add_argument("--checkpoint-activations", action="store_true", help="recompute activations in backward")
-    p.add_argument(
-        "--compile",
-        action="store_true",
-        help="torch.compile: fused norm/rotary/SwiGLU/loss kernels (default eager)",
-    )
-    p.add_argument(
-        "--software-era",
-        default="current",
-        help="convolution library era: current, or cudnn-v3 for 2015 stacks (no Winograd); default %(default)s",
-    )
-    add_clock_levers(p, rank_spread_note="; off with --straggler or --jitter, which give per-rank speeds")
-    p.add_argument(
-        "--steps",
-        type=int_range(1, MAX_STEPS),
-        help=f"steps to simulate for p50/p99 (default {d.steps}, {STOCHASTIC_STEPS} with --jitter; "
-        "parameter servers at least 2, 8 on uneven hardware)",
-    )
-    p.add_argument(
-        "--staleness-bound",
-        type=int_range(0, 1000),
-        default=DEFAULT_STALENESS_BOUND,
-        help="ps-ssp's bound s and ps-mitigated's threshold, in versions",
-    )
-    p.add_argument(
-        "--ps-shards", type=int_range(1, MAX_GPUS),
-        help="server shards (default: one per worker node when colocated)",
-    )  # fmt: skip
-    p.add_argument(
-        "--ps-placement",
-        default="colocated",
-        help="colocated (beside the workers), dedicated or dedicated:N (N extra server nodes)",
-    )
-    p.add_argument(
-        "--straggler",
-        action="append",
-        default=[],
-        metavar="RANK:FACTOR",
-        help="rank RANK computes FACTOR times slower (repeatable)",
-    )
-    p.add_argument(
-        "--jitter",
-        help="seeded jitter, e.g. compute=lognormal:0.1,link=lognormal:0.05: each rank's compute is "
-        "multiplied by a lognormal(0, sigma) draw (median 1; sigma = log(p84/p50) of one rank's "
-        "compute times), when --jitter-scope says",
-    )
-    p.add_argument(
-        "--jitter-scope",
-        default=d.jitter_scope,
-        choices=list(JITTER_SCOPES),
-        help="step: one draw per rank per step, the slowest rank gating the step once; sync: one "
-        "draw per rank per synchronisation point (each wait on a collective), the slowest gating "
-        "each interval (FSDP, waiting per unit, pays it per unit)",
-    )
-    p.add_argument("--seed", type=int_range(0, 2**32 - 1), default=0, help="seed of the jitter draws")
-    p.add_argument("--calibration", help="calibration profile JSON (calibrate.fit)")
-    add_format(p, ("table", "json", "csv"))
-    add_out(p, "plots and a Chrome trace", default_new=False)
-    add_quiet(p)
-    _add_parallel_flags(p)
-    add_from(p)
-    return p
-
-
-def _add_parallel_flags(p: argparse.ArgumentParser) -> None:
-    """Model-parallel layouts (simcore.parallel): any of these runs the what-if over layouts."""
-    g = p.add_argument_group("parallel layout (tensor, pipeline, context, expert parallelism)")
-    for flag, what in (("tp", "tensor"), ("pp", "pipeline"), ("cp", "context"), ("ep", "expert")):
-        g.add_argument(f"--{flag}", help=f"{what}-parallel degree, or a comma list (a layout sweep)")
-    g.add_argument("--vpp", help="virtual pipeline stages per rank (interleaved 1F1B), or a comma list")
-    g.add_argument(
-        "--pp-layers",
-        help="uneven pipeline stages: blocks per (virtual) stage, e.g. 15,16,16,15 (must sum to the "
-        "model's layers), or Megatron's first:F,last:L (the rest split evenly); one --pp value",
-    )
-    g.add_argument(
-        "--recompute",
-        help="none, selective (Megatron: the attention core), selective-op (torchtitan's per-op policy: "
-        "matmul outputs but every second, attention and reduce-scatters saved), full or every-K",
-    )
-    g.add_argument(
-        "--offload", choices=list(OFFLOAD_MODES), help="CPU offload of optimizer state, params or activations"
-    )
-    g.add_argument("--schedule", choices=list(PIPELINE_SCHEDULES), help="pipeline schedule (default 1f1b)")
-    g.add_argument(
-        "--sequence-parallel", action="store_true", default=None, help="Megatron sequence parallelism"
-    )
-    g.add_argument(
-        "--tp-comm-overlap", action="store_true", default=None,
-        help="overlap sequence parallelism's all-gather / reduce-scatter with the GEMMs (Megatron-LM "
-        "--tp-comm-overlap, torch async TP); needs --sequence-parallel",
-    )  # fmt: skip
-    g.add_argument("--cp-kind", choices=list(CP_KINDS), help="context parallelism: ring attention or Ulysses")
-    g.add_argument(
-        "--ring-merge", choices=list(RING_MERGES),
-        help="ring attention's per-step output merge: fused (Transformer Engine, Megatron; default) or "
-        "eager (torch context_parallel, torchtitan)",
-    )  # fmt: skip
-    g.add_argument(
-        "--expert-load",
-        type=real_range(1.0, MAX_EXPERT_LOAD),
-        help="MoE: tokens on the busiest expert rank / the mean (>= 1)",
-    )
-    g.add_argument(
-        "--capacity-factor",
-        type=real_range(MIN_CAPACITY_FACTOR, MAX_CAPACITY_FACTOR),
-        help="MoE: expert capacity / mean tokens (default dropless)",
-    )
-
-
-# MoE imbalance: all of a batch's tokens on one of 1,024 expert ranks is a load of 1,024 (the most
-# experts of a published model, e.g. 256 routed experts in DeepSeek-V3, are far fewer).
-MAX_EXPERT_LOAD = 1024.0
-# Capacity factors: Switch Transformer (Fedus et al. 2021, Table 1) trains at 1.0-2.0; below 0.1
-# nine tenths of the tokens would be dropped, and above 64 no expert ever drops one.
-MIN_CAPACITY_FACTOR, MAX_CAPACITY_FACTOR = 0.1, 64.0
-
-
-PARALLEL_FLAGS = (
-    "tp",
-    "pp",
-    "cp",
-    "ep",
-    "vpp",
-    "pp_layers",
-    "recompute",
-    "offload",
-    "schedule",
-    "sequence_parallel",
-    "tp_comm_overlap",
-    "cp_kind",
-    "ring_merge",
-    "expert_load",
-    "capacity_factor",
-)
 
 
 def _config(args: argparse.Namespace, heterogeneity: Heterogeneity) -> TrainingConfig:
@@ -666,6 +454,7 @@ def main(argv: list[str] | None = None) -> int:
                 progress=lambda _line: progress.update(1),
                 ps_options=ps_options,
                 heterogeneity=heterogeneity,
+                keep_steps=out is not None,  # the steps feed only the trace and the page --out writes
             )
     command = command_line("python -m experiments.what_if", sys.argv[1:] if argv is None else argv)
     _print(args, result, header, out, network, levers, command, framework)

@@ -56,6 +56,15 @@ from simcore.strategies import get_strategy, strategy_names
 from simcore.strategies.base import Strategy, TrainingConfig
 from simcore.strategies.runner import gating_device, make_context
 from simcore.topology import ClusterLoader, Topology
+from simcore.whatif.defaults import (
+    DEFAULT_CLUSTERS,
+    DEFAULT_GLOBAL_BATCH,
+    DEFAULT_MICRO_BATCH,
+    DEFAULT_MODEL,
+    DEFAULT_SEQ_LEN,
+    MIN_PS_STEPS,
+    UNEVEN_PS_STEPS,
+)
 from simcore.whatif.layouts import run_layouts
 from simcore.whatif.recommend import Recommendation, UnevenHardware, recommend
 from simcore.whatif.result import WhatIfResult, counted_progress, gpu_counts, load_topologies
@@ -78,16 +87,10 @@ __all__ = [
     "run_what_if",
 ]
 
-DEFAULT_MODEL = "gpt2-xl"
-DEFAULT_SEQ_LEN = 1024
-DEFAULT_CLUSTERS = ("dgx-a100", "g5.48xlarge")
 DEFAULT_CONFIG = TrainingConfig(
-    global_batch=64, micro_batch=4, seq_len=DEFAULT_SEQ_LEN, dtype="bf16", optimizer="adamw"
-)
-# Parameter-server steps: two on even, deterministic hardware (the second shows steady-state
-# staleness); eight where stragglers, mixed devices or jitter let workers drift apart.
-MIN_PS_STEPS = 2
-UNEVEN_PS_STEPS = 8
+    global_batch=DEFAULT_GLOBAL_BATCH, micro_batch=DEFAULT_MICRO_BATCH, seq_len=DEFAULT_SEQ_LEN, dtype="bf16",
+    optimizer="adamw",
+)  # fmt: skip
 
 
 def all_strategy_names() -> list[str]:
@@ -120,6 +123,7 @@ def run_what_if(
     engine_path: str = DEFAULT_ENGINE_PATH,
     layouts: Sequence[ParallelLayout] | None = None,
     options: ParallelOptions | None = None,
+    keep_steps: bool = True,
 ) -> WhatIfResult:
     """Simulate every (cluster, strategy, gpus) point; reports are ordered cluster, strategy, gpus.
 
@@ -155,7 +159,7 @@ def run_what_if(
         topologies = load_topologies(result, cluster, counts, loader, calibration)
         by_point = _simulate_cluster(
             result, cluster, topologies, chosen, workload, config, calibration, seed, tick, heterogeneity,
-            engine_path, caches,
+            engine_path, caches, keep_steps,
         )  # fmt: skip
         if ps_modes:
             by_point.update(
@@ -218,9 +222,11 @@ def _simulate_cluster(
     heterogeneity: Heterogeneity = NO_HETEROGENEITY,
     engine_path: str = DEFAULT_ENGINE_PATH,
     caches: StepCaches | None = None,
+    keep_steps: bool = True,
 ) -> dict[tuple[str, int], StepReport]:
     """Every synchronous strategy at every GPU count of one cluster (scaling efficiency not yet set);
-    ``caches``: what the run's points share (FSDP units, folded copies).
+    ``caches``: what the run's points share (FSDP units, folded copies); ``keep_steps``: as
+    :func:`run_what_if` takes it.
 
     A step's compute waits for the slowest rank (devices, stragglers and jitter; see
     :func:`simcore.compute.heterogeneity.sync_compute_scale`).
@@ -242,14 +248,15 @@ def _simulate_cluster(
             reference=device.name, recompute=config.activation_checkpointing, calibration=calibration,
         )  # fmt: skip
         for strategy in chosen:
-            # The simulated steps are kept (Chrome traces, the mean rate of jittery steps).
+            # The simulated steps are kept where asked for (Chrome traces) and wherever they were
+            # simulated (the mean rate of jittery steps reads them).
             evaluated = evaluate_step(
                 strategy, ctx, path=path, slowdown=slowdown, compute_scale=scale, seed=seed, cluster=cluster,
-                device=device.name, peak_flops=device.flops(config.dtype), trace=True,
+                device=device.name, peak_flops=device.flops(config.dtype), trace=keep_steps,
             )  # fmt: skip
-            assert evaluated.step is not None  # trace=True always simulates
             by_point[(strategy.name, n)] = evaluated.report
-            result.steps[(cluster, strategy.name, n)] = evaluated.step
+            if evaluated.step is not None:
+                result.steps[(cluster, strategy.name, n)] = evaluated.step
             tick(f"{cluster} {strategy.name} {n} GPUs")
     return by_point
 

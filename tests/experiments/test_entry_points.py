@@ -28,6 +28,7 @@ HEAVY = (
     "seaborn",
     "sklearn",
     "ray",
+    "tqdm",
 )
 _PROBE = """
 import runpy, sys

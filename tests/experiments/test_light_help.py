@@ -20,12 +20,19 @@ from tests.paths import REPO
 from topologies.cliargs import MAX_GPUS
 
 LIGHT = [c for c in COMMANDS.values() if c.parser]
-# Modules that --help must not load: the step model, the planner and the topology builders.
-HEAVY_PREFIXES = ("simcore.step", "simcore.strategies", "simcore.parallel", "simcore.planner", "topologies.")
+# Modules that --help must not load: the step model, the planner, the parameter server and, for a
+# parser without --cluster, the topologies (--cluster's help lists the presets: topologies.cliargs).
+HEAVY_PREFIXES = (
+    "simcore.step", "simcore.strategies", "simcore.parallel", "simcore.planner", "simcore.paramserver",
+    "simcore.fastpath", "simcore.collectives", "simcore.compute", "simcore.whatif.sweep",
+)  # fmt: skip
+TAKES_A_CLUSTER = {
+    "experiments.what_if", "experiments.check_shards", "experiments.staleness_accuracy", "experiments.nccl_sim",
+}  # fmt: skip
 
 
 def test_some_commands_have_a_light_parser() -> None:
-    assert {c.module for c in LIGHT} >= {"experiments.plan", "experiments.bench"}
+    assert {c.module for c in LIGHT} >= {"experiments.plan", "experiments.bench", "experiments.what_if"}
 
 
 @pytest.mark.parametrize("command", LIGHT, ids=lambda c: c.module)
@@ -48,7 +55,8 @@ def test_help_in_a_fresh_interpreter_loads_no_step_model(command) -> None:
     )  # fmt: skip
     imported = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if "|" in line]
     assert "usage:" in done.stdout
-    assert not [m for m in imported if m.startswith(HEAVY_PREFIXES)]
+    heavy = HEAVY_PREFIXES + (() if command.module in TAKES_A_CLUSTER else ("topologies.",))
+    assert not [m for m in imported if m.startswith(heavy)]
 
 
 def test_an_argument_error_beside_help_is_left_to_main(capsys: pytest.CaptureFixture[str]) -> None:
@@ -63,3 +71,37 @@ def test_the_bench_parsers_literals_are_simcores() -> None:
     either = sorted(set(ALGORITHMS["all_reduce"]) | set(ALGORITHMS["all_gather"]))
     assert either == bench_args.ALGO_CHOICES
     assert bench_args.MAX_GPUS == MAX_GPUS
+
+
+@pytest.mark.parametrize(
+    "command",
+    [c for c in LIGHT if hasattr(importlib.import_module(c.parser.split(":")[0]), "DESCRIPTION")],
+    ids=lambda c: c.module,
+)
+def test_a_light_parsers_description_is_its_commands_first_paragraph(command) -> None:
+    light = importlib.import_module(command.parser.partition(":")[0])
+    main_doc = importlib.import_module(command.main_module).__doc__ or ""
+    assert " ".join(main_doc.split("\n\n")[0].split()) == light.DESCRIPTION
+
+
+def test_the_published_validators_categories_are_its_mappings() -> None:
+    from experiments.validate_published.args import CATEGORIES
+    from experiments.validate_published.mapping import CATEGORIES as MAPPED
+
+    assert MAPPED == CATEGORIES
+
+
+def test_the_paper_reproductions_formats_are_its_reports() -> None:
+    from experiments.reproduce_paper.args import FORMATS
+    from experiments.reproduce_paper.report import FORMATS as RENDERED
+
+    assert RENDERED == FORMATS
+
+
+def test_the_nccl_simulators_literals_are_the_collectives() -> None:
+    from experiments.nccl_sim import args as nccl_args
+    from simcore.collectives import OPS, PROTOCOLS
+
+    assert tuple(OPS) == nccl_args.OPS
+    assert tuple(PROTOCOLS) == nccl_args.PROTOCOLS
+    assert sorted({name for algos in ALGORITHMS.values() for name in algos}) == nccl_args.ALGO_CHOICES

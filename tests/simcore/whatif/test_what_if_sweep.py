@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
+
 from simcore.paramserver import Placement, PSConfig
 from simcore.strategies.base import TrainingConfig
 from simcore.topology import Topology
@@ -47,3 +51,19 @@ def test_dedicated_servers_grow_the_cluster_through_the_loader() -> None:
     assert ("g5.12xlarge", None, None) in loader.calls  # as given: how many devices a server has
     assert ("g5.12xlarge", None, 2) in loader.calls  # one node of workers plus one server node
     assert result.ps_results[("g5.12xlarge", "ps-sync", 2)].placement == "dedicated:1"
+
+
+def test_steps_nobody_reads_are_not_kept_and_the_reports_do_not_change() -> None:
+    """keep_steps=False (the CLI without --out): the fast-path points give the event-free report
+    without simulating the step as well; the numbers are the simulated ones to float rounding."""
+    run = {
+        "workload": uniform_workload(layers=4, params=1_000_000), "clusters": ["dgx-a100"], "gpus": [8],
+        "loader": load_cluster, "strategies": ["ddp", "fsdp", "zero1"], "config": replace(CONFIG, global_batch=32),
+    }  # fmt: skip
+    kept, lean = run_what_if(**run), run_what_if(**run, keep_steps=False)  # type: ignore[arg-type]
+    assert len(kept.steps) == 6 and lean.steps == {}
+    for a, b in zip(kept.reports, lean.reports, strict=True):
+        assert (a.strategy, a.gpus) == (b.strategy, b.gpus)
+        assert b.step_time_s == pytest.approx(a.step_time_s, rel=1e-12)
+        assert b.peak_memory_bytes == pytest.approx(a.peak_memory_bytes, rel=1e-12)
+        assert b.exposed_comm_s == pytest.approx(a.exposed_comm_s, rel=1e-9, abs=1e-15)
