@@ -65,9 +65,11 @@ from simcore.cliargs import (
     Parser,
     add_clock_levers,
     add_format,
+    add_framework_levers,
     add_model,
     add_out,
     add_quiet,
+    framework_config,
     int_range,
     output_dir,
     real_range,
@@ -78,6 +80,7 @@ from simcore.compute.heterogeneity import Heterogeneity
 from simcore.compute.optimizer import OPTIMIZER_IMPLS
 from simcore.compute.precision import PRECISION_MODES, activation_dtype
 from simcore.compute.roofline import software_eras
+from simcore.compute.saved_tensors import saved_tensor_workload
 from simcore.errors import TrainsimError, cli_entry
 from simcore.parallel import CP_KINDS, OFFLOAD_MODES, PIPELINE_SCHEDULES
 from simcore.parallel.report import ParallelStepReport
@@ -203,6 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="convolution library era: current, or cudnn-v3 for 2015 stacks (no Winograd); default %(default)s",
     )
     add_clock_levers(p, rank_spread_note="; off with --straggler or --jitter, which give per-rank speeds")
+    add_framework_levers(p)
     p.add_argument(
         "--steps",
         type=int_range(1, MAX_STEPS),
@@ -350,6 +354,7 @@ def _config(args: argparse.Namespace, heterogeneity: Heterogeneity) -> TrainingC
             args.no_rank_spread or heterogeneity.has_stragglers or heterogeneity.jitter.compute.active
         ),
         steps=args.steps if args.steps is not None else (STOCHASTIC_STEPS if heterogeneity.stochastic else 1),
+        **framework_config(args),
     )
 
 
@@ -621,6 +626,7 @@ def main(argv: list[str] | None = None) -> int:
         import_timeout_s=args.import_timeout,
     )
     cfg = replace(cfg, seq_len=workload.tokens_per_sample or None)
+    workload = saved_tensor_workload(workload, args.saved_tensors, cfg.fp8)  # both paths alike
     if not layouts:
         _check_work(cfg, gpus, strategies, len(clusters), args)
     _warn_friction(args, workload)
@@ -629,7 +635,8 @@ def main(argv: list[str] | None = None) -> int:
         calibration = load_profile(args.calibration)
         for cluster in clusters:  # before the sweep: a mismatch is reported at once
             check_profile_for(calibration, loader(cluster, gpus=max(gpus)))
-    levers = RunLevers(cfg.fp8, args.recompute, bool(args.tp_comm_overlap), args.pp_layers)
+    levers = RunLevers(cfg.fp8, args.recompute, bool(args.tp_comm_overlap), args.pp_layers,
+                       args.saved_tensors, cfg.cross_entropy, cfg.zero3_per_rank_lists)  # fmt: skip
     header = _header(workload.name, workload.params, cfg, heterogeneity, network, levers)
     header = header if framework is None else f"{framework.describe()}\n{header}"
     points = len(clusters) * max(1, len(strategies)) * (len(gpus) + (1 not in gpus))
