@@ -50,6 +50,7 @@ __all__ = [
     "add_out",
     "add_quiet",
     "framework_config",
+    "framework_lever_notes",
     "int_list",
     "int_range",
     "name_list",
@@ -337,6 +338,23 @@ def add_framework_levers(group: Any) -> None:
         help="DeepSpeed ZeRO-3 as v0.3.13-v0.5.4 ran it: one list collective per parameter tensor and a "
         "device sync per fetch (default: today's flat-buffer collectives); FSDP is not affected",
     )
+
+
+def framework_lever_notes(
+    args: argparse.Namespace, transformer: bool, strategies: Sequence[str]
+) -> list[str]:
+    """Why a lever of :func:`add_framework_levers` given here changes nothing (a warning each):
+    megatron-te on a model without transformer blocks, per-rank lists with no ZeRO-3 to run."""
+    notes = []
+    if args.saved_tensors != SAVED_TENSOR_CHOICES[0] and not transformer:
+        notes.append(
+            f"--saved-tensors {args.saved_tensors} changes only transformer blocks; this model has none"
+        )
+    if args.zero3_per_rank_lists and "zero3" not in strategies:
+        notes.append(
+            "--zero3-per-rank-lists changes only DeepSpeed ZeRO-3 (zero3), which is not among the strategies"
+        )
+    return notes
 
 
 def framework_config(args: argparse.Namespace) -> dict[str, Any]:

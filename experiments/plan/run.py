@@ -10,9 +10,10 @@ import time
 from collections.abc import Iterator, Sequence
 
 from experiments.common.frameworks.wiring import framework_workload
+from experiments.common.progress import warn
 from experiments.plan.args import SEQUENCE_PARALLEL
 from simcore.calibration.profile_json import load_profile
-from simcore.cliargs import framework_config
+from simcore.cliargs import framework_config, framework_lever_notes
 from simcore.compute.fp8 import resolve_fp8
 from simcore.compute.power import check_power_limit
 from simcore.compute.precision import activation_dtype
@@ -169,6 +170,8 @@ def prepare_plan(
     """Lay out the search the arguments describe (every candidate, the memory floor's verdict)."""
     check_engine(args.engine, args.address)
     job = _job(args)
+    for line in framework_lever_notes(args, job.workload.dims is not None, strategies):
+        warn(line)
     space = search_space(args, strategies)
     budget = Budget(
         headroom_bytes=headroom[0],

@@ -70,6 +70,7 @@ from simcore.cliargs import (
     add_out,
     add_quiet,
     framework_config,
+    framework_lever_notes,
     int_range,
     output_dir,
     real_range,
@@ -630,6 +631,8 @@ def main(argv: list[str] | None = None) -> int:
     if not layouts:
         _check_work(cfg, gpus, strategies, len(clusters), args)
     _warn_friction(args, workload)
+    for line in framework_lever_notes(args, workload.dims is not None, strategies or all_strategy_names()):
+        warn(line)
     calibration = None
     if args.calibration:
         calibration = load_profile(args.calibration)

@@ -12,6 +12,7 @@ from simcore.cliargs import (
     Parser,
     add_framework_levers,
     framework_config,
+    framework_lever_notes,
 )
 from simcore.compute.memory import CROSS_ENTROPY_KERNELS
 from simcore.compute.saved_tensors import SAVED_TENSOR_RULES
@@ -62,3 +63,11 @@ def test_a_bad_value_is_one_line_naming_the_flag_and_the_choices(argv: list[str]
         _parser().parse_args(argv)
     message = str(err.value)
     assert message.startswith(named) and "choose from" in message and "\n" not in message
+
+
+def test_a_lever_that_cannot_apply_is_named() -> None:
+    args = _parser().parse_args(["--saved-tensors", "megatron-te", "--zero3-per-rank-lists"])
+    assert framework_lever_notes(args, True, ["zero3"]) == []
+    notes = framework_lever_notes(args, False, ["ddp", "fsdp"])
+    assert len(notes) == 2 and "--saved-tensors megatron-te" in notes[0] and "zero3" in notes[1]
+    assert framework_lever_notes(_parser().parse_args([]), False, ["ddp"]) == []
