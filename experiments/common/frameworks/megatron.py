@@ -369,6 +369,10 @@ def _kernels(args: argparse.Namespace) -> list[Setting]:
     key = f"--transformer-impl {args.transformer_impl}" if args.transformer_impl else (
         f"--transformer-impl (default {DEFAULT_TRANSFORMER_IMPL})"
     )  # fmt: skip
+    if impl == "local" and args.fp8_format is not None:
+        raise refuse(
+            NAME, "--transformer-impl local", "contradicts --fp8-format (FP8 runs on Transformer Engine)"
+        )
     saved = "megatron-te" if impl == "transformer_engine" else "eager"
     return [Setting("saved-tensors", saved, key),
             Setting("cross-entropy", "megatron", "Megatron-Core's vocab-parallel cross entropy")]  # fmt: skip

@@ -223,3 +223,7 @@ def test_megatron_unknown_transformer_impl_is_one_line() -> None:
     with pytest.raises(TrainsimError, match=r"^--from megatron: .*--transformer-impl.*invalid choice") as err:
         read_megatron(TINY + " --transformer-impl apex")
     assert "\n" not in str(err.value)
+    with pytest.raises(
+        TrainsimError, match=r"^--from megatron: --transformer-impl local: contradicts --fp8-format"
+    ):
+        read_megatron(TINY + " --bf16 --fp8-format hybrid --transformer-impl local")
