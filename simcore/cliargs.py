@@ -38,14 +38,19 @@ from simcore.units import format_bytes, parse_size
 from simcore.workload.user_code import DEFAULT_IMPORT_TIMEOUT_S
 
 __all__ = [
+    "CROSS_ENTROPY_CHOICES",
     "MAX_MESSAGE_BYTES",
     "PROG",
     "RUNS_DIR",
+    "SAVED_TENSOR_CHOICES",
     "Parser",
     "add_format",
+    "add_framework_levers",
     "add_model",
     "add_out",
     "add_quiet",
+    "framework_config",
+    "framework_lever_notes",
     "int_list",
     "int_range",
     "name_list",
@@ -300,6 +305,61 @@ def add_clock_levers(group: Any, *, rank_spread_note: str = "") -> None:
         help="every GPU at the median GPU's speed (default: a synchronous step of N GPUs computes at the "
         f"expected slowest of N{rank_spread_note})",
     )
+
+
+# The choices of --saved-tensors and --cross-entropy, written out so ``--help`` imports no model
+# module; a test holds them equal to simcore.compute.saved_tensors.SAVED_TENSOR_RULES and
+# simcore.compute.memory.CROSS_ENTROPY_KERNELS.
+SAVED_TENSOR_CHOICES = ("eager", "megatron-te")
+CROSS_ENTROPY_CHOICES = ("torch", "megatron")
+
+
+def add_framework_levers(group: Any) -> None:
+    """``--saved-tensors``, ``--cross-entropy`` and ``--zero3-per-rank-lists``: whose kernels and
+    collectives the run uses, the what-if's and the planner's alike (:func:`framework_config`)."""
+    group.add_argument(
+        "--saved-tensors",
+        choices=list(SAVED_TENSOR_CHOICES),
+        default=SAVED_TENSOR_CHOICES[0],
+        help="activations saved for backward as eager PyTorch keeps them (torchtitan, Hugging Face) or "
+        "as Megatron-Core on Transformer Engine's fused kernels does (megatron-te: fused norm-linear, "
+        "RoPE and SwiGLU keep less)",
+    )
+    group.add_argument(
+        "--cross-entropy",
+        choices=list(CROSS_ENTROPY_CHOICES),
+        default=CROSS_ENTROPY_CHOICES[0],
+        help="the loss kernel: torch (F.cross_entropy: a logits copy and its log-softmax) or megatron "
+        "(Megatron-Core's vocab-parallel cross entropy, in place)",
+    )
+    group.add_argument(
+        "--zero3-per-rank-lists",
+        action="store_true",
+        help="DeepSpeed ZeRO-3 as v0.3.13-v0.5.4 ran it: one list collective per parameter tensor and a "
+        "device sync per fetch (default: today's flat-buffer collectives); FSDP is not affected",
+    )
+
+
+def framework_lever_notes(
+    args: argparse.Namespace, transformer: bool, strategies: Sequence[str]
+) -> list[str]:
+    """Why a lever of :func:`add_framework_levers` given here changes nothing (a warning each):
+    megatron-te on a model without transformer blocks, per-rank lists with no ZeRO-3 to run."""
+    notes = []
+    if args.saved_tensors != SAVED_TENSOR_CHOICES[0] and not transformer:
+        notes.append(
+            f"--saved-tensors {args.saved_tensors} changes only transformer blocks; this model has none"
+        )
+    if args.zero3_per_rank_lists and "zero3" not in strategies:
+        notes.append(
+            "--zero3-per-rank-lists changes only DeepSpeed ZeRO-3 (zero3), which is not among the strategies"
+        )
+    return notes
+
+
+def framework_config(args: argparse.Namespace) -> dict[str, Any]:
+    """The :class:`~simcore.strategies.base.TrainingConfig` fields :func:`add_framework_levers` sets."""
+    return {"cross_entropy": args.cross_entropy, "zero3_per_rank_lists": args.zero3_per_rank_lists}
 
 
 def _positive_seconds(text: str) -> float:

@@ -7,7 +7,15 @@ import argparse
 import math
 
 from experiments.common.frameworks.flags import FRAMEWORK_NAMES, add_from
-from simcore.cliargs import Parser, add_clock_levers, add_model, int_list, int_range, real_range
+from simcore.cliargs import (
+    Parser,
+    add_clock_levers,
+    add_framework_levers,
+    add_model,
+    int_list,
+    int_range,
+    real_range,
+)
 from simcore.limits import MODEL_DIMENSION
 
 __all__ = ["ENGINES", "ENGINE_PATHS", "FP8_RECIPES", "SEQUENCE_PARALLEL", "STRATEGIES", "build_parser"]
@@ -176,6 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="torch.compile: fused norm/rotary/SwiGLU/loss kernels (default eager)",
     )
     add_clock_levers(batch)
+    add_framework_levers(batch)
     _add_space_arguments(p)
     limits = p.add_argument_group("memory, time and cost")
     limits.add_argument(

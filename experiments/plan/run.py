@@ -10,11 +10,14 @@ import time
 from collections.abc import Iterator, Sequence
 
 from experiments.common.frameworks.wiring import framework_workload
+from experiments.common.progress import warn
 from experiments.plan.args import SEQUENCE_PARALLEL
 from simcore.calibration.profile_json import load_profile
+from simcore.cliargs import framework_config, framework_lever_notes
 from simcore.compute.fp8 import resolve_fp8
 from simcore.compute.power import check_power_limit
 from simcore.compute.precision import activation_dtype
+from simcore.compute.saved_tensors import saved_tensor_workload
 from simcore.errors import TrainsimError
 from simcore.fastpath.path import check_engine_path
 from simcore.planner.evaluate import PlanJob
@@ -125,7 +128,10 @@ def _job(args: argparse.Namespace) -> PlanJob:
         compile=args.compile,
         power_limit_w=args.power_limit,
         rank_spread=not args.no_rank_spread,
+        **framework_config(args),
     )
+    workload = saved_tensor_workload(workload, args.saved_tensors, fp8)
+    levers = () if args.saved_tensors == "eager" else (args.saved_tensors,)  # in the key: not in config
     if args.power_limit is not None:  # one clear line now, not a refusal of every layout later
         topology = load_cluster(args.cluster, gpus=parse_gpu_counts(args.gpus)[0])
         check_power_limit(gating_device(topology, dtype).name, args.power_limit)
@@ -134,7 +140,7 @@ def _job(args: argparse.Namespace) -> PlanJob:
         calibration = load_profile(args.calibration)
     # Names this job in workers' caches: the same inputs give the same key on every engine.
     key = hashlib.blake2b(
-        repr((args.model, args.cluster, config, args.calibration, args.engine_path)).encode()
+        repr((args.model, args.cluster, config, args.calibration, args.engine_path, *levers)).encode()
     )
     return PlanJob(
         workload, args.cluster, load_cluster, config, calibration, args.engine_path, key.hexdigest()
@@ -164,6 +170,8 @@ def prepare_plan(
     """Lay out the search the arguments describe (every candidate, the memory floor's verdict)."""
     check_engine(args.engine, args.address)
     job = _job(args)
+    for line in framework_lever_notes(args, job.workload.dims is not None, strategies):
+        warn(line)
     space = search_space(args, strategies)
     budget = Budget(
         headroom_bytes=headroom[0],

@@ -12,6 +12,7 @@ from simcore.cliargs import (
     Parser,
     add_clock_levers,
     add_format,
+    add_framework_levers,
     add_model,
     add_out,
     add_quiet,
@@ -126,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="convolution library era: current, or cudnn-v3 for 2015 stacks (no Winograd); default %(default)s",
     )
     add_clock_levers(p, rank_spread_note="; off with --straggler or --jitter, which give per-rank speeds")
+    add_framework_levers(p)
     p.add_argument(
         "--steps",
         type=int_range(1, MAX_STEPS),

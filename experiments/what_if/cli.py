@@ -63,12 +63,15 @@ from experiments.what_if.plots import plot_staleness, plot_what_if, write_step_t
 from simcore.calibration.compat import check_profile_for
 from simcore.calibration.profile_json import load_profile
 from simcore.cliargs import (
+    framework_config,
+    framework_lever_notes,
     output_dir,
 )
 from simcore.compute.fp8 import resolve_fp8
 from simcore.compute.heterogeneity import Heterogeneity
 from simcore.compute.precision import activation_dtype
 from simcore.compute.roofline import software_eras
+from simcore.compute.saved_tensors import saved_tensor_workload
 from simcore.errors import TrainsimError, cli_entry
 from simcore.parallel.report import ParallelStepReport
 from simcore.paramserver import (
@@ -145,6 +148,7 @@ def _config(args: argparse.Namespace, heterogeneity: Heterogeneity) -> TrainingC
             args.no_rank_spread or heterogeneity.has_stragglers or heterogeneity.jitter.compute.active
         ),
         steps=args.steps if args.steps is not None else (STOCHASTIC_STEPS if heterogeneity.stochastic else 1),
+        **framework_config(args),
     )
 
 
@@ -416,15 +420,19 @@ def main(argv: list[str] | None = None) -> int:
         import_timeout_s=args.import_timeout,
     )
     cfg = replace(cfg, seq_len=workload.tokens_per_sample or None)
+    workload = saved_tensor_workload(workload, args.saved_tensors, cfg.fp8)  # both paths alike
     if not layouts:
         _check_work(cfg, gpus, strategies, len(clusters), args)
     _warn_friction(args, workload)
+    for line in framework_lever_notes(args, workload.dims is not None, strategies or all_strategy_names()):
+        warn(line)
     calibration = None
     if args.calibration:
         calibration = load_profile(args.calibration)
         for cluster in clusters:  # before the sweep: a mismatch is reported at once
             check_profile_for(calibration, loader(cluster, gpus=max(gpus)))
-    levers = RunLevers(cfg.fp8, args.recompute, bool(args.tp_comm_overlap), args.pp_layers)
+    levers = RunLevers(cfg.fp8, args.recompute, bool(args.tp_comm_overlap), args.pp_layers,
+                       args.saved_tensors, cfg.cross_entropy, cfg.zero3_per_rank_lists)  # fmt: skip
     header = _header(workload.name, workload.params, cfg, heterogeneity, network, levers)
     header = header if framework is None else f"{framework.describe()}\n{header}"
     points = len(clusters) * max(1, len(strategies)) * (len(gpus) + (1 not in gpus))

@@ -1,7 +1,9 @@
-"""The run levers a what-if was asked for (FP8 recipe, recompute, TP overlap, uneven stages), as
-the output records them: one header line in the table, a top-level ``levers`` record in JSON
-``{"fp8", "recompute", "tp_comm_overlap", "pp_layers"}`` (``fp8`` ``"none"``, ``recompute`` and
-``pp_layers`` null when not given, ``tp_comm_overlap`` false)."""
+"""The run levers a what-if was asked for (FP8 recipe, recompute, TP overlap, uneven stages, whose
+saved tensors, cross entropy and ZeRO-3 collectives), as the output records them: one header line
+in the table, a top-level ``levers`` record in JSON ``{"fp8", "recompute", "tp_comm_overlap",
+"pp_layers", "saved_tensors", "cross_entropy", "zero3_per_rank_lists"}`` (``fp8`` ``"none"``,
+``recompute`` and ``pp_layers`` null when not given, ``tp_comm_overlap`` false, the rest their
+defaults: ``"eager"``, ``"torch"``, false)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,9 @@ class RunLevers:
     recompute: str | None = None
     tp_comm_overlap: bool = False
     pp_layers: str | None = None
+    saved_tensors: str = "eager"
+    cross_entropy: str = "torch"
+    zero3_per_rank_lists: bool = False
 
     @property
     def given(self) -> bool:
@@ -30,6 +35,9 @@ class RunLevers:
         parts += [f"--recompute {self.recompute}"] if self.recompute is not None else []
         parts += ["--tp-comm-overlap"] if self.tp_comm_overlap else []
         parts += [f"--pp-layers {self.pp_layers}"] if self.pp_layers is not None else []
+        parts += [f"--saved-tensors {self.saved_tensors}"] if self.saved_tensors != "eager" else []
+        parts += [f"--cross-entropy {self.cross_entropy}"] if self.cross_entropy != "torch" else []
+        parts += ["--zero3-per-rank-lists"] if self.zero3_per_rank_lists else []
         return ", ".join(parts)
 
     def record(self) -> dict[str, object]:
@@ -39,4 +47,7 @@ class RunLevers:
             "recompute": self.recompute,
             "tp_comm_overlap": self.tp_comm_overlap,
             "pp_layers": self.pp_layers,
+            "saved_tensors": self.saved_tensors,
+            "cross_entropy": self.cross_entropy,
+            "zero3_per_rank_lists": self.zero3_per_rank_lists,
         }

@@ -150,7 +150,8 @@ def _parser() -> _Parser:
                           ("--recompute-method", ["uniform", "block"]),
                           ("--optimizer", ["adam", "sgd"]), ("--fp8-format", ["e4m3", "hybrid"]),
                           ("--fp8-recipe", ["tensorwise", "delayed"]),
-                          ("--cp-comm-type", ["p2p", "a2a"])):  # fmt: skip
+                          ("--cp-comm-type", ["p2p", "a2a"]),
+                          ("--transformer-impl", ["local", "transformer_engine"])):  # fmt: skip
         p.add_argument(flag, choices=choices)
     for flag in ("--group-query-attention", "--swiglu", "--untie-embeddings-and-output-weights",
                  "--disable-bias-linear", "--sequence-parallel", "--use-distributed-optimizer",
@@ -193,7 +194,8 @@ def read_megatron(text: str) -> FrameworkConfig:
             NAME, first, "unknown argument (not read, and not on the list of arguments ignored on purpose)"
         )
     given = {t.split("=", 1)[0] for t in tokens if t.startswith("--")}
-    settings = [*_layout(args), *_batch(args), *_precision(args), *_recompute(args), *_optimizer(args)]
+    settings = [*_layout(args), *_batch(args), *_precision(args), *_recompute(args), *_optimizer(args),
+                *_kernels(args)]  # fmt: skip
     shape = _shape(args) if args.num_layers is not None else None
     preset = match_preset(shape) if shape else None
     if preset:
@@ -350,6 +352,30 @@ def _recompute(args: argparse.Namespace) -> list[Setting]:
     # uniform: every layer's input is checkpointed (in groups of --recompute-num-layers): all recomputed.
     return [Setting("recompute", "full", f"--recompute-granularity full --recompute-method {method or 'uniform'}"),
             *offload]  # fmt: skip
+
+
+# Megatron-LM's default --transformer-impl (megatron/training/arguments.py,
+# _add_transformer_engine_args: default='transformer_engine'): Megatron-Core's layers on Transformer
+# Engine's fused modules unless --transformer-impl local is given.
+DEFAULT_TRANSFORMER_IMPL = "transformer_engine"
+
+
+def _kernels(args: argparse.Namespace) -> list[Setting]:
+    """Whose kernels keep the activations and run the loss (simcore.compute.saved_tensors and
+    cross_entropy_working_bytes). The loss is Megatron-Core's vocab-parallel cross entropy under
+    either --transformer-impl (GPTModel.compute_language_model_loss calls
+    tensor_parallel.vocab_parallel_cross_entropy, or its fused twin with --cross-entropy-loss-fusion)."""
+    impl = args.transformer_impl or DEFAULT_TRANSFORMER_IMPL
+    key = f"--transformer-impl {args.transformer_impl}" if args.transformer_impl else (
+        f"--transformer-impl (default {DEFAULT_TRANSFORMER_IMPL})"
+    )  # fmt: skip
+    if impl == "local" and args.fp8_format is not None:
+        raise refuse(
+            NAME, "--transformer-impl local", "contradicts --fp8-format (FP8 runs on Transformer Engine)"
+        )
+    saved = "megatron-te" if impl == "transformer_engine" else "eager"
+    return [Setting("saved-tensors", saved, key),
+            Setting("cross-entropy", "megatron", "Megatron-Core's vocab-parallel cross entropy")]  # fmt: skip
 
 
 def _optimizer(args: argparse.Namespace) -> list[Setting]:

@@ -1,6 +1,6 @@
 """experiments.what_if with the levers runs use today (uneven pipeline stages, TP communication
-overlap, per-op selective recompute, FP8 recipes): each is named in the output, and each bad value is
-one error line with exit 2."""
+overlap, per-op selective recompute, FP8 recipes, whose saved tensors / cross entropy / ZeRO-3
+collectives): each is named in the output, and each bad value is one error line with exit 2."""
 
 from __future__ import annotations
 
@@ -130,6 +130,9 @@ def test_the_levers_are_recorded_in_the_header_and_the_json(capsys: pytest.Captu
         "recompute": "selective-op",
         "tp_comm_overlap": True,
         "pp_layers": "15,17",
+        "saved_tensors": "eager",
+        "cross_entropy": "torch",
+        "zero3_per_rank_lists": False,
     }
     assert document["records"][-1]["layout"] == "dp2 tp2 pp2[15,17]"
     assert main([*SMALL, "--format", "json"]) == 0
@@ -153,3 +156,65 @@ def test_levers_table_matches_golden(capsys: pytest.CaptureFixture[str]) -> None
     argv = ["--tp", "2", "--pp", "4", "--sequence-parallel", "--tp-comm-overlap", "--pp-layers", "torchtitan"]
     assert main([*SMALL, *argv, "--recompute", "selective-op", "--fp8", "tensorwise"]) == 0
     assert_golden("what_if_levers.txt", capsys.readouterr().out)
+
+
+def _peak(argv: list[str], capsys: pytest.CaptureFixture[str]) -> float:
+    return _number(_json(argv, capsys)[-1], "peak_memory_bytes")
+
+
+@pytest.mark.parametrize(
+    "layout", [["--strategies", "fsdp"], ["--strategies", "fsdp", "--tp", "2", "--sequence-parallel"]]
+)
+def test_megatron_te_saved_tensors_lower_a_llamas_peak(
+    layout: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Fused RMSNorm-linear, RoPE and SwiGLU keep less (simcore.compute.saved_tensors): on the
+    data-parallel path and a layout alike; the step time is the same kernels' either way."""
+    eager = _json(layout, capsys)[-1]
+    te = _json([*layout, "--saved-tensors", "megatron-te"], capsys)[-1]
+    assert _number(te, "peak_memory_bytes") < _number(eager, "peak_memory_bytes")
+    assert _number(te, "step_time_s") == pytest.approx(_number(eager, "step_time_s"), rel=1e-9)
+    assert _peak([*layout, "--saved-tensors", "eager"], capsys) == _number(eager, "peak_memory_bytes")
+
+
+def test_megatron_cross_entropy_lowers_the_peak_where_the_loss_sets_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Llama 3's 128k vocabulary at two sequences of 2048 per micro-batch: the loss's fp32 working
+    # tensors (torch: the logits' copy and log-softmax; megatron: one copy, in place) set the peak
+    argv = ["--model", "llama3-8b", "--seq-len", "2048", "--micro-batch", "2", "--strategies", "fsdp"]
+    assert _peak([*argv, "--cross-entropy", "megatron"], capsys) < _peak(argv, capsys)
+
+
+def test_zero3_per_rank_lists_slow_zero3_at_many_gpus_and_leave_fsdp_alone(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["--gpus", "64", "--global-batch", "64", "--strategies", "zero3,fsdp"]
+    flat = {r["strategy"]: _number(r, "step_time_s") for r in _json(argv, capsys)}
+    lists = {
+        r["strategy"]: _number(r, "step_time_s") for r in _json([*argv, "--zero3-per-rank-lists"], capsys)
+    }
+    assert lists["zero3"] > 1.5 * flat["zero3"]  # 64 host-built entries per tensor, a sync per fetch
+    assert lists["fsdp"] == flat["fsdp"]
+
+
+def test_the_framework_levers_are_named_in_the_header(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--strategies", "zero3", "--saved-tensors", "megatron-te", "--cross-entropy", "megatron"]
+    assert main([*SMALL, *argv, "--zero3-per-rank-lists"]) == 0
+    out = capsys.readouterr().out
+    assert "run levers: --saved-tensors megatron-te, --cross-entropy megatron, --zero3-per-rank-lists" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--saved-tensors", "te"], ["--saved-tensors: invalid choice: 'te'", "eager", "megatron-te"]),
+        (["--cross-entropy", "fused"], ["--cross-entropy: invalid choice: 'fused'", "torch", "megatron"]),
+        (["--zero3-per-rank-lists", "yes"], ["unrecognized arguments: yes"]),
+    ],
+)
+def test_bad_framework_lever_values_get_one_line(
+    argv: list[str], words: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    err = _error(argv, capsys)
+    assert all(word in err for word in words)

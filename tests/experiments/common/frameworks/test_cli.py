@@ -144,3 +144,25 @@ def test_a_data_parallel_config_takes_the_what_ifs_data_parallel_flags() -> None
         build_parser(), ["--from", "megatron", line + " --tensor-model-parallel-size 2"], "what_if"
     )
     assert argv[argv.index("--recompute") + 1] == "full" and argv[argv.index("--tp") + 1] == "2"
+
+
+def test_a_megatron_line_on_transformer_engine_runs_with_its_kernels_and_a_flag_overrides_them() -> None:
+    line = ("--num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 256 --vocab-size 1000 "
+            "--global-batch-size 32 --micro-batch-size 4 --bf16 --normalization RMSNorm --swiglu "
+            "--position-embedding-type rope")  # fmt: skip
+    argv = ["--gpus", "8", "--cluster", "dgx-a100", "--quiet", "--format", "json"]
+
+    def run(extra: list[str]) -> dict[str, object]:
+        code, out, err = run_cli(what_if_main, ["--from", "megatron", line, *argv, *extra])
+        assert code == 0, err
+        return dict(json.loads(out))
+
+    te, eager = run([]), run(["--saved-tensors", "eager", "--cross-entropy", "torch"])
+    assert te["levers"] == {"fp8": "none", "recompute": None, "tp_comm_overlap": False, "pp_layers": None,
+                            "saved_tensors": "megatron-te", "cross_entropy": "megatron",
+                            "zero3_per_rank_lists": False}  # fmt: skip
+    assert "levers" not in eager  # every lever back at its default
+    flags = {s["flag"]: s for s in eager["from"]["settings"]}  # type: ignore[index]
+    assert flags["--saved-tensors"]["overridden"] and flags["--cross-entropy"]["overridden"]
+    peak = [float(doc["records"][-1]["peak_memory_bytes"]) for doc in (te, eager)]  # type: ignore[index]
+    assert peak[0] < peak[1]

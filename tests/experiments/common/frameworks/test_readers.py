@@ -202,3 +202,28 @@ def test_torchtitan_flavor_without_a_preset_needs_the_commands_own_model(tmp_pat
     with pytest.raises(TrainsimError, match="give --model"):
         read_torchtitan(path)
     assert "model" not in values(read_torchtitan(path, model_given=True))
+
+
+TINY = "--num-layers 2 --hidden-size 64 --num-attention-heads 2 --seq-length 8 --vocab-size 9"
+
+
+@pytest.mark.parametrize(
+    ("extra", "saved"),
+    [("", "megatron-te"), (" --transformer-impl transformer_engine", "megatron-te"),
+     (" --transformer-impl local", "eager")],
+)  # fmt: skip
+def test_megatron_transformer_impl_sets_whose_kernels_save_tensors(extra: str, saved: str) -> None:
+    # Megatron-LM's --transformer-impl defaults to transformer_engine; the loss is Megatron-Core's
+    # vocab-parallel cross entropy under either implementation
+    got = values(read_megatron(TINY + extra))
+    assert (got["saved-tensors"], got["cross-entropy"]) == (saved, "megatron")
+
+
+def test_megatron_unknown_transformer_impl_is_one_line() -> None:
+    with pytest.raises(TrainsimError, match=r"^--from megatron: .*--transformer-impl.*invalid choice") as err:
+        read_megatron(TINY + " --transformer-impl apex")
+    assert "\n" not in str(err.value)
+    with pytest.raises(
+        TrainsimError, match=r"^--from megatron: --transformer-impl local: contradicts --fp8-format"
+    ):
+        read_megatron(TINY + " --bf16 --fp8-format hybrid --transformer-impl local")
