@@ -518,7 +518,9 @@ class _Composer:
         ).report  # fmt: skip
         if model.transient_per_sample:
             fragmentation = cfg.fragmentation(ctx.device_kind)
-            held = _with_transient(report, model.transient_per_sample * self.config.micro_batch, fragmentation)
+            held = _with_transient(
+                report, model.transient_per_sample * self.config.micro_batch, fragmentation
+            )
             if held is None:
                 return self._run_stage(model, cfg, key)
             report = held
