@@ -161,10 +161,10 @@ def simulate_parallel_step(
     event-free evaluator where the topology's ranks are alike, ``fast``/``des`` force one.
     ``cache``: what configurations of a sweep share (:class:`~simcore.parallel.cache.ComposeCache`);
     None keeps a private one for this call. ``trace=False``: only the report is wanted, so on the
-    fast path a step without pipelining (nor offload, nor blocks rematerialised at once) is
-    evaluated by :func:`~simcore.fastpath.step.fast_step_report` (long gradient accumulation
-    extrapolated from a probe, deep models folded: the same report to rounding, many times
-    faster), a pipeline is timed without its passes' spans, and the result has no ``step`` to trace.
+    fast path a step without pipelining nor offload is evaluated by
+    :func:`~simcore.fastpath.step.fast_step_report` (long gradient accumulation extrapolated from a
+    probe, deep models folded: the same report to rounding, many times faster; the transient of
+    blocks rematerialised at once charged on its peak, where that is during the passes), a pipeline is timed without its passes' spans, and the result has no ``step`` to trace.
     """
     gpus = topology.world_size
     check_engine_path(path)
