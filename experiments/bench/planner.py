@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -283,9 +285,23 @@ def what_if_row(*, repeats: int = 3) -> PlannerBenchRow:
 
 
 def plan_row(args: Sequence[str] = PLAN_ARGS, *, repeats: int = 1) -> PlannerBenchRow:
-    """``python -m experiments.plan`` in a fresh interpreter, start-up included."""
+    """``python -m experiments.plan`` in a fresh interpreter, start-up included; ``configs``: the
+    configurations it times (its ``--count``, which lays the search out without timing it)."""
     command = [sys.executable, "-m", "experiments.plan", *args, "--quiet", "--format", "json"]
-    return _started(f"plan {args[1]}", command, 30.0, repeats, note=" ".join(args))
+    return _started(
+        f"plan {args[1]}", command, 30.0, repeats, note=" ".join(args), configs=_plan_configs(args)
+    )
+
+
+def _plan_configs(args: Sequence[str]) -> int | None:
+    """The configurations ``python -m experiments.plan ARGS`` times (its ``--count`` total), None if
+    the count's last line is not the one :func:`experiments.plan.report.format_counts` writes."""
+    counted = subprocess.run(
+        [sys.executable, "-m", "experiments.plan", *args, "--count"],
+        check=True, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    found = re.search(r"total: \d+ layouts, (\d+) to evaluate", counted.stdout)
+    return int(found.group(1)) if found else None
 
 
 def selection_row(gpus: int = 4096, *, cluster: str = "dgx-a100") -> PlannerBenchRow:

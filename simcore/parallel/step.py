@@ -168,10 +168,10 @@ def simulate_parallel_step(
     event-free evaluator where the topology's ranks are alike, ``fast``/``des`` force one.
     ``cache``: what configurations of a sweep share (:class:`~simcore.parallel.cache.ComposeCache`);
     None keeps a private one for this call. ``trace=False``: only the report is wanted, so on the
-    fast path a step without pipelining (nor offload, nor blocks rematerialised at once) is
-    evaluated by :func:`~simcore.fastpath.step.fast_step_report` (long gradient accumulation
-    extrapolated from a probe, deep models folded: the same report to rounding, many times
-    faster), a pipeline is timed without its passes' spans, and the result has no ``step`` to trace.
+    fast path a step without pipelining nor offload is evaluated by
+    :func:`~simcore.fastpath.step.fast_step_report` (long gradient accumulation extrapolated from a
+    probe, deep models folded: the same report to rounding, many times faster; the transient of
+    blocks rematerialised at once charged on its peak, where that is during the passes), a pipeline is timed without its passes' spans, and the result has no ``step`` to trace.
     """
     gpus = topology.world_size
     check_engine_path(path)
@@ -513,15 +513,25 @@ class _Composer:
         return self._stage_times(run)
 
     def _lean_run(self, model: StageModel, cfg: TrainingConfig, key: tuple[object, ...]) -> _StageRun:
-        """The stage's report without a trace, where nothing but its run's peak is read of it."""
-        if model.transient_per_sample:  # blocks rematerialised at once add to the run's peak
-            return self._run_stage(model, cfg, key)
+        """The stage's report without a trace, where nothing but its run's peak is read of it.
+
+        Blocks rematerialised at once (selective, every-K recompute) add their transient to the
+        passes' peak (:func:`_stage_peak`): taken on the event-free report's peak where that peak is
+        provably during the passes (:func:`_with_transient`), else the traced run is evaluated."""
         ctx = self._context(model, cfg)
         cluster, device, peak_flops = self.labels
         report = evaluate_step(
             get_strategy(self.strategy), ctx, path="fast", slowdown=self.slowdown, cluster=cluster,
             device=device, peak_flops=peak_flops,
         ).report  # fmt: skip
+        if model.transient_per_sample:
+            fragmentation = cfg.fragmentation(ctx.device_kind)
+            held = _with_transient(
+                report, model.transient_per_sample * self.config.micro_batch, fragmentation
+            )
+            if held is None:
+                return self._run_stage(model, cfg, key)
+            report = held
         return _StageRun(model, ctx, None, [], 0.0, OffloadEffect(), report.step_time_s, key, report)
 
     def _sharded(self, rank: int, chunks: list[tuple[int, ...]]) -> ShardedStage:
@@ -904,6 +914,41 @@ def _stage_peak(
     if extra > 0 and during >= total:
         phase = f"{phase}, with {extra / 2**30:.1f} GiB more activations in flight"
     return total, breakdown, phase
+
+
+# Saved activations at a peak, as a share of it, above which the peak is during the passes: after
+# the last backward every saved activation is freed (each backward frees what its forward saved),
+# so what is left there is the rounding of those sums (bytes, on totals of 1e10 bytes and more).
+_DURING_PASSES = 1e-6
+
+
+def _with_transient(report: StepReport, transient: float, fragmentation: float) -> StepReport | None:
+    """``report`` (a stage run without pipelining, nor offload) with ``transient`` bytes held at
+    the peak of its passes, as :func:`_stage_peak` charges them on the run's timeline; None when
+    its peak may be after the last backward (no saved activations at it), where the passes' own
+    peak is not in the report.
+
+    Why it is the same number: with the peak during the passes, the timeline's largest total
+    before the last backward ends is the peak's tensors ``R`` and the largest after it is at most
+    ``R``, so the stage holds ``R + transient``; the report's peak is ``R`` plus the allocator's
+    fragmentation on ``R``'s tensors (:func:`simcore.compute.memory.allocator_peak`), from which
+    ``R`` and the fixed overhead are recovered."""
+    breakdown = dict(report.memory_breakdown)
+    peak = report.peak_memory_bytes
+    if breakdown.get("activations", 0.0) <= _DURING_PASSES * peak:
+        return None
+    on_tensors = math.fsum(v for c, v in breakdown.items() if c != "overhead")
+    raw_peak = peak - fragmentation * on_tensors
+    overhead = breakdown.get("overhead", 0.0) - (peak - raw_peak)
+    tensors = raw_peak + transient
+    total = tensors + fragmentation * max(0.0, tensors - overhead)
+    missing = total - math.fsum(breakdown.values())
+    if abs(missing) > 1e-9 * max(total, 1.0):
+        breakdown["activations"] = max(0.0, breakdown.get("activations", 0.0) + missing)
+    phase = report.peak_phase
+    if transient > 0 and tensors >= total:
+        phase = f"{phase}, with {transient / 2**30:.1f} GiB more activations in flight"
+    return replace(report, peak_memory_bytes=total, memory_breakdown=breakdown, peak_phase=phase)
 
 
 def _pass_spans(run: PlanRun) -> tuple[float, float, float]:

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from simcore.compute.fp8 import compute_model
+from simcore.compute.fp8 import compute_model, weight_cast_microbatches
 from simcore.compute.heterogeneity import NO_HETEROGENEITY, is_mixed_devices, sync_compute_scale
 from simcore.compute.rank_spread import spread_ranks
 from simcore.errors import TrainsimError
@@ -94,11 +94,29 @@ class _Cluster:
 
     topology: Topology
     device: DeviceSpec
-    timer: LayerTimer
     path: str
     collective: CollectiveFn
     concurrent: ConcurrentFn  # same-shape groups priced together (HSDP's replicate groups)
     mixed: bool  # more than one device type: each step waits for the slowest rank
+    ranks: int  # the ranks the step's compute waits for (rank spread)
+    # compute models by the micro-batches a step's FP8 weight casts are spread over
+    # (:func:`~simcore.compute.fp8.weight_cast_microbatches`: 1 but for a once-per-step cast)
+    timers: dict[int, LayerTimer] = field(default_factory=dict)
+
+    def timer(self, job: PlanJob, microbatches: int) -> LayerTimer:
+        """The compute model of a step of ``microbatches`` micro-batches, as the what-if builds it
+        (:func:`simcore.strategies.runner.make_context`): a once-per-step FP8 weight cast is spread
+        over the step's micro-batches, not paid by each."""
+        casts = weight_cast_microbatches(job.config.fp8, microbatches)
+        known = self.timers.get(casts)
+        if known is None:
+            config = job.config
+            known = self.timers[casts] = compute_model(
+                self.device, config.dtype, job.calibration, config.fp8, compiled=config.compile,
+                software_era=config.software_era, microbatches=casts, power_limit_w=config.power_limit_w,
+                ranks=self.ranks,
+            )  # fmt: skip
+        return known
 
 
 CONTEXT_CACHE_SIZE = 64  # a context's caches hold per-layer and span times (kilobytes)
@@ -182,24 +200,15 @@ def _cluster(job: PlanJob, gpus: int, caches: WorkerCaches) -> _Cluster:
         known = caches.clusters[key] = _Cluster(
             topology,
             device,
-            compute_model(
-                device,
-                job.config.dtype,
-                job.calibration,
-                job.config.fp8,
-                compiled=job.config.compile,
-                software_era=job.config.software_era,
-                power_limit_w=job.config.power_limit_w,
-                ranks=spread_ranks(
-                    job.config.rank_spread,
-                    topology.world_size,
-                    explicit_speeds=job.config.compute_jitter_sigma > 0 or is_mixed_devices(topology),
-                ),
-            ),
             path,
             price(topology, job.calibration),
             together(topology, job.calibration),
             is_mixed_devices(topology),
+            spread_ranks(
+                job.config.rank_spread,
+                topology.world_size,
+                explicit_speeds=job.config.compute_jitter_sigma > 0 or is_mixed_devices(topology),
+            ),
         )
     return known
 
@@ -226,7 +235,7 @@ def _evaluate_data_parallel(job: PlanJob, gpus: int, layout: PlanLayout, caches:
     config = replace(
         job.config, micro_batch=layout.micro_batch, activation_checkpointing=layout.recompute == "full"
     )
-    ctx = replace(_context(job, cluster, config.micro_batch, caches), config=config)
+    ctx = replace(_context(job, cluster, config, caches), config=config)
     slowdown = config.slowdown(job.calibration.comm_compute_slowdown if job.calibration else None)
     strategy = get_strategy(layout.strategy)
     device, peak = cluster.device.name, cluster.device.flops(config.dtype)
@@ -249,19 +258,23 @@ def _workload(job: PlanJob, caches: WorkerCaches) -> Workload:
     )
 
 
-def _context(job: PlanJob, cluster: _Cluster, micro_batch: int, caches: WorkerCaches) -> StepContext:
-    """A context of ``job``'s workload on ``cluster`` at ``micro_batch``, for copies with each
+def _context(job: PlanJob, cluster: _Cluster, config: TrainingConfig, caches: WorkerCaches) -> StepContext:
+    """A context of ``job``'s workload on ``cluster`` at ``config``'s micro-batch, for copies with each
     configuration: a copy shares its caches (per-layer and span times, tensor counts: pure functions
     of the workload, timer and micro-batch), so a sweep derives them once, not per configuration,
-    and the placement (rank groups, NICs) is read off the topology once."""
+    and the placement (rank groups, NICs) is read off the topology once. Its timer is the compute
+    model of ``config``'s step (the micro-batches an FP8 weight cast is spread over)."""
     workload = _workload(job, caches)
+    micro_batch = config.micro_batch
+    timer = cluster.timer(job, config.accumulation_steps(cluster.topology.world_size))
     config = replace(job.config, micro_batch=micro_batch)
-    # (a cluster stays in caches.clusters as long as the caches live, so its id is not reused)
+    # (a cluster stays in caches.clusters as long as the caches live, so its id is not reused;
+    # its timers stay in it as well)
     return caches.contexts.of(
         workload,
-        (id(cluster), micro_batch),
+        (id(cluster), micro_batch, id(timer)),
         lambda: make_context(
-            workload, config, cluster.topology, calibration=job.calibration, timer=cluster.timer,
+            workload, config, cluster.topology, calibration=job.calibration, timer=timer,
             collective=cluster.collective, device_memory_bytes=cluster.device.memory_bytes,
             concurrent=cluster.concurrent, caches=caches.steps,
         ),

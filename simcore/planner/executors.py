@@ -1,15 +1,19 @@
 """Run a sweep's tasks on an existing engine: in process, a local process pool, or Ray tasks.
 
-Tasks are sorted by stage shape (micro-batch, degrees, sequence parallelism, recompute), then GPU
-count, then the rest (schedule, offload, strategy) and cut into chunks, so one worker times a stage
-shape at every GPU count in a row: it shards and times the stage's layers once for all of them, and
-prices each cluster's collectives for the configurations of that shape once (in its process's
-:class:`~simcore.planner.evaluate.WorkerCaches`: made by the pool's initializer, or by the first
-chunk a process runs in process or as a Ray task). Results come back by task index, so every
-engine returns the same list in the same order as a serial run.
+Tasks are sorted by GPU count, then stage shape (micro-batch, degrees), then the rest (schedule,
+sequence parallelism, recompute, offload, strategy) and cut into chunks. What a worker keeps in its
+process's :class:`~simcore.planner.evaluate.WorkerCaches` (made by the pool's initializer, or by the
+first chunk a process runs in process or as a Ray task) is almost all of one GPU count: the
+cluster's collective prices, and a stage's sharded layers, compute times and runs (the compute
+model is the slowest of the count's ranks: :mod:`simcore.compute.rank_spread`); the schedules,
+recompute modes and strategies of a shape then follow one another on one worker, which shards and
+times the stage once for them. Results come back by task index, so every engine returns the same
+list in the same order as a serial run.
 
-- ``local``: :class:`concurrent.futures.ProcessPoolExecutor` over the cores (forked where the
-  platform allows, so workers inherit the clusters the parent loaded); one worker runs in process.
+- ``local``: one single-process :class:`concurrent.futures.ProcessPoolExecutor` per worker (forked
+  where the platform allows, so workers inherit the clusters the parent loaded), each given a run
+  of consecutive chunks (about as many tasks each): a GPU count is priced and sharded by one worker,
+  two where a run ends inside it, not by every worker; one worker runs in process.
 - ``ray``: the same chunks as Ray tasks, on the cluster at ``address`` or a local instance (``pip
   install "trainsim[sweep]"``). An unreachable address or a missing ``ray`` is a
   :class:`~simcore.errors.TrainsimError`, found within :data:`CONNECT_TIMEOUT_S` (and
@@ -54,9 +58,6 @@ ENGINES = ("local", "ray")
 CONNECT_TIMEOUT_S = 5.0  # for the TCP connection to a cluster's address
 RAY_INIT_TIMEOUT_S = 20.0  # for ray.init to join the cluster there
 MAX_CHUNK = 64  # configurations per task: large enough to amortise a task, small enough to share out
-# PlanLayout.sort_key's leading fields that make a stage shape: micro-batch, tp, pp, cp, ep, vpp
-# (then schedule, sequence parallelism, recompute, offload, strategy)
-_SHAPE_FIELDS = 6
 
 _NO_RAY = (
     "--engine ray needs Ray, which is not installed: pip install 'trainsim[sweep]' "
@@ -78,15 +79,13 @@ class SweepRun:
 
 
 def _order_key(task: Task) -> tuple[object, ...]:
-    """Stage shape first, then GPU count, then what only orders or prices the stage differently."""
+    """GPU count first, then stage shape, then what only orders or prices the stage differently."""
     gpus, layout = task
-    key = layout.sort_key()
-    return (*key[:_SHAPE_FIELDS], gpus, *key[_SHAPE_FIELDS:])
+    return (gpus, *layout.sort_key())
 
 
 def chunk_tasks(tasks: Sequence[Task], workers: int) -> list[Chunk]:
-    """Indexed tasks grouped by stage shape (every GPU count of it in a row) and cut into about four
-    chunks per worker."""
+    """Indexed tasks grouped by GPU count and stage shape and cut into about four chunks per worker."""
     order = sorted(range(len(tasks)), key=lambda i: _order_key(tasks[i]))
     size = max(1, min(MAX_CHUNK, math.ceil(len(tasks) / max(1, 4 * workers))))
     chunks: list[Chunk] = []
@@ -180,16 +179,37 @@ def _start_worker(parent: int) -> None:
     install_worker_caches()  # (a forked worker keeps the parent's, with the clusters it loaded)
 
 
+def _runs(work: Work, workers: int) -> list[Work]:
+    """``work`` (in chunk order) cut into ``workers`` runs of consecutive chunks with about as many
+    tasks each (none empty)."""
+    total = sum(len(chunk) for _, _, chunk in work)
+    runs: list[Work] = [[] for _ in range(min(workers, len(work)))]
+    done = 0
+    for item in work:
+        run = min(len(runs) - 1, done * len(runs) // max(1, total))
+        runs[run].append(item)
+        done += len(item[2])
+    return [run for run in runs if run]
+
+
 def _pool(work: Work, store: Store, workers: int) -> bool:
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-    pool = ProcessPoolExecutor(
-        max_workers=workers, mp_context=context, initializer=_start_worker, initargs=(os.getpid(),)
-    )
+    runs = _runs(work, workers)
+    pools = [
+        ProcessPoolExecutor(
+            max_workers=1, mp_context=context, initializer=_start_worker, initargs=(os.getpid(),)
+        )
+        for _ in runs
+    ]
     pending: dict[Future[list[tuple[int, Outcome]]], int] = {}
     interrupted = False
     try:
-        pending = {pool.submit(_run_chunk, job, chunk): part for part, job, chunk in work}
+        pending = {
+            pool.submit(_run_chunk, job, chunk): part
+            for pool, run in zip(pools, runs, strict=True)
+            for part, job, chunk in run
+        }
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
@@ -197,11 +217,12 @@ def _pool(work: Work, store: Store, workers: int) -> bool:
     except KeyboardInterrupt:
         interrupted = True
     finally:
-        # Workers still inside a chunk would run it to the end: stop them (no public API for it).
-        processes = list((getattr(pool, "_processes", None) or {}).values()) if interrupted else []
-        pool.shutdown(wait=not interrupted, cancel_futures=True)
-        for process in processes:
-            process.terminate()
+        for pool in pools:
+            # Workers still inside a chunk would run it to the end: stop them (no public API for it).
+            processes = list((getattr(pool, "_processes", None) or {}).values()) if interrupted else []
+            pool.shutdown(wait=not interrupted, cancel_futures=True)
+            for process in processes:
+                process.terminate()
     return interrupted
 
 

@@ -79,9 +79,12 @@ def test_fast_path_gives_the_discrete_event_step(
     )
     _assert_close(lean.report, des)
     assert lean.pipeline is None or options.schedule == "zb-h1" or not lean.pipeline.spans
-    assert (lean.run is None) == (
-        layout.pp == 1 and options.offload == "none" and options.recompute in ("none", "full")
-    )
+    # event-free without a trace: no pipeline, no offload, and a transient of recompute only where
+    # the peak is during the passes (parallel.step._with_transient)
+    if layout.pp == 1 and options.offload == "none" and options.recompute in ("none", "full"):
+        assert lean.run is None
+    if layout.pp > 1 or options.offload != "none":
+        assert lean.run is not None
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from simcore.errors import TrainsimError
 from simcore.parallel import ParallelLayout, ParallelOptions, simulate_parallel_step
-from simcore.parallel.step import _memory_status, compose_parallel_step
+from simcore.parallel.step import _memory_status, _with_transient, compose_parallel_step
 from simcore.strategies import get_strategy, strategy_names
 from simcore.strategies.base import TrainingConfig
 from simcore.strategies.runner import make_context, report_step, simulate_step
@@ -240,3 +240,50 @@ def test_memory_status_is_the_worst_stages_verdict() -> None:
 )  # fmt: skip
 def test_memory_status_words_the_headroom(peak_gib: float, status: str) -> None:
     assert _memory_status(peak_gib * 2**30, 80.0 * 2**30) == status  # 10% of 80 GiB: 8 GiB headroom
+
+
+def test_a_transient_is_charged_on_a_reports_peak_during_the_passes_by_hand() -> None:
+    """_with_transient: a peak of 10 B of parameters, 4 B of saved activations and 1 B of fixed
+    overhead, with 5% fragmentation on its 14 B of tensors (reported 15.7 B), holding 2 B more
+    during the passes is 17 B of tensors and 5% of 16 B on them: 17.8 B, the 2.1 B to activations."""
+    report = _today(small_gpt(), TrainingConfig(global_batch=8, micro_batch=1), cluster("dgx-a100", 8), "ddp")
+    frag = 0.05
+    at_peak = replace(
+        report,
+        peak_memory_bytes=15.0 + frag * 14.0,
+        memory_breakdown={"params": 10.0, "activations": 4.0, "overhead": 1.0 + frag * 14.0},
+        peak_phase="backward of block1",
+    )
+    held = _with_transient(at_peak, 2.0, frag)
+    assert held is not None
+    assert held.peak_memory_bytes == pytest.approx(17.8, rel=1e-12)
+    assert held.memory_breakdown["activations"] == pytest.approx(6.1, rel=1e-12)
+    assert held.memory_breakdown["params"] == 10.0
+    assert held.peak_phase == "backward of block1"  # fragmentation on top: the passes alone are below
+    unfragmented = _with_transient(replace(at_peak, peak_memory_bytes=15.0, memory_breakdown={
+        "params": 10.0, "activations": 4.0, "overhead": 1.0}), 2.0, 0.0)  # fmt: skip
+    assert unfragmented is not None and unfragmented.peak_memory_bytes == 17.0
+    assert unfragmented.peak_phase.endswith("GiB more activations in flight")
+    # No saved activations at the peak: it may be after the last backward, not the passes' peak.
+    after = replace(at_peak, memory_breakdown={"params": 10.0, "activations": 0.0, "overhead": 5.7})
+    assert _with_transient(after, 2.0, frag) is None
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "zero2", "fsdp", "hsdp"])
+@pytest.mark.parametrize("recompute", ["selective", "every-2"])
+def test_selective_recompute_without_pipelining_reports_the_traced_peak_event_free(
+    strategy: str, recompute: str
+) -> None:
+    """A report-only step of selective (or every-K) recompute without pipelining is evaluated
+    event-free (folded: 32 identical blocks), with the traced run's peak (its transient included)."""
+    workload, topology = small_gpt(32), cluster("dgx-a100", 16)
+    config = TrainingConfig(global_batch=16 * 6, micro_batch=2)
+    layout, options = ParallelLayout(tp=2), ParallelOptions(recompute=recompute)
+    traced = simulate_parallel_step(workload, config, topology, strategy, layout, options, path="fast")
+    lean = simulate_parallel_step(workload, config, topology, strategy, layout, options, trace=False)
+    assert lean.run is None  # not the whole traced step
+    for name in NUMBERS:
+        assert getattr(lean.report, name) == pytest.approx(getattr(traced.report, name), rel=1e-9), name
+    assert lean.report.peak_memory_bytes == pytest.approx(traced.report.peak_memory_bytes, rel=1e-12)
+    assert lean.report.memory_breakdown == pytest.approx(traced.report.memory_breakdown, rel=1e-12)
+    assert lean.report.peak_phase == traced.report.peak_phase

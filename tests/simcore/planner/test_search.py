@@ -75,15 +75,29 @@ def test_a_three_dimensional_space_is_timed_on_the_composed_step() -> None:
             assert r.to_record()["layout"]["label"] == r.label  # type: ignore[index]
 
 
-def test_chunks_run_a_stage_shape_at_every_gpu_count_in_a_row_and_cover_every_task() -> None:
-    tasks = [(g, PlanLayout(s, m)) for g in (8, 16) for s in ("ddp", "fsdp") for m in (1, 2, 4)]
+def test_chunks_run_a_gpu_count_in_a_row_and_cover_every_task() -> None:
+    tasks = [(g, PlanLayout(s, m)) for g in (16, 8) for s in ("ddp", "fsdp") for m in (1, 2, 4)]
     chunks = chunk_tasks(tasks, workers=2)
     assert sorted(i for chunk in chunks for i, _ in chunk) == list(range(len(tasks)))
-    # the micro-batch (the shape here) changes only once all GPU counts of the last one are done,
-    # and within a shape the GPU count only grows
-    order = [(task[1].micro_batch, task[0]) for chunk in chunks for _, task in chunk]
+    # the GPU count changes only once all its shapes are done (what a worker caches is per count),
+    # and within a count the shapes follow in order, the strategies of a shape one after another
+    order = [(task[0], task[1].micro_batch) for chunk in chunks for _, task in chunk]
     assert order == sorted(order)
-    assert [m for m, _ in order] == [1] * 4 + [2] * 4 + [4] * 4
+    assert [g for g, _ in order] == [8] * 6 + [16] * 6
+
+
+def test_the_local_pool_gives_each_worker_a_run_of_consecutive_chunks() -> None:
+    """Each worker gets consecutive chunks with about as many tasks (so a GPU count is cached by one
+    worker, two where a run ends inside it), every chunk once, no worker without any."""
+    tasks = [
+        (g, PlanLayout(s, m)) for g in (8, 16, 32) for s in ("ddp", "fsdp", "zero1") for m in (1, 2, 4, 8)
+    ]
+    work = [(0, None, chunk) for chunk in chunk_tasks(tasks, workers=2)]
+    runs = executors._runs(work, 2)  # type: ignore[arg-type]
+    assert [item for run in runs for item in run] == work
+    sizes = [sum(len(c) for _, _, c in run) for run in runs]  # chunks of 5: within one chunk of even
+    assert len(sizes) == 2 and sum(sizes) == 36 and abs(sizes[0] - sizes[1]) <= 5
+    assert [len(run) for run in executors._runs(work[:1], 4)] == [1]  # type: ignore[arg-type]
 
 
 def test_memory_floor_skips_layouts_untimed() -> None:
