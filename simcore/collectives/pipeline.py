@@ -81,6 +81,12 @@ def fill_s(phase: Phase, proto: str, size: float, info: GroupInfo, efficiency: f
     hops = phase.hops
     if info.backend != "nccl" or hops.pattern not in PIPELINED or size <= 0 or info.ranks < 2:
         return 0.0
+    if proto == "LL":
+        # LL forwards line by line: each 16-byte line carries 8 data bytes and its flag, and a rank
+        # passes a line on as soon as its flag reads valid (NVIDIA/nccl src/device/prims_ll.h,
+        # readLL / storeLL inside recvReduceSend), so no chunk is stored before it is forwarded;
+        # the per-hop cost is the protocol's hop latency, already in the latency term (hwLat).
+        return 0.0
     ops = _nvls_ops(info) if hops.pattern != "tree" else info.channels_for("tree", proto, size)
     chunk = min(chunk_bytes(hops.pattern, proto, size, info), size / ops)
     if chunk <= 0:

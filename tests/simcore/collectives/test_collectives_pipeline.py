@@ -97,3 +97,22 @@ def test_nccl_size_switches_are_checked() -> None:
     platform = NcclOptions.from_env({"NCCL_BUFFSIZE": "8388608", "NCCL_PROTO": "simple"})
     merged = NcclOptions.from_env({"NCCL_BUFFSIZE": "4194304"}).over(platform)
     assert (merged.buffsize, merged.protocols) == (4 * MiB, frozenset({"Simple"}))
+
+
+def test_ll_trees_forward_line_by_line_without_a_fill() -> None:
+    """LL passes each 16-byte line on as its flag arrives: a tree's LL latency is the same at 8 B and
+    at 256 KiB (no chunk stored per hop), while LL128's grows with its chunk."""
+    topo = load_cluster("dgx-a100", gpus=16)
+
+    def latency(size: int, proto: str) -> float:
+        return price(topo, "all_reduce", size, algorithm="tree", protocol=proto).costs[0].latency_s
+
+    assert latency(256 * KiB, "LL") == pytest.approx(latency(8, "LL"), rel=1e-12)
+    assert latency(4 * MiB, "LL128") > latency(8, "LL128")
+
+
+def test_a_two_node_all_reduce_never_gets_faster_with_size() -> None:
+    """The size NCCL's model switches protocols at must not make a larger message finish sooner."""
+    topo = load_cluster("dgx-a100", gpus=16)
+    times = [price(topo, "all_reduce", 1024 << (2 * i)).closed_form_s for i in range(11)]
+    assert times == sorted(times)
