@@ -398,7 +398,8 @@ class _Composer:
         self._spread_ranks = spread_ranks(
             config.rank_spread,
             self.gpus,
-            explicit_speeds=config.compute_jitter_sigma > 0 or is_mixed_devices(topology),
+            explicit_speeds=config.compute_jitter_sigma > 0
+            or cache.get("mixed devices", (topology_id,), lambda: is_mixed_devices(topology)),
         )
         self.timer = cache.get(
             "timer",
@@ -768,7 +769,13 @@ class _Composer:
             extra = max(0.0, in_flight - held_one) + run.model.transient_per_sample * mb
             held: dict[str, float] = {}
             if orders is not None:  # with the state the schedule keeps across micro-batches
-                more, held = self._pipelined_extra(run, orders[r])
+                # a function of the cached stage run, the schedule's shape and this rank's order
+                # alone: a layout timed again (a sweep, the benchmark) walks its passes once
+                shape = (self.options.schedule, self.layout.pp, self.layout.vpp, self.micro)
+                key = (run.key, shape, r, mb, self.strategy)
+                more, held = self.cache.get(
+                    "pipelined extra", key, lambda run=run, r=r: self._pipelined_extra(run, orders[r])
+                )
                 extra = more + run.model.transient_per_sample * mb
             peak, breakdown, phase = _stage_peak(run, extra, held)
             out.append(
