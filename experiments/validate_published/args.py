@@ -12,8 +12,8 @@ __all__ = ["CATEGORIES", "DESCRIPTION", "FORMATS", "build_parser"]
 
 DESCRIPTION = "trainsim's predictions held to published GPU measurements."
 FORMATS = ("text", "json", "md")
-# experiments.validate_published.mapping.CATEGORIES, literal so that --help reads no mapping (a test
-# holds them equal)
+# The report's categories, in report order (experiments.validate_published.mapping reads them
+# from here, so --help reads no mapping)
 CATEGORIES = (
     "collective_large",
     "collective_mid",

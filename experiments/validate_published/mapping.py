@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.validate_published import collective, kernels, training
+from experiments.validate_published.args import CATEGORIES
 from experiments.validate_published.base import Setup
 from experiments.validate_published.metrics import METRICS, Metric
 from experiments.validate_published.published import PublishedRow, load_all_rows
@@ -25,22 +26,7 @@ __all__ = ["CATEGORIES", "KINDS", "MAPPING_PATH", "Kind", "RowMapping", "RowPlan
 
 MAPPING_PATH = Path(__file__).parent / "data" / "mapping.yaml"
 
-# Report categories, in report order.
-CATEGORIES = (
-    "collective_large",
-    "collective_mid",
-    "collective_small",
-    "collective_topology_unknown",
-    "ddp",
-    "fsdp_zero",
-    "parameter_server",
-    "single_gpu",
-    "single_gpu_kernels",
-    "tensor_pipeline",
-    "memory",
-    "modern_runs",
-    "modern_runs_memory",
-)
+# Report categories, in report order (defined beside the light parser, which lists them in --help).
 COMMON_KEYS = ("kind", "category", "metric", "hardware", "needs", "reason", "note", "stated_algorithm")
 
 

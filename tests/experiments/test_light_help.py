@@ -84,13 +84,6 @@ def test_a_light_parsers_description_is_its_commands_first_paragraph(command) ->
     assert " ".join(main_doc.split("\n\n")[0].split()) == light.DESCRIPTION
 
 
-def test_the_published_validators_categories_are_its_mappings() -> None:
-    from experiments.validate_published.args import CATEGORIES
-    from experiments.validate_published.mapping import CATEGORIES as MAPPED
-
-    assert MAPPED == CATEGORIES
-
-
 def test_the_paper_reproductions_formats_are_its_reports() -> None:
     from experiments.reproduce_paper.args import FORMATS
     from experiments.reproduce_paper.report import FORMATS as RENDERED
