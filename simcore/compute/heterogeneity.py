@@ -161,6 +161,12 @@ def parse_jitter(text: str | None) -> JitterSpec:
     return JitterSpec(parts.get("compute", Jitter()), parts.get("link", Jitter()))
 
 
+# A rank more than a thousand times slower has failed rather than straggled (throttled or degraded
+# GPUs in production reports run a few times slower); beyond it a step's times reach 1e300 s and
+# more, which no report or trace can represent.
+MAX_STRAGGLER_FACTOR = 1000.0
+
+
 @dataclass(frozen=True, slots=True)
 class Straggler:
     """Rank ``rank`` computes ``factor`` times slower than its device would."""
@@ -171,9 +177,10 @@ class Straggler:
     def __post_init__(self) -> None:
         if self.rank < 0:
             raise TrainsimError(f"straggler rank must be >= 0, got {self.rank}")
-        if not math.isfinite(self.factor) or self.factor < 1.0:
+        if not math.isfinite(self.factor) or not 1.0 <= self.factor <= MAX_STRAGGLER_FACTOR:
             raise TrainsimError(
-                f"straggler factor must be a finite number >= 1 (times slower), got {self.factor}"
+                f"straggler factor must be a number from 1 to {MAX_STRAGGLER_FACTOR:g} (times slower), "
+                f"got {self.factor:g}"
             )
 
 

@@ -52,9 +52,10 @@ def test_bad_jitter_specs_name_what_is_wrong(text: str, message: str) -> None:
 
 def test_straggler_parsing_and_errors() -> None:
     assert parse_straggler("3:2.5") == Straggler(3, 2.5)
-    for bad in ("3", "a:2", "3:x", "-1:2", "2:0.5", "1:inf"):
+    for bad in ("3", "a:2", "3:x", "-1:2", "2:0.5", "1:inf", "1:1e308", "1:1000.5"):
         with pytest.raises(TrainsimError, match="straggler"):
             parse_straggler(bad)
+    assert parse_straggler("1:1000") == Straggler(1, 1000.0)  # the largest factor allowed
     with pytest.raises(TrainsimError, match="given twice"):
         Heterogeneity.from_strings(["1:2", "1:3"])
     with pytest.raises(TrainsimError, match="not in this cluster"):
