@@ -35,6 +35,7 @@ from pathlib import Path
 from calibrate.common.prereq import check_measurement_dir, require_torch
 from calibrate.common.records import atomic_write_json, read_records
 from calibrate.gpu_suite.plan import KINDS, RECORDS, TABLE
+from calibrate.gpu_suite.predict import compare, format_table
 from simcore.cliargs import Parser, int_range, name_list
 from simcore.errors import TrainsimError, cli_entry
 
@@ -60,9 +61,6 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def write_table(folder: Path) -> Path:
     """``folder/table.md`` and ``predicted_vs_measured.json`` from ``folder/suite.jsonl``."""
-    # deferred: the simulator's prediction side imports the step model (--help stays light)
-    from calibrate.gpu_suite.predict import compare, format_table
-
     records = read_records(folder / RECORDS)
     if not records:
         raise TrainsimError(f"{folder / RECORDS} holds no records; measure first with --out {folder}")

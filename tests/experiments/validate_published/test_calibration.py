@@ -25,6 +25,8 @@ from experiments.validate_published.mapping import load_mapping
 from experiments.validate_published.training import StepSetup
 from simcore.data import data_file
 from simcore.errors import TrainsimError
+from simcore.yamlload import safe_load
+from tests.paths import REPO
 
 
 def _table():
@@ -36,14 +38,27 @@ def _plans(*ids: int):
     return [by_id[i] for i in ids]
 
 
-def test_every_constant_row_names_an_efficiency_key_that_exists() -> None:
+def test_every_constant_row_names_a_constant_that_exists() -> None:
+    """An efficiency.yaml device key, or a preset's key holding the value the row set."""
     table = _table()
     devices = data_file("efficiency.yaml")["devices"]
     assert table.constant_rows, "the GEMM-plateau rows are calibration rows"
-    for row in table.constant_rows.values():
-        pattern = row.constant.split("'")[1]
-        key = row.constant.split(": ")[1].split()[0]
-        assert key in devices[pattern], row.constant
+    presets = 0
+    for constant in sorted({row.constant for row in table.constant_rows.values()}):
+        if constant.startswith("efficiency.yaml"):
+            pattern = constant.split("'")[1]
+            key = constant.split(": ")[1].split()[0]
+            assert key in devices[pattern], constant
+            continue
+        for part in constant.split("; "):
+            path, dotted_value = part.split(" ", 1)
+            dotted, value = dotted_value.split(": ")
+            node = safe_load((REPO / path).read_text(encoding="utf-8"))
+            for name in dotted.split("."):
+                node = node[name]
+            assert str(node) == value, part
+            presets += 1
+    assert presets == 2  # the p5 and p4de EFA latencies (rows 1 and 15)
 
 
 def test_a_constant_row_is_reported_apart_and_never_in_its_category() -> None:
