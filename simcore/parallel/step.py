@@ -29,6 +29,7 @@ pipeline orders) lives in a :class:`~simcore.parallel.cache.ComposeCache` the ca
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -774,7 +775,7 @@ class _Composer:
                 shape = (self.options.schedule, self.layout.pp, self.layout.vpp, self.micro)
                 key = (run.key, shape, r, mb, self.strategy)
                 more, held = self.cache.get(
-                    "pipelined extra", key, lambda run=run, r=r: self._pipelined_extra(run, orders[r])
+                    "pipelined extra", key, functools.partial(self._pipelined_extra, run, orders[r])
                 )
                 extra = more + run.model.transient_per_sample * mb
             peak, breakdown, phase = _stage_peak(run, extra, held)
