@@ -172,7 +172,8 @@ def simulate_parallel_step(
     fast path a step without pipelining nor offload is evaluated by
     :func:`~simcore.fastpath.step.fast_step_report` (long gradient accumulation extrapolated from a
     probe, deep models folded: the same report to rounding, many times faster; the transient of
-    blocks rematerialised at once charged on its peak, where that is during the passes), a pipeline is timed without its passes' spans, and the result has no ``step`` to trace.
+    blocks rematerialised at once charged on its peak, where that is during the passes), a pipeline
+    is timed without its passes' spans, and the result has no ``step`` to trace.
     """
     gpus = topology.world_size
     check_engine_path(path)
@@ -686,7 +687,7 @@ class _Composer:
             # every pair of ranks of one stage sends at once: the price depends on the placement
             return self.cache.get("p2p", (*self._where[1:3], lay, self.gpus, size, src, dst), price)
 
-        shape = (self.options.schedule, lay.pp, lay.vpp, self.micro)
+        shape = self._schedule_shape()
         orders: list[list[PipelineOp]] | CompiledOrders = self._orders()
         weights = [
             [run.model.held_per_sample[c] * self.config.micro_batch for c in range(lay.vpp)]
@@ -713,10 +714,13 @@ class _Composer:
         sends = 2 * self.micro * lay.vpp  # a forward and a backward send per micro-batch and chunk
         return pipeline, sends * p2p(0, 1 % lay.pp)
 
+    def _schedule_shape(self) -> tuple[str, int, int, int]:
+        """What the pipeline's pass orders depend on: schedule, stages, virtual stages, micro-batches."""
+        return (self.options.schedule, self.layout.pp, self.layout.vpp, self.micro)
+
     def _orders(self) -> CompiledOrders:
-        lay = self.layout
-        shape = (self.options.schedule, lay.pp, lay.vpp, self.micro)
-        return self.cache.get("orders", shape, lambda: compile_orders(rank_orders(*shape), lay.vpp))
+        shape = self._schedule_shape()
+        return self.cache.get("orders", shape, lambda: compile_orders(rank_orders(*shape), self.layout.vpp))
 
     def _pipelined_extra(self, run: _StageRun, order: list[PipelineOp]) -> tuple[float, dict[str, float]]:
         """Activations and (by category) held state the rank keeps at its pipelined peak beyond its
@@ -772,8 +776,7 @@ class _Composer:
             if orders is not None:  # with the state the schedule keeps across micro-batches
                 # a function of the cached stage run, the schedule's shape and this rank's order
                 # alone: a layout timed again (a sweep, the benchmark) walks its passes once
-                shape = (self.options.schedule, self.layout.pp, self.layout.vpp, self.micro)
-                key = (run.key, shape, r, mb, self.strategy)
+                key = (run.key, self._schedule_shape(), r, mb, self.strategy)
                 more, held = self.cache.get(
                     "pipelined extra", key, functools.partial(self._pipelined_extra, run, orders[r])
                 )
