@@ -31,13 +31,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from types import FrameType
 from typing import IO
 
-from calibrate.common.procs import INTERRUPTED_STATUS
+from calibrate.common.procs import INTERRUPTED_STATUS, STOP_SIGNALS
 
 __all__ = ["STOP_GRACE_S", "TIMEOUT_STATUS", "supervise"]
 
 STOP_GRACE_S = 20.0  # a stopped launcher's time to stop its workers before its group is killed
 TIMEOUT_STATUS = 124  # what ``timeout`` reports for a job it killed
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _RANK_LINE = re.compile(rb"^(\[rank\d+\]: ?)?interrupted:")  # a stopped calibration rank's one line
 _POLL_S = 0.05
 
@@ -85,7 +84,7 @@ def _caught_stop_signals(received: list[int]) -> Iterator[bool]:
     def handler(signum: int, frame: FrameType | None) -> None:
         received.append(signum)
 
-    previous = {sig: signal.signal(sig, handler) for sig in _STOP_SIGNALS}
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
     try:
         yield True
     finally:

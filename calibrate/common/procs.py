@@ -15,13 +15,14 @@ from simcore.procs import PR_SET_PDEATHSIG, die_with_parent
 __all__ = [
     "INTERRUPTED_STATUS",
     "PR_SET_PDEATHSIG",
+    "STOP_SIGNALS",
     "die_with_launcher",
     "die_with_parent",
     "exit_on_stop_signals",
 ]
 
 INTERRUPTED_STATUS = 130  # 128 + SIGINT, what a shell reports for a job stopped by Ctrl-C
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def die_with_launcher() -> bool:
@@ -60,12 +61,12 @@ def exit_on_stop_signals(rank: int, message: Callable[[], str]) -> bool:
     def handler(signum: int, frame: FrameType | None) -> None:  # a signal sent to an unmasked thread
         stop()
 
-    for sig in _STOP_SIGNALS:
+    for sig in STOP_SIGNALS:
         signal.signal(sig, handler)
-    signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
 
     def wait() -> None:
-        signal.sigwait(_STOP_SIGNALS)
+        signal.sigwait(STOP_SIGNALS)
         stop()
 
     threading.Thread(target=wait, name="stop-signals", daemon=True).start()
