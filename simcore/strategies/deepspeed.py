@@ -31,7 +31,11 @@ DeepSpeed calls ``torch.cuda.synchronize()`` and each fetch synchronizes again (
 PR #1188: "the async version is not async at all"), so the queue is empty while the lists are built
 (:func:`per_rank_list_host_s`). Tensors of at most ``param_persistence_threshold`` elements are never
 gathered (they persist), but their gradients are reduce-scattered like the rest
-(:func:`gathered_tensor_count`). The gradients take this path with ``contiguous_gradients: true``
+(:func:`gathered_tensor_count`). The same code passes over each full tensor on the device before
+its collective: the gathered tensor's buffer is allocated with ``torch.zeros`` (a fill, half a copy of
+its bytes) and every gradient is divided by the ranks in place before its reduce-scatter
+(``stage3.py`` ``average_tensor``, ``tensor.div_``: one copy), both on the stream the collective
+waits for (:func:`list_era_copies`). The gradients take this path with ``contiguous_gradients: true``
 (the ZeRO-3 tutorial's config) and ``reduce_scatter: true`` (``stage3.py`` ``average_tensor``); with
 v0.3-v0.4's code default ``contiguous_gradients: false`` they are all-reduced in flat buckets
 (``buffered_reduce_fallback``), which is not modelled.
@@ -52,6 +56,7 @@ __all__ = [
     "PerRankListCost",
     "Zero3Defaults",
     "gathered_tensor_count",
+    "list_era_copies",
     "per_rank_list_host_s",
     "prefetch_allowed",
     "released_after_recompute",
@@ -79,6 +84,9 @@ class Zero3Defaults:
     max_reuse_distance: int
     param_persistence_threshold: int
     per_rank_lists: dict[str, PerRankListCost]
+    # device passes over the full tensors per collective, in copies of their bytes (list era)
+    zero_fill: float
+    gradient_divide: float
 
 
 @functools.lru_cache(maxsize=1)
@@ -94,6 +102,8 @@ def zero3_defaults() -> Zero3Defaults:
             str(op): PerRankListCost(float(entry["loop_s"]), int(entry["launches"]))
             for op, entry in table["per_rank_lists"].items()
         },
+        zero_fill=float(table["list_era_passes"]["zero_fill"]),
+        gradient_divide=float(table["list_era_passes"]["gradient_divide"]),
     )
 
 
@@ -122,6 +132,17 @@ def per_rank_list_host_s(op: str, ranks: int, tensors: int, launch_s: float) -> 
         return 0.0
     cost = zero3_defaults().per_rank_lists[op]
     return tensors * ranks * (cost.loop_s + cost.launches * launch_s)
+
+
+def list_era_copies(op: str, ranks: int) -> float:
+    """Copies of a tensor's full bytes that the 2021 DeepSpeed runs on the device before its
+    collective ``op`` over ``ranks`` ranks: the gather buffer's zero fill before an all-gather, the
+    in-place division of the gradient before a reduce-scatter; none on one rank (nothing is
+    gathered or reduced)."""
+    if ranks <= 1:
+        return 0.0
+    defaults = zero3_defaults()
+    return {"all_gather": defaults.zero_fill, "reduce_scatter": defaults.gradient_divide}[op]
 
 
 def prefetch_allowed(available: Iterable[float], max_live: float) -> bool:

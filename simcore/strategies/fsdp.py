@@ -73,7 +73,9 @@ on demand.
 DeepSpeed as it ran in 2021 (``TrainingConfig.zero3_per_rank_lists``, :mod:`simcore.strategies.deepspeed`):
 before each all-gather and each reduce-scatter the host builds one list entry per rank, on the
 compute stream with the device idle (each fetch synchronized it), and the next unit's compute waits
-for the reduce-scatters in flight, as the fetch's ``torch.cuda.synchronize()`` does.
+for the reduce-scatters in flight, as the fetch's ``torch.cuda.synchronize()`` does. Each all-gather
+first zero-fills its full buffer and each reduce-scatter first divides the full gradient in place
+(:func:`~simcore.strategies.deepspeed.list_era_copies`), charged to the collective.
 
 HSDP (:mod:`simcore.strategies.hsdp`) reuses this schedule with the shard group limited to a node
 and an all-reduce of each reduce-scattered shard across nodes.
@@ -93,6 +95,7 @@ from simcore.strategies.base import StepContext, Strategy, optimizer_state_bytes
 from simcore.strategies.ddp import chunk_param_tensors
 from simcore.strategies.deepspeed import (
     gathered_tensor_count,
+    list_era_copies,
     per_rank_list_host_s,
     prefetch_allowed,
     released_after_recompute,
@@ -191,6 +194,11 @@ class ShardedHooks(PassHooks):
         # DeepSpeed 2021 synchronizes the device at each fetch: the next unit waits for every
         # collective in flight, its reduce-scatters included
         self.synchronized = per_rank_lists and len(self.shard_group) > 1
+        # and passes over each full tensor before its collective (the gather buffer's zero fill,
+        # the gradient's in-place division), in copies of its bytes
+        ranks = len(self.shard_group) if self.synchronized else 1
+        self.fill_copies = list_era_copies("all_gather", ranks)
+        self.divide_copies = list_era_copies("reduce_scatter", ranks)
 
     def _per_rank_lists(self, enabled: bool) -> tuple[list[float], list[float]]:
         """Host seconds of each unit's per-rank list collectives (DeepSpeed 2021,
@@ -234,6 +242,7 @@ class ShardedHooks(PassHooks):
         # the shard's copy-in (and cast to the gather dtype) just before the collective, on its stream
         shard = self.unit_params[unit] / len(self.shard_group)
         copy_in = self.ctx.copy_time_s(shard * (self.mp.bytes("param") + self.mp.bytes("gather")) / 2)
+        copy_in += self.ctx.copy_time_s(self.full_bytes[unit] * self.fill_copies)
         host = self._list_host(builder, _GATHER_LISTS, self.gather_lists_s[unit], unit, after)
         if not after_start:  # on demand: the gather waits for its lists (a prefetch runs beside compute)
             after = [*after, *host]
@@ -451,7 +460,7 @@ class ShardedHooks(PassHooks):
             passes = (self.grad_bytes[unit] + self.reduce_bytes[unit]) / 2
             if self.on_cpu:
                 passes += self.reduce_bytes[unit] + self.reduce_bytes[unit] / shards
-            copy_s = self.ctx.copy_time_s(passes)
+            copy_s = self.ctx.copy_time_s(passes + self.reduce_bytes[unit] * self.divide_copies)
         if self.copies and self.on_cpu:
             op = builder.compute(
                 _REDUCE_COPY_IN,

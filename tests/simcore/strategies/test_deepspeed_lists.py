@@ -12,13 +12,14 @@ from simcore.strategies import get_strategy
 from simcore.strategies.base import StepContext, TrainingConfig
 from simcore.strategies.deepspeed import (
     gathered_tensor_count,
+    list_era_copies,
     per_rank_list_host_s,
     tensor_sizes,
     zero3_defaults,
 )
 from simcore.whatif.sweep import run_what_if
 from simcore.workload.types import Layer
-from tests.simcore.strategies.test_strategies_support import toy_context, toy_transformer
+from tests.simcore.strategies.test_strategies_support import RateTimer, toy_context, toy_transformer
 from topologies import load_cluster
 
 
@@ -137,3 +138,31 @@ def test_the_note_names_the_lists() -> None:
     note = get_strategy("zero3").assumption_note(_context(16, lists=True))
     assert "per-rank lists" in note and "builds 16 entries" in note
     assert "per-rank lists" not in get_strategy("zero3").assumption_note(_context(16, lists=False))
+
+
+def test_the_2021_passes_are_a_fill_and_a_division() -> None:
+    """efficiency.yaml deepspeed_zero3.list_era_passes: torch.zeros writes the gather buffer once
+    (half a copy), div_ reads and writes the gradient once (one copy); nothing on one rank."""
+    assert (zero3_defaults().zero_fill, zero3_defaults().gradient_divide) == (0.5, 1.0)
+    assert list_era_copies("all_gather", 16) == 0.5
+    assert list_era_copies("reduce_scatter", 16) == 1.0
+    assert list_era_copies("all_gather", 1) == list_era_copies("reduce_scatter", 1) == 0.0
+
+
+def test_each_collective_carries_its_fill_or_division_by_hand() -> None:
+    """16 ranks at 1.5 TB/s (read + write): an all-gather of B bytes (fp16 parameters, mixed) gains
+    B / 1.5e12 (a fill: B written once), a reduce-scatter of B bytes gains 2 B / 1.5e12 (div_:
+    read and written), over the same plan without the lists; host work aside, nothing else moves."""
+
+    def collectives(lists: bool) -> list[tuple[str, float, float]]:
+        ctx = _context(16, lists=lists)
+        ctx.timer = RateTimer(memory_bandwidth_Bps=1.5e12)
+        plan = get_strategy("zero3").build_plan(ctx)
+        return [(op.kind, op.bytes, op.duration_s) for op in plan.ops if op.stream == COMM]
+
+    with_lists, without = collectives(True), collectives(False)
+    assert [(k, b) for k, b, _ in with_lists] == [(k, b) for k, b, _ in without]
+    for (kind, size, lists_s), (_, _, plain_s) in zip(with_lists, without, strict=True):
+        per_copy = {"all_gather": 1.0, "reduce_scatter": 2.0}[kind]
+        assert lists_s - plain_s == pytest.approx(per_copy * size / 1.5e12), kind
+    assert {kind for kind, _, _ in with_lists} == {"all_gather", "reduce_scatter"}
