@@ -6,7 +6,8 @@ import pytest
 
 from simcore.collectives import NcclOptions, price
 from simcore.collectives.group import GroupInfo
-from simcore.collectives.pipeline import chunk_bytes
+from simcore.collectives.pipeline import chunk_bytes, fill_s
+from simcore.collectives.plan import Hops, Phase
 from simcore.errors import TrainsimError
 from topologies import load_cluster
 
@@ -126,9 +127,6 @@ def test_nvls_tree_fill_counts_the_switch_reduce_and_broadcast_legs() -> None:
     By hand, 16 ranks on 2 nodes of 8, 32 NICs, 128 MiB: chunk 128 KiB; 16 NVLS channels x 8 heads
     = 128 concurrent operations, 4 per NIC. NVLink stage: 128 KiB x 128 x 2.5 ps/B; network stage:
     128 KiB x 4 x 80 ps/B. fill = 2 t_nvl + 2 t_net - max(t_nvl, t_net)."""
-    from simcore.collectives.pipeline import fill_s
-    from simcore.collectives.plan import Hops, Phase
-
     info = _info(arch="hopper", nics=32)
     nvl_pb, net_pb = 2.5e-12, 80e-12
     phase = Phase("nvls_tree", (), Hops("nvls_tree", 1.0, 2.0), stage_s_per_byte=(nvl_pb, net_pb))
