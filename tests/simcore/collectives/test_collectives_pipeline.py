@@ -134,3 +134,14 @@ def test_nvls_tree_fill_counts_the_switch_reduce_and_broadcast_legs() -> None:
     t_nvl, t_net = chunk * 128 * nvl_pb, chunk * 4 * net_pb
     expected = 2 * t_nvl + 2 * t_net - max(t_nvl, t_net)
     assert fill_s(phase, "Simple", 128 * MiB, info, 1.0) == pytest.approx(expected, rel=1e-12)
+
+
+def test_an_nvls_tree_all_reduce_never_gets_faster_with_size() -> None:
+    """Two p5 nodes: the NVLS-tree chunk doubles at NCCL's thresholds (and with it the fill), and
+    NCCL's pick changes with size; neither may make a larger message finish sooner."""
+    topo = load_cluster("p5.48xlarge", gpus=16, nodes=2)
+    for algorithm in (None, "nvls_tree"):
+        times = [
+            price(topo, "all_reduce", 1024 << (2 * i), algorithm=algorithm).closed_form_s for i in range(13)
+        ]
+        assert times == sorted(times)
