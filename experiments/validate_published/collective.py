@@ -5,7 +5,10 @@ The setup is what ``all_reduce_perf`` ran: the operation, the element type (nccl
 algorithm when the row pins it (``NCCL_ALGO``). The prediction is
 :func:`experiments.nccl_sim.cli.rows_for` on :func:`topologies.load_cluster`'s cluster, so sizes
 are rounded and bus bandwidths computed exactly as ``python -m experiments.nccl_sim`` prints them.
-A sweep's metric is the largest bus bandwidth over its sizes (the "peak" rows).
+A sweep's metric is the largest bus bandwidth over its sizes (the "peak" rows) or, for a row that
+quotes nccl-tests' closing "# Avg bus bandwidth" line, their mean (nccl-tests src/common.cu adds
+every size's bus bandwidth, out-of-place and in-place alike, and divides by the count; the
+simulator's two runs are the same, so the mean over the sizes).
 
 A row whose source does not show the machine's topology (no ``nvidia-smi topo -m``) names the
 presets it could have run on under ``topology_unknown`` (e.g. an H100 PCIe pair with 1, 2 or 3
@@ -39,7 +42,7 @@ __all__ = ["KEYS", "METRIC_NAMES", "TOPOLOGY_UNKNOWN", "CollectiveSetup", "forma
 
 KEYS = ("topology", "gpus", "nodes", "op", "size", "sweep", "algorithm", "datatype", "topology_unknown")
 TOPOLOGY_UNKNOWN = "collective_topology_unknown"
-METRIC_NAMES = ("time_us", "busbw", "busbw_peak")
+METRIC_NAMES = ("time_us", "busbw", "busbw_peak", "busbw_avg")
 SMALL_MAX_BYTES = 1024**2  # "small message" rows: <= 1 MiB (the collectives issue's target split)
 LARGE_MIN_BYTES = 64 * 1024**2  # "large message" rows: >= 64 MiB, and every sweep's peak
 
@@ -113,12 +116,17 @@ class CollectiveSetup:
         if metric == "busbw_peak":
             best = max(rows, key=lambda r: r.busbw_GBps)
             return best.busbw_GBps, best.algorithm, best.size_bytes
+        if metric == "busbw_avg":
+            # the algorithm NCCL ran at the sweep's largest size stands for the row
+            return sum(r.busbw_GBps for r in rows) / len(rows), rows[-1].algorithm, rows[-1].size_bytes
         value = rows[0].time_us if metric == "time_us" else rows[0].busbw_GBps
         return value, rows[0].algorithm, rows[0].size_bytes
 
     def predict(self, metric: str) -> Prediction:
         value, algorithm, size = self._value(self._preset(), metric)
         setup = self.describe() + (f"; peak at {format_size(size)}" if metric == "busbw_peak" else "")
+        if metric == "busbw_avg":
+            setup += f"; mean over the {len(self.sizes)} sizes (nccl-tests' Avg bus bandwidth)"
         if self.band:
             values = [self._value(name, metric)[0] for name in self.band]
             setup += f"; topology unknown: {min(values):.4g}..{max(values):.4g} over {', '.join(self.band)}"

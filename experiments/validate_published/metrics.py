@@ -29,6 +29,12 @@ METRICS: dict[str, Metric] = {
         Metric("time_us", "us", False, "nccl-tests out-of-place time of one collective"),
         Metric("busbw", "GB/s", True, "nccl-tests bus bandwidth at one size"),
         Metric("busbw_peak", "GB/s", True, "largest nccl-tests bus bandwidth over a size sweep"),
+        Metric(
+            "busbw_avg",
+            "GB/s",
+            True,
+            "nccl-tests' 'Avg bus bandwidth' line: the mean bus bandwidth over a size sweep",
+        ),
         Metric("step_time_s", "s", False, "seconds per training iteration"),
         Metric("tokens_per_s_per_gpu", "tokens/s/GPU", True, "training tokens per second per GPU"),
         Metric("tflops_per_gpu", "TFLOPS", True, "model FLOPs (6 x params x tokens) per second per GPU"),

@@ -93,8 +93,11 @@ def fill_s(phase: Phase, proto: str, size: float, info: GroupInfo, efficiency: f
         return 0.0
     intra_pb, net_pb = phase.stage_s_per_byte
     per_nic = ops / max(1, info.nics)  # channels (NVLS: operations) sharing each NIC
+    intra = hops.intra
+    if hops.pattern == "nvls_tree" and intra > 0:
+        intra = float(_cfg()["nvls_tree_intra_stages"])  # the switch's reduce and broadcast legs
     stages = [
-        (hops.intra, chunk * ops * intra_pb / efficiency),
+        (intra, chunk * ops * intra_pb / efficiency),
         (hops.inter, chunk * per_nic * net_pb / efficiency),
     ]
     used = [(n, t) for n, t in stages if n > 0 and t > 0]

@@ -18,7 +18,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from experiments.nccl_sim.cli import rows_for
 from experiments.validate_published.cli import OUT_FILES, main
+from experiments.validate_published.collective import parse
 from experiments.validate_published.evaluate import NOT_EXPRESSIBLE, PREDICTED, evaluate, summarise
 from experiments.validate_published.kernels import parse_layer
 from experiments.validate_published.mapping import CATEGORIES, load_mapping, plan_row
@@ -28,6 +30,7 @@ from experiments.validate_published.published import COLUMNS, CSV_PATH, content_
 from experiments.validate_published.report import CSV_COLUMNS, id_list
 from experiments.validate_published.training import parse_ps, parse_step
 from simcore.errors import TrainsimError
+from topologies import load_cluster
 
 # The reference file's SHA-256 with LF line endings (data/README.md records the same value).
 REFERENCE_SHA256 = "c203e6da9884fb4f368448ea269623085097554091365e88a49360a89a77005d"
@@ -127,6 +130,18 @@ def _h100_pair_entry() -> dict[str, object]:
         "size": "1GiB",
         "metric": "busbw",
     }
+
+
+def test_a_sweeps_average_busbw_is_the_mean_nccl_tests_prints() -> None:
+    """nccl-tests' "# Avg bus bandwidth": the sum of every size's busbw over their count."""
+    entry = {"topology": ["dgx-a100"], "gpus": 8, "nodes": 1, "op": "all_reduce", "sweep": ["1MiB", "4MiB"]}
+    setup = parse(entry, "test", "one DGX A100")
+    rows = rows_for(load_cluster("dgx-a100", gpus=8, nodes=1), "all_reduce", [1 << 20, 2 << 20, 4 << 20])
+    by_hand = (rows[0].busbw_GBps + rows[1].busbw_GBps + rows[2].busbw_GBps) / 3
+    prediction = setup.predict("busbw_avg")
+    assert prediction.value == pytest.approx(by_hand, rel=1e-12)
+    assert prediction.value < setup.predict("busbw_peak").value
+    assert "mean over the 3 sizes" in prediction.setup
 
 
 def test_every_row_is_predicted_or_listed_with_a_reason() -> None:

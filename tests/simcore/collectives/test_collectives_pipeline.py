@@ -6,7 +6,8 @@ import pytest
 
 from simcore.collectives import NcclOptions, price
 from simcore.collectives.group import GroupInfo
-from simcore.collectives.pipeline import chunk_bytes
+from simcore.collectives.pipeline import chunk_bytes, fill_s
+from simcore.collectives.plan import Hops, Phase
 from simcore.errors import TrainsimError
 from topologies import load_cluster
 
@@ -116,3 +117,31 @@ def test_a_two_node_all_reduce_never_gets_faster_with_size() -> None:
     topo = load_cluster("dgx-a100", gpus=16)
     times = [price(topo, "all_reduce", 1024 << (2 * i)).closed_form_s for i in range(11)]
     assert times == sorted(times)
+
+
+def test_nvls_tree_fill_counts_the_switch_reduce_and_broadcast_legs() -> None:
+    """NCCL's NVLS tree reduces through the switch before the first network send and broadcasts
+    through it after the last receive (all_reduce.h: "Reduce, send to network", "Recv from network,
+    broadcast"): two NVLink stages and, on two nodes, two network stages (up and down the tree).
+
+    By hand, 16 ranks on 2 nodes of 8, 32 NICs, 128 MiB: chunk 128 KiB; 16 NVLS channels x 8 heads
+    = 128 concurrent operations, 4 per NIC. NVLink stage: 128 KiB x 128 x 2.5 ps/B; network stage:
+    128 KiB x 4 x 80 ps/B. fill = 2 t_nvl + 2 t_net - max(t_nvl, t_net)."""
+    info = _info(arch="hopper", nics=32)
+    nvl_pb, net_pb = 2.5e-12, 80e-12
+    phase = Phase("nvls_tree", (), Hops("nvls_tree", 1.0, 2.0), stage_s_per_byte=(nvl_pb, net_pb))
+    chunk = 128 * KiB
+    t_nvl, t_net = chunk * 128 * nvl_pb, chunk * 4 * net_pb
+    expected = 2 * t_nvl + 2 * t_net - max(t_nvl, t_net)
+    assert fill_s(phase, "Simple", 128 * MiB, info, 1.0) == pytest.approx(expected, rel=1e-12)
+
+
+def test_an_nvls_tree_all_reduce_never_gets_faster_with_size() -> None:
+    """Two p5 nodes: the NVLS-tree chunk doubles at NCCL's thresholds (and with it the fill), and
+    NCCL's pick changes with size; neither may make a larger message finish sooner."""
+    topo = load_cluster("p5.48xlarge", gpus=16, nodes=2)
+    for algorithm in (None, "nvls_tree"):
+        times = [
+            price(topo, "all_reduce", 1024 << (2 * i), algorithm=algorithm).closed_form_s for i in range(13)
+        ]
+        assert times == sorted(times)
