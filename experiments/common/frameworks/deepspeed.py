@@ -13,7 +13,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from experiments.common.frameworks.levers import Emitted, plan_levers
 from experiments.common.frameworks.settings import FrameworkConfig, Setting, config_file, refuse
+from simcore.compute.fp8 import resolve_fp8
 from simcore.errors import TrainsimError
 from simcore.inputs import read_text
 
@@ -290,9 +292,10 @@ def _checkpointing(data: Mapping[str, Any]) -> list[Setting]:
 # Out
 
 
-def emit_deepspeed(layout: Mapping[str, Any], run: Mapping[str, Any]) -> str | None:
+def emit_deepspeed(layout: Mapping[str, Any], run: Mapping[str, Any]) -> Emitted | None:
     """The DeepSpeed JSON of a plan's layout, or None when DeepSpeed's JSON cannot say it (model
-    parallelism, FSDP/HSDP, selective recompute, parameter offload outside ZeRO-3)."""
+    parallelism, FSDP/HSDP, selective recompute, parameter offload outside ZeRO-3); levers the JSON
+    cannot hold (they are the training script's) are named in the result's ``cannot``."""
     stages = {"ddp": 0, "zero1": 1, "zero2": 2, "zero3": 3}
     if layout["strategy"] not in stages or any(layout[k] > 1 for k in ("tp", "pp", "cp", "ep")):
         return None
@@ -306,20 +309,52 @@ def emit_deepspeed(layout: Mapping[str, Any], run: Mapping[str, Any]) -> str | N
         zero["offload_param"] = {"device": "cpu"}
     elif layout["offload"] != "none":
         return None
+    cannot: list[tuple[str, str]] = []
     doc: dict[str, Any] = {
         "train_batch_size": run["global_batch"],
         "train_micro_batch_size_per_gpu": layout["micro_batch"],
         "gradient_accumulation_steps": run["global_batch"] // (layout["micro_batch"] * layout["dp"]),
         "zero_optimization": zero,
     }
-    if run["dtype"] in ("bf16", "fp16"):
-        doc[run["dtype"]] = {"enabled": True}
+    dtype, fp8 = resolve_fp8(run["dtype"], run.get("fp8", "none"))
+    low = "bf16" if dtype == "fp8" else dtype
+    if low in ("bf16", "fp16"):
+        doc[low] = {"enabled": True}
+    elif low == "tf32":
+        cannot.append(("dtype", "tf32: a DeepSpeed JSON has no TF32 switch (the script's torch.backends)"))
+    if fp8 != "none":
+        cannot.append(
+            ("fp8", f"{fp8}: FP8 linears are the model's (Transformer Engine, torchao), not the JSON's")
+        )
     types = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD", "sgd-momentum": "SGD"}
     if run["optimizer"] in types:
         params: dict[str, Any] = {"momentum": 0.9} if run["optimizer"] == "sgd-momentum" else {}
         if run["optimizer"] == "adam":
             params["adam_w_mode"] = False
         doc["optimizer"] = {"type": types[run["optimizer"]], "params": params}
+    else:
+        cannot.append(("optimizer", f"{run['optimizer']}: DeepSpeed's optimizer types are Adam, AdamW, SGD"))
     if layout["recompute"] == "full":
         doc["activation_checkpointing"] = {"cpu_checkpointing": False}
-    return json.dumps(doc, indent=2)
+    cannot += _script_levers(layout, run)
+    return Emitted(json.dumps(doc, indent=2), tuple(cannot))
+
+
+def _script_levers(layout: Mapping[str, Any], run: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The levers the training script holds, not the JSON (named when the plan's differ from what
+    the JSON read back means)."""
+    cannot = []
+    if run.get("seq_len"):
+        cannot.append(
+            ("seq-len", f"{run['seq_len']}: the sequence length is the script's data (give --seq-len)")
+        )
+    if run.get("compile"):
+        cannot.append(("compile", "torch.compile is the script's call (engine.compile()), not the JSON's"))
+    if run.get("saved_tensors", "eager") != "eager":
+        cannot.append(("saved-tensors", f"{run['saved_tensors']}: the script's model decides its kernels"))
+    if run.get("cross_entropy", "torch") != "torch":
+        cannot.append(("cross-entropy", f"{run['cross_entropy']}: the script's loss decides it"))
+    want = plan_levers(layout, run)["precision"]
+    if want not in ("mixed", "fp32", "tf32"):
+        cannot.append(("precision", f"{want}: DeepSpeed's bf16/fp16 keep fp32 master weights (mixed)"))
+    return cannot

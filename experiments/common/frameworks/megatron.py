@@ -15,7 +15,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from experiments.common.frameworks.levers import Emitted, plan_levers
 from experiments.common.frameworks.settings import FrameworkConfig, Setting, is_file, match_preset, refuse
+from simcore.compute.fp8 import resolve_fp8
 from simcore.errors import TrainsimError
 from simcore.inputs import read_text
 
@@ -446,18 +448,23 @@ def _moe(args: argparse.Namespace, ffn: int) -> dict[str, Any]:
 # Out: a layout as a Megatron argument line
 
 
-def emit_megatron(layout: Mapping[str, Any], run: Mapping[str, Any]) -> str | None:
+def emit_megatron(layout: Mapping[str, Any], run: Mapping[str, Any]) -> Emitted | None:
     """The Megatron-LM arguments of a plan's layout (``layout`` as in the plan's JSON record, ``run``
-    the model's shape mapping or preset and the batch), or None when Megatron cannot run it."""
+    the model's shape mapping or preset, the batch and the run's levers, as
+    :func:`experiments.common.frameworks.emit.run_levers` has them), or None when Megatron cannot run
+    it; levers it runs differently are named in the result's ``cannot``."""
     strategy = {"ddp": [], "zero1": ["--use-distributed-optimizer"], "fsdp": ["--use-torch-fsdp2"]}.get(
         layout["strategy"]
     )
-    if strategy is None or layout["schedule"] != "1f1b" or layout["offload"] not in ("none", "optimizer"):
-        return None
+    offload = {"none": [], "optimizer": ["--optimizer-cpu-offload"], "activations": ["--cpu-offloading"]}.get(
+        layout["offload"]
+    )
     recompute = {"none": [], "selective": ["--recompute-granularity", "selective"],
                  "full": ["--recompute-granularity", "full", "--recompute-method", "uniform",
                           "--recompute-num-layers", "1"]}.get(layout["recompute"])  # fmt: skip
-    if recompute is None:
+    if strategy is None or offload is None or recompute is None:
+        return None
+    if layout["pp"] > 1 and layout["schedule"] != "1f1b":  # Megatron runs 1F1B (interleaved) only
         return None
     shape = run["shape"]
     parts = [*_shape_args(shape), "--seq-length", str(run["seq_len"]),
@@ -471,14 +478,66 @@ def emit_megatron(layout: Mapping[str, Any], run: Mapping[str, Any]) -> str | No
             "--num-layers-per-virtual-pipeline-stage",
             str(shape["layers"] // (layout["pp"] * layout["vpp"])),
         ]
-    if layout["sequence_parallel"]:
+    if layout["sequence_parallel"] and layout["tp"] > 1:
         parts.append("--sequence-parallel")
-    parts += strategy + recompute + (["--optimizer-cpu-offload"] if layout["offload"] == "optimizer" else [])
-    parts += {"bf16": ["--bf16"], "fp16": ["--fp16"]}.get(run["dtype"], [])
-    parts += {"adamw": ["--optimizer", "adam"], "sgd-momentum": ["--optimizer", "sgd"]}.get(
-        run["optimizer"], []
+    if layout.get("tp_comm_overlap") and layout["tp"] > 1:
+        parts.append("--tp-comm-overlap")
+    if layout["cp"] > 1:
+        parts += ["--cp-comm-type", "p2p"]  # ring attention (the plan's context parallelism)
+    cannot: list[tuple[str, str]] = []
+    parts += strategy + recompute + offload + _emit_precision(run, cannot)
+    parts += _emit_kernels(run, cannot)
+    optimizer = {"adamw": ["--optimizer", "adam"], "sgd-momentum": ["--optimizer", "sgd"]}.get(
+        run["optimizer"]
     )
-    return shlex.join(parts)
+    if optimizer is None:
+        cannot.append(("optimizer", f"{run['optimizer']}: Megatron runs adam (AdamW) or sgd (momentum 0.9)"))
+    parts += optimizer or []
+    _precision_note(layout, run, cannot)
+    return Emitted(shlex.join(parts), tuple(cannot))
+
+
+# trainsim's FP8 recipe -> Megatron-LM's --fp8-recipe (arguments.py, _add_transformer_engine_args:
+# delayed and tensorwise; --fp8-format hybrid is e4m3 forward, e5m2 gradients, as TE recommends)
+FP8_RECIPES = {"delayed": "delayed", "tensorwise": "tensorwise"}
+
+
+def _emit_precision(run: Mapping[str, Any], cannot: list[tuple[str, str]]) -> list[str]:
+    dtype, fp8 = resolve_fp8(run["dtype"], run.get("fp8", "none"))
+    low = "bf16" if dtype == "fp8" else dtype
+    parts = {"bf16": ["--bf16"], "fp16": ["--fp16"]}.get(low, [])
+    if low == "tf32":
+        cannot.append(("dtype", "tf32: Megatron's fp32 run has no TF32 switch (it is the environment's)"))
+    if fp8 in FP8_RECIPES:
+        parts += ["--fp8-format", "hybrid", "--fp8-recipe", FP8_RECIPES[fp8]]
+    elif fp8 != "none":
+        cannot.append(("fp8", f"{fp8}: Megatron's recipes are delayed and tensorwise (Transformer Engine)"))
+    return parts
+
+
+def _emit_kernels(run: Mapping[str, Any], cannot: list[tuple[str, str]]) -> list[str]:
+    saved = run.get("saved_tensors", "eager")
+    fp8 = resolve_fp8(run["dtype"], run.get("fp8", "none"))[1] in FP8_RECIPES  # FP8 written: TE's
+    impl = "transformer_engine" if saved == "megatron-te" or fp8 else "local"
+    if saved == "eager" and fp8:
+        cannot.append(
+            ("saved-tensors", "eager: FP8 runs on Transformer Engine, whose fused kernels save less")
+        )
+    if run.get("cross_entropy", "torch") != "megatron":
+        cannot.append(("cross-entropy", "torch: Megatron-Core's loss is its vocab-parallel cross entropy"))
+    if run.get("compile"):
+        cannot.append(("compile", "Megatron-LM does not run the model under torch.compile"))
+    return ["--transformer-impl", impl]
+
+
+def _precision_note(layout: Mapping[str, Any], run: Mapping[str, Any], cannot: list[tuple[str, str]]) -> None:
+    """Megatron keeps low-precision parameters and gradients with fp32 main weights ("mixed") under
+    every strategy; the plan's ``auto`` is torch's own mode for DDP and FSDP."""
+    want = plan_levers(layout, run)["precision"]
+    if want not in ("mixed", "fp32", "tf32"):
+        cannot.append(
+            ("precision", f"{want}: Megatron runs low-precision weights with fp32 main weights (mixed)")
+        )
 
 
 def _shape_args(shape: Mapping[str, Any]) -> Sequence[str]:

@@ -108,7 +108,9 @@ SPACE = ["--model", "gpt2-small", "--cluster", "dgx-a100", "--gpus", "8", "--qui
 def test_plan_emits_its_winner_as_megatron_and_reading_it_back_plans_the_same_layout(tmp_path: Path) -> None:
     code, out, err = run_cli(plan_main, [*SPACE, "--emit", "megatron"])
     assert code == 0, err
-    header, line = out.splitlines()[:2]
+    header, *body = out.splitlines()
+    line = "\n".join(body)  # the "# cannot express" lines first: comments to the reader
+    assert body[-1].startswith("--num-layers")
     label = header.split(": ", 1)[1].split(" (rank", 1)[0]
     code, back, err = run_cli(plan_main, ["--from", "megatron", line, "--cluster", "dgx-a100", "--gpus", "8",
                                           "--quiet", "--workers", "1", "--format", "json"])  # fmt: skip
@@ -124,8 +126,10 @@ def test_plan_emits_deepspeed_json_with_its_gpu_count_header_and_writes_it_for_f
     argv = [*SPACE, "--emit", "deepspeed", "--pp", "1", "--strategies", "zero2,fsdp", "--out", str(tmp_path)]
     code, out, err = run_cli(plan_main, argv)
     assert code == 0, err
-    header, body = out.split("\n", 1)
+    header, *notes, body = out.split("\n{", 1)[0].splitlines() + ["{" + out.split("\n{", 1)[1]]
     assert header.startswith("# 8 GPUs: zero2")  # fsdp has no DeepSpeed JSON: the best ZeRO layout
+    # printed, not in the JSON: what the training script holds (gpt2-small's 1024-token samples)
+    assert notes == ["# cannot express --seq-len: 1024: the sequence length is the script's data (give --seq-len)"]
     doc = json.loads(body)
     assert doc["zero_optimization"] == {"stage": 2} and doc["train_batch_size"] == 256
     written = tmp_path / "deepspeed_8gpus.json"

@@ -120,10 +120,50 @@ def test_torchtitan_interleaved_schedule_takes_virtual_stages_from_layers_per_st
     path = _toml(tmp_path, '[model]\nname = "llama3"\nflavor = "8B"\n[parallelism]\ndata_parallel_shard_degree = 2\n'
                  'pipeline_parallel_degree = 4\npipeline_parallel_schedule = "Interleaved1F1B"\n'
                  'pipeline_parallel_layers_per_stage = 2\npipeline_parallel_microbatch_size = 2\n'
+                 "pipeline_parallel_first_stage_less_layers = 0\npipeline_parallel_last_stage_less_layers = 0\n"
                  "[training]\nlocal_batch_size = 16\n")  # fmt: skip
     got = values(read_torchtitan(path))
-    assert got["vpp"] == "4"  # 32 layers / (pp 4 x 2 per stage)
+    assert got["vpp"] == "4" and "pp-layers" not in got  # 32 layers / (pp 4 x 2 per stage), even
     assert (got["gpus"], got["micro-batch"], got["global-batch"]) == ("8", "2", "32")  # 2 x 4; 16 x dp 2
+
+
+PIPELINE_8B = '[model]\nname = "llama3"\nflavor = "8B"\n[parallelism]\ndata_parallel_shard_degree = 2\npipeline_parallel_degree = 4\n'
+
+
+@pytest.mark.parametrize(
+    ("extra", "vpp", "stages"),
+    [
+        # torchtitan's default weights (1, 1): 32 + 2 = 34 over 4 stages is 8 rem 2, the first two
+        # stages one more: 9, 9, 8, 8, less the embedding on the first and the loss on the last
+        ("", None, "8,9,8,7"),
+        # Interleaved1F1B without layers_per_stage: 2 stages per rank; 34 over 8 is 4 rem 2
+        ('pipeline_parallel_schedule = "Interleaved1F1B"\n', "2", "4,5,4,4,4,4,4,3"),
+        # layers_per_stage 3: ceil(34 / 3) = 12 stages, 3 per rank; 34 over 12 is 2 rem 10
+        ('pipeline_parallel_schedule = "Interleaved1F1B"\npipeline_parallel_layers_per_stage = 3\n', "3",
+         "2,3,3,3,3,3,3,3,3,3,2,1"),
+        ("pipeline_parallel_first_stage_less_layers = 0\npipeline_parallel_last_stage_less_layers = 0\n", None, None),
+    ],
+)  # fmt: skip
+def test_torchtitan_stage_split_is_torchtitans_own(
+    tmp_path: Path, extra: str, vpp: str | None, stages: str | None
+) -> None:
+    """pipeline_llm / generate_llm_fqn_per_model_part (torchtitan/distributed/pipeline_parallel.py),
+    counted by hand: the defaults where the TOML is silent split unevenly."""
+    got = values(read_torchtitan(_toml(tmp_path, PIPELINE_8B + extra)))
+    assert (got.get("vpp"), got.get("pp-layers")) == (vpp, stages)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "pipeline_parallel_layers_per_stage = 2\n",  # ceil(34 / 2) = 17 stages: not a multiple of pp 4
+        "pipeline_parallel_first_stage_less_layers = 12\n",  # 45 over 4 is 11: the embedding weighs more
+    ],
+)
+def test_torchtitan_stage_split_torchtitan_refuses_is_refused_in_one_line(tmp_path: Path, extra: str) -> None:
+    with pytest.raises(TrainsimError, match="pipeline_parallel") as err:
+        read_torchtitan(_toml(tmp_path, PIPELINE_8B + extra))
+    assert "\n" not in str(err.value)
 
 
 @pytest.mark.parametrize(
