@@ -126,10 +126,14 @@ def test_plan_emits_deepspeed_json_with_its_gpu_count_header_and_writes_it_for_f
     argv = [*SPACE, "--emit", "deepspeed", "--pp", "1", "--strategies", "zero2,fsdp", "--out", str(tmp_path)]
     code, out, err = run_cli(plan_main, argv)
     assert code == 0, err
-    header, *notes, body = out.split("\n{", 1)[0].splitlines() + ["{" + out.split("\n{", 1)[1]]
+    head, json_text = out.split("\n{", 1)
+    header, *notes = head.splitlines()
+    body = "{" + json_text
     assert header.startswith("# 8 GPUs: zero2")  # fsdp has no DeepSpeed JSON: the best ZeRO layout
     # printed, not in the JSON: what the training script holds (gpt2-small's 1024-token samples)
-    assert notes == ["# cannot express --seq-len: 1024: the sequence length is the script's data (give --seq-len)"]
+    assert notes == [
+        "# cannot express --seq-len: 1024: the sequence length is the script's data (give --seq-len)"
+    ]
     doc = json.loads(body)
     assert doc["zero_optimization"] == {"stage": 2} and doc["train_batch_size"] == 256
     written = tmp_path / "deepspeed_8gpus.json"
