@@ -32,10 +32,10 @@ IGNORED_TOP = {
     **dict.fromkeys(("checkpoint", "dataloader_drop_last", "elasticity"), "outside the step"),
 }  # fmt: skip
 IGNORED_ZERO = {
-    **dict.fromkeys(("contiguous_gradients", "reduce_scatter", "allgather_partitions", "overlap_comm",
+    **dict.fromkeys(("contiguous_gradients", "reduce_scatter", "allgather_partitions",
                      "round_robin_gradients", "use_multi_rank_bucket_allreduce", "memory_efficient_linear"),
-                    "DeepSpeed's defaults: overlapped, reduce-scattered buckets, as modelled"),
-    **dict.fromkeys(("allgather_bucket_size", "stage3_prefetch_bucket_size", "prefetch_bucket_size",
+                    "DeepSpeed's defaults: reduce-scattered contiguous buckets, as modelled"),
+    **dict.fromkeys(("stage3_prefetch_bucket_size", "prefetch_bucket_size",
                      "stage3_param_persistence_threshold", "param_persistence_threshold",
                      "stage3_max_live_parameters", "max_live_parameters", "stage3_max_reuse_distance",
                      "max_reuse_distance", "sub_group_size", "stage3_model_persistence_threshold"),
@@ -125,7 +125,9 @@ def read_deepspeed(path_text: str, *, gpus: int | None = None) -> FrameworkConfi
         settings.append(
             Setting("offload", "none", "(no offload_optimizer, offload_param or cpu_checkpointing)")
         )
-    ignored = tuple(sorted(k for k in data if k in IGNORED_TOP))
+    zero = data.get("zero_optimization", {})
+    stage_keys = _buckets(zero, zero.get("stage", 0))[1] if isinstance(zero, Mapping) else []
+    ignored = tuple(sorted(k for k in data if k in IGNORED_TOP)) + tuple(stage_keys)
     return FrameworkConfig(NAME, tuple(settings), None, ignored)
 
 
@@ -172,7 +174,8 @@ def _source(data: Mapping[str, Any], key: str, value: int | None) -> str:
 
 def _zero(data: Mapping[str, Any]) -> list[Setting]:
     zero = _object(data.get("zero_optimization", {}), "zero_optimization")
-    read = {"stage", "offload_optimizer", "offload_param", "reduce_bucket_size", "cpu_offload",
+    read = {"stage", "offload_optimizer", "offload_param", "reduce_bucket_size", "allgather_bucket_size",
+            "overlap_comm", "cpu_offload",
             "zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_gradients"}  # fmt: skip
     for key in zero:
         if key not in read and key not in IGNORED_ZERO:
@@ -192,9 +195,8 @@ def _zero(data: Mapping[str, Any]) -> list[Setting]:
                      ("zero_quantized_gradients", "ZeRO++ quantized gradients")):  # fmt: skip
         if zero.get(key) not in (None, False, 1):
             raise refuse(NAME, f"zero_optimization.{key}", f"{why} are not modelled")
-    if "reduce_bucket_size" in zero:
-        size = _positive(zero["reduce_bucket_size"], "zero_optimization.reduce_bucket_size")
-        out.append(Setting("bucket-size", str(size), f"zero_optimization.reduce_bucket_size = {size}"))
+    buckets, _ = _buckets(zero, stage)
+    out += buckets
     devices = {k: _offload_device(zero, k) for k in ("offload_optimizer", "offload_param")}
     if _flag(zero, "cpu_offload", "zero_optimization"):
         devices["offload_optimizer"] = "cpu"  # the legacy switch of ZeRO-Offload
@@ -210,6 +212,34 @@ def _zero(data: Mapping[str, Any]) -> list[Setting]:
         out.append(Setting("offload", "optimizer",
                            f"zero_optimization.offload_optimizer.device = {devices['offload_optimizer']}"))  # fmt: skip
     return out
+
+
+# reduce_bucket_size and allgather_bucket_size's default, elements (deepspeed/runtime/zero/config.py)
+ZERO_DEFAULT_BUCKET = 500_000_000
+# zero_optimization keys of ZeRO-1/2's buckets (elements) and overlap -> the what-if's flags
+BUCKET_FLAGS = {
+    "reduce_bucket_size": "zero-bucket-size",
+    "allgather_bucket_size": "zero-allgather-bucket-size",
+}
+
+
+def _buckets(zero: Mapping[str, Any], stage: int) -> tuple[list[Setting], list[str]]:
+    """(settings, keys ignored): ZeRO-1/2's reduction and all-gather buckets and overlap_comm. At
+    stage 0 and 3 they are not the modelled step's (stage 0 all-reduces in DeepSpeed's fixed buffers,
+    stage 3 is priced per block from its fetch tuning, overlapped as DeepSpeed's default): listed as
+    ignored there, with that reason."""
+    out = []
+    for key, flag in BUCKET_FLAGS.items():
+        if key in zero:
+            size = _positive(zero[key], f"zero_optimization.{key}")
+            out.append(Setting(flag, str(size), f"zero_optimization.{key} = {size}"))
+    if "overlap_comm" in zero:
+        overlap = _flag(zero, "overlap_comm", "zero_optimization")
+        out.append(Setting("zero-overlap-comm", "on" if overlap else "off",
+                           f"zero_optimization.overlap_comm = {str(overlap).lower()}"))  # fmt: skip
+    if stage in (1, 2):
+        return out, []
+    return [], [f"{s.source} (a stage 1/2 key; stage {stage} here)" for s in out]
 
 
 def _offload_device(zero: Mapping[str, Any], key: str) -> str:
@@ -303,6 +333,10 @@ def emit_deepspeed(layout: Mapping[str, Any], run: Mapping[str, Any]) -> Emitted
         return None
     stage = stages[layout["strategy"]]
     zero: dict[str, Any] = {"stage": stage}
+    if stage in (1, 2):  # the buckets and overlap the plan priced (DeepSpeed's defaults where unset)
+        zero["reduce_bucket_size"] = int(run.get("zero_bucket_size") or ZERO_DEFAULT_BUCKET)
+        zero["allgather_bucket_size"] = int(run.get("zero_allgather_bucket_size") or ZERO_DEFAULT_BUCKET)
+        zero["overlap_comm"] = run.get("zero_overlap_comm") == "on"
     if layout["offload"] == "optimizer":
         zero["offload_optimizer"] = {"device": "cpu"}
     elif layout["offload"] == "params" and stage == 3:

@@ -22,7 +22,7 @@ from simcore.compute.precision import resolve_precision
 from simcore.errors import TrainsimError
 from simcore.parallel.options import parse_recompute
 
-__all__ = ["LEVERS", "Emitted", "plan_levers", "read_levers"]
+__all__ = ["LEVERS", "Emitted", "plan_levers", "read_levers", "zero_bucket_notes"]
 
 # Each lever, and the value the what-if takes when a config does not set it.
 LEVERS: dict[str, str | bool | None] = {
@@ -51,6 +51,16 @@ LEVERS: dict[str, str | bool | None] = {
     "compile": False,
     "saved-tensors": "eager",
     "cross-entropy": "torch",
+    # ZeRO-1/2's buckets (elements) and overlap; None: DeepSpeed's defaults (compared for zero1/2 only)
+    "zero-bucket-size": None,
+    "zero-allgather-bucket-size": None,
+    "zero-overlap-comm": None,
+}
+# DeepSpeed's defaults (deepspeed/runtime/zero/config.py; TrainingConfig's), the same as None
+ZERO_DEFAULTS = {
+    "zero-bucket-size": "500000000",
+    "zero-allgather-bucket-size": "500000000",
+    "zero-overlap-comm": "off",
 }
 # torch's framework per strategy (simcore.compute.precision.FRAMEWORKS): what --precision auto means
 _PRECISION_FRAMEWORK = {"ddp": "torch-ddp", "fsdp": "torch-fsdp", "hsdp": "torch-fsdp", "zero1": "deepspeed",
@@ -85,6 +95,7 @@ def plan_levers(layout: Mapping[str, Any], run: Mapping[str, Any]) -> dict[str, 
         "fp8": run.get("fp8", "none"), "precision": "auto", "optimizer": run["optimizer"],
         "compile": bool(run.get("compile", False)), "saved-tensors": run.get("saved_tensors", "eager"),
         "cross-entropy": run.get("cross_entropy", "torch"),
+        **{lever: run.get(lever.replace("-", "_")) for lever in ZERO_DEFAULTS},
     }  # fmt: skip
     return _resolved(levers, master_weights=bool(run.get("master_weights", True)))
 
@@ -114,8 +125,19 @@ def _resolved(levers: dict[str, Any], *, master_weights: bool) -> dict[str, str 
             ).mode  # fmt: skip
         except TrainsimError as exc:  # the what-if refuses it too: the mismatch is named, not hidden
             levers["precision"] = f"refused ({exc})"
+    for lever, default in ZERO_DEFAULTS.items():
+        value = levers[lever]
+        levers[lever] = (
+            None if strategy not in ("zero1", "zero2") or str(value) in ("None", default) else str(value)
+        )
     if str(levers["pp"]) == "1":
         levers["schedule"], levers["vpp"] = "1f1b", "1"  # no pipeline: neither means anything
     if str(levers["cp"]) == "1":
         levers["cp-kind"], levers["ring-merge"] = "ring", "fused"
     return levers
+
+
+def zero_bucket_notes(layout: Mapping[str, Any], run: Mapping[str, Any], why: str) -> list[tuple[str, str]]:
+    """The ZeRO-1/2 bucket and overlap levers a framework other than DeepSpeed cannot write."""
+    levers = plan_levers(layout, run)
+    return [(lever, f"{levers[lever]}: {why}") for lever in ZERO_DEFAULTS if levers[lever] is not None]

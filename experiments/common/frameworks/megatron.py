@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from experiments.common.frameworks.levers import Emitted, plan_levers
+from experiments.common.frameworks.levers import Emitted, plan_levers, zero_bucket_notes
 from experiments.common.frameworks.settings import FrameworkConfig, Setting, is_file, match_preset, refuse
 from simcore.compute.fp8 import resolve_fp8
 from simcore.errors import TrainsimError
@@ -494,6 +494,7 @@ def emit_megatron(layout: Mapping[str, Any], run: Mapping[str, Any]) -> Emitted 
         cannot.append(("optimizer", f"{run['optimizer']}: Megatron runs adam (AdamW) or sgd (momentum 0.9)"))
     parts += optimizer or []
     _precision_note(layout, run, cannot)
+    cannot += zero_bucket_notes(layout, run, "Megatron's distributed optimizer buckets by --ddp-bucket-size")
     return Emitted(shlex.join(parts), tuple(cannot))
 
 

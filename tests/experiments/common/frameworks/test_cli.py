@@ -14,6 +14,7 @@ from experiments.common.frameworks.wiring import expand_from
 from experiments.plan.cli import main as plan_main
 from experiments.what_if.cli import build_parser
 from experiments.what_if.cli import main as what_if_main
+from simcore.cliargs import framework_config
 from tests.fuzzing import check_cli_outcome, run_cli
 from tests.paths import REPO
 
@@ -135,7 +136,15 @@ def test_plan_emits_deepspeed_json_with_its_gpu_count_header_and_writes_it_for_f
         "# cannot express --seq-len: 1024: the sequence length is the script's data (give --seq-len)"
     ]
     doc = json.loads(body)
-    assert doc["zero_optimization"] == {"stage": 2} and doc["train_batch_size"] == 256
+    zero = {
+        "stage": 2,
+        "reduce_bucket_size": 500_000_000,
+        "allgather_bucket_size": 500_000_000,
+        "overlap_comm": False,
+    }
+    assert (
+        doc["zero_optimization"] == zero and doc["train_batch_size"] == 256
+    )  # DeepSpeed's defaults, written
     written = tmp_path / "deepspeed_8gpus.json"
     assert f"wrote {written}" in err and json.loads(written.read_text(encoding="utf-8")) == doc
     got = {s.flag: s.value for s in read_deepspeed(str(written)).settings}
@@ -174,3 +183,20 @@ def test_a_megatron_line_on_transformer_engine_runs_with_its_kernels_and_a_flag_
     assert flags["--saved-tensors"]["overridden"] and flags["--cross-entropy"]["overridden"]
     peak = [float(doc["records"][-1]["peak_memory_bytes"]) for doc in (te, eager)]  # type: ignore[index]
     assert peak[0] < peak[1]
+
+
+def test_a_zero2_json_sets_its_buckets_and_overlap_in_the_training_config(tmp_path: Path) -> None:
+    """reduce_bucket_size / allgather_bucket_size (elements) and overlap_comm reach the ZeRO-2 step's
+    TrainingConfig fields through the what-if's flags (simcore.cliargs.framework_config)."""
+    path = tmp_path / "ds.json"
+    zero = {"stage": 2, "reduce_bucket_size": 7e6, "allgather_bucket_size": 3000000, "overlap_comm": True}
+    path.write_text(
+        json.dumps({"train_micro_batch_size_per_gpu": 2, "zero_optimization": zero}), encoding="utf-8"
+    )
+    expanded, _ = expand_from(build_parser(), ["--from", "deepspeed", str(path), "--gpus", "8"], "what_if")
+    config = framework_config(build_parser().parse_args(expanded))
+    assert (config["zero_bucket_elements"], config["zero_allgather_bucket_elements"]) == (
+        7_000_000,
+        3_000_000,
+    )
+    assert config["zero_overlap_comm"] is True
