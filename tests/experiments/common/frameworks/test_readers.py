@@ -181,6 +181,16 @@ def test_torchtitan_stage_split_torchtitan_refuses_is_refused_in_one_line(tmp_pa
         ("[parallelism]\ndata_parallel_shard_degree = 4\n[model]\nconverters = [\"quantize.linear.mx\"]\n"
          "[quantize.linear.mx]\nrecipe_name = \"mxfp8\"\n", "[model] converters"),
         ("[quantize]\nlinear = 3\n", "[quantize]"),
+        # contradictory: torchtitan raises on async TP without the compiled model (tensor_parallel.py)
+        ("[parallelism]\ndata_parallel_shard_degree = 4\ntensor_parallel_degree = 2\n"
+         "enable_async_tensor_parallel = true\n", "enable_async_tensor_parallel"),
+        ("[parallelism]\ndata_parallel_shard_degree = 4\ntensor_parallel_degree = 2\n"
+         "enable_async_tensor_parallel = true\n[compile]\nenable = true\ncomponents = [\"loss\"]\n",
+         "enable_async_tensor_parallel"),
+        # torchao gathers rowwise-scaled weights in bf16 only
+        ("[parallelism]\ndata_parallel_shard_degree = 4\n[model]\nconverters = [\"quantize.linear.float8\"]\n"
+         "[quantize.linear.float8]\nrecipe_name = \"rowwise\"\nenable_fsdp_float8_all_gather = true\n",
+         "enable_fsdp_float8_all_gather"),
     ],
 )  # fmt: skip
 def test_torchtitan_bad_input_is_one_line_naming_the_key(tmp_path: Path, text: str, named: str) -> None:
@@ -268,3 +278,25 @@ def test_megatron_unknown_transformer_impl_is_one_line() -> None:
         TrainsimError, match=r"^--from megatron: --transformer-impl local: contradicts --fp8-format"
     ):
         read_megatron(TINY + " --bf16 --fp8-format hybrid --transformer-impl local")
+
+
+def test_torchtitan_async_tp_with_compile_and_tensorwise_without_the_fp8_all_gather(tmp_path: Path) -> None:
+    """Async TP with the compiled model reads as --tp-comm-overlap; a tensorwise FSDP run without the
+    FP8 all-gather is named among the ignored keys (the model prices tensorwise with it)."""
+    text = ("[model]\nname = \"llama3\"\nflavor = \"8B\"\nconverters = [\"quantize.linear.float8\"]\n"
+            "[parallelism]\ndata_parallel_shard_degree = 4\ntensor_parallel_degree = 2\n"
+            "enable_async_tensor_parallel = true\n[compile]\nenable = true\n")  # fmt: skip
+    config = read_torchtitan(_toml(tmp_path, text))
+    got = values(config)
+    assert (got["tp-comm-overlap"], got["compile"], got["fp8"]) == (True, True, "tensorwise")
+    assert (got["saved-tensors"], got["cross-entropy"]) == ("eager", "torch")
+    assert any(
+        "enable_fsdp_float8_all_gather (torchtitan default false): priced as true" in i
+        for i in config.ignored
+    )
+
+
+def test_deepspeed_stage2_buckets_and_overlap_are_flags() -> None:
+    got = values(read_deepspeed(str(DATA / "ds_config_zero2_offload.json"), gpus=4))
+    assert (got["zero-bucket-size"], got["zero-allgather-bucket-size"]) == ("7000000", "7000000")
+    assert "zero-overlap-comm" not in got and got["offload"] == "optimizer"  # cpu_offload: ZeRO-Offload
