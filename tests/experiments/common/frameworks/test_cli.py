@@ -200,3 +200,18 @@ def test_a_zero2_json_sets_its_buckets_and_overlap_in_the_training_config(tmp_pa
         3_000_000,
     )
     assert config["zero_overlap_comm"] is True
+
+
+def test_plan_emits_torchtitan_toml_and_reading_it_back_plans_the_same_layout(tmp_path: Path) -> None:
+    argv = [*SPACE, "--emit", "torchtitan", "--pp", "1", "--strategies", "fsdp", "--out", str(tmp_path)]
+    code, out, err = run_cli(plan_main, argv)
+    assert code == 0, err
+    label = out.splitlines()[0].split(": ", 1)[1].split(" (rank", 1)[0]
+    written = tmp_path / "torchtitan_8gpus.toml"
+    assert "# gpt2-small: no torchtitan flavor" in written.read_text(encoding="utf-8")
+    back = ["--from", "torchtitan", str(written), "--model", "gpt2-small", "--cluster", "dgx-a100", "--quiet",
+            "--workers", "1", "--format", "json"]  # fmt: skip
+    code, text, err = run_cli(plan_main, back)
+    assert code == 0, err
+    doc = json.loads(text)
+    assert doc["gpu_counts"][0]["ranked"][0]["layout"]["label"] == label and doc["configs_considered"] == 1
