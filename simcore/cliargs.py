@@ -353,6 +353,15 @@ def add_framework_levers(group: Any) -> None:
         "--zero-overlap-comm", choices=["on", "off"], default=None,
         help="ZeRO-1/2 gradient reduction overlapped with backward (DeepSpeed overlap_comm; default off)",
     )  # fmt: skip
+    # ZeRO-3's fetch tuning (TrainingConfig.zero3_prefetch_bucket_params / zero3_max_live_params /
+    # zero3_max_reuse_distance; unset, DeepSpeed's defaults in simcore/data/efficiency.yaml)
+    for flag, key in (("--zero3-prefetch-bucket-size", "stage3_prefetch_bucket_size"),
+                      ("--zero3-max-live-parameters", "stage3_max_live_parameters"),
+                      ("--zero3-max-reuse-distance", "stage3_max_reuse_distance")):  # fmt: skip
+        group.add_argument(
+            flag, type=int_range(1, 2**40), default=None, metavar="ELEMENTS",
+            help=f"ZeRO-3 parameter fetch tuning in elements (DeepSpeed {key}; default DeepSpeed's)",
+        )  # fmt: skip
 
 
 def framework_lever_notes(
@@ -375,7 +384,10 @@ def framework_lever_notes(
 def framework_config(args: argparse.Namespace) -> dict[str, Any]:
     """The :class:`~simcore.strategies.base.TrainingConfig` fields :func:`add_framework_levers` sets."""
     zero = {"zero_bucket_elements": args.zero_bucket_size, "zero_allgather_bucket_elements": args.zero_allgather_bucket_size,
-            "zero_overlap_comm": None if args.zero_overlap_comm is None else args.zero_overlap_comm == "on"}  # fmt: skip
+            "zero_overlap_comm": None if args.zero_overlap_comm is None else args.zero_overlap_comm == "on",
+            "zero3_prefetch_bucket_params": args.zero3_prefetch_bucket_size,
+            "zero3_max_live_params": args.zero3_max_live_parameters,
+            "zero3_max_reuse_distance": args.zero3_max_reuse_distance}  # fmt: skip
     return {"cross_entropy": args.cross_entropy, "zero3_per_rank_lists": args.zero3_per_rank_lists,
             **{k: v for k, v in zero.items() if v is not None}}  # fmt: skip
 

@@ -35,11 +35,9 @@ IGNORED_ZERO = {
     **dict.fromkeys(("contiguous_gradients", "reduce_scatter", "allgather_partitions",
                      "round_robin_gradients", "use_multi_rank_bucket_allreduce", "memory_efficient_linear"),
                     "DeepSpeed's defaults: reduce-scattered contiguous buckets, as modelled"),
-    **dict.fromkeys(("stage3_prefetch_bucket_size", "prefetch_bucket_size",
-                     "stage3_param_persistence_threshold", "param_persistence_threshold",
-                     "stage3_max_live_parameters", "max_live_parameters", "stage3_max_reuse_distance",
-                     "max_reuse_distance", "sub_group_size", "stage3_model_persistence_threshold"),
-                    "ZeRO-3 fetch tuning: the model gathers per block with one unit prefetched"),
+    **dict.fromkeys(("stage3_param_persistence_threshold", "param_persistence_threshold", "sub_group_size",
+                     "stage3_model_persistence_threshold"),
+                    "ZeRO-3 persistence and optimizer sub-groups: not modelled (small parameters are few here)"),
     **dict.fromkeys(("stage3_gather_16bit_weights_on_model_save", "stage3_gather_fp16_weights_on_model_save",
                      "gather_16bit_weights_on_model_save", "elastic_checkpoint", "load_from_fp32_weights",
                      "ignore_unused_parameters", "legacy_stage1"), "checkpointing or module bookkeeping"),
@@ -126,7 +124,10 @@ def read_deepspeed(path_text: str, *, gpus: int | None = None) -> FrameworkConfi
             Setting("offload", "none", "(no offload_optimizer, offload_param or cpu_checkpointing)")
         )
     zero = data.get("zero_optimization", {})
-    stage_keys = _buckets(zero, zero.get("stage", 0))[1] if isinstance(zero, Mapping) else []
+    stage = zero.get("stage", 0) if isinstance(zero, Mapping) else 0
+    stage_keys = (
+        [*_buckets(zero, stage)[1], *_zero3_fetch(zero, stage)[1]] if isinstance(zero, Mapping) else []
+    )
     ignored = tuple(sorted(k for k in data if k in IGNORED_TOP)) + tuple(stage_keys)
     return FrameworkConfig(NAME, tuple(settings), None, ignored)
 
@@ -175,7 +176,7 @@ def _source(data: Mapping[str, Any], key: str, value: int | None) -> str:
 def _zero(data: Mapping[str, Any]) -> list[Setting]:
     zero = _object(data.get("zero_optimization", {}), "zero_optimization")
     read = {"stage", "offload_optimizer", "offload_param", "reduce_bucket_size", "allgather_bucket_size",
-            "overlap_comm", "cpu_offload",
+            "overlap_comm", "cpu_offload", *ZERO3_FLAGS,
             "zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_gradients"}  # fmt: skip
     for key in zero:
         if key not in read and key not in IGNORED_ZERO:
@@ -196,7 +197,7 @@ def _zero(data: Mapping[str, Any]) -> list[Setting]:
         if zero.get(key) not in (None, False, 1):
             raise refuse(NAME, f"zero_optimization.{key}", f"{why} are not modelled")
     buckets, _ = _buckets(zero, stage)
-    out += buckets
+    out += buckets + _zero3_fetch(zero, stage)[0]
     devices = {k: _offload_device(zero, k) for k in ("offload_optimizer", "offload_param")}
     if _flag(zero, "cpu_offload", "zero_optimization"):
         devices["offload_optimizer"] = "cpu"  # the legacy switch of ZeRO-Offload
@@ -221,6 +222,33 @@ BUCKET_FLAGS = {
     "reduce_bucket_size": "zero-bucket-size",
     "allgather_bucket_size": "zero-allgather-bucket-size",
 }
+
+
+# ZeRO-3's fetch tuning (with its stage3_-less aliases, zero/config.py) -> the what-if's flags
+ZERO3_FLAGS = {
+    **dict.fromkeys(("stage3_prefetch_bucket_size", "prefetch_bucket_size"), "zero3-prefetch-bucket-size"),
+    **dict.fromkeys(("stage3_max_live_parameters", "max_live_parameters"), "zero3-max-live-parameters"),
+    **dict.fromkeys(("stage3_max_reuse_distance", "max_reuse_distance"), "zero3-max-reuse-distance"),
+}
+
+
+def _zero3_fetch(zero: Mapping[str, Any], stage: int) -> tuple[list[Setting], list[str]]:
+    """(settings, keys ignored): ZeRO-3's prefetch bucket, live-parameter cap and reuse distance
+    (elements); a key and its alias both given is refused; below stage 3 DeepSpeed does not use
+    them: listed as ignored, with that reason."""
+    out: dict[str, Setting] = {}
+    for key, flag in ZERO3_FLAGS.items():
+        if key not in zero:
+            continue
+        if flag in out:
+            raise refuse(
+                NAME, f"zero_optimization.{key}", f"given twice (with {out[flag].source.split(' =')[0]})"
+            )
+        size = _positive(zero[key], f"zero_optimization.{key}")
+        out[flag] = Setting(flag, str(size), f"zero_optimization.{key} = {size}")
+    if stage == 3:
+        return list(out.values()), []
+    return [], [f"{s.source} (a ZeRO-3 key; stage {stage} here)" for s in out.values()]
 
 
 def _buckets(zero: Mapping[str, Any], stage: int) -> tuple[list[Setting], list[str]]:
@@ -337,6 +365,11 @@ def emit_deepspeed(layout: Mapping[str, Any], run: Mapping[str, Any]) -> Emitted
         zero["reduce_bucket_size"] = int(run.get("zero_bucket_size") or ZERO_DEFAULT_BUCKET)
         zero["allgather_bucket_size"] = int(run.get("zero_allgather_bucket_size") or ZERO_DEFAULT_BUCKET)
         zero["overlap_comm"] = run.get("zero_overlap_comm") == "on"
+    if stage == 3:  # the fetch tuning the plan was given (DeepSpeed's defaults where unset)
+        for key in ("stage3_prefetch_bucket_size", "stage3_max_live_parameters", "stage3_max_reuse_distance"):
+            value = run.get(ZERO3_FLAGS[key].replace("-", "_"))
+            if value is not None:
+                zero[key] = int(value)
     if layout["offload"] == "optimizer":
         zero["offload_optimizer"] = {"device": "cpu"}
     elif layout["offload"] == "params" and stage == 3:

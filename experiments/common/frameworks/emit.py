@@ -36,7 +36,9 @@ def run_levers(args: argparse.Namespace) -> dict[str, Any]:
             "master_weights": not args.no_master_weights, "saved_tensors": args.saved_tensors,
             "cross_entropy": args.cross_entropy, "zero_bucket_size": args.zero_bucket_size,
             "zero_allgather_bucket_size": args.zero_allgather_bucket_size,
-            "zero_overlap_comm": args.zero_overlap_comm}  # fmt: skip
+            "zero_overlap_comm": args.zero_overlap_comm, "zero3_prefetch_bucket_size": args.zero3_prefetch_bucket_size,
+            "zero3_max_live_parameters": args.zero3_max_live_parameters,
+            "zero3_max_reuse_distance": args.zero3_max_reuse_distance}  # fmt: skip
 
 
 def _run(

@@ -55,7 +55,12 @@ LEVERS: dict[str, str | bool | None] = {
     "zero-bucket-size": None,
     "zero-allgather-bucket-size": None,
     "zero-overlap-comm": None,
+    # ZeRO-3's fetch tuning (elements); None: DeepSpeed's defaults (compared for zero3 only)
+    "zero3-prefetch-bucket-size": None,
+    "zero3-max-live-parameters": None,
+    "zero3-max-reuse-distance": None,
 }
+ZERO3_LEVERS = ("zero3-prefetch-bucket-size", "zero3-max-live-parameters", "zero3-max-reuse-distance")
 # DeepSpeed's defaults (deepspeed/runtime/zero/config.py; TrainingConfig's), the same as None
 ZERO_DEFAULTS = {
     "zero-bucket-size": "500000000",
@@ -95,7 +100,7 @@ def plan_levers(layout: Mapping[str, Any], run: Mapping[str, Any]) -> dict[str, 
         "fp8": run.get("fp8", "none"), "precision": "auto", "optimizer": run["optimizer"],
         "compile": bool(run.get("compile", False)), "saved-tensors": run.get("saved_tensors", "eager"),
         "cross-entropy": run.get("cross_entropy", "torch"),
-        **{lever: run.get(lever.replace("-", "_")) for lever in ZERO_DEFAULTS},
+        **{lever: run.get(lever.replace("-", "_")) for lever in (*ZERO_DEFAULTS, *ZERO3_LEVERS)},
     }  # fmt: skip
     return _resolved(levers, master_weights=bool(run.get("master_weights", True)))
 
@@ -130,6 +135,9 @@ def _resolved(levers: dict[str, Any], *, master_weights: bool) -> dict[str, str 
         levers[lever] = (
             None if strategy not in ("zero1", "zero2") or str(value) in ("None", default) else str(value)
         )
+    for lever in ZERO3_LEVERS:
+        value = levers[lever]
+        levers[lever] = None if strategy != "zero3" or value is None else str(value)
     if str(levers["pp"]) == "1":
         levers["schedule"], levers["vpp"] = "1f1b", "1"  # no pipeline: neither means anything
     if str(levers["cp"]) == "1":

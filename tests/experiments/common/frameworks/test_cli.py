@@ -185,9 +185,10 @@ def test_a_megatron_line_on_transformer_engine_runs_with_its_kernels_and_a_flag_
     assert peak[0] < peak[1]
 
 
-def test_a_zero2_json_sets_its_buckets_and_overlap_in_the_training_config(tmp_path: Path) -> None:
+def test_a_zero_json_sets_its_buckets_overlap_and_fetch_tuning_in_the_training_config(tmp_path: Path) -> None:
     """reduce_bucket_size / allgather_bucket_size (elements) and overlap_comm reach the ZeRO-2 step's
-    TrainingConfig fields through the what-if's flags (simcore.cliargs.framework_config)."""
+    TrainingConfig fields, and ZeRO-3's fetch tuning (an alias key too) the ZeRO-3 step's, through
+    the what-if's flags (simcore.cliargs.framework_config)."""
     path = tmp_path / "ds.json"
     zero = {"stage": 2, "reduce_bucket_size": 7e6, "allgather_bucket_size": 3000000, "overlap_comm": True}
     path.write_text(
@@ -200,6 +201,17 @@ def test_a_zero2_json_sets_its_buckets_and_overlap_in_the_training_config(tmp_pa
         3_000_000,
     )
     assert config["zero_overlap_comm"] is True
+    zero = {"stage": 3, "max_live_parameters": 3e8, "stage3_prefetch_bucket_size": 2e7}
+    path.write_text(
+        json.dumps({"train_micro_batch_size_per_gpu": 2, "zero_optimization": zero}), encoding="utf-8"
+    )
+    expanded, _ = expand_from(build_parser(), ["--from", "deepspeed", str(path), "--gpus", "8"], "what_if")
+    config = framework_config(build_parser().parse_args(expanded))
+    assert (config["zero3_max_live_params"], config["zero3_prefetch_bucket_params"]) == (
+        300_000_000,
+        20_000_000,
+    )
+    assert "zero3_max_reuse_distance" not in config  # DeepSpeed's default stands
 
 
 def test_plan_emits_torchtitan_toml_and_reading_it_back_plans_the_same_layout(tmp_path: Path) -> None:

@@ -204,6 +204,12 @@ def test_deepspeed_zero3_example_is_zero3_in_bf16_with_its_batch_from_the_gpu_co
     got = values(config)
     assert got["strategies"] == "zero3" and "zero-bucket-size" not in got  # a stage 1/2 key, named:
     assert "zero_optimization.reduce_bucket_size = 50000000 (a stage 1/2 key; stage 3 here)" in config.ignored
+    fetch = (
+        got["zero3-prefetch-bucket-size"],
+        got["zero3-max-live-parameters"],
+        got["zero3-max-reuse-distance"],
+    )
+    assert fetch == ("50000000", "1000000000", "1000000000")  # 5e7, 1e9, 1e9
     assert (got["micro-batch"], got["global-batch"]) == ("1", "8")  # 1 x accumulation 1 x 8 GPUs
     assert (got["dtype"], got["precision"], got["optimizer"]) == ("bf16", "mixed", "adamw")
     assert {"scheduler", "gradient_clipping", "steps_per_print"} <= set(config.ignored)

@@ -2,7 +2,7 @@
 and read back with ``--from`` sets every lever as the plan priced it (hypothesis over the planner's
 space: strategy, degrees, virtual stages, schedule, sequence parallelism, TP overlap, recompute,
 offload, micro/global batch, dtype and FP8 recipe, master weights, optimizer, compile, saved tensors,
-cross entropy, ZeRO buckets and overlap), except exactly the levers the emitter names in a ``# cannot express`` line; and a
+cross entropy, ZeRO buckets, overlap and ZeRO-3 fetch tuning), except exactly the levers the emitter names in a ``# cannot express`` line; and a
 layout a framework cannot run at all is not written for it."""
 
 from __future__ import annotations
@@ -61,6 +61,9 @@ def plans(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any]]:
            "zero_bucket_size": draw(st.sampled_from((None, 500_000_000, 25_000_000))),
            "zero_allgather_bucket_size": draw(st.sampled_from((None, 50_000_000))),
            "zero_overlap_comm": draw(st.sampled_from((None, "on", "off"))),
+           "zero3_prefetch_bucket_size": draw(st.sampled_from((None, 20_000_000))),
+           "zero3_max_live_parameters": draw(st.sampled_from((None, 300_000_000))),
+           "zero3_max_reuse_distance": draw(st.sampled_from((None, 1_000_000_000))),
            "hsdp_replicas": dp // 8 if strategy == "hsdp" else 1}  # fmt: skip
     return layout, run
 
