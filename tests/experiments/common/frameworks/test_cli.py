@@ -88,10 +88,12 @@ def test_what_if_refuses_what_cannot_run_in_one_line(argv: list[str], line: str)
         (["--from", "megatron", "--num-layers 8 --hidden-size 64 --num-attention-heads 2 --seq-length 8 "
           "--vocab-size 9 --pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 3"], "--pp-layers", None),
         (["--from", "torchtitan", str(DATA / "compile.toml")], "--compile", None),
+        # torchtitan's default split where the TOML is silent (embedding and loss weigh a block each)
+        (["--from", "torchtitan", str(DATA / "llama3_8b_pp4.toml")], "--pp-layers", "8,9,8,7"),
     ],
 )  # fmt: skip
 def test_the_levers_pass_through_by_name_now_that_the_commands_have_them(
-    argv: list[str], flag: str, value: str | None
+    argv: list[str], flag: str, value: object
 ) -> None:
     parser = build_parser()
     expanded, record = expand_from(parser, argv, "what_if")
