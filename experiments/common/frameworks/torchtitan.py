@@ -392,9 +392,17 @@ def _layout(doc: _Doc, gpus: int | None) -> list[Setting]:
         out.append(Setting("sequence-parallel", True, d["tp"][1] + " (torchtitan's TP is sequence-parallel)"))
     out += _pipeline(doc, d["pp"][0])
     reshard, source = doc.get("parallelism", "fsdp_reshard_after_forward")
-    if reshard == "never":
-        out.append(Setting("no-reshard-after-forward", True, source))
-    elif reshard not in (None, "default", "always"):
+    # "default" is "never" with a pipeline (models/llama3/infra/parallelize.py, apply_fsdp: "to avoid
+    # per-microbatch all-gathers"), "always" without one
+    if reshard == "never" or (reshard == "default" and d["pp"][0] > 1 and strategy != "ddp"):
+        out.append(
+            Setting(
+                "no-reshard-after-forward",
+                True,
+                source + (" with a pipeline" if reshard == "default" else ""),
+            )
+        )
+    elif reshard not in ("default", "always"):
         raise refuse(
             NAME, "[parallelism] fsdp_reshard_after_forward", f"{reshard!r} is not default, always or never"
         )

@@ -151,6 +151,8 @@ def test_torchtitan_stage_split_is_torchtitans_own(
     counted by hand: the defaults where the TOML is silent split unevenly."""
     got = values(read_torchtitan(_toml(tmp_path, PIPELINE_8B + extra)))
     assert (got.get("vpp"), got.get("pp-layers")) == (vpp, stages)
+    # fsdp_reshard_after_forward "default" with a pipeline: no resharding (parallelize.py, apply_fsdp)
+    assert got["no-reshard-after-forward"] is True
 
 
 @pytest.mark.parametrize(
