@@ -325,7 +325,11 @@ def _optimizer(data: Mapping[str, Any]) -> list[Setting]:
         name = "adam"  # DeepSpeed's Adam is AdamW unless adam_w_mode is false (FusedAdam's default True)
     if name == "sgd" and params.get("momentum", 0):
         name = "sgd-momentum"
-    return [Setting("optimizer", name, f"optimizer.type = {kind}")]
+    out = [Setting("optimizer", name, f"optimizer.type = {kind}")]
+    if name in ("adam", "adamw") and str(kind).lower() != "cpuadam":
+        # deepspeed/runtime/engine.py, _configure_basic_optimizer: FusedAdam on GPUs, at every stage
+        out.append(Setting("optimizer-impl", "fused", f"optimizer.type = {kind}: DeepSpeed's FusedAdam"))
+    return out
 
 
 def _checkpointing(data: Mapping[str, Any]) -> list[Setting]:
@@ -421,7 +425,13 @@ def _script_levers(layout: Mapping[str, Any], run: Mapping[str, Any]) -> list[tu
         cannot.append(("saved-tensors", f"{run['saved_tensors']}: the script's model decides its kernels"))
     if run.get("cross_entropy", "torch") != "torch":
         cannot.append(("cross-entropy", f"{run['cross_entropy']}: the script's loss decides it"))
-    want = plan_levers(layout, run)["precision"]
-    if want not in ("mixed", "fp32", "tf32"):
-        cannot.append(("precision", f"{want}: DeepSpeed's bf16/fp16 keep fp32 master weights (mixed)"))
+    levers = plan_levers(layout, run)
+    if levers["precision"] not in ("mixed", "fp32", "tf32"):
+        cannot.append(
+            ("precision", f"{levers['precision']}: DeepSpeed's bf16/fp16 keep fp32 master weights (mixed)")
+        )
+    if run["optimizer"] in ("adam", "adamw") and levers["optimizer-impl"] != "fused":
+        cannot.append(
+            ("optimizer-impl", f"{levers['optimizer-impl']}: DeepSpeed builds FusedAdam at every stage")
+        )
     return cannot

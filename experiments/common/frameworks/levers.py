@@ -48,6 +48,7 @@ LEVERS: dict[str, str | bool | None] = {
     "fp8": "none",
     "precision": "auto",
     "optimizer": "adamw",
+    "optimizer-impl": "auto",
     "compile": False,
     "saved-tensors": "eager",
     "cross-entropy": "torch",
@@ -98,7 +99,7 @@ def plan_levers(layout: Mapping[str, Any], run: Mapping[str, Any]) -> dict[str, 
         "global-batch": str(run["global_batch"]), "seq-len": str(run["seq_len"]) if run.get("seq_len") else None,
         "recompute": layout["recompute"], "offload": layout["offload"], "dtype": run["dtype"],
         "fp8": run.get("fp8", "none"), "precision": "auto", "optimizer": run["optimizer"],
-        "compile": bool(run.get("compile", False)), "saved-tensors": run.get("saved_tensors", "eager"),
+        "optimizer-impl": run.get("optimizer_impl", "auto"), "compile": bool(run.get("compile", False)), "saved-tensors": run.get("saved_tensors", "eager"),
         "cross-entropy": run.get("cross_entropy", "torch"),
         **{lever: run.get(lever.replace("-", "_")) for lever in (*ZERO_DEFAULTS, *ZERO3_LEVERS)},
     }  # fmt: skip
@@ -138,6 +139,8 @@ def _resolved(levers: dict[str, Any], *, master_weights: bool) -> dict[str, str 
     for lever in ZERO3_LEVERS:
         value = levers[lever]
         levers[lever] = None if strategy != "zero3" or value is None else str(value)
+    if levers["optimizer-impl"] == "auto":  # on GPUs: DeepSpeed's FusedAdam for ZeRO, else torch's foreach
+        levers["optimizer-impl"] = "fused" if _PRECISION_FRAMEWORK.get(strategy) == "deepspeed" else "foreach"
     if str(levers["pp"]) == "1":
         levers["schedule"], levers["vpp"] = "1f1b", "1"  # no pipeline: neither means anything
     if str(levers["cp"]) == "1":

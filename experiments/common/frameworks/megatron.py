@@ -385,7 +385,11 @@ def _optimizer(args: argparse.Namespace) -> list[Setting]:
     # has momentum 0.9 (--sgd-momentum).
     name = {"adam": "adamw", "sgd": "sgd-momentum"}[args.optimizer or "adam"]
     source = f"--optimizer {args.optimizer}" if args.optimizer else "--optimizer (default adam)"
-    return [Setting("optimizer", name, source)]
+    # megatron/core/optimizer/__init__.py builds Apex's / Transformer Engine's FusedAdam or FusedSGD
+    return [
+        Setting("optimizer", name, source),
+        Setting("optimizer-impl", "fused", f"{source}: fused kernels"),
+    ]
 
 
 def _vocab(args: argparse.Namespace) -> int:
@@ -494,6 +498,11 @@ def emit_megatron(layout: Mapping[str, Any], run: Mapping[str, Any]) -> Emitted 
         cannot.append(("optimizer", f"{run['optimizer']}: Megatron runs adam (AdamW) or sgd (momentum 0.9)"))
     parts += optimizer or []
     _precision_note(layout, run, cannot)
+    impl = plan_levers(layout, run)["optimizer-impl"]
+    if impl != "fused":
+        cannot.append(
+            ("optimizer-impl", f"{impl}: Megatron's optimizers are fused (Apex / Transformer Engine)")
+        )
     cannot += zero_bucket_notes(layout, run, "Megatron's distributed optimizer buckets by --ddp-bucket-size")
     return Emitted(shlex.join(parts), tuple(cannot))
 

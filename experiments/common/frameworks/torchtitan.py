@@ -600,7 +600,7 @@ def emit_torchtitan(layout: Mapping[str, Any], run: Mapping[str, Any]) -> Emitte
     if compile_ and not run.get("compile"):
         cannot.append(("compile", "off: torchtitan's async TP runs only with [compile] enable = true"))
     lines += fp8
-    lines += _emit_optimizer(run, cannot)
+    lines += _emit_optimizer(layout, run, cannot)
     _precision_note(layout, run, bool(fp8), cannot)
     return Emitted("\n".join(lines) + "\n", tuple(cannot))
 
@@ -664,9 +664,12 @@ def _emit_fp8(run: Mapping[str, Any], cannot: list[tuple[str, str]]) -> list[str
     return [*lines, 'filter_fqns = ["output"]']
 
 
-def _emit_optimizer(run: Mapping[str, Any], cannot: list[tuple[str, str]]) -> list[str]:
+def _emit_optimizer(
+    layout: Mapping[str, Any], run: Mapping[str, Any], cannot: list[tuple[str, str]]
+) -> list[str]:
     names = {"adamw": "AdamW", "adam": "Adam"}
+    impl = {v: k for k, v in IMPLEMENTATIONS.items()}[str(plan_levers(layout, run)["optimizer-impl"])]
     if run["optimizer"] not in names:
         cannot.append(("optimizer", f"{run['optimizer']}: torchtitan builds AdamW or Adam"))
-        return []
-    return ["", "[optimizer]", f'name = "{names[run["optimizer"]]}"']
+        return ["", "[optimizer]", f'implementation = "{impl}"']
+    return ["", "[optimizer]", f'name = "{names[run["optimizer"]]}"', f'implementation = "{impl}"']

@@ -55,6 +55,7 @@ def plans(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any]]:
            "global_batch": micro * dp * draw(st.integers(1, 3)) * pp, "dtype": dtype,
            "fp8": draw(st.sampled_from(("none", "tensorwise", "rowwise", "delayed"))) if dtype == "bf16" else "none",
            "optimizer": draw(st.sampled_from(("adamw", "adam", "sgd-momentum", "sgd"))),
+           "optimizer_impl": draw(st.sampled_from(("auto", "foreach", "fused"))),
            "master_weights": draw(st.booleans()), "compile": draw(st.booleans()),
            "saved_tensors": draw(st.sampled_from(("eager", "megatron-te"))),
            "cross_entropy": draw(st.sampled_from(("torch", "megatron"))),
@@ -174,3 +175,53 @@ def test_a_layout_the_framework_cannot_run_is_not_written(emit: Any, change: dic
     base = BASE | ({"strategy": "fsdp"} if emit is emit_torchtitan else {})  # torchtitan shards with FSDP2
     assert emit(base, RUN) is not None
     assert emit(base | change, RUN) is None
+
+
+def _what_if(argv: list[str]) -> tuple[Any, ...]:
+    """The what-if's TrainingConfig (precision aside: compared resolved above), run options and
+    layout flags for ``argv``, a ``--from`` in it expanded as the command expands it."""
+    from dataclasses import asdict
+
+    from experiments.common.frameworks.wiring import expand_from
+    from experiments.what_if.cli import _config, build_parser
+    from experiments.what_if.layouts import parallel_options
+    from simcore.compute.heterogeneity import Heterogeneity
+
+    parser = build_parser()
+    expanded, _ = expand_from(parser, argv, "what_if")
+    args = parser.parse_args(expanded)
+    config = _config(args, Heterogeneity.from_strings(args.straggler, args.jitter))
+    degrees = (*(getattr(args, k) for k in ("model", "strategies", "tp", "pp", "cp", "ep", "pp_layers")),
+               args.vpp or "1")  # fmt: skip
+    fields = {k: v for k, v in asdict(config).items() if k != "precision"}
+    return fields, parallel_options(args), degrees
+
+
+def _flags(levers: dict[str, Any]) -> list[str]:
+    argv: list[str] = []
+    for lever, value in levers.items():
+        if lever == "precision" or value is None or value is False:
+            continue
+        argv += [f"--{lever}"] if value is True else [f"--{lever}", str(value)]
+    return argv
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=plans(), framework=st.sampled_from(("megatron", "torchtitan")))
+def test_the_what_if_runs_a_config_read_back_as_its_levers_say(
+    case: tuple[dict[str, Any], dict[str, Any]], framework: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """``--from X FILE`` and the read-back levers given as flags build the same TrainingConfig, run
+    options and layout: the levers' defaults are the what-if's own (model-parallel layouts: a
+    data-parallel one takes the what-if's data-parallel flags instead)."""
+    layout, run = case
+    emitted = EMITTERS[framework](layout, run)
+    if emitted is None or layout["tp"] == layout["pp"] == layout["cp"] == 1:
+        return
+    folder = tmp_path_factory.mktemp(framework)
+    path = folder / ("job.args" if framework == "megatron" else "job.toml")
+    path.write_text("\n".join([*emitted.notes(), emitted.text]), encoding="utf-8")
+    config = read_back(framework, emitted, folder, run["model"])
+    model = [] if framework == "megatron" else ["--model", run["model"]]
+    got = _what_if(["--from", framework, str(path), *model])
+    assert got == _what_if(_flags(read_levers(config, model=run["model"]))), emitted.text
