@@ -16,8 +16,8 @@ from typing import Any
 
 from experiments.common.frameworks.deepspeed import emit_deepspeed
 from experiments.common.frameworks.levers import Emitted
-from experiments.common.frameworks.megatron import emit_megatron
-from experiments.common.frameworks.torchtitan import emit_torchtitan
+from experiments.common.frameworks.megatron_emit import emit_megatron
+from experiments.common.frameworks.torchtitan_emit import emit_torchtitan
 from simcore.planner.search import CountResult, PlanResult
 from simcore.workload.loader import _preset_table
 

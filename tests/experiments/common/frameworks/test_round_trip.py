@@ -17,9 +17,11 @@ from hypothesis import strategies as st
 from experiments.common.frameworks.deepspeed import emit_deepspeed, read_deepspeed
 from experiments.common.frameworks.emit import EMITTERS
 from experiments.common.frameworks.levers import LEVERS, Emitted, plan_levers, read_levers
-from experiments.common.frameworks.megatron import emit_megatron, read_megatron
+from experiments.common.frameworks.megatron import read_megatron
+from experiments.common.frameworks.megatron_emit import emit_megatron
 from experiments.common.frameworks.settings import FrameworkConfig
-from experiments.common.frameworks.torchtitan import emit_torchtitan, read_torchtitan
+from experiments.common.frameworks.torchtitan import read_torchtitan
+from experiments.common.frameworks.torchtitan_emit import emit_torchtitan
 from simcore.workload.loader import _preset_table
 
 ROUND_TRIP = settings(
