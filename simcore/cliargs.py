@@ -338,6 +338,30 @@ def add_framework_levers(group: Any) -> None:
         help="DeepSpeed ZeRO-3 as v0.3.13-v0.5.4 ran it: one list collective per parameter tensor and a "
         "device sync per fetch (default: today's flat-buffer collectives); FSDP is not affected",
     )
+    # DeepSpeed's ZeRO-1/2 zero_optimization keys (deepspeed/runtime/zero/config.py), which the
+    # ZeRO-1/2 step reads as TrainingConfig.zero_bucket_elements / zero_allgather_bucket_elements /
+    # zero_overlap_comm; unset, DeepSpeed's defaults (5e8 elements each, overlap off below stage 3)
+    group.add_argument(
+        "--zero-bucket-size", type=int_range(1, 2**40), default=None, metavar="ELEMENTS",
+        help="ZeRO-1/2 gradient reduction bucket in elements (DeepSpeed reduce_bucket_size; default 5e8)",
+    )  # fmt: skip
+    group.add_argument(
+        "--zero-allgather-bucket-size", type=int_range(1, 2**40), default=None, metavar="ELEMENTS",
+        help="ZeRO-1/2 parameter all-gather bucket in elements (DeepSpeed allgather_bucket_size; default 5e8)",
+    )  # fmt: skip
+    group.add_argument(
+        "--zero-overlap-comm", choices=["on", "off"], default=None,
+        help="ZeRO-1/2 gradient reduction overlapped with backward (DeepSpeed overlap_comm; default off)",
+    )  # fmt: skip
+    # ZeRO-3's fetch tuning (TrainingConfig.zero3_prefetch_bucket_params / zero3_max_live_params /
+    # zero3_max_reuse_distance; unset, DeepSpeed's defaults in simcore/data/efficiency.yaml)
+    for flag, key in (("--zero3-prefetch-bucket-size", "stage3_prefetch_bucket_size"),
+                      ("--zero3-max-live-parameters", "stage3_max_live_parameters"),
+                      ("--zero3-max-reuse-distance", "stage3_max_reuse_distance")):  # fmt: skip
+        group.add_argument(
+            flag, type=int_range(1, 2**40), default=None, metavar="ELEMENTS",
+            help=f"ZeRO-3 parameter fetch tuning in elements (DeepSpeed {key}; default DeepSpeed's)",
+        )  # fmt: skip
 
 
 def framework_lever_notes(
@@ -359,7 +383,13 @@ def framework_lever_notes(
 
 def framework_config(args: argparse.Namespace) -> dict[str, Any]:
     """The :class:`~simcore.strategies.base.TrainingConfig` fields :func:`add_framework_levers` sets."""
-    return {"cross_entropy": args.cross_entropy, "zero3_per_rank_lists": args.zero3_per_rank_lists}
+    zero = {"zero_bucket_elements": args.zero_bucket_size, "zero_allgather_bucket_elements": args.zero_allgather_bucket_size,
+            "zero_overlap_comm": None if args.zero_overlap_comm is None else args.zero_overlap_comm == "on",
+            "zero3_prefetch_bucket_params": args.zero3_prefetch_bucket_size,
+            "zero3_max_live_params": args.zero3_max_live_parameters,
+            "zero3_max_reuse_distance": args.zero3_max_reuse_distance}  # fmt: skip
+    return {"cross_entropy": args.cross_entropy, "zero3_per_rank_lists": args.zero3_per_rank_lists,
+            **{k: v for k, v in zero.items() if v is not None}}  # fmt: skip
 
 
 def _positive_seconds(text: str) -> float:

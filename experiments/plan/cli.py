@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import sys
 
-from experiments.common.frameworks.emit import emit_plan, emit_text, write_emitted
+from experiments.common.frameworks.emit import emit_plan, emit_text, run_levers, write_emitted
 from experiments.common.frameworks.wiring import expand_from
 from experiments.plan.args import ENGINE_PATHS, ENGINES, STRATEGIES, build_parser
 from experiments.plan.plots import write_outputs
@@ -91,9 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     emitted = None
     if args.emit:
         shape = framework.shape if framework is not None else None
-        emitted = emit_plan(
-            args.emit, result, model=args.model, shape=shape, dtype=args.dtype, optimizer=args.optimizer
-        )
+        emitted = emit_plan(args.emit, result, model=args.model, shape=shape, levers=run_levers(args))
         print(emit_text(emitted), end="")
     elif args.format == "json":
         print(format_json(result, top=args.top, extra={"from": framework.record()} if framework else None))

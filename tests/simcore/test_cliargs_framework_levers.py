@@ -71,3 +71,30 @@ def test_a_lever_that_cannot_apply_is_named() -> None:
     notes = framework_lever_notes(args, False, ["ddp", "fsdp"])
     assert len(notes) == 2 and "--saved-tensors megatron-te" in notes[0] and "zero3" in notes[1]
     assert framework_lever_notes(_parser().parse_args([]), False, ["ddp"]) == []
+
+
+def test_zero_buckets_overlap_and_fetch_tuning_reach_the_training_config() -> None:
+    """Unset: TrainingConfig's (DeepSpeed's) defaults; set: the elements given, overlap on/off."""
+    assert TrainingConfig(global_batch=8, **framework_config(_parser().parse_args([]))) == TrainingConfig(
+        global_batch=8
+    )
+    argv = ["--zero-bucket-size", "7000000", "--zero-allgather-bucket-size", "3000000", "--zero-overlap-comm", "on",
+            "--zero3-prefetch-bucket-size", "20000000", "--zero3-max-live-parameters", "300000000",
+            "--zero3-max-reuse-distance", "5"]  # fmt: skip
+    config = TrainingConfig(global_batch=8, **framework_config(_parser().parse_args(argv)))
+    assert (config.zero_bucket_elements, config.zero_allgather_bucket_elements, config.zero_overlap_comm) == (
+        7_000_000, 3_000_000, True)  # fmt: skip
+    assert (config.zero3_prefetch_bucket_params, config.zero3_max_live_params, config.zero3_max_reuse_distance) == (
+        20_000_000, 300_000_000, 5)  # fmt: skip
+    off = framework_config(_parser().parse_args(["--zero-overlap-comm", "off"]))
+    assert off["zero_overlap_comm"] is False
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--zero-bucket-size", "0"], ["--zero3-max-live-parameters", "x"], ["--zero-overlap-comm", "maybe"]],
+)
+def test_a_bad_zero_lever_is_one_line_naming_the_flag(argv: list[str]) -> None:
+    with pytest.raises(TrainsimError) as err:
+        _parser().parse_args(argv)
+    assert str(err.value).startswith(argv[0]) and "\n" not in str(err.value)

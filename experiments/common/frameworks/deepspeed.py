@@ -13,7 +13,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from experiments.common.frameworks.levers import Emitted, plan_levers
 from experiments.common.frameworks.settings import FrameworkConfig, Setting, config_file, refuse
+from simcore.compute.fp8 import resolve_fp8
 from simcore.errors import TrainsimError
 from simcore.inputs import read_text
 
@@ -30,14 +32,12 @@ IGNORED_TOP = {
     **dict.fromkeys(("checkpoint", "dataloader_drop_last", "elasticity"), "outside the step"),
 }  # fmt: skip
 IGNORED_ZERO = {
-    **dict.fromkeys(("contiguous_gradients", "reduce_scatter", "allgather_partitions", "overlap_comm",
+    **dict.fromkeys(("contiguous_gradients", "reduce_scatter", "allgather_partitions",
                      "round_robin_gradients", "use_multi_rank_bucket_allreduce", "memory_efficient_linear"),
-                    "DeepSpeed's defaults: overlapped, reduce-scattered buckets, as modelled"),
-    **dict.fromkeys(("allgather_bucket_size", "stage3_prefetch_bucket_size", "prefetch_bucket_size",
-                     "stage3_param_persistence_threshold", "param_persistence_threshold",
-                     "stage3_max_live_parameters", "max_live_parameters", "stage3_max_reuse_distance",
-                     "max_reuse_distance", "sub_group_size", "stage3_model_persistence_threshold"),
-                    "ZeRO-3 fetch tuning: the model gathers per block with one unit prefetched"),
+                    "DeepSpeed's defaults: reduce-scattered contiguous buckets, as modelled"),
+    **dict.fromkeys(("stage3_param_persistence_threshold", "param_persistence_threshold", "sub_group_size",
+                     "stage3_model_persistence_threshold"),
+                    "ZeRO-3 persistence and optimizer sub-groups: not modelled (small parameters are few here)"),
     **dict.fromkeys(("stage3_gather_16bit_weights_on_model_save", "stage3_gather_fp16_weights_on_model_save",
                      "gather_16bit_weights_on_model_save", "elastic_checkpoint", "load_from_fp32_weights",
                      "ignore_unused_parameters", "legacy_stage1"), "checkpointing or module bookkeeping"),
@@ -123,7 +123,12 @@ def read_deepspeed(path_text: str, *, gpus: int | None = None) -> FrameworkConfi
         settings.append(
             Setting("offload", "none", "(no offload_optimizer, offload_param or cpu_checkpointing)")
         )
-    ignored = tuple(sorted(k for k in data if k in IGNORED_TOP))
+    zero = data.get("zero_optimization", {})
+    stage = zero.get("stage", 0) if isinstance(zero, Mapping) else 0
+    stage_keys = (
+        [*_buckets(zero, stage)[1], *_zero3_fetch(zero, stage)[1]] if isinstance(zero, Mapping) else []
+    )
+    ignored = tuple(sorted(k for k in data if k in IGNORED_TOP)) + tuple(stage_keys)
     return FrameworkConfig(NAME, tuple(settings), None, ignored)
 
 
@@ -170,7 +175,8 @@ def _source(data: Mapping[str, Any], key: str, value: int | None) -> str:
 
 def _zero(data: Mapping[str, Any]) -> list[Setting]:
     zero = _object(data.get("zero_optimization", {}), "zero_optimization")
-    read = {"stage", "offload_optimizer", "offload_param", "reduce_bucket_size", "cpu_offload",
+    read = {"stage", "offload_optimizer", "offload_param", "reduce_bucket_size", "allgather_bucket_size",
+            "overlap_comm", "cpu_offload", *ZERO3_FLAGS,
             "zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_gradients"}  # fmt: skip
     for key in zero:
         if key not in read and key not in IGNORED_ZERO:
@@ -190,9 +196,8 @@ def _zero(data: Mapping[str, Any]) -> list[Setting]:
                      ("zero_quantized_gradients", "ZeRO++ quantized gradients")):  # fmt: skip
         if zero.get(key) not in (None, False, 1):
             raise refuse(NAME, f"zero_optimization.{key}", f"{why} are not modelled")
-    if "reduce_bucket_size" in zero:
-        size = _positive(zero["reduce_bucket_size"], "zero_optimization.reduce_bucket_size")
-        out.append(Setting("bucket-size", str(size), f"zero_optimization.reduce_bucket_size = {size}"))
+    buckets, _ = _buckets(zero, stage)
+    out += buckets + _zero3_fetch(zero, stage)[0]
     devices = {k: _offload_device(zero, k) for k in ("offload_optimizer", "offload_param")}
     if _flag(zero, "cpu_offload", "zero_optimization"):
         devices["offload_optimizer"] = "cpu"  # the legacy switch of ZeRO-Offload
@@ -208,6 +213,61 @@ def _zero(data: Mapping[str, Any]) -> list[Setting]:
         out.append(Setting("offload", "optimizer",
                            f"zero_optimization.offload_optimizer.device = {devices['offload_optimizer']}"))  # fmt: skip
     return out
+
+
+# reduce_bucket_size and allgather_bucket_size's default, elements (deepspeed/runtime/zero/config.py)
+ZERO_DEFAULT_BUCKET = 500_000_000
+# zero_optimization keys of ZeRO-1/2's buckets (elements) and overlap -> the what-if's flags
+BUCKET_FLAGS = {
+    "reduce_bucket_size": "zero-bucket-size",
+    "allgather_bucket_size": "zero-allgather-bucket-size",
+}
+
+
+# ZeRO-3's fetch tuning (with its stage3_-less aliases, zero/config.py) -> the what-if's flags
+ZERO3_FLAGS = {
+    **dict.fromkeys(("stage3_prefetch_bucket_size", "prefetch_bucket_size"), "zero3-prefetch-bucket-size"),
+    **dict.fromkeys(("stage3_max_live_parameters", "max_live_parameters"), "zero3-max-live-parameters"),
+    **dict.fromkeys(("stage3_max_reuse_distance", "max_reuse_distance"), "zero3-max-reuse-distance"),
+}
+
+
+def _zero3_fetch(zero: Mapping[str, Any], stage: int) -> tuple[list[Setting], list[str]]:
+    """(settings, keys ignored): ZeRO-3's prefetch bucket, live-parameter cap and reuse distance
+    (elements); a key and its alias both given is refused; below stage 3 DeepSpeed does not use
+    them: listed as ignored, with that reason."""
+    out: dict[str, Setting] = {}
+    for key, flag in ZERO3_FLAGS.items():
+        if key not in zero:
+            continue
+        if flag in out:
+            raise refuse(
+                NAME, f"zero_optimization.{key}", f"given twice (with {out[flag].source.split(' =')[0]})"
+            )
+        size = _positive(zero[key], f"zero_optimization.{key}")
+        out[flag] = Setting(flag, str(size), f"zero_optimization.{key} = {size}")
+    if stage == 3:
+        return list(out.values()), []
+    return [], [f"{s.source} (a ZeRO-3 key; stage {stage} here)" for s in out.values()]
+
+
+def _buckets(zero: Mapping[str, Any], stage: int) -> tuple[list[Setting], list[str]]:
+    """(settings, keys ignored): ZeRO-1/2's reduction and all-gather buckets and overlap_comm. At
+    stage 0 and 3 they are not the modelled step's (stage 0 all-reduces in DeepSpeed's fixed buffers,
+    stage 3 is priced per block from its fetch tuning, overlapped as DeepSpeed's default): listed as
+    ignored there, with that reason."""
+    out = []
+    for key, flag in BUCKET_FLAGS.items():
+        if key in zero:
+            size = _positive(zero[key], f"zero_optimization.{key}")
+            out.append(Setting(flag, str(size), f"zero_optimization.{key} = {size}"))
+    if "overlap_comm" in zero:
+        overlap = _flag(zero, "overlap_comm", "zero_optimization")
+        out.append(Setting("zero-overlap-comm", "on" if overlap else "off",
+                           f"zero_optimization.overlap_comm = {str(overlap).lower()}"))  # fmt: skip
+    if stage in (1, 2):
+        return out, []
+    return [], [f"{s.source} (a stage 1/2 key; stage {stage} here)" for s in out]
 
 
 def _offload_device(zero: Mapping[str, Any], key: str) -> str:
@@ -265,7 +325,11 @@ def _optimizer(data: Mapping[str, Any]) -> list[Setting]:
         name = "adam"  # DeepSpeed's Adam is AdamW unless adam_w_mode is false (FusedAdam's default True)
     if name == "sgd" and params.get("momentum", 0):
         name = "sgd-momentum"
-    return [Setting("optimizer", name, f"optimizer.type = {kind}")]
+    out = [Setting("optimizer", name, f"optimizer.type = {kind}")]
+    if name in ("adam", "adamw") and str(kind).lower() != "cpuadam":
+        # deepspeed/runtime/engine.py, _configure_basic_optimizer: FusedAdam on GPUs, at every stage
+        out.append(Setting("optimizer-impl", "fused", f"optimizer.type = {kind}: DeepSpeed's FusedAdam"))
+    return out
 
 
 def _checkpointing(data: Mapping[str, Any]) -> list[Setting]:
@@ -290,9 +354,10 @@ def _checkpointing(data: Mapping[str, Any]) -> list[Setting]:
 # Out
 
 
-def emit_deepspeed(layout: Mapping[str, Any], run: Mapping[str, Any]) -> str | None:
+def emit_deepspeed(layout: Mapping[str, Any], run: Mapping[str, Any]) -> Emitted | None:
     """The DeepSpeed JSON of a plan's layout, or None when DeepSpeed's JSON cannot say it (model
-    parallelism, FSDP/HSDP, selective recompute, parameter offload outside ZeRO-3)."""
+    parallelism, FSDP/HSDP, selective recompute, parameter offload outside ZeRO-3); levers the JSON
+    cannot hold (they are the training script's) are named in the result's ``cannot``."""
     stages = {"ddp": 0, "zero1": 1, "zero2": 2, "zero3": 3}
     if layout["strategy"] not in stages or any(layout[k] > 1 for k in ("tp", "pp", "cp", "ep")):
         return None
@@ -300,26 +365,73 @@ def emit_deepspeed(layout: Mapping[str, Any], run: Mapping[str, Any]) -> str | N
         return None
     stage = stages[layout["strategy"]]
     zero: dict[str, Any] = {"stage": stage}
+    if stage in (1, 2):  # the buckets and overlap the plan priced (DeepSpeed's defaults where unset)
+        zero["reduce_bucket_size"] = int(run.get("zero_bucket_size") or ZERO_DEFAULT_BUCKET)
+        zero["allgather_bucket_size"] = int(run.get("zero_allgather_bucket_size") or ZERO_DEFAULT_BUCKET)
+        zero["overlap_comm"] = run.get("zero_overlap_comm") == "on"
+    if stage == 3:  # the fetch tuning the plan was given (DeepSpeed's defaults where unset)
+        for key in ("stage3_prefetch_bucket_size", "stage3_max_live_parameters", "stage3_max_reuse_distance"):
+            value = run.get(ZERO3_FLAGS[key].replace("-", "_"))
+            if value is not None:
+                zero[key] = int(value)
     if layout["offload"] == "optimizer":
         zero["offload_optimizer"] = {"device": "cpu"}
     elif layout["offload"] == "params" and stage == 3:
         zero["offload_param"] = {"device": "cpu"}
     elif layout["offload"] != "none":
         return None
+    cannot: list[tuple[str, str]] = []
     doc: dict[str, Any] = {
         "train_batch_size": run["global_batch"],
         "train_micro_batch_size_per_gpu": layout["micro_batch"],
         "gradient_accumulation_steps": run["global_batch"] // (layout["micro_batch"] * layout["dp"]),
         "zero_optimization": zero,
     }
-    if run["dtype"] in ("bf16", "fp16"):
-        doc[run["dtype"]] = {"enabled": True}
+    dtype, fp8 = resolve_fp8(run["dtype"], run.get("fp8", "none"))
+    low = "bf16" if dtype == "fp8" else dtype
+    if low in ("bf16", "fp16"):
+        doc[low] = {"enabled": True}
+    elif low == "tf32":
+        cannot.append(("dtype", "tf32: a DeepSpeed JSON has no TF32 switch (the script's torch.backends)"))
+    if fp8 != "none":
+        cannot.append(
+            ("fp8", f"{fp8}: FP8 linears are the model's (Transformer Engine, torchao), not the JSON's")
+        )
     types = {"adamw": "AdamW", "adam": "Adam", "sgd": "SGD", "sgd-momentum": "SGD"}
     if run["optimizer"] in types:
         params: dict[str, Any] = {"momentum": 0.9} if run["optimizer"] == "sgd-momentum" else {}
         if run["optimizer"] == "adam":
             params["adam_w_mode"] = False
         doc["optimizer"] = {"type": types[run["optimizer"]], "params": params}
+    else:
+        cannot.append(("optimizer", f"{run['optimizer']}: DeepSpeed's optimizer types are Adam, AdamW, SGD"))
     if layout["recompute"] == "full":
         doc["activation_checkpointing"] = {"cpu_checkpointing": False}
-    return json.dumps(doc, indent=2)
+    cannot += _script_levers(layout, run)
+    return Emitted(json.dumps(doc, indent=2), tuple(cannot))
+
+
+def _script_levers(layout: Mapping[str, Any], run: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The levers the training script holds, not the JSON (named when the plan's differ from what
+    the JSON read back means)."""
+    cannot = []
+    if run.get("seq_len"):
+        cannot.append(
+            ("seq-len", f"{run['seq_len']}: the sequence length is the script's data (give --seq-len)")
+        )
+    if run.get("compile"):
+        cannot.append(("compile", "torch.compile is the script's call (engine.compile()), not the JSON's"))
+    if run.get("saved_tensors", "eager") != "eager":
+        cannot.append(("saved-tensors", f"{run['saved_tensors']}: the script's model decides its kernels"))
+    if run.get("cross_entropy", "torch") != "torch":
+        cannot.append(("cross-entropy", f"{run['cross_entropy']}: the script's loss decides it"))
+    levers = plan_levers(layout, run)
+    if levers["precision"] not in ("mixed", "fp32", "tf32"):
+        cannot.append(
+            ("precision", f"{levers['precision']}: DeepSpeed's bf16/fp16 keep fp32 master weights (mixed)")
+        )
+    if run["optimizer"] in ("adam", "adamw") and levers["optimizer-impl"] != "fused":
+        cannot.append(
+            ("optimizer-impl", f"{levers['optimizer-impl']}: DeepSpeed builds FusedAdam at every stage")
+        )
+    return cannot

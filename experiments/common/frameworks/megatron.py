@@ -1,4 +1,4 @@
-"""Megatron-LM command lines in (``--from megatron "ARGS"``) and out (``plan --emit megatron``).
+"""Megatron-LM command lines in (``--from megatron "ARGS"``); out, ``plan --emit megatron``, is :mod:`.megatron_emit`.
 
 Argument names and defaults are Megatron-LM's ``megatron/training/arguments.py`` at commit
 67f3515c8a0539d38c23f59dd8b85efdcbb3af3d (the last before its arguments were generated from
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -19,7 +18,7 @@ from experiments.common.frameworks.settings import FrameworkConfig, Setting, is_
 from simcore.errors import TrainsimError
 from simcore.inputs import read_text
 
-__all__ = ["emit_megatron", "read_megatron"]
+__all__ = ["read_megatron"]
 
 NAME = "megatron"
 
@@ -383,7 +382,11 @@ def _optimizer(args: argparse.Namespace) -> list[Setting]:
     # has momentum 0.9 (--sgd-momentum).
     name = {"adam": "adamw", "sgd": "sgd-momentum"}[args.optimizer or "adam"]
     source = f"--optimizer {args.optimizer}" if args.optimizer else "--optimizer (default adam)"
-    return [Setting("optimizer", name, source)]
+    # megatron/core/optimizer/__init__.py builds Apex's / Transformer Engine's FusedAdam or FusedSGD
+    return [
+        Setting("optimizer", name, source),
+        Setting("optimizer-impl", "fused", f"{source}: fused kernels"),
+    ]
 
 
 def _vocab(args: argparse.Namespace) -> int:
@@ -440,68 +443,3 @@ def _moe(args: argparse.Namespace, ffn: int) -> dict[str, Any]:
                          f"must be a multiple of the expert width {width} (shared experts of that width)")  # fmt: skip
         moe["shared_experts"] = args.moe_shared_expert_intermediate_size // width
     return moe
-
-
-# --------------------------------------------------------------------------------------------------
-# Out: a layout as a Megatron argument line
-
-
-def emit_megatron(layout: Mapping[str, Any], run: Mapping[str, Any]) -> str | None:
-    """The Megatron-LM arguments of a plan's layout (``layout`` as in the plan's JSON record, ``run``
-    the model's shape mapping or preset and the batch), or None when Megatron cannot run it."""
-    strategy = {"ddp": [], "zero1": ["--use-distributed-optimizer"], "fsdp": ["--use-torch-fsdp2"]}.get(
-        layout["strategy"]
-    )
-    if strategy is None or layout["schedule"] != "1f1b" or layout["offload"] not in ("none", "optimizer"):
-        return None
-    recompute = {"none": [], "selective": ["--recompute-granularity", "selective"],
-                 "full": ["--recompute-granularity", "full", "--recompute-method", "uniform",
-                          "--recompute-num-layers", "1"]}.get(layout["recompute"])  # fmt: skip
-    if recompute is None:
-        return None
-    shape = run["shape"]
-    parts = [*_shape_args(shape), "--seq-length", str(run["seq_len"]),
-             "--micro-batch-size", str(layout["micro_batch"]), "--global-batch-size", str(run["global_batch"])]  # fmt: skip
-    parts += ["--tensor-model-parallel-size", str(layout["tp"]), "--pipeline-model-parallel-size", str(layout["pp"]),
-              "--context-parallel-size", str(layout["cp"]), "--expert-model-parallel-size", str(layout["ep"])]  # fmt: skip
-    if layout["vpp"] > 1:
-        if shape["layers"] % (layout["pp"] * layout["vpp"]):  # Megatron's virtual stages are whole layers
-            return None
-        parts += [
-            "--num-layers-per-virtual-pipeline-stage",
-            str(shape["layers"] // (layout["pp"] * layout["vpp"])),
-        ]
-    if layout["sequence_parallel"]:
-        parts.append("--sequence-parallel")
-    parts += strategy + recompute + (["--optimizer-cpu-offload"] if layout["offload"] == "optimizer" else [])
-    parts += {"bf16": ["--bf16"], "fp16": ["--fp16"]}.get(run["dtype"], [])
-    parts += {"adamw": ["--optimizer", "adam"], "sgd-momentum": ["--optimizer", "sgd"]}.get(
-        run["optimizer"], []
-    )
-    return shlex.join(parts)
-
-
-def _shape_args(shape: Mapping[str, Any]) -> Sequence[str]:
-    parts = ["--num-layers", str(shape["layers"]), "--hidden-size", str(shape["hidden"]),
-             "--ffn-hidden-size", str(shape["ffn"]), "--num-attention-heads", str(shape["heads"])]  # fmt: skip
-    if shape.get("kv_heads"):
-        parts += ["--group-query-attention", "--num-query-groups", str(shape["kv_heads"])]
-    if shape.get("head_dim"):
-        parts += ["--kv-channels", str(shape["head_dim"])]
-    parts += ["--vocab-size", str(shape["vocab"])]
-    if shape.get("max_positions"):
-        parts += ["--max-position-embeddings", str(shape["max_positions"])]
-    parts += ["--swiglu"] if shape.get("gated_ffn") else []
-    parts += ["--normalization", "RMSNorm"] if shape.get("norm") == "rmsnorm" else []
-    parts += ["--position-embedding-type", "rope"] if shape.get("positions") == "rotary" else []
-    parts += ["--untie-embeddings-and-output-weights"] if shape.get("tied_embeddings") is False else []
-    parts += ["--disable-bias-linear"] if shape.get("bias") is False else []
-    if shape.get("dropout") is False:
-        parts += ["--attention-dropout", "0", "--hidden-dropout", "0"]
-    moe = shape.get("moe")
-    if moe:
-        parts += ["--num-experts", str(moe["experts"]), "--moe-router-topk", str(moe["top_k"]),
-                  "--moe-ffn-hidden-size", str(moe["expert_ffn"])]  # fmt: skip
-        if moe.get("shared_experts"):
-            parts += ["--moe-shared-expert-intermediate-size", str(moe["shared_experts"] * moe["expert_ffn"])]
-    return parts

@@ -40,7 +40,6 @@ PENDING_FLAGS = {
     "fp8": "FP8 GEMMs (Transformer Engine / torchao float8)",
     "compile": "torch.compile",
     "tp-comm-overlap": "tensor-parallel communication overlap (async TP)",
-    "pp-layers": "uneven pipeline stages",
 }
 
 

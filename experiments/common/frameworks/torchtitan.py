@@ -1,4 +1,4 @@
-"""torchtitan TOML job configs in (``--from torchtitan FILE.toml``) and out (``plan --emit torchtitan``).
+"""torchtitan TOML job configs in (``--from torchtitan FILE.toml``); out is :mod:`.torchtitan_emit`.
 
 Sections and keys are torchtitan's ``torchtitan/config/job_config.py`` at commit
 238fa9953e4aec2a62582121564273d7cbb1e9f1 (the last with TOML job configs; e.g.
@@ -18,7 +18,7 @@ from experiments.common.frameworks.toml import parse_toml
 from simcore.inputs import read_text
 from simcore.workload.loader import _preset_table
 
-__all__ = ["MODELS", "emit_torchtitan", "read_torchtitan"]
+__all__ = ["IMPLEMENTATIONS", "MODELS", "read_torchtitan"]
 
 NAME = "torchtitan"
 
@@ -91,16 +91,37 @@ SCHEDULES = {"1F1B": "1f1b", "GPipe": "gpipe", "Interleaved1F1B": "1f1b"}
 FLOAT8_CONVERTERS = ("float8", "quantize.linear.float8")
 OPTIMIZERS = {"AdamW": "adamw", "Adam": "adam"}
 IMPLEMENTATIONS = {"fused": "fused", "foreach": "foreach", "for-loop": "single"}
-# torchtitan's defaults at the pinned commit (job_config.py) for the keys a step depends on.
+# torchtitan's defaults at the pinned commit for the keys a step depends on, each with its line in
+# torchtitan/config/job_config.py there (the dataclass field's default).
 DEFAULTS: dict[str, Any] = {
     **{f"parallelism.{k}": v for k, v in (
-        ("data_parallel_replicate_degree", 1), ("data_parallel_shard_degree", -1), ("tensor_parallel_degree", 1),
-        ("pipeline_parallel_degree", 1), ("context_parallel_degree", 1), ("expert_parallel_degree", 1),
-        ("expert_tensor_parallel_degree", 1), ("pipeline_parallel_schedule", "1F1B"),
-        ("pipeline_parallel_microbatch_size", 1))},
-    "training.local_batch_size": 8, "training.global_batch_size": -1, "training.seq_len": 2048,
-    "training.mixed_precision_param": "bfloat16", "activation_checkpoint.mode": "selective",
-    "activation_checkpoint.selective_ac_option": "2", "optimizer.name": "AdamW", "optimizer.implementation": "fused",
+        ("data_parallel_replicate_degree", 1),  # line 313
+        ("data_parallel_shard_degree", -1),  # line 324
+        ("fsdp_reshard_after_forward", "default"),  # line 336
+        ("tensor_parallel_degree", 1),  # line 351
+        ("enable_async_tensor_parallel", False),  # line 357
+        ("pipeline_parallel_degree", 1),  # line 360
+        ("pipeline_parallel_first_stage_less_layers", 1),  # line 377
+        ("pipeline_parallel_last_stage_less_layers", 1),  # line 383
+        ("pipeline_parallel_schedule", "1F1B"),  # line 396
+        ("pipeline_parallel_microbatch_size", 1),  # line 412
+        ("context_parallel_degree", 1),  # line 428
+        ("expert_parallel_degree", 1),  # line 454
+        ("expert_tensor_parallel_degree", 1))},  # line 464
+    "model.converters": [],  # line 118
+    "optimizer.name": "AdamW",  # line 135
+    "optimizer.implementation": "fused",  # line 151
+    "training.local_batch_size": 8,  # line 253
+    "training.global_batch_size": -1,  # line 256: local_batch_size x the data-parallel degree
+    "training.seq_len": 2048,  # line 261
+    "training.enable_cpu_offload": False,  # line 270
+    "training.dtype": "float32",  # line 275: fp32 parameters, mixed precision by the next key
+    "training.mixed_precision_param": "bfloat16",  # line 282
+    "activation_checkpoint.mode": "selective",  # line 652
+    "activation_checkpoint.selective_ac_option": "2",  # line 655: every second block
+    "compile.enable": False,  # line 722
+    "float8.enable_fsdp_float8_all_gather": False,  # line 732 ([quantize.linear.float8])
+    "float8.recipe_name": None,  # line 738: None is torchao Float8LinearConfig()'s tensorwise
 }  # fmt: skip
 
 
@@ -179,10 +200,12 @@ def _float8_of(table: Any, ignored: list[str]) -> Mapping[str, Any] | None:
     return found
 
 
-def read_torchtitan(path_text: str, *, gpus: int | None = None, model_given: bool = False) -> FrameworkConfig:
+def read_torchtitan(
+    path_text: str, *, gpus: int | None = None, model_given: bool = False, model_name: str | None = None
+) -> FrameworkConfig:
     """The settings of a torchtitan TOML file; ``gpus`` (the command's own ``--gpus``) resolves a
     ``data_parallel_shard_degree`` of -1 ("every GPU left"); with ``model_given`` (the command's own
-    ``--model``) a flavor without a preset here is no error."""
+    ``--model``, ``model_name`` when it names a preset) a flavor without a preset here is no error."""
     path = config_file(path_text, NAME, "job's .toml")
     text = read_text(path, "a torchtitan TOML file")
     sections, ignored = _check(parse_toml(text, f"--from {NAME} {path_text}"))
@@ -190,13 +213,22 @@ def read_torchtitan(path_text: str, *, gpus: int | None = None, model_given: boo
     if "float8" in sections and not doc.get("model", "converters")[0]:
         ignored.append("[float8] (no float8 converter in [model] converters: it does nothing)")
     settings = [*_model(doc, model_given), *_layout(doc, gpus)]
-    settings += [*_batch(doc, settings), *_precision(doc, settings), *_recompute(doc), *_optimizer(doc)]
+    settings += [
+        *_batch(doc, settings),
+        *_precision(doc, settings, ignored),
+        *_recompute(doc),
+        *_optimizer(doc),
+    ]
     if doc.get("compile", "enable")[0] is True:
         settings.append(Setting("compile", True, "[compile] enable = true"))
-    return FrameworkConfig(NAME, tuple(_resolve(settings, doc, gpus)), None, tuple(ignored))
+    # torchtitan's modules are eager PyTorch's (torch.nn, F.scaled_dot_product_attention) and its
+    # loss is torch's cross entropy (torchtitan/components/loss.py, cross_entropy_loss)
+    settings += [Setting("saved-tensors", "eager", "torchtitan's eager PyTorch modules"),
+                 Setting("cross-entropy", "torch", "torchtitan's loss: torch.nn.functional.cross_entropy")]  # fmt: skip
+    return FrameworkConfig(NAME, tuple(_resolve(settings, doc, gpus, model_name)), None, tuple(ignored))
 
 
-def _resolve(settings: list[Setting], doc: _Doc, gpus: int | None) -> list[Setting]:
+def _resolve(settings: list[Setting], doc: _Doc, gpus: int | None, model_name: str | None) -> list[Setting]:
     """The settings that need the GPU count or the model's layers, in flag terms."""
     values = {s.flag: s.value for s in settings}
     total = int(values.get("gpus", gpus or 0))
@@ -210,38 +242,68 @@ def _resolve(settings: list[Setting], doc: _Doc, gpus: int | None) -> list[Setti
     for s in settings:
         if s.flag == "local-batch":  # global_batch_size -1: local batch x data-parallel degree
             s = Setting("global-batch", str(int(s.value) * (total // (tp * pp * cp))), s.source)
-        elif s.flag == "vpp-layers":
-            layers = _layers(values, "[parallelism] pipeline_parallel_layers_per_stage")
-            if layers % (int(s.value) * pp):
-                raise refuse(NAME, "[parallelism] pipeline_parallel_layers_per_stage",
-                             f"{s.value} x pp {pp} does not divide the model's {layers} layers")  # fmt: skip
-            s = Setting("vpp", str(layers // (int(s.value) * pp)), s.source)
-        elif s.flag == "pp-layers":
-            if any(o.flag == "pp-layers" for o in out):
-                continue
-            s = Setting("pp-layers", _uneven(doc, _layers(values, s.source), pp), s.source)
+        elif s.flag == "pp-split":
+            per_rank, sizes = _split(doc, _layers(values, model_name), pp, str(s.value))
+            if per_rank > 1:
+                out.append(Setting("vpp", str(per_rank), s.source))
+            if len(set(sizes)) > 1:
+                out.append(Setting("pp-layers", ",".join(map(str, sizes)), s.source))
+            continue
         out.append(s)
     return out
 
 
-def _layers(values: Mapping[str, Any], key: str) -> int:
-    if "model" not in values:
-        raise refuse(NAME, key, "needs [model] name and flavor (the model's layer count)")
-    return int(_preset_table()[str(values["model"])]["shape"]["layers"])
+def _layers(values: Mapping[str, Any], model_name: str | None) -> int:
+    name = values.get("model", model_name)
+    entry = _preset_table().get(str(name)) if name is not None else None
+    if entry is None or entry["family"] != "transformer":
+        raise refuse(NAME, "[parallelism] pipeline_parallel_degree",
+                     "the stage split needs the model's layer count: [model] name and flavor, or a preset --model")  # fmt: skip
+    return int(entry["shape"]["layers"])
 
 
-def _uneven(doc: _Doc, layers: int, pp: int) -> str:
-    """torchtitan's split: the embedding and the loss count as ``*_less_layers`` layers of the first and
-    last stage (pipeline_module_split in torchtitan/distributed/pipeline_parallel.py)."""
+# torchtitan's schedules that run one stage per rank (torch.distributed.pipelining PipelineScheduleSingle)
+SINGLE_STAGE = ("1F1B", "GPipe")
+
+
+def _split(doc: _Doc, layers: int, pp: int, schedule: str) -> tuple[int, list[int]]:
+    """(virtual stages per rank, blocks per virtual stage in order) as torchtitan splits a model:
+    pipeline_llm in torchtitan/distributed/pipeline_parallel.py (lines 59-121 at the pinned commit:
+    ceil((layers + first + last) / layers_per_stage) stages, else 1 per rank for a single-stage
+    schedule and 2 for a multi-stage one) and its generate_llm_fqn_per_model_part (lines 236-344:
+    the embedding and the loss weigh ``*_less_layers`` blocks, the remainder goes to the first stages)."""
     first = _int(doc, "parallelism", "pipeline_parallel_first_stage_less_layers", low=0)[0]
     last = _int(doc, "parallelism", "pipeline_parallel_last_stage_less_layers", low=0)[0]
-    total = layers + first + last
-    if total % pp or total // pp <= max(first, last):
+    key = "[parallelism] pipeline_parallel_layers_per_stage"
+    lps = doc.get("parallelism", "pipeline_parallel_layers_per_stage")[0]
+    single = schedule in SINGLE_STAGE
+    if lps is None:
+        per_rank = 1 if single else 2
+    else:
+        if isinstance(lps, bool) or not isinstance(lps, int) or not 1 <= lps <= 2**20:
+            raise refuse(NAME, key, f"{lps!r} is not a positive whole number")
+        stages = -(-(layers + first + last) // lps)
+        if stages % pp or (single and stages != pp) or (not single and stages < 2 * pp):
+            need = "one stage per rank" if single else "at least 2 stages per rank"
+            raise refuse(
+                NAME,
+                key,
+                f"{lps} makes {stages} stages of {layers} layers for pp {pp}; {schedule} needs {need}",
+            )
+        per_rank = stages // pp
+    stages = pp * per_rank
+    effective = layers + first + last
+    per, extra = divmod(effective, stages)
+    if per == 0 or first > per or last > per:
         raise refuse(NAME, "[parallelism] pipeline_parallel_first_stage_less_layers",
-                     f"{layers} layers + {first} + {last} do not split into {pp} stages")  # fmt: skip
-    per = total // pp
-    sizes = [per - first, *([per] * (pp - 2)), per - last]
-    return ",".join(str(n) for n in sizes)
+                     f"{layers} layers + {first} + {last} do not split into {stages} stages (torchtitan refuses it)")  # fmt: skip
+    sizes = [
+        per + (i < extra) - (first if i == 0 else 0) - (last if i == stages - 1 else 0) for i in range(stages)
+    ]
+    if min(sizes) < 1:
+        raise refuse(NAME, "[parallelism] pipeline_parallel_first_stage_less_layers",
+                     f"a stage of {layers} layers over {stages} stages would hold no block: {sizes}")  # fmt: skip
+    return per_rank, sizes
 
 
 def _int(doc: _Doc, section: str, key: str, *, low: int = 1) -> tuple[int, str]:
@@ -328,37 +390,41 @@ def _layout(doc: _Doc, gpus: int | None) -> list[Setting]:
         out.append(Setting("sequence-parallel", True, d["tp"][1] + " (torchtitan's TP is sequence-parallel)"))
     out += _pipeline(doc, d["pp"][0])
     reshard, source = doc.get("parallelism", "fsdp_reshard_after_forward")
-    if reshard == "never":
-        out.append(Setting("no-reshard-after-forward", True, source))
-    elif reshard not in (None, "default", "always"):
+    # "default" is "never" with a pipeline (models/llama3/infra/parallelize.py, apply_fsdp: "to avoid
+    # per-microbatch all-gathers"), "always" without one
+    if reshard == "never" or (reshard == "default" and d["pp"][0] > 1 and strategy != "ddp"):
+        out.append(
+            Setting(
+                "no-reshard-after-forward",
+                True,
+                source + (" with a pipeline" if reshard == "default" else ""),
+            )
+        )
+    elif reshard not in ("default", "always"):
         raise refuse(
             NAME, "[parallelism] fsdp_reshard_after_forward", f"{reshard!r} is not default, always or never"
         )
     overlap, source = doc.get("parallelism", "enable_async_tensor_parallel")
-    if overlap is True:
+    if overlap is True and d["tp"][0] > 1:  # torchtitan applies it with tensor parallelism only
+        compiled, components = doc.get("compile", "enable")[0], doc.get("compile", "components")[0]
+        if compiled is not True or (isinstance(components, list) and "model" not in components):
+            # torchtitan/distributed/tensor_parallel.py, maybe_enable_async_tp: a RuntimeError
+            raise refuse(NAME, "[parallelism] enable_async_tensor_parallel",
+                         "async TP needs [compile] enable = true with \"model\" in components (torchtitan refuses it)")  # fmt: skip
         out.append(Setting("tp-comm-overlap", True, source))
     return out
 
 
 def _pipeline(doc: _Doc, pp: int) -> list[Setting]:
     schedule, source = _choice(doc, "parallelism", "pipeline_parallel_schedule", SCHEDULES)
-    out: list[Setting] = []
-    if pp > 1:
-        out.append(Setting("schedule", SCHEDULES[schedule], source))
-    lps, lps_source = doc.get("parallelism", "pipeline_parallel_layers_per_stage")
-    if schedule == "Interleaved1F1B" and pp > 1:
-        if not isinstance(lps, int) or isinstance(lps, bool) or lps < 1:
-            raise refuse(NAME, "[parallelism] pipeline_parallel_layers_per_stage",
-                         "needed with Interleaved1F1B (the virtual stages per rank follow from it)")  # fmt: skip
-        out.append(Setting("vpp-layers", str(lps), lps_source))
-    for key in ("pipeline_parallel_first_stage_less_layers", "pipeline_parallel_last_stage_less_layers"):
-        if doc.has("parallelism", key) and pp > 1:
-            out.append(
-                Setting(
-                    "pp-layers", f"{key}={doc.get('parallelism', key)[0]}", doc.get("parallelism", key)[1]
-                )
-            )
-    return out
+    if pp == 1:
+        return []
+    keys = [k for k in ("pipeline_parallel_layers_per_stage", "pipeline_parallel_first_stage_less_layers",
+                        "pipeline_parallel_last_stage_less_layers") if doc.has("parallelism", k)]  # fmt: skip
+    split = ", ".join(doc.get("parallelism", k)[1] for k in keys) or (
+        "torchtitan's default split (first/last_stage_less_layers 1)"
+    )
+    return [Setting("schedule", SCHEDULES[schedule], source), Setting("pp-split", schedule, split)]
 
 
 def _batch(doc: _Doc, settings: list[Setting]) -> list[Setting]:
@@ -382,19 +448,34 @@ def _batch(doc: _Doc, settings: list[Setting]) -> list[Setting]:
     return out
 
 
-def _precision(doc: _Doc, settings: list[Setting]) -> list[Setting]:
+def _float8_gather(doc: _Doc, recipe: str, strategy: str | bool, ignored: list[str]) -> None:
+    """torchao's FP8 all-gather: rowwise cannot (torchao's Float8LinearConfig refuses it); the model
+    prices tensorwise with it (simcore/data/fp8.yaml), so a tensorwise FSDP run without it is named."""
+    gather, source = doc.get("float8", "enable_fsdp_float8_all_gather")
+    if gather is True and recipe == "rowwise":
+        raise refuse(NAME, "[float8] enable_fsdp_float8_all_gather",
+                     "true contradicts recipe_name rowwise (torchao gathers rowwise weights in bf16)")  # fmt: skip
+    if gather is not True and recipe == "tensorwise" and strategy in ("fsdp", "hsdp"):
+        ignored.append(f"{source}: priced as true (tensorwise is modelled with the FP8 all-gather)")
+
+
+def _dtype(doc: _Doc, strategy: str | bool) -> list[Setting]:
     param, source = _choice(doc, "training", "mixed_precision_param", ("bfloat16", "float32"))
-    strategy = next(s.value for s in settings if s.flag == "strategies")
-    if doc.has("training", "dtype"):
-        dtype, _ = _choice(doc, "training", "dtype", ("bfloat16", "float32"))
-        if dtype == "bfloat16" and param == "float32":
-            raise refuse(NAME, "[training] dtype", "bfloat16 contradicts mixed_precision_param float32")
-        if dtype == "bfloat16":  # parameters themselves in bf16: no fp32 master copy
-            return [Setting("dtype", "bf16", "[training] dtype = \"bfloat16\""),
-                    Setting("precision", "pure", "[training] dtype = \"bfloat16\"")]  # fmt: skip
+    dtype, _ = _choice(doc, "training", "dtype", ("bfloat16", "float32"))
+    if dtype == "bfloat16" and param == "float32":
+        raise refuse(NAME, "[training] dtype", "bfloat16 contradicts mixed_precision_param float32")
+    if dtype == "bfloat16":  # parameters themselves in bf16: no fp32 master copy
+        return [Setting("dtype", "bf16", "[training] dtype = \"bfloat16\""),
+                Setting("precision", "pure", "[training] dtype = \"bfloat16\"")]  # fmt: skip
     out = [Setting("dtype", "bf16" if param == "bfloat16" else "fp32", source)]
     if param == "bfloat16" and strategy != "ddp":  # FSDP2 MixedPrecisionPolicy(param bf16, reduce fp32)
         out.append(Setting("precision", "fsdp-mp", source))
+    return out
+
+
+def _precision(doc: _Doc, settings: list[Setting], ignored: list[str]) -> list[Setting]:
+    strategy = next(s.value for s in settings if s.flag == "strategies")
+    out = _dtype(doc, strategy)
     converters, conv_source = doc.get("model", "converters")
     converters = converters or []
     if not isinstance(converters, list) or not all(isinstance(c, str) for c in converters):
@@ -414,6 +495,7 @@ def _precision(doc: _Doc, settings: list[Setting]) -> list[Setting]:
                 NAME, "[float8] recipe_name", f"{recipe!r} is not modelled; allowed: tensorwise, rowwise"
             )
         out.append(Setting("fp8", recipe, f'{conv_source}, [float8] recipe_name = "{recipe}"'))
+        _float8_gather(doc, recipe, strategy, ignored)
     if doc.get("training", "enable_cpu_offload")[0] is True:  # FSDP2 CPUOffloadPolicy: params, grads, states
         out.append(Setting("offload", "params", "[training] enable_cpu_offload = true"))
     else:
@@ -456,55 +538,3 @@ def _optimizer(doc: _Doc) -> list[Setting]:
     impl, source = _choice(doc, "optimizer", "implementation", IMPLEMENTATIONS)
     out.append(Setting("optimizer-impl", IMPLEMENTATIONS[impl], source))
     return out
-
-
-# --------------------------------------------------------------------------------------------------
-# Out: a layout as a torchtitan TOML fragment
-
-
-def emit_torchtitan(layout: Mapping[str, Any], run: Mapping[str, Any]) -> str | None:
-    """The torchtitan TOML of a plan's layout, or None when torchtitan cannot run it (ZeRO-1/2,
-    zero-bubble schedules, Megatron's selective recompute, offload other than FSDP's)."""
-    dp, pp, vpp = layout["dp"], layout["pp"], layout["vpp"]
-    sharding = {"fsdp": (1, dp), "hsdp": (run["hsdp_replicas"], dp // run["hsdp_replicas"]),
-                "ddp": (dp, 1)}.get(layout["strategy"])  # fmt: skip
-    recompute = {"none": ("none", None), "full": ("full", None)}.get(layout["recompute"])
-    if layout["recompute"].startswith("every-"):
-        recompute = ("selective", layout["recompute"].split("-", 1)[1])
-    schedule = {"1f1b": "Interleaved1F1B" if vpp > 1 else "1F1B", "gpipe": "GPipe"}.get(layout["schedule"])
-    if (
-        sharding is None
-        or recompute is None
-        or schedule is None
-        or layout["offload"] not in ("none", "params")
-    ):
-        return None
-    flavor = next((key for key, preset in MODELS.items() if preset == run["model"]), None)
-    micro = layout["micro_batch"]
-    local = run["global_batch"] // dp if pp > 1 else micro
-    lines = ["[model]", *([f'name = "{flavor[0]}"', f'flavor = "{flavor[1]}"'] if flavor else
-                          [f"# {run['model']}: no torchtitan flavor; give [model] by hand"])]  # fmt: skip
-    lines += ["", "[training]", f"local_batch_size = {local}", f"global_batch_size = {run['global_batch']}",
-              f"seq_len = {run['seq_len']}",
-              f'mixed_precision_param = "{"bfloat16" if run["dtype"] == "bf16" else "float32"}"']  # fmt: skip
-    if layout["offload"] == "params":
-        lines.append("enable_cpu_offload = true")
-    lines += ["", "[parallelism]", f"data_parallel_replicate_degree = {sharding[0]}",
-              f"data_parallel_shard_degree = {sharding[1]}", f"tensor_parallel_degree = {layout['tp']}",
-              f"pipeline_parallel_degree = {pp}", f"context_parallel_degree = {layout['cp']}",
-              f"expert_parallel_degree = {layout['ep']}"]  # fmt: skip
-    if pp > 1:
-        lines += [
-            f'pipeline_parallel_schedule = "{schedule}"',
-            f"pipeline_parallel_microbatch_size = {micro}",
-        ]
-        if vpp > 1:
-            if run["shape"]["layers"] % (pp * vpp):
-                return None
-            lines.append(f"pipeline_parallel_layers_per_stage = {run['shape']['layers'] // (pp * vpp)}")
-    lines += ["", "[activation_checkpoint]", f'mode = "{recompute[0]}"']
-    if recompute[1]:
-        lines.append(f'selective_ac_option = "{recompute[1]}"')
-    if run["optimizer"] in ("adamw", "adam"):
-        lines += ["", "[optimizer]", f'name = "{"AdamW" if run["optimizer"] == "adamw" else "Adam"}"']
-    return "\n".join(lines) + "\n"

@@ -103,10 +103,12 @@ def _gpus_hint(explicit: argparse.Namespace) -> int | None:
     return None
 
 
-# Each reader with (config, the command's single --gpus or None, whether --model was given).
-READERS: dict[str, Callable[[str, int | None, bool], FrameworkConfig]] = {
+# Each reader with (config, the command's single --gpus or None, the command's --model or None).
+READERS: dict[str, Callable[[str, int | None, str | None], FrameworkConfig]] = {
     "megatron": lambda text, gpus, model: read_megatron(text),
-    "torchtitan": lambda path, gpus, model: read_torchtitan(path, gpus=gpus, model_given=model),
+    "torchtitan": lambda path, gpus, model: read_torchtitan(
+        path, gpus=gpus, model_given=model is not None, model_name=model
+    ),
     "deepspeed": lambda path, gpus, model: read_deepspeed(path, gpus=gpus),
 }
 
@@ -162,7 +164,8 @@ def expand_from(
         return argv, None
     kind, config_text, rest = split
     explicit = _explicit(parser, rest)
-    config = READERS[kind](config_text, _gpus_hint(explicit), hasattr(explicit, "model"))
+    model = getattr(explicit, "model", None)
+    config = READERS[kind](config_text, _gpus_hint(explicit), str(model) if model is not None else None)
     settings = _data_parallel_what_if(config.settings) if command == "what_if" else config.settings
     tokens: list[str] = []
     unused: list[str] = []

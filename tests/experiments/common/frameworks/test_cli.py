@@ -14,6 +14,7 @@ from experiments.common.frameworks.wiring import expand_from
 from experiments.plan.cli import main as plan_main
 from experiments.what_if.cli import build_parser
 from experiments.what_if.cli import main as what_if_main
+from simcore.cliargs import framework_config
 from tests.fuzzing import check_cli_outcome, run_cli
 from tests.paths import REPO
 
@@ -87,10 +88,12 @@ def test_what_if_refuses_what_cannot_run_in_one_line(argv: list[str], line: str)
         (["--from", "megatron", "--num-layers 8 --hidden-size 64 --num-attention-heads 2 --seq-length 8 "
           "--vocab-size 9 --pipeline-model-parallel-size 2 --decoder-first-pipeline-num-layers 3"], "--pp-layers", None),
         (["--from", "torchtitan", str(DATA / "compile.toml")], "--compile", None),
+        # torchtitan's default split where the TOML is silent (embedding and loss weigh a block each)
+        (["--from", "torchtitan", str(DATA / "llama3_8b_pp4.toml")], "--pp-layers", "8,9,8,7"),
     ],
 )  # fmt: skip
 def test_the_levers_pass_through_by_name_now_that_the_commands_have_them(
-    argv: list[str], flag: str, value: str | None
+    argv: list[str], flag: str, value: object
 ) -> None:
     parser = build_parser()
     expanded, record = expand_from(parser, argv, "what_if")
@@ -108,7 +111,9 @@ SPACE = ["--model", "gpt2-small", "--cluster", "dgx-a100", "--gpus", "8", "--qui
 def test_plan_emits_its_winner_as_megatron_and_reading_it_back_plans_the_same_layout(tmp_path: Path) -> None:
     code, out, err = run_cli(plan_main, [*SPACE, "--emit", "megatron"])
     assert code == 0, err
-    header, line = out.splitlines()[:2]
+    header, *body = out.splitlines()
+    line = "\n".join(body)  # the "# cannot express" lines first: comments to the reader
+    assert body[-1].startswith("--num-layers")
     label = header.split(": ", 1)[1].split(" (rank", 1)[0]
     code, back, err = run_cli(plan_main, ["--from", "megatron", line, "--cluster", "dgx-a100", "--gpus", "8",
                                           "--quiet", "--workers", "1", "--format", "json"])  # fmt: skip
@@ -124,10 +129,24 @@ def test_plan_emits_deepspeed_json_with_its_gpu_count_header_and_writes_it_for_f
     argv = [*SPACE, "--emit", "deepspeed", "--pp", "1", "--strategies", "zero2,fsdp", "--out", str(tmp_path)]
     code, out, err = run_cli(plan_main, argv)
     assert code == 0, err
-    header, body = out.split("\n", 1)
+    head, json_text = out.split("\n{", 1)
+    header, *notes = head.splitlines()
+    body = "{" + json_text
     assert header.startswith("# 8 GPUs: zero2")  # fsdp has no DeepSpeed JSON: the best ZeRO layout
+    # printed, not in the JSON: what the training script holds (gpt2-small's 1024-token samples)
+    assert notes == [
+        "# cannot express --seq-len: 1024: the sequence length is the script's data (give --seq-len)"
+    ]
     doc = json.loads(body)
-    assert doc["zero_optimization"] == {"stage": 2} and doc["train_batch_size"] == 256
+    zero = {
+        "stage": 2,
+        "reduce_bucket_size": 500_000_000,
+        "allgather_bucket_size": 500_000_000,
+        "overlap_comm": False,
+    }
+    assert (
+        doc["zero_optimization"] == zero and doc["train_batch_size"] == 256
+    )  # DeepSpeed's defaults, written
     written = tmp_path / "deepspeed_8gpus.json"
     assert f"wrote {written}" in err and json.loads(written.read_text(encoding="utf-8")) == doc
     got = {s.flag: s.value for s in read_deepspeed(str(written)).settings}
@@ -166,3 +185,47 @@ def test_a_megatron_line_on_transformer_engine_runs_with_its_kernels_and_a_flag_
     assert flags["--saved-tensors"]["overridden"] and flags["--cross-entropy"]["overridden"]
     peak = [float(doc["records"][-1]["peak_memory_bytes"]) for doc in (te, eager)]  # type: ignore[index]
     assert peak[0] < peak[1]
+
+
+def test_a_zero_json_sets_its_buckets_overlap_and_fetch_tuning_in_the_training_config(tmp_path: Path) -> None:
+    """reduce_bucket_size / allgather_bucket_size (elements) and overlap_comm reach the ZeRO-2 step's
+    TrainingConfig fields, and ZeRO-3's fetch tuning (an alias key too) the ZeRO-3 step's, through
+    the what-if's flags (simcore.cliargs.framework_config)."""
+    path = tmp_path / "ds.json"
+    zero = {"stage": 2, "reduce_bucket_size": 7e6, "allgather_bucket_size": 3000000, "overlap_comm": True}
+    path.write_text(
+        json.dumps({"train_micro_batch_size_per_gpu": 2, "zero_optimization": zero}), encoding="utf-8"
+    )
+    expanded, _ = expand_from(build_parser(), ["--from", "deepspeed", str(path), "--gpus", "8"], "what_if")
+    config = framework_config(build_parser().parse_args(expanded))
+    assert (config["zero_bucket_elements"], config["zero_allgather_bucket_elements"]) == (
+        7_000_000,
+        3_000_000,
+    )
+    assert config["zero_overlap_comm"] is True
+    zero = {"stage": 3, "max_live_parameters": 3e8, "stage3_prefetch_bucket_size": 2e7}
+    path.write_text(
+        json.dumps({"train_micro_batch_size_per_gpu": 2, "zero_optimization": zero}), encoding="utf-8"
+    )
+    expanded, _ = expand_from(build_parser(), ["--from", "deepspeed", str(path), "--gpus", "8"], "what_if")
+    config = framework_config(build_parser().parse_args(expanded))
+    assert (config["zero3_max_live_params"], config["zero3_prefetch_bucket_params"]) == (
+        300_000_000,
+        20_000_000,
+    )
+    assert "zero3_max_reuse_distance" not in config  # DeepSpeed's default stands
+
+
+def test_plan_emits_torchtitan_toml_and_reading_it_back_plans_the_same_layout(tmp_path: Path) -> None:
+    argv = [*SPACE, "--emit", "torchtitan", "--pp", "1", "--strategies", "fsdp", "--out", str(tmp_path)]
+    code, out, err = run_cli(plan_main, argv)
+    assert code == 0, err
+    label = out.splitlines()[0].split(": ", 1)[1].split(" (rank", 1)[0]
+    written = tmp_path / "torchtitan_8gpus.toml"
+    assert "# gpt2-small: no torchtitan flavor" in written.read_text(encoding="utf-8")
+    back = ["--from", "torchtitan", str(written), "--model", "gpt2-small", "--cluster", "dgx-a100", "--quiet",
+            "--workers", "1", "--format", "json"]  # fmt: skip
+    code, text, err = run_cli(plan_main, back)
+    assert code == 0, err
+    doc = json.loads(text)
+    assert doc["gpu_counts"][0]["ranked"][0]["layout"]["label"] == label and doc["configs_considered"] == 1

@@ -73,6 +73,18 @@ def test_plan_count_from_a_garbled_deepspeed_json_ends_cleanly(
     check_cli_outcome(argv, code, out, err)
 
 
+@FUZZ
+@given(text=mutated_text(TORCHTITAN))
+def test_plan_count_from_a_garbled_torchtitan_toml_ends_cleanly(
+    text: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    path: Path = tmp_path_factory.mktemp("tt") / "job.toml"
+    path.write_text(text, encoding="utf-8")
+    argv = ["--from", "torchtitan", str(path), "--gpus", "64", "--cluster", "hgx-h100", "--count", "--quiet"]
+    code, out, err = run_cli(plan_main, argv, seconds=60)
+    check_cli_outcome(argv, code, out, err)
+
+
 @pytest.mark.parametrize("doc", [{"\n": 1}, {"optimizer": {"type": "AdamW", "\n": 1}}])
 def test_a_key_with_a_line_break_is_named_on_one_line(doc: dict[str, Any], tmp_path: Path) -> None:
     """Found by the fuzz test above in CI: the key was printed raw and split the error in two."""

@@ -120,10 +120,52 @@ def test_torchtitan_interleaved_schedule_takes_virtual_stages_from_layers_per_st
     path = _toml(tmp_path, '[model]\nname = "llama3"\nflavor = "8B"\n[parallelism]\ndata_parallel_shard_degree = 2\n'
                  'pipeline_parallel_degree = 4\npipeline_parallel_schedule = "Interleaved1F1B"\n'
                  'pipeline_parallel_layers_per_stage = 2\npipeline_parallel_microbatch_size = 2\n'
+                 "pipeline_parallel_first_stage_less_layers = 0\npipeline_parallel_last_stage_less_layers = 0\n"
                  "[training]\nlocal_batch_size = 16\n")  # fmt: skip
     got = values(read_torchtitan(path))
-    assert got["vpp"] == "4"  # 32 layers / (pp 4 x 2 per stage)
+    assert got["vpp"] == "4" and "pp-layers" not in got  # 32 layers / (pp 4 x 2 per stage), even
     assert (got["gpus"], got["micro-batch"], got["global-batch"]) == ("8", "2", "32")  # 2 x 4; 16 x dp 2
+
+
+PIPELINE_8B = '[model]\nname = "llama3"\nflavor = "8B"\n[parallelism]\ndata_parallel_shard_degree = 2\npipeline_parallel_degree = 4\n'
+
+
+@pytest.mark.parametrize(
+    ("extra", "vpp", "stages"),
+    [
+        # torchtitan's default weights (1, 1): 32 + 2 = 34 over 4 stages is 8 rem 2, the first two
+        # stages one more: 9, 9, 8, 8, less the embedding on the first and the loss on the last
+        ("", None, "8,9,8,7"),
+        # Interleaved1F1B without layers_per_stage: 2 stages per rank; 34 over 8 is 4 rem 2
+        ('pipeline_parallel_schedule = "Interleaved1F1B"\n', "2", "4,5,4,4,4,4,4,3"),
+        # layers_per_stage 3: ceil(34 / 3) = 12 stages, 3 per rank; 34 over 12 is 2 rem 10
+        ('pipeline_parallel_schedule = "Interleaved1F1B"\npipeline_parallel_layers_per_stage = 3\n', "3",
+         "2,3,3,3,3,3,3,3,3,3,2,1"),
+        ("pipeline_parallel_first_stage_less_layers = 0\npipeline_parallel_last_stage_less_layers = 0\n", None, None),
+    ],
+)  # fmt: skip
+def test_torchtitan_stage_split_is_torchtitans_own(
+    tmp_path: Path, extra: str, vpp: str | None, stages: str | None
+) -> None:
+    """pipeline_llm / generate_llm_fqn_per_model_part (torchtitan/distributed/pipeline_parallel.py),
+    counted by hand: the defaults where the TOML is silent split unevenly."""
+    got = values(read_torchtitan(_toml(tmp_path, PIPELINE_8B + extra)))
+    assert (got.get("vpp"), got.get("pp-layers")) == (vpp, stages)
+    # fsdp_reshard_after_forward "default" with a pipeline: no resharding (parallelize.py, apply_fsdp)
+    assert got["no-reshard-after-forward"] is True
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "pipeline_parallel_layers_per_stage = 2\n",  # ceil(34 / 2) = 17 stages: not a multiple of pp 4
+        "pipeline_parallel_first_stage_less_layers = 12\n",  # 45 over 4 is 11: the embedding weighs more
+    ],
+)
+def test_torchtitan_stage_split_torchtitan_refuses_is_refused_in_one_line(tmp_path: Path, extra: str) -> None:
+    with pytest.raises(TrainsimError, match="pipeline_parallel") as err:
+        read_torchtitan(_toml(tmp_path, PIPELINE_8B + extra))
+    assert "\n" not in str(err.value)
 
 
 @pytest.mark.parametrize(
@@ -141,6 +183,16 @@ def test_torchtitan_interleaved_schedule_takes_virtual_stages_from_layers_per_st
         ("[parallelism]\ndata_parallel_shard_degree = 4\n[model]\nconverters = [\"quantize.linear.mx\"]\n"
          "[quantize.linear.mx]\nrecipe_name = \"mxfp8\"\n", "[model] converters"),
         ("[quantize]\nlinear = 3\n", "[quantize]"),
+        # contradictory: torchtitan raises on async TP without the compiled model (tensor_parallel.py)
+        ("[parallelism]\ndata_parallel_shard_degree = 4\ntensor_parallel_degree = 2\n"
+         "enable_async_tensor_parallel = true\n", "enable_async_tensor_parallel"),
+        ("[parallelism]\ndata_parallel_shard_degree = 4\ntensor_parallel_degree = 2\n"
+         "enable_async_tensor_parallel = true\n[compile]\nenable = true\ncomponents = [\"loss\"]\n",
+         "enable_async_tensor_parallel"),
+        # torchao gathers rowwise-scaled weights in bf16 only
+        ("[parallelism]\ndata_parallel_shard_degree = 4\n[model]\nconverters = [\"quantize.linear.float8\"]\n"
+         "[quantize.linear.float8]\nrecipe_name = \"rowwise\"\nenable_fsdp_float8_all_gather = true\n",
+         "enable_fsdp_float8_all_gather"),
     ],
 )  # fmt: skip
 def test_torchtitan_bad_input_is_one_line_naming_the_key(tmp_path: Path, text: str, named: str) -> None:
@@ -152,7 +204,14 @@ def test_torchtitan_bad_input_is_one_line_naming_the_key(tmp_path: Path, text: s
 def test_deepspeed_zero3_example_is_zero3_in_bf16_with_its_batch_from_the_gpu_count() -> None:
     config = read_deepspeed(str(DATA / "ds_config_zero3.json"), gpus=8)
     got = values(config)
-    assert got["strategies"] == "zero3" and got["bucket-size"] == "50000000"  # reduce_bucket_size 5e7
+    assert got["strategies"] == "zero3" and "zero-bucket-size" not in got  # a stage 1/2 key, named:
+    assert "zero_optimization.reduce_bucket_size = 50000000 (a stage 1/2 key; stage 3 here)" in config.ignored
+    fetch = (
+        got["zero3-prefetch-bucket-size"],
+        got["zero3-max-live-parameters"],
+        got["zero3-max-reuse-distance"],
+    )
+    assert fetch == ("50000000", "1000000000", "1000000000")  # 5e7, 1e9, 1e9
     assert (got["micro-batch"], got["global-batch"]) == ("1", "8")  # 1 x accumulation 1 x 8 GPUs
     assert (got["dtype"], got["precision"], got["optimizer"]) == ("bf16", "mixed", "adamw")
     assert {"scheduler", "gradient_clipping", "steps_per_print"} <= set(config.ignored)
@@ -227,3 +286,25 @@ def test_megatron_unknown_transformer_impl_is_one_line() -> None:
         TrainsimError, match=r"^--from megatron: --transformer-impl local: contradicts --fp8-format"
     ):
         read_megatron(TINY + " --bf16 --fp8-format hybrid --transformer-impl local")
+
+
+def test_torchtitan_async_tp_with_compile_and_tensorwise_without_the_fp8_all_gather(tmp_path: Path) -> None:
+    """Async TP with the compiled model reads as --tp-comm-overlap; a tensorwise FSDP run without the
+    FP8 all-gather is named among the ignored keys (the model prices tensorwise with it)."""
+    text = ("[model]\nname = \"llama3\"\nflavor = \"8B\"\nconverters = [\"quantize.linear.float8\"]\n"
+            "[parallelism]\ndata_parallel_shard_degree = 4\ntensor_parallel_degree = 2\n"
+            "enable_async_tensor_parallel = true\n[compile]\nenable = true\n")  # fmt: skip
+    config = read_torchtitan(_toml(tmp_path, text))
+    got = values(config)
+    assert (got["tp-comm-overlap"], got["compile"], got["fp8"]) == (True, True, "tensorwise")
+    assert (got["saved-tensors"], got["cross-entropy"]) == ("eager", "torch")
+    assert any(
+        "enable_fsdp_float8_all_gather (torchtitan default false): priced as true" in i
+        for i in config.ignored
+    )
+
+
+def test_deepspeed_stage2_buckets_and_overlap_are_flags() -> None:
+    got = values(read_deepspeed(str(DATA / "ds_config_zero2_offload.json"), gpus=4))
+    assert (got["zero-bucket-size"], got["zero-allgather-bucket-size"]) == ("7000000", "7000000")
+    assert "zero-overlap-comm" not in got and got["offload"] == "optimizer"  # cpu_offload: ZeRO-Offload
