@@ -121,14 +121,11 @@ def render_label(label: Label, key: OpKey) -> str:
 
 
 def _render(label: Label, key: OpKey) -> str:
-    """:func:`render_label` inlined (the builder renders every operation's name): the same text."""
-    head, word, tail = label
-    if word:
-        if key.group is None:
-            raise ValueError(f"label {head!r} names a {word} but its key has no group")
-        head = f"{head}{word} {key.group}"  # group_label
-    micro = key.micro_batch
-    return head + tail if micro is None else f"{head}{tail} [micro-batch {micro}]"  # micro_batch_label
+    """:func:`render_label`, without the call where there is no number to write (most operations
+    of a step of one micro-batch)."""
+    if label.word or key.micro_batch is not None:
+        return render_label(label, key)
+    return label.head + label.tail
 
 
 def phase_label(compute: str, comm: str | None) -> str:
