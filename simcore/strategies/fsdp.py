@@ -89,7 +89,7 @@ from simcore.compute.host_syncs import launch_latency_s
 from simcore.compute.memory import MemoryChange
 from simcore.compute.overheads import framework_overheads
 from simcore.compute.precision import Precision
-from simcore.step.plan import Label, OpKey, PlanBuilder, StepPlan
+from simcore.step.plan import Label, OpKey, PlanBuilder, RepeatSpan, StepPlan
 from simcore.strategies.base import StepContext, Strategy, optimizer_state_bytes
 from simcore.strategies.ddp import chunk_param_tensors
 from simcore.strategies.deepspeed import (
@@ -595,18 +595,28 @@ def build_sharded_plan(
         max_live = float(limit if limit is not None else zero3_defaults().max_live_parameters)
         max_reuse = float(reuse if reuse is not None else zero3_defaults().max_reuse_distance)
     facts = unit_facts(ctx, units, chunks, precision, shards, deepspeed and cfg.zero3_per_rank_lists)
+    built: tuple[tuple[bool, ...], RepeatSpan] | None = None  # the last micro-batch's settings and span
     for micro in range(quiet, k):
         number = micro + 1 if k > 1 else None  # labels name micro-batches only when there are several
         final = micro == k - 1
+        # (first_micro, sync, first_reduce, allocate_unsharded): all the hooks' settings that vary
+        settings = (micro == 0, every or final, micro == 0 if every else final, every or micro == quiet)
+        if built is not None and built[0] == settings:
+            # the same hooks on the same state: the previous micro-batch's operations, renumbered
+            span = builder.repeat(built[1], last)
+            if span is not None:
+                built, last = (settings, span), span.last
+                continue
+        start = len(builder.plan.ops)
         hooks = ShardedHooks(
             ctx, units, chunks, shard_group=shard_group, replicate_group=replicate_group,
-            reshard_root=reshard_root, first_micro=micro == 0, micro_batch=number, precision=precision,
-            sync=every or final, first_reduce=micro == 0 if every else final,
-            allocate_unsharded=every or micro == quiet, unit_ops=unit_ops, tensor_ops=tensor_ops,
-            max_live_params=max_live, max_reuse=max_reuse, per_rank_lists=deepspeed and cfg.zero3_per_rank_lists,
-            facts=facts,
+            reshard_root=reshard_root, first_micro=settings[0], micro_batch=number, precision=precision,
+            sync=settings[1], first_reduce=settings[2], allocate_unsharded=settings[3], unit_ops=unit_ops,
+            tensor_ops=tensor_ops, max_live_params=max_live, max_reuse=max_reuse,
+            per_rank_lists=deepspeed and cfg.zero3_per_rank_lists, facts=facts,
         )  # fmt: skip
-        last = build_microbatch(ctx, builder, chunks, hooks, number, last)
+        previous, last = last, build_microbatch(ctx, builder, chunks, hooks, number, last)
+        built = (settings, RepeatSpan(start, len(builder.plan.ops), previous, last, number))
     after = [builder.last_comm] if builder.last_comm is not None else []
     step = ctx.optimizer_step(strategy, params / shards, shards, flat=deepspeed)
     builder.compute(
