@@ -350,7 +350,6 @@ class PlanBuilder:
         )  # fmt: skip
         return op_id
 
-
     def repeat(self, span: RepeatSpan, previous: int | None) -> RepeatSpan | None:
         """Append a copy of the operations ``span`` added, as the next micro-batch's (the structure
         of a micro-batch built once, its copies made without the strategy's hooks): ids shifted,

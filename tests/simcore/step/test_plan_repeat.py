@@ -1,12 +1,14 @@
 """A micro-batch built once and repeated (:meth:`PlanBuilder.repeat`): the plan building gives.
 
-The sharded strategies build a middle micro-batch with their hooks and repeat it for the next ones
-with the same hook settings. Repeating is exact by construction (the same code on the same state),
+The sharded strategies (FSDP, ZeRO-3, HSDP) and ZeRO-2 build a middle micro-batch with their hooks
+and repeat it for the next ones with the same hook settings. Repeating is exact by construction (the same code on the same state),
 so the tests hold the plans with repetition to the plans built micro-batch by micro-batch, field
 for field, over strategies, GPU counts, accumulation and every setting that changes the hooks.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
@@ -38,25 +40,31 @@ def test_a_repeated_micro_batch_is_shifted_renumbered_and_follows_the_last_one()
     again = builder.repeat(span, span.last)
     assert again == RepeatSpan(5, 8, 4, 7, 3)
     fwd, gather, bwd = builder.plan.ops[5:]
-    assert (fwd.id, fwd.after, fwd.name, fwd.key.micro_batch) == (5, (4,), "forward of block0 [micro-batch 3]", 3)
-    assert (gather.after_start, gather.name, gather.key.group) == ((5,), "all_gather unit 3 [micro-batch 3]", 3)
+    assert (fwd.id, fwd.after, fwd.name, fwd.key.micro_batch) == (
+        5,
+        (4,),
+        "forward of block0 [micro-batch 3]",
+        3,
+    )
+    assert (gather.after_start, gather.name, gather.key.group) == (
+        (5,),
+        "all_gather unit 3 [micro-batch 3]",
+        3,
+    )
     assert (bwd.after, bwd.duration_s, gather.on_start, gather.bytes) == ((6,), 4.0, (("buffers", 8.0),), 8.0)
     assert builder.last_comm == 6
-    assert builder.plan.ops[2:5] == [
-        builder.plan.ops[i].__class__(**{
-            **{f: getattr(builder.plan.ops[i], f) for f in builder.plan.ops[i].__slots__},
-            "id": i - 3, "key": builder.plan.ops[i - 3].key, "name": builder.plan.ops[i - 3].name,
-            "after": builder.plan.ops[i - 3].after, "after_start": builder.plan.ops[i - 3].after_start,
-        })
+    ops = builder.plan.ops
+    assert ops[2:5] == [
+        replace(ops[i], id=i - 3, key=ops[i - 3].key, name=ops[i - 3].name, after=ops[i - 3].after,
+                after_start=ops[i - 3].after_start)
         for i in range(5, 8)
-    ]  # nothing else changed
+    ]  # nothing else changed  # fmt: skip
 
 
 def test_a_span_that_is_not_self_contained_is_not_repeated() -> None:
     builder, span = _two_micro_batches()
-    builder.plan.ops[2] = builder.plan.ops[2].__class__(
-        **{**{f: getattr(builder.plan.ops[2], f) for f in builder.plan.ops[2].__slots__}, "after": (0,)}
-    )  # the gather now waits for an operation before the span that it did not follow
+    # the forward now waits for an operation before the span that it did not follow
+    builder.plan.ops[2] = replace(builder.plan.ops[2], after=(0,))
     assert builder.repeat(span, span.last) is None
     assert len(builder.plan.ops) == 5
     unlabelled, plain = _two_micro_batches()
@@ -82,7 +90,7 @@ def _plan(
         return get_strategy(name).build_plan(toy_context(gpus, config, workload=workload)), len(repeated)
 
 
-@pytest.mark.parametrize("name", ["fsdp", "zero3", "hsdp"])
+@pytest.mark.parametrize("name", ["fsdp", "zero3", "hsdp", "zero2"])
 @pytest.mark.parametrize("gpus", [1, 8, 16])
 @pytest.mark.parametrize("accumulation", [1, 3, 5])
 @pytest.mark.parametrize(
