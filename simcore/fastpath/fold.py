@@ -353,7 +353,7 @@ def _names(ctx: StepContext, groups: Sequence[int]) -> _Names:
     """The :class:`_Names` of ``ctx``'s workload under ``groups``, once per context's caches and
     grouping (strategies that group alike, FSDP and HSDP, and every recompute setting share it)."""
     grouping = tuple(groups)
-    return ctx.memo(("fold names", grouping), lambda: _Names(ctx.workload, grouping))  # type: ignore[no-any-return]
+    return ctx.memo(("fold names", grouping), lambda: _Names(ctx.workload, grouping))
 
 
 def _extrapolate(

@@ -126,9 +126,9 @@ class UnitFacts:
     (derived once per plan, not per micro-batch; read only)."""
 
     unit_params: list[int]
-    full_bytes: list[float]  # bytes of each unit's all-gather (the gather dtype, FP8 where cast)
-    grad_bytes: list[float]  # its unsharded gradients
-    reduce_bytes: list[float]  # its reduce-scatter input
+    full_bytes: Sequence[float]  # bytes of each unit's all-gather (the gather dtype, FP8 where cast)
+    grad_bytes: Sequence[float]  # its unsharded gradients
+    reduce_bytes: Sequence[float]  # its reduce-scatter input
     unit_tensors: list[int]
     first_chunk_fwd: dict[int, int]  # unit -> index of its first chunk in forward
     first_chunk_bwd: dict[int, int]
