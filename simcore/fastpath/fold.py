@@ -344,9 +344,16 @@ def _fold_plan(strategy: Strategy, ctx: StepContext) -> _Plan | None:
         if groups is None or _boundaries(groups) != [flags[i] for i in copy.kept]:
             return None
         copies.append(copy)
-        names.append(_Names(copy.workload, groups))
-    model = _Names(ctx.workload, groups_full)
+        names.append(_names(_context(ctx, n, copy), groups))
+    model = _names(ctx, groups_full)
     return _Plan(depths, tuple(copies), tuple(names), model, (length - depth) / period)  # type: ignore[arg-type]
+
+
+def _names(ctx: StepContext, groups: Sequence[int]) -> _Names:
+    """The :class:`_Names` of ``ctx``'s workload under ``groups``, once per context's caches and
+    grouping (strategies that group alike, FSDP and HSDP, and every recompute setting share it)."""
+    grouping = tuple(groups)
+    return ctx.memo(("fold names", grouping), lambda: _Names(ctx.workload, grouping))
 
 
 def _extrapolate(

@@ -41,6 +41,7 @@ __all__ = [
     "PhasePart",
     "PlanBuilder",
     "PlanRun",
+    "RepeatSpan",
     "Span",
     "StepPlan",
     "group_label",
@@ -348,6 +349,65 @@ class PlanBuilder:
                tuple(on_end), float(size_bytes), (), link, link_kind, float(contention), key, label)
         )  # fmt: skip
         return op_id
+
+    def repeat(self, span: RepeatSpan, previous: int | None) -> RepeatSpan | None:
+        """Append a copy of the operations ``span`` added, as the next micro-batch's (the structure
+        of a micro-batch built once, its copies made without the strategy's hooks): ids shifted,
+        dependencies inside the span shifted with them, a dependency on ``span.previous`` (the
+        operation the span's micro-batch followed) turned into one on ``previous``, and keys that
+        name ``span.micro_batch`` naming the next one (names rendered from their labels again).
+
+        A caller repeats a span only where building the next micro-batch would run the same code
+        on the same state (its hooks made with the same settings, none shared between micro-batches),
+        so the copy is the plan that building would give. None, with nothing appended, where a
+        span is not self-contained: an operation depends on one before it other than
+        ``span.previous``, names another micro-batch, or has a name not rendered from a label."""
+        ops = self.plan.ops
+        start, end, old = span.start, span.end, span.micro_batch
+        if old is None or not 0 <= start < end <= len(ops) or span.previous is None or previous is None:
+            return None
+        if span.last is not None and not start <= span.last < end:
+            return None
+        for op in ops[start:end]:
+            micro = op.key.micro_batch
+            if op.label is None or (micro is not None and micro != old):
+                return None
+            for dep in (*op.after, *op.after_start):
+                if dep < start and dep != span.previous:
+                    return None
+        shift, new = len(ops) - start, old + 1
+
+        def moved(deps: tuple[int, ...]) -> tuple[int, ...]:
+            return tuple(previous if d < start else d + shift for d in deps)  # (d < start: span.previous)
+
+        last_comm = self.last_comm
+        for op in ops[start:end]:
+            key = op.key
+            if key.micro_batch is not None:
+                key = self.key(group=key.group, micro_batch=new, block=key.block, stage=key.stage)
+            ops.append(
+                _new_op(op.id + shift, op.stream, render_label(op.label, key), op.duration_s, op.kind,  # type: ignore[arg-type]
+                   moved(op.after), moved(op.after_start), op.on_start, op.on_end, op.bytes, op.after_end,
+                   op.link, op.link_kind, op.contention, key, op.label)
+            )  # fmt: skip
+            if op.stream == COMM:
+                last_comm = op.id + shift
+        self.last_comm = last_comm
+        last = None if span.last is None else span.last + shift
+        return RepeatSpan(start + shift, end + shift, previous, last, new)
+
+
+@dataclass(frozen=True, slots=True)
+class RepeatSpan:
+    """The operations ``[start, end)`` one micro-batch added to a plan: the micro-batch numbered
+    ``micro_batch`` in keys, built after operation ``previous`` and ending with ``last`` (what the
+    next micro-batch follows); see :meth:`PlanBuilder.repeat`."""
+
+    start: int
+    end: int
+    previous: int | None
+    last: int | None
+    micro_batch: int | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -84,13 +84,14 @@ and an all-reduce of each reduce-scattered shard across nodes.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from simcore.compute.fp8 import fp8_gather_bytes
 from simcore.compute.host_syncs import launch_latency_s
 from simcore.compute.memory import MemoryChange
 from simcore.compute.overheads import framework_overheads
 from simcore.compute.precision import Precision
-from simcore.step.plan import Label, OpKey, PlanBuilder, StepPlan
+from simcore.step.plan import Label, OpKey, PlanBuilder, RepeatSpan, StepPlan
 from simcore.strategies.base import StepContext, Strategy, optimizer_state_bytes
 from simcore.strategies.ddp import chunk_param_tensors
 from simcore.strategies.deepspeed import (
@@ -122,6 +123,96 @@ _GATHER_LISTS = Label("all_gather per-rank lists (host) ", "unit")
 _REDUCE_LISTS = Label("reduce_scatter per-rank lists (host) ", "unit")
 
 
+@dataclass(frozen=True, slots=True)
+class UnitFacts:
+    """What every micro-batch's :class:`ShardedHooks` of one plan reads about its units and chunks
+    (derived once per plan, not per micro-batch; read only)."""
+
+    unit_params: list[int]
+    full_bytes: Sequence[float]  # bytes of each unit's all-gather (the gather dtype, FP8 where cast)
+    grad_bytes: Sequence[float]  # its unsharded gradients
+    reduce_bytes: Sequence[float]  # its reduce-scatter input
+    unit_tensors: list[int]
+    first_chunk_fwd: dict[int, int]  # unit -> index of its first chunk in forward
+    first_chunk_bwd: dict[int, int]
+    visits: list[int]  # the units in the order forward enters them
+    visits_backward: list[int]  # ... and backward
+    last_fwd_chunk: dict[int, int]
+    last_bwd_chunk: dict[int, int]
+    chunk_index: dict[int, int]  # id of a chunk -> its index
+    gather_lists_s: list[float]  # host seconds of per-rank lists (DeepSpeed 2021), zeros when off
+    reduce_lists_s: list[float]
+
+
+def unit_facts(
+    ctx: StepContext,
+    units: UnitPlan,
+    chunks: Sequence[Chunk],
+    precision: Precision,
+    shards: int,
+    per_rank_lists: bool,
+) -> UnitFacts:
+    """The :class:`UnitFacts` of a plan over ``units`` cut into ``chunks``, sharded ``shards`` ways."""
+    unit_params = [ctx.layer_counts(members)[0] for members in units.units]
+    gather, fp8 = precision.bytes("gather"), ctx.config.fp8
+    full_bytes = (
+        [fp8_gather_bytes(ctx.workload.layers, m, gather, fp8) for m in units.units]
+        if fp8 != "none"
+        else [p * gather for p in unit_params]  # no per-layer walk on the common path
+    )
+    unit_tensors = [chunk_param_tensors(ctx, members) for members in units.units]
+    visits = [c.group for i, c in enumerate(chunks) if i == 0 or chunks[i - 1].group != c.group]
+    return UnitFacts(
+        unit_params=unit_params,
+        full_bytes=full_bytes,
+        grad_bytes=[p * precision.bytes("unsharded_grad") for p in unit_params],
+        reduce_bytes=[p * precision.bytes("reduce") for p in unit_params],
+        unit_tensors=unit_tensors,
+        first_chunk_fwd={c.group: i for i, c in reversed(list(enumerate(chunks)))},
+        first_chunk_bwd={c.group: i for i, c in enumerate(chunks)},
+        visits=visits,
+        visits_backward=visits[::-1],
+        last_fwd_chunk={c.group: i for i, c in enumerate(chunks)},
+        last_bwd_chunk={c.group: i for i, c in reversed(list(enumerate(chunks)))},
+        chunk_index={id(c): i for i, c in enumerate(chunks)},
+        **_per_rank_lists(ctx, units, unit_tensors, shards, per_rank_lists),
+    )
+
+
+def _next_distinct(order: Sequence[int], start: int, count: int) -> list[int]:
+    """The first ``count`` distinct units of ``order[start:]``, in order (without copying the rest)."""
+    found: list[int] = []
+    if count <= 0:
+        return found
+    for index in range(start, len(order)):
+        unit = order[index]
+        if unit not in found:
+            found.append(unit)
+            if len(found) == count:
+                break
+    return found
+
+
+def _per_rank_lists(
+    ctx: StepContext, units: UnitPlan, unit_tensors: Sequence[int], ranks: int, enabled: bool
+) -> dict[str, list[float]]:
+    """Host seconds of each unit's per-rank list collectives (DeepSpeed 2021,
+    :func:`~simcore.strategies.deepspeed.per_rank_list_host_s`): its gathered tensors' all-gathers
+    and all its tensors' reduce-scatters; zeros when off."""
+    count = len(units.units)
+    if not enabled or ranks <= 1:
+        return {"gather_lists_s": [0.0] * count, "reduce_lists_s": [0.0] * count}
+    launch = launch_latency_s()
+    threshold = zero3_defaults().param_persistence_threshold
+    layers = ctx.workload.layers
+    gathers, reduces = [], []
+    for unit, members in enumerate(units.units):
+        gathered = gathered_tensor_count(((layers[i], ctx.layer_counts([i])[1]) for i in members), threshold)
+        gathers.append(per_rank_list_host_s("all_gather", ranks, gathered, launch))
+        reduces.append(per_rank_list_host_s("reduce_scatter", ranks, unit_tensors[unit], launch))
+    return {"gather_lists_s": gathers, "reduce_lists_s": reduces}
+
+
 class ShardedHooks(PassHooks):
     """All-gathers, prefetch, resharding and reduce-scatters of one micro-batch."""
 
@@ -145,6 +236,7 @@ class ShardedHooks(PassHooks):
         max_live_params: float = float("inf"),
         max_reuse: float | None = None,
         per_rank_lists: bool = False,
+        facts: UnitFacts | None = None,
     ) -> None:
         self.ctx, self.units, self.micro_batch = ctx, units, micro_batch
         self.max_live_params = max_live_params  # DeepSpeed's bound on gathered parameters (deepspeed.py)
@@ -162,27 +254,19 @@ class ShardedHooks(PassHooks):
         self.mp = precision
         self.tie_grad_bytes = precision.bytes("unsharded_grad")
         self.unit_ops, self.tensor_ops = unit_ops, tensor_ops
-        self.unit_params = [ctx.layer_counts(members)[0] for members in units.units]
-        gather, fp8 = precision.bytes("gather"), ctx.config.fp8
-        self.full_bytes = (
-            [fp8_gather_bytes(ctx.workload.layers, m, gather, fp8) for m in units.units]
-            if fp8 != "none"
-            else [p * gather for p in self.unit_params]  # no per-layer walk on the common path
-        )
-        self.grad_bytes = [p * precision.bytes("unsharded_grad") for p in self.unit_params]
-        self.reduce_bytes = [p * precision.bytes("reduce") for p in self.unit_params]
+        facts = facts or unit_facts(ctx, units, chunks, precision, len(self.shard_group), per_rank_lists)
+        self.unit_params, self.full_bytes = facts.unit_params, facts.full_bytes
+        self.grad_bytes, self.reduce_bytes = facts.grad_bytes, facts.reduce_bytes
         self.shard_grad_element = precision.bytes("grad")
         self.on_cpu = ctx.device_kind == "cpu"
-        self.unit_tensors = [chunk_param_tensors(ctx, members) for members in units.units]
-        self.first_chunk_fwd = {c.group: i for i, c in reversed(list(enumerate(chunks)))}
-        self.first_chunk_bwd = {c.group: i for i, c in enumerate(chunks)}
+        self.unit_tensors = facts.unit_tensors
+        self.first_chunk_fwd, self.first_chunk_bwd = facts.first_chunk_fwd, facts.first_chunk_bwd
         self.gathered: dict[int, int] = {}  # unit -> op id of the all-gather that made it resident
         self.copied: dict[int, int] = {}  # unit -> op id of the copy-out of its latest all-gather
         self.copies = len(self.shard_group) > 1
-        self.visits = [c.group for i, c in enumerate(chunks) if i == 0 or chunks[i - 1].group != c.group]
-        self.last_fwd_chunk = {c.group: i for i, c in enumerate(chunks)}
-        self.last_bwd_chunk = {c.group: i for i, c in reversed(list(enumerate(chunks)))}
-        self.chunk_index = {id(c): i for i, c in enumerate(chunks)}
+        self.visits, self.visits_backward = facts.visits, facts.visits_backward
+        self.last_fwd_chunk, self.last_bwd_chunk = facts.last_fwd_chunk, facts.last_bwd_chunk
+        self.chunk_index = facts.chunk_index
         self.pending = [len(m) for m in units.units]
         self.fwd_visit = -1
         self.bwd_visit = -1
@@ -190,7 +274,7 @@ class ShardedHooks(PassHooks):
         self.previous_bwd_group: int | None = None
         self.lingering = 0.0  # bytes of the reduce-scatter input FSDP2 still holds
         self.blocking: list[int] = []  # CPU: collectives the next compute waits for
-        self.gather_lists_s, self.reduce_lists_s = self._per_rank_lists(per_rank_lists)
+        self.gather_lists_s, self.reduce_lists_s = facts.gather_lists_s, facts.reduce_lists_s
         # DeepSpeed 2021 synchronizes the device at each fetch: the next unit waits for every
         # collective in flight, its reduce-scatters included
         self.synchronized = per_rank_lists and len(self.shard_group) > 1
@@ -199,26 +283,6 @@ class ShardedHooks(PassHooks):
         ranks = len(self.shard_group) if self.synchronized else 1
         self.fill_copies = list_era_copies("all_gather", ranks)
         self.divide_copies = list_era_copies("reduce_scatter", ranks)
-
-    def _per_rank_lists(self, enabled: bool) -> tuple[list[float], list[float]]:
-        """Host seconds of each unit's per-rank list collectives (DeepSpeed 2021,
-        :func:`~simcore.strategies.deepspeed.per_rank_list_host_s`): its gathered tensors' all-gathers
-        and all its tensors' reduce-scatters; zeros when off."""
-        count = len(self.units.units)
-        if not enabled or len(self.shard_group) <= 1:
-            return [0.0] * count, [0.0] * count
-        ctx, ranks = self.ctx, len(self.shard_group)
-        launch = launch_latency_s()
-        threshold = zero3_defaults().param_persistence_threshold
-        layers = ctx.workload.layers
-        gathers, reduces = [], []
-        for unit, members in enumerate(self.units.units):
-            gathered = gathered_tensor_count(
-                ((layers[i], ctx.layer_counts([i])[1]) for i in members), threshold
-            )
-            gathers.append(per_rank_list_host_s("all_gather", ranks, gathered, launch))
-            reduces.append(per_rank_list_host_s("reduce_scatter", ranks, self.unit_tensors[unit], launch))
-        return gathers, reduces
 
     def _list_host(
         self, builder: PlanBuilder, label: Label, seconds: float, unit: int, after: Sequence[int]
@@ -279,7 +343,7 @@ class ShardedHooks(PassHooks):
         issued: list[int] = []
         if not prefetch_allowed((self.unit_params[u] for u in self.gathered), self.max_live_params):
             return issued  # DeepSpeed: the gathered parameters already reach max_live_parameters
-        for unit in list(dict.fromkeys(order[position + 1 :]))[:depth]:
+        for unit in _next_distinct(order, position + 1, depth):
             if unit not in self.gathered and unit not in blocked and self.pending[unit] > 0:
                 starts = [op] if op is not None else []
                 issued.append(self._gather(builder, unit, phase, after=after, after_start=starts))
@@ -370,7 +434,7 @@ class ShardedHooks(PassHooks):
             # FSDP2's backward prefetch blocks on CPU: the next unit is gathered before this one
             # computes (its memory is held alongside, as on a GPU)
             waits += self._prefetch(
-                builder, self.visits[::-1], self.bwd_visit + 1, None, "backward prefetch",
+                builder, self.visits_backward, self.bwd_visit + 1, None, "backward prefetch",
                 self.units.mid_block_backward, after=[*waits, *([previous_op] if previous_op is not None else [])],
             )  # fmt: skip
         return waits
@@ -422,7 +486,7 @@ class ShardedHooks(PassHooks):
         unit = chunk.group
         if unit != self.previous_bwd_group:
             self.bwd_visit += 1
-            order = self.visits[::-1]
+            order = self.visits_backward
             if not self.on_cpu:  # on CPU it blocks: issued before the compute (before_backward)
                 self._prefetch(
                     builder, order, self.bwd_visit, op, "backward prefetch", self.units.mid_block_backward
@@ -539,17 +603,29 @@ def build_sharded_plan(
         limit, reuse = cfg.zero3_max_live_params, cfg.zero3_max_reuse_distance
         max_live = float(limit if limit is not None else zero3_defaults().max_live_parameters)
         max_reuse = float(reuse if reuse is not None else zero3_defaults().max_reuse_distance)
+    facts = unit_facts(ctx, units, chunks, precision, shards, deepspeed and cfg.zero3_per_rank_lists)
+    built: tuple[tuple[bool, ...], RepeatSpan] | None = None  # the last micro-batch's settings and span
     for micro in range(quiet, k):
         number = micro + 1 if k > 1 else None  # labels name micro-batches only when there are several
         final = micro == k - 1
+        # (first_micro, sync, first_reduce, allocate_unsharded): all the hooks' settings that vary
+        settings = (micro == 0, every or final, micro == 0 if every else final, every or micro == quiet)
+        if built is not None and built[0] == settings:
+            # the same hooks on the same state: the previous micro-batch's operations, renumbered
+            span = builder.repeat(built[1], last)
+            if span is not None:
+                built, last = (settings, span), span.last
+                continue
+        start = len(builder.plan.ops)
         hooks = ShardedHooks(
             ctx, units, chunks, shard_group=shard_group, replicate_group=replicate_group,
-            reshard_root=reshard_root, first_micro=micro == 0, micro_batch=number, precision=precision,
-            sync=every or final, first_reduce=micro == 0 if every else final,
-            allocate_unsharded=every or micro == quiet, unit_ops=unit_ops, tensor_ops=tensor_ops,
-            max_live_params=max_live, max_reuse=max_reuse, per_rank_lists=deepspeed and cfg.zero3_per_rank_lists,
+            reshard_root=reshard_root, first_micro=settings[0], micro_batch=number, precision=precision,
+            sync=settings[1], first_reduce=settings[2], allocate_unsharded=settings[3], unit_ops=unit_ops,
+            tensor_ops=tensor_ops, max_live_params=max_live, max_reuse=max_reuse,
+            per_rank_lists=deepspeed and cfg.zero3_per_rank_lists, facts=facts,
         )  # fmt: skip
-        last = build_microbatch(ctx, builder, chunks, hooks, number, last)
+        previous, last = last, build_microbatch(ctx, builder, chunks, hooks, number, last)
+        built = (settings, RepeatSpan(start, len(builder.plan.ops), previous, last, number))
     after = [builder.last_comm] if builder.last_comm is not None else []
     step = ctx.optimizer_step(strategy, params / shards, shards, flat=deepspeed)
     builder.compute(

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from simcore.compute.fp8 import fp8_weight_copy_bytes
 from simcore.compute.overheads import framework_overheads
-from simcore.step.plan import PlanBuilder, StepPlan
+from simcore.step.plan import PlanBuilder, RepeatSpan, StepPlan
 from simcore.strategies.base import StepContext, optimizer_state_bytes
 from simcore.strategies.ddp import BucketHooks, assign_buckets
 from simcore.strategies.passes import add_collective, build_microbatch, build_quiet_microbatches, make_chunks
@@ -77,15 +77,23 @@ class _ZeroBucketed:
         last = build_quiet_microbatches(ctx, builder, quiet, [("grads", grads_after_quiet)], precision)
         overlap = cfg.zero_overlap_comm if cfg.zero_overlap_comm is not None else False
         hook_ops = framework_overheads().zero_tensor_ops[0]
+        built: tuple[tuple[bool, bool], RepeatSpan] | None = None  # the last micro-batch's settings, span
         for micro in range(quiet, k):
             number = micro + 1 if k > 1 else None  # labels name micro-batches only when there are several
+            settings = ((quiet == 0 and micro == 0) or self.shard_grads, micro == 0)  # the hooks' that vary
+            if built is not None and built[0] == settings:  # the same hooks: the last one renumbered
+                span = builder.repeat(built[1], last)
+                if span is not None:
+                    built, last = (settings, span), span.last
+                    continue
+            start = len(builder.plan.ops)
             hooks = BucketHooks(
-                ctx, bucket_of, "all_reduce", precision, communicate=n > 1,
-                allocate_grads=(quiet == 0 and micro == 0) or self.shard_grads,
-                free_reduced=self.shard_grads and n > 1, keep_shard=micro == 0, micro_batch=number,
+                ctx, bucket_of, "all_reduce", precision, communicate=n > 1, allocate_grads=settings[0],
+                free_reduced=self.shard_grads and n > 1, keep_shard=settings[1], micro_batch=number,
                 copy_in=n > 1, blocking=not overlap, hook_ops=hook_ops,
             )  # fmt: skip
-            last = build_microbatch(ctx, builder, chunks, hooks, number, last, per_block)
+            previous, last = last, build_microbatch(ctx, builder, chunks, hooks, number, last, per_block)
+            built = (settings, RepeatSpan(start, len(builder.plan.ops), previous, last, number))
         held_grads = grads_total / n if self.shard_grads and n > 1 else grads_total
         after = [builder.last_comm] if builder.last_comm is not None else []
         step = ctx.optimizer_step(self, params / n, n, flat=True)
