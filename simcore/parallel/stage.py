@@ -335,6 +335,7 @@ def _exposed_comm(
             price=price["cp"],
             memory_bandwidth_Bps=memory_bandwidth_Bps,
             merge=options.ring_merge,
+            kv=options.ring_kv,
         )
         g, h = expert_parallel_exposed_s(
             layer, dims, spec, micro_batch=micro_batch, elem=elem, price=price["ep"]

@@ -150,3 +150,30 @@ def test_ring_merge_kernels_add_their_bytes_at_the_streaming_bandwidth() -> None
         price=lambda op, size: 0.0, memory_bandwidth_Bps=1e12,
     )  # fmt: skip
     assert uly == (0.0, 0.0)
+
+
+def test_repeated_kv_heads_move_and_merge_the_query_heads_bytes() -> None:
+    """GQA with 2 key/value heads of the 8 (N = 131072 query elements per rank, cp 4, Transformer
+    Engine's fused merge): grouped keys are N / 4, so forward 2N + 24N + 12 x N/4 = 29N and backward
+    24 (N + 2 x N/4) + 12 x N/4 = 39N; torchtitan's repeat_kv makes them N: the 38N and 84N of the
+    no-GQA case. The ring's hop carries 8 heads instead of 2."""
+    from dataclasses import replace
+
+    from simcore.errors import TrainsimError
+
+    layer, plain = _attn()
+    dims = replace(plain, kv_heads=2)
+    n, spec = 131072, ShardSpec(cp=4)
+    grouped = ring_merge_bytes(dims, spec, micro_batch=MB, elem=ELEM)
+    repeated = ring_merge_bytes(dims, spec, micro_batch=MB, elem=ELEM, kv="repeated")
+    assert grouped == pytest.approx((29 * n, 39 * n), rel=1e-12)
+    assert repeated == pytest.approx((38 * n, 84 * n), rel=1e-12)
+    for kv, heads in (("grouped", 2), ("repeated", 8)):
+        seen: list[tuple[str, float]] = []
+        context_parallel_exposed_s(
+            layer, dims, spec, micro_batch=MB, elem=ELEM, kind="ring", attention_s=(1.0, 1.0),
+            price=_price(1e9, 0.0, seen), kv=kv,
+        )  # fmt: skip
+        assert seen[0] == ("send_recv", MB * dims.seq_len / 4 * 2 * heads * dims.head_dim * ELEM)
+    with pytest.raises(TrainsimError, match="ring kv 'all' unknown; allowed: grouped, repeated"):
+        ring_merge_bytes(dims, spec, micro_batch=MB, elem=ELEM, kv="all")
