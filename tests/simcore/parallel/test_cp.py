@@ -6,6 +6,8 @@ all-to-alls each way."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from simcore.parallel.cp import context_parallel_exposed_s, ring_merge_bytes
 from simcore.parallel.shard import ShardSpec
@@ -177,3 +179,22 @@ def test_repeated_kv_heads_move_and_merge_the_query_heads_bytes() -> None:
         assert seen[0] == ("send_recv", MB * dims.seq_len / 4 * 2 * heads * dims.head_dim * ELEM)
     with pytest.raises(TrainsimError, match="ring kv 'all' unknown; allowed: grouped, repeated"):
         ring_merge_bytes(dims, spec, micro_batch=MB, elem=ELEM, kv="all")
+    from simcore.parallel.options import ParallelOptions
+
+    with pytest.raises(TrainsimError, match="ring kv 'all' unknown; allowed: grouped, repeated"):
+        ParallelOptions(ring_kv="all")
+
+
+@given(st.sampled_from([2, 4, 8, 16]), st.sampled_from([1, 2, 4, 8]), st.sampled_from(["fused", "eager"]))
+def test_repeating_the_kv_heads_never_moves_fewer_bytes(cp: int, kv_heads: int, merge: str) -> None:
+    from dataclasses import replace
+
+    from simcore.parallel.options import ParallelOptions
+
+    _, plain = _attn()
+    dims, spec = replace(plain, kv_heads=kv_heads), ShardSpec(cp=cp)
+    grouped = ring_merge_bytes(dims, spec, micro_batch=MB, elem=ELEM, merge=merge)
+    repeated = ring_merge_bytes(dims, spec, micro_batch=MB, elem=ELEM, merge=merge, kv="repeated")
+    assert all(r >= g > 0 for r, g in zip(repeated, grouped, strict=True))
+    assert (repeated == grouped) == (kv_heads == dims.heads)
+    assert ParallelOptions(ring_kv="repeated").ring_kv == "repeated"
