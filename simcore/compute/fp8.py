@@ -60,6 +60,7 @@ __all__ = [
     "is_fp8_linear",
     "load_recipe",
     "resolve_fp8",
+    "tp_gathers_in_fp8",
     "weight_cast_microbatches",
 ]
 
@@ -80,6 +81,7 @@ class Fp8Recipe:
     fp8_all_gather: bool  # FSDP gathers the FP8 linears' weights in fp8
     weight_copy_bytes: float  # fp8 weight copies kept, per FP8-linear parameter
     weight_cast_per_step: bool = False  # the weights' fp8 copies are cast once per step, not per micro-batch
+    tp_fp8_all_gather: bool = False  # TP's sequence-parallel all-gathers of the FP8 linears move fp8
 
 
 def load_recipe(name: str) -> Fp8Recipe:
@@ -98,6 +100,7 @@ def load_recipe(name: str) -> Fp8Recipe:
         bool(entry["fp8_all_gather"]),
         float(entry["weight_copy_bytes"]),
         bool(entry.get("weight_cast_per_step", False)),
+        bool(entry.get("tp_fp8_all_gather", False)),
     )
 
 
@@ -171,6 +174,12 @@ def fp8_gather_bytes(layers: Sequence[Layer], members: Sequence[int], gather_byt
             for i in members
         )
     )
+
+
+def tp_gathers_in_fp8(model: ComputeModel) -> bool:
+    """Whether a run priced by ``model`` all-gathers its FP8 linears' tensor-parallel activations in
+    fp8 (the recipe's ``tp_fp8_all_gather``; see ``simcore/parallel/tp.py``)."""
+    return isinstance(model, Fp8ComputeModel) and model.recipe.tp_fp8_all_gather
 
 
 def fp8_weight_copy_bytes(workload: Workload, fp8: str) -> float:

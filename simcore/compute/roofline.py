@@ -90,11 +90,15 @@ _PLATEAU_FLOPS = 1e18
 _WAVED = ("gemm", "conv1x1")  # classes whose kernels are one GEMM each (tile/wave quantisation)
 
 
-_PLATEAU_KEYS = tuple(
+_REQUIRED_PLATEAUS = tuple(
     f"{cls}_max{suffix}" for cls in ("gemm", "conv", "conv_grouped") for suffix in ("", "_tf32", "_fp32")
 )
+# FP8 tensor-core GEMMs (convolutions run in 16 bits under FP8): a part without a figure of its own
+# takes its 16-bit gemm_max
+_FP8_PLATEAU = "gemm_max_fp8"
+_PLATEAU_KEYS = (*_REQUIRED_PLATEAUS, _FP8_PLATEAU)
 _CURVE_KEYS = (
-    *_PLATEAU_KEYS,
+    *_REQUIRED_PLATEAUS,
     "half_efficiency_time_s",
     "attention_fwd_max",
     "attention_bwd_max",
@@ -118,7 +122,7 @@ class EfficiencyCurve:
     attention_bwd_efficiency: float = 0.48  # ... and backward
     host_op_s: tuple[float, float] = (8e-6, 9e-6)  # host dispatch per operator, (fwd, bwd)
     sms: int = 0  # streaming multiprocessors (0: no wave quantisation)
-    # every plateau by class and dtype family: "<class>_max" (fp16/bf16/fp8), "_tf32", "_fp32"
+    # every plateau by class and dtype family: "<class>_max" (fp16/bf16), "_tf32", "_fp32"; "gemm_max_fp8"
     plateaus: Mapping[str, float] = field(default_factory=dict)
 
     def plateau(self, kernel: str, phase: str, dtype: str = "bf16") -> float:
@@ -126,7 +130,7 @@ class EfficiencyCurve:
         if kernel == "attention":
             return self.attention_bwd_efficiency if phase == "bwd" else self.attention_fwd_efficiency
         cls = {"conv1x1": "conv", "conv": "conv", "conv_grouped": "conv_grouped"}.get(kernel, "gemm")
-        suffix = {"tf32": "_tf32", "fp32": "_fp32"}.get(dtype, "")
+        suffix = {"tf32": "_tf32", "fp32": "_fp32", "fp8": "_fp8"}.get(dtype, "")
         key = f"{cls}_max{suffix}"
         if key in self.plateaus:
             return self.plateaus[key]
@@ -139,12 +143,14 @@ def _efficiency_table() -> dict[str, Any]:
 
 
 def _curve_from(entry: dict[str, Any], where: str) -> EfficiencyCurve:
-    unknown = sorted(set(entry) - set(_CURVE_KEYS))
+    unknown = sorted(set(entry) - {*_CURVE_KEYS, _FP8_PLATEAU})
     missing = [key for key in _CURVE_KEYS if key not in entry]
     if unknown or missing:
         bad = f"unknown key {unknown[0]!r}" if unknown else f"missing key {missing[0]!r}"
         raise TrainsimError(f"{_EFFICIENCY_FILE.name}: {where}: {bad}; keys: {', '.join(_CURVE_KEYS)}")
     fwd, bwd = entry["host_op_s"]
+    plateaus = {key: float(entry[key]) for key in _REQUIRED_PLATEAUS}
+    plateaus[_FP8_PLATEAU] = float(entry.get(_FP8_PLATEAU, entry["gemm_max"]))
     return EfficiencyCurve(
         max_efficiency=float(entry["gemm_max"]),
         half_efficiency_time_s=float(entry["half_efficiency_time_s"]),
@@ -155,7 +161,7 @@ def _curve_from(entry: dict[str, Any], where: str) -> EfficiencyCurve:
         attention_bwd_efficiency=float(entry["attention_bwd_max"]),
         host_op_s=(float(fwd), float(bwd)),
         sms=int(entry["sms"]),
-        plateaus=MappingProxyType({key: float(entry[key]) for key in _PLATEAU_KEYS}),
+        plateaus=MappingProxyType(plateaus),
     )
 
 

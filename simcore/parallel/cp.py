@@ -34,6 +34,13 @@ with ``_cp_options`` ``convert_to_f32=True``, ``enable_load_balance=True``, torc
 ``fused``, Transformer Engine's ``AttnFuncWithCPAndKVP2P`` (Megatron-Core's ``p2p``
 ``cp_comm_type``): one jit-fused correction ``out.add_(out_i * exp(lse_i - lse))`` per step and the
 gradients added in the inputs' dtype (``dq.add_(dq_)``, ``dkv.add_``).
+
+Grouped-query attention: the key/value heads that travel and merge are the model's ``kv_heads``
+when the attention takes them grouped (Transformer Engine's ``num_gqa_groups``; ``ring_kv:
+grouped``), or the query heads when the model repeats them before attention (``repeated``):
+torchtitan's llama (9dec370, ``torchtitan/models/llama/model.py``) calls ``repeat_kv`` on keys
+and values before ``F.scaled_dot_product_attention``, so torch's ring moves and concatenates
+``heads / kv_heads`` times the bytes.
 """
 
 from __future__ import annotations
@@ -44,7 +51,7 @@ from simcore.errors import TrainsimError
 from simcore.parallel.shard import ShardSpec, layer_role
 from simcore.workload.types import Layer, TransformerDims
 
-__all__ = ["RING_MERGES", "context_parallel_exposed_s", "ring_merge_bytes"]
+__all__ = ["RING_KV", "RING_MERGES", "context_parallel_exposed_s", "ring_merge_bytes"]
 
 Price = Callable[[str, float], float]
 
@@ -61,19 +68,21 @@ def context_parallel_exposed_s(
     price: Price,
     memory_bandwidth_Bps: float | None = None,
     merge: str = "fused",
+    kv: str = "grouped",
 ) -> tuple[float, float]:
     """Exposed (forward, backward) seconds context parallelism adds to ``layer``: its communication
     not hidden behind the attention and, given ``memory_bandwidth_Bps``, ring attention's merge and
     accumulation kernels (:func:`ring_merge_bytes` of implementation ``merge``) at that bandwidth.
 
     ``attention_s`` is this rank's attention compute (forward, backward) for the micro-batch;
-    ``price(op, bytes)`` prices a collective over the context-parallel group.
+    ``price(op, bytes)`` prices a collective over the context-parallel group; ``kv`` which key/value
+    heads move (:data:`RING_KV`).
     """
     cp = spec.cp
     if cp == 1 or layer_role(layer) != "split" or not layer.name.endswith("attn_core"):
         return 0.0, 0.0
     tokens = micro_batch * dims.seq_len / cp
-    kv_width = 2 * dims.kv_heads * dims.head_dim / spec.tp
+    kv_width = 2 * _ring_kv_heads(dims, kv) * dims.head_dim / spec.tp
     if kind == "ulysses":
         qkv = tokens * (dims.hidden / spec.tp + kv_width) * elem
         out = tokens * dims.hidden / spec.tp * elem
@@ -85,17 +94,33 @@ def context_parallel_exposed_s(
     fwd = (cp - 1) * max(0.0, fwd_step - attention_s[0] / cp)
     bwd = (cp - 1) * max(0.0, bwd_step - attention_s[1] / cp)
     if memory_bandwidth_Bps:
-        merge_fwd, merge_bwd = ring_merge_bytes(dims, spec, micro_batch=micro_batch, elem=elem, merge=merge)
+        merge_fwd, merge_bwd = ring_merge_bytes(
+            dims, spec, micro_batch=micro_batch, elem=elem, merge=merge, kv=kv
+        )
         fwd += merge_fwd / memory_bandwidth_Bps
         bwd += merge_bwd / memory_bandwidth_Bps
     return fwd, bwd
 
 
 RING_MERGES = ("fused", "eager")
+RING_KV = ("grouped", "repeated")
+
+
+def _ring_kv_heads(dims: TransformerDims, kv: str) -> int:
+    """Key/value heads ring attention moves: the model's (``grouped``) or the query heads (``repeated``)."""
+    if kv not in RING_KV:
+        raise TrainsimError(f"ring kv {kv!r} unknown; allowed: {', '.join(RING_KV)}")
+    return dims.heads if kv == "repeated" else dims.kv_heads
 
 
 def ring_merge_bytes(
-    dims: TransformerDims, spec: ShardSpec, *, micro_batch: int, elem: int, merge: str = "fused"
+    dims: TransformerDims,
+    spec: ShardSpec,
+    *,
+    micro_batch: int,
+    elem: int,
+    merge: str = "fused",
+    kv: str = "grouped",
 ) -> tuple[float, float]:
     """(forward, backward) bytes of ring attention's memory-bound kernels per layer and micro-batch
     on the busiest rank, the last of the ring, whose every step after the first computes and merges
@@ -113,11 +138,11 @@ def ring_merge_bytes(
     cp, e = spec.cp, float(elem)
     tokens = micro_batch * dims.seq_len / cp
     q = tokens * dims.heads * dims.head_dim / spec.tp
-    kv = tokens * dims.kv_heads * dims.head_dim / spec.tp
+    k = tokens * _ring_kv_heads(dims, kv) * dims.head_dim / spec.tp
     if merge == "eager":
-        return _eager_merge_bytes(cp, e, q, kv)
-    halves = (cp - 1) * 2 * e * kv
-    return e * q + cp * 3 * e * q + halves, cp * 3 * e * (q + 2 * kv) + halves
+        return _eager_merge_bytes(cp, e, q, k)
+    halves = (cp - 1) * 2 * e * k
+    return e * q + cp * 3 * e * q + halves, cp * 3 * e * (q + 2 * k) + halves
 
 
 def _eager_merge_bytes(cp: int, e: float, q: float, kv: float) -> tuple[float, float]:

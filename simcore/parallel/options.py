@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from simcore.compute.saved_tensors import SAVED_TENSOR_RULES
 from simcore.errors import TrainsimError
-from simcore.parallel.cp import RING_MERGES
+from simcore.parallel.cp import RING_KV, RING_MERGES
 from simcore.parallel.pp import PIPELINE_SCHEDULES
 
 __all__ = ["CP_KINDS", "OFFLOAD_MODES", "RECOMPUTE_MODES", "ParallelOptions", "parse_recompute"]
@@ -71,6 +71,10 @@ class ParallelOptions:
     # ring attention's per-step output merge and gradient accumulation (simcore.parallel.cp):
     # ``fused`` (Transformer Engine, Megatron-Core) or ``eager`` (torch's context_parallel, torchtitan)
     ring_merge: str = "fused"
+    # the key/value heads ring attention moves and merges: ``grouped`` (the model's kv heads, as
+    # Transformer Engine takes GQA) or ``repeated`` (expanded to the query heads before attention,
+    # torchtitan's llama repeat_kv), see simcore.parallel.cp
+    ring_kv: str = "grouped"
 
     def __post_init__(self) -> None:
         if self.schedule not in PIPELINE_SCHEDULES:
@@ -83,6 +87,8 @@ class ParallelOptions:
             )
         if self.ring_merge not in RING_MERGES:
             raise TrainsimError(f"ring merge {self.ring_merge!r} unknown; allowed: {', '.join(RING_MERGES)}")
+        if self.ring_kv not in RING_KV:
+            raise TrainsimError(f"ring kv {self.ring_kv!r} unknown; allowed: {', '.join(RING_KV)}")
         parse_recompute(self.recompute)
         if self.offload not in OFFLOAD_MODES:
             raise TrainsimError(f"offload {self.offload!r} unknown; allowed: {', '.join(OFFLOAD_MODES)}")

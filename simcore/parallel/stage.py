@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from simcore.compute.fp8 import is_fp8_linear, tp_gathers_in_fp8
 from simcore.compute.optimizer import OptimizerStepCost
 from simcore.compute.roofline import PHASES
 from simcore.parallel.comm import GroupPricer, sharing_groups
@@ -268,6 +269,7 @@ def build_stage(
         workload.dtype_bytes,
         base,
         timer.memory_bandwidth_Bps,
+        fp8_tp_gathers=tp_gathers_in_fp8(timer),
     )
     bwd_rerun = np.array([
         sum(c * base["fwd"][j] + m * fwd_comm[j] for j, (c, m) in zip(rerun, shares, strict=True))
@@ -299,8 +301,11 @@ def _exposed_comm(
     elem: int,
     base: dict[str, np.ndarray],
     memory_bandwidth_Bps: float,
+    *,
+    fp8_tp_gathers: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
-    """Exposed forward and backward seconds per layer, and their per-axis totals."""
+    """Exposed forward and backward seconds per layer, and their per-axis totals (``fp8_tp_gathers``:
+    the FP8 linears' sequence-parallel all-gathers move one byte per element)."""
     import numpy as np
 
     fwd = np.zeros(len(layers))
@@ -309,8 +314,9 @@ def _exposed_comm(
     price = {axis: _axis_price(placement, pricer, axis, rank) for axis in ("tp", "cp", "ep")}
     hide = hide_fraction() if options.tp_comm_overlap else 0.0
     for i, layer in enumerate(layers):
+        gather_elem = 1.0 if fp8_tp_gathers and is_fp8_linear(layer) else None
         for coll in tensor_parallel_collectives(
-            layer, dims, spec, micro_batch, elem, overlap=options.tp_comm_overlap
+            layer, dims, spec, micro_batch, elem, overlap=options.tp_comm_overlap, gather_elem=gather_elem
         ):
             gemm_s = coll.gemm_share * float(base[coll.phase][i])
             seconds = overlapped_exposed_s(
@@ -329,6 +335,7 @@ def _exposed_comm(
             price=price["cp"],
             memory_bandwidth_Bps=memory_bandwidth_Bps,
             merge=options.ring_merge,
+            kv=options.ring_kv,
         )
         g, h = expert_parallel_exposed_s(
             layer, dims, spec, micro_batch=micro_batch, elem=elem, price=price["ep"]

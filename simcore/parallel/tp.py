@@ -10,6 +10,14 @@ one, the reverse in backward; the same bytes move (an all-reduce is a reduce-sca
 all-gather). Megatron-LM also re-gathers the column-parallel input in backward for the weight
 gradient, overlapped with the input-gradient GEMM: not on the critical path, not counted.
 
+**FP8 all-gathers** (torchao's float8 tensor parallelism, which torchtitan's ``apply_tp`` uses for
+float8 linears: ``Float8ColwiseParallel``, ``Float8RowwiseParallel``, ``PrepareFloat8ModuleInput``
+in ``torchao/float8/float8_tensor_parallel.py``): the input is cast to float8 before the
+sequence-parallel all-gather of a column-parallel linear, and a row-parallel linear's output
+gradient is cast to float8 (``NoopFwToFloat8BwDynamic``) before the all-gather that is the
+backward of its reduce-scatter; the reduce-scatters stay in the activations' dtype. The recipe
+says whether its TP gathers are fp8 (``tp_fp8_all_gather``, ``simcore/data/fp8.yaml``).
+
 The vocabulary-parallel embedding all-reduces (reduce-scatters) its output in forward; the
 vocabulary-parallel output layer gathers its input (with sequence parallelism), all-reduces the
 cross-entropy's per-token max, sum and target logit (three fp32 values per token), and
@@ -100,23 +108,27 @@ def tensor_parallel_collectives(
     elem: int,
     *,
     overlap: bool = False,
+    gather_elem: float | None = None,
 ) -> list[LayerCollective]:
     """The TP collectives of one (unsharded) ``layer`` for a micro-batch on one rank (``overlap``:
-    ``--tp-comm-overlap``, which marks the dense linears' sequence-parallel collectives)."""
+    ``--tp-comm-overlap``, which marks the dense linears' sequence-parallel collectives;
+    ``gather_elem``: bytes per element of a dense linear's sequence-parallel all-gathers, the
+    column input's in forward and the row output gradient's in backward, when not ``elem``)."""
     if spec.tp == 1:
         return []
     role = layer_role(layer)
     sp = spec.sequence_parallel
     hidden = micro_batch * dims.seq_len * dims.hidden * elem / spec.cp  # one hidden state per rank
+    gathered = hidden * (gather_elem / elem) if gather_elem and role in ("row", "column") else hidden
     reduce_op = "reduce_scatter" if sp else "all_reduce"
     if role.startswith("expert") and dims.moe is not None:
         hidden *= dims.moe.top_k * spec.load  # the routed token copies this rank's experts see
     dense = role in ("row", "column") and sp and overlap
     if role in ("row", "expert_row"):
-        back = [LayerCollective("bwd", "all_gather", hidden, "chunked" if dense else "", 0.5)] if sp else []
+        back = [LayerCollective("bwd", "all_gather", gathered, "chunked" if dense else "", 0.5)] if sp else []
         return [LayerCollective("fwd", reduce_op, hidden, "chunked" if dense else ""), *back]
     if role in ("column", "expert_column"):
-        gather = [LayerCollective("fwd", "all_gather", hidden, "chunked" if dense else "")] if sp else []
+        gather = [LayerCollective("fwd", "all_gather", gathered, "chunked" if dense else "")] if sp else []
         return [*gather, LayerCollective("bwd", reduce_op, hidden, "bulk" if dense else "", 0.5)]
     if role == "vocab_embedding":
         return [LayerCollective("fwd", reduce_op, hidden)]

@@ -42,6 +42,14 @@ def test_datasheet_figures_are_dense_si_values():
     assert "placeholder" in device_spec("cpu").source
 
 
+def test_metas_96_gb_hbm2e_h100_is_the_sxm_die_with_six_hbm2e_stacks():
+    """torchtitan's hosts: 2.4 TB/s stated; by hand, H100 PCIe's 2.0 TB/s over 5 HBM2e stacks x 6."""
+    part, sxm, pcie = device_spec("h100-sxm-96gb-hbm2e"), device_spec("h100-sxm"), device_spec("h100-pcie")
+    assert part.memory_bandwidth_Bps == pytest.approx(pcie.memory_bandwidth_Bps / 5 * 6) == 2.4e12
+    assert part.memory_bytes == 6 * 16 * 2**30
+    assert part.peak_flops == sxm.peak_flops  # same die and clock; its 500 W is a run setting
+
+
 def test_unsupported_dtype_names_allowed_ones():
     with pytest.raises(TrainsimError, match="allowed: fp32, fp16"):
         device_spec("v100-sxm2-32gb").flops("bf16")

@@ -13,6 +13,7 @@ PRESETS = [
     "dgx-1v",
     "dgx-a100",
     "hgx-h100",
+    "hgx-h100-96gb",
     "hgx-h200",
     "g5.12xlarge",
     "g5.48xlarge",

@@ -143,8 +143,8 @@ def test_a_predicted_row_is_the_reports_tokens_per_second_per_gpu() -> None:
     )  # fmt: skip
     assert isinstance(plan.setup, ModernSetup)
     report = simulate_parallel_step(
-        load_workload("llama3-8b", seq_len=8192, dtype="bf16"), config, load_cluster("hgx-h100", gpus=8, nodes=1),
-        "fsdp", plan.setup.layout, ParallelOptions(recompute="full"), cluster="hgx-h100", trace=False,
+        load_workload("llama3-8b", seq_len=8192, dtype="bf16"), config, load_cluster("hgx-h100-96gb", gpus=8, nodes=1),
+        "fsdp", plan.setup.layout, ParallelOptions(recompute="full"), cluster="hgx-h100-96gb", trace=False,
     ).report  # fmt: skip
     assert result.predicted == pytest.approx(16 * 8192 / report.step_time_s / 8, rel=1e-9)
     assert ("power_limit_w", 500) in plan.setup.config

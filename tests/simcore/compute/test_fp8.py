@@ -207,3 +207,18 @@ def test_a_runs_compute_model_spreads_the_weight_cast_over_its_accumulation_step
     steps, plain = per_micro_batch_s(config), per_micro_batch_s(tensorwise)
     # the bubble's share falls alike for both; the delayed recipe falls further
     assert steps[1] / steps[0] < plain[1] / plain[0]
+
+
+def test_fp8_gemms_plateau_at_the_measured_share_of_the_fp8_peak() -> None:
+    """ml-engineering's MAMF FP8 table: H100 SXM 1402.6 of 1979 TFLOP/s (0.71), H200 0.73; a part
+    without an FP8 figure (H100 PCIe) keeps its 16-bit plateau (0.78). By hand on the size curve:
+    rate(F) = peak * plateau * F / (F + peak * 5 us)."""
+    flops = 1e12
+    for name, plateau in (("h100-sxm", 0.71), ("h200-sxm", 0.73), ("h100-pcie", 0.78)):
+        device = device_spec(name)
+        peak = device.flops("fp8")
+        expected = peak * plateau * flops / (flops + peak * 5.0e-6)
+        assert ComputeModel(device, "fp8").achieved_flops(flops) == pytest.approx(expected, rel=1e-12)
+    h100 = device_spec("h100-sxm")
+    bf16 = 989.5e12 * 0.80 * flops / (flops + 989.5e12 * 5.0e-6)
+    assert ComputeModel(h100, "bf16").achieved_flops(flops) == pytest.approx(bf16, rel=1e-12)

@@ -32,6 +32,16 @@ def test_500_w_on_an_h100_by_hand() -> None:
     assert capped.name == "h100-sxm"
 
 
+def test_500_w_puts_metas_h100_between_the_sxm_and_nvl_peaks() -> None:
+    """torchtitan (footnote 2 of its H100 benchmark): at 500 W "the actual peak TFLOPs number is between
+    SXM and NVL". NVL's datasheet: 1,671 TFLOP/s sparse BF16, 835.5 dense; SXM 989.5."""
+    part = device_spec("h100-sxm-96gb-hbm2e")
+    capped = power_capped(part, 500)
+    assert 835.5e12 < capped.flops("bf16") < 989.5e12
+    assert capped.flops("bf16") == pytest.approx(989.5e12 * (430 / 630) ** (1 / 3))
+    assert capped.memory_bandwidth_Bps == 2.4e12  # memory-bound kernels draw under 500 W
+
+
 def test_a_cap_below_the_memory_bound_draw_slows_memory_too() -> None:
     capped = power_capped(H100, 250)
     assert capped.memory_bandwidth_Bps == pytest.approx(3350e9 * (180 / 230) ** (1 / 3))

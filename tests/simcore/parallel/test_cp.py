@@ -6,6 +6,8 @@ all-to-alls each way."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from simcore.parallel.cp import context_parallel_exposed_s, ring_merge_bytes
 from simcore.parallel.shard import ShardSpec
@@ -150,3 +152,49 @@ def test_ring_merge_kernels_add_their_bytes_at_the_streaming_bandwidth() -> None
         price=lambda op, size: 0.0, memory_bandwidth_Bps=1e12,
     )  # fmt: skip
     assert uly == (0.0, 0.0)
+
+
+def test_repeated_kv_heads_move_and_merge_the_query_heads_bytes() -> None:
+    """GQA with 2 key/value heads of the 8 (N = 131072 query elements per rank, cp 4, Transformer
+    Engine's fused merge): grouped keys are N / 4, so forward 2N + 24N + 12 x N/4 = 29N and backward
+    24 (N + 2 x N/4) + 12 x N/4 = 39N; torchtitan's repeat_kv makes them N: the 38N and 84N of the
+    no-GQA case. The ring's hop carries 8 heads instead of 2."""
+    from dataclasses import replace
+
+    from simcore.errors import TrainsimError
+
+    layer, plain = _attn()
+    dims = replace(plain, kv_heads=2)
+    n, spec = 131072, ShardSpec(cp=4)
+    grouped = ring_merge_bytes(dims, spec, micro_batch=MB, elem=ELEM)
+    repeated = ring_merge_bytes(dims, spec, micro_batch=MB, elem=ELEM, kv="repeated")
+    assert grouped == pytest.approx((29 * n, 39 * n), rel=1e-12)
+    assert repeated == pytest.approx((38 * n, 84 * n), rel=1e-12)
+    for kv, heads in (("grouped", 2), ("repeated", 8)):
+        seen: list[tuple[str, float]] = []
+        context_parallel_exposed_s(
+            layer, dims, spec, micro_batch=MB, elem=ELEM, kind="ring", attention_s=(1.0, 1.0),
+            price=_price(1e9, 0.0, seen), kv=kv,
+        )  # fmt: skip
+        assert seen[0] == ("send_recv", MB * dims.seq_len / 4 * 2 * heads * dims.head_dim * ELEM)
+    with pytest.raises(TrainsimError, match="ring kv 'all' unknown; allowed: grouped, repeated"):
+        ring_merge_bytes(dims, spec, micro_batch=MB, elem=ELEM, kv="all")
+    from simcore.parallel.options import ParallelOptions
+
+    with pytest.raises(TrainsimError, match="ring kv 'all' unknown; allowed: grouped, repeated"):
+        ParallelOptions(ring_kv="all")
+
+
+@given(st.sampled_from([2, 4, 8, 16]), st.sampled_from([1, 2, 4, 8]), st.sampled_from(["fused", "eager"]))
+def test_repeating_the_kv_heads_never_moves_fewer_bytes(cp: int, kv_heads: int, merge: str) -> None:
+    from dataclasses import replace
+
+    from simcore.parallel.options import ParallelOptions
+
+    _, plain = _attn()
+    dims, spec = replace(plain, kv_heads=kv_heads), ShardSpec(cp=cp)
+    grouped = ring_merge_bytes(dims, spec, micro_batch=MB, elem=ELEM, merge=merge)
+    repeated = ring_merge_bytes(dims, spec, micro_batch=MB, elem=ELEM, merge=merge, kv="repeated")
+    assert all(r >= g > 0 for r, g in zip(repeated, grouped, strict=True))
+    assert (repeated == grouped) == (kv_heads == dims.heads)
+    assert ParallelOptions(ring_kv="repeated").ring_kv == "repeated"

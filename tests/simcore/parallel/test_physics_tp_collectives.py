@@ -16,6 +16,8 @@ from collections import Counter
 import pytest
 
 from simcore.collectives import collective_time
+from simcore.compute.fp8 import compute_model, tp_gathers_in_fp8
+from simcore.hardware import device_spec
 from simcore.parallel import ParallelLayout, ParallelOptions, simulate_parallel_step
 from simcore.parallel.shard import ShardSpec
 from simcore.parallel.tp import tensor_parallel_collectives
@@ -84,3 +86,27 @@ def test_a_steps_tp_time_grows_by_the_blocks_collectives(sequence_parallel: bool
     per_block = 4 * (t("all_gather") + t("reduce_scatter")) if sequence_parallel else 4 * t("all_reduce")
     extra = _tp_comm_s(8, sequence_parallel) - _tp_comm_s(4, sequence_parallel)
     assert extra == pytest.approx(2 * 4 * per_block, rel=1e-9)
+
+
+def test_fp8_tensorwise_gathers_move_one_byte_and_the_reduce_scatters_two() -> None:
+    """torchao's float8 TP (tensorwise): per block the forward all-gathers (column inputs) and the
+    backward all-gathers (row output gradients) move the hidden state in fp8, half of bf16's bytes;
+    the four reduce-scatters stay bf16. Other layers keep their bytes."""
+    workload = small_gpt(2)
+    assert workload.dims is not None
+    spec = ShardSpec(tp=2, sequence_parallel=True)
+    for layer in workload.layers:
+        plain = tensor_parallel_collectives(layer, workload.dims, spec, MICRO_BATCH, BF16)
+        fp8 = tensor_parallel_collectives(layer, workload.dims, spec, MICRO_BATCH, BF16, gather_elem=1.0)
+        dense = layer.block >= 0 and layer.kind == "linear"
+        for a, b in zip(plain, fp8, strict=True):
+            halved = dense and a.op == "all_gather"
+            assert b.size_bytes == (HIDDEN_BYTES / 2 if halved else a.size_bytes), (layer.name, a.op)
+
+
+def test_only_the_tensorwise_recipe_gathers_tp_activations_in_fp8() -> None:
+    h100 = device_spec("h100-sxm")
+    assert tp_gathers_in_fp8(compute_model(h100, "fp8", fp8="tensorwise"))
+    assert not tp_gathers_in_fp8(compute_model(h100, "fp8", fp8="rowwise"))
+    assert not tp_gathers_in_fp8(compute_model(h100, "fp8", fp8="delayed"))
+    assert not tp_gathers_in_fp8(compute_model(h100, "bf16"))
