@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from simcore.errors import TrainsimError
-from simcore.net.fairshare import max_min_rates
+from simcore.net.fairshare import MaxMinState
 from simcore.net.linkstats import LinkClassSummary, LinkIndex, LinkStats, LinkStatsView, LinkTable, link_name
 from simcore.net.routing import Edge, Router
 from simcore.topology import Topology, effective_bandwidth
@@ -116,6 +116,8 @@ class _ActiveFlows:
         self.links = np.zeros(0, dtype=np.intp)  # links carrying at least one flow, with counts and load
         self.counts = np.zeros(0, dtype=np.intp)
         self.load = np.zeros(0)
+        self.solver: MaxMinState | None = None
+        self.solver_unweighted = True
 
     def rebuild(self, new_flows: list[Flow], links: LinkTable) -> None:
         """Drop finished flows, append ``new_flows``, and give every flow its max-min fair rate."""
@@ -146,9 +148,15 @@ class _ActiveFlows:
             self.flows.extend(new_flows)
         self.alive = np.ones(len(self.flows), dtype=bool)
         weighted = self.weight if len(self.weight) and bool((self.weight != 1.0).any()) else None
-        self.rates = max_min_rates(
-            self.entry_link, self.entry_flow, len(self.flows), links.capacity, weighted
-        )
+        if self.solver is None:
+            self.solver = MaxMinState(links.capacity)
+        elif (weighted is None) != self.solver_unweighted:
+            keep = None  # the solver's passes were for the other kind of weights
+        self.solver_unweighted = weighted is None
+        self.rates = self.solver.solve(
+            self.entry_link, self.entry_flow, len(self.flows), weighted,
+            keep=keep, new=len(new_flows), capacity_Bps=links.capacity,
+        )  # fmt: skip
         counts = np.bincount(self.entry_link, minlength=len(links))
         self.links = np.flatnonzero(counts)
         self.counts = counts[self.links]
