@@ -150,12 +150,12 @@ class _ActiveFlows:
         weighted = self.weight if len(self.weight) and bool((self.weight != 1.0).any()) else None
         if self.solver is None:
             self.solver = MaxMinState(links.capacity)
-        elif (weighted is None) != self.solver_unweighted:
-            keep = None  # the solver's passes were for the other kind of weights
+        # the solver's passes were for the other kind of weights: solve afresh
+        prior = keep if (weighted is None) == self.solver_unweighted else None
         self.solver_unweighted = weighted is None
         self.rates = self.solver.solve(
             self.entry_link, self.entry_flow, len(self.flows), weighted,
-            keep=keep, new=len(new_flows), capacity_Bps=links.capacity,
+            keep=prior, new=len(new_flows), capacity_Bps=links.capacity,
         )  # fmt: skip
         counts = np.bincount(self.entry_link, minlength=len(links))
         self.links = np.flatnonzero(counts)
