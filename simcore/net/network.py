@@ -93,6 +93,7 @@ class Flow:
     end_s: float = float("nan")
     sent_s: float = float("nan")
     link_ids: NDArray[np.intp] | None = None  # indices into the network's link table (internal)
+    simple: bool = True  # the route crosses no link twice (routed paths never do; internal)
 
 
 class _ActiveFlows:
@@ -118,9 +119,11 @@ class _ActiveFlows:
         self.load = np.zeros(0)
         self.solver: MaxMinState | None = None
         self.solver_unweighted = True
+        self.weighted_flows = 0  # flows whose weight is not 1 (the network counts the finished out)
 
-    def rebuild(self, new_flows: list[Flow], links: LinkTable) -> None:
-        """Drop finished flows, append ``new_flows``, and give every flow its max-min fair rate."""
+    def rebuild(self, new_flows: list[Flow], links: LinkTable, *, with_load: bool = False) -> None:
+        """Drop finished flows, append ``new_flows``, and give every flow its max-min fair rate
+        (``with_load``: and each used link's carried rate, ``load``)."""
         import numpy as np
 
         keep = self.alive
@@ -146,8 +149,9 @@ class _ActiveFlows:
             self.weight = np.concatenate([self.weight, weights])
             self.remaining = np.concatenate([self.remaining, sizes])
             self.flows.extend(new_flows)
+            self.weighted_flows += sum(1 for f in new_flows if f.weight != 1.0)
         self.alive = np.ones(len(self.flows), dtype=bool)
-        weighted = self.weight if len(self.weight) and bool((self.weight != 1.0).any()) else None
+        weighted = self.weight if self.weighted_flows else None
         if self.solver is None:
             self.solver = MaxMinState(links.capacity)
         # the solver's passes were for the other kind of weights: solve afresh
@@ -160,8 +164,9 @@ class _ActiveFlows:
         counts = np.bincount(self.entry_link, minlength=len(links))
         self.links = np.flatnonzero(counts)
         self.counts = counts[self.links]
-        load = np.bincount(self.entry_link, weights=self.rates[self.entry_flow], minlength=len(links))
-        self.load = load[self.links].astype(np.float64)
+        if with_load:
+            load = np.bincount(self.entry_link, weights=self.rates[self.entry_flow], minlength=len(links))
+            self.load = load[self.links].astype(np.float64)
 
     def progress_per_link(self, n_links: int) -> NDArray[np.float64]:
         """Bytes already sent by the still-active flows, summed per link."""
@@ -259,6 +264,7 @@ class Network:
             tag,
             float(weight),
             link_ids=ids,
+            simple=route is None or len(set(path)) == len(path),
         )
         if src == dst or size_bytes == 0 or not path:
             flow.remaining_bytes = 0.0
@@ -309,7 +315,7 @@ class Network:
         self._advance()
         self.links.count_new_flows(self._new_flows)
         active = self._flows
-        active.rebuild(self._new_flows, self.links)
+        active.rebuild(self._new_flows, self.links, with_load=self.keep_completed)
         self._new_flows = []
         self.recomputations += 1
         if self.keep_completed:
@@ -338,11 +344,17 @@ class Network:
             flow.rate_Bps = rate
             flow.remaining_bytes = 0.0
             flow.sent_s = now
-        # (the group's flows as a mask over slots: np.isin sorts both arrays on every call)
-        ending = np.zeros(len(active.flows), dtype=bool)
-        ending[group] = True
-        entries = active.alive[active.entry_flow] & ending[active.entry_flow]
-        self.links.add_bytes(active.entry_link[entries], active.size[active.entry_flow[entries]])
+            if flow.weight != 1.0:
+                active.weighted_flows -= 1
+        if len(finished) == 1 and finished[0].simple and finished[0].link_ids is not None:
+            # one flow (the common case): its size on each of its links, which a route lists once
+            self.links.bytes_done[finished[0].link_ids] += finished[0].size_bytes
+        else:
+            # (the group's flows as a mask over slots: np.isin sorts both arrays on every call)
+            ending = np.zeros(len(active.flows), dtype=bool)
+            ending[group] = True
+            entries = active.alive[active.entry_flow] & ending[active.entry_flow]
+            self.links.add_bytes(active.entry_link[entries], active.size[active.entry_flow[entries]])
         active.alive[group] = False
         active.rates[group] = 0.0
         active.remaining[group] = 0.0
