@@ -163,7 +163,9 @@ class LinkTable:
     def count_new_flows(self, flows: Sequence[Flow]) -> None:
         import numpy as np
 
-        if flows:
+        if len(flows) == 1 and flows[0].simple and flows[0].link_ids is not None:
+            self.flows[flows[0].link_ids] += 1  # one flow (the common case): a route lists a link once
+        elif flows:
             ids = np.concatenate([f.link_ids for f in flows if f.link_ids is not None])
             self.flows[:] += np.bincount(ids, minlength=len(self))
 

@@ -24,7 +24,7 @@ from simcore.paramserver.layout import (
     server_devices,
     shard_layers,
 )
-from simcore.paramserver.pipeline import segments
+from simcore.paramserver.pipeline import Segment, segments
 from simcore.paramserver.server import ACCUMULATOR_BYTES, ShardServer
 from simcore.paramserver.state import PSRun, Records
 from simcore.paramserver.worker import (
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from simcore.topology import Topology
     from simcore.workload.types import Workload
 
-__all__ = ["PSOutcome", "simulate_parameter_server"]
+__all__ = ["PSOutcome", "PSPlan", "plan_parameter_server", "simulate_parameter_server"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,21 +81,50 @@ def _server_times(
     return update, aggregate
 
 
-def _build_run(
-    sim: Simulation,
-    network: Network,
+@dataclass(frozen=True, slots=True)
+class PSPlan:
+    """What a run needs that does not depend on its mode or steps: shards, their devices and times,
+    each worker's compute and the layer-wise segments (priced once for the modes of one point)."""
+
+    layout: ShardLayout
+    devices: tuple[str, ...]
+    servers: tuple[
+        tuple[str, int, float, float], ...
+    ]  # per kept shard: device, params, update s, aggregate s
+    grad_bytes: tuple[float, ...]
+    param_bytes: tuple[float, ...]
+    compute_s: tuple[float, ...]
+    segments: tuple[Segment, ...]
+    planned_for: tuple[object, ...]  # the objects and values it was planned for (see _matches)
+
+
+def _planned_for(
+    workload: Workload, training: TrainingConfig, topology: Topology, ps: PSConfig, workers: int,
+    calibration: CalibrationProfile | None,
+) -> tuple[object, ...]:  # fmt: skip
+    return (workload, topology, calibration, training, ps.shards, ps.placement, workers)
+
+
+def _matches(plan: PSPlan, planned_for: tuple[object, ...]) -> bool:
+    """The same workload, topology and profile objects, and equal settings."""
+    objects = all(a is b for a, b in zip(plan.planned_for[:3], planned_for[:3], strict=True))
+    return objects and plan.planned_for[3:] == planned_for[3:]
+
+
+def plan_parameter_server(
     workload: Workload,
     training: TrainingConfig,
+    topology: Topology,
     ps: PSConfig,
+    *,
     workers: int,
-    heterogeneity: Heterogeneity,
-    calibration: CalibrationProfile | None,
-) -> tuple[PSRun, ShardLayout, tuple[str, ...]]:
-    topology = network.topology
+    calibration: CalibrationProfile | None = None,
+) -> PSPlan:
+    """The mode-independent part of a run of ``ps`` on the first ``workers`` ranks of ``topology``."""
     shards = ps.shards or default_shards(topology, workers, ps.placement)
     layout = shard_layers(workload, shards)
     devices = server_devices(topology, workers, shards, ps.placement)
-    servers: list[ShardServer] = []
+    servers: list[tuple[str, int, float, float]] = []
     grad_bytes: list[float] = []
     param_bytes: list[float] = []
     kept: list[int] = []  # layout index of each server
@@ -104,17 +133,7 @@ def _build_run(
             continue  # more shards than layers with parameters: an empty shard takes no traffic
         kept.append(index)
         update, aggregate = _server_times(topology, device, params, training, calibration)
-        servers.append(
-            ShardServer(
-                sim.env,
-                len(servers),
-                device,
-                params,
-                update_time_s=update,
-                aggregate_time_s=aggregate,
-                workers=workers,
-            )
-        )
+        servers.append((device, params, update, aggregate))
         grad_bytes.append(float(params * training.grad_bytes))
         param_bytes.append(float(params * training.param_bytes))
     accumulation = training.accumulation_steps(workers)
@@ -132,19 +151,44 @@ def _build_run(
     worker_device = str(topology.node(topology.ranks[0]).get("gpu", "")) or "cpu"
     cut = segments(workload, layout, worker_device, training.dtype, training.micro_batch, calibration)
     cut = tuple(replace(seg, shard_fraction=tuple(seg.shard_fraction[i] for i in kept)) for seg in cut)
-    run = PSRun(
+    return PSPlan(
+        layout,
+        tuple(devices),
+        tuple(servers),
+        tuple(grad_bytes),
+        tuple(param_bytes),
+        tuple(float(c) for c in compute),
+        cut,
+        _planned_for(workload, training, topology, ps, workers, calibration),
+    )
+
+
+def _build_run(
+    sim: Simulation,
+    network: Network,
+    plan: PSPlan,
+    ps: PSConfig,
+    workers: int,
+    heterogeneity: Heterogeneity,
+) -> PSRun:
+    servers = [
+        ShardServer(
+            sim.env, index, device, params, update_time_s=update, aggregate_time_s=aggregate, workers=workers
+        )
+        for index, (device, params, update, aggregate) in enumerate(plan.servers)
+    ]
+    return PSRun(
         sim,
         network,
         ps,
         servers,
-        topology.ranks[:workers],
-        compute,
+        network.topology.ranks[:workers],
+        plan.compute_s,
         heterogeneity,
-        grad_bytes=grad_bytes,
-        param_bytes=param_bytes,
-        segments=cut if ps.layerwise and ps.mode != "ps-mitigated" else (),
+        grad_bytes=plan.grad_bytes,
+        param_bytes=plan.param_bytes,
+        segments=plan.segments if ps.layerwise and ps.mode != "ps-mitigated" else (),
     )
-    return run, layout, devices
 
 
 BUSIEST_LINKS = 5  # links listed by utilisation in a run's summary
@@ -176,10 +220,13 @@ def simulate_parameter_server(
     heterogeneity: Heterogeneity = NO_HETEROGENEITY,
     calibration: CalibrationProfile | None = None,
     seed: int = 0,
+    plan: PSPlan | None = None,
 ) -> PSOutcome:
     """Simulate ``ps`` with the first ``workers`` ranks of ``topology`` as workers (default: all).
 
-    Same seed, same result: jitter draws come from the simulation's RNG in event order.
+    Same seed, same result: jitter draws come from the simulation's RNG in event order. ``plan``:
+    :func:`plan_parameter_server`'s result for these arguments, shared by several modes' runs
+    (one made for other arguments is not used).
     """
     workers = topology.world_size if workers is None else workers
     if not 1 <= workers <= topology.world_size:
@@ -187,11 +234,15 @@ def simulate_parameter_server(
             f"parameter server: {workers} workers do not fit a cluster of {topology.world_size} ranks"
         )
     heterogeneity.check(workers)
+    if plan is None or not _matches(
+        plan, _planned_for(workload, training, topology, ps, workers, calibration)
+    ):
+        plan = plan_parameter_server(
+            workload, training, topology, ps, workers=workers, calibration=calibration
+        )
     sim = Simulation(seed)
     network = Network(sim.env, topology)
-    run, layout, devices = _build_run(
-        sim, network, workload, training, ps, workers, heterogeneity, calibration
-    )
+    run = _build_run(sim, network, plan, ps, workers, heterogeneity)
     barrier = MODES[ps.mode].barrier
     if run.segments:
         process = pipelined_sync_worker if barrier else pipelined_async_worker
@@ -209,8 +260,8 @@ def simulate_parameter_server(
         topology,
         workers,
         run.records,
-        layout,
-        devices,
+        plan.layout,
+        plan.devices,
         tuple(float(c) for c in run.base_compute_s),
         tuple(s.busy_s for s in run.shards),
         elapsed,

@@ -46,7 +46,7 @@ class PSRun:
         config: PSConfig,
         shards: Sequence[ShardServer],
         worker_devices: Sequence[str],
-        compute_s: np.ndarray,
+        compute_s: Sequence[float] | np.ndarray,
         heterogeneity: Heterogeneity,
         *,
         grad_bytes: Sequence[float],

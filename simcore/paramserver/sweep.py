@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from simcore.compute.heterogeneity import NO_HETEROGENEITY, Heterogeneity
 from simcore.paramserver.config import PSConfig, normalize_mode
 from simcore.paramserver.report import PSResult, summarise
-from simcore.paramserver.simulate import simulate_parameter_server
+from simcore.paramserver.simulate import plan_parameter_server, simulate_parameter_server
 
 if TYPE_CHECKING:
     from simcore.calibration.profile import CalibrationProfile
@@ -61,6 +61,10 @@ def run_modes(
     # async and sync before ssp, which may be either's run relabelled
     order = sorted(dict.fromkeys(wanted), key=lambda m: m == "ps-ssp")
     results: dict[str, PSResult] = {}
+    # shards, server times, compute and segments: the same for every mode of the point
+    plan = plan_parameter_server(
+        workload, training, topology, options, workers=workers, calibration=calibration
+    )
     for mode in order:
         run_as = "ps-sync" if mode == "ps-ssp" and options.staleness_bound == 0 else mode
         previous = results.get("ps-async")
@@ -79,6 +83,7 @@ def run_modes(
             heterogeneity=heterogeneity,
             calibration=calibration,
             seed=seed,
+            plan=plan,
         )
         result = summarise(outcome, cluster=cluster)
         results[mode] = as_ssp(result, 0) if run_as != mode else result

@@ -259,3 +259,75 @@ def test_a_flow_due_to_finish_when_another_starts_still_finishes() -> None:
     ]
     net = run_flows(topo, flows)
     assert len(net.completed) == len(flows) and net.active_flows == 0
+
+
+def _staggered_run(
+    specs: list[tuple[int, int, float, float, float]], resume: bool
+) -> list[tuple[float, float]]:
+    """(src rank, dst rank, bytes, start, weight) flows on a 4-host cluster; (sent, arrived) per flow."""
+    from simcore.net import fairshare
+
+    saved = fairshare.INCREMENTAL_MIN_ENTRIES
+    fairshare.INCREMENTAL_MIN_ENTRIES = 0 if resume else 2**62
+    try:
+        topo = small_cluster(hosts=4, gpus=4, nics=2, leaves=2, spines=2)
+        env = simpy.Environment()
+        net = Network(env, topo)
+        net.keep_completed = True
+
+        def starter(index: int, src: int, dst: int, size: float, at: float, weight: float):
+            yield env.timeout(at)
+            net.transfer(topo.ranks[src], topo.ranks[dst], size, tag=str(index), weight=weight)
+
+        for index, spec in enumerate(specs):
+            env.process(starter(index, *spec))
+        env.run()
+        return [(f.sent_s, f.end_s) for f in by_id(net)]
+    finally:
+        fairshare.INCREMENTAL_MIN_ENTRIES = saved
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 15), st.integers(0, 15), st.sampled_from([1e6, 4e6, 3e7]),
+            st.sampled_from([0.0, 0.0, 1e-4, 7e-4, 2e-3]), st.sampled_from([1.0, 1.0, 0.5, 3.0]),
+        ),
+        min_size=1, max_size=40,
+    ),
+    st.booleans(),
+)  # fmt: skip
+def test_resumed_rate_solves_give_the_same_flow_times_as_fresh_ones(
+    specs: list[tuple[int, int, float, float, float]], symmetric: bool
+) -> None:
+    """Flows that start, share and end at staggered times: the network's resumed max-min solves
+    (MaxMinState) and fresh ones give every flow the same send and arrival times, bit for bit.
+    ``symmetric``: each flow also has a mirror on the next host (same size, start and weight)."""
+    if symmetric:
+        specs = specs + [((s + 4) % 16, (d + 4) % 16, b, t, w) for s, d, b, t, w in specs]
+    assert _staggered_run(specs, resume=True) == _staggered_run(specs, resume=False)
+
+
+def test_weights_split_a_link_in_proportion_until_the_weighted_flows_are_gone() -> None:
+    """On the star's 10 GB/s sink link: weights 1 and 3 get 2.5 and 7.5 GB/s. The weight-3 flow
+    (7.5 GB) ends at 1 s; a plain flow started at 1.5 s then shares the link evenly with the
+    weight-1 one (the network counts its weighted flows, and none is left): 5 GB/s each."""
+    topo = star(3)
+    env = simpy.Environment()
+    net = Network(env, topo)
+    net.keep_completed = True
+    net.transfer("s0", "sink", 10e9, tag="0")
+    net.transfer("s1", "sink", 7.5e9, tag="1", weight=3.0)
+
+    def late():
+        yield env.timeout(1.5)
+        net.transfer("s2", "sink", 5e9, tag="2")
+
+    env.process(late())
+    env.run()
+    first, heavy, plain = by_id(net)
+    assert heavy.rate_Bps == 7.5 * GBps and heavy.sent_s == pytest.approx(1.0)
+    # flow 0: 2.5 GB by 1 s, 5 GB more alone at 10 GB/s by 1.5 s, then 2.5 GB at 5 GB/s
+    assert first.rate_Bps == 5 * GBps and first.sent_s == pytest.approx(2.0)
+    assert plain.sent_s == pytest.approx(2.25)  # 2.5 GB at 5 by 2 s, then 2.5 GB alone at 10
