@@ -102,6 +102,13 @@ def recommend(
         )
     if verdict is not None:
         note = verdict.reason[0].upper() + verdict.reason[1:] + " "
+    elif uneven is not None and uneven.ps_results:
+        # parameter-server modes ran, but none fits in memory: say so (not "none was simulated")
+        modes = ", ".join(sorted(uneven.ps_results))
+        note = (
+            f"Uneven hardware: every synchronous strategy waits for the slowest GPU ({reports[0].device}); "
+            f"the parameter-server modes simulated ({modes}) do not fit in memory. "
+        )
     else:
         note = (
             f"Uneven hardware: every synchronous strategy waits for the slowest GPU ({reports[0].device}); "

@@ -6,9 +6,10 @@ tests/test_what_if.py.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any, cast
 
 from simcore.report import StepReport, records_to_csv
-from simcore.whatif.recommend import recommend
+from simcore.whatif.recommend import UnevenHardware, recommend
 
 
 def _report(
@@ -82,3 +83,15 @@ def test_records_to_csv_flattens_nested_fields() -> None:
     record = replace(_report("ddp", 1.0, True), memory_breakdown={"params": 1.0}).to_record()
     header = records_to_csv([record]).splitlines()[0].split(",")
     assert "memory_breakdown.params" in header and "memory_breakdown" not in header
+
+
+def test_uneven_hardware_names_parameter_server_modes_that_ran_but_do_not_fit() -> None:
+    # ps-async simulated but over the GPU's memory: the reason must not say none was simulated
+    ran = cast(Any, {"ps-async": object()})  # never read: the mode does not fit
+    verdict = recommend(
+        [_report("ps-async", 1.0, False)],
+        heterogeneous=True,
+        uneven=UnevenHardware("a 4x straggler", ran, {"ps-async": 8.0}),
+    )
+    assert "no parameter-server mode was simulated" not in verdict.reason
+    assert "parameter-server modes simulated (ps-async) do not fit in memory" in verdict.reason
