@@ -18,7 +18,15 @@ from simcore.cliargs import (
 )
 from simcore.limits import MODEL_DIMENSION
 
-__all__ = ["ENGINES", "ENGINE_PATHS", "FP8_RECIPES", "RING_KV", "SEQUENCE_PARALLEL", "STRATEGIES", "build_parser"]
+__all__ = [
+    "ENGINES",
+    "ENGINE_PATHS",
+    "FP8_RECIPES",
+    "RING_KV",
+    "SEQUENCE_PARALLEL",
+    "STRATEGIES",
+    "build_parser",
+]
 
 # The allowed values as simcore defines them (kept literal so --help needs no heavy import;
 # tests check they match simcore.planner.executors.ENGINES and simcore.fastpath.path.ENGINE_PATHS).

@@ -98,7 +98,10 @@ def test_out_writes_a_trace_lane_per_stage(tmp_path: Path, capsys: pytest.Captur
         (["--pp", "2", "--strategies", "ddp,ps-async"], "'ps-async' is not one of them"),
         (["--pp", "2", "--straggler", "3:2"], "not supported with parallel layouts"),
         (["--expert-load", "0.5", "--tp", "2"], "--expert-load: 0.5 is out of range; allowed 1..1024"),
-        (["--cp", "2", "--ring-kv", "all"], "--ring-kv: invalid choice: 'all' (choose from 'grouped', 'repeated')"),
+        (
+            ["--cp", "2", "--ring-kv", "all"],
+            "--ring-kv: invalid choice: 'all' (choose from 'grouped', 'repeated')",
+        ),
     ],
 )
 def test_bad_layouts_get_one_error_line(

@@ -165,7 +165,10 @@ def test_ring_kv_reaches_every_candidate() -> None:
     """--ring-kv is run-wide: every layout priced carries it (grouped unless given)."""
     base: dict[str, Any] = {"strategies": ("ddp",), "micro_batches": (1,), "recompute": ("none",), "cp": (2,),
             "tp": (1,), "pp": (1,)}  # fmt: skip
-    for space, want in ((SearchSpace(**base), "grouped"), (SearchSpace(**base, ring_kv="repeated"), "repeated")):
+    for space, want in (
+        (SearchSpace(**base), "grouped"),
+        (SearchSpace(**base, ring_kv="repeated"), "repeated"),
+    ):
         layouts, why = layouts_for(space, search_axes(space, GPT2, 8), GPT2, 8, 16, node_size=8)
         assert layouts and not why and {lay.options.ring_kv for lay in layouts} == {want}
 
