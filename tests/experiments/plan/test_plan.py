@@ -352,3 +352,9 @@ def test_compile_plans_a_faster_best_layout(capsys: pytest.CaptureFixture[str]) 
     best = [g["ranked"][0]["tokens_per_s"] for g in eager["gpu_counts"]]
     best_fused = [g["ranked"][0]["tokens_per_s"] for g in fused["gpu_counts"]]
     assert all(f > e for f, e in zip(best_fused, best, strict=True))
+
+
+def test_ring_kv_is_recorded_in_the_search(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv, want in (([], "grouped"), (["--ring-kv", "repeated"], "repeated")):
+        code, out, _ = _run([*SMALL, "--format", "json", "--top", "1", *argv], capsys)
+        assert code == 0 and json.loads(out)["search"]["ring_kv"] == want
