@@ -18,7 +18,15 @@ from simcore.cliargs import (
 )
 from simcore.limits import MODEL_DIMENSION
 
-__all__ = ["ENGINES", "ENGINE_PATHS", "FP8_RECIPES", "SEQUENCE_PARALLEL", "STRATEGIES", "build_parser"]
+__all__ = [
+    "ENGINES",
+    "ENGINE_PATHS",
+    "FP8_RECIPES",
+    "RING_KV",
+    "SEQUENCE_PARALLEL",
+    "STRATEGIES",
+    "build_parser",
+]
 
 # The allowed values as simcore defines them (kept literal so --help needs no heavy import;
 # tests check they match simcore.planner.executors.ENGINES and simcore.fastpath.path.ENGINE_PATHS).
@@ -27,6 +35,7 @@ ENGINE_PATHS = ("auto", "fast", "des")
 STRATEGIES = ("ddp", "fsdp", "zero1", "zero2", "zero3", "hsdp")
 # simcore.compute.fp8.FP8_RECIPES, literal for the same reason (a test holds them equal)
 FP8_RECIPES = ("none", "tensorwise", "rowwise", "delayed")
+RING_KV = ("grouped", "repeated")  # simcore.parallel.cp.RING_KV, literal likewise
 # --sequence-parallel: the settings tried where tp > 1.
 SEQUENCE_PARALLEL = {"on": (True,), "off": (False,), "both": (False, True)}
 DESCRIPTION = (
@@ -131,6 +140,12 @@ def _add_space_arguments(p: argparse.ArgumentParser) -> None:
         "--tp-comm-overlap", action="store_true",
         help="overlap the sequence-parallel all-gather / reduce-scatter with the GEMMs (Megatron-LM "
         "--tp-comm-overlap, torch async TP) wherever sequence parallelism runs",
+    )  # fmt: skip
+    space.add_argument(
+        "--ring-kv", default="grouped", choices=list(RING_KV),
+        help="with cp > 1, the key/value heads ring attention moves: grouped (the model's kv heads, "
+        "Transformer Engine, Megatron) or repeated (expanded to the query heads, torchtitan's llama) "
+        "(default %(default)s)",
     )  # fmt: skip
     for axis, what, default in (
         ("tp", "tensor-parallel", "GPUs per node"),

@@ -45,6 +45,7 @@ OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw")  # simcore.strategies.base
 JITTER_SCOPES = ("step", "sync")  # simcore.strategies.base.JITTER_SCOPES
 CP_KINDS = ("ring", "ulysses")  # simcore.parallel.CP_KINDS
 RING_MERGES = ("fused", "eager")  # simcore.parallel.cp.RING_MERGES
+RING_KV = ("grouped", "repeated")  # simcore.parallel.cp.RING_KV
 OFFLOAD_MODES = ("none", "optimizer", "params", "activations")  # simcore.parallel.OFFLOAD_MODES
 PIPELINE_SCHEDULES = ("1f1b", "gpipe", "zb-h1")  # simcore.parallel.PIPELINE_SCHEDULES
 DEFAULT_STALENESS_BOUND = 3  # simcore.paramserver.DEFAULT_STALENESS_BOUND
@@ -215,6 +216,11 @@ def _add_parallel_flags(p: argparse.ArgumentParser) -> None:
         "eager (torch context_parallel, torchtitan)",
     )  # fmt: skip
     g.add_argument(
+        "--ring-kv", choices=list(RING_KV),
+        help="the key/value heads ring attention moves: grouped (the model's kv heads, Transformer "
+        "Engine, Megatron; default) or repeated (expanded to the query heads, torchtitan's llama)",
+    )  # fmt: skip
+    g.add_argument(
         "--expert-load",
         type=real_range(1.0, MAX_EXPERT_LOAD),
         help="MoE: tokens on the busiest expert rank / the mean (>= 1)",
@@ -248,6 +254,7 @@ PARALLEL_FLAGS = (
     "tp_comm_overlap",
     "cp_kind",
     "ring_merge",
+    "ring_kv",
     "expert_load",
     "capacity_factor",
 )

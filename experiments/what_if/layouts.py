@@ -43,6 +43,7 @@ def parallel_options(args: argparse.Namespace) -> ParallelOptions:
         "tp_comm_overlap": args.tp_comm_overlap,
         "cp_kind": args.cp_kind,
         "ring_merge": getattr(args, "ring_merge", None),
+        "ring_kv": getattr(args, "ring_kv", None),
         "recompute": args.recompute,
         "offload": args.offload,
         "expert_load": args.expert_load,

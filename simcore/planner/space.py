@@ -208,6 +208,7 @@ class SearchSpace:
     schedules: tuple[str, ...] = DEFAULT_SCHEDULES
     sequence_parallel: tuple[bool, ...] = (True,)
     tp_comm_overlap: bool = False  # --tp-comm-overlap where sequence parallelism runs
+    ring_kv: str = "grouped"  # --ring-kv: the key/value heads ring attention moves (simcore.parallel.cp)
     pipeline_strategies: tuple[str, ...] = PIPELINE_STRATEGIES
     max_tp: int | None = None
     max_pp: int | None = None
@@ -561,7 +562,9 @@ def _options(space: SearchSpace, parallel: ParallelLayout) -> Iterator[ParallelO
         for sp in sps:
             for recompute in space.recompute:
                 overlap = space.tp_comm_overlap and sp
-                yield ParallelOptions(schedule, sp, recompute=recompute, tp_comm_overlap=overlap)
+                yield ParallelOptions(
+                    schedule, sp, recompute=recompute, tp_comm_overlap=overlap, ring_kv=space.ring_kv
+                )
 
 
 def describe_axes(space: SearchSpace, axes: SearchAxes) -> str:

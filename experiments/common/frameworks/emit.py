@@ -34,7 +34,8 @@ def run_levers(args: argparse.Namespace) -> dict[str, Any]:
     """The plan's run-wide levers, as the emitters take them (a plan's parsed arguments)."""
     return {"dtype": args.dtype, "fp8": args.fp8, "optimizer": args.optimizer, "compile": bool(args.compile),
             "master_weights": not args.no_master_weights, "saved_tensors": args.saved_tensors,
-            "cross_entropy": args.cross_entropy, "zero_bucket_size": args.zero_bucket_size,
+            "cross_entropy": args.cross_entropy, "ring_kv": getattr(args, "ring_kv", "grouped"),
+            "zero_bucket_size": args.zero_bucket_size,
             "zero_allgather_bucket_size": args.zero_allgather_bucket_size,
             "zero_overlap_comm": args.zero_overlap_comm, "zero3_prefetch_bucket_size": args.zero3_prefetch_bucket_size,
             "zero3_max_live_parameters": args.zero3_max_live_parameters,

@@ -39,6 +39,7 @@ LEVERS: dict[str, str | bool | None] = {
     "tp-comm-overlap": False,
     "cp-kind": "ring",
     "ring-merge": "fused",
+    "ring-kv": "grouped",
     "micro-batch": "1",
     "global-batch": None,
     "seq-len": None,
@@ -95,7 +96,7 @@ def plan_levers(layout: Mapping[str, Any], run: Mapping[str, Any]) -> dict[str, 
         "pp-layers": None, "schedule": layout["schedule"] if layout["pp"] > 1 else "1f1b",
         "sequence-parallel": bool(layout["sequence_parallel"]) and tp > 1,
         "tp-comm-overlap": bool(layout.get("tp_comm_overlap", False)) and tp > 1,
-        "cp-kind": "ring", "ring-merge": "fused", "micro-batch": str(layout["micro_batch"]),
+        "cp-kind": "ring", "ring-merge": "fused", "ring-kv": run.get("ring_kv", "grouped"), "micro-batch": str(layout["micro_batch"]),
         "global-batch": str(run["global_batch"]), "seq-len": str(run["seq_len"]) if run.get("seq_len") else None,
         "recompute": layout["recompute"], "offload": layout["offload"], "dtype": run["dtype"],
         "fp8": run.get("fp8", "none"), "precision": "auto", "optimizer": run["optimizer"],
@@ -144,7 +145,7 @@ def _resolved(levers: dict[str, Any], *, master_weights: bool) -> dict[str, str 
     if str(levers["pp"]) == "1":
         levers["schedule"], levers["vpp"] = "1f1b", "1"  # no pipeline: neither means anything
     if str(levers["cp"]) == "1":
-        levers["cp-kind"], levers["ring-merge"] = "ring", "fused"
+        levers["cp-kind"], levers["ring-merge"], levers["ring-kv"] = "ring", "fused", "grouped"
     return levers
 
 

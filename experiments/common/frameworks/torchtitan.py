@@ -386,6 +386,8 @@ def _layout(doc: _Doc, gpus: int | None) -> list[Setting]:
     out += [Setting(k, str(d[k][0]), d[k][1]) for k in ("tp", "pp", "cp", "ep")]
     if d["cp"][0] > 1:  # torch's context_parallel merges ring attention's steps in unfused fp32 ops
         out.append(Setting("ring-merge", "eager", d["cp"][1] + " (torch context_parallel's ring attention)"))
+        # torchtitan's llama calls repeat_kv on keys and values before SDPA: its ring moves every head
+        out.append(Setting("ring-kv", "repeated", d["cp"][1] + " (torchtitan's llama repeats kv heads)"))
     if d["tp"][0] > 1:  # torchtitan's TP plan shards the norms' activations: sequence parallelism
         out.append(Setting("sequence-parallel", True, d["tp"][1] + " (torchtitan's TP is sequence-parallel)"))
     out += _pipeline(doc, d["pp"][0])

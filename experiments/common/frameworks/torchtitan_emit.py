@@ -107,6 +107,8 @@ def _emit_layout_notes(
         lines.append("enable_async_tensor_parallel = true")
     if layout["cp"] > 1:
         cannot.append(("ring-merge", "fused: torch's context_parallel merges ring attention's steps eagerly"))
+        if run.get("ring_kv", "grouped") == "grouped":
+            cannot.append(("ring-kv", "grouped: torchtitan's llama repeats key/value heads before attention"))
     if run.get("saved_tensors", "eager") != "eager":
         cannot.append(("saved-tensors", f"{run['saved_tensors']}: torchtitan's kernels are eager PyTorch's"))
     if run.get("cross_entropy", "torch") != "torch":

@@ -190,7 +190,8 @@ def expand_from(
     return tokens + rest, record
 
 
-_LAYOUT_ONLY = ("tp", "pp", "cp", "ep", "vpp", "schedule", "sequence-parallel", "cp-kind", "ring-merge")
+_LAYOUT_ONLY = ("tp", "pp", "cp", "ep", "vpp", "schedule", "sequence-parallel", "cp-kind", "ring-merge",
+               "ring-kv")  # fmt: skip
 
 
 def _data_parallel_what_if(settings: tuple[Setting, ...]) -> tuple[Setting, ...]:

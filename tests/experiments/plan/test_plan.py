@@ -136,6 +136,7 @@ def test_out_writes_the_plot_and_refuses_a_full_directory(
         (["--offload", "disk"], "--offload: 'disk' is not known"),
         (["--schedules", "zb-v"], "--schedules: 'zb-v' is not known"),
         (["--sequence-parallel", "maybe"], "--sequence-parallel"),
+        (["--ring-kv", "all"], "--ring-kv: invalid choice: 'all' (choose from 'grouped', 'repeated')"),
         (["--pipeline-strategies", "ps-async"], "synchronous strategies only; 'ps-async'"),
         (
             ["--max-pp", "2", "--pp", "2", "--strategies", "zero3", "--pipeline-strategies", "ddp"],
@@ -309,6 +310,10 @@ def test_cli_lists_what_simcore_allows() -> None:
     from simcore.compute.fp8 import FP8_RECIPES as SIMCORE_FP8
 
     assert FP8_RECIPES == SIMCORE_FP8
+    from experiments.plan.args import RING_KV
+    from simcore.parallel.cp import RING_KV as SIMCORE_RING_KV
+
+    assert RING_KV == SIMCORE_RING_KV
     from experiments.plan.args import MAX_MICRO_BATCH
     from simcore.planner.space import MAX_MICRO_BATCH as SPACE_MAX
 
@@ -347,3 +352,9 @@ def test_compile_plans_a_faster_best_layout(capsys: pytest.CaptureFixture[str]) 
     best = [g["ranked"][0]["tokens_per_s"] for g in eager["gpu_counts"]]
     best_fused = [g["ranked"][0]["tokens_per_s"] for g in fused["gpu_counts"]]
     assert all(f > e for f, e in zip(best_fused, best, strict=True))
+
+
+def test_ring_kv_is_recorded_in_the_search(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv, want in (([], "grouped"), (["--ring-kv", "repeated"], "repeated")):
+        code, out, _ = _run([*SMALL, "--format", "json", "--top", "1", *argv], capsys)
+        assert code == 0 and json.loads(out)["search"]["ring_kv"] == want

@@ -8,7 +8,7 @@ from simcore.compute.fp8 import FP8_RECIPES
 from simcore.compute.optimizer import OPTIMIZER_IMPLS
 from simcore.compute.precision import PRECISION_MODES
 from simcore.parallel import CP_KINDS, OFFLOAD_MODES, PIPELINE_SCHEDULES
-from simcore.parallel.cp import RING_MERGES
+from simcore.parallel.cp import RING_KV, RING_MERGES
 from simcore.paramserver import DEFAULT_STALENESS_BOUND
 from simcore.strategies.base import COMPUTE_DTYPES, JITTER_SCOPES, OPTIMIZERS
 from simcore.whatif.sweep import DEFAULT_CONFIG, all_strategy_names
@@ -24,6 +24,7 @@ def test_allowed_values_are_simcores() -> None:
     assert (tuple(CP_KINDS), tuple(OFFLOAD_MODES)) == (args.CP_KINDS, args.OFFLOAD_MODES)
     assert tuple(PIPELINE_SCHEDULES) == args.PIPELINE_SCHEDULES
     assert tuple(RING_MERGES) == args.RING_MERGES
+    assert tuple(RING_KV) == args.RING_KV
     assert args.DEFAULT_STALENESS_BOUND == DEFAULT_STALENESS_BOUND
     assert tuple(all_strategy_names()) == ALL_STRATEGIES
 

@@ -98,6 +98,10 @@ def test_out_writes_a_trace_lane_per_stage(tmp_path: Path, capsys: pytest.Captur
         (["--pp", "2", "--strategies", "ddp,ps-async"], "'ps-async' is not one of them"),
         (["--pp", "2", "--straggler", "3:2"], "not supported with parallel layouts"),
         (["--expert-load", "0.5", "--tp", "2"], "--expert-load: 0.5 is out of range; allowed 1..1024"),
+        (
+            ["--cp", "2", "--ring-kv", "all"],
+            "--ring-kv: invalid choice: 'all' (choose from 'grouped', 'repeated')",
+        ),
     ],
 )
 def test_bad_layouts_get_one_error_line(
@@ -108,3 +112,17 @@ def test_bad_layouts_get_one_error_line(
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and err.count("\n") == 1
+
+
+def test_ring_kv_repeated_moves_every_query_head(capsys: pytest.CaptureFixture[str]) -> None:
+    """--ring-kv reaches the step: llama3-8b's 32 query heads over 8 kv heads, so a repeated ring
+    (torchtitan's llama) moves 4x the key/value bytes of a grouped one (Transformer Engine)."""
+    argv = [*SMALL, "--model", "llama3-8b", "--seq-len", "8192", "--global-batch", "16",
+            "--strategies", "fsdp", "--cp", "2", "--format", "json"]  # fmt: skip
+    grouped, repeated, default = (
+        json.loads(_run([*argv, *kv], capsys))["records"][0]
+        for kv in (["--ring-kv", "grouped"], ["--ring-kv", "repeated"], [])
+    )
+    assert default["step_time_s"] == grouped["step_time_s"]
+    assert repeated["cp_comm_s"] > grouped["cp_comm_s"]
+    assert repeated["step_time_s"] > grouped["step_time_s"]

@@ -127,6 +127,18 @@ def test_torchtitan_interleaved_schedule_takes_virtual_stages_from_layers_per_st
     assert (got["gpus"], got["micro-batch"], got["global-batch"]) == ("8", "2", "32")  # 2 x 4; 16 x dp 2
 
 
+def test_torchtitan_context_parallelism_rings_every_repeated_kv_head(tmp_path: Path) -> None:
+    """torchtitan's llama repeats keys and values to the query heads before SDPA (repeat_kv), and
+    torch's context_parallel merges eagerly: with cp > 1 both levers are set; without, neither."""
+    head = '[model]\nname = "llama3"\nflavor = "8B"\n[parallelism]\ndata_parallel_shard_degree = 2\n'
+    got = values(read_torchtitan(_toml(tmp_path, head + "context_parallel_degree = 2\n")))
+    assert (got["cp"], got["ring-kv"], got["ring-merge"]) == ("2", "repeated", "eager")
+    got = values(read_torchtitan(_toml(tmp_path, head)))
+    assert "ring-kv" not in got and "ring-merge" not in got
+    megatron = values(read_megatron("--context-parallel-size 2 --cp-comm-type p2p"))
+    assert "ring-kv" not in megatron  # grouped, the lever's default: TE's ring takes the kv groups
+
+
 PIPELINE_8B = '[model]\nname = "llama3"\nflavor = "8B"\n[parallelism]\ndata_parallel_shard_degree = 2\npipeline_parallel_degree = 4\n'
 
 
