@@ -93,7 +93,8 @@ COMMANDS: dict[str, Command] = {
     "calibrate-cluster": Command("calibrate.cluster", "calibrate.cluster.cli",
                                  "a real Slurm cluster of emulated nodes on one Linux machine (root)"),
     "calibrate-gpu-suite": Command("calibrate.gpu_suite", "calibrate.gpu_suite.cli",
-                                   "one prepared GPU run of what the compute model needs, predicted vs measured"),
+                                   "one prepared GPU run of what the compute model needs, predicted vs measured",
+                                   "calibrate.gpu_suite.args:build_parser"),
 }  # fmt: skip
 
 
