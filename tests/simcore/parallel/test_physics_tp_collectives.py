@@ -84,3 +84,25 @@ def test_a_steps_tp_time_grows_by_the_blocks_collectives(sequence_parallel: bool
     per_block = 4 * (t("all_gather") + t("reduce_scatter")) if sequence_parallel else 4 * t("all_reduce")
     extra = _tp_comm_s(8, sequence_parallel) - _tp_comm_s(4, sequence_parallel)
     assert extra == pytest.approx(2 * 4 * per_block, rel=1e-9)
+
+
+def test_tensor_parallel_collectives_are_reported_as_communication_not_compute() -> None:
+    """tp=2 alone (no data parallelism, no overlap): the step's TP collectives block the compute
+    stream, so they are exposed communication (step - compute), and their bytes are the report's
+    ``comm_bytes``: each collective's buffer, per micro-batch, over the two micro-batches."""
+    config = TrainingConfig(global_batch=2 * MICRO_BATCH, micro_batch=MICRO_BATCH)
+    workload = small_gpt(4)
+    assert workload.dims is not None
+    report = simulate_parallel_step(
+        workload, config, cluster("dgx-a100", 2), "ddp", ParallelLayout(tp=2), ParallelOptions()
+    ).report
+    spec = ShardSpec(tp=2)
+    by_hand = 2 * sum(
+        coll.size_bytes
+        for layer in workload.layers
+        for coll in tensor_parallel_collectives(layer, workload.dims, spec, MICRO_BATCH, BF16)
+    )
+    assert report.tp_comm_s > 0
+    assert report.exposed_comm_s == pytest.approx(report.tp_comm_s, rel=1e-9)
+    assert report.compute_s == pytest.approx(report.step_time_s - report.tp_comm_s, rel=1e-9)
+    assert report.comm_bytes == pytest.approx(by_hand, rel=1e-12)
