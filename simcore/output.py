@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from simcore.errors import TrainsimError
+from simcore.procs import lineage_pids
 
 __all__ = [
     "LOCK_NAME",
@@ -184,7 +185,9 @@ class OutLock:
             except BlockingIOError:
                 holder = os.read(fd, 64).decode("ascii", "replace").strip() or "unknown"
                 os.close(fd)
-                if holder == str(os.getpid()):  # this run holds it already (a second check of --out)
+                # this run holds it already: a second check of --out, or a rank whose launcher
+                # (``calibrate.collectives --nproc``) took the lock for the whole job
+                if holder in lineage_pids():
                     self._made_folder = False
                     return self
                 raise TrainsimError(

@@ -155,3 +155,17 @@ def test_save_figure_writes_exactly_the_path_given(tmp_path: Path) -> None:
     assert (tmp_path / "plot").read_text() == "png 90"
     save_figure(_Figure(), tmp_path / "p.PNG", dpi=90)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.PNG", "plot"]
+
+
+def test_a_process_the_holder_started_is_let_in_as_part_of_its_run(tmp_path: Path) -> None:
+    """A launcher that locked --out for a whole job (``calibrate.collectives --nproc``) starts the
+    ranks that write there: they are of its run (its descendants), not another run."""
+    out = tmp_path / "run"
+    with OutLock(out):
+        child = subprocess.run(
+            [sys.executable, "-c", "import sys; from simcore.output import OutLock; OutLock(sys.argv[1]).acquire(); "
+             "print('in')", str(out)],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert (child.returncode, child.stdout.strip()) == (0, "in"), child.stderr
+        assert (out / LOCK_NAME).read_text().strip() == str(os.getpid())  # still this process's lock
