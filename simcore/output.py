@@ -11,7 +11,8 @@
   so a second run on the same folder is refused naming the pid that holds it.
 
 A symlink to an existing file is written through (its target is replaced); a dangling one is
-refused rather than silently replaced by a regular file.
+refused rather than silently replaced by a regular file. A character device (``/dev/null``,
+``/dev/full``) is written into, never replaced by a file; a FIFO or a socket is refused.
 """
 
 from __future__ import annotations
@@ -73,6 +74,10 @@ def _target(path: str | os.PathLike[str]) -> Path:
         p = resolved
     if p.is_dir():
         raise TrainsimError(f"cannot write {p}: it is a folder; give a file name")
+    if p.exists() and not p.is_file() and not p.is_char_device():
+        raise TrainsimError(
+            f"cannot write {p}: not a regular file (a pipe, a socket or a block device); give a file name"
+        )
     return p
 
 
@@ -84,10 +89,12 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     naming ``path``; nothing at ``path`` changes.
     """
     target = _target(path)
+    device = target.is_char_device()  # /dev/null, /dev/full: written through, never replaced
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
+        if not device:
+            target.parent.mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(
-            prefix=f".{target.name}.", suffix=f".tmp{target.suffix}", dir=target.parent
+            prefix=f".{target.name}.", suffix=f".tmp{target.suffix}", dir=None if device else target.parent
         )
         os.close(fd)
     except OSError as exc:
@@ -95,6 +102,11 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     tmp = Path(name)
     try:
         yield tmp
+        if device:
+            with target.open("wb") as sink:
+                sink.write(tmp.read_bytes())
+            tmp.unlink()
+            return
         _fsync(tmp)
         os.chmod(tmp, _mode(target))
         os.replace(tmp, target)

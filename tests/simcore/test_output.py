@@ -169,3 +169,20 @@ def test_a_process_the_holder_started_is_let_in_as_part_of_its_run(tmp_path: Pat
         )  # fmt: skip
         assert (child.returncode, child.stdout.strip()) == (0, "in"), child.stderr
         assert (out / LOCK_NAME).read_text().strip() == str(os.getpid())  # still this process's lock
+
+
+@pytest.mark.skipif(not Path("/dev/full").is_char_device(), reason="needs /dev/null and /dev/full")
+def test_a_device_is_written_into_and_never_replaced_by_a_file() -> None:
+    """Renaming a temporary file over ``/dev/null`` would turn the device into a regular file."""
+    write_text_atomic("/dev/null", "discarded")
+    with pytest.raises(TrainsimError, match="cannot write /dev/full: no space left"):
+        write_text_atomic("/dev/full", "x" * 10_000)
+    assert Path("/dev/null").is_char_device() and Path("/dev/full").is_char_device()
+
+
+def test_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.png"
+    os.mkfifo(fifo)
+    with pytest.raises(TrainsimError, match="not a regular file"):
+        write_text_atomic(fifo, "x")
+    assert [p.name for p in tmp_path.iterdir()] == ["pipe.png"]  # no temporary file left
