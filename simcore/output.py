@@ -18,6 +18,7 @@ refused rather than silently replaced by a regular file. A character device (``/
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import errno
 import json
 import os
@@ -33,6 +34,7 @@ __all__ = [
     "LOCK_NAME",
     "OutLock",
     "atomic_path",
+    "output_set",
     "save_figure",
     "write_bytes_atomic",
     "write_error",
@@ -41,6 +43,8 @@ __all__ = [
 ]
 
 LOCK_NAME = ".trainsim.lock"  # inside an --out folder while a command writes there
+# the files made new inside an :func:`output_set` (None outside one)
+_MADE: contextvars.ContextVar[list[Path] | None] = contextvars.ContextVar("trainsim_output_set", default=None)
 
 _REASONS = {
     errno.ENOSPC: "no space left on the device",
@@ -109,6 +113,9 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
             return
         _fsync(tmp)
         os.chmod(tmp, _mode(target))
+        made = _MADE.get()
+        if made is not None and not target.exists():
+            made.append(target)
         os.replace(tmp, target)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
@@ -116,6 +123,24 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+@contextlib.contextmanager
+def output_set() -> Iterator[None]:
+    """The files a command writes together (the json, report and plots of one ``--out``): when one
+    fails (a full disk), the files this block made new are removed again, so a failed run leaves no
+    half set beside the one error line. A file it replaced keeps its new, complete content."""
+    made: list[Path] = []
+    token = _MADE.set(made)
+    try:
+        yield
+    except BaseException:
+        for path in made:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        raise
+    finally:
+        _MADE.reset(token)
 
 
 def _mode(target: Path) -> int:

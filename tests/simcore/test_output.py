@@ -15,6 +15,7 @@ from simcore.output import (
     LOCK_NAME,
     OutLock,
     atomic_path,
+    output_set,
     save_figure,
     write_error,
     write_json_atomic,
@@ -186,3 +187,21 @@ def test_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
     with pytest.raises(TrainsimError, match="not a regular file"):
         write_text_atomic(fifo, "x")
     assert [p.name for p in tmp_path.iterdir()] == ["pipe.png"]  # no temporary file left
+
+
+def test_a_failed_output_set_removes_what_it_made_and_keeps_what_it_replaced(tmp_path: Path) -> None:
+    kept = tmp_path / "plan.json"
+    kept.write_text("old")
+    with pytest.raises(TrainsimError, match="folder"), output_set():
+        write_text_atomic(kept, "new")
+        write_text_atomic(tmp_path / "report.html", "<html>")
+        write_text_atomic(tmp_path, "a folder is in the way")  # the set's last file fails
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json"]
+    assert kept.read_text() == "new"  # replaced whole: the new content, never half of it
+
+
+def test_a_completed_output_set_keeps_every_file(tmp_path: Path) -> None:
+    with output_set():
+        write_text_atomic(tmp_path / "a.json", "{}")
+        write_text_atomic(tmp_path / "b.html", "<html>")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.html"]
