@@ -93,7 +93,8 @@ COMMANDS: dict[str, Command] = {
     "calibrate-cluster": Command("calibrate.cluster", "calibrate.cluster.cli",
                                  "a real Slurm cluster of emulated nodes on one Linux machine (root)"),
     "calibrate-gpu-suite": Command("calibrate.gpu_suite", "calibrate.gpu_suite.cli",
-                                   "one prepared GPU run of what the compute model needs, predicted vs measured"),
+                                   "one prepared GPU run of what the compute model needs, predicted vs measured",
+                                   "calibrate.gpu_suite.args:build_parser"),
 }  # fmt: skip
 
 
@@ -135,9 +136,13 @@ def _help_only(command: Command, args: list[str]) -> None:
 
 
 def _run(command: Command, args: list[str]) -> int:
-    if command.parser and _asks_help(args):
-        _help_only(command, args)
-    run = cast("Callable[[list[str]], int]", importlib.import_module(command.main_module).main)
+    try:  # Ctrl-C while the simulator is imported (seconds on a busy machine): one line, as in main
+        if command.parser and _asks_help(args):
+            _help_only(command, args)
+        run = cast("Callable[[list[str]], int]", importlib.import_module(command.main_module).main)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
     return int(run(args) or 0)
 
 

@@ -11,12 +11,14 @@
   so a second run on the same folder is refused naming the pid that holds it.
 
 A symlink to an existing file is written through (its target is replaced); a dangling one is
-refused rather than silently replaced by a regular file.
+refused rather than silently replaced by a regular file. A character device (``/dev/null``,
+``/dev/full``) is written into, never replaced by a file; a FIFO or a socket is refused.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import errno
 import json
 import os
@@ -26,11 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from simcore.errors import TrainsimError
+from simcore.procs import lineage_pids
 
 __all__ = [
     "LOCK_NAME",
     "OutLock",
     "atomic_path",
+    "output_set",
     "save_figure",
     "write_bytes_atomic",
     "write_error",
@@ -39,6 +43,8 @@ __all__ = [
 ]
 
 LOCK_NAME = ".trainsim.lock"  # inside an --out folder while a command writes there
+# the files made new inside an :func:`output_set` (None outside one)
+_MADE: contextvars.ContextVar[list[Path] | None] = contextvars.ContextVar("trainsim_output_set", default=None)
 
 _REASONS = {
     errno.ENOSPC: "no space left on the device",
@@ -72,6 +78,10 @@ def _target(path: str | os.PathLike[str]) -> Path:
         p = resolved
     if p.is_dir():
         raise TrainsimError(f"cannot write {p}: it is a folder; give a file name")
+    if p.exists() and not p.is_file() and not p.is_char_device():
+        raise TrainsimError(
+            f"cannot write {p}: not a regular file (a pipe, a socket or a block device); give a file name"
+        )
     return p
 
 
@@ -83,10 +93,12 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     naming ``path``; nothing at ``path`` changes.
     """
     target = _target(path)
+    device = target.is_char_device()  # /dev/null, /dev/full: written through, never replaced
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
+        if not device:
+            target.parent.mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(
-            prefix=f".{target.name}.", suffix=f".tmp{target.suffix}", dir=target.parent
+            prefix=f".{target.name}.", suffix=f".tmp{target.suffix}", dir=None if device else target.parent
         )
         os.close(fd)
     except OSError as exc:
@@ -94,8 +106,16 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     tmp = Path(name)
     try:
         yield tmp
+        if device:
+            with target.open("wb") as sink:
+                sink.write(tmp.read_bytes())
+            tmp.unlink()
+            return
         _fsync(tmp)
         os.chmod(tmp, _mode(target))
+        made = _MADE.get()
+        if made is not None and not target.exists():
+            made.append(target)
         os.replace(tmp, target)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
@@ -103,6 +123,24 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+@contextlib.contextmanager
+def output_set() -> Iterator[None]:
+    """The files a command writes together (the json, report and plots of one ``--out``): when one
+    fails (a full disk), the files this block made new are removed again, so a failed run leaves no
+    half set beside the one error line. A file it replaced keeps its new, complete content."""
+    made: list[Path] = []
+    token = _MADE.set(made)
+    try:
+        yield
+    except BaseException:
+        for path in made:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        raise
+    finally:
+        _MADE.reset(token)
 
 
 def _mode(target: Path) -> int:
@@ -184,7 +222,9 @@ class OutLock:
             except BlockingIOError:
                 holder = os.read(fd, 64).decode("ascii", "replace").strip() or "unknown"
                 os.close(fd)
-                if holder == str(os.getpid()):  # this run holds it already (a second check of --out)
+                # this run holds it already: a second check of --out, or a rank whose launcher
+                # (``calibrate.collectives --nproc``) took the lock for the whole job
+                if holder in lineage_pids():
                     self._made_folder = False
                     return self
                 raise TrainsimError(

@@ -17,8 +17,9 @@ import ctypes.util
 import os
 import signal
 import sys
+from pathlib import Path
 
-__all__ = ["PR_SET_PDEATHSIG", "die_with_parent", "request_parent_death_signal"]
+__all__ = ["PR_SET_PDEATHSIG", "die_with_parent", "lineage_pids", "request_parent_death_signal"]
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -47,3 +48,20 @@ def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> bool:
     if os.getppid() != parent_pid:  # the parent died before the request took effect
         os._exit(1)
     return done
+
+
+def lineage_pids() -> set[str]:
+    """This process's pid and its ancestors' (Linux ``/proc``; elsewhere the parent's alone): a
+    process whose launcher has died is re-parented, and its launcher's pid leaves this set."""
+    pids = {str(os.getpid())}
+    pid = os.getppid()
+    for _ in range(64):  # a bound: a launcher is a few levels up, never more
+        if pid <= 1:
+            break
+        pids.add(str(pid))
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+        except OSError:
+            break
+        pid = int(stat.rsplit(")", 1)[1].split()[1])  # the field after the command's name: ppid
+    return pids

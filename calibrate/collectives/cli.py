@@ -1,7 +1,14 @@
 """Collective sweep, nccl-tests style, under torchrun (gloo on CPU, NCCL on GPU) or on one process.
 
+    python -m calibrate.collectives --nproc 2 --out runs/ -b 8 -e 1M -f 2   # two local ranks
     torchrun --nproc-per-node 2 -m calibrate.collectives --out runs/ -b 8 -e 1M -f 2
     python -m calibrate.collectives --out runs/ --ops all_reduce -e 64K      # a world of one
+
+``--nproc N`` is the supported way on one machine: it starts torchrun with N ranks and supervises
+it (:func:`calibrate.common.launcher.supervise`), so Ctrl-C or SIGTERM stops every rank with one
+line and no traceback, and the ranks die with it. Under a torchrun you start yourself (several
+nodes, a scheduler) the ranks still stop with one line, but what torchrun's own agent prints on
+Ctrl-C (its traceback and shutdown log) is torch's.
 
 For every group (the whole world, each node's ranks, one rank per node across nodes), op and size
 from ``-b`` to ``-e`` by factor ``-f``: ``--warmup`` untimed iterations, then ``--repeats`` times
@@ -30,6 +37,8 @@ concatenated buffer, rounded down to a multiple of ranks x element size.
 from __future__ import annotations
 
 import argparse
+import math
+import sys
 
 from calibrate.collectives.options import (
     DEFAULT_OPS,
@@ -41,13 +50,16 @@ from calibrate.collectives.options import (
     OPS,
     sweep_sizes,
 )
-from calibrate.common.launch import BACKENDS, launch_rank
-from calibrate.common.prereq import check_measurement_dir
+from calibrate.common.launch import BACKENDS, launch_env, launch_rank
+from calibrate.common.launcher import supervise
+from calibrate.common.prereq import check_measurement_dir, require_torch
 from calibrate.common.procs import die_with_launcher, exit_on_stop_signals
 from simcore.cliargs import Parser, int_range, name_list, size_bytes
-from simcore.errors import cli_entry
+from simcore.errors import TrainsimError, cli_entry
 
-__all__ = ["OPS", "main", "run_sweep", "sweep_sizes"]
+__all__ = ["MAX_LOCAL_RANKS", "OPS", "main", "run_sweep", "sweep_sizes"]
+
+MAX_LOCAL_RANKS = 256  # --nproc: ranks on one machine (a bound against a typo, not a limit of torchrun)
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -82,7 +94,41 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--resume", action="store_true", help="skip (op, size, group, repeat) already in --out")
     p.add_argument("--force", action="store_true",
                    help="measure everything again, adding to the records already in --out")  # fmt: skip
+    p.add_argument("--nproc", type=int_range(1, MAX_LOCAL_RANKS), default=None,
+                   help="start this many local ranks under torchrun and supervise them (Ctrl-C: one "
+                        "line, no launcher traceback; the supported way on one machine) (default: "
+                        "none: this process is one rank, or one of the ranks torchrun started)")  # fmt: skip
     return p.parse_args(argv)
+
+
+def _without_nproc(argv: list[str]) -> list[str]:
+    """``argv`` less its ``--nproc N`` / ``--nproc=N`` (what each rank is given)."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--nproc":
+            skip = True
+        elif not arg.startswith("--nproc="):
+            out.append(arg)
+    return out
+
+
+def _launch(args: argparse.Namespace, argv: list[str]) -> int:
+    """``--nproc N``: torchrun with N local ranks, supervised; this process holds the --out lock
+    for the whole job (its ranks are let in as part of this run, :class:`simcore.output.OutLock`)."""
+    if launch_env() is not None:
+        raise TrainsimError(
+            "--nproc starts its own ranks: give it to a plain python -m calibrate.collectives, "
+            "or leave it out under torchrun / srun"
+        )
+    require_torch("python -m calibrate.collectives")
+    files = ("collectives.jsonl", "collectives.csv") if args.csv else ("collectives.jsonl",)
+    check_measurement_dir(args.out, files, resume=args.resume, force=args.force)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc}",
+               "-m", "calibrate.collectives", *_without_nproc(argv)]  # fmt: skip
+    return supervise([command], math.inf, name="calibrate.collectives")
 
 
 def run_sweep(args: argparse.Namespace) -> int:
@@ -97,6 +143,8 @@ def run_sweep(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     args.sizes = sweep_sizes(args.minbytes, args.maxbytes, args.stepfactor)
+    if args.nproc is not None:
+        return _launch(args, list(sys.argv[1:] if argv is None else argv))
     if launch_rank() == 0:  # the one rank that writes; checked before any rank joins the group
         files = ("collectives.jsonl", "collectives.csv") if args.csv else ("collectives.jsonl",)
         check_measurement_dir(args.out, files, resume=args.resume, force=args.force)

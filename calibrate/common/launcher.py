@@ -31,7 +31,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from types import FrameType
 from typing import IO
 
-from calibrate.common.procs import INTERRUPTED_STATUS, STOP_SIGNALS
+from calibrate.common.procs import INTERRUPTED_STATUS, STOP_SIGNALS, SUPERVISOR_ENV
+from simcore.procs import request_parent_death_signal
 
 __all__ = ["STOP_GRACE_S", "TIMEOUT_STATUS", "supervise"]
 
@@ -142,10 +143,11 @@ def supervise(
     with _caught_stop_signals(received):
         try:
             for i, command in enumerate(commands):
-                env = None if envs is None else dict(envs[i])
-                proc = subprocess.Popen(
-                    list(command), start_new_session=True, env=env, stderr=subprocess.PIPE
-                )
+                env = {**(os.environ if envs is None else envs[i]), SUPERVISOR_ENV: str(os.getpid())}
+                proc = subprocess.Popen(  # dies with this process, even when it is SIGKILLed
+                    list(command), start_new_session=True, env=env, stderr=subprocess.PIPE,
+                    preexec_fn=request_parent_death_signal,
+                )  # fmt: skip
                 procs.append(proc)
                 assert proc.stderr is not None  # stderr=PIPE
                 copiers.append(_Stderr(proc.stderr))

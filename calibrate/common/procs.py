@@ -10,12 +10,13 @@ import threading
 from collections.abc import Callable
 from types import FrameType
 
-from simcore.procs import PR_SET_PDEATHSIG, die_with_parent
+from simcore.procs import PR_SET_PDEATHSIG, die_with_parent, lineage_pids
 
 __all__ = [
     "INTERRUPTED_STATUS",
     "PR_SET_PDEATHSIG",
     "STOP_SIGNALS",
+    "SUPERVISOR_ENV",
     "die_with_launcher",
     "die_with_parent",
     "exit_on_stop_signals",
@@ -23,6 +24,8 @@ __all__ = [
 
 INTERRUPTED_STATUS = 130  # 128 + SIGINT, what a shell reports for a job stopped by Ctrl-C
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# set by :func:`calibrate.common.launcher.supervise` to its pid: a rank whose supervisor is gone exits
+SUPERVISOR_ENV = "TRAINSIM_SUPERVISOR_PID"
 
 
 def die_with_launcher() -> bool:
@@ -34,7 +37,14 @@ def die_with_launcher() -> bool:
     """
     if "TORCHELASTIC_RUN_ID" not in os.environ:
         return False
-    return die_with_parent(os.getppid())
+    parent = os.getppid()
+    done = die_with_parent(parent)
+    # The launcher may have died before this rank got here (the request covers only the parent it
+    # has now): re-parented to init, or its supervisor (``--nproc``) no longer among its ancestors.
+    supervisor = os.environ.get(SUPERVISOR_ENV)
+    if parent == 1 or (supervisor is not None and supervisor not in lineage_pids()):
+        os._exit(1)
+    return done
 
 
 def exit_on_stop_signals(rank: int, message: Callable[[], str]) -> bool:

@@ -34,26 +34,16 @@ from pathlib import Path
 
 from calibrate.common.prereq import check_measurement_dir, require_torch
 from calibrate.common.records import atomic_write_json, read_records
-from calibrate.gpu_suite.plan import KINDS, RECORDS, TABLE
+from calibrate.gpu_suite.args import build_parser
+from calibrate.gpu_suite.plan import RECORDS, TABLE
 from calibrate.gpu_suite.predict import compare, format_table
-from simcore.cliargs import Parser, int_range, name_list
 from simcore.errors import TrainsimError, cli_entry
 
 __all__ = ["main", "write_table"]
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = Parser(prog="python -m calibrate.gpu_suite", description=__doc__.split("\n\n")[0].replace("\n", " "))
-    p.add_argument("--out", default=None, help=f"folder for {RECORDS} and {TABLE}")
-    p.add_argument("--tiny", action="store_true", help="tiny sizes (seconds; automatic without a GPU)")
-    p.add_argument("--budget-s", type=int_range(1, 86_400), default=480,
-                   help="stop measuring after this many seconds (later items recorded as skipped)")  # fmt: skip
-    p.add_argument("--kinds", type=name_list(KINDS, what="kind"), default=",".join(KINDS),
-                   help=f"what to measure, comma-separated from {', '.join(KINDS)} (default: all)")  # fmt: skip
-    p.add_argument("--force", action="store_true", help=f"append to the {RECORDS} already in --out")
-    p.add_argument("--table", default=None, metavar="DIR",
-                   help=f"measure nothing: rebuild DIR/{TABLE} from DIR/{RECORDS}")  # fmt: skip
-    args = p.parse_args(argv)
+    args = build_parser().parse_args(argv)
     if (args.out is None) == (args.table is None):
         raise TrainsimError("give --out DIR to measure, or --table DIR to rebuild a table (one of them)")
     return args

@@ -13,6 +13,7 @@ from calibrate.nccl_tests.parser import parse_file
 from experiments.report_html.nccl import render_nccl
 from experiments.report_html.write import write_json, write_report
 from simcore.errors import TrainsimError
+from simcore.output import output_set
 
 __all__ = ["MAX_ALTERNATIVE_WORK", "alternatives", "measured_rows", "write_outputs"]
 
@@ -57,5 +58,10 @@ def alternatives(
 
 
 def write_outputs(out: Path, document: Mapping[str, Any], command: str) -> list[Path]:
-    """Write ``nccl_sim.json`` and ``report.html`` (from that same document) under ``out``."""
-    return [write_json(out / "nccl_sim.json", document), write_report(out, render_nccl(document, command))]
+    """Write ``nccl_sim.json`` and ``report.html`` (from that same document) under ``out``: both or,
+    when one fails, neither (:func:`simcore.output.output_set`)."""
+    with output_set():
+        return [
+            write_json(out / "nccl_sim.json", document),
+            write_report(out, render_nccl(document, command)),
+        ]

@@ -9,7 +9,7 @@ from pathlib import Path
 from experiments.plan.report import plan_document
 from experiments.report_html.plan import render_plan
 from experiments.report_html.write import write_report
-from simcore.output import save_figure, write_json_atomic
+from simcore.output import output_set, save_figure, write_json_atomic
 from simcore.planner.rank import throughput
 from simcore.planner.search import PlanResult
 
@@ -22,10 +22,11 @@ def write_outputs(
     """Write ``plan.json``, ``report.html`` and, when some layout fits, ``pareto.png``; returns the
     paths written."""
     doc = plan_document(result, top=top)
-    document = write_json_atomic(out / "plan.json", doc)
-    written = [document, write_report(out, render_plan(doc, command))]
-    if any(count.ranked for count in result.counts):
-        written.append(plot_pareto(result, out / "pareto.png"))
+    with output_set():  # all of them or, when one fails (a full disk), none made new
+        document = write_json_atomic(out / "plan.json", doc)
+        written = [document, write_report(out, render_plan(doc, command))]
+        if any(count.ranked for count in result.counts):
+            written.append(plot_pareto(result, out / "pareto.png"))
     return written
 
 

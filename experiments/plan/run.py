@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 from experiments.common.frameworks.wiring import framework_workload
 from experiments.common.progress import warn
 from experiments.plan.args import SEQUENCE_PARALLEL
+from simcore.calibration.compat import check_profile_for
 from simcore.calibration.profile_json import load_profile
 from simcore.cliargs import framework_config, framework_lever_notes
 from simcore.compute.fp8 import resolve_fp8
@@ -139,6 +140,8 @@ def _job(args: argparse.Namespace) -> PlanJob:
     calibration = None
     if args.calibration:
         calibration = load_profile(args.calibration)
+        # before the search, as the what-if checks it: a profile of other devices is one line
+        check_profile_for(calibration, load_cluster(args.cluster, gpus=max(parse_gpu_counts(args.gpus))))
     # Names this job in workers' caches: the same inputs give the same key on every engine.
     key = hashlib.blake2b(
         repr((args.model, args.cluster, config, args.calibration, args.engine_path, *levers)).encode()

@@ -73,6 +73,7 @@ from simcore.compute.precision import activation_dtype
 from simcore.compute.roofline import software_eras
 from simcore.compute.saved_tensors import saved_tensor_workload
 from simcore.errors import TrainsimError, cli_entry
+from simcore.output import output_set
 from simcore.parallel.report import ParallelStepReport
 from simcore.paramserver import (
     PS_MODES,
@@ -502,7 +503,8 @@ def _print(
 
 def _write_outputs(result: WhatIfResult, out: Path, quiet: bool) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    with bar(3, "plots", quiet=quiet, unit="file") as progress:
+    # all of them or, when one fails (a full disk), none made new
+    with output_set(), bar(3, "plots", quiet=quiet, unit="file") as progress:
         written = plot_what_if(result.reports, out)
         progress.update(1)
         if result.ps_results:

@@ -12,6 +12,7 @@ from simcore.compute.heterogeneity import Heterogeneity
 from simcore.errors import TrainsimError
 from simcore.parallel import ParallelOptions
 from simcore.parallel.layout import ParallelLayout, parse_stage_layers
+from simcore.progress import note
 from simcore.strategies import strategy_names
 from simcore.strategies.base import TrainingConfig
 from simcore.topology import ClusterLoader
@@ -32,7 +33,11 @@ def _degrees(text: str | None, flag: str) -> list[int]:
         raise TrainsimError(f"--{flag}: expected a number or a comma list of numbers, got {text!r}") from None
     if not values or min(values) < 1:
         raise TrainsimError(f"--{flag}: expected positive numbers, got {text!r}")
-    return values
+    kept = list(dict.fromkeys(values))  # a layout listed twice is one layout, not two rows
+    if len(kept) < len(values):
+        repeated = sorted({v for v in values if values.count(v) > 1})
+        note(f"--{flag} {text!r} repeats {', '.join(map(str, repeated))}; each is used once", quiet=False)
+    return kept
 
 
 def parallel_options(args: argparse.Namespace) -> ParallelOptions:

@@ -108,6 +108,7 @@ class StageModel:
     transient_per_sample: float  # rematerialised at once during recompute (selective, every-K)
     comm_s: dict[str, float]  # exposed seconds per micro-batch by axis (tp, cp, ep)
     tied_copy_params: int = 0  # a tied embedding duplicated on this (last) stage
+    comm_bytes: float = 0.0  # bytes of the tensor/context/expert collectives per micro-batch
 
     def chunk_time_s(self, chunk: int, phase: str, batch: int) -> float:
         times = self.timer.layer_times_s(self.workload, batch, phase)
@@ -257,7 +258,7 @@ def build_stage(
             workload, rank, chunks, layout=layout, options=options, timer=timer, micro_batch=micro_batch
         )
     base = sharded.base
-    fwd_comm, bwd_comm, by_axis = _exposed_comm(
+    fwd_comm, bwd_comm, by_axis, comm_bytes = _exposed_comm(
         [workload.layers[i] for chunk in chunks for i in chunk],
         dims,
         sharded.spec,
@@ -286,6 +287,7 @@ def build_stage(
         sharded.transient_per_sample,
         by_axis,
         sharded.tied_copy_params,
+        comm_bytes,
     )
 
 
@@ -301,17 +303,32 @@ def _exposed_comm(
     elem: int,
     base: dict[str, np.ndarray],
     memory_bandwidth_Bps: float,
+<<<<<<< HEAD
     *,
     fp8_tp_gathers: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
     """Exposed forward and backward seconds per layer, and their per-axis totals (``fp8_tp_gathers``:
     the FP8 linears' sequence-parallel all-gathers move one byte per element)."""
+=======
+) -> tuple[np.ndarray, np.ndarray, dict[str, float], float]:
+    """Exposed forward and backward seconds per layer, their per-axis totals, and the bytes of
+    every collective priced (the report's ``comm_bytes`` counts them beside data parallelism's)."""
+>>>>>>> harden
     import numpy as np
 
     fwd = np.zeros(len(layers))
     bwd = np.zeros(len(layers))
     totals = {"tp": 0.0, "cp": 0.0, "ep": 0.0}
-    price = {axis: _axis_price(placement, pricer, axis, rank) for axis in ("tp", "cp", "ep")}
+    moved = [0.0]
+
+    def counted(axis_price: Callable[[str, float], float]) -> Callable[[str, float], float]:
+        def price_of(op: str, size_bytes: float) -> float:
+            moved[0] += size_bytes
+            return axis_price(op, size_bytes)
+
+        return price_of
+
+    price = {axis: counted(_axis_price(placement, pricer, axis, rank)) for axis in ("tp", "cp", "ep")}
     hide = hide_fraction() if options.tp_comm_overlap else 0.0
     for i, layer in enumerate(layers):
         gather_elem = 1.0 if fp8_tp_gathers and is_fp8_linear(layer) else None
@@ -344,7 +361,7 @@ def _exposed_comm(
         bwd[i] += b + h
         totals["cp"] += f + b
         totals["ep"] += g + h
-    return fwd, bwd, totals
+    return fwd, bwd, totals, moved[0]
 
 
 def _axis_price(

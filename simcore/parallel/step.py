@@ -820,12 +820,14 @@ class _Composer:
                 lambda: report_step(result, first.ctx, cluster=cluster, device=device, peak_flops=peak_flops),
             )
         )
-        busy = max(pipeline.busy_s) if pipeline is not None else base.compute_s
-        compute_s = busy if pipeline is not None else base.compute_s
         comm = {
             axis: max(run.model.comm_s.get(axis, 0.0) for run in per_rank) * self.micro
             for axis in ("tp", "cp", "ep")
         }
+        # the layer times carry their exposed tensor/context/expert collectives (they block the
+        # compute stream): those seconds are communication on the critical path, not compute
+        busy = max(pipeline.busy_s) if pipeline is not None else base.compute_s
+        compute_s = max(0.0, busy - sum(comm.values()))
         capacity = float(self.device.memory_bytes)
         fits = all(s.peak_memory_bytes <= capacity for s in stages)
         verdict = (
@@ -850,6 +852,7 @@ class _Composer:
             compute_s=compute_s,
             exposed_comm_s=max(0.0, step_s - compute_s),
             comm_s=base.comm_s + sum(comm.values()) + p2p_s,
+            comm_bytes=base.comm_bytes + max(run.model.comm_bytes for run in per_rank) * self.micro,
             peak_memory_bytes=worst.peak_memory_bytes,
             peak_phase=f"stage {worst.rank}: {worst.peak_phase}",
             memory_breakdown=worst.memory_breakdown,

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from experiments import console
 from experiments.console import COMMANDS, main
 from experiments.nccl_sim.cli import main as nccl_sim_main
 from tests.paths import REPO
@@ -130,3 +131,14 @@ def test_help_shows_every_default(command: str, monkeypatch: pytest.MonkeyPatch)
             continue
         shown = formatter._get_help_string(action) or ""
         assert action.help and "default" in shown.lower(), f"{command} {action.option_strings}: {shown!r}"
+
+
+def test_ctrl_c_while_the_command_is_imported_is_one_line_and_status_130(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def interrupted(name: str) -> object:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(console.importlib, "import_module", interrupted)
+    assert console.run_module("experiments.plan", ["--gpus", "8"]) == 130
+    assert capsys.readouterr().err == "interrupted\n"

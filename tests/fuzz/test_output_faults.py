@@ -217,3 +217,15 @@ def test_a_100_mb_real_log_neither_hangs_nor_eats_memory(tmp_path: Path) -> None
     assert fitted.returncode == 0, fitted.stderr
     cpu_s, max_rss_kb = (float(x) for x in fitted.stdout.split()[-2:])
     assert cpu_s < 60 and max_rss_kb < 1_000_000, fitted.stdout
+
+
+@pytest.mark.skipif(not Path("/dev/full").is_char_device(), reason="needs /dev/full")
+def test_a_png_on_a_full_device_is_one_line_and_the_device_stays_a_device() -> None:
+    _refused(show_main, ["dgx-a100", "--png", "/dev/full"], "/dev/full", "no space left")
+    assert Path("/dev/full").is_char_device()  # not replaced by a renamed temporary file
+
+
+def test_a_png_on_a_fifo_is_refused_at_once(tmp_path: Path) -> None:
+    fifo = tmp_path / "g.png"
+    os.mkfifo(fifo)
+    _refused(show_main, ["dgx-a100", "--png", str(fifo)], str(fifo), "not a regular file")

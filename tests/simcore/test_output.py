@@ -15,6 +15,7 @@ from simcore.output import (
     LOCK_NAME,
     OutLock,
     atomic_path,
+    output_set,
     save_figure,
     write_error,
     write_json_atomic,
@@ -155,3 +156,52 @@ def test_save_figure_writes_exactly_the_path_given(tmp_path: Path) -> None:
     assert (tmp_path / "plot").read_text() == "png 90"
     save_figure(_Figure(), tmp_path / "p.PNG", dpi=90)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.PNG", "plot"]
+
+
+def test_a_process_the_holder_started_is_let_in_as_part_of_its_run(tmp_path: Path) -> None:
+    """A launcher that locked --out for a whole job (``calibrate.collectives --nproc``) starts the
+    ranks that write there: they are of its run (its descendants), not another run."""
+    out = tmp_path / "run"
+    with OutLock(out):
+        child = subprocess.run(
+            [sys.executable, "-c", "import sys; from simcore.output import OutLock; OutLock(sys.argv[1]).acquire(); "
+             "print('in')", str(out)],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert (child.returncode, child.stdout.strip()) == (0, "in"), child.stderr
+        assert (out / LOCK_NAME).read_text().strip() == str(os.getpid())  # still this process's lock
+
+
+@pytest.mark.skipif(not Path("/dev/full").is_char_device(), reason="needs /dev/null and /dev/full")
+def test_a_device_is_written_into_and_never_replaced_by_a_file() -> None:
+    """Renaming a temporary file over ``/dev/null`` would turn the device into a regular file."""
+    write_text_atomic("/dev/null", "discarded")
+    with pytest.raises(TrainsimError, match="cannot write /dev/full: no space left"):
+        write_text_atomic("/dev/full", "x" * 10_000)
+    assert Path("/dev/null").is_char_device() and Path("/dev/full").is_char_device()
+
+
+def test_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.png"
+    os.mkfifo(fifo)
+    with pytest.raises(TrainsimError, match="not a regular file"):
+        write_text_atomic(fifo, "x")
+    assert [p.name for p in tmp_path.iterdir()] == ["pipe.png"]  # no temporary file left
+
+
+def test_a_failed_output_set_removes_what_it_made_and_keeps_what_it_replaced(tmp_path: Path) -> None:
+    kept = tmp_path / "plan.json"
+    kept.write_text("old")
+    with pytest.raises(TrainsimError, match="folder"), output_set():
+        write_text_atomic(kept, "new")
+        write_text_atomic(tmp_path / "report.html", "<html>")
+        write_text_atomic(tmp_path, "a folder is in the way")  # the set's last file fails
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json"]
+    assert kept.read_text() == "new"  # replaced whole: the new content, never half of it
+
+
+def test_a_completed_output_set_keeps_every_file(tmp_path: Path) -> None:
+    with output_set():
+        write_text_atomic(tmp_path / "a.json", "{}")
+        write_text_atomic(tmp_path / "b.html", "<html>")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.html"]

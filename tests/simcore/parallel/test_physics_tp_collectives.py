@@ -110,3 +110,25 @@ def test_only_the_tensorwise_recipe_gathers_tp_activations_in_fp8() -> None:
     assert not tp_gathers_in_fp8(compute_model(h100, "fp8", fp8="rowwise"))
     assert not tp_gathers_in_fp8(compute_model(h100, "fp8", fp8="delayed"))
     assert not tp_gathers_in_fp8(compute_model(h100, "bf16"))
+
+
+def test_tensor_parallel_collectives_are_reported_as_communication_not_compute() -> None:
+    """tp=2 alone (no data parallelism, no overlap): the step's TP collectives block the compute
+    stream, so they are exposed communication (step - compute), and their bytes are the report's
+    ``comm_bytes``: each collective's buffer, per micro-batch, over the two micro-batches."""
+    config = TrainingConfig(global_batch=2 * MICRO_BATCH, micro_batch=MICRO_BATCH)
+    workload = small_gpt(4)
+    assert workload.dims is not None
+    report = simulate_parallel_step(
+        workload, config, cluster("dgx-a100", 2), "ddp", ParallelLayout(tp=2), ParallelOptions()
+    ).report
+    spec = ShardSpec(tp=2)
+    by_hand = 2 * sum(
+        coll.size_bytes
+        for layer in workload.layers
+        for coll in tensor_parallel_collectives(layer, workload.dims, spec, MICRO_BATCH, BF16)
+    )
+    assert report.tp_comm_s > 0
+    assert report.exposed_comm_s == pytest.approx(report.tp_comm_s, rel=1e-9)
+    assert report.compute_s == pytest.approx(report.step_time_s - report.tp_comm_s, rel=1e-9)
+    assert report.comm_bytes == pytest.approx(by_hand, rel=1e-12)
