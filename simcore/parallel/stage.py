@@ -303,17 +303,12 @@ def _exposed_comm(
     elem: int,
     base: dict[str, np.ndarray],
     memory_bandwidth_Bps: float,
-<<<<<<< HEAD
     *,
     fp8_tp_gathers: bool = False,
-) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
-    """Exposed forward and backward seconds per layer, and their per-axis totals (``fp8_tp_gathers``:
-    the FP8 linears' sequence-parallel all-gathers move one byte per element)."""
-=======
 ) -> tuple[np.ndarray, np.ndarray, dict[str, float], float]:
     """Exposed forward and backward seconds per layer, their per-axis totals, and the bytes of
-    every collective priced (the report's ``comm_bytes`` counts them beside data parallelism's)."""
->>>>>>> harden
+    every collective priced (the report's ``comm_bytes`` counts them beside data parallelism's;
+    ``fp8_tp_gathers``: the FP8 linears' sequence-parallel all-gathers move one byte per element)."""
     import numpy as np
 
     fwd = np.zeros(len(layers))
