@@ -84,13 +84,14 @@ if TYPE_CHECKING:
     from simcore.calibration.profile import CalibrationProfile
     from simcore.hardware import DeviceSpec
     from simcore.topology import Topology
-    from simcore.workload.types import Workload
+    from simcore.workload.types import Layer, Workload
 
 __all__ = [
     "ParallelStepResult",
     "StagePrediction",
     "compose_parallel_step",
     "simulate_parallel_step",
+    "step_time_lower_bound",
 ]
 
 
@@ -250,6 +251,52 @@ def compose_parallel_step(
         _engine_path(cache, path, topology), device, trace,
     )  # fmt: skip
     return _Composer(inputs, cache).run(cluster or topology.name, device.name, device.flops(config.dtype))
+
+
+def step_time_lower_bound(
+    workload: Workload,
+    config: TrainingConfig,
+    topology: Topology,
+    strategy: str,
+    layout: ParallelLayout,
+    options: ParallelOptions = ParallelOptions(),  # noqa: B008 - frozen, shared safely
+    *,
+    calibration: CalibrationProfile | None = None,
+    path: str = DEFAULT_ENGINE_PATH,
+    cache: ComposeCache | None = None,
+) -> float:
+    """Seconds the step of :func:`simulate_parallel_step` (same arguments) cannot go below; 0.0
+    where no bound is known (pure data parallelism, which that function hands to the what-if's step).
+
+    Each pipeline rank runs every pass of every micro-batch on one device, one after another, so
+    the step lasts at least its busiest rank's passes; rank ``r`` starts only once the first
+    micro-batch's forward has come through the first chunk of ranks ``0 .. r-1``. A pass lasts at
+    least the compute of its layers (the stage's :func:`~simcore.parallel.stage.shard_stage`
+    times: its exposed communication, the comm-under-compute slowdown, offload transfers and the
+    pipeline's waits only add), so the bound reads the sharded layers' compute times alone: one
+    layer of each kind (blocks alike share them), without pricing a collective or running a step.
+    Full recompute adds a forward to each backward; the tail (gradient reduction, optimizer step)
+    counts nothing. The planner skips a layout whose bound is above the layouts it ranks.
+    """
+    gpus = topology.world_size
+    check_layout(layout, gpus, workload, cp_kind=options.cp_kind)
+    workload = saved_tensor_workload(workload, options.saved_tensors, config.fp8)
+    if _delegates(layout, options) or workload.dims is None:
+        return 0.0
+    cache = cache if cache is not None else ComposeCache()
+    device = _gating(cache, topology, config.dtype)
+    inputs = _Inputs(
+        workload, config, topology, get_strategy(strategy).name, layout, options, calibration, 0,
+        None, _engine_path(cache, path, topology), device, False,
+    )  # fmt: skip
+    return _Composer(inputs, cache).lower_bound_s()
+
+
+def _layer_kind(layer: Layer) -> tuple[object, ...]:
+    """What makes two layers' compute alike: a block's layers by kind, size and role, the rest by name."""
+    if layer.block >= 0:
+        return ("block", layer.kind, layer.params, layer.name.rsplit(".", 1)[-1])
+    return ("layer", layer.name)
 
 
 def _wrap(
@@ -642,6 +689,53 @@ class _Composer:
             largest_layer_activations=max((layer.activation_bytes for layer in layers), default=0.0) * mb,
             param_bytes_per_param=self.config.param_bytes,
         )
+
+    # -- a lower bound on the step ---------------------------------------------------------------------
+    def _kind_seconds(self) -> tuple[tuple[tuple[object, ...], ...], dict[tuple[object, ...], tuple[float, float]]]:
+        """Each model layer's kind (:func:`_layer_kind`) and, per kind, the (forward, forward plus
+        backward) compute seconds of one micro-batch on this layout's sharded layer, recompute in."""
+        dims = self.workload.dims
+        assert dims is not None  # step_time_lower_bound returns before without a transformer shape
+        kinds = self.cache.get(
+            "layer kinds",
+            (self.cache.identity(self.workload),),
+            lambda: tuple(_layer_kind(layer) for layer in self.workload.layers),
+        )
+        key = (
+            self.cache.identity(self.workload), self.cache.identity(self.timer),
+            shard_spec(self.layout, self.options, dims), self.options.recompute, self.config.micro_batch,
+        )  # fmt: skip
+
+        def measure() -> dict[tuple[object, ...], tuple[float, float]]:
+            first: dict[tuple[object, ...], int] = {}
+            for i, kind in enumerate(kinds):
+                first.setdefault(kind, i)
+            order = sorted(first.values())
+            one = replace(self.layout, pp=1, vpp=1, stage_layers=None)
+            sharded = shard_stage(
+                self.workload, 0, [tuple(order)], layout=one, options=self.options, timer=self.timer,
+                micro_batch=self.config.micro_batch,
+            )  # fmt: skip
+            fwd, bwd, rec = (sharded.base[phase] for phase in ("fwd", "bwd", "recompute"))
+            full = self.mode == "full"
+            return {
+                kinds[g]: (float(fwd[i]), float(fwd[i] + bwd[i] + (rec[i] if full else 0.0)))
+                for i, g in enumerate(order)
+            }
+
+        return kinds, self.cache.get("layer kind seconds", key, measure)
+
+    def lower_bound_s(self) -> float:
+        """The step's lower bound (see :func:`step_time_lower_bound`)."""
+        kinds, seconds = self._kind_seconds()
+        tied_head = {i for i, layer in enumerate(self.workload.layers) if layer.name == "lm_head"}
+        skip = tied_head if self.workload.ties else set()  # a tied copy's head is resized: left out
+        bound, fill = 0.0, 0.0
+        for rank_chunks, _ in self._chunks():
+            passes = sum(seconds[kinds[i]][1] for chunk in rank_chunks for i in chunk if i not in skip)
+            bound = max(bound, fill + self.micro * passes)
+            fill += sum(seconds[kinds[i]][0] for i in rank_chunks[0] if i not in skip)
+        return bound
 
     # -- the step ------------------------------------------------------------------------------------
     def run(self, cluster: str, device: str, peak_flops: float) -> ParallelStepResult:
