@@ -269,8 +269,10 @@ def step_time_lower_bound(
     where no bound is known (pure data parallelism, which that function hands to the what-if's step).
 
     Each pipeline rank runs every pass of every micro-batch on one device, one after another, so
-    the step lasts at least its busiest rank's passes; rank ``r`` starts only once the first
-    micro-batch's forward has come through the first chunk of ranks ``0 .. r-1``. A pass lasts at
+    the step lasts at least a rank's passes; rank ``r`` starts only once the first micro-batch's
+    forward has come through the first chunk of ranks ``0 .. r-1``, and (but for ZB-H1, whose
+    weight gradients may come last) its last pass is a backward of its first chunk, after which
+    ranks ``r-1 .. 0`` run that micro-batch's backward of theirs in turn. A pass lasts at
     least the compute of its layers (the stage's :func:`~simcore.parallel.stage.shard_stage`
     times: its exposed communication, the comm-under-compute slowdown, offload transfers and the
     pipeline's waits only add), so the bound reads the sharded layers' compute times alone: one
@@ -292,7 +294,10 @@ def step_time_lower_bound(
     return _Composer(inputs, cache).lower_bound_s()
 
 
-def _layer_kind(layer: Layer) -> tuple[object, ...]:
+_Kind = tuple[object, ...]  # a layer's kind for the lower bound (_layer_kind)
+
+
+def _layer_kind(layer: Layer) -> _Kind:
     """What makes two layers' compute alike: a block's layers by kind, size and role, the rest by name."""
     if layer.block >= 0:
         return ("block", layer.kind, layer.params, layer.name.rsplit(".", 1)[-1])
@@ -691,9 +696,9 @@ class _Composer:
         )
 
     # -- a lower bound on the step ---------------------------------------------------------------------
-    def _kind_seconds(self) -> tuple[tuple[tuple[object, ...], ...], dict[tuple[object, ...], tuple[float, float]]]:
-        """Each model layer's kind (:func:`_layer_kind`) and, per kind, the (forward, forward plus
-        backward) compute seconds of one micro-batch on this layout's sharded layer, recompute in."""
+    def _kind_seconds(self) -> tuple[tuple[_Kind, ...], dict[_Kind, tuple[float, float]]]:
+        """Each model layer's kind (:func:`_layer_kind`) and, per kind, the forward and the backward
+        compute seconds (a full recompute's forward in it) of one micro-batch on its sharded layer."""
         dims = self.workload.dims
         assert dims is not None  # step_time_lower_bound returns before without a transformer shape
         kinds = self.cache.get(
@@ -706,8 +711,8 @@ class _Composer:
             shard_spec(self.layout, self.options, dims), self.options.recompute, self.config.micro_batch,
         )  # fmt: skip
 
-        def measure() -> dict[tuple[object, ...], tuple[float, float]]:
-            first: dict[tuple[object, ...], int] = {}
+        def measure() -> dict[_Kind, tuple[float, float]]:
+            first: dict[_Kind, int] = {}
             for i, kind in enumerate(kinds):
                 first.setdefault(kind, i)
             order = sorted(first.values())
@@ -719,7 +724,7 @@ class _Composer:
             fwd, bwd, rec = (sharded.base[phase] for phase in ("fwd", "bwd", "recompute"))
             full = self.mode == "full"
             return {
-                kinds[g]: (float(fwd[i]), float(fwd[i] + bwd[i] + (rec[i] if full else 0.0)))
+                kinds[g]: (float(fwd[i]), float(bwd[i] + (rec[i] if full else 0.0)))
                 for i, g in enumerate(order)
             }
 
@@ -728,13 +733,21 @@ class _Composer:
     def lower_bound_s(self) -> float:
         """The step's lower bound (see :func:`step_time_lower_bound`)."""
         kinds, seconds = self._kind_seconds()
-        tied_head = {i for i, layer in enumerate(self.workload.layers) if layer.name == "lm_head"}
-        skip = tied_head if self.workload.ties else set()  # a tied copy's head is resized: left out
-        bound, fill = 0.0, 0.0
+        heads = {i for i, layer in enumerate(self.workload.layers) if layer.name == "lm_head"}
+        skip = heads if self.workload.ties else set()  # a tied copy's head is resized: left out
+
+        def total(layers: tuple[int, ...], phase: int) -> float:
+            return sum(seconds[kinds[i]][phase] for i in layers if i not in skip)
+
+        # Without a split-off weight gradient a rank's last pass is a backward of its first chunk,
+        # which every rank before it then runs in turn: the drain.
+        drains = self.options.schedule != "zb-h1"
+        bound = fill = drain = 0.0
         for rank_chunks, _ in self._chunks():
-            passes = sum(seconds[kinds[i]][1] for chunk in rank_chunks for i in chunk if i not in skip)
-            bound = max(bound, fill + self.micro * passes)
-            fill += sum(seconds[kinds[i]][0] for i in rank_chunks[0] if i not in skip)
+            passes = sum(total(chunk, 0) + total(chunk, 1) for chunk in rank_chunks)
+            bound = max(bound, fill + self.micro * passes + (drain if drains else 0.0))
+            fill += total(rank_chunks[0], 0)
+            drain += total(rank_chunks[0], 1)
         return bound
 
     # -- the step ------------------------------------------------------------------------------------

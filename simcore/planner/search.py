@@ -5,6 +5,17 @@ at every GPU count, minus those whose memory floor is above the device's usable 
 counted, not timed); :func:`~simcore.planner.executors.run_sweep` times the rest; :func:`finish`
 ranks what fits within the budget, explains each winner and finds the Pareto frontiers.
 :func:`plan` does all three.
+
+**Skipped by bound** (:func:`time_tasks` with ``keep``): only the first ``keep`` layouts of each
+count are listed, so a candidate whose lower bound on the step
+(:func:`~simcore.parallel.step.step_time_lower_bound`) is above the ``keep``-th fastest layout
+already timed there, fitting and within the budget, cannot be listed, and is not timed. The
+candidates with the smallest bounds are timed first (:data:`SEED_TASKS` per count) to set that
+threshold, then the rest whose bounds are below it. Never skipped: pure data parallelism (the
+best such layout is named in the explanation), and a strategy's candidates until one of its
+layouts is known to fit there (the explanation names the strategies that never fit). The listed
+layouts, their order and every number of theirs are those of an exhaustive search; the counts of
+timed, fitting and over-budget layouts cover what was timed.
 """
 
 from __future__ import annotations
@@ -14,7 +25,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from simcore.errors import TrainsimError
-from simcore.planner.evaluate import PlanJob, Task, load_topology
+from simcore.parallel.cache import ComposeCache
+from simcore.parallel.step import step_time_lower_bound
+from simcore.planner.evaluate import Outcome, PlanJob, Task, load_topology
 from simcore.planner.executors import Progress, SweepRun, run_sweep
 from simcore.planner.floor import memory_floor_bytes
 from simcore.planner.rank import Budget, Ranked, cost_frontier, explain_winner, gpu_frontier, price, rank
@@ -22,7 +35,24 @@ from simcore.planner.rank import within_budget as fits_budget
 from simcore.planner.space import PlanLayout, SearchAxes, SearchSpace, layouts_for, search_axes
 from simcore.strategies.runner import gating_device
 
-__all__ = ["CountResult", "PlanResult", "Prepared", "finish", "plan", "prepare"]
+__all__ = [
+    "SEED_TASKS",
+    "CountResult",
+    "PlanResult",
+    "Prepared",
+    "finish",
+    "plan",
+    "prepare",
+    "task_bounds",
+    "time_tasks",
+]
+
+# Candidates per GPU count timed before any is skipped by bound: those with the smallest bounds,
+# enough that the listed layouts are usually among them (a tight threshold for the rest).
+SEED_TASKS = 32
+# A bound is skipped on only when above the threshold by more than rounding (the bound and the
+# step sum the same compute times in different orders).
+BOUND_MARGIN = 1e-9
 
 
 @dataclass(slots=True)
@@ -40,6 +70,7 @@ class CountResult:
     no_fit: int = 0  # timed, peak above the usable memory
     over_budget: int = 0
     failed: int = 0
+    bound_skipped: int = 0  # lower bound on the step above the listed layouts': never timed
     skipped: str = ""  # why no layout exists at this count
     smallest_floor_bytes: float = 0.0
     ranked: list[Ranked] = field(default_factory=list)
@@ -215,9 +246,100 @@ def plan(
     workers: int | None = None,
     address: str | None = None,
     progress: Progress | None = None,
+    keep: int | None = None,
 ) -> PlanResult:
-    """Search, time and rank (see the module docstring)."""
+    """Search, time and rank (see the module docstring; ``keep`` as :func:`time_tasks`)."""
     start = time.perf_counter()
     prepared = prepare(job, gpu_counts, space or SearchSpace(), budget or Budget())
-    sweep = run_sweep(job, prepared.tasks, engine=engine, workers=workers, address=address, progress=progress)
+    sweep = time_tasks(
+        prepared, keep=keep, engine=engine, workers=workers, address=address, progress=progress
+    )
     return finish(prepared, sweep, time.perf_counter() - start)
+
+
+def task_bounds(prepared: Prepared) -> list[float]:
+    """Each task's lower bound on its step (:func:`~simcore.parallel.step.step_time_lower_bound`;
+    0.0 for pure data parallelism), computed as the planner's workers time the task."""
+    job, cache = prepared.job, ComposeCache()
+    bounds = []
+    for gpus, layout in prepared.tasks:
+        topology = load_topology(job.loader, job.cluster, gpus)
+        config = replace(job.config, micro_batch=layout.micro_batch, activation_checkpointing=False)
+        bound = step_time_lower_bound(
+            job.workload, config, topology, layout.strategy, layout.parallel, layout.options,
+            calibration=job.calibration, path=job.engine_path, cache=cache,
+        )  # fmt: skip
+        bounds.append(bound)
+    return bounds
+
+
+def time_tasks(
+    prepared: Prepared,
+    *,
+    keep: int | None = None,
+    engine: str = "local",
+    workers: int | None = None,
+    address: str | None = None,
+    progress: Progress | None = None,
+) -> SweepRun:
+    """Time the prepared tasks; ``keep``: the layouts listed per count, the rest skipped by bound
+    (see the module docstring; None: every task is timed). Skipped tasks have no outcome."""
+    tasks = prepared.tasks
+
+    def sweep(indices: list[int]) -> SweepRun:
+        return run_sweep(
+            prepared.job, [tasks[i] for i in indices], engine=engine, workers=workers, address=address,
+            progress=progress,
+        )  # fmt: skip
+
+    if keep is None:
+        return sweep(list(range(len(tasks))))
+    keep = max(2, keep)  # the explanation names the runner-up
+    bounds = task_bounds(prepared)
+    by_count: dict[int, list[int]] = {}
+    for i in sorted(range(len(tasks)), key=lambda i: (tasks[i][0], bounds[i], i)):
+        by_count.setdefault(tasks[i][0], []).append(i)
+    first = sorted(i for group in by_count.values() for i in group[:SEED_TASKS])
+    seeded = sweep(first)
+    outcomes: list[Outcome | None] = [None] * len(tasks)
+    for i, outcome in zip(first, seeded.outcomes, strict=True):
+        outcomes[i] = outcome
+    if seeded.interrupted:
+        return SweepRun(outcomes, True, seeded.engine, seeded.workers)
+    listed = _listed_times(prepared, [o for o in outcomes if o is not None])
+    rest = []
+    for gpus, group in by_count.items():
+        times, fitting = listed.get(gpus, ([], set()))
+        threshold = times[keep - 1] if len(times) >= keep else float("inf")
+        for i in group[SEED_TASKS:]:
+            layout = tasks[i][1]
+            if (
+                bounds[i] > threshold * (1 + BOUND_MARGIN)
+                and not layout.pure_data_parallel
+                and layout.strategy in fitting
+            ):
+                prepared.counts[gpus].bound_skipped += 1
+            else:
+                rest.append(i)
+    rest.sort()
+    timed = sweep(rest)
+    for i, outcome in zip(rest, timed.outcomes, strict=True):
+        outcomes[i] = outcome
+    return SweepRun(outcomes, timed.interrupted, timed.engine, timed.workers)
+
+
+def _listed_times(prepared: Prepared, outcomes: Sequence[Outcome]) -> dict[int, tuple[list[float], set[str]]]:
+    """Per count: the step times of the timed layouts :func:`finish` would rank (fitting, within
+    the budget), fastest first, and the strategies with a fitting layout."""
+    found: dict[int, tuple[list[float], set[str]]] = {}
+    for outcome in outcomes:
+        count = prepared.counts[outcome.gpus]
+        if outcome.report is None or outcome.report.peak_memory_bytes > count.usable_bytes:
+            continue
+        times, fitting = found.setdefault(outcome.gpus, ([], set()))
+        fitting.add(outcome.layout.strategy)
+        if fits_budget(price(outcome.gpus, outcome.layout, outcome.report, prepared.budget), prepared.budget):
+            times.append(outcome.report.step_time_s)
+    for times, _ in found.values():
+        times.sort()
+    return found
