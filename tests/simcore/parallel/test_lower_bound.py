@@ -1,0 +1,109 @@
+"""The composed step's lower bound: never above the step, and the closed form it states."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simcore.compute.fp8 import compute_model
+from simcore.compute.rank_spread import spread_ranks
+from simcore.parallel.cache import ComposeCache
+from simcore.parallel.layout import ParallelLayout
+from simcore.parallel.options import ParallelOptions
+from simcore.parallel.pp import partition_stages
+from simcore.parallel.stage import shard_stage
+from simcore.parallel.step import simulate_parallel_step, step_time_lower_bound
+from simcore.strategies.base import TrainingConfig
+from simcore.strategies.runner import gating_device
+from tests.simcore.parallel.support import cluster, small_gpt
+
+GPUS = 16
+
+
+def _bound(layout: ParallelLayout, options: ParallelOptions, strategy: str = "zero1", mb: int = 1) -> float:
+    topology = cluster("dgx-a100", GPUS)
+    config = TrainingConfig(global_batch=64, micro_batch=mb, seq_len=512)
+    return step_time_lower_bound(small_gpt(8, tied=False), config, topology, strategy, layout, options)
+
+
+def _step(layout: ParallelLayout, options: ParallelOptions, strategy: str = "zero1", mb: int = 1) -> float:
+    topology = cluster("dgx-a100", GPUS)
+    config = TrainingConfig(global_batch=64, micro_batch=mb, seq_len=512)
+    result = simulate_parallel_step(
+        small_gpt(8, tied=False), config, topology, strategy, layout, options, trace=False
+    )
+    return result.report.step_time_s
+
+
+def test_the_bound_is_the_busiest_rank_with_the_fill_and_the_drain() -> None:
+    """pp=2, 1F1B: max over ranks of (forwards of the ranks before it through their first chunk) +
+    micro-batches x (its forward and backward compute) + (the backwards of the ranks before it),
+    each layer's compute read off that rank's own sharded stage (not the bound's one-per-kind)."""
+    workload = small_gpt(8, tied=False)
+    layout, options = ParallelLayout(tp=2, pp=2), ParallelOptions()
+    topology = cluster("dgx-a100", GPUS)
+    config = TrainingConfig(global_batch=64, micro_batch=1, seq_len=512)
+    device = gating_device(topology, config.dtype)
+    timer = compute_model(
+        device, config.dtype, None, config.fp8, ranks=spread_ranks(True, GPUS, explicit_speeds=False)
+    )
+    micro = config.global_batch // (layout.dp(GPUS) * config.micro_batch)
+    stages = partition_stages(workload, 2)
+    expected, fill, drain = 0.0, 0.0, 0.0
+    for rank, layers in enumerate(stages):
+        base = shard_stage(
+            workload, rank, [layers], layout=layout, options=options, timer=timer, micro_batch=1
+        ).base
+        f, b = float(base["fwd"].sum()), float(base["bwd"].sum())
+        expected = max(expected, fill + micro * (f + b) + drain)
+        fill, drain = fill + f, drain + b
+    assert _bound(layout, options) == pytest.approx(expected, rel=1e-12)
+    # ZB-H1 may end on a weight gradient: no drain
+    zb = _bound(layout, replace(options, schedule="zb-h1"))
+    assert zb < expected
+
+
+def test_full_recompute_adds_a_forward_to_every_backward() -> None:
+    layout = ParallelLayout(tp=2, pp=2)
+    none, full = _bound(layout, ParallelOptions()), _bound(layout, ParallelOptions(recompute="full"))
+    assert full > none * 1.2  # a forward is about a third of forward + backward
+
+
+def test_pure_data_parallelism_has_no_bound() -> None:
+    assert _bound(ParallelLayout(), ParallelOptions()) == 0.0
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    tp=st.sampled_from([1, 2, 4]),
+    pp=st.sampled_from([1, 2, 4]),
+    vpp=st.sampled_from([1, 2]),
+    schedule=st.sampled_from(["1f1b", "zb-h1", "gpipe"]),
+    recompute=st.sampled_from(["none", "selective", "full"]),
+    strategy=st.sampled_from(["ddp", "zero1"]),
+    mb=st.sampled_from([1, 2]),
+)
+def test_the_bound_is_never_above_the_step(
+    tp: int, pp: int, vpp: int, schedule: str, recompute: str, strategy: str, mb: int
+) -> None:
+    if tp == pp == 1 or (pp == 1 and vpp > 1) or (vpp > 1 and schedule != "1f1b"):
+        return
+    layout = ParallelLayout(tp=tp, pp=pp, vpp=vpp)
+    options = ParallelOptions(schedule if pp > 1 else "1f1b", recompute=recompute)
+    if vpp > 1 and (64 // (layout.dp(GPUS) * mb)) % pp:
+        return
+    assert 0.0 < _bound(layout, options, strategy, mb) <= _step(layout, options, strategy, mb) * (1 + 1e-9)
+
+
+def test_a_cache_shared_with_the_steps_gives_the_same_bound() -> None:
+    cache = ComposeCache()
+    layout, options = ParallelLayout(tp=2, pp=4), ParallelOptions()
+    topology = cluster("dgx-a100", GPUS)
+    config = TrainingConfig(global_batch=64, micro_batch=1, seq_len=512)
+    workload = small_gpt(8, tied=False)
+    first = step_time_lower_bound(workload, config, topology, "zero1", layout, options, cache=cache)
+    simulate_parallel_step(workload, config, topology, "zero1", layout, options, cache=cache, trace=False)
+    assert step_time_lower_bound(workload, config, topology, "zero1", layout, options, cache=cache) == first
