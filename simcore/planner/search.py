@@ -10,8 +10,8 @@ ranks what fits within the budget, explains each winner and finds the Pareto fro
 count are listed, so a candidate whose lower bound on the step
 (:func:`~simcore.parallel.step.step_time_lower_bound`) is above the ``keep``-th fastest layout
 already timed there, fitting and within the budget, cannot be listed, and is not timed. The
-candidates with the smallest bounds are timed first (:data:`SEED_TASKS` per count) to set that
-threshold, then the rest whose bounds are below it. Never skipped: pure data parallelism (the
+candidates are timed in rounds, smallest bounds first (:data:`SEED_ROUNDS` per count, then the
+rest), each round skipping what the layouts timed before it rule out. Never skipped: pure data parallelism (the
 best such layout is named in the explanation), and a strategy's candidates until one of its
 layouts is known to fit there (the explanation names the strategies that never fit). The listed
 layouts, their order and every number of theirs are those of an exhaustive search; the counts of
@@ -36,7 +36,7 @@ from simcore.planner.space import PlanLayout, SearchAxes, SearchSpace, layouts_f
 from simcore.strategies.runner import gating_device
 
 __all__ = [
-    "SEED_TASKS",
+    "SEED_ROUNDS",
     "CountResult",
     "PlanResult",
     "Prepared",
@@ -47,9 +47,10 @@ __all__ = [
     "time_tasks",
 ]
 
-# Candidates per GPU count timed before any is skipped by bound: those with the smallest bounds,
-# enough that the listed layouts are usually among them (a tight threshold for the rest).
-SEED_TASKS = 32
+# Candidates per GPU count timed in each round before the last, smallest bounds first; after each
+# round the threshold tightens (on Llama-2-70B over 64..1024 H100s two rounds of 32 and 64 leave
+# the last one what the final threshold would: a round costs a pool start).
+SEED_ROUNDS = (32, 64)
 # A bound is skipped on only when above the threshold by more than rounding (the bound and the
 # step sum the same compute times in different orders).
 BOUND_MARGIN = 1e-9
@@ -221,6 +222,10 @@ def finish(prepared: Prepared, sweep: SweepRun, wall_s: float) -> PlanResult:
         if count.ranked:
             best_dp = next((r for r in count.ranked if r.layout.pure_data_parallel), None)
             count.why = explain_winner(count.ranked, count.never_fit, count.capacity_bytes, best_dp)
+            if count.bound_skipped:
+                count.why += (
+                    f"; {count.bound_skipped} more layout(s) not timed (slower by bound than those listed)"
+                )
     bests = [c.ranked[0] for c in prepared.counts.values() if c.ranked]
     return PlanResult(
         prepared,
@@ -296,36 +301,39 @@ def time_tasks(
         return sweep(list(range(len(tasks))))
     keep = max(2, keep)  # the explanation names the runner-up
     bounds = task_bounds(prepared)
-    by_count: dict[int, list[int]] = {}
+    waiting: dict[int, list[int]] = {}  # per count, untimed tasks by bound
     for i in sorted(range(len(tasks)), key=lambda i: (tasks[i][0], bounds[i], i)):
-        by_count.setdefault(tasks[i][0], []).append(i)
-    first = sorted(i for group in by_count.values() for i in group[:SEED_TASKS])
-    seeded = sweep(first)
+        waiting.setdefault(tasks[i][0], []).append(i)
     outcomes: list[Outcome | None] = [None] * len(tasks)
-    for i, outcome in zip(first, seeded.outcomes, strict=True):
-        outcomes[i] = outcome
-    if seeded.interrupted:
-        return SweepRun(outcomes, True, seeded.engine, seeded.workers)
-    listed = _listed_times(prepared, [o for o in outcomes if o is not None])
-    rest = []
-    for gpus, group in by_count.items():
-        times, fitting = listed.get(gpus, ([], set()))
-        threshold = times[keep - 1] if len(times) >= keep else float("inf")
-        for i in group[SEED_TASKS:]:
-            layout = tasks[i][1]
-            if (
-                bounds[i] > threshold * (1 + BOUND_MARGIN)
-                and not layout.pure_data_parallel
-                and layout.strategy in fitting
-            ):
-                prepared.counts[gpus].bound_skipped += 1
-            else:
-                rest.append(i)
-    rest.sort()
-    timed = sweep(rest)
-    for i, outcome in zip(rest, timed.outcomes, strict=True):
-        outcomes[i] = outcome
-    return SweepRun(outcomes, timed.interrupted, timed.engine, timed.workers)
+    run = SweepRun(outcomes, False, engine, 1)
+    for size in (*SEED_ROUNDS, len(tasks)):
+        listed = _listed_times(prepared, [o for o in outcomes if o is not None])
+        batch = []
+        for gpus, group in waiting.items():
+            times, fitting = listed.get(gpus, ([], set()))
+            threshold = times[keep - 1] if len(times) >= keep else float("inf")
+            left = []
+            for i in group:
+                layout = tasks[i][1]
+                if (
+                    bounds[i] > threshold * (1 + BOUND_MARGIN)
+                    and not layout.pure_data_parallel
+                    and layout.strategy in fitting
+                ):
+                    prepared.counts[gpus].bound_skipped += 1
+                else:
+                    left.append(i)
+            batch += left[:size]
+            waiting[gpus] = left[size:]
+        batch.sort()
+        if not batch:
+            break
+        run = sweep(batch)
+        for i, outcome in zip(batch, run.outcomes, strict=True):
+            outcomes[i] = outcome
+        if run.interrupted:
+            break
+    return SweepRun(outcomes, run.interrupted, run.engine, run.workers)
 
 
 def _listed_times(prepared: Prepared, outcomes: Sequence[Outcome]) -> dict[int, tuple[list[float], set[str]]]:
