@@ -11,9 +11,9 @@ count are listed, so a candidate whose lower bound on the step
 (:func:`~simcore.parallel.step.step_time_lower_bound`) is above the ``keep``-th fastest layout
 already timed there, fitting and within the budget, cannot be listed, and is not timed. The
 candidates are timed in rounds, smallest bounds first (:data:`SEED_ROUNDS` per count, then the
-rest), each round skipping what the layouts timed before it rule out. Never skipped: pure data parallelism (the
-best such layout is named in the explanation), and a strategy's candidates until one of its
-layouts is known to fit there (the explanation names the strategies that never fit). The listed
+rest), each round skipping what the layouts timed before it rule out. Never skipped: a pure
+data-parallel candidate that may be the best such layout (it is named in the explanation), and
+a strategy's candidates until one of its layouts is known to fit there (the explanation names the strategies that never fit). The listed
 layouts, their order and every number of theirs are those of an exhaustive search; the counts of
 timed, fitting and over-budget layouts cover what was timed.
 """
@@ -310,14 +310,14 @@ def time_tasks(
         listed = _listed_times(prepared, [o for o in outcomes if o is not None])
         batch = []
         for gpus, group in waiting.items():
-            times, fitting = listed.get(gpus, ([], set()))
+            times, fitting, best_dp = listed.get(gpus, ([], set(), float("inf")))
             threshold = times[keep - 1] if len(times) >= keep else float("inf")
             left = []
             for i in group:
                 layout = tasks[i][1]
                 if (
                     bounds[i] > threshold * (1 + BOUND_MARGIN)
-                    and not layout.pure_data_parallel
+                    and (not layout.pure_data_parallel or bounds[i] > best_dp * (1 + BOUND_MARGIN))
                     and layout.strategy in fitting
                 ):
                     prepared.counts[gpus].bound_skipped += 1
@@ -336,18 +336,25 @@ def time_tasks(
     return SweepRun(outcomes, run.interrupted, run.engine, run.workers)
 
 
-def _listed_times(prepared: Prepared, outcomes: Sequence[Outcome]) -> dict[int, tuple[list[float], set[str]]]:
+def _listed_times(
+    prepared: Prepared, outcomes: Sequence[Outcome]
+) -> dict[int, tuple[list[float], set[str], float]]:
     """Per count: the step times of the timed layouts :func:`finish` would rank (fitting, within
-    the budget), fastest first, and the strategies with a fitting layout."""
-    found: dict[int, tuple[list[float], set[str]]] = {}
+    the budget), fastest first; the strategies with a fitting layout; the best pure data-parallel
+    step among those ranked (inf: none yet)."""
+    found: dict[int, tuple[list[float], set[str], float]] = {}
     for outcome in outcomes:
         count = prepared.counts[outcome.gpus]
         if outcome.report is None or outcome.report.peak_memory_bytes > count.usable_bytes:
             continue
-        times, fitting = found.setdefault(outcome.gpus, ([], set()))
+        times, fitting, best_dp = found.get(outcome.gpus, ([], set(), float("inf")))
         fitting.add(outcome.layout.strategy)
+        step = outcome.report.step_time_s
         if fits_budget(price(outcome.gpus, outcome.layout, outcome.report, prepared.budget), prepared.budget):
-            times.append(outcome.report.step_time_s)
-    for times, _ in found.values():
+            times.append(step)
+            if outcome.layout.pure_data_parallel:
+                best_dp = min(best_dp, step)
+        found[outcome.gpus] = (times, fitting, best_dp)
+    for times, _, _ in found.values():
         times.sort()
     return found
