@@ -33,7 +33,15 @@ if TYPE_CHECKING:
 
     from simcore.compute.roofline import ComputeModel
 
-__all__ = ["ShardedStage", "StageModel", "StageTimer", "build_stage", "shard_spec", "shard_stage"]
+__all__ = [
+    "ShardedStage",
+    "StageModel",
+    "StageTimer",
+    "build_stage",
+    "exposed_comm",
+    "shard_spec",
+    "shard_stage",
+]
 
 Group = tuple[int, ...]
 
@@ -256,7 +264,7 @@ def build_stage(
             workload, rank, chunks, layout=layout, options=options, timer=timer, micro_batch=micro_batch
         )
     base = sharded.base
-    fwd_comm, bwd_comm, by_axis = _exposed_comm(
+    fwd_comm, bwd_comm, by_axis = exposed_comm(
         [workload.layers[i] for chunk in chunks for i in chunk],
         dims,
         sharded.spec,
@@ -287,7 +295,7 @@ def build_stage(
     )
 
 
-def _exposed_comm(
+def exposed_comm(
     layers: Sequence[Layer],
     dims: TransformerDims,
     spec: ShardSpec,

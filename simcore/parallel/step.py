@@ -66,7 +66,14 @@ from simcore.parallel.pp import (
     run_pipeline,
 )
 from simcore.parallel.report import ParallelStepReport
-from simcore.parallel.stage import ShardedStage, StageModel, build_stage, shard_spec, shard_stage
+from simcore.parallel.stage import (
+    ShardedStage,
+    StageModel,
+    build_stage,
+    exposed_comm,
+    shard_spec,
+    shard_stage,
+)
 from simcore.report import StepReport
 from simcore.step.plan import PlanRun, Span
 from simcore.strategies import get_strategy
@@ -272,13 +279,13 @@ def step_time_lower_bound(
     the step lasts at least a rank's passes; rank ``r`` starts only once the first micro-batch's
     forward has come through the first chunk of ranks ``0 .. r-1``, and (but for ZB-H1, whose
     weight gradients may come last) its last pass is a backward of its first chunk, after which
-    ranks ``r-1 .. 0`` run that micro-batch's backward of theirs in turn. A pass lasts at
-    least the compute of its layers (the stage's :func:`~simcore.parallel.stage.shard_stage`
-    times: its exposed communication, the comm-under-compute slowdown, offload transfers and the
-    pipeline's waits only add), so the bound reads the sharded layers' compute times alone: one
-    layer of each kind (blocks alike share them), without pricing a collective or running a step.
-    Full recompute adds a forward to each backward; the tail (gradient reduction, optimizer step)
-    counts nothing. The planner skips a layout whose bound is above the layouts it ranks.
+    ranks ``r-1 .. 0`` run that micro-batch's backward of theirs in turn. A pass lasts at least
+    its layers' times as :func:`~simcore.parallel.stage.build_stage` gives them (the sharded
+    compute and the exposed tensor/context/expert communication; the comm-under-compute slowdown,
+    offload transfers and the pipeline's waits only add), read off one layer of each kind (blocks
+    alike share them) without running a step. Full recompute adds a forward to each backward; a
+    selective rerun, the data-parallel communication and the tail (gradient reduction, optimizer
+    step) count nothing. The planner skips a layout whose bound is above the layouts it lists.
     """
     gpus = topology.world_size
     check_layout(layout, gpus, workload, cp_kind=options.cp_kind)
@@ -696,9 +703,9 @@ class _Composer:
         )
 
     # -- a lower bound on the step ---------------------------------------------------------------------
-    def _kind_seconds(self) -> tuple[tuple[_Kind, ...], dict[_Kind, tuple[float, float]]]:
-        """Each model layer's kind (:func:`_layer_kind`) and, per kind, the forward and the backward
-        compute seconds (a full recompute's forward in it) of one micro-batch on its sharded layer."""
+    def _representatives(self) -> tuple[tuple[_Kind, ...], list[int], ShardedStage]:
+        """Each model layer's kind (:func:`_layer_kind`), the first layer of each kind, and those
+        layers sharded as one stage (their compute times are those of every layer of their kind)."""
         dims = self.workload.dims
         assert dims is not None  # step_time_lower_bound returns before without a transformer shape
         kinds = self.cache.get(
@@ -711,7 +718,7 @@ class _Composer:
             shard_spec(self.layout, self.options, dims), self.options.recompute, self.config.micro_batch,
         )  # fmt: skip
 
-        def measure() -> dict[_Kind, tuple[float, float]]:
+        def shard() -> tuple[tuple[_Kind, ...], list[int], ShardedStage]:
             first: dict[_Kind, int] = {}
             for i, kind in enumerate(kinds):
                 first.setdefault(kind, i)
@@ -721,29 +728,48 @@ class _Composer:
                 self.workload, 0, [tuple(order)], layout=one, options=self.options, timer=self.timer,
                 micro_batch=self.config.micro_batch,
             )  # fmt: skip
-            fwd, bwd, rec = (sharded.base[phase] for phase in ("fwd", "bwd", "recompute"))
-            full = self.mode == "full"
-            return {
-                kinds[g]: (float(fwd[i]), float(bwd[i] + (rec[i] if full else 0.0)))
-                for i, g in enumerate(order)
-            }
+            return kinds, order, sharded
 
-        return kinds, self.cache.get("layer kind seconds", key, measure)
+        return self.cache.get("layer kind stage", key, shard)
+
+    def _kind_seconds(self, rank: int) -> dict[_Kind, tuple[float, float]]:
+        """Per layer kind, the forward and the backward seconds of one micro-batch on pipeline rank
+        ``rank``: the sharded layer's compute and its exposed tensor/context/expert communication,
+        as :func:`~simcore.parallel.stage.build_stage` prices them (a full recompute's forward in
+        the backward; a selective rerun left out)."""
+        kinds, order, sharded = self._representatives()
+        dims = self.workload.dims
+        assert dims is not None
+        key = (*self._where, rank, self.cache.identity(sharded))
+
+        def measure() -> dict[_Kind, tuple[float, float]]:
+            base = sharded.base
+            fwd_comm, bwd_comm, _ = exposed_comm(
+                [self.workload.layers[g] for g in order], dims, sharded.spec, self.options, self.placement,
+                self.pricer, rank, self.config.micro_batch, self.workload.dtype_bytes, base,
+                self.timer.memory_bandwidth_Bps,
+            )  # fmt: skip
+            fwd = base["fwd"] + fwd_comm
+            bwd = base["bwd"] + bwd_comm + (base["recompute"] + fwd_comm if self.mode == "full" else 0.0)
+            return {kinds[g]: (float(fwd[i]), float(bwd[i])) for i, g in enumerate(order)}
+
+        return self.cache.get("layer kind seconds", key, measure)
 
     def lower_bound_s(self) -> float:
         """The step's lower bound (see :func:`step_time_lower_bound`)."""
-        kinds, seconds = self._kind_seconds()
+        kinds, _, _ = self._representatives()
         heads = {i for i, layer in enumerate(self.workload.layers) if layer.name == "lm_head"}
         skip = heads if self.workload.ties else set()  # a tied copy's head is resized: left out
-
-        def total(layers: tuple[int, ...], phase: int) -> float:
-            return sum(seconds[kinds[i]][phase] for i in layers if i not in skip)
-
         # Without a split-off weight gradient a rank's last pass is a backward of its first chunk,
         # which every rank before it then runs in turn: the drain.
         drains = self.options.schedule != "zb-h1"
         bound = fill = drain = 0.0
-        for rank_chunks, _ in self._chunks():
+        for rank, (rank_chunks, _) in enumerate(self._chunks()):
+            seconds = self._kind_seconds(rank)
+
+            def total(layers: tuple[int, ...], phase: int) -> float:
+                return sum(seconds[kinds[i]][phase] for i in layers if i not in skip)  # noqa: B023
+
             passes = sum(total(chunk, 0) + total(chunk, 1) for chunk in rank_chunks)
             bound = max(bound, fill + self.micro * passes + (drain if drains else 0.0))
             fill += total(rank_chunks[0], 0)

@@ -11,10 +11,11 @@ from hypothesis import strategies as st
 from simcore.compute.fp8 import compute_model
 from simcore.compute.rank_spread import spread_ranks
 from simcore.parallel.cache import ComposeCache
-from simcore.parallel.layout import ParallelLayout
+from simcore.parallel.comm import GroupPricer
+from simcore.parallel.layout import ParallelLayout, Placement
 from simcore.parallel.options import ParallelOptions
 from simcore.parallel.pp import partition_stages
-from simcore.parallel.stage import shard_stage
+from simcore.parallel.stage import build_stage
 from simcore.parallel.step import simulate_parallel_step, step_time_lower_bound
 from simcore.strategies.base import TrainingConfig
 from simcore.strategies.runner import gating_device
@@ -40,8 +41,8 @@ def _step(layout: ParallelLayout, options: ParallelOptions, strategy: str = "zer
 
 def test_the_bound_is_the_busiest_rank_with_the_fill_and_the_drain() -> None:
     """pp=2, 1F1B: max over ranks of (forwards of the ranks before it through their first chunk) +
-    micro-batches x (its forward and backward compute) + (the backwards of the ranks before it),
-    each layer's compute read off that rank's own sharded stage (not the bound's one-per-kind)."""
+    micro-batches x (its forward and backward) + (the backwards of the ranks before it), each pass
+    the whole rank's stage model (every layer, not the bound's one per kind)."""
     workload = small_gpt(8, tied=False)
     layout, options = ParallelLayout(tp=2, pp=2), ParallelOptions()
     topology = cluster("dgx-a100", GPUS)
@@ -50,14 +51,16 @@ def test_the_bound_is_the_busiest_rank_with_the_fill_and_the_drain() -> None:
     timer = compute_model(
         device, config.dtype, None, config.fp8, ranks=spread_ranks(True, GPUS, explicit_speeds=False)
     )
+    placement, pricer = Placement(layout, GPUS), GroupPricer(topology, None, "closed_form")
     micro = config.global_batch // (layout.dp(GPUS) * config.micro_batch)
-    stages = partition_stages(workload, 2)
     expected, fill, drain = 0.0, 0.0, 0.0
-    for rank, layers in enumerate(stages):
-        base = shard_stage(
-            workload, rank, [layers], layout=layout, options=options, timer=timer, micro_batch=1
-        ).base
-        f, b = float(base["fwd"].sum()), float(base["bwd"].sum())
+    for rank, layers in enumerate(partition_stages(workload, 2)):
+        stage = build_stage(
+            workload, rank, [layers], layout=layout, options=options, placement=placement, pricer=pricer,
+            timer=timer, micro_batch=1,
+        )  # fmt: skip
+        f, b = stage.chunk_time_s(0, "fwd", 1), stage.chunk_time_s(0, "bwd", 1)
+        assert stage.comm_s["tp"] > 0  # the tensor-parallel collectives are in the passes
         expected = max(expected, fill + micro * (f + b) + drain)
         fill, drain = fill + f, drain + b
     assert _bound(layout, options) == pytest.approx(expected, rel=1e-12)
