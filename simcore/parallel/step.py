@@ -88,6 +88,8 @@ from simcore.strategies.runner import (
 )
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from simcore.calibration.profile import CalibrationProfile
     from simcore.hardware import DeviceSpec
     from simcore.topology import Topology
@@ -302,6 +304,17 @@ def step_time_lower_bound(
 
 
 _Kind = tuple[object, ...]  # a layer's kind for the lower bound (_layer_kind)
+
+
+def _kernel_seconds(timer: object, sharded: ShardedStage, micro_batch: int, phase: str) -> np.ndarray:
+    """The device seconds of a stage's layers in ``phase``: a span of layers takes the longer of
+    its kernels' and its host dispatch's sums (:meth:`~simcore.compute.roofline.ComputeModel.combine`),
+    so at least its kernels', and one layer the longer of its own two."""
+    parts = getattr(timer, "layer_parts_s", None)
+    if parts is None:  # a timer without the split: its layer times
+        return sharded.base[phase]
+    kernel, _ = parts(sharded.workload, micro_batch, phase)
+    return kernel
 
 
 def _layer_kind(layer: Layer) -> _Kind:
@@ -749,31 +762,54 @@ class _Composer:
                 self.pricer, rank, self.config.micro_batch, self.workload.dtype_bytes, base,
                 self.timer.memory_bandwidth_Bps,
             )  # fmt: skip
-            fwd = base["fwd"] + fwd_comm
-            bwd = base["bwd"] + bwd_comm + (base["recompute"] + fwd_comm if self.mode == "full" else 0.0)
+            mb = self.config.micro_batch
+            kernel = {phase: _kernel_seconds(self.timer, sharded, mb, phase) for phase in base}
+            fwd = kernel["fwd"] + fwd_comm
+            bwd = kernel["bwd"] + bwd_comm + (kernel["recompute"] + fwd_comm if self.mode == "full" else 0.0)
             return {kinds[g]: (float(fwd[i]), float(bwd[i])) for i, g in enumerate(order)}
 
         return self.cache.get("layer kind seconds", key, measure)
 
+    def _kind_counts(self) -> list[list[tuple[tuple[_Kind, int], ...]]]:
+        """Per pipeline rank and chunk, how many layers of each kind it holds (a tied copy's head,
+        resized on the last stage, left out)."""
+        kinds, _, _ = self._representatives()
+        lay = self.layout
+
+        def count() -> list[list[tuple[tuple[_Kind, int], ...]]]:
+            layers = self.workload.layers
+            skip = {i for i, layer in enumerate(layers) if layer.name == "lm_head" and self.workload.ties}
+            out = []
+            for rank_chunks, _ in self._chunks():
+                per_chunk = []
+                for chunk in rank_chunks:
+                    held: dict[_Kind, int] = {}
+                    for i in chunk:
+                        if i not in skip:
+                            held[kinds[i]] = held.get(kinds[i], 0) + 1
+                    per_chunk.append(tuple(held.items()))
+                out.append(per_chunk)
+            return out
+
+        key = (self.cache.identity(self.workload), lay.pp, lay.vpp, lay.stage_layers)
+        return self.cache.get("layer kind counts", key, count)
+
     def lower_bound_s(self) -> float:
         """The step's lower bound (see :func:`step_time_lower_bound`)."""
-        kinds, _, _ = self._representatives()
-        heads = {i for i, layer in enumerate(self.workload.layers) if layer.name == "lm_head"}
-        skip = heads if self.workload.ties else set()  # a tied copy's head is resized: left out
         # Without a split-off weight gradient a rank's last pass is a backward of its first chunk,
         # which every rank before it then runs in turn: the drain.
         drains = self.options.schedule != "zb-h1"
         bound = fill = drain = 0.0
-        for rank, (rank_chunks, _) in enumerate(self._chunks()):
+        for rank, chunks in enumerate(self._kind_counts()):
             seconds = self._kind_seconds(rank)
-
-            def total(layers: tuple[int, ...], phase: int) -> float:
-                return sum(seconds[kinds[i]][phase] for i in layers if i not in skip)  # noqa: B023
-
-            passes = sum(total(chunk, 0) + total(chunk, 1) for chunk in rank_chunks)
+            per_chunk = [
+                (math.fsum(n * seconds[k][0] for k, n in held), math.fsum(n * seconds[k][1] for k, n in held))
+                for held in chunks
+            ]
+            passes = math.fsum(f + b for f, b in per_chunk)
             bound = max(bound, fill + self.micro * passes + (drain if drains else 0.0))
-            fill += total(rank_chunks[0], 0)
-            drain += total(rank_chunks[0], 1)
+            fill += per_chunk[0][0]
+            drain += per_chunk[0][1]
         return bound
 
     # -- the step ------------------------------------------------------------------------------------

@@ -25,9 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from simcore.errors import TrainsimError
-from simcore.parallel.cache import ComposeCache
 from simcore.parallel.step import step_time_lower_bound
-from simcore.planner.evaluate import Outcome, PlanJob, Task, load_topology
+from simcore.planner.evaluate import Outcome, PlanJob, Task, load_topology, worker_caches
 from simcore.planner.executors import Progress, SweepRun, run_sweep
 from simcore.planner.floor import memory_floor_bytes
 from simcore.planner.rank import Budget, Ranked, cost_frontier, explain_winner, gpu_frontier, price, rank
@@ -264,8 +263,9 @@ def plan(
 
 def task_bounds(prepared: Prepared) -> list[float]:
     """Each task's lower bound on its step (:func:`~simcore.parallel.step.step_time_lower_bound`;
-    0.0 for pure data parallelism), computed as the planner's workers time the task."""
-    job, cache = prepared.job, ComposeCache()
+    0.0 where the what-if's data-parallel step times it), on the inputs the workers time it with."""
+    # The process's own caches: a forked pool's workers inherit what pricing the bounds filled in.
+    job, cache = prepared.job, worker_caches().compose
     bounds = []
     for gpus, layout in prepared.tasks:
         topology = load_topology(job.loader, job.cluster, gpus)
