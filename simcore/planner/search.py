@@ -9,13 +9,13 @@ ranks what fits within the budget, explains each winner and finds the Pareto fro
 **Skipped by bound** (:func:`time_tasks` with ``keep``): only the first ``keep`` layouts of each
 count are listed, so a candidate whose lower bound on the step
 (:func:`~simcore.parallel.step.step_time_lower_bound`) is above the ``keep``-th fastest layout
-already timed there, fitting and within the budget, cannot be listed, and is not timed. The
-candidates are timed in rounds, smallest bounds first (:data:`SEED_ROUNDS` per count, then the
-rest), each round skipping what the layouts timed before it rule out. Never skipped: a pure
-data-parallel candidate that may be the best such layout (it is named in the explanation), and
-a strategy's candidates until one of its layouts is known to fit there (the explanation names the strategies that never fit). The listed
-layouts, their order and every number of theirs are those of an exhaustive search; the counts of
-timed, fitting and over-budget layouts cover what was timed.
+already timed there (fitting, within the budget) cannot be listed, and is not timed. Candidates
+are timed in rounds, smallest bounds first (:data:`SEED_ROUNDS` per count, then the rest), each
+round skipping what the layouts timed before it rule out. Never skipped: a pure data-parallel
+candidate that may be the best such layout (the explanation names it), and a strategy's
+candidates until one of its layouts is known to fit there (the explanation names those that never
+fit). The listed layouts, their order and every number of theirs are those of an exhaustive
+search; the counts of timed, fitting and over-budget layouts cover what was timed.
 """
 
 from __future__ import annotations
