@@ -232,7 +232,7 @@ def test_count_lays_out_the_search_without_timing(
 ) -> None:
     from experiments.plan import run
 
-    monkeypatch.setattr(run, "run_sweep", lambda *a, **k: pytest.fail("--count must not time anything"))
+    monkeypatch.setattr(run, "time_tasks", lambda *a, **k: pytest.fail("--count must not time anything"))
     code, out, _ = _run([*GOLDEN, "--count"], capsys)
     assert code == 0
     assert out.splitlines()[1:] == [
