@@ -43,6 +43,7 @@ __all__ = [
     "plan",
     "prepare",
     "task_bounds",
+    "task_floors",
     "time_tasks",
 ]
 
@@ -50,6 +51,9 @@ __all__ = [
 # round the threshold tightens (on Llama-2-70B over 64..1024 H100s two rounds of 32 and 64 leave
 # the last one what the final threshold would: a round costs a pool start).
 SEED_ROUNDS = (32, 64)
+# Per round, the candidates of each strategy not yet known to fit there timed as well, smallest
+# memory floors first (the explanation names the strategies that never fit).
+FIT_PROBES = 4
 # A bound is skipped on only when above the threshold by more than rounding (the bound and the
 # step sum the same compute times in different orders).
 BOUND_MARGIN = 1e-9
@@ -278,6 +282,20 @@ def task_bounds(prepared: Prepared) -> list[float]:
     return bounds
 
 
+def task_floors(prepared: Prepared) -> list[float]:
+    """Each task's memory floor (:func:`~simcore.planner.floor.memory_floor_bytes`)."""
+    job, floors = prepared.job, []
+    memo: dict[tuple[object, ...], float] = {}  # activation floors of this workload
+    node_sizes: dict[int, int] = {}
+    for gpus, layout in prepared.tasks:
+        if gpus not in node_sizes:
+            topology = load_topology(job.loader, job.cluster, gpus)
+            node_sizes[gpus] = len(topology.ranks_on_host(topology.host_of_rank(0)))
+        config = replace(job.config, micro_batch=layout.micro_batch)
+        floors.append(memory_floor_bytes(job.workload, config, layout, gpus, node_sizes[gpus], memo))
+    return floors
+
+
 def time_tasks(
     prepared: Prepared,
     *,
@@ -300,7 +318,7 @@ def time_tasks(
     if keep is None:
         return sweep(list(range(len(tasks))))
     keep = max(2, keep)  # the explanation names the runner-up
-    bounds = task_bounds(prepared)
+    bounds, floors = task_bounds(prepared), task_floors(prepared)
     waiting: dict[int, list[int]] = {}  # per count, untimed tasks by bound
     for i in sorted(range(len(tasks)), key=lambda i: (tasks[i][0], bounds[i], i)):
         waiting.setdefault(tasks[i][0], []).append(i)
@@ -308,11 +326,11 @@ def time_tasks(
     run = SweepRun(outcomes, False, engine, 1)
     for size in (*SEED_ROUNDS, len(tasks)):
         listed = _listed_times(prepared, [o for o in outcomes if o is not None])
-        batch = []
+        batch: list[int] = []
         for gpus, group in waiting.items():
             times, fitting, best_dp = listed.get(gpus, ([], set(), float("inf")))
             threshold = times[keep - 1] if len(times) >= keep else float("inf")
-            left = []
+            left: list[int] = []
             for i in group:
                 layout = tasks[i][1]
                 if (
@@ -323,8 +341,15 @@ def time_tasks(
                     prepared.counts[gpus].bound_skipped += 1
                 else:
                     left.append(i)
-            batch += left[:size]
-            waiting[gpus] = left[size:]
+            chosen = set(left[:size])
+            for strategy in {tasks[i][1].strategy for i in left} - fitting:
+                # its candidates with the smallest memory floors: one that fits lets the rest go
+                unknown = sorted(
+                    (i for i in left if tasks[i][1].strategy == strategy), key=lambda i: (floors[i], i)
+                )
+                chosen.update(unknown[:FIT_PROBES])
+            batch += chosen
+            waiting[gpus] = [i for i in left if i not in chosen]
         batch.sort()
         if not batch:
             break
