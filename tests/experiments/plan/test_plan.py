@@ -61,7 +61,9 @@ def test_json_holds_the_counts_and_what_if_records(capsys: pytest.CaptureFixture
     assert document["configs_evaluated"] == sum(c["evaluated"] for c in document["gpu_counts"]) > 0
     skipped = document.get("configs_skipped_by_bound", 0)  # listed only when some were
     assert skipped == sum(c.get("skipped_by_bound", 0) for c in document["gpu_counts"])
-    assert document["configs_considered"] == document["configs_evaluated"] + document["configs_pruned"] + skipped
+    assert (
+        document["configs_considered"] == document["configs_evaluated"] + document["configs_pruned"] + skipped
+    )
     for count in document["gpu_counts"]:
         assert [r["rank"] for r in count["ranked"]] == [1, 2]
         for record in count["ranked"]:
