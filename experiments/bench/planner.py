@@ -28,9 +28,9 @@ time of the one process that evaluates it.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -286,22 +286,31 @@ def what_if_row(*, repeats: int = 3) -> PlannerBenchRow:
 
 def plan_row(args: Sequence[str] = PLAN_ARGS, *, repeats: int = 1) -> PlannerBenchRow:
     """``python -m experiments.plan`` in a fresh interpreter, start-up included; ``configs``: the
-    configurations it times (its ``--count``, which lays the search out without timing it)."""
+    configurations it timed (its JSON's ``configs_evaluated``; those skipped by bound in the note)."""
     command = [sys.executable, "-m", "experiments.plan", *args, "--quiet", "--format", "json"]
-    return _started(
-        f"plan {args[1]}", command, 30.0, repeats, note=" ".join(args), configs=_plan_configs(args)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")])),
+    }
+    walls, cpus, document = [], [], {}
+    for _ in range(repeats):
+        before, start = os.times(), time.perf_counter()
+        done = subprocess.run(command, check=True, capture_output=True, text=True, env=env, timeout=600)
+        walls.append(time.perf_counter() - start)
+        after = os.times()
+        cpus.append(
+            after.children_user - before.children_user + after.children_system - before.children_system
+        )
+        document = json.loads(done.stdout)
+    skipped = document.get("configs_skipped_by_bound", 0)
+    note = (
+        f"{statistics.median(cpus):.2f} CPU s; {' '.join(args)}; {document.get('configs_considered')} "
+        f"considered, {document.get('configs_pruned')} under the memory floor, {skipped} skipped by bound"
     )
-
-
-def _plan_configs(args: Sequence[str]) -> int | None:
-    """The configurations ``python -m experiments.plan ARGS`` times (its ``--count`` total), None if
-    the count's last line is not the one :func:`experiments.plan.report.format_counts` writes."""
-    counted = subprocess.run(
-        [sys.executable, "-m", "experiments.plan", *args, "--count"],
-        check=True, capture_output=True, text=True, timeout=600,
+    return _row(
+        f"plan {args[1]}", statistics.median(walls), "s", 30.0, gpus=None,
+        configs=document.get("configs_evaluated"), note=note,
     )  # fmt: skip
-    found = re.search(r"total: \d+ layouts, (\d+) to evaluate", counted.stdout)
-    return int(found.group(1)) if found else None
 
 
 def selection_row(gpus: int = 4096, *, cluster: str = "dgx-a100") -> PlannerBenchRow:

@@ -255,6 +255,11 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--force", action="store_true", help="write into a non-empty --out")
     out.add_argument("--quiet", action="store_true", help="no progress bar")
     out.add_argument(
+        "--exhaustive", action="store_true",
+        help="time every candidate; by default one whose lower bound on the step is above the --top "
+        "layouts already timed is skipped (the listed layouts are the same)",
+    )  # fmt: skip
+    out.add_argument(
         "--count", action="store_true", help="print how many layouts each GPU count would time, and stop"
     )
     out.add_argument(

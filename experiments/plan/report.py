@@ -1,8 +1,9 @@
 """The plan as a table, a JSON document (``trainsim-plan``, version 1) or CSV rows.
 
 JSON: ``schema``, ``version``, the model, cluster and batch; ``configs_considered``,
-``configs_pruned`` (memory floor above the GPU's usable memory: not timed) and
-``configs_evaluated``; ``interrupted``; ``gpu_counts``, one entry per count with its bookkeeping,
+``configs_pruned`` (memory floor above the GPU's usable memory: not timed), ``configs_evaluated``
+and, where the search skipped any, ``configs_skipped_by_bound`` (a lower bound on the step above
+the listed layouts': not timed, :mod:`simcore.planner.search`; per count ``skipped_by_bound``); ``interrupted``; ``gpu_counts``, one entry per count with its bookkeeping,
 ``why`` and ``ranked`` (the best ``--top`` layouts, each a what-if record,
 :meth:`simcore.report.StepReport.to_record`, plus ``rank``, ``layout``, ``train_hours``,
 ``train_cost`` and ``cost_per_million``; ``layout`` holds the label, e.g. ``"zero1 dp32 tp8 pp4
@@ -50,6 +51,7 @@ def plan_document(result: PlanResult, *, top: int) -> dict[str, Any]:
     """The JSON document (see the module docstring)."""
     prepared, job = result.prepared, result.prepared.job
     workload, config = job.workload, job.config
+    skipped = sum(c.bound_skipped for c in result.counts)  # listed only when some were
     return {
         "schema": SCHEMA,
         "version": SCHEMA_VERSION,
@@ -75,6 +77,7 @@ def plan_document(result: PlanResult, *, top: int) -> dict[str, Any]:
         "configs_considered": sum(c.considered for c in result.counts),
         "configs_pruned": result.configs_pruned,
         "configs_evaluated": result.configs_evaluated,
+        **({"configs_skipped_by_bound": skipped} if skipped else {}),
         "interrupted": result.interrupted,
         "gpu_counts": [_count_entry(c, top) for c in result.counts],
         "pareto_gpus": [_record(1, r) for r in result.gpu_frontier],
@@ -100,6 +103,7 @@ def _count_entry(count: CountResult, top: int) -> dict[str, Any]:
         "no_fit": count.no_fit,
         "over_budget": count.over_budget,
         "failed": count.failed,
+        **({"skipped_by_bound": count.bound_skipped} if count.bound_skipped else {}),
         "skipped": count.skipped or None,
         "why": count.why or None,
         "ranked": [_record(i + 1, r) for i, r in enumerate(count.ranked[:top])],
@@ -157,8 +161,16 @@ def _header(result: PlanResult) -> list[str]:
         f"{batch}; {precision}, {config.optimizer}",
         f"searched {axes}",
         f"{considered} configurations: {result.configs_pruned} skipped untimed (memory floor above the usable "
-        f"memory), {result.configs_evaluated} evaluated in {result.wall_s:.1f} s ({engine}; {rate:.0f} per s)",
+        f"memory){_bound_words(result)}, {result.configs_evaluated} evaluated in {result.wall_s:.1f} s "
+        f"({engine}; {rate:.0f} per s)",
     ]
+
+
+def _bound_words(result: PlanResult) -> str:
+    skipped = sum(c.bound_skipped for c in result.counts)
+    if not skipped:
+        return ""
+    return f", {skipped} skipped by bound (lower bound on the step above the listed layouts')"
 
 
 def _count_lines(result: PlanResult, count: CountResult, top: int) -> list[str]:
@@ -166,7 +178,8 @@ def _count_lines(result: PlanResult, count: CountResult, top: int) -> list[str]:
     head = (
         f"{count.gpus} GPUs ({count.nodes} node(s) of {count.device}): {count.considered} layouts, "
         f"{count.pruned} skipped untimed, "
-        f"{count.evaluated} evaluated, {count.no_fit} do not fit"
+        + (f"{count.bound_skipped} skipped by bound, " if count.bound_skipped else "")
+        + f"{count.evaluated} evaluated, {count.no_fit} do not fit"
     )
     if count.over_budget:
         head += f", {count.over_budget} over budget"

@@ -22,9 +22,9 @@ from simcore.compute.saved_tensors import saved_tensor_workload
 from simcore.errors import TrainsimError
 from simcore.fastpath.path import check_engine_path
 from simcore.planner.evaluate import PlanJob
-from simcore.planner.executors import Progress, check_engine, run_sweep
+from simcore.planner.executors import Progress, check_engine
 from simcore.planner.rank import Budget
-from simcore.planner.search import PlanResult, Prepared, finish, prepare
+from simcore.planner.search import PlanResult, Prepared, finish, prepare, time_tasks
 from simcore.planner.space import AXES, DEFAULT_MAX_VPP, SearchSpace, parse_gpu_counts, resolve_global_batch
 from simcore.strategies.base import TrainingConfig
 from simcore.strategies.runner import gating_device
@@ -197,9 +197,10 @@ def run_plan(
     """Lay out, time and rank the search the arguments describe."""
     start = time.perf_counter()
     prepared = prepare_plan(args, strategies, headroom)
-    job = prepared.job
+    # --emit walks the ranking past --top for a layout the framework can run: it needs all of it
+    keep = None if getattr(args, "exhaustive", False) or getattr(args, "emit", None) else args.top
     with progress_bar(len(prepared.tasks), quiet=args.quiet) as tick:
-        sweep = run_sweep(
-            job, prepared.tasks, engine=args.engine, workers=args.workers, address=args.address, progress=tick
+        sweep = time_tasks(
+            prepared, keep=keep, engine=args.engine, workers=args.workers, address=args.address, progress=tick
         )
     return finish(prepared, sweep, time.perf_counter() - start)

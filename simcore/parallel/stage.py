@@ -34,7 +34,15 @@ if TYPE_CHECKING:
 
     from simcore.compute.roofline import ComputeModel
 
-__all__ = ["ShardedStage", "StageModel", "StageTimer", "build_stage", "shard_spec", "shard_stage"]
+__all__ = [
+    "ShardedStage",
+    "StageModel",
+    "StageTimer",
+    "build_stage",
+    "exposed_comm",
+    "shard_spec",
+    "shard_stage",
+]
 
 Group = tuple[int, ...]
 
@@ -258,7 +266,7 @@ def build_stage(
             workload, rank, chunks, layout=layout, options=options, timer=timer, micro_batch=micro_batch
         )
     base = sharded.base
-    fwd_comm, bwd_comm, by_axis, comm_bytes = _exposed_comm(
+    fwd_comm, bwd_comm, by_axis, comm_bytes = exposed_comm(
         [workload.layers[i] for chunk in chunks for i in chunk],
         dims,
         sharded.spec,
@@ -291,7 +299,7 @@ def build_stage(
     )
 
 
-def _exposed_comm(
+def exposed_comm(
     layers: Sequence[Layer],
     dims: TransformerDims,
     spec: ShardSpec,

@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from simcore.compute.fp8 import compute_model, weight_cast_microbatches
+from simcore.compute.fp8 import compute_model, tp_gathers_in_fp8, weight_cast_microbatches
 from simcore.compute.heterogeneity import is_mixed_devices
 from simcore.compute.memory import TIGHT_HEADROOM
 from simcore.compute.rank_spread import spread_ranks
@@ -66,7 +66,14 @@ from simcore.parallel.pp import (
     run_pipeline,
 )
 from simcore.parallel.report import ParallelStepReport
-from simcore.parallel.stage import ShardedStage, StageModel, build_stage, shard_spec, shard_stage
+from simcore.parallel.stage import (
+    ShardedStage,
+    StageModel,
+    build_stage,
+    exposed_comm,
+    shard_spec,
+    shard_stage,
+)
 from simcore.report import StepReport
 from simcore.step.plan import PlanRun, Span
 from simcore.strategies import get_strategy
@@ -81,16 +88,19 @@ from simcore.strategies.runner import (
 )
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from simcore.calibration.profile import CalibrationProfile
     from simcore.hardware import DeviceSpec
     from simcore.topology import Topology
-    from simcore.workload.types import Workload
+    from simcore.workload.types import Layer, Workload
 
 __all__ = [
     "ParallelStepResult",
     "StagePrediction",
     "compose_parallel_step",
     "simulate_parallel_step",
+    "step_time_lower_bound",
 ]
 
 
@@ -250,6 +260,68 @@ def compose_parallel_step(
         _engine_path(cache, path, topology), device, trace,
     )  # fmt: skip
     return _Composer(inputs, cache).run(cluster or topology.name, device.name, device.flops(config.dtype))
+
+
+def step_time_lower_bound(
+    workload: Workload,
+    config: TrainingConfig,
+    topology: Topology,
+    strategy: str,
+    layout: ParallelLayout,
+    options: ParallelOptions = ParallelOptions(),  # noqa: B008 - frozen, shared safely
+    *,
+    calibration: CalibrationProfile | None = None,
+    path: str = DEFAULT_ENGINE_PATH,
+    cache: ComposeCache | None = None,
+) -> float:
+    """Seconds the step of :func:`simulate_parallel_step` (same arguments) cannot go below; 0.0
+    where no bound is known (pure data parallelism, which that function hands to the what-if's step).
+
+    Each pipeline rank runs every pass of every micro-batch on one device, one after another, so
+    the step lasts at least a rank's passes; rank ``r`` starts only once the first micro-batch's
+    forward has come through the first chunk of ranks ``0 .. r-1``, and (but for ZB-H1, whose
+    weight gradients may come last) its last pass is a backward of its first chunk, after which
+    ranks ``r-1 .. 0`` run that micro-batch's backward of theirs in turn. A pass lasts at least
+    its layers' times as :func:`~simcore.parallel.stage.build_stage` gives them (the sharded
+    compute and the exposed tensor/context/expert communication; the comm-under-compute slowdown,
+    offload transfers and the pipeline's waits only add), read off one layer of each kind (blocks
+    alike share them) without running a step. Full recompute adds a forward to each backward; a
+    selective rerun, the data-parallel communication and the tail (gradient reduction, optimizer
+    step) count nothing. The planner skips a layout whose bound is above the layouts it lists.
+    """
+    gpus = topology.world_size
+    check_layout(layout, gpus, workload, cp_kind=options.cp_kind)
+    workload = saved_tensor_workload(workload, options.saved_tensors, config.fp8)
+    if _delegates(layout, options) or workload.dims is None:
+        return 0.0
+    cache = cache if cache is not None else ComposeCache()
+    device = _gating(cache, topology, config.dtype)
+    inputs = _Inputs(
+        workload, config, topology, get_strategy(strategy).name, layout, options, calibration, 0,
+        None, _engine_path(cache, path, topology), device, False,
+    )  # fmt: skip
+    return _Composer(inputs, cache).lower_bound_s()
+
+
+_Kind = tuple[object, ...]  # a layer's kind for the lower bound (_layer_kind)
+
+
+def _kernel_seconds(timer: object, sharded: ShardedStage, micro_batch: int, phase: str) -> np.ndarray:
+    """The device seconds of a stage's layers in ``phase``: a span of layers takes the longer of
+    its kernels' and its host dispatch's sums (:meth:`~simcore.compute.roofline.ComputeModel.combine`),
+    so at least its kernels', and one layer the longer of its own two."""
+    parts = getattr(timer, "layer_parts_s", None)
+    if parts is None:  # a timer without the split: its layer times
+        return sharded.base[phase]
+    kernel, _ = parts(sharded.workload, micro_batch, phase)
+    return kernel
+
+
+def _layer_kind(layer: Layer) -> _Kind:
+    """What makes two layers' compute alike: a block's layers by kind, size and role, the rest by name."""
+    if layer.block >= 0:
+        return ("block", layer.kind, layer.params, layer.name.rsplit(".", 1)[-1])
+    return ("layer", layer.name)
 
 
 def _wrap(
@@ -642,6 +714,105 @@ class _Composer:
             largest_layer_activations=max((layer.activation_bytes for layer in layers), default=0.0) * mb,
             param_bytes_per_param=self.config.param_bytes,
         )
+
+    # -- a lower bound on the step ---------------------------------------------------------------------
+    def _representatives(self) -> tuple[tuple[_Kind, ...], list[int], ShardedStage]:
+        """Each model layer's kind (:func:`_layer_kind`), the first layer of each kind, and those
+        layers sharded as one stage (their compute times are those of every layer of their kind)."""
+        dims = self.workload.dims
+        assert dims is not None  # step_time_lower_bound returns before without a transformer shape
+        kinds = self.cache.get(
+            "layer kinds",
+            (self.cache.identity(self.workload),),
+            lambda: tuple(_layer_kind(layer) for layer in self.workload.layers),
+        )
+        key = (
+            self.cache.identity(self.workload), self.cache.identity(self.timer),
+            shard_spec(self.layout, self.options, dims), self.options.recompute, self.config.micro_batch,
+        )  # fmt: skip
+
+        def shard() -> tuple[tuple[_Kind, ...], list[int], ShardedStage]:
+            first: dict[_Kind, int] = {}
+            for i, kind in enumerate(kinds):
+                first.setdefault(kind, i)
+            order = sorted(first.values())
+            one = replace(self.layout, pp=1, vpp=1, stage_layers=None)
+            sharded = shard_stage(
+                self.workload, 0, [tuple(order)], layout=one, options=self.options, timer=self.timer,
+                micro_batch=self.config.micro_batch,
+            )  # fmt: skip
+            return kinds, order, sharded
+
+        return self.cache.get("layer kind stage", key, shard)
+
+    def _kind_seconds(self, rank: int) -> dict[_Kind, tuple[float, float]]:
+        """Per layer kind, the forward and the backward seconds of one micro-batch on pipeline rank
+        ``rank``: the sharded layer's compute and its exposed tensor/context/expert communication,
+        as :func:`~simcore.parallel.stage.build_stage` prices them (a full recompute's forward in
+        the backward; a selective rerun left out)."""
+        kinds, order, sharded = self._representatives()
+        dims = self.workload.dims
+        assert dims is not None
+        key = (*self._where, rank, self.cache.identity(sharded))
+
+        def measure() -> dict[_Kind, tuple[float, float]]:
+            base = sharded.base
+            # priced exactly as build_stage prices them (FP8 linears' gathers included): a bound
+            # that priced bf16 gathers for an FP8 run could rise above the step it bounds
+            fwd_comm, bwd_comm, _, _ = exposed_comm(
+                [self.workload.layers[g] for g in order], dims, sharded.spec, self.options, self.placement,
+                self.pricer, rank, self.config.micro_batch, self.workload.dtype_bytes, base,
+                self.timer.memory_bandwidth_Bps, fp8_tp_gathers=tp_gathers_in_fp8(self.timer),
+            )  # fmt: skip
+            mb = self.config.micro_batch
+            kernel = {phase: _kernel_seconds(self.timer, sharded, mb, phase) for phase in base}
+            fwd = kernel["fwd"] + fwd_comm
+            bwd = kernel["bwd"] + bwd_comm + (kernel["recompute"] + fwd_comm if self.mode == "full" else 0.0)
+            return {kinds[g]: (float(fwd[i]), float(bwd[i])) for i, g in enumerate(order)}
+
+        return self.cache.get("layer kind seconds", key, measure)
+
+    def _kind_counts(self) -> list[list[tuple[tuple[_Kind, int], ...]]]:
+        """Per pipeline rank and chunk, how many layers of each kind it holds (a tied copy's head,
+        resized on the last stage, left out)."""
+        kinds, _, _ = self._representatives()
+        lay = self.layout
+
+        def count() -> list[list[tuple[tuple[_Kind, int], ...]]]:
+            layers = self.workload.layers
+            skip = {i for i, layer in enumerate(layers) if layer.name == "lm_head" and self.workload.ties}
+            out = []
+            for rank_chunks, _ in self._chunks():
+                per_chunk = []
+                for chunk in rank_chunks:
+                    held: dict[_Kind, int] = {}
+                    for i in chunk:
+                        if i not in skip:
+                            held[kinds[i]] = held.get(kinds[i], 0) + 1
+                    per_chunk.append(tuple(held.items()))
+                out.append(per_chunk)
+            return out
+
+        key = (self.cache.identity(self.workload), lay.pp, lay.vpp, lay.stage_layers)
+        return self.cache.get("layer kind counts", key, count)
+
+    def lower_bound_s(self) -> float:
+        """The step's lower bound (see :func:`step_time_lower_bound`)."""
+        # Without a split-off weight gradient a rank's last pass is a backward of its first chunk,
+        # which every rank before it then runs in turn: the drain.
+        drains = self.options.schedule != "zb-h1"
+        bound = fill = drain = 0.0
+        for rank, chunks in enumerate(self._kind_counts()):
+            seconds = self._kind_seconds(rank)
+            per_chunk = [
+                (math.fsum(n * seconds[k][0] for k, n in held), math.fsum(n * seconds[k][1] for k, n in held))
+                for held in chunks
+            ]
+            passes = math.fsum(f + b for f, b in per_chunk)
+            bound = max(bound, fill + self.micro * passes + (drain if drains else 0.0))
+            fill += per_chunk[0][0]
+            drain += per_chunk[0][1]
+        return bound
 
     # -- the step ------------------------------------------------------------------------------------
     def run(self, cluster: str, device: str, peak_flops: float) -> ParallelStepResult:

@@ -13,6 +13,7 @@ from experiments.bench.planner import (
     PlannerBenchRow,
     fixed_sweep,
     format_planner_table,
+    plan_row,
     planner_rows,
     three_d_row,
 )
@@ -72,3 +73,12 @@ def test_bench_prints_planner_records_last_in_json(
     assert main(["--quick", "--gpus", "8", "--planner", "--format", "json"]) == 0
     records = json.loads(capsys.readouterr().out)
     assert records[-1]["case"] == "fast path" and records[-1]["target"] == 5.0
+
+
+def test_the_plan_row_counts_what_the_plan_timed() -> None:
+    args = ("--model", "gpt2-small", "--cluster", "dgx-a100", "--gpus", "8", "--global-batch", "64",
+            "--max-tp", "1", "--max-pp", "1", "--recompute", "off", "--max-micro-batch", "2", "--workers", "1")  # fmt: skip
+    row = plan_row(args)
+    assert row.case == "plan gpt2-small" and row.unit == "s" and row.target == 30.0
+    assert row.configs is not None and row.configs > 0  # the JSON's configs_evaluated
+    assert "considered" in row.note and "0 skipped by bound" in row.note

@@ -59,7 +59,11 @@ def test_json_holds_the_counts_and_what_if_records(capsys: pytest.CaptureFixture
     document = json.loads(out)
     assert document["schema"] == "trainsim-plan" and document["version"] == 1
     assert document["configs_evaluated"] == sum(c["evaluated"] for c in document["gpu_counts"]) > 0
-    assert document["configs_considered"] == document["configs_evaluated"] + document["configs_pruned"]
+    skipped = document.get("configs_skipped_by_bound", 0)  # listed only when some were
+    assert skipped == sum(c.get("skipped_by_bound", 0) for c in document["gpu_counts"])
+    assert (
+        document["configs_considered"] == document["configs_evaluated"] + document["configs_pruned"] + skipped
+    )
     for count in document["gpu_counts"]:
         assert [r["rank"] for r in count["ranked"]] == [1, 2]
         for record in count["ranked"]:
@@ -231,7 +235,7 @@ def test_count_lays_out_the_search_without_timing(
 ) -> None:
     from experiments.plan import run
 
-    monkeypatch.setattr(run, "run_sweep", lambda *a, **k: pytest.fail("--count must not time anything"))
+    monkeypatch.setattr(run, "time_tasks", lambda *a, **k: pytest.fail("--count must not time anything"))
     code, out, _ = _run([*GOLDEN, "--count"], capsys)
     assert code == 0
     assert out.splitlines()[1:] == [
@@ -283,15 +287,15 @@ def test_ray_missing_or_unreachable_is_one_line(
 def test_ctrl_c_prints_what_finished(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from experiments.plan import run
+    from simcore.planner import search
 
-    real = run.run_sweep
+    real = search.run_sweep
 
     def interrupted(job, tasks, **kwargs):
         done = real(job, tasks[:3], **kwargs)
         return SweepRun([*done.outcomes, *([None] * (len(tasks) - 3))], True, done.engine, done.workers)
 
-    monkeypatch.setattr(run, "run_sweep", interrupted)
+    monkeypatch.setattr(search, "run_sweep", interrupted)
     code, out, err = _run(SMALL, capsys)
     assert code == 130
     assert "interrupted: 3 of" in err

@@ -290,3 +290,30 @@ def test_the_why_names_the_deciding_factor() -> None:
     second = explain_winner([best, plain], [], 80 * 2**30, plain)
     assert "of the runner-up (the best pure data-parallel layout) fsdp mb=1 (deciding" in second
     assert second.count("fsdp mb=1") == 1
+
+
+# Enough candidates that some are slower by bound than the listed ones.
+WIDE = SearchSpace(strategies=("ddp", "zero1", "fsdp"), micro_batches=(1, 2), recompute=("none", "full"),
+                   tp=(1, 2), pp=(1, 2, 4), vpp=(1,), schedules=("1f1b", "zb-h1"))  # fmt: skip
+
+
+def test_skipping_by_bound_lists_what_the_exhaustive_search_lists() -> None:
+    """The first ``keep`` layouts of every count, their order and records, and the explanation's
+    runner-up are those of the exhaustive search; skipped candidates are not timed, and counted."""
+    full = plan(_job(), (8, 16), WIDE, workers=1)
+    keep = 3
+    bounded = plan(_job(), (8, 16), WIDE, workers=1, keep=keep)
+    assert sum(c.bound_skipped for c in bounded.counts) > 0
+    for a, b in zip(full.counts, bounded.counts, strict=True):
+        assert [r.to_record() for r in a.ranked[:keep]] == [r.to_record() for r in b.ranked[:keep]]
+        assert b.evaluated + b.bound_skipped == a.evaluated and a.bound_skipped == 0
+        assert b.never_fit == a.never_fit
+    assert [r.to_record() for r in bounded.gpu_frontier] == [r.to_record() for r in full.gpu_frontier]
+    assert bounded.configs_evaluated == full.configs_evaluated - sum(c.bound_skipped for c in bounded.counts)
+
+
+def test_skipping_by_bound_is_the_same_on_every_worker_count() -> None:
+    one = plan(_job(), (8,), WIDE, workers=1, keep=2)
+    two = plan(_job(), (8,), WIDE, workers=2, keep=2)
+    assert _ranking(one) == _ranking(two)
+    assert [c.bound_skipped for c in one.counts] == [c.bound_skipped for c in two.counts]
