@@ -18,7 +18,7 @@ default) give ordinary max-min fairness.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 # numpy: imported inside the functions that use them, so --help does not load them
 if TYPE_CHECKING:
@@ -46,7 +46,6 @@ def max_min_rates(
     """
     import numpy as np
 
-    n_links = len(capacity_Bps)
     rates = np.zeros(n_flows)
     spare = np.asarray(capacity_Bps, dtype=np.float64).copy()
     # Unit weights: link counts instead of summed weights (the same numbers: sums of ones are
@@ -54,28 +53,48 @@ def max_min_rates(
     weight = None if weights is None else np.asarray(weights, dtype=np.float64)
     live_link, live_flow = entry_link, entry_flow
     while len(live_link):
-        if weight is None:
-            unfixed = np.bincount(live_link, minlength=n_links)
-        else:
-            unfixed = np.bincount(live_link, weights=weight[live_flow], minlength=n_links)
-        used = unfixed > 0
-        share = np.divide(spare, unfixed, out=np.full(n_links, np.inf), where=used)
-        level = float(share.min())
-        tight = share <= level * (1.0 + LEVEL_TOLERANCE)
-        newly = np.zeros(n_flows, dtype=bool)
-        newly[live_flow[tight[live_link]]] = True
-        leaving = newly[live_flow]
-        if weight is None:
-            rates[newly] = level
-            fixed = np.bincount(live_link[leaving], minlength=n_links)
-        else:
-            rates[newly] = level * weight[newly]
-            fixed = np.bincount(live_link[leaving], weights=weight[live_flow[leaving]], minlength=n_links)
-        spare -= level * fixed
-        np.maximum(spare, 0.0, out=spare)
-        staying = ~leaving
+        _, _, staying, _ = _fill_pass(live_link, live_flow, n_flows, spare, weight, rates)
         live_link, live_flow = live_link[staying], live_flow[staying]
     return rates
+
+
+def _fill_pass(
+    live_link: NDArray[np.intp],
+    live_flow: NDArray[np.intp],
+    n_flows: int,
+    spare: NDArray[np.float64],
+    weight: NDArray[np.float64] | None,
+    rates: NDArray[np.float64],
+) -> tuple[float, NDArray[np.bool_], NDArray[np.bool_], NDArray[Any]]:
+    """One pass of progressive filling over the live (link, flow) entries: the flows on the
+    tightest links get that share (``rates``), their bytes leave ``spare`` (both updated in place).
+
+    Returns the pass's level, the flows it fixed, the entries that stay live, and the per-link
+    count (or weight sum) of unfixed flows the pass saw. The fresh solve and the resumable one
+    (:class:`MaxMinState`) both run it, so their arithmetic is one and the same.
+    """
+    import numpy as np
+
+    n_links = len(spare)
+    if weight is None:
+        unfixed = np.bincount(live_link, minlength=n_links)
+    else:
+        unfixed = np.bincount(live_link, weights=weight[live_flow], minlength=n_links)
+    share = np.divide(spare, unfixed, out=np.full(n_links, np.inf), where=unfixed > 0)
+    level = float(share.min())
+    tight = share <= level * (1.0 + LEVEL_TOLERANCE)
+    newly = np.zeros(n_flows, dtype=bool)
+    newly[live_flow[tight[live_link]]] = True
+    leaving = newly[live_flow]
+    if weight is None:
+        rates[newly] = level
+        fixed = np.bincount(live_link[leaving], minlength=n_links)
+    else:
+        rates[newly] = level * weight[newly]
+        fixed = np.bincount(live_link[leaving], weights=weight[live_flow[leaving]], minlength=n_links)
+    spare -= level * fixed
+    np.maximum(spare, 0.0, out=spare)
+    return level, newly, ~leaving, unfixed
 
 
 _UNFIXED = 2**62  # "not fixed by any pass" in MaxMinState.fixed_at
@@ -238,9 +257,6 @@ class MaxMinState:
         first_pass: int,
     ) -> None:
         """Progressive filling of the flows not fixed before ``first_pass``, from ``spare``."""
-        import numpy as np
-
-        n_links = len(spare)
         if first_pass:
             alive = fixed_at[entry_flow] >= first_pass
             live_link, live_flow = entry_link[alive], entry_flow[alive]
@@ -250,28 +266,11 @@ class MaxMinState:
         # exact), so the common case skips gathering a weight per entry on every pass.
         while len(live_link):
             self.spares.append(spare.copy())
+            level, newly, staying, unfixed = _fill_pass(live_link, live_flow, n_flows, spare, weight, rates)
             if weight is None:
-                unfixed = np.bincount(live_link, minlength=n_links)
                 self.unfixed.append(unfixed)
-            else:
-                unfixed = np.bincount(live_link, weights=weight[live_flow], minlength=n_links)
-            share = np.divide(spare, unfixed, out=np.full(n_links, np.inf), where=unfixed > 0)
-            level = float(share.min())
-            tight = share <= level * (1.0 + LEVEL_TOLERANCE)
-            newly = np.zeros(n_flows, dtype=bool)
-            newly[live_flow[tight[live_link]]] = True
             fixed_at[newly] = len(self.levels)
             self.levels.append(level)
-            leaving = newly[live_flow]
-            if weight is None:
-                rates[newly] = level
-                fixed = np.bincount(live_link[leaving], minlength=n_links)
-            else:
-                rates[newly] = level * weight[newly]
-                fixed = np.bincount(live_link[leaving], weights=weight[live_flow[leaving]], minlength=n_links)
-            spare -= level * fixed
-            np.maximum(spare, 0.0, out=spare)
-            staying = ~leaving
             live_link, live_flow = live_link[staying], live_flow[staying]
             self.passes_run += 1
         self.spares.append(spare.copy())
