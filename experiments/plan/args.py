@@ -23,6 +23,7 @@ __all__ = [
     "ENGINE_PATHS",
     "FP8_RECIPES",
     "RING_KV",
+    "RING_MERGES",
     "SEQUENCE_PARALLEL",
     "STRATEGIES",
     "build_parser",
@@ -36,6 +37,7 @@ STRATEGIES = ("ddp", "fsdp", "zero1", "zero2", "zero3", "hsdp")
 # simcore.compute.fp8.FP8_RECIPES, literal for the same reason (a test holds them equal)
 FP8_RECIPES = ("none", "tensorwise", "rowwise", "delayed")
 RING_KV = ("grouped", "repeated")  # simcore.parallel.cp.RING_KV, literal likewise
+RING_MERGES = ("fused", "eager")  # simcore.parallel.cp.RING_MERGES, literal likewise
 # --sequence-parallel: the settings tried where tp > 1.
 SEQUENCE_PARALLEL = {"on": (True,), "off": (False,), "both": (False, True)}
 DESCRIPTION = (
@@ -140,6 +142,12 @@ def _add_space_arguments(p: argparse.ArgumentParser) -> None:
         "--tp-comm-overlap", action="store_true",
         help="overlap the sequence-parallel all-gather / reduce-scatter with the GEMMs (Megatron-LM "
         "--tp-comm-overlap, torch async TP) wherever sequence parallelism runs",
+    )  # fmt: skip
+    space.add_argument(
+        "--ring-merge", default="fused", choices=list(RING_MERGES),
+        help="with cp > 1, ring attention's per-step merge: fused (Transformer Engine's correction "
+        "kernel, Megatron) or eager (torch context_parallel's unfused fp32 chain, torchtitan) "
+        "(default %(default)s)",
     )  # fmt: skip
     space.add_argument(
         "--ring-kv", default="grouped", choices=list(RING_KV),

@@ -71,6 +71,7 @@ def plan_document(result: PlanResult, *, top: int) -> dict[str, Any]:
             "sequence_parallel": list(prepared.space.sequence_parallel),
             "tp_comm_overlap": prepared.space.tp_comm_overlap,
             "ring_kv": prepared.space.ring_kv,
+            "ring_merge": prepared.space.ring_merge,
             "fp8": config.fp8,
             **_degrees(result),
         },

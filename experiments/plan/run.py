@@ -97,6 +97,7 @@ def search_space(args: argparse.Namespace, strategies: Sequence[str]) -> SearchS
         sequence_parallel=SEQUENCE_PARALLEL[args.sequence_parallel],
         tp_comm_overlap=args.tp_comm_overlap,
         ring_kv=getattr(args, "ring_kv", "grouped"),
+        ring_merge=getattr(args, "ring_merge", "fused"),
         pipeline_strategies=tuple(_modes(args.pipeline_strategies, "pipeline-strategies")),
         max_tp=args.max_tp,
         max_pp=args.max_pp,

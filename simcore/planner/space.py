@@ -209,6 +209,7 @@ class SearchSpace:
     sequence_parallel: tuple[bool, ...] = (True,)
     tp_comm_overlap: bool = False  # --tp-comm-overlap where sequence parallelism runs
     ring_kv: str = "grouped"  # --ring-kv: the key/value heads ring attention moves (simcore.parallel.cp)
+    ring_merge: str = "fused"  # --ring-merge: ring attention's per-step merge kernels (simcore.parallel.cp)
     pipeline_strategies: tuple[str, ...] = PIPELINE_STRATEGIES
     max_tp: int | None = None
     max_pp: int | None = None
@@ -563,8 +564,9 @@ def _options(space: SearchSpace, parallel: ParallelLayout) -> Iterator[ParallelO
             for recompute in space.recompute:
                 overlap = space.tp_comm_overlap and sp
                 yield ParallelOptions(
-                    schedule, sp, recompute=recompute, tp_comm_overlap=overlap, ring_kv=space.ring_kv
-                )
+                    schedule, sp, recompute=recompute, tp_comm_overlap=overlap, ring_kv=space.ring_kv,
+                    ring_merge=space.ring_merge,
+                )  # fmt: skip
 
 
 def describe_axes(space: SearchSpace, axes: SearchAxes) -> str:

@@ -35,6 +35,7 @@ def run_levers(args: argparse.Namespace) -> dict[str, Any]:
     return {"dtype": args.dtype, "fp8": args.fp8, "optimizer": args.optimizer, "compile": bool(args.compile),
             "master_weights": not args.no_master_weights, "saved_tensors": args.saved_tensors,
             "cross_entropy": args.cross_entropy, "ring_kv": getattr(args, "ring_kv", "grouped"),
+            "ring_merge": getattr(args, "ring_merge", "fused"),
             "zero_bucket_size": args.zero_bucket_size,
             "zero_allgather_bucket_size": args.zero_allgather_bucket_size,
             "zero_overlap_comm": args.zero_overlap_comm, "zero3_prefetch_bucket_size": args.zero3_prefetch_bucket_size,

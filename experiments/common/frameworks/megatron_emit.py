@@ -50,6 +50,8 @@ def emit_megatron(layout: Mapping[str, Any], run: Mapping[str, Any]) -> Emitted 
     if layout["cp"] > 1:
         parts += ["--cp-comm-type", "p2p"]  # ring attention (the plan's context parallelism)
     cannot: list[tuple[str, str]] = []
+    if layout["cp"] > 1 and run.get("ring_merge", "fused") == "eager":
+        cannot.append(("ring-merge", "eager: Transformer Engine's ring attention merges in a fused kernel"))
     if layout["cp"] > 1 and run.get("ring_kv", "grouped") == "repeated":
         cannot.append(("ring-kv", "repeated: Transformer Engine's ring attention moves the grouped kv heads"))
     parts += strategy + recompute + offload + _emit_precision(run, cannot)

@@ -106,7 +106,10 @@ def _emit_layout_notes(
     if layout.get("tp_comm_overlap") and layout["tp"] > 1:
         lines.append("enable_async_tensor_parallel = true")
     if layout["cp"] > 1:
-        cannot.append(("ring-merge", "fused: torch's context_parallel merges ring attention's steps eagerly"))
+        if run.get("ring_merge", "fused") == "fused":
+            cannot.append(
+                ("ring-merge", "fused: torch's context_parallel merges ring attention's steps eagerly")
+            )
         if run.get("ring_kv", "grouped") == "grouped":
             cannot.append(("ring-kv", "grouped: torchtitan's llama repeats key/value heads before attention"))
     if run.get("saved_tensors", "eager") != "eager":

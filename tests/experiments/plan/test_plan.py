@@ -141,6 +141,7 @@ def test_out_writes_the_plot_and_refuses_a_full_directory(
         (["--schedules", "zb-v"], "--schedules: 'zb-v' is not known"),
         (["--sequence-parallel", "maybe"], "--sequence-parallel"),
         (["--ring-kv", "all"], "--ring-kv: invalid choice: 'all' (choose from 'grouped', 'repeated')"),
+        (["--ring-merge", "x"], "--ring-merge: invalid choice: 'x' (choose from 'fused', 'eager')"),
         (["--pipeline-strategies", "ps-async"], "synchronous strategies only; 'ps-async'"),
         (
             ["--max-pp", "2", "--pp", "2", "--strategies", "zero3", "--pipeline-strategies", "ddp"],
@@ -362,3 +363,16 @@ def test_ring_kv_is_recorded_in_the_search(capsys: pytest.CaptureFixture[str]) -
     for argv, want in (([], "grouped"), (["--ring-kv", "repeated"], "repeated")):
         code, out, _ = _run([*SMALL, "--format", "json", "--top", "1", *argv], capsys)
         assert code == 0 and json.loads(out)["search"]["ring_kv"] == want
+
+
+def test_ring_merge_is_recorded_in_the_search(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv, want in (([], "fused"), (["--ring-merge", "eager"], "eager")):
+        code, out, _ = _run([*SMALL, "--format", "json", "--top", "1", *argv], capsys)
+        assert code == 0 and json.loads(out)["search"]["ring_merge"] == want
+
+
+def test_the_plans_ring_merge_choices_are_simcores() -> None:
+    from experiments.plan.args import RING_MERGES
+    from simcore.parallel.cp import RING_MERGES as SIMCORE_RING_MERGES
+
+    assert RING_MERGES == SIMCORE_RING_MERGES

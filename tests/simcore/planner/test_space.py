@@ -173,6 +173,18 @@ def test_ring_kv_reaches_every_candidate() -> None:
         assert layouts and not why and {lay.options.ring_kv for lay in layouts} == {want}
 
 
+def test_ring_merge_reaches_every_candidate() -> None:
+    """--ring-merge is run-wide too: every layout priced carries it (fused unless given)."""
+    base: dict[str, Any] = {"strategies": ("ddp",), "micro_batches": (1,), "recompute": ("none",), "cp": (2,),
+            "tp": (1,), "pp": (1,)}  # fmt: skip
+    for space, want in (
+        (SearchSpace(**base), "fused"),
+        (SearchSpace(**base, ring_merge="eager"), "eager"),
+    ):
+        layouts, why = layouts_for(space, search_axes(space, GPT2, 8), GPT2, 8, 16, node_size=8)
+        assert layouts and not why and {lay.options.ring_merge for lay in layouts} == {want}
+
+
 def test_micro_batches_split_the_replica_batch_and_hsdp_needs_whole_nodes() -> None:
     space = SearchSpace(max_micro_batch=4, recompute=("none", "full"))
     axes = data_parallel_axes(GPT2)

@@ -62,6 +62,7 @@ def plans(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any]]:
            "saved_tensors": draw(st.sampled_from(("eager", "megatron-te"))),
            "cross_entropy": draw(st.sampled_from(("torch", "megatron"))),
            "ring_kv": draw(st.sampled_from(("grouped", "repeated"))),
+           "ring_merge": draw(st.sampled_from(("fused", "eager"))),
            "zero_bucket_size": draw(st.sampled_from((None, 500_000_000, 25_000_000))),
            "zero_allgather_bucket_size": draw(st.sampled_from((None, 50_000_000))),
            "zero_overlap_comm": draw(st.sampled_from((None, "on", "off"))),
