@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from experiments.common.frameworks.levers import Emitted, plan_levers
+from experiments.common.frameworks.levers import Emitted, default_optimizer_impl, plan_levers
 from experiments.common.frameworks.settings import FrameworkConfig, Setting, config_file, refuse
 from simcore.compute.fp8 import resolve_fp8
 from simcore.errors import TrainsimError
@@ -430,8 +430,11 @@ def _script_levers(layout: Mapping[str, Any], run: Mapping[str, Any]) -> list[tu
         cannot.append(
             ("precision", f"{levers['precision']}: DeepSpeed's bf16/fp16 keep fp32 master weights (mixed)")
         )
-    if run["optimizer"] in ("adam", "adamw") and levers["optimizer-impl"] != "fused":
-        cannot.append(
-            ("optimizer-impl", f"{levers['optimizer-impl']}: DeepSpeed builds FusedAdam at every stage")
-        )
+    # Adam: DeepSpeed builds FusedAdam at every stage; another type: the JSON does not say, so it
+    # reads back as --optimizer-impl auto
+    adam = run["optimizer"] in ("adam", "adamw")
+    built = "fused" if adam else default_optimizer_impl(layout["strategy"])
+    if levers["optimizer-impl"] != built:
+        why = "DeepSpeed builds FusedAdam at every stage" if adam else "the JSON has no implementation switch"
+        cannot.append(("optimizer-impl", f"{levers['optimizer-impl']}: {why}"))
     return cannot

@@ -22,7 +22,7 @@ from simcore.compute.precision import resolve_precision
 from simcore.errors import TrainsimError
 from simcore.parallel.options import parse_recompute
 
-__all__ = ["LEVERS", "Emitted", "plan_levers", "read_levers", "zero_bucket_notes"]
+__all__ = ["LEVERS", "Emitted", "default_optimizer_impl", "plan_levers", "read_levers", "zero_bucket_notes"]
 
 # Each lever, and the value the what-if takes when a config does not set it.
 LEVERS: dict[str, str | bool | None] = {
@@ -86,6 +86,12 @@ class Emitted:
         return [f"# cannot express --{lever}: {why}" for lever, why in self.cannot]
 
 
+def default_optimizer_impl(strategy: str) -> str:
+    """What ``--optimizer-impl auto`` resolves to on GPUs: DeepSpeed's FusedAdam for ZeRO, else
+    torch's foreach."""
+    return "fused" if _PRECISION_FRAMEWORK.get(strategy) == "deepspeed" else "foreach"
+
+
 def plan_levers(layout: Mapping[str, Any], run: Mapping[str, Any]) -> dict[str, str | bool | None]:
     """The levers a plan's layout was priced with (``layout`` the plan's layout record, ``run`` the
     model, batch and run-wide levers as :func:`experiments.common.frameworks.emit.run_levers` has them)."""
@@ -140,8 +146,8 @@ def _resolved(levers: dict[str, Any], *, master_weights: bool) -> dict[str, str 
     for lever in ZERO3_LEVERS:
         value = levers[lever]
         levers[lever] = None if strategy != "zero3" or value is None else str(value)
-    if levers["optimizer-impl"] == "auto":  # on GPUs: DeepSpeed's FusedAdam for ZeRO, else torch's foreach
-        levers["optimizer-impl"] = "fused" if _PRECISION_FRAMEWORK.get(strategy) == "deepspeed" else "foreach"
+    if levers["optimizer-impl"] == "auto":
+        levers["optimizer-impl"] = default_optimizer_impl(strategy)
     if str(levers["pp"]) == "1":
         levers["schedule"], levers["vpp"] = "1f1b", "1"  # no pipeline: neither means anything
     if str(levers["cp"]) == "1":

@@ -229,3 +229,27 @@ def test_the_what_if_runs_a_config_read_back_as_its_levers_say(
     model = [] if framework == "megatron" else ["--model", run["model"]]
     got = _what_if(["--from", framework, str(path), *model])
     assert got == _what_if(_flags(read_levers(config, model=run["model"]))), emitted.text
+
+
+@pytest.mark.parametrize("impl", ["foreach", "fused"])
+def test_a_deepspeed_sgd_runs_optimizer_implementation_is_named_when_the_json_cannot_say_it(
+    impl: str, tmp_path: Path
+) -> None:
+    """DeepSpeed's JSON names the optimizer type, not its implementation: an SGD plan priced with
+    an implementation other than what reading the JSON back means (--optimizer-impl auto) is named."""
+    model = MODELS[0]
+    layout = {"strategy": "zero1", "micro_batch": 1, "dp": 2, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1,
+              "schedule": "1f1b", "sequence_parallel": False, "tp_comm_overlap": False, "recompute": "none",
+              "offload": "none"}  # fmt: skip
+    run = {"model": model, "shape": dict(_preset_table()[model]["shape"]), "seq_len": 1024, "global_batch": 2,
+           "dtype": "bf16", "fp8": "none", "optimizer": "sgd", "optimizer_impl": impl, "master_weights": True,
+           "compile": False, "saved_tensors": "eager", "cross_entropy": "torch", "ring_kv": "grouped",
+           "ring_merge": "fused", "zero_bucket_size": None, "zero_allgather_bucket_size": None,
+           "zero_overlap_comm": None, "zero3_prefetch_bucket_size": None, "zero3_max_live_parameters": None,
+           "zero3_max_reuse_distance": None, "hsdp_replicas": 1}  # fmt: skip
+    emitted = emit_deepspeed(layout, run)
+    assert emitted is not None
+    got = read_levers(read_back("deepspeed", emitted, tmp_path, model), model=model)
+    differs = got["optimizer-impl"] != plan_levers(layout, run)["optimizer-impl"]
+    assert differs == ("optimizer-impl" in {lever for lever, _ in emitted.cannot})
+    assert differs == (impl == "foreach")  # zero1's auto is DeepSpeed's fused
