@@ -161,28 +161,17 @@ def test_options_flags_change_the_candidates() -> None:
     ]
 
 
-def test_ring_kv_reaches_every_candidate() -> None:
-    """--ring-kv is run-wide: every layout priced carries it (grouped unless given)."""
+@pytest.mark.parametrize(
+    ("field", "default", "given"), [("ring_kv", "grouped", "repeated"), ("ring_merge", "fused", "eager")]
+)
+def test_ring_attention_levers_reach_every_candidate(field: str, default: str, given: str) -> None:
+    """--ring-kv and --ring-merge are run-wide: every layout priced carries them (their defaults
+    unless given)."""
     base: dict[str, Any] = {"strategies": ("ddp",), "micro_batches": (1,), "recompute": ("none",), "cp": (2,),
             "tp": (1,), "pp": (1,)}  # fmt: skip
-    for space, want in (
-        (SearchSpace(**base), "grouped"),
-        (SearchSpace(**base, ring_kv="repeated"), "repeated"),
-    ):
+    for space, want in ((SearchSpace(**base), default), (SearchSpace(**base, **{field: given}), given)):
         layouts, why = layouts_for(space, search_axes(space, GPT2, 8), GPT2, 8, 16, node_size=8)
-        assert layouts and not why and {lay.options.ring_kv for lay in layouts} == {want}
-
-
-def test_ring_merge_reaches_every_candidate() -> None:
-    """--ring-merge is run-wide too: every layout priced carries it (fused unless given)."""
-    base: dict[str, Any] = {"strategies": ("ddp",), "micro_batches": (1,), "recompute": ("none",), "cp": (2,),
-            "tp": (1,), "pp": (1,)}  # fmt: skip
-    for space, want in (
-        (SearchSpace(**base), "fused"),
-        (SearchSpace(**base, ring_merge="eager"), "eager"),
-    ):
-        layouts, why = layouts_for(space, search_axes(space, GPT2, 8), GPT2, 8, 16, node_size=8)
-        assert layouts and not why and {lay.options.ring_merge for lay in layouts} == {want}
+        assert layouts and not why and {getattr(lay.options, field) for lay in layouts} == {want}
 
 
 def test_micro_batches_split_the_replica_batch_and_hsdp_needs_whole_nodes() -> None:
