@@ -42,7 +42,14 @@ from simcore.compute.precision import (
     Precision,
     resolve_precision,
 )
-from simcore.compute.roofline import param_tensor_count
+from simcore.compute.roofline import kernel_class, param_tensor_count
+from simcore.compute.sm_sharing import (
+    free_sm_slowdown,
+    gemm_tiles,
+    overlap_slowdown,
+    persistent_gemm_waves,
+    runs_persistent_gemms,
+)
 from simcore.data import data_file
 from simcore.dtypes import DTYPE_BYTES
 from simcore.errors import TrainsimError
@@ -567,7 +574,38 @@ class StepContext:
         if link_kind in table["network_kinds"] and self.nics_per_node > 0:
             # across nodes NCCL runs a fixed number of channels per NIC (the collective model's rule)
             channels = nccl_channels(2, self.nics_per_node)
-        return sms / max(1.0, sms - min(float(channels), sms - 1.0))
+        held = min(float(channels), sms - 1.0)
+        device = getattr(self.timer, "device", None)
+        if held > 0 and device is not None and runs_persistent_gemms(str(device.name)):
+            return (self.whole or self)._persistent_contention(sms, held)
+        return free_sm_slowdown(sms, held)
+
+    def _persistent_contention(self, sms: int, channels: float) -> float:
+        """The slowdown beside a collective holding ``channels`` SMs on a device of persistent GEMMs
+        (:mod:`simcore.compute.sm_sharing`): forward and backward kernels' seconds, each GEMM layer's
+        stretched by its waves (forward: its output tiles; backward: the data- and weight-gradient
+        GEMMs', half its time each; a layer of unknown shape fills every SM), the rest by the SMs left."""
+        batch = self.config.micro_batch
+        persistent = stretched = other = 0.0
+        for phase in ("fwd", "bwd"):
+            kernel, _ = self._parts(phase)
+            for layer, seconds in zip(self.workload.layers, kernel, strict=True):
+                if kernel_class(layer.kind) != "gemm":
+                    other += seconds
+                    continue
+                if layer.gemm is None:
+                    waves = persistent_gemm_waves(float(sms), sms, channels)
+                elif phase == "fwd":
+                    m, _k, n = layer.gemm
+                    waves = persistent_gemm_waves(gemm_tiles(m * batch, n), sms, channels)
+                else:
+                    m, k, n = layer.gemm
+                    dgrad = persistent_gemm_waves(gemm_tiles(m * batch, k), sms, channels)
+                    wgrad = persistent_gemm_waves(gemm_tiles(k, n), sms, channels)
+                    waves = (dgrad + wgrad) / 2.0
+                persistent += seconds
+                stretched += seconds * waves
+        return overlap_slowdown(persistent, stretched, other, sms, channels)
 
     def timer_combine(self, kernel_s: float, host_ops: float, phase: str = "fwd") -> float:
         """Seconds of framework work of ``kernel_s`` device time and ``host_ops`` dispatches."""
