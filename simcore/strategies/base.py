@@ -558,7 +558,9 @@ class StepContext:
     def contention(self, cost: CommCost) -> float:
         """How much slower compute runs while this collective runs: ``sms / (sms - channels)`` for
         the channels NCCL uses over the collective's limiting link (``data/efficiency.yaml``,
-        ``contention``); :data:`DEFAULT_COMM_COMPUTE_SLOWDOWN` where the device's SMs are unknown."""
+        ``contention``), and on a device of persistent GEMMs (Hopper) those GEMMs' two waves blended
+        in (:meth:`_persistent_contention`, :mod:`simcore.compute.sm_sharing`);
+        :data:`DEFAULT_COMM_COMPUTE_SLOWDOWN` where the device's SMs are unknown."""
         key = ("contention", cost.link_kind, self.nics_per_node)
         known = self._memo.get(key)
         if known is None:
