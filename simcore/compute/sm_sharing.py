@@ -27,10 +27,16 @@ mean of the two stretches over the step's kernels (:func:`overlap_slowdown`).
 from __future__ import annotations
 
 import fnmatch
+import functools
 import math
+from typing import TYPE_CHECKING
 
 from simcore.data import data_file
 from simcore.errors import TrainsimError
+
+# numpy: imported inside the function that uses it, so --help does not load it
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "GEMM_TILE",
@@ -38,6 +44,7 @@ __all__ = [
     "gemm_tiles",
     "overlap_slowdown",
     "persistent_gemm_waves",
+    "persistent_gemm_waves_of",
     "runs_persistent_gemms",
 ]
 
@@ -46,11 +53,15 @@ __all__ = [
 GEMM_TILE = 128
 
 
+@functools.lru_cache(maxsize=1)
+def _persistent_patterns() -> tuple[str, ...]:
+    return tuple(str(p) for p in data_file("efficiency.yaml")["contention"].get("persistent_gemm", []))
+
+
 def runs_persistent_gemms(device: str) -> bool:
     """Whether ``device``'s cuBLAS GEMMs launch one persistent block per SM (``efficiency.yaml``,
     ``contention.persistent_gemm``: shell-style patterns on the device spec name)."""
-    patterns = data_file("efficiency.yaml")["contention"].get("persistent_gemm", [])
-    return any(fnmatch.fnmatchcase(device, str(p)) for p in patterns)
+    return any(fnmatch.fnmatchcase(device, p) for p in _persistent_patterns())
 
 
 def _check(sms: int, channels: float) -> None:
@@ -76,6 +87,17 @@ def persistent_gemm_waves(tiles: float, sms: int, channels: float) -> float:
     _check(sms, channels)
     grid = min(max(tiles, 1.0), float(sms))
     return float(math.ceil(grid / (sms - channels)))
+
+
+def persistent_gemm_waves_of(rows: np.ndarray, cols: np.ndarray, sms: int, channels: float) -> np.ndarray:
+    """:func:`persistent_gemm_waves` of GEMMs with ``rows x cols`` outputs, element by element (a NaN
+    shape, unknown, fills every SM)."""
+    import numpy as np
+
+    _check(sms, channels)
+    tiles = np.ceil(rows / GEMM_TILE) * np.ceil(cols / GEMM_TILE)
+    grid = np.where(np.isnan(tiles), float(sms), np.clip(tiles, 1.0, float(sms)))
+    return np.ceil(grid / (sms - channels))
 
 
 def overlap_slowdown(

@@ -45,9 +45,8 @@ from simcore.compute.precision import (
 from simcore.compute.roofline import kernel_class, param_tensor_count
 from simcore.compute.sm_sharing import (
     free_sm_slowdown,
-    gemm_tiles,
     overlap_slowdown,
-    persistent_gemm_waves,
+    persistent_gemm_waves_of,
     runs_persistent_gemms,
 )
 from simcore.data import data_file
@@ -587,27 +586,37 @@ class StepContext:
         (:mod:`simcore.compute.sm_sharing`): forward and backward kernels' seconds, each GEMM layer's
         stretched by its waves (forward: its output tiles; backward: the data- and weight-gradient
         GEMMs', half its time each; a layer of unknown shape fills every SM), the rest by the SMs left."""
-        batch = self.config.micro_batch
-        persistent = stretched = other = 0.0
-        for phase in ("fwd", "bwd"):
-            kernel, _ = self._parts(phase)
-            for layer, seconds in zip(self.workload.layers, kernel, strict=True):
-                if kernel_class(layer.kind) != "gemm":
-                    other += seconds
-                    continue
-                if layer.gemm is None:
-                    waves = persistent_gemm_waves(float(sms), sms, channels)
-                elif phase == "fwd":
-                    m, _k, n = layer.gemm
-                    waves = persistent_gemm_waves(gemm_tiles(m * batch, n), sms, channels)
-                else:
-                    m, k, n = layer.gemm
-                    dgrad = persistent_gemm_waves(gemm_tiles(m * batch, k), sms, channels)
-                    wgrad = persistent_gemm_waves(gemm_tiles(k, n), sms, channels)
-                    waves = (dgrad + wgrad) / 2.0
-                persistent += seconds
-                stretched += seconds * waves
+        import numpy as np
+
+        gemm, m, k, n = self._gemm_shapes()
+        mb = self.config.micro_batch
+        parts: Callable[..., Any] = self.timer.layer_parts_s  # type: ignore[attr-defined]
+        fwd, bwd = (
+            np.asarray(parts(self.workload, mb, phase)[0], dtype=np.float64) for phase in ("fwd", "bwd")
+        )
+        rows = m * mb
+        waves_fwd = persistent_gemm_waves_of(rows, n, sms, channels)
+        waves_bwd = (
+            persistent_gemm_waves_of(rows, k, sms, channels) + persistent_gemm_waves_of(k, n, sms, channels)
+        ) / 2.0
+        persistent = float(fwd[gemm].sum() + bwd[gemm].sum())
+        stretched = float((fwd * waves_fwd)[gemm].sum() + (bwd * waves_bwd)[gemm].sum())
+        other = float(fwd[~gemm].sum() + bwd[~gemm].sum())
         return overlap_slowdown(persistent, stretched, other, sms, channels)
+
+    def _gemm_shapes(self) -> tuple[Any, Any, Any, Any]:
+        """Which layers are GEMMs (kernel class ``gemm``) and their per-sample (m, k, n) (NaN where
+        unknown), as arrays over the workload's layers (computed once per context)."""
+        import numpy as np
+
+        key = ("gemm shapes", id(self.workload))  # copies share the memo: keyed by their workload
+        known = self._memo.get(key)
+        if known is None or known[0] is not self.workload:
+            layers = self.workload.layers
+            gemm = np.array([kernel_class(layer.kind) == "gemm" for layer in layers], dtype=bool)
+            shape = np.array([layer.gemm or (np.nan, np.nan, np.nan) for layer in layers], dtype=float)
+            known = self._memo[key] = (self.workload, gemm, shape[:, 0], shape[:, 1], shape[:, 2])
+        return known[1:]
 
     def timer_combine(self, kernel_s: float, host_ops: float, phase: str = "fwd") -> float:
         """Seconds of framework work of ``kernel_s`` device time and ``host_ops`` dispatches."""

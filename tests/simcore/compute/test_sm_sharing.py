@@ -16,6 +16,7 @@ from simcore.compute.sm_sharing import (
     gemm_tiles,
     overlap_slowdown,
     persistent_gemm_waves,
+    persistent_gemm_waves_of,
     runs_persistent_gemms,
 )
 from simcore.errors import TrainsimError
@@ -86,3 +87,16 @@ def test_the_mean_lies_between_its_parts(persistent: float, waves: int, other: f
     free = free_sm_slowdown(H100_SMS, channels)
     mixed = overlap_slowdown(persistent, persistent * waves, other, H100_SMS, channels)
     assert min(free, waves) - 1e-12 <= mixed <= max(free, waves) + 1e-12
+
+
+@given(
+    rows=st.integers(1, 40_000),
+    cols=st.integers(1, 40_000),
+    channels=st.integers(0, 65),
+)
+def test_the_array_form_is_the_scalar_rule(rows: int, cols: int, channels: int) -> None:
+    import numpy as np
+
+    waves = persistent_gemm_waves_of(np.array([rows, np.nan]), np.array([cols, 1.0]), H100_SMS, channels)
+    assert waves[0] == persistent_gemm_waves(gemm_tiles(rows, cols), H100_SMS, channels)
+    assert waves[1] == persistent_gemm_waves(H100_SMS, H100_SMS, channels)  # unknown shape: every SM
