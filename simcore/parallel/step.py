@@ -12,7 +12,9 @@ run theirs (:class:`~simcore.parallel.comm.GroupPricer`):
 - with pipelining the stage runs one micro-batch: its forward and backward durations give the
   per-micro-batch pass times (pure compute for DDP and ZeRO-1, which communicate only after the
   last micro-batch; the measured passes for ZeRO-2/3, FSDP and HSDP, which gather or reduce every
-  micro-batch), what follows its last backward (gradient reduction not hidden, optimizer step) is
+  micro-batch, except an FSDP stage that gathers and reduces once per step, whose passes are pure
+  compute and whose stretch is added once to its tail, :func:`_gathers_once`), what follows its
+  last backward (gradient reduction not hidden, optimizer step) is
   the stage's tail, and its memory timeline the state and one micro-batch. The pipeline schedule
   (:func:`simcore.parallel.pp.run_pipeline`) places every pass; the step ends when the last stage
   to finish its backward has run its tail. A stage's peak adds the micro-batches its schedule keeps
