@@ -12,7 +12,9 @@ run theirs (:class:`~simcore.parallel.comm.GroupPricer`):
 - with pipelining the stage runs one micro-batch: its forward and backward durations give the
   per-micro-batch pass times (pure compute for DDP and ZeRO-1, which communicate only after the
   last micro-batch; the measured passes for ZeRO-2/3, FSDP and HSDP, which gather or reduce every
-  micro-batch), what follows its last backward (gradient reduction not hidden, optimizer step) is
+  micro-batch, except an FSDP stage that gathers and reduces once per step, whose passes are pure
+  compute and whose stretch is added once to its tail, :func:`_gathers_once`), what follows its
+  last backward (gradient reduction not hidden, optimizer step) is
   the stage's tail, and its memory timeline the state and one micro-batch. The pipeline schedule
   (:func:`simcore.parallel.pp.run_pipeline`) places every pass; the step ends when the last stage
   to finish its backward has run its tail. A stage's peak adds the micro-batches its schedule keeps
@@ -650,10 +652,15 @@ class _Composer:
         ]
         fwd_span, bwd_span, last_bwd = _pass_spans(result.run)
         scale_f = scale_b = 1.0
-        if get_strategy(self.strategy).communicates_every_microbatch and pipelined:
+        once = 0.0  # the passes' stretch paid once per step, not per micro-batch
+        strategy = get_strategy(self.strategy)
+        if strategy.communicates_every_microbatch and pipelined:
             total_f, total_b = sum(p[0] for p in pure), sum(p[1] for p in pure)
-            scale_f = max(1.0, fwd_span / total_f) if total_f else 1.0
-            scale_b = max(1.0, bwd_span / total_b) if total_b else 1.0
+            if _gathers_once(strategy.framework, cfg):
+                once = max(0.0, fwd_span - total_f) + max(0.0, bwd_span - total_b)
+            else:
+                scale_f = max(1.0, fwd_span / total_f) if total_f else 1.0
+                scale_b = max(1.0, bwd_span / total_b) if total_b else 1.0
         effect = self._offload(model, ctx, result, sum(p[0] for p in pure), sum(p[1] for p in pure))
         times = []
         for c, (f, b) in enumerate(pure):
@@ -666,7 +673,7 @@ class _Composer:
                     self._w_share(model, c),
                 )
             )
-        tail = (result.run.step_time_s - last_bwd if pipelined else 0.0) + effect.tail_s
+        tail = (result.run.step_time_s - last_bwd if pipelined else 0.0) + effect.tail_s + once
         return _StageRun(model, ctx, result, times, max(0.0, tail), effect, last_bwd, key)
 
     def _stage_times(self, run: _StageRun) -> _StageRun:
@@ -1134,6 +1141,22 @@ def _with_transient(report: StepReport, transient: float, fragmentation: float) 
     if transient > 0 and tensors >= total:
         phase = f"{phase}, with {transient / 2**30:.1f} GiB more activations in flight"
     return replace(report, peak_memory_bytes=total, memory_breakdown=breakdown, peak_phase=phase)
+
+
+def _gathers_once(framework: str, config: TrainingConfig) -> bool:
+    """Whether an FSDP stage under pipelining gathers its parameters and reduces its gradients once
+    per step rather than every micro-batch: with ``reshard_after_forward`` off and the gradient sync
+    on the last micro-batch only, as torch.distributed.pipelining runs an FSDP2 stage
+    (``torch/distributed/pipelining/stage.py``: every backward but the last calls
+    ``set_requires_gradient_sync(False)`` and ``set_reshard_after_backward(False)``). The one
+    micro-batch the stage run simulates then holds the step's whole all-gather (first forward) and
+    reduce-scatter (last backward): their exposed time and slowdown belong to the step once, not to
+    every micro-batch's passes."""
+    return (
+        framework == "torch-fsdp"
+        and not config.reshard_after_forward
+        and not config.gradient_sync_every_micro_batch
+    )
 
 
 def _pass_spans(run: PlanRun) -> tuple[float, float, float]:

@@ -42,7 +42,13 @@ from simcore.compute.precision import (
     Precision,
     resolve_precision,
 )
-from simcore.compute.roofline import param_tensor_count
+from simcore.compute.roofline import kernel_class, param_tensor_count
+from simcore.compute.sm_sharing import (
+    free_sm_slowdown,
+    overlap_slowdown,
+    persistent_gemm_waves_of,
+    runs_persistent_gemms,
+)
 from simcore.data import data_file
 from simcore.dtypes import DTYPE_BYTES
 from simcore.errors import TrainsimError
@@ -551,7 +557,9 @@ class StepContext:
     def contention(self, cost: CommCost) -> float:
         """How much slower compute runs while this collective runs: ``sms / (sms - channels)`` for
         the channels NCCL uses over the collective's limiting link (``data/efficiency.yaml``,
-        ``contention``); :data:`DEFAULT_COMM_COMPUTE_SLOWDOWN` where the device's SMs are unknown."""
+        ``contention``), and on a device of persistent GEMMs (Hopper) those GEMMs' two waves blended
+        in (:meth:`_persistent_contention`, :mod:`simcore.compute.sm_sharing`);
+        :data:`DEFAULT_COMM_COMPUTE_SLOWDOWN` where the device's SMs are unknown."""
         key = ("contention", cost.link_kind, self.nics_per_node)
         known = self._memo.get(key)
         if known is None:
@@ -567,7 +575,48 @@ class StepContext:
         if link_kind in table["network_kinds"] and self.nics_per_node > 0:
             # across nodes NCCL runs a fixed number of channels per NIC (the collective model's rule)
             channels = nccl_channels(2, self.nics_per_node)
-        return sms / max(1.0, sms - min(float(channels), sms - 1.0))
+        held = min(float(channels), sms - 1.0)
+        device = getattr(self.timer, "device", None)
+        if held > 0 and device is not None and runs_persistent_gemms(str(device.name)):
+            return (self.whole or self)._persistent_contention(sms, held)
+        return free_sm_slowdown(sms, held)
+
+    def _persistent_contention(self, sms: int, channels: float) -> float:
+        """The slowdown beside a collective holding ``channels`` SMs on a device of persistent GEMMs
+        (:mod:`simcore.compute.sm_sharing`): forward and backward kernels' seconds, each GEMM layer's
+        stretched by its waves (forward: its output tiles; backward: the data- and weight-gradient
+        GEMMs', half its time each; a layer of unknown shape fills every SM), the rest by the SMs left."""
+        import numpy as np
+
+        gemm, m, k, n = self._gemm_shapes()
+        mb = self.config.micro_batch
+        parts: Callable[..., Any] = self.timer.layer_parts_s  # type: ignore[attr-defined]
+        fwd, bwd = (
+            np.asarray(parts(self.workload, mb, phase)[0], dtype=np.float64) for phase in ("fwd", "bwd")
+        )
+        rows = m * mb
+        waves_fwd = persistent_gemm_waves_of(rows, n, sms, channels)
+        waves_bwd = (
+            persistent_gemm_waves_of(rows, k, sms, channels) + persistent_gemm_waves_of(k, n, sms, channels)
+        ) / 2.0
+        persistent = float(fwd[gemm].sum() + bwd[gemm].sum())
+        stretched = float((fwd * waves_fwd)[gemm].sum() + (bwd * waves_bwd)[gemm].sum())
+        other = float(fwd[~gemm].sum() + bwd[~gemm].sum())
+        return overlap_slowdown(persistent, stretched, other, sms, channels)
+
+    def _gemm_shapes(self) -> tuple[Any, Any, Any, Any]:
+        """Which layers are GEMMs (kernel class ``gemm``) and their per-sample (m, k, n) (NaN where
+        unknown), as arrays over the workload's layers (computed once per context)."""
+        import numpy as np
+
+        key = ("gemm shapes", id(self.workload))  # copies share the memo: keyed by their workload
+        known = self._memo.get(key)
+        if known is None or known[0] is not self.workload:
+            layers = self.workload.layers
+            gemm = np.array([kernel_class(layer.kind) == "gemm" for layer in layers], dtype=bool)
+            shape = np.array([layer.gemm or (np.nan, np.nan, np.nan) for layer in layers], dtype=float)
+            known = self._memo[key] = (self.workload, gemm, shape[:, 0], shape[:, 1], shape[:, 2])
+        return known[1:]
 
     def timer_combine(self, kernel_s: float, host_ops: float, phase: str = "fwd") -> float:
         """Seconds of framework work of ``kernel_s`` device time and ``host_ops`` dispatches."""

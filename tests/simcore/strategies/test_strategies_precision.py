@@ -80,19 +80,20 @@ def test_contention_follows_the_channels_over_the_sms() -> None:
 
 
 def test_network_collectives_take_two_channels_per_nic_whatever_the_fabric() -> None:
-    """RoCE and EFA run NCCL's channels like IB: per NIC on the host, not a free pass."""
+    """RoCE and EFA run NCCL's channels like IB: per NIC on the host, not a free pass (on an A100,
+    whose GEMMs are not persistent: every kernel slows by the SMs the channels leave)."""
     from simcore.compute.roofline import ComputeModel
     from simcore.hardware import device_spec
 
     ctx = toy_context(8)
-    ctx.timer = ComputeModel(device_spec("h100-sxm"), "bf16")
+    ctx.timer = ComputeModel(device_spec("a100-sxm-80gb"), "bf16")
     ctx.nics_per_node = 8
     eight = {kind: ctx.contention(CommCost(1.0, "", kind)) for kind in ("ib", "roce", "efa", "ethernet")}
-    assert all(f == pytest.approx(132 / (132 - 16)) for f in eight.values())
+    assert all(f == pytest.approx(108 / (108 - 16)) for f in eight.values())
     ctx.nics_per_node = 2
-    assert ctx.contention(CommCost(1.0, "", "roce")) == pytest.approx(132 / (132 - 4))
+    assert ctx.contention(CommCost(1.0, "", "roce")) == pytest.approx(108 / (108 - 4))
     ctx.nics_per_node = 0  # unknown NICs: the per-kind figure
-    assert ctx.contention(CommCost(1.0, "", "efa")) == pytest.approx(132 / (132 - 16))
+    assert ctx.contention(CommCost(1.0, "", "efa")) == pytest.approx(108 / (108 - 16))
 
 
 def test_make_context_counts_the_nics_of_rank_zeros_host() -> None:
