@@ -21,7 +21,9 @@ tokens_per_s           samples_per_s * sequence length (language models; null ot
 scaling_efficiency     samples_per_s / (gpus * samples_per_s of the same strategy on one GPU of the
                        same cluster with the same global batch, by gradient accumulation); null
                        when not computed. If one GPU cannot hold the model the baseline is a
-                       hypothetical GPU with unlimited memory (``baseline_fits`` false).
+                       hypothetical GPU with unlimited memory (``baseline_fits`` false). Under
+                       weak scaling (a fixed batch per GPU) the baseline runs that per-GPU batch,
+                       so a sharded optimizer's update can put the efficiency above 1.
 baseline_fits          whether that one-GPU baseline fits in memory (null when not computed)
 mfu                    model FLOPs per step / (gpus * peak dense FLOP/s * step_time_s); model FLOPs
                        = 6 * params * tokens for language models, forward + backward FLOPs

@@ -386,6 +386,11 @@ def _header(
         + (f"run levers: {levers.describe()}\n" if levers is not None and levers.given else "")
         + "scaling = samples/s / (gpus x samples/s of the same strategy on 1 GPU"
         + (", each straggler counted at its own speed" if heterogeneity.has_stragglers else "")
+        + (
+            " running the per-GPU batch; a sharded optimizer's update may put it above 1"
+            if cfg.batch_per_gpu is not None
+            else ""
+        )
         + "); * = that 1-GPU baseline does not fit (unlimited-memory GPU assumed)"
     )
 
@@ -484,7 +489,7 @@ def _print(
     recommendations = [r.to_record() for r in result.recommendations]
     require_finite(records, "the what-if")
     require_finite(recommendations, "the recommendation")
-    check_records(records, "the what-if")
+    check_records(records, "the what-if", weak_scaling=args.batch_per_gpu is not None)
     extra: dict[str, object] = {"network": network.record()} if network.given else {}
     extra |= {"from": framework.record()} if framework is not None else {}
     extra |= {"levers": levers.record()} if levers.given else {}

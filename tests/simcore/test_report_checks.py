@@ -170,3 +170,12 @@ def test_mixture_of_experts_mfu_counts_the_active_parameters() -> None:
     )
     check_records(result.records(), "the what-if")
     assert workload.active_params == pytest.approx(12.9e9, rel=0.02)  # Jiang et al. 2024: 12.9 B active
+
+
+def test_weak_scaling_efficiency_is_not_bounded_by_one() -> None:
+    """Under weak scaling the one-GPU baseline runs the per-GPU batch with the whole optimizer
+    update each step, which a sharded strategy divides by N: an efficiency above 1 is an answer."""
+    assert impossibility(_report(scaling_efficiency=1.04), weak_scaling=True) is None
+    assert impossibility(_report(scaling_efficiency=1.04)) == "scaling_efficiency 1.04 > 1"
+    # the other bounds still hold under weak scaling
+    assert impossibility(_report(scaling_efficiency=1.04, mfu=1.2), weak_scaling=True) == "mfu 1.2 > 1"
