@@ -40,6 +40,13 @@ waits for (:func:`list_era_copies`). The gradients take this path with ``contigu
 v0.3-v0.4's code default ``contiguous_gradients: false`` they are all-reduced in flat buckets
 (``buffered_reduce_fallback``), which is not modelled.
 
+The contiguous gradients go through a bucket of ``reduce_bucket_size`` fp16 elements (the "ipg
+buffer", 5e8 by default): each gradient that fits is copied in, a larger one is set aside, and a
+gradient that would overflow the bucket flushes it first (``reduce_ipg_grads``), as the end of
+backward does once more. Each flush divides the *whole* buffer in place, however little of it is
+filled (``average_tensor`` on ``[self.ipg_buffer[self.ipg_index]]``): one copy of the bucket's bytes
+per flush (:func:`ipg_flushes`), on top of the per-gradient pass above.
+
 The defaults live in ``data/efficiency.yaml``, section ``deepspeed_zero3``, with their sources.
 """
 
@@ -56,6 +63,7 @@ __all__ = [
     "PerRankListCost",
     "Zero3Defaults",
     "gathered_tensor_count",
+    "ipg_flushes",
     "list_era_copies",
     "per_rank_list_host_s",
     "prefetch_allowed",
@@ -87,6 +95,8 @@ class Zero3Defaults:
     # device passes over the full tensors per collective, in copies of their bytes (list era)
     zero_fill: float
     gradient_divide: float
+    # elements of the contiguous-gradient bucket (the ipg buffer) each flush divides whole
+    reduce_bucket_size: int
 
 
 @functools.lru_cache(maxsize=1)
@@ -104,6 +114,7 @@ def zero3_defaults() -> Zero3Defaults:
         },
         zero_fill=float(table["list_era_passes"]["zero_fill"]),
         gradient_divide=float(table["list_era_passes"]["gradient_divide"]),
+        reduce_bucket_size=int(table["reduce_bucket_size"]),
     )
 
 
@@ -143,6 +154,30 @@ def list_era_copies(op: str, ranks: int) -> float:
         return 0.0
     defaults = zero3_defaults()
     return {"all_gather": defaults.zero_fill, "reduce_scatter": defaults.gradient_divide}[op]
+
+
+def ipg_flushes(groups: Sequence[Sequence[float]], bucket: float) -> list[int]:
+    """Flushes of DeepSpeed 2021's contiguous-gradient bucket of ``bucket`` elements that each group
+    of gradient tensors triggers, the groups and their tensors given in the order backward
+    produces them (``stage3.py`` ``reduce_independent_p_g_buckets_and_remove_grads``).
+
+    A gradient flushes the bucket when the elements already in it (a set-aside gradient larger
+    than the bucket counts too) plus its own exceed ``bucket``; the end of backward flushes what is
+    left once more, counted on the last group. An empty bucket is not flushed (v0.5's guard; before
+    it, the code reached that case only by failing on an empty parameter list)."""
+    elements = 0.0
+    counts = []
+    for sizes in groups:
+        flushes = 0
+        for size in sizes:
+            if elements > 0 and elements + size > bucket:
+                flushes += 1
+                elements = 0.0
+            elements += size
+        counts.append(flushes)
+    if counts and elements > 0:
+        counts[-1] += 1
+    return counts
 
 
 def prefetch_allowed(available: Iterable[float], max_live: float) -> bool:

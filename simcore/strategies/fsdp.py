@@ -75,7 +75,10 @@ before each all-gather and each reduce-scatter the host builds one list entry pe
 compute stream with the device idle (each fetch synchronized it), and the next unit's compute waits
 for the reduce-scatters in flight, as the fetch's ``torch.cuda.synchronize()`` does. Each all-gather
 first zero-fills its full buffer and each reduce-scatter first divides the full gradient in place
-(:func:`~simcore.strategies.deepspeed.list_era_copies`), charged to the collective.
+(:func:`~simcore.strategies.deepspeed.list_era_copies`), charged to the collective; each flush of
+its contiguous-gradient bucket divides the whole bucket too
+(:func:`~simcore.strategies.deepspeed.ipg_flushes`), charged to the reduce-scatter of the unit whose
+gradient triggered it.
 
 HSDP (:mod:`simcore.strategies.hsdp`) reuses this schedule with the shard group limited to a node
 and an all-reduce of each reduce-scattered shard across nodes.
@@ -96,10 +99,12 @@ from simcore.strategies.base import StepContext, Strategy, optimizer_state_bytes
 from simcore.strategies.ddp import chunk_param_tensors
 from simcore.strategies.deepspeed import (
     gathered_tensor_count,
+    ipg_flushes,
     list_era_copies,
     per_rank_list_host_s,
     prefetch_allowed,
     released_after_recompute,
+    tensor_sizes,
     zero3_defaults,
 )
 from simcore.strategies.passes import (
@@ -142,6 +147,8 @@ class UnitFacts:
     chunk_index: dict[int, int]  # id of a chunk -> its index
     gather_lists_s: list[float]  # host seconds of per-rank lists (DeepSpeed 2021), zeros when off
     reduce_lists_s: list[float]
+    # flushes of DeepSpeed 2021's gradient bucket each unit's gradients trigger (zeros when off)
+    ipg_flushes: list[int]
 
 
 def unit_facts(
@@ -176,6 +183,7 @@ def unit_facts(
         last_bwd_chunk={c.group: i for i, c in reversed(list(enumerate(chunks)))},
         chunk_index={id(c): i for i, c in enumerate(chunks)},
         **_per_rank_lists(ctx, units, unit_tensors, shards, per_rank_lists),
+        ipg_flushes=_ipg_flushes(ctx, units, visits[::-1], shards, per_rank_lists),
     )
 
 
@@ -211,6 +219,31 @@ def _per_rank_lists(
         gathers.append(per_rank_list_host_s("all_gather", ranks, gathered, launch))
         reduces.append(per_rank_list_host_s("reduce_scatter", ranks, unit_tensors[unit], launch))
     return {"gather_lists_s": gathers, "reduce_lists_s": reduces}
+
+
+def _ipg_flushes(
+    ctx: StepContext, units: UnitPlan, backward: Sequence[int], ranks: int, enabled: bool
+) -> list[int]:
+    """Flushes of DeepSpeed 2021's contiguous-gradient bucket per unit
+    (:func:`~simcore.strategies.deepspeed.ipg_flushes`): the units in the order backward enters
+    them, each unit's layers in reverse, each layer's tensors bias first (its gradient needs only the
+    output's); zeros when off."""
+    counts = [0] * len(units.units)
+    if not enabled or ranks <= 1:
+        return counts
+    layers = ctx.workload.layers
+    order = list(dict.fromkeys(backward))
+    groups = [
+        [
+            size
+            for i in reversed(units.units[unit])
+            for size in reversed(tensor_sizes(layers[i], ctx.layer_counts([i])[1]))
+        ]
+        for unit in order
+    ]
+    for unit, flushes in zip(order, ipg_flushes(groups, zero3_defaults().reduce_bucket_size), strict=True):
+        counts[unit] = flushes
+    return counts
 
 
 class ShardedHooks(PassHooks):
@@ -283,6 +316,9 @@ class ShardedHooks(PassHooks):
         ranks = len(self.shard_group) if self.synchronized else 1
         self.fill_copies = list_era_copies("all_gather", ranks)
         self.divide_copies = list_era_copies("reduce_scatter", ranks)
+        # each flush of the gradient bucket divides the whole bucket (fp16): bytes per unit
+        bucket = zero3_defaults().reduce_bucket_size * precision.bytes("unsharded_grad")
+        self.bucket_divide_bytes = [flushes * bucket for flushes in facts.ipg_flushes]
 
     def _list_host(
         self, builder: PlanBuilder, label: Label, seconds: float, unit: int, after: Sequence[int]
@@ -524,7 +560,8 @@ class ShardedHooks(PassHooks):
             passes = (self.grad_bytes[unit] + self.reduce_bytes[unit]) / 2
             if self.on_cpu:
                 passes += self.reduce_bytes[unit] + self.reduce_bytes[unit] / shards
-            copy_s = self.ctx.copy_time_s(passes + self.reduce_bytes[unit] * self.divide_copies)
+            passes += self.reduce_bytes[unit] * self.divide_copies + self.bucket_divide_bytes[unit]
+            copy_s = self.ctx.copy_time_s(passes)
         if self.copies and self.on_cpu:
             op = builder.compute(
                 _REDUCE_COPY_IN,

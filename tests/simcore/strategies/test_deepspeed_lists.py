@@ -12,6 +12,7 @@ from simcore.strategies import get_strategy
 from simcore.strategies.base import StepContext, TrainingConfig
 from simcore.strategies.deepspeed import (
     gathered_tensor_count,
+    ipg_flushes,
     list_era_copies,
     per_rank_list_host_s,
     tensor_sizes,
@@ -162,7 +163,49 @@ def test_each_collective_carries_its_fill_or_division_by_hand() -> None:
 
     with_lists, without = collectives(True), collectives(False)
     assert [(k, b) for k, b, _ in with_lists] == [(k, b) for k, b, _ in without]
-    for (kind, size, lists_s), (_, _, plain_s) in zip(with_lists, without, strict=True):
+    # the toy's 27M gradient elements all fit the 5e8-element bucket: only the end of backward
+    # flushes it, dividing the whole fp16 bucket (1e9 B, read and written) on the last reduce-scatter
+    last = max(i for i, (kind, _, _) in enumerate(with_lists) if kind == "reduce_scatter")
+    for i, ((kind, size, lists_s), (_, _, plain_s)) in enumerate(zip(with_lists, without, strict=True)):
         per_copy = {"all_gather": 1.0, "reduce_scatter": 2.0}[kind]
-        assert lists_s - plain_s == pytest.approx(per_copy * size / 1.5e12), kind
+        bucket = 2 * 5e8 * 2 / 1.5e12 if i == last else 0.0
+        assert lists_s - plain_s == pytest.approx(per_copy * size / 1.5e12 + bucket), kind
     assert {kind for kind, _, _ in with_lists} == {"all_gather", "reduce_scatter"}
+
+
+def test_the_gradient_bucket_is_deepspeeds_default() -> None:
+    """efficiency.yaml deepspeed_zero3.reduce_bucket_size: constants.py's 500,000,000 elements."""
+    assert zero3_defaults().reduce_bucket_size == 500_000_000
+
+
+def test_the_bucket_flushes_by_hand() -> None:
+    """Bucket of 10: [4, 4] fills 8; 4 would make 12 (flush, 4 in); 15 would make 19 (flush, set
+    aside, counted in); 1 would make 16 (flush); the end of backward flushes the 1: [0, 2, 2]. A
+    first gradient larger than the bucket finds it empty: no flush until the next one."""
+    assert ipg_flushes([[4, 4], [4, 15], [1]], 10) == [0, 2, 2]
+    assert ipg_flushes([[15, 1]], 10) == [2]
+    assert ipg_flushes([[5, 5]], 10) == [1]  # exactly full: no overflow, only the final flush
+    assert ipg_flushes([], 10) == []
+
+
+def test_a_gpt_175b_block_flushes_the_bucket_five_times() -> None:
+    """GPT 174.6B's block in backward, biases first (h = 12288, bucket 5e8): after the previous
+    block's QKV weight (453M) the FC2 bias fits; the FC2 weight (604M) flushes; the FC1 bias flushes
+    (604M set aside); the FC1 weight flushes; norm2 flushes (604M set aside); the out-projection
+    (151M) fits; the QKV weight (453M) flushes: five per block, one more at the end."""
+    h = 12288
+    block = [h, 4 * h * h, 4 * h, 4 * h * h, h, h, h, h * h, 3 * h, 3 * h * h, h, h]
+    assert ipg_flushes([block] * 3, 5e8) == [5, 5, 6]
+
+
+@given(st.lists(st.lists(st.integers(1, 50), max_size=6), max_size=6), st.integers(10, 60))
+def test_every_flush_but_the_last_empties_a_bucket_that_would_overflow(
+    groups: list[list[int]], bucket: int
+) -> None:
+    """Flushes are at least the elements over the bucket (each flush takes at most a bucket's worth
+    or one gradient), at most one per gradient, and the last flush leaves nothing behind."""
+    total = sum(map(sum, groups))
+    flushes = sum(ipg_flushes(groups, bucket))
+    assert flushes <= sum(map(len, groups))
+    assert (flushes > 0) == (total > 0)
+    assert flushes * max(bucket, max((max(g) for g in groups if g), default=0)) >= total
