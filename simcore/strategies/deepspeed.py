@@ -47,12 +47,21 @@ backward does once more. Each flush divides the *whole* buffer in place, however
 filled (``average_tensor`` on ``[self.ipg_buffer[self.ipg_index]]``): one copy of the bucket's bytes
 per flush (:func:`ipg_flushes`), on top of the per-gradient pass above.
 
+After every optimizer step the same code gathers the persistent parameters again
+(``stage3.py`` ``_post_step``: ``self.persistent_parameters[0].all_gather(self.persistent_parameters)``,
+synchronous, so ``_allgather_params``): one flat all-gather of all of them, then for each parameter a
+Python loop over every rank that copies the rank's part out of the flat result, one ``copy_`` per
+rank whose part holds elements (:func:`persistent_gather_host_s`). A GPT block has eight such
+tensors (two LayerNorms' weight and bias, four biases), so the loop runs ``8 x layers x ranks``
+times per step, on the host, before the next step can start.
+
 The defaults live in ``data/efficiency.yaml``, section ``deepspeed_zero3``, with their sources.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -66,6 +75,8 @@ __all__ = [
     "ipg_flushes",
     "list_era_copies",
     "per_rank_list_host_s",
+    "persistent_gather_host_s",
+    "persistent_sizes",
     "prefetch_allowed",
     "released_after_recompute",
     "tensor_sizes",
@@ -143,6 +154,31 @@ def per_rank_list_host_s(op: str, ranks: int, tensors: int, launch_s: float) -> 
         return 0.0
     cost = zero3_defaults().per_rank_lists[op]
     return tensors * ranks * (cost.loop_s + cost.launches * launch_s)
+
+
+def persistent_sizes(layers: Iterable[tuple[Layer, int]], threshold: float) -> list[float]:
+    """Element counts of the tensors of ``(layer, tensors)`` that persist on every rank: those of at
+    most ``threshold`` elements (``param_persistence_threshold``), the complement of
+    :func:`gathered_tensor_count`."""
+    return [size for layer, tensors in layers for size in tensor_sizes(layer, tensors) if size <= threshold]
+
+
+def persistent_gather_host_s(sizes: Iterable[float], ranks: int, launch_s: float) -> float:
+    """Host seconds of ``_allgather_params``'s per-rank loop over the persistent tensors of
+    ``sizes`` elements after each optimizer step (DeepSpeed 2021) on ``ranks`` ranks: per tensor of
+    ``n`` elements, ``ranks x loop_s`` for the loop plus ``launches x launch_s`` for each copy, one
+    per rank whose part (``ceil(n / ranks)`` elements, the partition) holds elements, i.e.
+    ``ceil(n / part)`` copies; nothing on one rank."""
+    if ranks <= 1:
+        return 0.0
+    cost = zero3_defaults().per_rank_lists["persistent_gather"]
+    seconds = 0.0
+    for size in sizes:
+        if size <= 0:
+            continue
+        part = math.ceil(size / ranks)
+        seconds += ranks * cost.loop_s + math.ceil(size / part) * cost.launches * launch_s
+    return seconds
 
 
 def list_era_copies(op: str, ranks: int) -> float:

@@ -102,6 +102,8 @@ from simcore.strategies.deepspeed import (
     ipg_flushes,
     list_era_copies,
     per_rank_list_host_s,
+    persistent_gather_host_s,
+    persistent_sizes,
     prefetch_allowed,
     released_after_recompute,
     tensor_sizes,
@@ -126,6 +128,8 @@ _REDUCE_SCATTER = Label("reduce_scatter ", "unit")
 _ACROSS_NODES = Label("all_reduce ", "unit", " shard across nodes")
 _GATHER_LISTS = Label("all_gather per-rank lists (host) ", "unit")
 _REDUCE_LISTS = Label("reduce_scatter per-rank lists (host) ", "unit")
+_PERSISTENT_GATHER = "all_gather persistent parameters (after the step)"
+_PERSISTENT_LOOP = "persistent parameters' per-rank copies (host)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -665,7 +669,7 @@ def build_sharded_plan(
         built = (settings, RepeatSpan(start, len(builder.plan.ops), previous, last, number))
     after = [builder.last_comm] if builder.last_comm is not None else []
     step = ctx.optimizer_step(strategy, params / shards, shards, flat=deepspeed)
-    builder.compute(
+    stepped = builder.compute(
         "optimizer step",
         step.seconds,
         kind="optimizer",
@@ -673,7 +677,30 @@ def build_sharded_plan(
         on_start=[("temp", step.scratch_bytes)],
         on_end=[("grads", -full_grads / shards), ("temp", -step.scratch_bytes)],
     )
+    if deepspeed and cfg.zero3_per_rank_lists and shards > 1:
+        _persistent_gather(ctx, builder, shard_group, precision, stepped)
     return builder.plan
+
+
+def _persistent_gather(
+    ctx: StepContext, builder: PlanBuilder, group: Sequence[int], precision: Precision, stepped: int
+) -> None:
+    """DeepSpeed 2021's re-gather of the persistent parameters after the optimizer step
+    (:func:`~simcore.strategies.deepspeed.persistent_gather_host_s`): one flat all-gather of them
+    and the host's per-rank copy loop, the device waiting (the call is synchronous)."""
+    layers = ctx.workload.layers
+    sizes = persistent_sizes(
+        ((layers[i], ctx.layer_counts([i])[1]) for i in range(len(layers))),
+        zero3_defaults().param_persistence_threshold,
+    )
+    if not sizes:
+        return
+    gather = add_collective(
+        ctx, builder, "all_gather", sum(sizes) * precision.bytes("gather"), group,
+        _PERSISTENT_GATHER, after=[stepped],
+    )  # fmt: skip
+    seconds = persistent_gather_host_s(sizes, len(group), launch_latency_s())
+    builder.compute(_PERSISTENT_LOOP, seconds, kind="host", after=[gather])
 
 
 class FSDPStrategy:
