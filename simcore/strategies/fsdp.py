@@ -343,10 +343,7 @@ class ShardedHooks(PassHooks):
         after: Sequence[int] = (),
         after_start: Sequence[int] = (),
     ) -> int:
-        # the shard's copy-in (and cast to the gather dtype) just before the collective, on its stream
-        shard = self.unit_params[unit] / len(self.shard_group)
-        copy_in = self.ctx.copy_time_s(shard * (self.mp.bytes("param") + self.mp.bytes("gather")) / 2)
-        copy_in += self.ctx.copy_time_s(self.full_bytes[unit] * self.fill_copies)
+        copy_in = self._gather_copies_s(unit)
         host = self._list_host(builder, _GATHER_LISTS, self.gather_lists_s[unit], unit, after)
         if not after_start:  # on demand: the gather waits for its lists (a prefetch runs beside compute)
             after = [*after, *host]
@@ -361,11 +358,20 @@ class ShardedHooks(PassHooks):
             after=after,
             after_start=after_start,
             on_start=[("buffers", self.full_bytes[unit])],
-            extra_s=copy_in if self.copies else 0.0,
+            extra_s=copy_in,
         )
         self.gathered[unit] = op
         self.copied.pop(unit, None)
         return op
+
+    def _gather_copies_s(self, unit: int) -> float:
+        """Device work on the all-gather's stream before it: the shard's copy-in (and cast to the
+        gather dtype) and, DeepSpeed 2021, the zero fill of the full buffer; none on one rank."""
+        if not self.copies:
+            return 0.0
+        shard = self.unit_params[unit] / len(self.shard_group)
+        copy_in = self.ctx.copy_time_s(shard * (self.mp.bytes("param") + self.mp.bytes("gather")) / 2)
+        return copy_in + self.ctx.copy_time_s(self.full_bytes[unit] * self.fill_copies)
 
     def _prefetch(
         self,
@@ -506,7 +512,7 @@ class ShardedHooks(PassHooks):
             op = add_collective(
                 self.ctx, builder, "all_gather", self.full_bytes[unit], self.shard_group,
                 builder.label("all_gather ", "unit", " (backward, again after recompute)"),
-                key=self.unit_keys[unit], after=after,
+                key=self.unit_keys[unit], after=after, extra_s=self._gather_copies_s(unit),
             )  # fmt: skip
             self.gathered[unit] = op
             self.copied.pop(unit, None)

@@ -258,3 +258,24 @@ def test_the_step_ends_with_the_persistent_gather_by_hand() -> None:
     assert len(gather) == 1 and gather[0].after == (optimizer[0].id,) and loop[0].after == (gather[0].id,)
     for lists, name in ((False, "zero3"), (True, "fsdp")):
         assert not [op for op in plan(lists, name).ops if "persistent" in op.name]  # type: ignore[attr-defined]
+
+
+def test_the_gathers_again_after_recompute_carry_the_fill_too() -> None:
+    """Checkpointed blocks, reuse distance 0: every group is released after its recompute and
+    gathered again for its backward, through the same _allgather_param (its torch.zeros): each
+    all-gather, the second ones included, gains B / 1.5e12 over the plan without the lists."""
+
+    def gathers(lists: bool) -> list[tuple[str, float, float]]:
+        config = TrainingConfig(
+            global_batch=16, micro_batch=1, zero3_prefetch_bucket_params=3_000_000, precision="mixed",
+            zero3_per_rank_lists=lists, activation_checkpointing=True, zero3_max_reuse_distance=0,
+        )  # fmt: skip
+        ctx = toy_context(16, config, workload=toy_transformer(blocks=4))
+        ctx.timer = RateTimer(memory_bandwidth_Bps=1.5e12)
+        plan = get_strategy("zero3").build_plan(ctx)
+        return [(op.name, op.bytes, op.duration_s) for op in plan.ops if op.kind == "all_gather"]
+
+    with_lists, without = gathers(True), gathers(False)
+    assert any("again after recompute" in name for name, _, _ in with_lists)
+    for (name, size, lists_s), (_, _, plain_s) in zip(with_lists, without, strict=True):
+        assert lists_s - plain_s == pytest.approx(size / 1.5e12), name
