@@ -40,12 +40,28 @@ waits for (:func:`list_era_copies`). The gradients take this path with ``contigu
 v0.3-v0.4's code default ``contiguous_gradients: false`` they are all-reduced in flat buckets
 (``buffered_reduce_fallback``), which is not modelled.
 
+The contiguous gradients go through a bucket of ``reduce_bucket_size`` fp16 elements (the "ipg
+buffer", 5e8 by default): each gradient that fits is copied in, a larger one is set aside, and a
+gradient that would overflow the bucket flushes it first (``reduce_ipg_grads``), as the end of
+backward does once more. Each flush divides the *whole* buffer in place, however little of it is
+filled (``average_tensor`` on ``[self.ipg_buffer[self.ipg_index]]``): one copy of the bucket's bytes
+per flush (:func:`ipg_flushes`), on top of the per-gradient pass above.
+
+After every optimizer step the same code gathers the persistent parameters again
+(``stage3.py`` ``_post_step``: ``self.persistent_parameters[0].all_gather(self.persistent_parameters)``,
+synchronous, so ``_allgather_params``): one flat all-gather of all of them, then for each parameter a
+Python loop over every rank that copies the rank's part out of the flat result, one ``copy_`` per
+rank whose part holds elements (:func:`persistent_gather_host_s`). A GPT block has eight such
+tensors (two LayerNorms' weight and bias, four biases), so the loop runs ``8 x layers x ranks``
+times per step, on the host, before the next step can start.
+
 The defaults live in ``data/efficiency.yaml``, section ``deepspeed_zero3``, with their sources.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -56,8 +72,11 @@ __all__ = [
     "PerRankListCost",
     "Zero3Defaults",
     "gathered_tensor_count",
+    "ipg_flushes",
     "list_era_copies",
     "per_rank_list_host_s",
+    "persistent_gather_host_s",
+    "persistent_sizes",
     "prefetch_allowed",
     "released_after_recompute",
     "tensor_sizes",
@@ -87,6 +106,8 @@ class Zero3Defaults:
     # device passes over the full tensors per collective, in copies of their bytes (list era)
     zero_fill: float
     gradient_divide: float
+    # elements of the contiguous-gradient bucket (the ipg buffer) each flush divides whole
+    reduce_bucket_size: int
 
 
 @functools.lru_cache(maxsize=1)
@@ -104,6 +125,7 @@ def zero3_defaults() -> Zero3Defaults:
         },
         zero_fill=float(table["list_era_passes"]["zero_fill"]),
         gradient_divide=float(table["list_era_passes"]["gradient_divide"]),
+        reduce_bucket_size=int(table["reduce_bucket_size"]),
     )
 
 
@@ -134,6 +156,31 @@ def per_rank_list_host_s(op: str, ranks: int, tensors: int, launch_s: float) -> 
     return tensors * ranks * (cost.loop_s + cost.launches * launch_s)
 
 
+def persistent_sizes(layers: Iterable[tuple[Layer, int]], threshold: float) -> list[float]:
+    """Element counts of the tensors of ``(layer, tensors)`` that persist on every rank: those of at
+    most ``threshold`` elements (``param_persistence_threshold``), the complement of
+    :func:`gathered_tensor_count`."""
+    return [size for layer, tensors in layers for size in tensor_sizes(layer, tensors) if size <= threshold]
+
+
+def persistent_gather_host_s(sizes: Iterable[float], ranks: int, launch_s: float) -> float:
+    """Host seconds of ``_allgather_params``'s per-rank loop over the persistent tensors of
+    ``sizes`` elements after each optimizer step (DeepSpeed 2021) on ``ranks`` ranks: per tensor of
+    ``n`` elements, ``ranks x loop_s`` for the loop plus ``launches x launch_s`` for each copy, one
+    per rank whose part (``ceil(n / ranks)`` elements, the partition) holds elements, i.e.
+    ``ceil(n / part)`` copies; nothing on one rank."""
+    if ranks <= 1:
+        return 0.0
+    cost = zero3_defaults().per_rank_lists["persistent_gather"]
+    seconds = 0.0
+    for size in sizes:
+        if size <= 0:
+            continue
+        part = math.ceil(size / ranks)
+        seconds += ranks * cost.loop_s + math.ceil(size / part) * cost.launches * launch_s
+    return seconds
+
+
 def list_era_copies(op: str, ranks: int) -> float:
     """Copies of a tensor's full bytes that the 2021 DeepSpeed runs on the device before its
     collective ``op`` over ``ranks`` ranks: the gather buffer's zero fill before an all-gather, the
@@ -143,6 +190,30 @@ def list_era_copies(op: str, ranks: int) -> float:
         return 0.0
     defaults = zero3_defaults()
     return {"all_gather": defaults.zero_fill, "reduce_scatter": defaults.gradient_divide}[op]
+
+
+def ipg_flushes(groups: Sequence[Sequence[float]], bucket: float) -> list[int]:
+    """Flushes of DeepSpeed 2021's contiguous-gradient bucket of ``bucket`` elements that each group
+    of gradient tensors triggers, the groups and their tensors given in the order backward
+    produces them (``stage3.py`` ``reduce_independent_p_g_buckets_and_remove_grads``).
+
+    A gradient flushes the bucket when the elements already in it (a set-aside gradient larger
+    than the bucket counts too) plus its own exceed ``bucket``; the end of backward flushes what is
+    left once more, counted on the last group. An empty bucket is not flushed (v0.5's guard; before
+    it, the code reached that case only by failing on an empty parameter list)."""
+    elements = 0.0
+    counts = []
+    for sizes in groups:
+        flushes = 0
+        for size in sizes:
+            if elements > 0 and elements + size > bucket:
+                flushes += 1
+                elements = 0.0
+            elements += size
+        counts.append(flushes)
+    if counts and elements > 0:
+        counts[-1] += 1
+    return counts
 
 
 def prefetch_allowed(available: Iterable[float], max_live: float) -> bool:

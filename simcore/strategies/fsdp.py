@@ -75,7 +75,10 @@ before each all-gather and each reduce-scatter the host builds one list entry pe
 compute stream with the device idle (each fetch synchronized it), and the next unit's compute waits
 for the reduce-scatters in flight, as the fetch's ``torch.cuda.synchronize()`` does. Each all-gather
 first zero-fills its full buffer and each reduce-scatter first divides the full gradient in place
-(:func:`~simcore.strategies.deepspeed.list_era_copies`), charged to the collective.
+(:func:`~simcore.strategies.deepspeed.list_era_copies`), charged to the collective; each flush of
+its contiguous-gradient bucket divides the whole bucket too
+(:func:`~simcore.strategies.deepspeed.ipg_flushes`), charged to the reduce-scatter of the unit whose
+gradient triggered it.
 
 HSDP (:mod:`simcore.strategies.hsdp`) reuses this schedule with the shard group limited to a node
 and an all-reduce of each reduce-scattered shard across nodes.
@@ -96,10 +99,14 @@ from simcore.strategies.base import StepContext, Strategy, optimizer_state_bytes
 from simcore.strategies.ddp import chunk_param_tensors
 from simcore.strategies.deepspeed import (
     gathered_tensor_count,
+    ipg_flushes,
     list_era_copies,
     per_rank_list_host_s,
+    persistent_gather_host_s,
+    persistent_sizes,
     prefetch_allowed,
     released_after_recompute,
+    tensor_sizes,
     zero3_defaults,
 )
 from simcore.strategies.passes import (
@@ -121,6 +128,8 @@ _REDUCE_SCATTER = Label("reduce_scatter ", "unit")
 _ACROSS_NODES = Label("all_reduce ", "unit", " shard across nodes")
 _GATHER_LISTS = Label("all_gather per-rank lists (host) ", "unit")
 _REDUCE_LISTS = Label("reduce_scatter per-rank lists (host) ", "unit")
+_PERSISTENT_GATHER = "all_gather persistent parameters (after the step)"
+_PERSISTENT_LOOP = "persistent parameters' per-rank copies (host)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +151,8 @@ class UnitFacts:
     chunk_index: dict[int, int]  # id of a chunk -> its index
     gather_lists_s: list[float]  # host seconds of per-rank lists (DeepSpeed 2021), zeros when off
     reduce_lists_s: list[float]
+    # flushes of DeepSpeed 2021's gradient bucket each unit's gradients trigger (zeros when off)
+    ipg_flushes: list[int]
 
 
 def unit_facts(
@@ -176,6 +187,7 @@ def unit_facts(
         last_bwd_chunk={c.group: i for i, c in reversed(list(enumerate(chunks)))},
         chunk_index={id(c): i for i, c in enumerate(chunks)},
         **_per_rank_lists(ctx, units, unit_tensors, shards, per_rank_lists),
+        ipg_flushes=_ipg_flushes(ctx, units, visits[::-1], shards, per_rank_lists),
     )
 
 
@@ -211,6 +223,31 @@ def _per_rank_lists(
         gathers.append(per_rank_list_host_s("all_gather", ranks, gathered, launch))
         reduces.append(per_rank_list_host_s("reduce_scatter", ranks, unit_tensors[unit], launch))
     return {"gather_lists_s": gathers, "reduce_lists_s": reduces}
+
+
+def _ipg_flushes(
+    ctx: StepContext, units: UnitPlan, backward: Sequence[int], ranks: int, enabled: bool
+) -> list[int]:
+    """Flushes of DeepSpeed 2021's contiguous-gradient bucket per unit
+    (:func:`~simcore.strategies.deepspeed.ipg_flushes`): the units in the order backward enters
+    them, each unit's layers in reverse, each layer's tensors bias first (its gradient needs only the
+    output's); zeros when off."""
+    counts = [0] * len(units.units)
+    if not enabled or ranks <= 1:
+        return counts
+    layers = ctx.workload.layers
+    order = list(dict.fromkeys(backward))
+    groups = [
+        [
+            size
+            for i in reversed(units.units[unit])
+            for size in reversed(tensor_sizes(layers[i], ctx.layer_counts([i])[1]))
+        ]
+        for unit in order
+    ]
+    for unit, flushes in zip(order, ipg_flushes(groups, zero3_defaults().reduce_bucket_size), strict=True):
+        counts[unit] = flushes
+    return counts
 
 
 class ShardedHooks(PassHooks):
@@ -283,6 +320,9 @@ class ShardedHooks(PassHooks):
         ranks = len(self.shard_group) if self.synchronized else 1
         self.fill_copies = list_era_copies("all_gather", ranks)
         self.divide_copies = list_era_copies("reduce_scatter", ranks)
+        # each flush of the gradient bucket divides the whole bucket (fp16): bytes per unit
+        bucket = zero3_defaults().reduce_bucket_size * precision.bytes("unsharded_grad")
+        self.bucket_divide_bytes = [flushes * bucket for flushes in facts.ipg_flushes]
 
     def _list_host(
         self, builder: PlanBuilder, label: Label, seconds: float, unit: int, after: Sequence[int]
@@ -303,10 +343,7 @@ class ShardedHooks(PassHooks):
         after: Sequence[int] = (),
         after_start: Sequence[int] = (),
     ) -> int:
-        # the shard's copy-in (and cast to the gather dtype) just before the collective, on its stream
-        shard = self.unit_params[unit] / len(self.shard_group)
-        copy_in = self.ctx.copy_time_s(shard * (self.mp.bytes("param") + self.mp.bytes("gather")) / 2)
-        copy_in += self.ctx.copy_time_s(self.full_bytes[unit] * self.fill_copies)
+        copy_in = self._gather_copies_s(unit)
         host = self._list_host(builder, _GATHER_LISTS, self.gather_lists_s[unit], unit, after)
         if not after_start:  # on demand: the gather waits for its lists (a prefetch runs beside compute)
             after = [*after, *host]
@@ -321,11 +358,20 @@ class ShardedHooks(PassHooks):
             after=after,
             after_start=after_start,
             on_start=[("buffers", self.full_bytes[unit])],
-            extra_s=copy_in if self.copies else 0.0,
+            extra_s=copy_in,
         )
         self.gathered[unit] = op
         self.copied.pop(unit, None)
         return op
+
+    def _gather_copies_s(self, unit: int) -> float:
+        """Device work on the all-gather's stream before it: the shard's copy-in (and cast to the
+        gather dtype) and, DeepSpeed 2021, the zero fill of the full buffer; none on one rank."""
+        if not self.copies:
+            return 0.0
+        shard = self.unit_params[unit] / len(self.shard_group)
+        copy_in = self.ctx.copy_time_s(shard * (self.mp.bytes("param") + self.mp.bytes("gather")) / 2)
+        return copy_in + self.ctx.copy_time_s(self.full_bytes[unit] * self.fill_copies)
 
     def _prefetch(
         self,
@@ -466,7 +512,7 @@ class ShardedHooks(PassHooks):
             op = add_collective(
                 self.ctx, builder, "all_gather", self.full_bytes[unit], self.shard_group,
                 builder.label("all_gather ", "unit", " (backward, again after recompute)"),
-                key=self.unit_keys[unit], after=after,
+                key=self.unit_keys[unit], after=after, extra_s=self._gather_copies_s(unit),
             )  # fmt: skip
             self.gathered[unit] = op
             self.copied.pop(unit, None)
@@ -524,7 +570,8 @@ class ShardedHooks(PassHooks):
             passes = (self.grad_bytes[unit] + self.reduce_bytes[unit]) / 2
             if self.on_cpu:
                 passes += self.reduce_bytes[unit] + self.reduce_bytes[unit] / shards
-            copy_s = self.ctx.copy_time_s(passes + self.reduce_bytes[unit] * self.divide_copies)
+            passes += self.reduce_bytes[unit] * self.divide_copies + self.bucket_divide_bytes[unit]
+            copy_s = self.ctx.copy_time_s(passes)
         if self.copies and self.on_cpu:
             op = builder.compute(
                 _REDUCE_COPY_IN,
@@ -628,7 +675,7 @@ def build_sharded_plan(
         built = (settings, RepeatSpan(start, len(builder.plan.ops), previous, last, number))
     after = [builder.last_comm] if builder.last_comm is not None else []
     step = ctx.optimizer_step(strategy, params / shards, shards, flat=deepspeed)
-    builder.compute(
+    stepped = builder.compute(
         "optimizer step",
         step.seconds,
         kind="optimizer",
@@ -636,7 +683,30 @@ def build_sharded_plan(
         on_start=[("temp", step.scratch_bytes)],
         on_end=[("grads", -full_grads / shards), ("temp", -step.scratch_bytes)],
     )
+    if deepspeed and cfg.zero3_per_rank_lists and shards > 1:
+        _persistent_gather(ctx, builder, shard_group, precision, stepped)
     return builder.plan
+
+
+def _persistent_gather(
+    ctx: StepContext, builder: PlanBuilder, group: Sequence[int], precision: Precision, stepped: int
+) -> None:
+    """DeepSpeed 2021's re-gather of the persistent parameters after the optimizer step
+    (:func:`~simcore.strategies.deepspeed.persistent_gather_host_s`): one flat all-gather of them
+    and the host's per-rank copy loop, the device waiting (the call is synchronous)."""
+    layers = ctx.workload.layers
+    sizes = persistent_sizes(
+        ((layers[i], ctx.layer_counts([i])[1]) for i in range(len(layers))),
+        zero3_defaults().param_persistence_threshold,
+    )
+    if not sizes:
+        return
+    gather = add_collective(
+        ctx, builder, "all_gather", sum(sizes) * precision.bytes("gather"), group,
+        _PERSISTENT_GATHER, after=[stepped],
+    )  # fmt: skip
+    seconds = persistent_gather_host_s(sizes, len(group), launch_latency_s())
+    builder.compute(_PERSISTENT_LOOP, seconds, kind="host", after=[gather])
 
 
 class FSDPStrategy:

@@ -12,12 +12,16 @@ from simcore.strategies import get_strategy
 from simcore.strategies.base import StepContext, TrainingConfig
 from simcore.strategies.deepspeed import (
     gathered_tensor_count,
+    ipg_flushes,
     list_era_copies,
     per_rank_list_host_s,
+    persistent_gather_host_s,
+    persistent_sizes,
     tensor_sizes,
     zero3_defaults,
 )
 from simcore.whatif.sweep import run_what_if
+from simcore.workload.loader import load_workload
 from simcore.workload.types import Layer
 from tests.simcore.strategies.test_strategies_support import RateTimer, toy_context, toy_transformer
 from topologies import load_cluster
@@ -37,6 +41,7 @@ def test_the_per_rank_figures_are_the_data_files() -> None:
     lists = zero3_defaults().per_rank_lists
     assert (lists["all_gather"].loop_s, lists["all_gather"].launches) == (2.8e-6, 1)
     assert (lists["reduce_scatter"].loop_s, lists["reduce_scatter"].launches) == (4.4e-6, 1)
+    assert (lists["persistent_gather"].loop_s, lists["persistent_gather"].launches) == (7.7e-6, 1)
 
 
 def test_the_host_cost_is_tensors_times_ranks_times_the_per_rank_work() -> None:
@@ -162,7 +167,115 @@ def test_each_collective_carries_its_fill_or_division_by_hand() -> None:
 
     with_lists, without = collectives(True), collectives(False)
     assert [(k, b) for k, b, _ in with_lists] == [(k, b) for k, b, _ in without]
-    for (kind, size, lists_s), (_, _, plain_s) in zip(with_lists, without, strict=True):
+    # the toy's 27M gradient elements all fit the 5e8-element bucket: only the end of backward
+    # flushes it, dividing the whole fp16 bucket (1e9 B, read and written) on the last reduce-scatter
+    last = max(i for i, (kind, _, _) in enumerate(with_lists) if kind == "reduce_scatter")
+    for i, ((kind, size, lists_s), (_, _, plain_s)) in enumerate(zip(with_lists, without, strict=True)):
         per_copy = {"all_gather": 1.0, "reduce_scatter": 2.0}[kind]
-        assert lists_s - plain_s == pytest.approx(per_copy * size / 1.5e12), kind
+        bucket = 2 * 5e8 * 2 / 1.5e12 if i == last else 0.0
+        assert lists_s - plain_s == pytest.approx(per_copy * size / 1.5e12 + bucket), kind
     assert {kind for kind, _, _ in with_lists} == {"all_gather", "reduce_scatter"}
+
+
+def test_the_gradient_bucket_is_deepspeeds_default() -> None:
+    """efficiency.yaml deepspeed_zero3.reduce_bucket_size: constants.py's 500,000,000 elements."""
+    assert zero3_defaults().reduce_bucket_size == 500_000_000
+
+
+def test_the_bucket_flushes_by_hand() -> None:
+    """Bucket of 10: [4, 4] fills 8; 4 would make 12 (flush, 4 in); 15 would make 19 (flush, set
+    aside, counted in); 1 would make 16 (flush); the end of backward flushes the 1: [0, 2, 2]. A
+    first gradient larger than the bucket finds it empty: no flush until the next one."""
+    assert ipg_flushes([[4, 4], [4, 15], [1]], 10) == [0, 2, 2]
+    assert ipg_flushes([[15, 1]], 10) == [2]
+    assert ipg_flushes([[5, 5]], 10) == [1]  # exactly full: no overflow, only the final flush
+    assert ipg_flushes([], 10) == []
+
+
+def test_a_gpt_175b_block_flushes_the_bucket_five_times() -> None:
+    """GPT 174.6B's block in backward, biases first (h = 12288, bucket 5e8): after the previous
+    block's QKV weight (453M) the FC2 bias fits; the FC2 weight (604M) flushes; the FC1 bias flushes
+    (604M set aside); the FC1 weight flushes; norm2 flushes (604M set aside); the out-projection
+    (151M) fits; the QKV weight (453M) flushes: five per block, one more at the end."""
+    h = 12288
+    block = [h, 4 * h * h, 4 * h, 4 * h * h, h, h, h, h * h, 3 * h, 3 * h * h, h, h]
+    assert ipg_flushes([block] * 3, 5e8) == [5, 5, 6]
+
+
+@given(st.lists(st.lists(st.integers(1, 50), max_size=6), max_size=6), st.integers(10, 60))
+def test_every_flush_but_the_last_empties_a_bucket_that_would_overflow(
+    groups: list[list[int]], bucket: int
+) -> None:
+    """Flushes are at least the elements over the bucket (each flush takes at most a bucket's worth
+    or one gradient), at most one per gradient, and the last flush leaves nothing behind."""
+    total = sum(map(sum, groups))
+    flushes = sum(ipg_flushes(groups, bucket))
+    assert flushes <= sum(map(len, groups))
+    assert (flushes > 0) == (total > 0)
+    assert flushes * max(bucket, max((max(g) for g in groups if g), default=0)) >= total
+
+
+def test_the_persistent_gather_loop_by_hand() -> None:
+    """1,536 ranks, 5 us per launch: a 12288-element tensor has parts of 8, all 1,536 ranks copy;
+    a 49152-element one parts of 32, all copy: 2 x 1536 x (7.7 + 5) us. 20480 elements on 2,240
+    ranks: parts of ceil(9.14) = 10, so only 2,048 ranks hold elements: 2240 x 7.7 + 2048 x 5 us."""
+    assert persistent_gather_host_s([12288, 49152], 1536, 5e-6) == pytest.approx(2 * 1536 * 12.7e-6)
+    assert persistent_gather_host_s([20480], 2240, 5e-6) == pytest.approx(2240 * 7.7e-6 + 2048 * 5e-6)
+    assert persistent_gather_host_s([12288], 1, 5e-6) == 0.0
+    assert persistent_gather_host_s([], 64, 5e-6) == 0.0
+
+
+def test_a_gpt_block_keeps_eight_tensors_persistent() -> None:
+    """The block of the test above: two LayerNorms' weight and bias and the four biases."""
+    h = 12288
+    block = [Layer("norm1", "layernorm", 0, 2 * h, 0.0, 0.0, 0.0, 0.0, 0.0)]
+    for out, inp in [(3 * h, h), (h, h), (4 * h, h), (h, 4 * h)]:
+        block.append(
+            Layer("fc", "linear", 0, out * inp + out, 1.0, 2.0, 0.0, 0.0, 0.0, gemm=(2048.0, inp, out))
+        )
+    block.append(Layer("norm2", "layernorm", 0, 2 * h, 0.0, 0.0, 0.0, 0.0, 0.0))
+    sizes = persistent_sizes(((layer, 2) for layer in block), 1e5)
+    assert sorted(sizes) == sorted([h, h, 3 * h, h, 4 * h, h, h, h])
+
+
+def test_the_step_ends_with_the_persistent_gather_by_hand() -> None:
+    """GPT-2 small on 16 ranks: 12 blocks x 8 persistent tensors + the final LayerNorm's 2 = 98,
+    each of 768, 2304 or 3072 elements (all divisible by 16: every rank copies), so the host loop
+    after the optimizer step is 98 x 16 x (7.7 us + one launch); FSDP and today's DeepSpeed have
+    none."""
+
+    def plan(lists: bool, name: str = "zero3") -> object:
+        config = TrainingConfig(global_batch=16, micro_batch=1, precision="mixed", zero3_per_rank_lists=lists)
+        ctx = toy_context(16, config, workload=load_workload("gpt2-small", seq_len=128))
+        return get_strategy(name).build_plan(ctx)
+
+    ops = plan(True).ops  # type: ignore[attr-defined]
+    loop = [op for op in ops if op.kind == "host" and "persistent" in op.name]
+    assert len(loop) == 1 and loop[0] is ops[-1]
+    assert loop[0].duration_s == pytest.approx(98 * 16 * (7.7e-6 + launch_latency_s()))
+    gather = [op for op in ops if op.kind == "all_gather" and "persistent" in op.name]
+    optimizer = [op for op in ops if op.kind == "optimizer"]
+    assert len(gather) == 1 and gather[0].after == (optimizer[0].id,) and loop[0].after == (gather[0].id,)
+    for lists, name in ((False, "zero3"), (True, "fsdp")):
+        assert not [op for op in plan(lists, name).ops if "persistent" in op.name]  # type: ignore[attr-defined]
+
+
+def test_the_gathers_again_after_recompute_carry_the_fill_too() -> None:
+    """Checkpointed blocks, reuse distance 0: every group is released after its recompute and
+    gathered again for its backward, through the same _allgather_param (its torch.zeros): each
+    all-gather, the second ones included, gains B / 1.5e12 over the plan without the lists."""
+
+    def gathers(lists: bool) -> list[tuple[str, float, float]]:
+        config = TrainingConfig(
+            global_batch=16, micro_batch=1, zero3_prefetch_bucket_params=3_000_000, precision="mixed",
+            zero3_per_rank_lists=lists, activation_checkpointing=True, zero3_max_reuse_distance=0,
+        )  # fmt: skip
+        ctx = toy_context(16, config, workload=toy_transformer(blocks=4))
+        ctx.timer = RateTimer(memory_bandwidth_Bps=1.5e12)
+        plan = get_strategy("zero3").build_plan(ctx)
+        return [(op.name, op.bytes, op.duration_s) for op in plan.ops if op.kind == "all_gather"]
+
+    with_lists, without = gathers(True), gathers(False)
+    assert any("again after recompute" in name for name, _, _ in with_lists)
+    for (name, size, lists_s), (_, _, plain_s) in zip(with_lists, without, strict=True):
+        assert lists_s - plain_s == pytest.approx(size / 1.5e12), name
