@@ -43,6 +43,7 @@ from simcore.workload.models import check_keys, get_bool, get_choice, get_nonneg
 from simcore.workload.types import Layer, MLADims, MoEDims, ParameterTie, TransformerDims, Workload
 
 __all__ = [
+    "GELU_TANH_ACCESSES",
     "SHAPE_KEYS_OPTIONAL",
     "SHAPE_KEYS_REQUIRED",
     "TransformerShape",
@@ -503,13 +504,28 @@ def _dropout(name: str, block: int, elems: float, e: int) -> Layer:
     return _elementwise(name, "dropout", block, 0, 0.0, e * elems, (2 * e + 1) * elems)
 
 
+# Eager tanh-GELU (Hugging Face's NewGELUActivation, GPT-2's "gelu_new": ``0.5 * x * (1.0 +
+# torch.tanh(c * (x + 0.044715 * torch.pow(x, 3.0))))``), element accesses per element of ``ffn``.
+# Forward, eight kernels: 0.5 * x (2), pow (2), * 0.044715 (2), x + . (3), * c (2), tanh (2), 1.0 + .
+# (2), the product (3) = 18. Backward, autograd's formulas of the same ops (torch
+# tools/autograd/derivatives.yaml): the product's two gradients g * v and g * a (3 + 3), tanh_backward
+# g * (1 - t^2) (3), the three scalar multiplies (2 each), pow_backward g * (3 * x.pow(2)) (square 2,
+# scale 2, product 3), the two adds pass the gradient on without a kernel, and x's three gradients
+# (through the sum, pow and 0.5 * x) accumulate in two adds (3 + 3) = 28, not twice the forward's.
+GELU_TANH_ACCESSES = (18, 28)
+
+
 def _activation(shape: TransformerShape, name: str, block: int, s: int, e: int) -> Layer:
     """The FFN activation: SwiGLU's silu and product (read 3, write 2 per element of ``ffn``), a
-    fused GELU or ReLU (read, write), or eager tanh-GELU (``0.5 * x * (1 + tanh(c * (x + 0.044715
-    * x^3)))``: eight kernels, 18 element accesses)."""
+    fused GELU or ReLU (read, write), or eager tanh-GELU (eight kernels forward, 18 element
+    accesses, and 28 in backward: :data:`GELU_TANH_ACCESSES`)."""
     f = shape.ffn
     saved = e * s * f * (3 if shape.gated_ffn else 1)
-    accesses = 5 if shape.gated_ffn else {"gelu_tanh": 18}.get(shape.activation, 2)
+    if not shape.gated_ffn and shape.activation == "gelu_tanh":
+        fwd, bwd = GELU_TANH_ACCESSES
+        layer = _elementwise(name, "activation", block, 0, saved, e * s * f, fwd * e * s * f)
+        return replace(layer, bwd_bytes_ratio=bwd / fwd)
+    accesses = 5 if shape.gated_ffn else 2
     return _elementwise(name, "activation", block, 0, saved, e * s * f, accesses * e * s * f)
 
 
