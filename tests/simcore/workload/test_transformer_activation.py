@@ -45,7 +45,5 @@ def test_gelu_new_backward_time_is_its_28_accesses_at_the_streaming_bandwidth() 
 
 
 def test_a_fused_gelu_keeps_read_and_write() -> None:
-    """BERT's GELU is torch's one erf kernel: read, write (backward the roofline's twice that)."""
-    gelu = _act("bert-large")
-    assert gelu.memory_bytes == 2 * E * S * FFN
-    assert gelu.bwd_bytes_ratio == 2.0
+    """BERT's GELU is torch's one erf kernel: read, write."""
+    assert _act("bert-large").memory_bytes == 2 * E * S * FFN
