@@ -9,7 +9,9 @@ Two rules of the yardstick (issue 21, "Validation rules"):
 - where a source also publishes its own single-device rate, that rate calibrates the source's
   distributed rows in a second, *calibrated* column: one scalar per anchor, compute only. The
   scalar is the anchor's predicted speed over its measured speed (> 1: the simulator computes too
-  fast, so every compute kernel is slowed by it); collectives keep their shipped model.
+  fast, so every compute kernel is slowed by it); collectives keep their shipped model. A one-GPU
+  training step anchors the source's step rows; a source's own largest matmul (a ``matmul`` row)
+  anchors the source's other kernel rows on the same device (``matmul`` and ``layer`` rows).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.validate_published.evaluate import CALIBRATION, PREDICTED, RowResult
+from experiments.validate_published.kernels import LayerSetup, MatmulSetup
 from experiments.validate_published.mapping import RowPlan
 from experiments.validate_published.metrics import error_pct, speed_bias_pct
 from experiments.validate_published.training import StepSetup
@@ -98,18 +101,31 @@ def _constant_rows(entries: Any, known: set[int]) -> dict[int, ConstantRow]:
     return out
 
 
+_SCALED = (StepSetup, MatmulSetup, LayerSetup)  # setups with a compute_scale
+
+
+def _family(setup: Any) -> str | None:
+    """Which rows an anchor of this setup calibrates: 'step' rows or kernel rows (None: no anchor)."""
+    if isinstance(setup, StepSetup):
+        return "step" if setup.gpus == 1 else None
+    return "kernel" if isinstance(setup, MatmulSetup) else None
+
+
 def _anchors(entries: Any, plans: Mapping[int, RowPlan]) -> tuple[Anchor, ...]:
     out, seen = [], set()
     for n, entry in enumerate(entries or [], 1):
         where = f"calibration.yaml anchors entry {n}"
         anchor = entry.get("anchor")
         plan = plans.get(anchor) if isinstance(anchor, int) else None
-        if plan is None or not isinstance(plan.setup, StepSetup) or plan.setup.gpus != 1:
-            raise TrainsimError(f"{where}: anchor {anchor!r} must be a one-GPU 'step' row")
+        family = _family(plan.setup) if plan is not None else None
+        if plan is None or family is None:
+            raise TrainsimError(f"{where}: anchor {anchor!r} must be a one-GPU 'step' row or a 'matmul' row")
         rows = _ids(entry.get("rows"), where, set(plans))
+        kinds = (StepSetup,) if family == "step" else (MatmulSetup, LayerSetup)
+        wanted = "a 'step' row" if family == "step" else "a 'matmul' or 'layer' row"
         for i in rows:
-            if not isinstance(plans[i].setup, StepSetup) or i in seen or i == anchor:
-                raise TrainsimError(f"{where}: row {i} must be a 'step' row of one anchor only")
+            if not isinstance(plans[i].setup, kinds) or i in seen or i == anchor:
+                raise TrainsimError(f"{where}: row {i} must be {wanted} of one anchor only")
             seen.add(i)
         out.append(Anchor(anchor, rows, _text(entry, "reason", where)))
     return tuple(out)
@@ -135,7 +151,7 @@ def load_calibration(plans: Sequence[RowPlan], path: Path = CALIBRATION_PATH) ->
 
 def _scale(plan: RowPlan) -> float | None:
     """The anchor's predicted / measured speed, None when the anchor cannot be predicted."""
-    if plan.all_reasons() or plan.metric is None or not isinstance(plan.setup, StepSetup):
+    if plan.all_reasons() or plan.metric is None or not isinstance(plan.setup, _SCALED):
         return None
     try:
         value = plan.setup.predict(plan.metric.name).value
@@ -145,7 +161,7 @@ def _scale(plan: RowPlan) -> float | None:
 
 
 def _calibrated(result: RowResult, plan: RowPlan, scale: float, anchor: int) -> RowResult:
-    if result.status != PREDICTED or plan.metric is None or not isinstance(plan.setup, StepSetup):
+    if result.status != PREDICTED or plan.metric is None or not isinstance(plan.setup, _SCALED):
         return result
     value = replace(plan.setup, compute_scale=scale).predict(plan.metric.name).value
     return replace(

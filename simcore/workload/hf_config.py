@@ -39,7 +39,8 @@ DEFAULT_SEQ_LEN = 4096
 _ACTIVATIONS = {
     "gelu": "gelu",
     "gelu_new": "gelu_tanh",
-    "gelu_pytorch_tanh": "gelu_tanh",
+    # PytorchGELUTanh: nn.functional.gelu(approximate="tanh"), one fused kernel (not gelu_new's chain)
+    "gelu_pytorch_tanh": "gelu",
     "relu": "relu",
     "silu": "silu",
 }

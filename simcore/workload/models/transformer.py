@@ -43,6 +43,7 @@ from simcore.workload.models import check_keys, get_bool, get_choice, get_nonneg
 from simcore.workload.types import Layer, MLADims, MoEDims, ParameterTie, TransformerDims, Workload
 
 __all__ = [
+    "GELU_TANH_ACCESSES",
     "SHAPE_KEYS_OPTIONAL",
     "SHAPE_KEYS_REQUIRED",
     "TransformerShape",
@@ -69,6 +70,8 @@ SHAPE_KEYS_OPTIONAL = (
     "dropout",
     "flash_attention",
     "fused_softmax",
+    "softmax_fp32",
+    "ffn_dropout",
     "moe",
     "causal",
     "activation",
@@ -88,6 +91,10 @@ MOE_KEYS_OPTIONAL = ("shared_experts", "dense_layers", "router_bias")
 MLA_KEYS_REQUIRED = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 MLA_KEYS_OPTIONAL = ("q_lora_rank",)
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu", "silu")
+POSITIONS = ("learned", "rotary", "relative")
+# T5's relative attention bias: relative_attention_num_buckets (32, every T5 config on the Hugging Face
+# hub, e.g. google-t5/t5-large config.json) learned logits per head, held by the first block only
+RELATIVE_BUCKETS = 32
 WINDOW_KINDS = ("sliding", "full")  # entries of window_pattern
 
 LOSS_BYTES_PER_LOGIT = 4  # cross entropy keeps fp32 log-softmax of the logits (Korthikanti 2022, sec. 4.3)
@@ -108,7 +115,9 @@ class TransformerShape:
     gated_ffn: bool = False  # SwiGLU: gate and up projections of width ffn, then down
     norm: str = "layernorm"  # "layernorm" (weight + bias) or "rmsnorm" (weight only)
     bias: bool = True  # linear layers carry biases
-    positions: str = "learned"  # "learned" (a position-embedding table) or "rotary" (no parameters)
+    # "learned" (a position-embedding table), "rotary" (no parameters) or "relative" (T5: a learned
+    # bias per head and distance bucket, in the first block, added to the attention scores)
+    positions: str = "learned"
     max_positions: int | None = None  # size of the learned position table; None = seq_len
     token_types: int = 0  # BERT's segment embeddings
     embedding_norm: bool = False  # a norm right after the embeddings (BERT)
@@ -120,6 +129,10 @@ class TransformerShape:
     # heads as strided batches of [s, b, heads, d] views): no separate scale/mask kernels, no layout
     # copies. False: Hugging Face's eager chain (scale, mask, softmax as separate kernels)
     fused_softmax: bool = False
+    # Hugging Face's eager T5Attention: softmax(scores.float()).type_as(scores), the scores upcast to
+    # fp32, softmaxed in fp32 and cast back (three kernels instead of one)
+    softmax_fp32: bool = False
+    ffn_dropout: bool = False  # a dropout between the FFN's activation and its output (T5's DenseReluDense)
     moe: MoEDims | None = None  # mixture-of-experts feed-forward (see MoEDims)
     causal: bool = True  # decoder self-attention (the fused kernel skips the masked half)
     # the FFN's activation when not gated: gelu (torch's fused erf kernel), gelu_tanh (GPT-2's
@@ -244,7 +257,7 @@ class TransformerShape:
             gated_ffn=get_bool(m, "gated_ffn", where, False),
             norm=get_choice(m, "norm", where, ("layernorm", "rmsnorm"), "layernorm"),
             bias=get_bool(m, "bias", where, True),
-            positions=get_choice(m, "positions", where, ("learned", "rotary"), "learned"),
+            positions=get_choice(m, "positions", where, POSITIONS, "learned"),
             max_positions=get_positive_int(m, "max_positions", where) if "max_positions" in m else None,
             token_types=get_nonnegative_int(m, "token_types", where, 0),
             embedding_norm=get_bool(m, "embedding_norm", where, False),
@@ -253,6 +266,8 @@ class TransformerShape:
             dropout=get_bool(m, "dropout", where, True),
             flash_attention=get_bool(m, "flash_attention", where, True),
             fused_softmax=get_bool(m, "fused_softmax", where, False),
+            softmax_fp32=get_bool(m, "softmax_fp32", where, False),
+            ffn_dropout=get_bool(m, "ffn_dropout", where, False),
             moe=_moe_from_mapping(m["moe"], f"{where}: moe") if "moe" in m else None,
             causal=get_bool(m, "causal", where, True),
             activation=get_choice(m, "activation", where, ACTIVATIONS, "gelu"),
@@ -374,6 +389,8 @@ def _attention_core(shape: TransformerShape, block: int, e: int) -> Layer:
     qkv_elems = s * (q + shape.k_width + shape.v_width)
     flops = 4.0 * s * s * q if q == o else 2.0 * s * s * (q + o)  # Q K^T and softmax(.) V
     sinks = a if shape.attention_sinks else 0
+    if shape.positions == "relative" and block == 0:
+        sinks += RELATIVE_BUCKETS * a  # T5's relative_attention_bias (an embedding of buckets x heads)
     if shape.flash_attention:
         saved = e * qkv_elems + 4.0 * a * s  # Q, K, V and the fp32 log-sum-exp
         moved = float(e * (qkv_elems + s * o))
@@ -390,7 +407,8 @@ def _attention_core(shape: TransformerShape, block: int, e: int) -> Layer:
             moved,
         )
     scores = a * s * s
-    saved = float(e * qkv_elems + e * scores + ((1 + e) * scores if shape.dropout else 0))
+    soft = 4 if shape.softmax_fp32 else e  # the softmax's saved output (fp32 under softmax_fp32)
+    saved = float(e * qkv_elems + soft * scores + ((1 + e) * scores if shape.dropout else 0))
     fwd_bytes, bwd_bytes, fwd_serial, bwd_serial = eager_attention_bytes(shape, e)
     return Layer(
         f"block{block}.attn_core",
@@ -427,6 +445,13 @@ def eager_attention_bytes(shape: TransformerShape, e: int) -> tuple[float, float
     GEMMs' Q, K, V and output bytes; the gradients of Q, K, V and of the output are copied back
     through the same four non-viewable reshapes.
 
+    T5 (Hugging Face's T5Attention): no scale; ``positions: relative`` adds the position bias in
+    place (read, write) and its backward passes the gradient on (no kernel); with ``softmax_fp32``
+    the softmax is three kernels, ``softmax(scores.float()).type_as(scores)``: upcast (read e, write
+    4), softmax (4, 4), cast back (4, e), and in backward the cast's gradient upcast (e, 4),
+    ``_softmax_backward_data`` on the fp32 gradient and saved output (4 + 4, 4) and the upcast's
+    cast back (4, e): 10 and 12 passes of ``e`` bytes at 16 bits instead of 2 and 3.
+
     With ``fused_softmax`` (Megatron-LM's FusedScaleMaskSoftmax, ``masked_softmax_fusion`` on by
     default; the 1/sqrt(d) scale in ``baddbmm``'s alpha) the scale, mask and softmax are one kernel
     (forward: read, write; backward: read the gradient and the saved output, write) and ``bmm`` takes
@@ -446,8 +471,13 @@ def eager_attention_bytes(shape: TransformerShape, e: int) -> tuple[float, float
         )
     copies = 2.0 * io  # four layout copies, each read and written
     mask = 2 if shape.causal else 0
-    fwd_between = 4 + mask + drop
-    bwd_between = 5 + mask + drop
+    scale_fwd, scale_bwd = (2, 0) if shape.positions == "relative" else (2, 2)
+    if shape.softmax_fp32:
+        soft_fwd, soft_bwd = (e + 4 + 8 + 4 + e) / e, (e + 4 + 12 + 4 + e) / e
+    else:
+        soft_fwd, soft_bwd = 2, 3
+    fwd_between = scale_fwd + soft_fwd + mask + drop
+    bwd_between = scale_bwd + soft_bwd + mask + drop
     fwd_serial = fwd_between * e * scores + copies
     bwd_serial = bwd_between * e * scores + copies
     return (
@@ -503,13 +533,28 @@ def _dropout(name: str, block: int, elems: float, e: int) -> Layer:
     return _elementwise(name, "dropout", block, 0, 0.0, e * elems, (2 * e + 1) * elems)
 
 
+# Eager tanh-GELU (Hugging Face's NewGELUActivation, GPT-2's "gelu_new": ``0.5 * x * (1.0 +
+# torch.tanh(c * (x + 0.044715 * torch.pow(x, 3.0))))``), element accesses per element of ``ffn``.
+# Forward, eight kernels: 0.5 * x (2), pow (2), * 0.044715 (2), x + . (3), * c (2), tanh (2), 1.0 + .
+# (2), the product (3) = 18. Backward, autograd's formulas of the same ops (torch
+# tools/autograd/derivatives.yaml): the product's two gradients g * v and g * a (3 + 3), tanh_backward
+# g * (1 - t^2) (3), the three scalar multiplies (2 each), pow_backward g * (3 * x.pow(2)) (square 2,
+# scale 2, product 3), the two adds pass the gradient on without a kernel, and x's three gradients
+# (through the sum, pow and 0.5 * x) accumulate in two adds (3 + 3) = 28, not twice the forward's.
+GELU_TANH_ACCESSES = (18, 28)
+
+
 def _activation(shape: TransformerShape, name: str, block: int, s: int, e: int) -> Layer:
     """The FFN activation: SwiGLU's silu and product (read 3, write 2 per element of ``ffn``), a
-    fused GELU or ReLU (read, write), or eager tanh-GELU (``0.5 * x * (1 + tanh(c * (x + 0.044715
-    * x^3)))``: eight kernels, 18 element accesses)."""
+    fused GELU or ReLU (read, write), or eager tanh-GELU (eight kernels forward, 18 element
+    accesses, and 28 in backward: :data:`GELU_TANH_ACCESSES`)."""
     f = shape.ffn
     saved = e * s * f * (3 if shape.gated_ffn else 1)
-    accesses = 5 if shape.gated_ffn else {"gelu_tanh": 18}.get(shape.activation, 2)
+    if not shape.gated_ffn and shape.activation == "gelu_tanh":
+        fwd, bwd = GELU_TANH_ACCESSES
+        layer = _elementwise(name, "activation", block, 0, saved, e * s * f, fwd * e * s * f)
+        return replace(layer, bwd_bytes_ratio=bwd / fwd)
+    accesses = 5 if shape.gated_ffn else 2
     return _elementwise(name, "activation", block, 0, saved, e * s * f, accesses * e * s * f)
 
 
@@ -582,11 +627,16 @@ def block_layers(shape: TransformerShape, block: int, e: int) -> list[Layer]:
     tail = [*post2, *drop2, _residual(f"{p}.residual2", block, s, h, e)]
     if shape.moe is not None and shape.moe.is_moe_block(block):
         return [*head, *_moe_ffn_layers(shape, shape.moe, block, e), *tail]
+    # T5's DenseReluDense drops out the activation (its mask kept for backward, by the output GEMM)
+    inner = shape.ffn_dropout and shape.dropout
+    act_drop = [_dropout(f"{p}.mlp_act_dropout", block, s * f, e)] if inner else []
+    out_saved = mask + (float(s * f) if inner else 0.0)
     return [
         *head,
         matmul_layer(f"{p}.mlp_in", block, s, h, up_out, shape.bias, e, 0.0),
         _activation(shape, f"{p}.mlp_act", block, s, e),
-        matmul_layer(f"{p}.mlp_out", block, s, f, h, shape.bias, e, mask),
+        *act_drop,
+        matmul_layer(f"{p}.mlp_out", block, s, f, h, shape.bias, e, out_saved),
         *tail,
     ]
 

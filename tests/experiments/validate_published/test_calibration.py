@@ -94,6 +94,40 @@ def test_the_anchor_scale_is_its_measured_over_predicted_time_and_reproduces_it(
     assert ddp8.calibrated != pytest.approx(ddp8.predicted, rel=1e-3)
 
 
+def test_a_sources_own_matmul_anchors_its_kernel_rows_on_the_same_machine() -> None:
+    """mli's A100: its FP16 matmul (148) scales its TF32 matmul (147) and its blocks (149, 150): a
+    rate metric, so each calibrated rate is the predicted one over the anchor's predicted / measured
+    rate, and the scaled anchor reproduces its own measurement."""
+    plans = _plans(148, 147, 149, 150)
+    plain = evaluate(plans)
+    results = apply_calibration(plain, load_mapping().plans, _table())
+    anchor = results[0]
+    assert plain[0].predicted is not None
+    scale = plain[0].predicted / anchor.measured
+    assert anchor.compute_scale == pytest.approx(scale, rel=1e-12)
+    assert anchor.calibrated == pytest.approx(anchor.measured, rel=1e-9)
+    for row, before in zip(results[1:], plain[1:], strict=True):
+        assert row.anchor == 148 and before.predicted is not None
+        assert row.calibrated == pytest.approx(before.predicted / scale, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("anchor", "rows", "message"),
+    [
+        (149, [150], "anchor 149 must be a one-GPU 'step' row or a 'matmul' row"),
+        (148, [46], "row 46 must be a 'matmul' or 'layer' row of one anchor only"),
+        (42, [149], "row 149 must be a 'step' row of one anchor only"),
+    ],
+)
+def test_an_anchor_calibrates_rows_of_its_own_family_only(
+    tmp_path: Path, anchor: int, rows: list[int], message: str
+) -> None:
+    path = tmp_path / "calibration.yaml"
+    path.write_text(f"anchors:\n  - anchor: {anchor}\n    rows: {rows}\n    reason: test\n", encoding="utf-8")
+    with pytest.raises(TrainsimError, match=message):
+        load_calibration(load_mapping().plans, path)
+
+
 def test_the_anchor_is_found_when_the_selection_leaves_it_out() -> None:
     results = apply_calibration(evaluate(_plans(46)), load_mapping().plans, _table())
     assert results[0].anchor == 42 and results[0].calibrated is not None

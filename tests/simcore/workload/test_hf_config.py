@@ -176,6 +176,16 @@ def test_flash_attention_override_reaches_a_config(tmp_path: Path) -> None:
     assert any(layer.kind == "attention_math" for layer in eager.layers)
 
 
+@pytest.mark.parametrize(("hf_name", "accesses"), [("gelu_new", 18), ("gelu_pytorch_tanh", 2)])
+def test_tanh_gelu_names_map_to_their_kernels(tmp_path: Path, hf_name: str, accesses: int) -> None:
+    """gelu_new is HF's eager chain of eight kernels (18 element accesses); gelu_pytorch_tanh is
+    nn.functional.gelu(approximate="tanh"), one fused kernel (read, write)."""
+    _write(tmp_path, _edited("gpt2", activation_function=hf_name))
+    workload = load_workload(str(tmp_path), dtype="fp16")
+    act = next(layer for layer in workload.layers if layer.name == "block0.mlp_act")
+    assert act.memory_bytes == accesses * act.output_bytes
+
+
 # ---------------------------------------------------------------------------------------------------
 # Bad input: one TrainsimError line naming the field
 

@@ -20,6 +20,8 @@ PUBLISHED_PARAMS = {
     "gpt2-xl": 1_557_611_200,
     "bert-base": 109_482_240,  # Devlin et al. 2019 rounds to 110M
     "bert-large": 335_141_888,  # Devlin et al. 2019 rounds to 340M (the paper's figure is 1.4% high)
+    # T5EncoderModel on google-t5/t5-large's config (T5ForConditionalGeneration: 737,668,096)
+    "t5-large": 334_939_648,
     "llama2-7b": 6_738_415_616,
     "llama2-13b": 13_015_864_320,
     "llama2-70b": 68_976_648_192,

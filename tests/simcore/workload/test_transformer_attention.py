@@ -223,6 +223,41 @@ def test_eager_attention_bytes_follow_its_kernels(causal: bool, dropout: bool) -
         )
 
 
+def test_t5_eager_attention_bytes_follow_its_kernels() -> None:
+    """T5's eager attention (hidden 64, 8 heads, s 32, bf16), counted by hand from HF's T5Attention:
+    forward, between the GEMMs, the position bias added in place (read, write: 2 passes of e bytes),
+    scores.float() (e + 4 bytes), softmax in fp32 (4 + 4), .type_as (4 + e), dropout (2 + 1/2 passes):
+    2 + 20/2 + 2.5 = 14.5 passes; backward dropout 2.5, the cast's gradient upcast (e + 4), softmax's
+    backward on fp32 (4 + 4 + 4), the cast back (4 + e), nothing for the in-place add: 14.5; the
+    softmax keeps its fp32 output for backward (4 bytes a score, not 2)."""
+    s, h, heads = 32, 64, 8
+    t5 = dict(positions="relative", causal=False, dropout=True, flash_attention=False, softmax_fp32=True)
+    core = _layers(**t5)["block0.attn_core"]
+    scores = heads * s * s
+    io = E * 4 * s * h
+    between_fwd = (2 * E + (E + 4) + (4 + 4) + (4 + E) + (2 * E + 1)) * scores
+    between_bwd = ((2 * E + 1) + (E + 4) + (4 + 4 + 4) + (4 + E)) * scores
+    assert between_fwd == between_bwd == 14.5 * E * scores
+    assert core.memory_bytes == pytest.approx(io + 2 * E * scores + between_fwd + 2 * io)
+    assert core.bwd_bytes_ratio * core.memory_bytes == pytest.approx(
+        2 * io + 4 * E * scores + between_bwd + 2 * io
+    )
+    assert core.activation_bytes == E * 3 * s * h + (4 + 1 + E) * scores
+    assert core.params == 32 * heads  # the relative-position buckets, in the first block only
+    assert _layers(**t5)["block1.attn_core"].params == 0
+
+
+def test_t5_ffn_drops_out_its_activation() -> None:
+    """T5's DenseReluDense: wi, ReLU, dropout over the ffn width (read, write, 1-byte mask), wo; the
+    output GEMM keeps that mask with the block's own dropout mask."""
+    s, h, f = 32, 64, 128
+    layers = _layers(gated_ffn=False, activation="relu", dropout=True, ffn_dropout=True)
+    drop = layers["block0.mlp_act_dropout"]
+    assert drop.kind == "dropout" and drop.memory_bytes == (2 * E + 1) * s * f
+    assert layers["block0.mlp_out"].activation_bytes == E * s * f + s * h + s * f
+    assert "block0.mlp_act_dropout" not in _layers(gated_ffn=False, activation="relu", dropout=True)
+
+
 def test_fused_attention_keeps_the_one_kernel_rule() -> None:
     core = _layers()["block0.attn_core"]
     assert core.kind == "attention" and core.bwd_bytes_ratio == 2.0 and core.serial_fraction == (0.0, 0.0)
