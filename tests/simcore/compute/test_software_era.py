@@ -47,3 +47,17 @@ def test_an_older_era_is_never_faster() -> None:
         old = ComputeModel(device, "fp32", software_era="cudnn-v3").phase_time_s(workload, 8, "fwd")
         assert old >= now
     assert ComputeModel(a100, "fp32", software_era="cudnn-v3").curve.plateaus["conv_max_tf32"] == 0.29
+
+
+@pytest.mark.parametrize("kernel", ["conv", "conv1x1"])
+def test_cudnn_v3_runs_a_gtx_980_convolution_at_040_of_peak_by_hand(kernel: str) -> None:
+    """Hand count, rows 127-130's device: one convolution of 1 GFLOP on a GTX 980 (4.98 TFLOP/s fp32,
+    devices.yaml; half-efficiency time 10 us, the gpu default) reaches plateau x F / (F + P x 10 us):
+    today's fp32 conv plateau 1.00, cuDNN v3's 0.40 (convnet-benchmarks, GoogLeNet V1 R3 on a Titan X:
+    128 x 3 x 2 x 1.5e9 FLOP / 0.431 s / 6.60 TFLOP/s = 0.405), so 2.5x the arithmetic time."""
+    flops, peak = 1e9, 4.98e12
+    ramp = flops / (flops + peak * 10e-6)
+    now = float(ComputeModel(GTX, "fp32").achieved_flops(flops, kernel)[()])
+    old = float(ComputeModel(GTX, "fp32", software_era="cudnn-v3").achieved_flops(flops, kernel)[()])
+    assert now == pytest.approx(peak * 1.00 * ramp, rel=1e-9)
+    assert old == pytest.approx(peak * 0.40 * ramp, rel=1e-9)
