@@ -1,6 +1,8 @@
-"""``python -m experiments.what_if`` in full: :mod:`experiments.what_if.plain` plus ``--from`` (a
-framework's config read into flags) and ``--out`` (plots, the staleness histogram, a Chrome trace and
-``report.html``). See :mod:`experiments.what_if.plain` for the what-if itself.
+"""The main job: which data-parallel strategy for this model on these clusters, and why.
+
+``python -m experiments.what_if`` in full: :mod:`experiments.what_if.plain` (the what-if itself,
+documented there) plus ``--from`` (a framework's config read into flags) and ``--out`` (plots, the
+staleness histogram, a Chrome trace and ``report.html``).
 
 The split is for start-up time: the framework readers, the plots and the page are imported only by
 this module, so a plain run (``python -m experiments.what_if --gpus 16``, dispatched to
