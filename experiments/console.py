@@ -39,12 +39,15 @@ class Command:
     # "module:function" building the command's parser without importing the simulator ("" where
     # its main module is light already): what answers --help (:func:`run_module`)
     parser: str = ""
+    # a lighter main module for the runs its ``handles(args)`` accepts (the same output; it leaves
+    # out what only some flags need, so the common run starts sooner); "" where there is none
+    plain_main: str = ""
 
 
 COMMANDS: dict[str, Command] = {
     "what-if": Command("experiments.what_if", "experiments.what_if.cli",
                        "which data-parallel strategy for a model on a cluster, and why (the main job)",
-                       "experiments.what_if.args:build_parser"),
+                       "experiments.what_if.args:build_parser", "experiments.what_if.plain"),
     "nccl-sim": Command("experiments.nccl_sim", "experiments.nccl_sim.cli",
                         "simulated collectives, printed like nccl-tests",
                         "experiments.nccl_sim.args:build_parser"),
@@ -135,11 +138,20 @@ def _help_only(command: Command, args: list[str]) -> None:
         build().parse_args(args)
 
 
+def _main_module(command: Command, args: list[str]) -> str:
+    """The command's plain main module where it handles ``args``, else its full one."""
+    if command.plain_main:
+        plain = importlib.import_module(command.plain_main)
+        if plain.handles(args):
+            return command.plain_main
+    return command.main_module
+
+
 def _run(command: Command, args: list[str]) -> int:
     try:  # Ctrl-C while the simulator is imported (seconds on a busy machine): one line, as in main
         if command.parser and _asks_help(args):
             _help_only(command, args)
-        run = cast("Callable[[list[str]], int]", importlib.import_module(command.main_module).main)
+        run = cast("Callable[[list[str]], int]", importlib.import_module(_main_module(command, args)).main)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

@@ -18,15 +18,17 @@ Contract (topologies/ builds it, simcore reads it):
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
+from simcore.digraph import DiGraph
 from simcore.errors import TrainsimError
 
-# networkx: imported inside the functions that use them, so --help does not load them
-if TYPE_CHECKING:
-    import networkx as nx
+# The graph is a simcore.digraph.DiGraph (what the topology builders make) or a networkx.DiGraph
+# (the same dicts and API, as tests build by hand): networkx itself is imported only where one of
+# its graph algorithms runs (see simcore.digraph).
 
 __all__ = [
     "LINK_KINDS",
@@ -73,7 +75,7 @@ class Topology:
     """A validated cluster graph plus the rank-to-device map."""
 
     name: str
-    graph: nx.DiGraph
+    graph: DiGraph
     ranks: list[str]
     metadata: dict[str, Any] = field(default_factory=dict)
     # What the simulator derives from this graph once (routes, link numbering, collective plans),
@@ -138,8 +140,6 @@ class Topology:
     # --- checks ----------------------------------------------------------------------------
     def validate(self) -> None:
         """Raise :class:`TopologyError` naming the first thing that makes the graph unusable."""
-        import networkx as nx
-
         g = self.graph
         if g.number_of_nodes() == 0:
             raise TopologyError(f"topology {self.name!r} has no devices")
@@ -183,12 +183,27 @@ class Topology:
                     f"topology {self.name!r}: link {u} -> {v} has no reverse direction; "
                     "every link needs both directions"
                 )
-        comp = nx.node_connected_component(g.to_undirected(as_view=True), self.ranks[0])
+        comp = _reachable(g, self.ranks[0])
         missing = [r for r in self.ranks if r not in comp]
         if missing:
             raise TopologyError(
                 f"topology {self.name!r} is disconnected: {missing[0]!r} cannot reach {self.ranks[0]!r}"
             )
+
+
+def _reachable(graph: DiGraph, start: str) -> set[str]:
+    """The nodes joined to ``start`` by links in either direction (its weakly connected component,
+    networkx's ``node_connected_component`` of the undirected view, by a plain search)."""
+    succ, pred = graph._succ, graph._pred
+    seen = {start}
+    todo = [start]
+    while todo:
+        node = todo.pop()
+        for nbr in itertools.chain(succ[node], pred[node]):
+            if nbr not in seen:
+                seen.add(nbr)
+                todo.append(nbr)
+    return seen
 
 
 class ClusterLoader(Protocol):

@@ -28,17 +28,14 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from simcore.digraph import DiGraph
 from simcore.net.achievable import achievable_fraction
 from simcore.topology import Topology
 from topologies.sizes import check_cluster_size
 from topologies.spec_types import ClusterSpec, FabricSpec, NodeType
 from topologies.yamlcheck import SpecError
-
-# networkx: imported inside the functions that use them, so --help does not load them
-if TYPE_CHECKING:
-    import networkx as nx
 
 __all__ = ["build_cluster", "plan_hosts"]
 
@@ -131,12 +128,10 @@ def build_cluster(
     preset: str = "",
 ) -> Topology:
     """The validated topology for ``spec``; ranks are the first ``gpus`` rank devices in host order."""
-    import networkx as nx
-
     fabric = fabric or spec.fabric
     check_cluster_size(spec, spec.name, gpus=gpus, nodes=nodes)  # before laying out any server
     hosts = plan_hosts(spec, gpus, nodes)
-    graph = nx.DiGraph()
+    graph = DiGraph()  # not networkx's: building a cluster runs no graph algorithm
     ranks: list[str] = []
     nics: list[list[tuple[str, float]]] = []
     for host, type_name in enumerate(hosts):
@@ -181,7 +176,7 @@ def with_overrides(fabric: FabricSpec, fabric_type: str | None, oversubscription
     return replace(fabric, **changes) if changes else fabric
 
 
-def _stamp_fabric(graph: nx.DiGraph, fabric: FabricSpec) -> None:
+def _stamp_fabric(graph: DiGraph, fabric: FabricSpec) -> None:
     """Fabric links of a GPU cluster run at the NICs' achievable rate (spec's figure, else the table's)."""
     fraction = fabric.efficiency if fabric.efficiency is not None else achievable_fraction(fabric.link_kind)
     for _, _, attrs in graph.edges(data=True):
@@ -189,7 +184,7 @@ def _stamp_fabric(graph: nx.DiGraph, fabric: FabricSpec) -> None:
             attrs["efficiency"] = fraction
 
 
-def _switch(graph: nx.DiGraph, name: str, fabric: FabricSpec) -> None:
+def _switch(graph: DiGraph, name: str, fabric: FabricSpec) -> None:
     graph.add_node(
         name, kind="switch", host=-1, host_type="", in_network_reduction=fabric.in_network_reduction
     )
@@ -201,7 +196,7 @@ def _duplex(a: str, b: str, bandwidth_Bps: float, latency_s: float, kind: str, l
 
 
 def _attach_switches(
-    graph: nx.DiGraph, groups: Sequence[tuple[str, list[tuple[str, float]]]], fabric: FabricSpec
+    graph: DiGraph, groups: Sequence[tuple[str, list[tuple[str, float]]]], fabric: FabricSpec
 ) -> None:
     """Each (switch, NICs) group becomes a switch with access links; several switches share a spine."""
     edges: list[Edge] = []
@@ -219,7 +214,7 @@ def _attach_switches(
     graph.add_edges_from(edges)
 
 
-def _leaf_spine(graph: nx.DiGraph, nics: list[list[tuple[str, float]]], fabric: FabricSpec) -> None:
+def _leaf_spine(graph: DiGraph, nics: list[list[tuple[str, float]]], fabric: FabricSpec) -> None:
     flat = [nic for host in nics for nic in host]
     _require_nics(flat, len(nics))
     per_leaf = fabric.nics_per_leaf
@@ -229,14 +224,14 @@ def _leaf_spine(graph: nx.DiGraph, nics: list[list[tuple[str, float]]], fabric: 
     _attach_switches(graph, groups, fabric)
 
 
-def _rail_optimised(graph: nx.DiGraph, nics: list[list[tuple[str, float]]], fabric: FabricSpec) -> None:
+def _rail_optimised(graph: DiGraph, nics: list[list[tuple[str, float]]], fabric: FabricSpec) -> None:
     _require_nics([nic for host in nics for nic in host], len(nics))
     rails = max(len(host) for host in nics)
     groups = [(f"rail{i}", [host[i] for host in nics if i < len(host)]) for i in range(rails)]
     _attach_switches(graph, groups, fabric)
 
 
-def _no_fabric(graph: nx.DiGraph, nics: list[list[tuple[str, float]]], fabric: FabricSpec) -> None:
+def _no_fabric(graph: DiGraph, nics: list[list[tuple[str, float]]], fabric: FabricSpec) -> None:
     if len(nics) > 1:
         raise SpecError(
             f"fabric type 'none' joins nothing, but there are {len(nics)} nodes; "

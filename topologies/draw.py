@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from simcore.output import save_figure
 from simcore.topology import Topology
@@ -50,6 +51,12 @@ def layout(topo: Topology) -> dict[str, tuple[float, float]]:
     return pos
 
 
+def _networkx_graph(topo: Topology) -> Any:
+    """The topology's graph as a ``networkx.DiGraph`` (a hand-built one is one already)."""
+    to_networkx = getattr(topo.graph, "to_networkx", None)
+    return to_networkx() if to_networkx is not None else topo.graph
+
+
 def draw_png(topo: Topology, path: Path | str) -> None:
     """Write the graph picture to ``path`` (edges coloured by link kind)."""
     import matplotlib
@@ -61,7 +68,8 @@ def draw_png(topo: Topology, path: Path | str) -> None:
     pos = layout(topo)
     hosts = max(len(topo.hosts), 1)
     fig, ax = plt.subplots(figsize=(min(4 + 5 * hosts, 40), 7))
-    undirected = topo.graph.to_undirected(as_view=True)
+    graph = _networkx_graph(topo)  # networkx's drawing needs its own graph type
+    undirected = graph.to_undirected(as_view=True)
     for kind, colour in _COLOURS.items():
         edges = [(u, v) for u, v, a in undirected.edges(data=True) if a["kind"] == kind]
         if edges:
@@ -69,9 +77,9 @@ def draw_png(topo: Topology, path: Path | str) -> None:
                 undirected, pos, edgelist=edges, edge_color=colour, ax=ax, label=kind, width=1.5
             )
     colours = [_NODE_COLOURS.get(str(a["kind"]), "#cccccc") for _, a in topo.graph.nodes(data=True)]
-    nx.draw_networkx_nodes(topo.graph, pos, node_color=colours, node_size=260, ax=ax)
+    nx.draw_networkx_nodes(graph, pos, node_color=colours, node_size=260, ax=ax)
     labels = {n: n.split("/")[-1] for n in topo.graph}
-    nx.draw_networkx_labels(topo.graph, pos, labels=labels, font_size=6, ax=ax)
+    nx.draw_networkx_labels(graph, pos, labels=labels, font_size=6, ax=ax)
     ax.set_title(f"{topo.name}: {topo.world_size} ranks on {hosts} host(s)")
     ax.legend(loc="upper left", fontsize=7)
     ax.axis("off")

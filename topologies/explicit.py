@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from simcore.digraph import DiGraph
 from simcore.limits import DEVICES_PER_CLUSTER, GPUS_PER_CLUSTER, LINKS_PER_CLUSTER
 from simcore.net.achievable import achievable_fraction
 from simcore.topology import Topology
@@ -72,8 +73,6 @@ def _devices(value: Any, where: str) -> dict[str, dict[str, Any]]:
 
 def parse_explicit(data: Any, where: str, default_name: str = "") -> Topology:
     """The validated topology of a ``graph:`` spec document."""
-    import networkx as nx  # here, not at the top: networkx would slow every --help
-
     top = mapping(data, where, ("graph",), ("name", "description"))
     name = name_field(top["name"], f"{where}: name") if top.get("name") is not None else default_name
     text_field(top.get("description"), f"{where}: description")
@@ -83,7 +82,7 @@ def parse_explicit(data: Any, where: str, default_name: str = "") -> Topology:
     links = parse_links(
         body["links"], classes, set(nodes), f"{where}: graph.links", (DEVICES_PER_CLUSTER, LINKS_PER_CLUSTER)
     )
-    graph = nx.DiGraph()
+    graph = DiGraph()
     graph.add_nodes_from(nodes.items())
     has_gpus = any(n.get("kind") == "gpu" for n in nodes.values())
     for link in links:

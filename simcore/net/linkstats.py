@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from simcore.digraph import DiGraph
 from simcore.errors import TrainsimError
 from simcore.net.routing import Edge
 from simcore.topology import Topology, effective_bandwidth
 
-# numpy, networkx: imported inside the functions that use them, so --help does not load them
+# numpy: imported inside the functions that use it, so --help does not load it
 if TYPE_CHECKING:
-    import networkx as nx
     import numpy as np
     from numpy.typing import NDArray
 
@@ -66,7 +66,7 @@ class LinkIndex:
     route's latency and link numbers, so a collective simulated many times routes once.
     """
 
-    def __init__(self, graph: nx.DiGraph) -> None:
+    def __init__(self, graph: DiGraph) -> None:
         import numpy as np
 
         self.graph = graph

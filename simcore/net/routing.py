@@ -25,14 +25,11 @@ import heapq
 import itertools
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import Any, cast
 
+from simcore.digraph import DiGraph
 from simcore.errors import TrainsimError
 from simcore.topology import Topology
-
-# networkx: imported inside the functions that use them, so --help does not load them
-if TYPE_CHECKING:
-    import networkx as nx
 
 __all__ = ["Edge", "Router"]
 
@@ -44,7 +41,7 @@ _TRAILING_NUMBER = re.compile(r"(\d+)$")
 class _HostTemplate:
     """Lowest-latency paths inside one server build, in local names (``"gpu0"``, ``"nic3"``)."""
 
-    graph: nx.DiGraph
+    graph: DiGraph
     gateways: tuple[str, ...]  # local devices with a link into the fabric, in graph order
 
 
@@ -61,12 +58,12 @@ def _rail(local: str) -> int | None:
 class Router:
     """Lowest-latency routes over one topology graph, cached per (src, dst)."""
 
-    def __init__(self, graph: nx.DiGraph, name: str = "") -> None:
+    def __init__(self, graph: DiGraph, name: str = "") -> None:
         self.graph = graph
         self.name = name
         self._routes: dict[Edge, tuple[Edge, ...]] = {}
-        # networkx's raw adjacency dicts: its public views cost a Python call per lookup, and routing
-        # a 4096-GPU fabric does tens of thousands of lookups.
+        # the raw adjacency dicts (simcore.digraph's layout, which is networkx's): views cost a
+        # Python call per lookup, and routing a 4096-GPU fabric does tens of thousands of lookups.
         self._nodes: dict[str, dict[str, object]] = graph._node
         self._succ: dict[str, dict[str, dict[str, float]]] = graph._succ
         self._host_nodes: dict[int, list[str]] = {}
@@ -163,10 +160,8 @@ class Router:
             self._templates[host] = template
         return self._templates[host]
 
-    def _host_graph(self, host: int) -> tuple[tuple[object, ...], nx.DiGraph, tuple[str, ...]] | None:
+    def _host_graph(self, host: int) -> tuple[tuple[object, ...], DiGraph, tuple[str, ...]] | None:
         """(signature, local graph, gateways) of one server, or None if it links to another server."""
-        import networkx as nx
-
         prefix = f"h{host}/"
         cut = len(prefix)
         names: list[str] = []
@@ -184,10 +179,10 @@ class Router:
                     gateways.append(name)
         key = (tuple(names), tuple(gateways), tuple(edges))
         known = self._template_by_signature.get(key)
-        local = known.graph if known is not None else nx.DiGraph()
+        local = known.graph if known is not None else DiGraph()
         if known is None:
             local.add_nodes_from(names)
-            local.add_weighted_edges_from(edges, weight="latency_s")
+            local.add_edges_from((u, v, {"latency_s": latency}) for u, v, latency in edges)
         return key, local, tuple(gateways)
 
     # --- route pieces ----------------------------------------------------------------------
@@ -206,6 +201,8 @@ class Router:
         return self._dijkstra(src, dst)
 
     def _dijkstra(self, src: str, dst: str) -> tuple[Edge, ...]:
+        # networkx's bidirectional Dijkstra (its tie-breaking is what routes such graphs), on the
+        # graph as it is: networkx's algorithms read simcore.digraph's dicts
         import networkx as nx
 
         try:
@@ -264,15 +261,11 @@ class Router:
 
     def _local_route(self, template: _HostTemplate, src: str, dst: str) -> tuple[Edge, ...] | None:
         """The lowest-latency path inside a server build, as links in local names (cached)."""
-        import networkx as nx
-
         key = (id(template), src, dst)
         if key not in self._local_routes:
             paths = self._local_paths.get(key[:2])
             if paths is None:
-                paths = self._local_paths[key[:2]] = nx.single_source_dijkstra_path(
-                    template.graph, src, weight="latency_s"
-                )
+                paths = self._local_paths[key[:2]] = _dijkstra_paths(template.graph._succ, src)
             nodes = paths.get(dst)
             self._local_routes[key] = None if nodes is None else tuple(itertools.pairwise(nodes))
         return self._local_routes[key]
@@ -296,13 +289,11 @@ class Router:
 
     def _nearest_gateway(self, template: _HostTemplate, local: str, outbound: bool) -> str | None:
         """Lowest latency to (or from) a gateway; ties: same rail number, then graph order."""
-        import networkx as nx
-
         key = (id(template), local, outbound)
         if key in self._gateway_cache:
             return self._gateway_cache[key]
-        graph = template.graph if outbound else template.graph.reverse(copy=False)
-        dist = nx.single_source_dijkstra_path_length(graph, local, weight="latency_s")
+        graph = template.graph
+        dist = _dijkstra_paths(graph._succ if outbound else graph._pred, local, paths=False)
         rail = _rail(local)
         candidates = [
             (dist[g], _rail(g) != rail, order, g) for order, g in enumerate(template.gateways) if g in dist
@@ -384,6 +375,42 @@ class Router:
         if cached is None:
             cached = self._fabric_preds[switch] = _dijkstra_with_ties(self._fabric(), switch)
         return cached
+
+
+def _dijkstra_paths(
+    adjacency: dict[str, dict[str, dict[str, float]]], source: str, *, paths: bool = True
+) -> dict[str, Any]:
+    """Lowest-latency paths from ``source`` (node -> node list), or with ``paths=False`` their latencies.
+
+    networkx's ``single_source_dijkstra_path`` / ``_path_length`` step for step (heap of (distance,
+    push count, node); a node's path is the one through the predecessor of its last strict
+    improvement), so ties resolve exactly as they did when routing ran on networkx; a server's
+    graph has a few dozen links, so this is no place to need networkx's library.
+    """
+    dist: dict[str, float] = {}
+    seen: dict[str, float] = {source: 0}  # an int 0, as networkx starts
+    via: dict[str, str] = {}
+    order = itertools.count()
+    heap: list[tuple[float, int, str]] = [(0, next(order), source)]
+    while heap:
+        d, _, node = heapq.heappop(heap)
+        if node in dist:
+            continue
+        dist[node] = d
+        for nbr, attrs in adjacency[node].items():
+            candidate = d + attrs.get("latency_s", 1)
+            if nbr in dist:
+                continue
+            if nbr not in seen or candidate < seen[nbr]:
+                seen[nbr] = candidate
+                heapq.heappush(heap, (candidate, next(order), nbr))
+                via[nbr] = node
+    if not paths:
+        return dist
+    found: dict[str, list[str]] = {source: [source]}
+    for node in itertools.islice(dist, 1, None):
+        found[node] = found[via[node]] + [node]
+    return found
 
 
 def _dijkstra_with_ties(

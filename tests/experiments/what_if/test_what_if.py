@@ -386,7 +386,7 @@ def test_csv_columns_are_the_same_whatever_the_run(capsys: pytest.CaptureFixture
 def test_out_problems_are_reported_before_the_simulation(
     problem: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import experiments.what_if.cli as cli
+    import experiments.what_if.plain as cli  # where the run calls it
 
     def no_simulation(*args: object, **kwargs: object) -> None:
         raise AssertionError("the simulation started")

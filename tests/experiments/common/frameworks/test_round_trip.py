@@ -187,8 +187,8 @@ def _what_if(argv: list[str]) -> tuple[Any, ...]:
     from dataclasses import asdict
 
     from experiments.common.frameworks.wiring import expand_from
-    from experiments.what_if.cli import _config, build_parser
     from experiments.what_if.layouts import parallel_options
+    from experiments.what_if.plain import _config, build_parser
     from simcore.compute.heterogeneity import Heterogeneity
 
     parser = build_parser()
