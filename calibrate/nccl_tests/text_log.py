@@ -83,10 +83,10 @@ def _columns(tokens: list[str], where: str) -> list[str]:
     if (
         (len(tokens) - starts[0]) % width
         or set(tokens[: starts[0]]) & _METRICS
-        or not all({"algbw", "busbw"} <= set(b) and b[0] == tokens[starts[0]] for b in blocks)
+        or not all({"algbw", "busbw"} <= set(b) <= _METRICS and b[0] == tokens[starts[0]] for b in blocks)
     ):
         raise TrainsimError(f"{where}: a column header nccl-tests does not print: {' '.join(tokens)[:80]!r} "
-                            "(each block needs time, algbw and busbw)")  # fmt: skip
+                            "(each block needs time, algbw and busbw, and holds metric columns only)")  # fmt: skip
     return tokens
 
 

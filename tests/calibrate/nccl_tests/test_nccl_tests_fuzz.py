@@ -155,3 +155,21 @@ def test_a_metric_column_among_the_leading_fields_is_refused(
         nccl_tests.main([str(log), "-o", str(tmp_path / "rows.jsonl")])
     assert exit_.value.code == 2
     assert "a column header nccl-tests does not print" in capsys.readouterr().err
+
+
+def test_a_leading_field_inside_a_metric_block_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by the fuzzer: a header whose metric blocks each held a non-metric name (e.g. ``type``)
+    passed the block check, shifted the blocks and ended in ``KeyError: 'cputime'``."""
+    lines = (DATA / TEXT_CAPTURES[0]).read_text().splitlines()
+    at = next(
+        i for i, line in enumerate(lines) if line.startswith("#") and "size" in line and "busbw" in line
+    )
+    lines[at] = lines[at].replace("busbw", "busbw type")
+    log = tmp_path / "all_reduce_perf.txt"
+    log.write_text("\n".join(lines))
+    with pytest.raises(SystemExit) as exit_:
+        nccl_tests.main([str(log), "-o", str(tmp_path / "rows.jsonl")])
+    assert exit_.value.code == 2
+    assert "a column header nccl-tests does not print" in capsys.readouterr().err
