@@ -113,28 +113,34 @@ class _Reader:
             raise ProfileError(f"{where}: expected a JSON object, got {type(data).__name__}")
         self.data, self.where = data, where
 
+    def _at(self, key: Any) -> str:
+        """The key path of ``key`` in one line: a key with a line break or other control character
+        (any JSON string may be a key) is written as its repr."""
+        text = str(key)
+        return f"{self.where}.{text if text.isprintable() else repr(text)}"
+
     def sub(self, key: str, default: Any = None) -> _Reader:
         value = self.data.get(key, default)
         if value is None:
             raise ProfileError(f"{self.where}: missing key {key!r}")
-        return _Reader(value, f"{self.where}.{key}")
+        return _Reader(value, f"{self._at(key)}")
 
     def finite(self, key: str) -> float:
         """A finite number (no physical range: fit statistics)."""
         value = self.data.get(key)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ProfileError(f"{self.where}.{key}: expected a finite number, got {str(value)[:40]!r}")
+            raise ProfileError(f"{self._at(key)}: expected a finite number, got {str(value)[:40]!r}")
         try:
             number = float(value)
         except OverflowError:
             number = math.inf
         if not math.isfinite(number):
-            raise ProfileError(f"{self.where}.{key}: expected a finite number, got {str(value)[:40]!r}")
+            raise ProfileError(f"{self._at(key)}: expected a finite number, got {str(value)[:40]!r}")
         return number
 
     def number(self, key: str, within: str) -> float:
         """A finite number inside the physical range called ``within``."""
-        return physical_range(within).check(self.finite(key), f"{self.where}.{key}")
+        return physical_range(within).check(self.finite(key), f"{self._at(key)}")
 
     def optional(self, key: str, within: str) -> float | None:
         return None if self.data.get(key) is None else self.number(key, within)
@@ -142,15 +148,15 @@ class _Reader:
     def integer(self, key: str, within: str = "ranks") -> int:
         value = self.data.get(key)
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ProfileError(f"{self.where}.{key}: expected a whole number, got {str(value)[:40]!r}")
-        physical_range(within).check(float(min(value, 2**63)), f"{self.where}.{key}")
+            raise ProfileError(f"{self._at(key)}: expected a whole number, got {str(value)[:40]!r}")
+        physical_range(within).check(float(min(value, 2**63)), f"{self._at(key)}")
         return value
 
     def text(self, key: str, allowed: tuple[str, ...] | None = None, default: str | None = None) -> str:
         value = self.data.get(key, default)
         if not isinstance(value, str) or (allowed and value not in allowed):
             hint = f"; allowed: {', '.join(allowed)}" if allowed else ""
-            raise ProfileError(f"{self.where}.{key}: expected a string, got {value!r}{hint}")
+            raise ProfileError(f"{self._at(key)}: expected a string, got {value!r}{hint}")
         return value
 
     def quality(self) -> FitQuality | None:

@@ -96,3 +96,17 @@ def test_any_profile_document_loads_finite_or_is_one_error_line(doc: Any, tmp_pa
         assert math.isfinite(fit.time_s(1e15)) and fit.time_s(8) > 0
     for curve in profile.compute.values():
         assert 0 < curve.rate(1e3) <= curve.rate(1e18) <= curve.peak_flops
+
+
+def test_a_key_with_a_line_break_is_named_on_one_line(tmp_path: Path) -> None:
+    """Found by the fuzzer: a compute dtype key holding a newline put a line break in the error."""
+    doc = json.loads(json.dumps(PROFILE))
+    doc["compute"]["dtypes"] = {"bf\n16": {"peak_flops": "fast"}}
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(doc))
+    try:
+        load_profile(path)
+    except cal.ProfileError as exc:
+        assert "\n" not in str(exc) and "'bf\\n16'" in str(exc)
+    else:
+        raise AssertionError("a profile with a non-numeric peak loaded")
