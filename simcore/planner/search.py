@@ -144,7 +144,7 @@ def prepare(job: PlanJob, gpu_counts: Sequence[int], space: SearchSpace, budget:
         floors = []
         for layout in layouts:
             result.considered += 1
-            floor, chosen = _fitting(job, space, layout, (gpus, node_size, usable), memo)
+            floor, chosen = _fitting(job, space, layout, (gpus, node_size, usable, spec.kind), memo)
             floors.append(floor)
             if not chosen:
                 result.pruned += 1
@@ -158,26 +158,31 @@ def _fitting(
     job: PlanJob,
     space: SearchSpace,
     layout: PlanLayout,
-    where: tuple[int, int, float],
+    where: tuple[int, int, float, str],
     memo: dict[tuple[object, ...], float],
 ) -> tuple[float, list[PlanLayout]]:
     """The candidate if its floor fits, else (or when the space has no ``none`` offload) its
-    offload variants whose floors fit; and the smallest floor. ``where``: GPUs, GPUs per node, usable bytes per GPU."""
-    gpus, node_size, usable = where
+    offload variants whose floors fit; and the smallest floor. ``where``: GPUs, GPUs per node,
+    usable bytes per GPU, the gating device's kind."""
+    gpus, node_size, usable, kind = where
     config = replace(job.config, micro_batch=layout.micro_batch)
-    floor = memory_floor_bytes(job.workload, config, layout, gpus, node_size, memo)
+
+    def floor_of(candidate: PlanLayout) -> float:
+        return memory_floor_bytes(job.workload, config, candidate, gpus, node_size, memo, device_kind=kind)
+
+    floor = floor_of(layout)
     if floor <= usable and "none" in space.offload:
         return floor, [layout]
     if "none" in space.offload and "full" in space.recompute and layout.recompute != "full":
         sibling = replace(layout, options=replace(layout.options, recompute="full"))
-        if memory_floor_bytes(job.workload, config, sibling, gpus, node_size, memo) <= usable:
+        if floor_of(sibling) <= usable:
             return floor, []  # its full-recompute sibling is searched instead (see the module docstring)
     chosen, smallest = [], floor if "none" in space.offload else float("inf")
     for mode in space.offload:
         if mode == "none":
             continue
         variant = replace(layout, options=replace(layout.options, offload=mode))
-        variant_floor = memory_floor_bytes(job.workload, config, variant, gpus, node_size, memo)
+        variant_floor = floor_of(variant)
         smallest = min(smallest, variant_floor)
         if variant_floor <= usable:
             chosen.append(variant)
@@ -286,13 +291,17 @@ def task_floors(prepared: Prepared) -> list[float]:
     """Each task's memory floor (:func:`~simcore.planner.floor.memory_floor_bytes`)."""
     job, floors = prepared.job, []
     memo: dict[tuple[object, ...], float] = {}  # activation floors of this workload
-    node_sizes: dict[int, int] = {}
+    where: dict[int, tuple[int, str]] = {}  # per count: GPUs per node, the gating device's kind
     for gpus, layout in prepared.tasks:
-        if gpus not in node_sizes:
+        if gpus not in where:
             topology = load_topology(job.loader, job.cluster, gpus)
-            node_sizes[gpus] = len(topology.ranks_on_host(topology.host_of_rank(0)))
+            kind = gating_device(topology, job.config.dtype).kind
+            where[gpus] = (len(topology.ranks_on_host(topology.host_of_rank(0))), kind)
+        node_size, kind = where[gpus]
         config = replace(job.config, micro_batch=layout.micro_batch)
-        floors.append(memory_floor_bytes(job.workload, config, layout, gpus, node_sizes[gpus], memo))
+        floors.append(
+            memory_floor_bytes(job.workload, config, layout, gpus, node_size, memo, device_kind=kind)
+        )
     return floors
 
 

@@ -114,17 +114,25 @@ def test_memory_floor_skips_layouts_untimed() -> None:
 
 def test_offload_is_tried_only_where_nothing_fits_without() -> None:
     workload = load_workload("llama2-13b", seq_len=2048)
-    job = PlanJob(
-        workload, "g5.48xlarge", load_cluster, TrainingConfig(global_batch=64, seq_len=2048), key="13b"
+    # DDP's gradients as bucket views and a fused optimizer: no bucket copies, no optimizer scratch
+    # stay on the device when every state is offloaded
+    config = TrainingConfig(
+        global_batch=64, seq_len=2048, gradient_as_bucket_view=True, optimizer_impl="fused"
     )
+    job = PlanJob(workload, "g5.48xlarge", load_cluster, config, key="13b-views")
     space = SearchSpace(
         strategies=("ddp", "fsdp"), micro_batches=(1,), max_tp=1, max_pp=1, recompute=("full",)
     )
     prepared = prepare(job, (16,), space, Budget())
     chosen = {layout.label(16) for _, layout in prepared.tasks}
-    # fsdp's floor fits without offload (13B x 18 B / 16 = 14.6 GB < 24 GB); ddp's does not, and
-    # offloading the optimizer state still leaves 13B x 4 B = 52 GB; offloading every state fits
+    # fsdp's floor fits without offload (13B x 16 B / 16 = 13 GB < 24 GB); ddp's does not, and
+    # offloading the optimizer state still leaves 13B x 8 B = 104 GB; offloading every state fits
     assert chosen == {"fsdp mb=1 recompute=full", "ddp mb=1 recompute=full offload=params"}
+    # torch's defaults: DDP's bucket copies and foreach scratch (13B x 8 B) stay: nothing of ddp fits
+    defaults = replace(job, config=TrainingConfig(global_batch=64, seq_len=2048), key="13b")
+    assert {layout.label(16) for _, layout in prepare(defaults, (16,), space, Budget()).tasks} == {
+        "fsdp mb=1 recompute=full"
+    }
     none = prepare(job, (16,), replace(space, offload=("none",)), Budget())
     assert {layout.label(16) for _, layout in none.tasks} == {"fsdp mb=1 recompute=full"}
     assert none.counts[16].pruned == 1
