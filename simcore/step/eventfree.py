@@ -200,7 +200,7 @@ class _Evaluator:
                 if b != stream.segment:
                     continue  # a segment re-planned when the rank's state changed
                 if not self.coupled:
-                    self._finish(a)
+                    self._finish(stream)
                     advance(a)
                     continue
                 stream.finished_segment = b
@@ -211,7 +211,7 @@ class _Evaluator:
                 else:
                     self._fire(a, b)
             elif code == _COMM_DONE:
-                self._complete(a)
+                self._complete(streams[a])
                 advance(a)
             elif code == _CHANGED:
                 for stream_index, segment in a:
@@ -251,23 +251,33 @@ class _Evaluator:
             op = ops[stream.index]
             phase = stream.phase
             if phase == _NEXT:
-                if op.after or op.after_start:
-                    pending = [i for i in op.after if not ended[i]]
-                    if op.after_start:
-                        pending += [-1 - i for i in op.after_start if not started[i]]
+                after, after_start = op.after, op.after_start
+                if after_start:
+                    pending = [i for i in after if not ended[i]]
+                    pending += [-1 - i for i in after_start if not started[i]]
                     if pending:
                         self._wait(index, pending)
                         return
+                elif after:
+                    if len(after) == 1:  # most operations wait for one: no list unless it is pending
+                        if not ended[after[0]]:
+                            self._wait(index, [after[0]])
+                            return
+                    else:
+                        pending = [i for i in after if not ended[i]]
+                        if pending:
+                            self._wait(index, pending)
+                            return
             elif phase == _PROGRESSING:
                 if stream.finished_segment != stream.segment:
                     stream.remaining -= (self.now - stream.segment_start) * stream.rate
                     if self._segment(index, stream):
                         return
-                self._complete(index)
+                self._complete(stream)
                 continue
             if self._begin(index, stream, op):
                 return
-            self._complete(index)
+            self._complete(stream)
         self.running -= 1
         if self.now > self.end:
             self.end = self.now
@@ -369,9 +379,8 @@ class _Evaluator:
         rank.comm_factor = factor if delta > 0 else 1.0
         self._notify(rank)
 
-    def _complete(self, index: int) -> None:
+    def _complete(self, stream: _Stream) -> None:
         """The running operation's work is done: release the rank's state, then finish it."""
-        stream = self.streams[index]
         if stream.communicates:
             if stream.ops[stream.index].duration_s > 0:
                 rank = stream.rank  # self._toggle(rank, -1), inlined
@@ -384,10 +393,9 @@ class _Evaluator:
             rank.computing = False
             if rank.waiting:
                 self._notify(rank)
-        self._finish(index, stream)
+        self._finish(stream)
 
-    def _finish(self, index: int, stream: _Stream | None = None) -> None:
-        stream = stream or self.streams[index]
+    def _finish(self, stream: _Stream) -> None:
         op = stream.ops[stream.index]
         now, label = self.now, stream.label
         self.ends[op.id] = now
