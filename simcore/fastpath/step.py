@@ -260,7 +260,7 @@ def _extrapolated(
     if known is not None and first and first <= known.size < k:
         return _report(known, ctx, k, cluster=cluster, device=device, peak_flops=peak_flops)
     for size in (p for p in PROBES if first and first <= p <= k):
-        probe = _probe(strategy, ctx, size, contention, periodic=size < k)
+        probe = _probe(strategy, ctx, size, contention, size < k)
         if isinstance(probe, str):
             caches.first_probe[key] = 0
             return None
@@ -308,7 +308,7 @@ def _report(
 
 
 def _probe(
-    strategy: Strategy, ctx: StepContext, size: int, contention: _Contention, *, periodic: bool = True
+    strategy: Strategy, ctx: StepContext, size: int, contention: _Contention, periodic: bool = True
 ) -> _Probe | str:
     """The plan of ``size`` micro-batches, evaluated (``"structure"`` if it is not built one
     micro-batch after another, as DDP's and ZeRO-1's are not); its period looked for only when

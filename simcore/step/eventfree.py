@@ -214,8 +214,12 @@ class _Evaluator:
                 self._complete(streams[a])
                 advance(a)
             elif code == _CHANGED:
-                for stream_index, segment in a:
-                    self._fire(stream_index, segment)
+                for stream_index, segment in a:  # self._fire(stream_index, segment), inlined
+                    stream = streams[stream_index]
+                    if segment == stream.segment and stream.fired_segment != segment:
+                        stream.fired_segment = segment
+                        self.sequence = sequence = self.sequence + 1
+                        instant.append((sequence, _RESUME, stream_index, 0))
             elif code == _INIT:
                 advance(a)
             else:  # an operation ended or started: wake what waits on it, in the order it began to
