@@ -400,7 +400,8 @@ class PlanBuilder:
                     )
                 key = new_key
                 # render_label(op.label, key), its micro-batch part written once for the span
-                head, word, tail = op.label  # type: ignore[misc]
+                label: Label = op.label  # type: ignore[assignment]  # (checked above: every op has one)
+                head, word, tail = label
                 if word:
                     head += group_label(word, key.group)  # type: ignore[arg-type]
                 name = head + tail + suffix
