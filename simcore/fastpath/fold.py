@@ -40,6 +40,7 @@ import itertools
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from simcore.compute.memory import MemoryPeak, allocator_peak
 from simcore.report import LinkBusy, StepReport
@@ -175,11 +176,52 @@ def _period(groups: Sequence[int], workload: Workload, run: tuple[int, int], dep
     return None
 
 
+class _CopyTimer:
+    """The model's compute model, answering for a copy's layers with the model's own per-layer
+    times (the copy's layers are the model's with blocks removed, and a layer's time is its own:
+    the same numbers the timer derives for the copy, without deriving them for every copy of every
+    context). Anything else is the model's timer's."""
+
+    __slots__ = ("_copy", "_kept", "_model", "_timer")
+
+    def __init__(self, timer: Any, model: Workload, copy: _Copy) -> None:
+        self._timer, self._model, self._copy, self._kept = timer, model, copy.workload, list(copy.kept)
+
+    def layer_parts_s(self, workload: Workload, batch: int, phase: str) -> tuple[Any, Any]:
+        if workload is not self._copy:
+            return self._timer.layer_parts_s(workload, batch, phase)
+        kernel, host = self._timer.layer_parts_s(self._model, batch, phase)
+        return kernel[self._kept], host[self._kept]
+
+    def layer_times_s(self, workload: Workload, batch: int, phase: str) -> Any:
+        if workload is not self._copy:
+            return self._timer.layer_times_s(workload, batch, phase)
+        return self._timer.layer_times_s(self._model, batch, phase)[self._kept]
+
+    def layer_time_s(self, layer: Layer, batch: int, phase: str) -> float:
+        return float(self._timer.layer_time_s(layer, batch, phase))
+
+    def optimizer_time_s(self, params: int, optimizer: str) -> float:
+        return float(self._timer.optimizer_time_s(params, optimizer))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._timer, name)
+
+
+def _copy_timer(ctx: StepContext, copy: _Copy) -> Any:
+    """``ctx``'s timer for the copy: a :class:`_CopyTimer` where the timer times a workload's layers
+    at once (the compute model; a test double that times one layer at a time is kept as it is)."""
+    timer = ctx.timer
+    if getattr(timer, "layer_parts_s", None) is None or getattr(timer, "layer_times_s", None) is None:
+        return timer
+    return _CopyTimer(timer, ctx.workload, copy)
+
+
 def _context(ctx: StepContext, depth: int, copy: _Copy) -> StepContext:
     """``ctx`` on the copy: its own per-layer caches, kept in ``ctx``'s (so shared by every context
-    that shares those, as a sweep's configurations do)."""
-    layer_times, memo = ctx.memo(("fold copy caches", depth), lambda: ({}, {}))
-    return replace(ctx, workload=copy.workload, _layer_times=layer_times, _memo=memo, whole=ctx)
+    that shares those, as a sweep's configurations do), and per-layer times the model's."""
+    layer_times, memo, timer = ctx.memo(("fold copy caches", depth), lambda: ({}, {}, _copy_timer(ctx, copy)))
+    return replace(ctx, workload=copy.workload, timer=timer, _layer_times=layer_times, _memo=memo, whole=ctx)
 
 
 def _affine(values: Sequence[float], steps: float) -> float | None:

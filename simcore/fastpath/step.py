@@ -260,7 +260,7 @@ def _extrapolated(
     if known is not None and first and first <= known.size < k:
         return _report(known, ctx, k, cluster=cluster, device=device, peak_flops=peak_flops)
     for size in (p for p in PROBES if first and first <= p <= k):
-        probe = _probe(strategy, ctx, size, contention)
+        probe = _probe(strategy, ctx, size, contention, size < k)
         if isinstance(probe, str):
             caches.first_probe[key] = 0
             return None
@@ -307,9 +307,12 @@ def _report(
     return _measured(report, busy, run, (kept.last_start, kept.size, extra))
 
 
-def _probe(strategy: Strategy, ctx: StepContext, size: int, contention: _Contention) -> _Probe | str:
+def _probe(
+    strategy: Strategy, ctx: StepContext, size: int, contention: _Contention, periodic: bool = True
+) -> _Probe | str:
     """The plan of ``size`` micro-batches, evaluated (``"structure"`` if it is not built one
-    micro-batch after another, as DDP's and ZeRO-1's are not)."""
+    micro-batch after another, as DDP's and ZeRO-1's are not); its period looked for only when
+    ``periodic`` (a probe that is the whole step is reported as it is)."""
     probe_ctx = replace(
         ctx, config=replace(ctx.config, global_batch=ctx.gpus * ctx.config.micro_batch * size)
     )
@@ -320,7 +323,7 @@ def _probe(strategy: Strategy, ctx: StepContext, size: int, contention: _Content
     if len(starts) != size:
         return "structure"
     timed = _evaluate(plan, ctx, contention)
-    return _Probe(plan, timed, starts, _period(plan, timed, starts))
+    return _Probe(plan, timed, starts, _period(plan, timed, starts) if periodic else None)
 
 
 def _microbatch_starts(plan: StepPlan) -> list[int]:

@@ -200,7 +200,7 @@ class _Evaluator:
                 if b != stream.segment:
                     continue  # a segment re-planned when the rank's state changed
                 if not self.coupled:
-                    self._finish(a)
+                    self._finish(stream)
                     advance(a)
                     continue
                 stream.finished_segment = b
@@ -211,11 +211,15 @@ class _Evaluator:
                 else:
                     self._fire(a, b)
             elif code == _COMM_DONE:
-                self._complete(a)
+                self._complete(streams[a])
                 advance(a)
             elif code == _CHANGED:
-                for stream_index, segment in a:
-                    self._fire(stream_index, segment)
+                for stream_index, segment in a:  # self._fire(stream_index, segment), inlined
+                    stream = streams[stream_index]
+                    if segment == stream.segment and stream.fired_segment != segment:
+                        stream.fired_segment = segment
+                        self.sequence = sequence = self.sequence + 1
+                        instant.append((sequence, _RESUME, stream_index, 0))
             elif code == _INIT:
                 advance(a)
             else:  # an operation ended or started: wake what waits on it, in the order it began to
@@ -239,7 +243,8 @@ class _Evaluator:
         stream = self.streams[index]
         if segment == stream.segment and stream.fired_segment != segment:
             stream.fired_segment = segment
-            self.schedule(_RESUME, index)
+            self.sequence = sequence = self.sequence + 1  # self.schedule(_RESUME, index), inlined
+            self.instant.append((sequence, _RESUME, index, 0))
 
     # --- one stream -----------------------------------------------------------------------------
     def advance(self, index: int) -> None:
@@ -250,23 +255,33 @@ class _Evaluator:
             op = ops[stream.index]
             phase = stream.phase
             if phase == _NEXT:
-                if op.after or op.after_start:
-                    pending = [i for i in op.after if not ended[i]]
-                    if op.after_start:
-                        pending += [-1 - i for i in op.after_start if not started[i]]
+                after, after_start = op.after, op.after_start
+                if after_start:
+                    pending = [i for i in after if not ended[i]]
+                    pending += [-1 - i for i in after_start if not started[i]]
                     if pending:
                         self._wait(index, pending)
                         return
+                elif after:
+                    if len(after) == 1:  # most operations wait for one: no list unless it is pending
+                        if not ended[after[0]]:
+                            self._wait(index, [after[0]])
+                            return
+                    else:
+                        pending = [i for i in after if not ended[i]]
+                        if pending:
+                            self._wait(index, pending)
+                            return
             elif phase == _PROGRESSING:
                 if stream.finished_segment != stream.segment:
                     stream.remaining -= (self.now - stream.segment_start) * stream.rate
                     if self._segment(index, stream):
                         return
-                self._complete(index)
+                self._complete(stream)
                 continue
             if self._begin(index, stream, op):
                 return
-            self._complete(index)
+            self._complete(stream)
         self.running -= 1
         if self.now > self.end:
             self.end = self.now
@@ -283,8 +298,9 @@ class _Evaluator:
         """Start ``op``; True when the stream now waits for it to end."""
         now = self.now
         stream.start = self.starts[op.id] = now
-        if self.on_start[op.id] is not None:
-            self.schedule(_STARTED, op.id)
+        if self.on_start[op.id] is not None:  # self.schedule(_STARTED, op.id), inlined
+            self.sequence = sequence = self.sequence + 1
+            self.instant.append((sequence, _STARTED, op.id, 0))
         rank = stream.rank
         if stream.communicates:
             # Memory changed by a collective is attributed to the compute running at that moment
@@ -307,12 +323,17 @@ class _Evaluator:
             stream.remaining, stream.tolerance = work, 1e-12 * work
             return self._segment(index, stream)
         if op.duration_s > 0:
-            self._toggle(rank, +1, op.contention)
+            rank.comm_active += 1  # self._toggle(rank, +1, op.contention), inlined
+            rank.comm_factor = op.contention
+            if rank.waiting:
+                self._notify(rank)
             if self.comm_coupled:
                 stream.remaining, stream.tolerance = op.duration_s, 1e-12 * op.duration_s
                 return self._segment(index, stream)
             stream.phase = _COMMUNICATING
-            self.schedule(_COMM_DONE, index, delay=op.duration_s)
+            # self.schedule(_COMM_DONE, index, delay=op.duration_s), inlined (the delay is positive)
+            self.sequence = sequence = self.sequence + 1
+            heapq.heappush(self.queue, (now + op.duration_s, _NORMAL, sequence, _COMM_DONE, index, 0))
             return True
         return False
 
@@ -329,7 +350,14 @@ class _Evaluator:
         """Run the operation's remaining work at the current rate; True while it is not finished."""
         if not stream.remaining > stream.tolerance:
             return False
-        rate = self.rate(stream)
+        # rate = self.rate(stream), inlined (the same expressions)
+        rank = stream.rank
+        if stream.communicates:
+            rate = 1.0 / self.comm_slowdown if rank.computing else 1.0
+        elif not rank.comm_active:
+            rate = 1.0
+        else:
+            rate = 1.0 / (rank.comm_factor if self.per_op else self.slowdown)
         stream.rate, stream.segment_start, stream.phase = rate, self.now, _PROGRESSING
         stream.segment = segment = stream.segment + 1
         # self.schedule(_PROGRESS_DONE, index, segment, delay=...), inlined: the hottest call
@@ -340,13 +368,14 @@ class _Evaluator:
         else:
             heapq.heappush(self.queue, (self.now + delay, _NORMAL, sequence, _PROGRESS_DONE, index, segment))
         if self.coupled:
-            stream.rank.waiting.append((index, segment))
+            rank.waiting.append((index, segment))
         return True
 
     def _notify(self, rank: _Rank) -> None:
         """The rank's state changed: its rate-coupled work re-reads its rate (SimPy's ``changed``)."""
         if rank.waiting:  # nobody can start waiting on this change any more: skip it if nobody does
-            self.schedule(_CHANGED, rank.waiting)
+            self.sequence = sequence = self.sequence + 1  # self.schedule(_CHANGED, ...), inlined
+            self.instant.append((sequence, _CHANGED, rank.waiting, 0))
             rank.waiting = []
 
     def _toggle(self, rank: _Rank, delta: int, factor: float = 1.0) -> None:
@@ -354,21 +383,23 @@ class _Evaluator:
         rank.comm_factor = factor if delta > 0 else 1.0
         self._notify(rank)
 
-    def _complete(self, index: int) -> None:
+    def _complete(self, stream: _Stream) -> None:
         """The running operation's work is done: release the rank's state, then finish it."""
-        stream = self.streams[index]
         if stream.communicates:
             if stream.ops[stream.index].duration_s > 0:
-                self._toggle(stream.rank, -1)
+                rank = stream.rank  # self._toggle(rank, -1), inlined
+                rank.comm_active -= 1
+                rank.comm_factor = 1.0
+                if rank.waiting:
+                    self._notify(rank)
         elif self.per_op:
             rank = stream.rank
             rank.computing = False
             if rank.waiting:
                 self._notify(rank)
-        self._finish(index, stream)
+        self._finish(stream)
 
-    def _finish(self, index: int, stream: _Stream | None = None) -> None:
-        stream = stream or self.streams[index]
+    def _finish(self, stream: _Stream) -> None:
         op = stream.ops[stream.index]
         now, label = self.now, stream.label
         self.ends[op.id] = now
@@ -377,8 +408,9 @@ class _Evaluator:
             self.memory.apply(op.on_end, label, now, stream.key)
         if op.after_end:
             self.memory.apply(op.after_end, label, now, stream.key)
-        if self.on_end[op.id] is not None:
-            self.schedule(_ENDED, op.id)
+        if self.on_end[op.id] is not None:  # self.schedule(_ENDED, op.id), inlined
+            self.sequence = sequence = self.sequence + 1
+            self.instant.append((sequence, _ENDED, op.id, 0))
         stream.index += 1
         stream.phase = _NEXT
 

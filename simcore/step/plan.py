@@ -376,17 +376,38 @@ class PlanBuilder:
                 if dep < start and dep != span.previous:
                     return None
         shift, new = len(ops) - start, old + 1
+        suffix = micro_batch_label(new)
+        # each old key's copy, by identity (the builder hands out one object per key, shared by many
+        # operations; the keys live in the plan meanwhile)
+        renamed: dict[int, OpKey] = {}
 
         def moved(deps: tuple[int, ...]) -> tuple[int, ...]:
+            if not deps:
+                return deps
+            if len(deps) == 1:  # most operations wait for one
+                d = deps[0]
+                return (previous if d < start else d + shift,)
             return tuple(previous if d < start else d + shift for d in deps)  # (d < start: span.previous)
 
         last_comm = self.last_comm
         for op in ops[start:end]:
-            key = op.key
+            key, name = op.key, op.name
             if key.micro_batch is not None:
-                key = self.key(group=key.group, micro_batch=new, block=key.block, stage=key.stage)
+                new_key = renamed.get(id(key))
+                if new_key is None:
+                    new_key = renamed[id(key)] = self.key(
+                        group=key.group, micro_batch=new, block=key.block, stage=key.stage
+                    )
+                key = new_key
+                # render_label(op.label, key), its micro-batch part written once for the span
+                label: Label = op.label  # type: ignore[assignment]  # (checked above: every op has one)
+                head, word, tail = label
+                if word:
+                    head += group_label(word, key.group)  # type: ignore[arg-type]
+                name = head + tail + suffix
+            # (an operation whose key names no micro-batch keeps its name: rendered from the same key)
             ops.append(
-                _new_op(op.id + shift, op.stream, render_label(op.label, key), op.duration_s, op.kind,  # type: ignore[arg-type]
+                _new_op(op.id + shift, op.stream, name, op.duration_s, op.kind,
                    moved(op.after), moved(op.after_start), op.on_start, op.on_end, op.bytes, op.after_end,
                    op.link, op.link_kind, op.contention, key, op.label)
             )  # fmt: skip

@@ -268,3 +268,30 @@ def test_group_numbers_in_phases_are_named_by_blocks_the_same_in_a_copy_and_the_
     deeper = fold._Names(toy_transformer(blocks=30, layers_per_block=1), list(range(32)))
     outside = ((Label("backward of block25"), OpKey(block=25)), None)
     assert small.named(deeper.canonical(outside)) is None  # block25 is not in the copy
+
+
+@pytest.mark.parametrize("phase", ["fwd", "bwd", "recompute"])
+def test_a_copy_times_its_layers_as_the_model_and_the_timer_do(phase: str) -> None:
+    """A copy's context reads the model's per-layer times for the layers it keeps: the numbers the
+    compute model derives for the copy itself, bit for bit (so no copy is timed layer by layer)."""
+    config = TrainingConfig(global_batch=128, micro_batch=2, seq_len=1024)
+    ctx = _real_context("gpt2-xl", 1024, "dgx-a100", 16, config)
+    run = fold.identical_run(ctx.workload)
+    assert run is not None
+    copy = fold.shallower(ctx.workload, run, 5)
+    assert copy is not None
+    sub = fold._context(ctx, 5, copy)
+    assert sub.timer is not ctx.timer  # the model's times, through the copy's timer
+    kernel, host = ctx.timer.layer_parts_s(copy.workload, 2, phase)  # type: ignore[attr-defined]
+    own = ctx.timer.layer_times_s(copy.workload, 2, phase)  # type: ignore[attr-defined]
+    model = ctx.layer_times(phase)
+    assert sub.layer_times(phase) == [float(t) for t in own] == [model[i] for i in copy.kept]
+    got_kernel, got_host = sub.timer.layer_parts_s(copy.workload, 2, phase)  # type: ignore[attr-defined]
+    assert list(got_kernel) == list(kernel) and list(got_host) == list(host)
+    assert sub.span_time(phase, range(len(copy.workload.layers))) == _fresh_span(ctx, copy, phase)
+
+
+def _fresh_span(ctx: StepContext, copy: Any, phase: str) -> float:
+    """The copy's whole span timed by a context of its own on the model's timer."""
+    own = replace(ctx, workload=copy.workload, _layer_times={}, _memo={}, whole=ctx)
+    return own.span_time(phase, range(len(copy.workload.layers)))
