@@ -40,14 +40,11 @@ class _Rows:
         return sum(1 for _ in self._make())
 
 
-class NodeView:
-    """``graph.nodes``: iterate the nodes, ``nodes[n]`` for one's attributes, ``nodes(data=True)``
-    for (node, attributes) pairs (``data="key"``: (node, that attribute or ``default``))."""
+class _Nodes:
+    """Iteration, length and membership over the nodes in ``_node`` (a graph and its node view)."""
 
-    __slots__ = ("_node",)
-
-    def __init__(self, node: dict[Any, Attrs]) -> None:
-        self._node = node
+    __slots__ = ()
+    _node: dict[Any, Attrs]
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self._node)
@@ -60,6 +57,16 @@ class NodeView:
             return node in self._node
         except TypeError:
             return False
+
+
+class NodeView(_Nodes):
+    """``graph.nodes``: iterate the nodes, ``nodes[n]`` for one's attributes, ``nodes(data=True)``
+    for (node, attributes) pairs (``data="key"``: (node, that attribute or ``default``))."""
+
+    __slots__ = ("_node",)
+
+    def __init__(self, node: dict[Any, Attrs]) -> None:
+        self._node = node
 
     def __getitem__(self, node: Hashable) -> Attrs:
         return self._node[node]
@@ -122,7 +129,7 @@ class EdgeView:
         return _Rows(lambda: ((u, v, d.get(data, default)) for u in sources for v, d in succ[u].items()))
 
 
-class DiGraph:
+class DiGraph(_Nodes):
     """A directed graph with attributes on nodes and edges (the subset of ``networkx.DiGraph`` that
     trainsim uses, on the same dicts; see the module docstring)."""
 
@@ -148,18 +155,6 @@ class DiGraph:
         self._adj = self._succ
 
     # --- reading -----------------------------------------------------------------------------
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self._node)
-
-    def __len__(self) -> int:
-        return len(self._node)
-
-    def __contains__(self, node: object) -> bool:
-        try:
-            return node in self._node
-        except TypeError:
-            return False
-
     def __getitem__(self, node: Hashable) -> dict[Any, Attrs]:
         return self._succ[node]
 
