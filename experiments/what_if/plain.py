@@ -412,15 +412,14 @@ Report = tuple[list[dict[str, object]], list[dict[str, object]], dict[str, objec
 
 def handles(argv: list[str]) -> bool:
     """Whether :func:`main` runs ``argv`` as :mod:`experiments.what_if.cli` would: no ``--from``
-    and no ``--out``, and arguments the parser takes (its errors are the full entry's to report)."""
-    if "--from" in argv:
-        return False
+    and no ``--out`` (written in full or abbreviated, as the parser reads them), and arguments the
+    parser takes (its errors are the full entry's to report)."""
     try:  # quietly: the run parses them again, and says then what parsing says (a repeated GPU count)
         with contextlib.redirect_stderr(io.StringIO()):
             args = build_parser().parse_args(argv)
     except (SystemExit, TrainsimError):
         return False
-    return args.out is None
+    return args.out is None and args.from_framework is None
 
 
 @cli_entry

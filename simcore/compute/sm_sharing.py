@@ -28,8 +28,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
-import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from simcore.data import data_file
 from simcore.errors import TrainsimError
@@ -75,29 +74,29 @@ def free_sm_slowdown(sms: int, channels: float) -> float:
     return sms / (sms - channels)
 
 
-def gemm_tiles(rows: float, cols: float) -> float:
-    """Output tiles of a ``rows x cols`` GEMM output (:data:`GEMM_TILE` square tiles)."""
-    return math.ceil(rows / GEMM_TILE) * math.ceil(cols / GEMM_TILE)
+def gemm_tiles(rows: Any, cols: Any) -> Any:
+    """Output tiles of ``rows x cols`` GEMM outputs (:data:`GEMM_TILE` square tiles; numbers or
+    arrays, element by element)."""
+    import numpy as np
+
+    return np.ceil(np.divide(rows, GEMM_TILE)) * np.ceil(np.divide(cols, GEMM_TILE))
 
 
-def persistent_gemm_waves(tiles: float, sms: int, channels: float) -> float:
+def persistent_gemm_waves(tiles: Any, sms: int, channels: float) -> Any:
     """Time of a persistent GEMM of ``tiles`` output tiles beside a collective holding ``channels``
-    SMs, over its time alone: its grid (one block per SM, fewer when it has fewer tiles) in waves of
-    the ``sms - channels`` SMs left; 1 when every block is resident."""
-    _check(sms, channels)
-    grid = min(max(tiles, 1.0), float(sms))
-    return float(math.ceil(grid / (sms - channels)))
-
-
-def persistent_gemm_waves_of(rows: np.ndarray, cols: np.ndarray, sms: int, channels: float) -> np.ndarray:
-    """:func:`persistent_gemm_waves` of GEMMs with ``rows x cols`` outputs, element by element (a NaN
-    shape, unknown, fills every SM)."""
+    SMs, over its time alone: its grid (one block per SM, fewer when it has fewer tiles; a NaN tile
+    count, an unknown shape, fills every SM) in waves of the ``sms - channels`` SMs left; 1 when
+    every block is resident. Numbers or arrays, element by element."""
     import numpy as np
 
     _check(sms, channels)
-    tiles = np.ceil(rows / GEMM_TILE) * np.ceil(cols / GEMM_TILE)
     grid = np.where(np.isnan(tiles), float(sms), np.clip(tiles, 1.0, float(sms)))
     return np.ceil(grid / (sms - channels))
+
+
+def persistent_gemm_waves_of(rows: np.ndarray, cols: np.ndarray, sms: int, channels: float) -> np.ndarray:
+    """:func:`persistent_gemm_waves` of GEMMs with ``rows x cols`` outputs (:func:`gemm_tiles`)."""
+    return persistent_gemm_waves(gemm_tiles(rows, cols), sms, channels)
 
 
 def overlap_slowdown(

@@ -214,12 +214,8 @@ class _Evaluator:
                 self._complete(streams[a])
                 advance(a)
             elif code == _CHANGED:
-                for stream_index, segment in a:  # self._fire(stream_index, segment), inlined
-                    stream = streams[stream_index]
-                    if segment == stream.segment and stream.fired_segment != segment:
-                        stream.fired_segment = segment
-                        self.sequence = sequence = self.sequence + 1
-                        instant.append((sequence, _RESUME, stream_index, 0))
+                for stream_index, segment in a:
+                    self._fire(stream_index, segment)
             elif code == _INIT:
                 advance(a)
             else:  # an operation ended or started: wake what waits on it, in the order it began to
@@ -323,10 +319,7 @@ class _Evaluator:
             stream.remaining, stream.tolerance = work, 1e-12 * work
             return self._segment(index, stream)
         if op.duration_s > 0:
-            rank.comm_active += 1  # self._toggle(rank, +1, op.contention), inlined
-            rank.comm_factor = op.contention
-            if rank.waiting:
-                self._notify(rank)
+            self._toggle(rank, +1, op.contention)
             if self.comm_coupled:
                 stream.remaining, stream.tolerance = op.duration_s, 1e-12 * op.duration_s
                 return self._segment(index, stream)
@@ -350,14 +343,7 @@ class _Evaluator:
         """Run the operation's remaining work at the current rate; True while it is not finished."""
         if not stream.remaining > stream.tolerance:
             return False
-        # rate = self.rate(stream), inlined (the same expressions)
-        rank = stream.rank
-        if stream.communicates:
-            rate = 1.0 / self.comm_slowdown if rank.computing else 1.0
-        elif not rank.comm_active:
-            rate = 1.0
-        else:
-            rate = 1.0 / (rank.comm_factor if self.per_op else self.slowdown)
+        rate = self.rate(stream)  # the rate rule, written once
         stream.rate, stream.segment_start, stream.phase = rate, self.now, _PROGRESSING
         stream.segment = segment = stream.segment + 1
         # self.schedule(_PROGRESS_DONE, index, segment, delay=...), inlined: the hottest call
@@ -368,7 +354,7 @@ class _Evaluator:
         else:
             heapq.heappush(self.queue, (self.now + delay, _NORMAL, sequence, _PROGRESS_DONE, index, segment))
         if self.coupled:
-            rank.waiting.append((index, segment))
+            stream.rank.waiting.append((index, segment))
         return True
 
     def _notify(self, rank: _Rank) -> None:
@@ -387,11 +373,7 @@ class _Evaluator:
         """The running operation's work is done: release the rank's state, then finish it."""
         if stream.communicates:
             if stream.ops[stream.index].duration_s > 0:
-                rank = stream.rank  # self._toggle(rank, -1), inlined
-                rank.comm_active -= 1
-                rank.comm_factor = 1.0
-                if rank.waiting:
-                    self._notify(rank)
+                self._toggle(stream.rank, -1)
         elif self.per_op:
             rank = stream.rank
             rank.computing = False

@@ -113,6 +113,18 @@ READERS: dict[str, Callable[[str, int | None, str | None], FrameworkConfig]] = {
 }
 
 
+def _spelled_in_full(parser: argparse.ArgumentParser, argv: Sequence[str]) -> list[str]:
+    """``argv`` with an abbreviation of ``--from`` that ``parser`` would take (``--fro``) written in
+    full, so that it is expanded rather than parsed and ignored."""
+    options = parser._option_string_actions
+
+    def full(token: str) -> str:
+        prefix = token.startswith("--") and token != "--from" and "--from".startswith(token)
+        return "--from" if prefix and [o for o in options if o.startswith(token)] == ["--from"] else token
+
+    return [full(token) for token in argv]
+
+
 def _split_from(argv: Sequence[str]) -> tuple[str, str, list[str]] | None:
     if "--from" not in argv:
         return None
@@ -158,7 +170,7 @@ def expand_from(
     parser: argparse.ArgumentParser, argv: Sequence[str] | None, command: str
 ) -> tuple[list[str], FromRecord | None]:
     """``argv`` with the ``--from`` config's settings put first as flags, and the record of them."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = _spelled_in_full(parser, sys.argv[1:] if argv is None else argv)
     split = _split_from(argv)
     if split is None:
         return argv, None

@@ -19,6 +19,7 @@ SMALL = ["--gpus", "2", "--strategies", "ddp,zero3", "--model", "gpt2-small", "-
         ([*SMALL, "--out", "somewhere"], False),
         ([*SMALL, "--ou", "somewhere"], False),  # argparse takes the abbreviation as --out
         ([*SMALL, "--from", "megatron", "--num-layers 2"], False),
+        ([*SMALL, "--fro", "megatron", "--num-layers 2"], False),  # and this one as --from
         ([*SMALL, "--gpus", "x"], False),  # the full entry reports the error, as it always did
     ],
 )

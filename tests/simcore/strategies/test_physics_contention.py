@@ -20,7 +20,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from simcore.compute.roofline import ComputeModel
 from simcore.engine import Simulation
+from simcore.hardware import device_spec
 from simcore.step.des import run_plan
 from simcore.step.eventfree import evaluate_plan
 from simcore.step.plan import PlanBuilder, PlanRun, StepPlan
@@ -136,24 +138,27 @@ def test_a_step_applies_both_directions(path: str) -> None:
     assert result.run.step_time_s == pytest.approx(M * c + C - M * c / f, rel=1e-12)
 
 
+def _linear(name: str, m: float, k: float, n: float) -> Layer:
+    """A linear layer of known GEMM shape: per sample ``m x k`` by ``k x n``."""
+    flops = 2 * m * k * n
+    return Layer(
+        name, "linear", 0, int(k * n), flops, 2 * flops, 2 * m * k, 2 * m * n, 2 * m * (k + n), gemm=(m, k, n)
+    )
+
+
+def _h100_context(workload: Workload, micro_batch: int) -> StepContext:
+    timer = ComputeModel(device_spec("h100-sxm"), "bf16")
+    config = TrainingConfig(global_batch=2 * micro_batch, micro_batch=micro_batch)
+    return StepContext(workload, config, 2, timer, AlphaBeta(), (0, 1), (0, 1), (0,), 80 * 10**9)
+
+
 def _gemm_and_norm() -> Workload:
     """One linear layer of known GEMM shape (per sample 4096 x 4096 by 4096 x 11008) and a norm."""
-    m, k, n = 4096.0, 4096.0, 11008.0
-    flops = 2 * m * k * n
-    linear = Layer(
-        "mlp",
-        "linear",
-        0,
-        int(k * n),
-        flops,
-        2 * flops,
-        2 * m * k,
-        2 * m * n,
-        2 * m * (k + n),
-        gemm=(m, k, n),
-    )
+    m, n = 4096.0, 11008.0
     norm = Layer("norm", "norm", 0, 4096, 0.0, 0.0, 2 * m * n, 2 * m * n, 4 * m * n)
-    return Workload("gemm+norm", (linear, norm), ("block0",), "bf16", 4096, "test stand-in")
+    return Workload(
+        "gemm+norm", (_linear("mlp", m, 4096.0, n), norm), ("block0",), "bf16", 4096, "test stand-in"
+    )
 
 
 @pytest.mark.parametrize("micro_batch", [1, 2])
@@ -161,13 +166,9 @@ def test_h100_persistent_gemms_take_two_waves_beside_a_collective(micro_batch: i
     """On an H100 (132 SMs) beside an NVSwitch collective's 24 channels: the linear layer's kernel
     seconds (forward 32 x 86 tiles per sample, data gradient 32 x 32, weight gradient 32 x 86: every
     grid 132 blocks on 108 free SMs, two waves) count twice, the norm's 132 / 108 times."""
-    from simcore.compute.roofline import ComputeModel
-    from simcore.hardware import device_spec
-
-    timer = ComputeModel(device_spec("h100-sxm"), "bf16")
     workload = _gemm_and_norm()
-    config = TrainingConfig(global_batch=2 * micro_batch, micro_batch=micro_batch)
-    ctx = StepContext(workload, config, 2, timer, AlphaBeta(), (0, 1), (0, 1), (0,), 80 * 10**9)
+    ctx = _h100_context(workload, micro_batch)
+    timer = ctx.timer
     (lin_f, norm_f), _ = timer.layer_parts_s(workload, micro_batch, "fwd")
     (lin_b, norm_b), _ = timer.layer_parts_s(workload, micro_batch, "bwd")
     gemm, other = lin_f + lin_b, norm_f + norm_b
@@ -181,34 +182,9 @@ def test_h100_persistent_gemms_take_two_waves_beside_a_collective(micro_batch: i
 def test_a_small_gemm_fits_beside_the_channels() -> None:
     """A GEMM of fewer tiles than the SMs left keeps every block resident: only the SM rule's
     share of other kernels slows (here none: the factor is 1 for the GEMM itself)."""
-    from simcore.compute.roofline import ComputeModel
-    from simcore.hardware import device_spec
-
-    m, k, n = 128.0, 128.0, 128.0  # one output tile forward, data and weight gradient
-    flops = 2 * m * k * n
-    tiny = Layer(
-        "tiny",
-        "linear",
-        0,
-        int(k * n),
-        flops,
-        2 * flops,
-        2 * m * k,
-        2 * m * n,
-        2 * m * (k + n),
-        gemm=(m, k, n),
+    # one output tile forward, data and weight gradient
+    workload = Workload(
+        "tiny", (_linear("tiny", 128.0, 128.0, 128.0),), ("block0",), "bf16", 128, "test stand-in"
     )
-    workload = Workload("tiny", (tiny,), ("block0",), "bf16", 128, "test stand-in")
-    timer = ComputeModel(device_spec("h100-sxm"), "bf16")
-    ctx = StepContext(
-        workload,
-        TrainingConfig(global_batch=2, micro_batch=1),
-        2,
-        timer,
-        AlphaBeta(),
-        (0, 1),
-        (0, 1),
-        (0,),
-        80 * 10**9,
-    )
+    ctx = _h100_context(workload, 1)
     assert ctx.contention(CommCost(M, "", "nvswitch")) == pytest.approx(1.0)

@@ -229,3 +229,11 @@ def test_plan_emits_torchtitan_toml_and_reading_it_back_plans_the_same_layout(tm
     assert code == 0, err
     doc = json.loads(text)
     assert doc["gpu_counts"][0]["ranked"][0]["layout"]["label"] == label and doc["configs_considered"] == 1
+
+
+@pytest.mark.parametrize("spelled", ["--fro", "--fr"])
+def test_an_abbreviated_from_is_expanded_as_from(spelled: str) -> None:
+    """argparse takes ``--fro`` as ``--from``: it is expanded, not parsed and silently ignored."""
+    line = "--num-layers 2 --hidden-size 64 --num-attention-heads 2 --seq-length 8 --vocab-size 9"
+    full = expand_from(build_parser(), ["--from", "megatron", line], "what_if")
+    assert expand_from(build_parser(), [spelled, "megatron", line], "what_if") == full
