@@ -18,16 +18,25 @@ import csv
 import io
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from calibrate.common.records import read_records
 from calibrate.fit.cli import fit_profile, load_rows
 from calibrate.fit.physical import keep_physical
+from calibrate.testbed.net import LinkShape
 from experiments.validate.grid import STRATEGIES, RunSpec
 from experiments.validate.metrics import GOAL_OVERALL, GOAL_STRATEGY, Row, mape, strategy_order
-from experiments.validate.predict import MeasuredRun, layer_corrections, measured_step, predict
+from experiments.validate.predict import (
+    GLOO_REDUCE_SCATTER,
+    TCP_PAYLOAD_SHARE,
+    MeasuredRun,
+    layer_corrections,
+    measured_step,
+    predict,
+)
+from simcore.calibration.profile import busbw_factor
 from simcore.calibration.profile_json import load_profile
 from simcore.errors import TrainsimError
 from simcore.output import save_figure, write_json_atomic, write_text_atomic
@@ -35,8 +44,8 @@ from simcore.output import save_figure, write_json_atomic, write_text_atomic
 if TYPE_CHECKING:
     from simcore.calibration.profile import CalibrationProfile
 
-__all__ = ["GOAL_OVERALL", "GOAL_STRATEGY", "Row", "compare", "link_dir", "load_link", "load_measured", "mape",
-           "strategy_order", "write_report"]  # fmt: skip
+__all__ = ["GOAL_OVERALL", "GOAL_STRATEGY", "Row", "above_burst", "compare", "link_dir", "load_link", "load_measured", "mape",
+           "strategy_order", "wire_bytes", "without_stalls", "write_report"]  # fmt: skip
 
 CSV_FIELDS = ("key", "strategy", "size", "world", "network", "bandwidth", "slow", "measured_ms",
               "predicted_ms", "error_pct", "predicted_compute_ms", "measured_fwd_bwd_opt_ms", "background_threads", "predicted_idle_ms",
@@ -80,12 +89,72 @@ def link_dir(out: Path, spec: RunSpec) -> Path:
     return out / "calibration" / f"collectives-link-{8 * (spec.bandwidth_Bps or 0):.0f}bit-w{spec.world}"
 
 
+def wire_bytes(row: Mapping[str, Any]) -> float:
+    """Bytes one rank sends over its link in a collective row of ``calibrate.collectives`` (gloo's
+    ring algorithms: the bus factor times the size; its reduce_scatter moves an all-reduce's)."""
+    op = str(row["op"])
+    moved_as = GLOO_REDUCE_SCATTER if op == "reduce_scatter" else op
+    return busbw_factor(moved_as, int(row["ranks"])) * float(row["size_bytes"])
+
+
+def above_burst(rows: Sequence[dict[str, Any]], bandwidth_Bps: float) -> list[dict[str, Any]]:
+    """``rows`` of a sweep on a tc-shaped link without the collectives its token bucket helped.
+
+    tbf lets a full bucket (``burst``, :attr:`calibrate.testbed.net.LinkShape.burst_bytes`) leave at
+    once. A message whose wire bytes (:func:`wire_bytes`) do not exceed the bucket times how full it
+    was when the message started, not the rate (at 100 Mbit/s the committed sweep's 64 KiB all-reduce
+    took 2.97 ms; 64 KiB at the link's TCP payload rate takes 5.5 ms), and one that crossed faster
+    than the link's payload rate (``bandwidth_Bps`` x :data:`TCP_PAYLOAD_SHARE`) was partly carried
+    by the bucket (at 1 Gbit/s the 256 KiB all-gather's 128 KiB in 1.09 ms: 120 MB/s of payload
+    would take 1.10 ms). Left in, such points drag the relative-residual fit's bandwidth above the
+    link's own rate (15.0 MB/s for the 11.96 MB/s of 100 Mbit/s). Rows of other kinds are kept."""
+    burst = LinkShape(bandwidth_Bps).burst_bytes
+    payload_Bps = bandwidth_Bps * TCP_PAYLOAD_SHARE
+
+    def rate_limited(row: dict[str, Any]) -> bool:
+        wire = wire_bytes(row)
+        return wire > burst and _median_s(row) >= wire / payload_Bps
+
+    return [r for r in rows if r.get("kind") != "collective" or rate_limited(r)]
+
+
+def without_stalls(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` without the collectives that took longer than a larger message of the same op and
+    ranks: a rate-limited link cannot carry more bytes in less time, so such a median is a stall
+    (at 1 Gbit/s the committed sweep's 256 KiB all-reduce took 12.85 ms, its 1 MiB one 8.93 ms;
+    that size's fastest iteration 1.72 ms), not the link. Rows of other kinds are kept."""
+    fastest_above: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    for row in rows:
+        if row.get("kind") == "collective":
+            key = (str(row["op"]), int(row["ranks"]))
+            fastest_above.setdefault(key, []).append((float(row["size_bytes"]), _median_s(row)))
+
+    def stalled(row: dict[str, Any]) -> bool:
+        size, seconds = float(row["size_bytes"]), _median_s(row)
+        return any(s > size and t < seconds for s, t in fastest_above[(str(row["op"]), int(row["ranks"]))])
+
+    return [r for r in rows if r.get("kind") != "collective" or not stalled(r)]
+
+
+def _median_s(row: Mapping[str, Any]) -> float:
+    return float(row.get("time_us_p50") or row.get("time_us_mean") or 0.0) * 1e-6
+
+
 def load_link(out: Path, spec: RunSpec) -> CalibrationProfile | None:
-    """The collective fits measured on ``spec``'s emulated link, None for loopback or when not swept."""
+    """The collective fits measured on ``spec``'s emulated link; the sizes its token bucket helped
+    (:func:`above_burst`) and stalled medians (:func:`without_stalls`) are left out. None for
+    loopback, for an unswept link, or when no size was limited by the link's rate."""
     directory = link_dir(out, spec)
-    if spec.network != "testbed" or not (directory / "collectives.jsonl").exists():
+    if (
+        spec.network != "testbed"
+        or spec.bandwidth_Bps is None
+        or not (directory / "collectives.jsonl").exists()
+    ):
         return None
-    return keep_physical(fit_profile(load_rows([str(directory)]), [str(directory.relative_to(out))]))
+    rows = without_stalls(above_burst(load_rows([str(directory)]), spec.bandwidth_Bps))
+    if not any(row.get("kind") == "collective" for row in rows):
+        return None  # nothing the link's rate limited: the shaped NIC's own rate prices the run
+    return keep_physical(fit_profile(rows, [str(directory.relative_to(out))]))
 
 
 def compare(runs: Sequence[tuple[RunSpec, MeasuredRun | None, str]], out: Path, cores: int) -> list[Row]:

@@ -219,7 +219,7 @@ def test_the_testbed_links_are_swept_once_each_and_read_back(tmp_path, monkeypat
             for op in ("all_gather", "reduce_scatter", "all_reduce"):
                 for size in (2**16, 2**20, 2**24):
                     row = collective_row(
-                        op=op, size_bytes=size, ranks=2, ranks_per_node=1, time_us_mean=1e3 + size / 1e4
+                        op=op, size_bytes=size, ranks=2, ranks_per_node=1, time_us_mean=1e3 + size / 10.0
                     )
                     writer.write({**row, "backend": "gloo", "scope": "inter_node", "nodes": 2})
         return 0
@@ -277,3 +277,69 @@ def test_a_fit_lost_in_noise_is_left_out_of_the_profile_the_calibration_writes(t
     profile = load_profile(path)
     assert key not in profile.collectives and len(profile.collectives) == len(good.collectives) - 1
     assert capsys.readouterr().err.count("warning:") == 1
+
+
+def _link_row(op: str, size: int, ms: float, ranks: int = 2) -> dict[str, Any]:
+    return {"kind": "collective", "op": op, "size_bytes": size, "ranks": ranks, "time_us_p50": ms * 1e3}
+
+
+def test_wire_bytes_are_the_ring_bytes_and_gloo_reduce_scatter_moves_an_all_reduces():
+    from experiments.validate.report import wire_bytes
+
+    mib = 2**20
+    assert wire_bytes(_link_row("all_reduce", mib, 1.0)) == mib  # 2 (n - 1) / n, n = 2
+    assert wire_bytes(_link_row("all_gather", mib, 1.0, ranks=4)) == 0.75 * mib  # (n - 1) / n
+    assert wire_bytes(_link_row("reduce_scatter", mib, 1.0, ranks=4)) == 1.5 * mib  # an all-reduce's
+
+
+def test_a_shaped_links_fit_leaves_out_what_its_token_bucket_carried():
+    """100 Mbit/s: bucket 65,536 B (LinkShape), TCP payload 12.5e6 x 1448 / 1514 = 11,955,086 B/s."""
+    from experiments.validate.report import above_burst
+
+    payload = 12.5e6 * 1448 / 1514
+    k256 = 2**18
+    rows = [
+        _link_row("all_reduce", 2**16, 10.0),  # wire 65,536 B = the bucket: left out however slow
+        _link_row("all_reduce", k256, 1e3 * k256 / payload * 0.99),  # faster than the link: out
+        _link_row("all_reduce", k256, 1e3 * k256 / payload * 1.01),  # kept
+        _link_row("all_gather", 2**18, 1e3 * 2**17 / payload * 1.01),  # 128 KiB on the wire: kept
+        {"kind": "memory", "bandwidth_Bps": 1.0},
+    ]
+    kept = above_burst(rows, 100 * 1e6 / 8)
+    assert kept == rows[2:]
+
+
+def test_a_collective_slower_than_a_larger_one_of_its_op_is_a_stall_and_left_out():
+    from experiments.validate.report import without_stalls
+
+    rows = [
+        _link_row("all_reduce", 2**18, 12.85),  # the committed 1 Gbit/s sweep's 256 KiB median
+        _link_row("all_reduce", 2**20, 8.93),
+        _link_row("all_reduce", 2**22, 35.14),
+        _link_row("all_gather", 2**18, 12.85),  # another op: its own sizes decide
+        _link_row("all_gather", 2**20, 20.0),
+    ]
+    assert without_stalls(rows) == rows[1:]
+
+
+def test_the_link_fit_of_a_swept_100mbit_link_is_the_rate_of_its_large_messages(tmp_path):
+    """Sizes above the bucket at exactly 11.5 MB/s of wire bytes, plus the bucket-sized 64 KiB
+    all-reduce at 2.97 ms (22 MB/s, as measured): the fit is 11.5 MB/s, not dragged above it."""
+    from calibrate.common.records import RecordWriter
+    from experiments.validate.grid import MBIT
+    from experiments.validate.report import link_dir, load_link
+
+    spec = RunSpec("ddp", "transformer-w256", 2, "testbed", MBIT * 100)
+    directory = link_dir(tmp_path, spec)
+    directory.mkdir(parents=True)
+    rows = [_link_row("all_reduce", 2**16, 2.97)]
+    rows += [_link_row("all_reduce", 2**k, 1e3 * 2**k / 11.5e6) for k in (18, 20, 22, 24)]
+    with RecordWriter(directory / "collectives.jsonl") as writer:
+        for row in rows:
+            writer.write({**row, "backend": "gloo", "scope": "inter_node", "nodes": 2, "ranks_per_node": 1,
+                          "dtype": "float32", "count": row["size_bytes"] // 4})  # fmt: skip
+    link = load_link(tmp_path, spec)
+    assert link is not None
+    fit = link.collective_fit("all_reduce", 2, "inter_node")
+    assert fit is not None and fit.quality.points == 4
+    assert fit.busbw_Bps == pytest.approx(11.5e6, rel=1e-6)
