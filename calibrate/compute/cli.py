@@ -14,11 +14,16 @@ recorded in every row. Row kinds:
 - ``matmul``: ``m x k @ k x n`` in one dtype; ``flops = 2 m n k``; ``achieved_flops = flops / time``.
 - ``memory``: copy of a large tensor; ``bytes`` = read + written; ``bandwidth_Bps = bytes / time``.
 - ``layer``: forward and backward of each layer kind the workload presets use (``layer_kind`` is the
-  workload's kind: linear, attention, norm, conv, embedding, activation), with analytic FLOPs.
+  workload's kind: linear, attention, norm, conv, embedding, activation), with analytic FLOPs;
+  ``--layers`` times forward again and again and backward over a retained graph, ``--step-layers``
+  one forward and one backward per iteration as a training step runs them (``timing: step``).
 - ``op_overhead``: a chain of ``ops`` tiny operators (one-element tensors with autograd), forward
   and backward (``phase``), for the framework's fixed cost per dispatched operator.
 - ``slowdown``: a matmul timed alone and while an all_reduce runs (world > 1);
   ``slowdown = time_with_comm / time_alone``.
+
+Times are elapsed (``--clock wall``) or, on a machine whose cores other jobs share, the timing
+thread's CPU time (``--clock cpu``, one-thread CPU ranks; each timed row records its ``clock``).
 """
 
 from __future__ import annotations
@@ -60,6 +65,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="memory-probe tensor size")  # fmt: skip
     p.add_argument("--layers", type=_none_or(name_list(LAYER_NAMES, what="layer")), default=",".join(LAYER_NAMES),
                    help=f"comma-separated from {', '.join(LAYER_NAMES)}, or none")  # fmt: skip
+    p.add_argument("--step-layers", type=_none_or(name_list(LAYER_NAMES, what="layer")), default="none",
+                   help="layer benchmarks (as --layers) timed as a training step runs them: forward on a fresh "
+                        "graph, then backward, every iteration (rows with timing 'step'); default none")  # fmt: skip
     p.add_argument("--layer-scale", type=int_range(1, 64), default=1,
                    help="multiply the layer benchmarks' widths by this")  # fmt: skip
     p.add_argument("--op-chains", type=_none_or(int_list(1, 100_000)), default="16,64,256",
@@ -69,6 +77,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("-n", "--iters", type=int_range(1, 1_000_000), default=10, help="timed calls per repeat")
     p.add_argument("-w", "--warmup", type=int_range(0, 1_000_000), default=2, help="untimed calls per item")
     p.add_argument("--repeats", type=int_range(1, 1_000_000), default=3, help="repeats of the timed calls")
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="wall: elapsed time; cpu: the thread's CPU time, which other processes on shared "
+                        "cores do not inflate (CPU ranks with --threads 1 only)")  # fmt: skip
     p.add_argument("--backend", default=None, choices=BACKENDS,
                    help="process-group backend (default: nccl when CUDA is available, else gloo)")  # fmt: skip
     p.add_argument("--resume", action="store_true", help="skip (item, repeat) already in --out")

@@ -3,12 +3,14 @@
 Each benchmark is a small torch module with analytic forward FLOPs and bytes moved, so the fit can
 compare measured layer times with what the compute model predicts for the same layer. Backward is
 timed alone, by re-running backward over a retained graph. ``layer_kind`` names the kind as
-:mod:`simcore.workload.loader` layers carry it (linear, attention, norm, conv, embedding, activation).
+:mod:`simcore.workload.loader` layers carry it (linear, attention, norm, conv, embedding, activation),
+or a workload kind of its own where that kind runs kernels of its own (relu, maxpool).
 """
 
 from __future__ import annotations
 
 import functools
+import resource
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +20,15 @@ from torch import nn
 
 from calibrate.compute.dtypes import DTYPES
 
-__all__ = ["LAYERS", "LayerBench", "layer_benchmarks", "op_overhead_benchmarks"]
+__all__ = [
+    "LAYERS",
+    "LayerBench",
+    "LayerStep",
+    "layer_benchmarks",
+    "layer_steps",
+    "minor_faults",
+    "op_overhead_benchmarks",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +79,32 @@ def _conv2d(b: int, c: int, hw: int) -> LayerBench:
                       lambda: torch.randn(b, c, hw, hw), flops, 2.0 * b * c * hw * hw + 9 * c * c)  # fmt: skip
 
 
+def _conv2d_rgb(b: int, c: int, hw: int) -> LayerBench:
+    """A stem convolution: 3 input channels (an RGB image) to ``c``, 3x3. Its im2col GEMM reduces
+    over only 3 x 9 = 27 elements, which the 64-channel benchmarks (576) do not show."""
+    flops = 2.0 * b * hw * hw * 3 * c * 9
+    return LayerBench("conv2d_rgb", "conv", f"b{b}c3->{c}hw{hw}k3", nn.Conv2d(3, c, 3, padding=1),
+                      lambda: torch.randn(b, 3, hw, hw), flops, b * (3 + c) * hw * hw + 27 * c)  # fmt: skip
+
+
+def _conv2d_image(b: int, c: int, hw: int) -> LayerBench:
+    bench = _conv2d(b, c, hw)
+    return LayerBench("conv2d_image", bench.layer_kind, bench.shape, bench.module, bench.make_input,
+                      bench.fwd_flops, bench.fwd_bytes_per_elem)  # fmt: skip
+
+
+def _relu(b: int, c: int, hw: int) -> LayerBench:
+    return LayerBench("relu", "relu", f"b{b}c{c}hw{hw}", nn.ReLU(), lambda: torch.randn(b, c, hw, hw),
+                      float(b * c * hw * hw), 2.0 * b * c * hw * hw)  # fmt: skip
+
+
+def _maxpool(b: int, c: int, hw: int) -> LayerBench:
+    """2x2 max pooling, as ``calibrate.train``'s CNN runs it: on an input that requires grad, so
+    torch runs ``max_pool2d_with_indices`` (it keeps the argmax for backward)."""
+    return LayerBench("maxpool", "maxpool", f"b{b}c{c}hw{hw}k2", nn.MaxPool2d(2), lambda: torch.randn(b, c, hw, hw),
+                      float(b * c * hw * hw), 1.25 * b * c * hw * hw)  # fmt: skip
+
+
 def _batchnorm(b: int, c: int, hw: int) -> LayerBench:
     return LayerBench("batchnorm", "norm", f"b{b}c{c}hw{hw}", nn.BatchNorm2d(c), lambda: torch.randn(b, c, hw, hw),
                       8.0 * b * c * hw * hw, 2.0 * b * c * hw * hw)  # fmt: skip
@@ -83,6 +119,12 @@ LAYERS: dict[str, Callable[[int], LayerBench]] = {
     "embedding": lambda k: _embedding(4, 64, 64 * k),
     "conv2d": lambda k: _conv2d(4, 16 * k, 16),
     "batchnorm": lambda k: _batchnorm(4, 16 * k, 16),
+    # calibrate.train's CNN geometry (scale 4: its batch 32, width 64, 32x32 images): layers whose
+    # activations outgrow the caches the batch-4 16x16 benchmarks above fit in
+    "conv2d_image": lambda k: _conv2d_image(8 * k, 16 * k, 32),
+    "conv2d_rgb": lambda k: _conv2d_rgb(8 * k, 16 * k, 32),
+    "relu": lambda k: _relu(8 * k, 16 * k, 32),
+    "maxpool": lambda k: _maxpool(8 * k, 16 * k, 32),
 }
 
 
@@ -120,6 +162,68 @@ def layer_benchmarks(
             }
             backward = functools.partial(out.backward, grad, retain_graph=True)
             yield f"layer/{bench.name}/{dtype_name}/bwd", bwd, backward
+
+
+@dataclass(frozen=True, slots=True)
+class LayerStep:
+    """One layer benchmark as a training step runs it: forward on a fresh graph, then backward.
+
+    ``run(clock)`` does one iteration and returns (forward seconds, backward seconds) on ``clock``
+    and the minor page faults of each (:func:`minor_faults`);
+    the parameter and input gradients are dropped after it, as ``zero_grad(set_to_none=True)``
+    does between steps. Unlike :func:`layer_benchmarks` (forward again and again, backward over a
+    retained graph), every iteration allocates and frees the layer's activations and gradients as a
+    step does, so allocator and page-fault costs land where training pays them."""
+
+    item: str
+    fwd: dict[str, Any]
+    bwd: dict[str, Any]
+    run: Callable[[Callable[[], float]], tuple[float, float, int, int]]
+
+
+def layer_steps(
+    names: list[str], dtypes: list[str], device: torch.device, scale: int = 1
+) -> Iterator[LayerStep]:
+    """A :class:`LayerStep` for each layer in each dtype; rows as :func:`layer_benchmarks`' with
+    ``"timing": "step"``."""
+    for name in names:
+        for dtype_name in dtypes:
+            bench = LAYERS[name](scale)
+            dtype = DTYPES[dtype_name]
+            module = bench.module.to(device=device, dtype=dtype)
+            x = bench.make_input().to(device)
+            if x.is_floating_point():
+                x = x.to(dtype).requires_grad_(True)
+            elem = torch.tensor([], dtype=dtype).element_size()
+            info = {"kind": "layer", "layer": bench.name, "layer_kind": bench.layer_kind, "dtype": dtype_name,
+                    "shape": bench.shape, "timing": "step"}  # fmt: skip
+            fwd = {**info, "phase": "fwd", "flops": bench.fwd_flops, "bytes": bench.fwd_bytes_per_elem * elem}
+            bwd = {
+                **info,
+                "phase": "bwd",
+                "flops": 2 * bench.fwd_flops,
+                "bytes": 2 * bench.fwd_bytes_per_elem * elem,
+            }
+            yield LayerStep(
+                f"layer-step/{bench.name}/{dtype_name}", fwd, bwd, functools.partial(_step, module, x)
+            )
+
+
+def minor_faults() -> int:
+    """Minor page faults of the calling thread so far (Linux ``RUSAGE_THREAD``; 0 where absent)."""
+    who = getattr(resource, "RUSAGE_THREAD", None)
+    return 0 if who is None else int(resource.getrusage(who).ru_minflt)
+
+
+def _step(module: nn.Module, x: torch.Tensor, clock: Callable[[], float]) -> tuple[float, float, int, int]:
+    faults, begin = minor_faults(), clock()
+    out = _forward(module, x)
+    middle, faults_fwd = clock(), minor_faults()
+    out.backward(torch.ones_like(out))
+    end, faults_bwd = clock(), minor_faults()
+    module.zero_grad(set_to_none=True)
+    x.grad = None
+    return middle - begin, end - middle, faults_fwd - faults, faults_bwd - faults_fwd
 
 
 def _scale_chain(x: torch.Tensor, ops: int) -> torch.Tensor:

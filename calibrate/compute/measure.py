@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -19,10 +20,10 @@ import torch.distributed as dist
 from calibrate.common import dist as cdist
 from calibrate.common.records import RecordWriter, provenance, resume_keys
 from calibrate.compute.dtypes import DTYPES
-from calibrate.compute.layers import layer_benchmarks, op_overhead_benchmarks
+from calibrate.compute.layers import LayerStep, layer_benchmarks, layer_steps, op_overhead_benchmarks
 from simcore.errors import TrainsimError
 
-__all__ = ["run_compute", "time_calls_s"]
+__all__ = ["CLOCKS", "run_compute", "time_calls_s"]
 
 _RESUME_KEY = ("item", "repeat")
 
@@ -32,15 +33,23 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_calls_s(call: Callable[[], Any], iters: int, device: torch.device) -> list[float]:
-    """Seconds of each of ``iters`` calls, the device synchronised around each."""
+CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.thread_time}
+
+
+def time_calls_s(
+    call: Callable[[], Any], iters: int, device: torch.device, clock: str = "wall"
+) -> list[float]:
+    """Seconds of each of ``iters`` calls, the device synchronised around each. ``clock``: ``wall``
+    (elapsed) or ``cpu`` (this thread's CPU time, which time taken by other processes sharing the
+    cores does not count; for one-thread CPU ranks, whose arithmetic runs in the calling thread)."""
+    now = CLOCKS[clock]
     times = []
     for _ in range(iters):
         _sync(device)
-        begin = time.perf_counter()
+        begin = now()
         call()
         _sync(device)
-        times.append(time.perf_counter() - begin)
+        times.append(now() - begin)
     return times
 
 
@@ -82,14 +91,45 @@ def _measure_item(args: argparse.Namespace, item: str, info: dict[str, Any], cal
     _configure_dtype(str(info.get("dtype")), ctx.device)
     time_calls_s(call, args.warmup, ctx.device)
     for repeat in todo:
-        stats = _stats(time_calls_s(call, args.iters, ctx.device))
-        row = {**info, "item": item, "repeat": repeat, "iters": args.iters, **stats}
+        stats = _stats(time_calls_s(call, args.iters, ctx.device, args.clock))
+        row = {**info, "item": item, "repeat": repeat, "iters": args.iters, "clock": args.clock, **stats}
         seconds = stats["time_us_p50"] * 1e-6
         if "flops" in info:
             row["achieved_flops"] = info["flops"] / seconds
         if "bytes" in info:
             row["bandwidth_Bps"] = info["bytes"] / seconds
         write(row)
+
+
+def _measure_step(args: argparse.Namespace, step: LayerStep, ctx: cdist.DistContext,
+                  write: Callable[[dict[str, Any]], None], done: set[tuple[Any, ...]]) -> None:  # fmt: skip
+    """``step``'s forward and backward rows per repeat, both from the same ``--iters`` iterations,
+    with the median minor page faults of each phase and the malloc tunables it ran under."""
+    todo = [r for r in range(args.repeats) if (f"{step.item}/fwd", r) not in done]
+    if not todo:
+        return
+    _configure_dtype(str(step.fwd.get("dtype")), ctx.device)
+    clock = _synced(CLOCKS[args.clock], ctx.device)
+    for _ in range(args.warmup):
+        step.run(clock)
+    for repeat in todo:
+        times = [step.run(clock) for _ in range(args.iters)]
+        for phase, info in enumerate((step.fwd, step.bwd)):
+            stats = _stats([t[phase] for t in times])
+            seconds = stats["time_us_p50"] * 1e-6
+            faults = statistics.median(t[2 + phase] for t in times)
+            write({**info, "item": f"{step.item}/{info['phase']}", "repeat": repeat, "iters": args.iters,
+                   "clock": args.clock, **stats, "achieved_flops": info["flops"] / seconds,
+                   "bandwidth_Bps": info["bytes"] / seconds, "minor_faults_p50": faults,
+                   "glibc_tunables": os.environ.get("GLIBC_TUNABLES", "")})  # fmt: skip
+
+
+def _synced(clock: Callable[[], float], device: torch.device) -> Callable[[], float]:
+    def now() -> float:
+        _sync(device)
+        return clock()
+
+    return now
 
 
 def _slowdown_rows(args: argparse.Namespace, ctx: cdist.DistContext) -> Iterator[dict[str, Any]]:
@@ -135,6 +175,9 @@ def run_compute(args: argparse.Namespace) -> int:
     ctx = cdist.init_distributed(args.backend)
     try:
         threads = cdist.set_threads(args.threads)
+        if args.clock == "cpu" and (ctx.device.type != "cpu" or threads != 1):
+            raise TrainsimError(f"--clock cpu times this thread's CPU time: it needs a CPU rank with --threads 1 "
+                                f"(got device {ctx.device.type}, {threads} threads); use --clock wall")  # fmt: skip
         args.dtypes = _dtypes(args.dtypes, ctx.device)
         path = Path(args.out) / "compute.jsonl"
         keys = [resume_keys(path, _RESUME_KEY) if args.resume and ctx.is_main else set()]
@@ -162,6 +205,8 @@ def run_compute(args: argparse.Namespace) -> int:
                  *op_overhead_benchmarks(args.op_chains, ctx.device)]  # fmt: skip
         for item, info, call in items:
             _measure_item(args, item, info, call, ctx, write, keys[0])
+        for step in layer_steps(args.step_layers, args.dtypes, ctx.device, args.layer_scale):
+            _measure_step(args, step, ctx, write, keys[0])
         if ctx.world_size > 1:
             for row in _slowdown_rows(args, ctx):
                 if (row["item"], row["repeat"]) not in keys[0]:

@@ -83,7 +83,9 @@ if TYPE_CHECKING:
     from simcore.topology import Topology
 
 __all__ = [
+    "BenchPoint",
     "LayerCorrectedTimer",
+    "LayerCorrections",
     "MeasuredRun",
     "Prediction",
     "blocking_profile",
@@ -91,6 +93,7 @@ __all__ = [
     "layer_corrections",
     "measured_step",
     "measured_topology",
+    "nearest_ratio",
     "predict",
     "scaled_compute_profile",
     "training_config",
@@ -109,11 +112,53 @@ GLOO_REDUCE_SCATTER = "all_reduce"
 # in 1514: Ethernet header 14 (IEEE 802.3; veth frames have no preamble, FCS or gap), IPv4 20
 # (RFC 791), TCP 20 (RFC 9293) + 12 of timestamp option (RFC 7323, Linux tcp_timestamps=1 default).
 TCP_PAYLOAD_SHARE = 1448 / 1514
-# Workload layer kinds (calibrate.train.models.describe, simcore presets) -> the layer benchmark kind
-# of calibrate.compute.layers that times the same kind of operator.
-BENCH_KIND = {"conv2d": "conv", "conv": "conv", "conv1x1": "conv", "conv_grouped": "conv", "linear": "linear", "attention": "attention", "layernorm": "norm",
-              "norm": "norm", "embedding": "embedding", "relu": "activation", "gelu": "activation",
-              "maxpool": "activation", "activation": "activation"}  # fmt: skip
+# Workload layer kinds (calibrate.train.models.describe, simcore presets) -> the layer benchmark kinds
+# of calibrate.compute.layers that time the same kind of operator, the first one measured counting:
+# ReLU and max pooling have benchmarks of their own (max_pool2d_with_indices is no GELU-like
+# elementwise kernel), else they take the activation benchmark's correction.
+BENCH_KIND: dict[str, tuple[str, ...]] = {
+    "conv2d": ("conv",), "conv": ("conv",), "conv1x1": ("conv",), "conv_grouped": ("conv",), "linear": ("linear",),
+    "attention": ("attention",), "layernorm": ("norm",), "norm": ("norm",), "embedding": ("embedding",),
+    "relu": ("relu", "activation"), "gelu": ("activation",), "maxpool": ("maxpool", "activation"),
+    "activation": ("activation",),
+}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class BenchPoint:
+    """One layer benchmark shape: its forward FLOPs and bytes and its measured / modelled time."""
+
+    flops: float
+    bytes: float
+    ratio: float
+
+
+@dataclass(frozen=True, slots=True)
+class LayerCorrections:
+    """Measured / modelled time of ``calibrate.compute``'s layer benchmarks, per benchmark kind and
+    phase: ``medians`` over the kind's rows (the report's table), ``points`` one per benchmarked
+    shape. A workload layer takes the ratio of the shape nearest its own (:func:`nearest_ratio`), so
+    a kind benchmarked at several shapes (convolutions of 3 and of 64 input channels, 16x16 and 32x32
+    images) is corrected by the one that ran kernels like the layer's."""
+
+    medians: Mapping[tuple[str, str], float]
+    points: Mapping[tuple[str, str], tuple[BenchPoint, ...]]
+
+
+def nearest_ratio(points: Sequence[BenchPoint], flops: float, moved: float) -> float:
+    """The ratio of the point nearest (``flops``, ``moved``) in log arithmetic intensity and log
+    FLOPs: on a roofline, intensity (FLOPs per byte) and size are what tell two layers' kernels
+    apart (a 3-channel stem convolution does 13 FLOPs a byte, a 64-channel one 110-145)."""
+
+    def features(f: float, b: float) -> tuple[float, float]:
+        return math.log(max(f, 1.0) / max(b, 1.0)), math.log(max(f, 1.0))
+
+    target = features(flops, moved)
+
+    def distance(point: BenchPoint) -> float:
+        return sum((x - y) ** 2 for x, y in zip(features(point.flops, point.bytes), target, strict=True))
+
+    return min(points, key=distance).ratio
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,51 +230,99 @@ def workload_from_description(description: Mapping[str, Any], name: str, tokens_
 
 
 def layer_corrections(
-    rows: Sequence[Mapping[str, Any]], profile: CalibrationProfile
-) -> dict[tuple[str, str], float]:
+    groups: Sequence[tuple[Sequence[Mapping[str, Any]], CalibrationProfile]],
+) -> LayerCorrections:
     """Measured / modelled time of each layer benchmark kind and phase (``calibrate.compute``'s
-    ``layer`` rows, fp32): how far the roofline with the profile's matmul rate misses whole torch
-    layers (dispatch, autograd, non-matmul kernels). Medians over the kind's rows."""
-    model = ComputeModel(device_spec("cpu"), "fp32", profile)
+    ``layer`` rows, fp32): how far the roofline misses whole torch layers (dispatch, autograd,
+    non-matmul kernels). Each group's rows are modelled with its profile (the matmul rate and copy
+    bandwidth measured in the same run as they were, where it has its own). Where a kind has rows
+    timed as a training step runs it (``timing: step``: a fresh graph every iteration) they replace
+    its rows timed over a retained graph. Medians over a kind's rows, and one median per shape."""
+    by_shape: dict[tuple[str, str, str, bool], list[tuple[float, float, float]]] = {}
+    for rows, profile in groups:
+        model = ComputeModel(device_spec("cpu"), "fp32", profile)
+        for row in rows:
+            if (
+                row.get("kind") != "layer"
+                or row.get("dtype") != "fp32"
+                or row.get("phase") not in ("fwd", "bwd")
+            ):
+                continue
+            share = (
+                1.0 if row["phase"] == "fwd" else 0.5
+            )  # backward rows carry twice the forward FLOPs and bytes
+            flops, moved = float(row["flops"]) * share, float(row["bytes"]) * share
+            layer = Layer(str(row["layer"]), str(row["layer_kind"]), -1, 0, flops, 2 * flops, 0.0, 0.0, moved)
+            modelled = model.layer_time_s(layer, 1, str(row["phase"]))
+            key = (
+                str(row["layer_kind"]),
+                str(row["phase"]),
+                str(row.get("shape", "")),
+                row.get("timing") == "step",
+            )
+            by_shape.setdefault(key, []).append(
+                (flops, moved, float(row["time_us_p50"]) * 1e-6 / modelled)  # forward-sized, both phases
+            )
+    stepped = {(kind, phase) for kind, phase, _, step in by_shape if step}
     ratios: dict[tuple[str, str], list[float]] = {}
-    for row in rows:
-        if row.get("kind") != "layer" or row.get("dtype") != "fp32" or row.get("phase") not in ("fwd", "bwd"):
+    points: dict[tuple[str, str], list[BenchPoint]] = {}
+    for (kind, phase, _, step), measured in sorted(by_shape.items()):
+        if step != ((kind, phase) in stepped):
             continue
-        share = 1.0 if row["phase"] == "fwd" else 0.5  # backward rows carry twice the forward FLOPs and bytes
-        flops, moved = float(row["flops"]) * share, float(row["bytes"]) * share
-        layer = Layer(str(row["layer"]), str(row["layer_kind"]), -1, 0, flops, 2 * flops, 0.0, 0.0, moved)
-        modelled = model.layer_time_s(layer, 1, str(row["phase"]))
-        ratios.setdefault((str(row["layer_kind"]), str(row["phase"])), []).append(
-            float(row["time_us_p50"]) * 1e-6 / modelled
+        ratios.setdefault((kind, phase), []).extend(r for _, _, r in measured)
+        flops, moved, _ = measured[0]
+        points.setdefault((kind, phase), []).append(
+            BenchPoint(flops, moved, statistics.median(r for _, _, r in measured))
         )
-    return {key: statistics.median(values) for key, values in sorted(ratios.items())}
+    return LayerCorrections(
+        {key: statistics.median(values) for key, values in ratios.items()},
+        {key: tuple(values) for key, values in points.items()},
+    )
 
 
 class LayerCorrectedTimer:
-    """The compute model with each layer's time multiplied by its kind's benchmark correction."""
+    """The compute model with each layer's time multiplied by its benchmark correction: the ratio
+    of the benchmarked shape of its kind nearest the layer (:class:`LayerCorrections`), or a plain
+    per-kind mapping of ratios."""
 
-    def __init__(self, profile: CalibrationProfile, corrections: Mapping[tuple[str, str], float]) -> None:
+    def __init__(
+        self,
+        profile: CalibrationProfile,
+        corrections: LayerCorrections | Mapping[tuple[str, str], float],
+    ) -> None:
         self.base = ComputeModel(device_spec("cpu"), "fp32", profile)
         self.device = self.base.device
-        self.corrections = corrections
+        if isinstance(corrections, LayerCorrections):
+            self.corrections: Mapping[tuple[str, str], float] = corrections.medians
+            self.points: Mapping[tuple[str, str], tuple[BenchPoint, ...]] = corrections.points
+        else:
+            self.corrections, self.points = corrections, {}
 
-    def _factor(self, kind: str, phase: str) -> float:
-        bench = BENCH_KIND.get(kind, "")
-        return self.corrections.get((bench, "fwd" if phase == "recompute" else phase), 1.0)
+    def _factor(self, layer: Layer, batch: int, phase: str) -> float:
+        phase = "fwd" if phase == "recompute" else phase
+        for bench in BENCH_KIND.get(layer.kind, ()):
+            points = self.points.get((bench, phase))
+            if points:
+                # forward FLOPs and bytes, weights included, as the benchmarks count them
+                moved = layer.memory_bytes * batch + 4.0 * layer.params
+                return nearest_ratio(points, layer.fwd_flops * batch, moved)
+            if (bench, phase) in self.corrections:
+                return self.corrections[(bench, phase)]
+        return 1.0
 
-    def _factors(self, workload: Workload, phase: str) -> np.ndarray:
+    def _factors(self, workload: Workload, batch: int, phase: str) -> np.ndarray:
         import numpy as np
 
-        return np.array([self._factor(layer.kind, phase) for layer in workload.layers])
+        return np.array([self._factor(layer, batch, phase) for layer in workload.layers])
 
     def layer_time_s(self, layer: Layer, batch: int, phase: str) -> float:
-        return self.base.layer_time_s(layer, batch, phase) * self._factor(layer.kind, phase)
+        return self.base.layer_time_s(layer, batch, phase) * self._factor(layer, batch, phase)
 
     def layer_parts_s(self, workload: Workload, batch: int, phase: str) -> tuple[np.ndarray, np.ndarray]:
-        """(kernel, host) seconds per layer, both scaled by the layer kind's correction (the
+        """(kernel, host) seconds per layer, both scaled by the layer's correction (the
         benchmarks time whole layers: arithmetic and dispatch together)."""
         kernel, host = self.base.layer_parts_s(workload, batch, phase)
-        factors = self._factors(workload, phase)
+        factors = self._factors(workload, batch, phase)
         return kernel * factors, host * factors
 
     def layer_times_s(self, workload: Workload, batch: int, phase: str) -> list[float]:
@@ -342,7 +435,7 @@ def blocking_profile(profile: CalibrationProfile) -> CalibrationProfile:
 
 
 def predict(run: MeasuredRun, profile: CalibrationProfile, cores: int, *, idle: bool = False,
-            corrections: Mapping[tuple[str, str], float] | None = None,
+            corrections: LayerCorrections | Mapping[tuple[str, str], float] | None = None,
             link: CalibrationProfile | None = None) -> Prediction:  # fmt: skip
     """The simulator's step time for ``run``'s configuration on the calibrated machine.
 

@@ -19,11 +19,12 @@ import io
 import json
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from calibrate.common.records import read_records
-from calibrate.fit.cli import fit_profile, load_rows
+from calibrate.fit.cli import fit_compute, fit_profile, load_rows
 from calibrate.fit.physical import keep_physical
 from calibrate.testbed.net import LinkShape
 from experiments.validate.grid import STRATEGIES, RunSpec
@@ -31,6 +32,7 @@ from experiments.validate.metrics import GOAL_OVERALL, GOAL_STRATEGY, Row, mape,
 from experiments.validate.predict import (
     GLOO_REDUCE_SCATTER,
     TCP_PAYLOAD_SHARE,
+    LayerCorrections,
     MeasuredRun,
     layer_corrections,
     measured_step,
@@ -44,8 +46,22 @@ from simcore.output import save_figure, write_json_atomic, write_text_atomic
 if TYPE_CHECKING:
     from simcore.calibration.profile import CalibrationProfile
 
-__all__ = ["GOAL_OVERALL", "GOAL_STRATEGY", "Row", "above_burst", "compare", "link_dir", "load_link", "load_measured", "mape",
-           "strategy_order", "wire_bytes", "without_stalls", "write_report"]  # fmt: skip
+__all__ = [
+    "GOAL_OVERALL",
+    "GOAL_STRATEGY",
+    "Row",
+    "above_burst",
+    "compare",
+    "link_dir",
+    "load_link",
+    "load_measured",
+    "mape",
+    "run_profile",
+    "strategy_order",
+    "wire_bytes",
+    "without_stalls",
+    "write_report",
+]  # fmt: skip
 
 CSV_FIELDS = ("key", "strategy", "size", "world", "network", "bandwidth", "slow", "measured_ms",
               "predicted_ms", "error_pct", "predicted_compute_ms", "measured_fwd_bwd_opt_ms", "background_threads", "predicted_idle_ms",
@@ -78,10 +94,28 @@ def load_measured(out: Path) -> tuple[list[tuple[RunSpec, MeasuredRun | None, st
     return runs, provenance
 
 
-def load_corrections(out: Path, profile: Any) -> dict[tuple[str, str], float]:
-    """Per layer kind and phase, measured / modelled time of ``calibrate.compute``'s layer benchmarks."""
-    rows = [r for path in sorted((out / "calibration").glob("compute*/*.jsonl")) for r in read_records(path)]
-    return layer_corrections(rows, profile)
+def load_corrections(out: Path, profile: CalibrationProfile) -> LayerCorrections:
+    """Per layer benchmark kind and phase, measured / modelled time of ``calibrate.compute``'s layer
+    benchmarks (:func:`layer_corrections`); each file's rows are modelled with its own run's matmul
+    and copy probes where it has them (:func:`run_profile`), else with ``profile``."""
+    groups = []
+    for path in sorted((out / "calibration").glob("compute*/*.jsonl")):
+        records = read_records(path)
+        groups.append((records, run_profile(records, profile)))
+    return layer_corrections(groups)
+
+
+def run_profile(rows: Sequence[Mapping[str, Any]], profile: CalibrationProfile) -> CalibrationProfile:
+    """``profile`` with the fp32 matmul curve of ``rows``' own probes (a ``calibrate.compute`` run's
+    matmul rows at two or more sizes), so that layer benchmarks taken on another day, under another
+    load, are compared with the speed of a core as it was then: a ratio within one run. The copy
+    bandwidth stays ``profile``'s (the 16 MiB copy probe spreads 32-46 GB/s within one run of this
+    machine, the matmuls 82-93 GFLOP/s). Unchanged where ``rows`` have no such probes."""
+    matmuls = [dict(r) for r in rows if r.get("kind") == "matmul" and r.get("dtype") == "fp32"]
+    curves = fit_compute(matmuls, 0.25, 0.9) if len({r["flops"] for r in matmuls}) >= 2 else {}
+    if "fp32" not in curves:
+        return profile
+    return replace(profile, compute={**profile.compute, "fp32": curves["fp32"]})
 
 
 def link_dir(out: Path, spec: RunSpec) -> Path:
@@ -283,8 +317,9 @@ def _calibration_md(out: Path) -> str:
     if corrections:
         lines += ["", "Layer corrections (measured / modelled time of calibrate.compute's layer benchmarks):", "",
                   "| layer kind | forward | backward |", "|---|---:|---:|"]  # fmt: skip
-        for kind in sorted({k for k, _ in corrections}):
-            fwd, bwd = corrections.get((kind, "fwd")), corrections.get((kind, "bwd"))
+        medians = corrections.medians
+        for kind in sorted({k for k, _ in medians}):
+            fwd, bwd = medians.get((kind, "fwd")), medians.get((kind, "bwd"))
             lines.append(f"| {kind} | {_cell(None if fwd is None else round(fwd, 2))} | "
                          f"{_cell(None if bwd is None else round(bwd, 2))} |")  # fmt: skip
     return "\n".join(lines)
