@@ -28,6 +28,7 @@ from experiments.validate.predict import (
 )
 from simcore.calibration.profile_json import profile_from_json, profile_to_json
 from simcore.errors import TrainsimError
+from simcore.workload.types import Layer
 
 
 def _profile():
@@ -286,4 +287,80 @@ def test_a_testbed_run_prices_its_collectives_as_measured_on_its_link() -> None:
     assert (
         predict(loopback, _profile(), 2, link=slow).step_time_s
         == predict(loopback, _profile(), 2).step_time_s
+    )
+
+
+def test_a_layer_takes_the_ratio_of_the_benchmark_nearest_in_intensity_and_size():
+    """Hand count, features (ln FLOPs/byte, ln FLOPs): target 5e8 FLOPs over 4e6 B (125 a byte);
+    A (1e8, 1e7: 10 a byte) is 2.53^2 + 1.61^2 = 8.97 away, B (1e9, 1e7) 0.22^2 + 0.69^2 = 0.53,
+    C (1e7, 1e5) 0.22^2 + 3.91^2 = 15.3."""
+    from experiments.validate.predict import BenchPoint, nearest_ratio
+
+    points = [BenchPoint(1e8, 1e7, 2.0), BenchPoint(1e9, 1e7, 3.0), BenchPoint(1e7, 1e5, 5.0)]
+    assert nearest_ratio(points, 5e8, 4e6) == 3.0
+    assert nearest_ratio(points, 1e8, 8e6) == 2.0  # 12.5 a byte: the stem-like point
+    assert nearest_ratio(points, 1e7, 1.2e5) == 5.0
+    # the CNN's 64-channel 16x16 convolution (6.04e8 FLOPs, 4.34e6 B: 139 a byte) between the
+    # 3-channel stem (1.13e8, 8.8e6: 12.8) and the 32x32 one (2.42e9, 1.69e7: 143): intensity
+    # 5.69 + size 2.81 = 8.5 from the stem, 0.0008 + 1.93 from the 32x32 one; in log FLOPs and log
+    # bytes alone the stem would be nearer (2.81 + 0.50 against 1.93 + 1.83)
+    cnn = [BenchPoint(1.13e8, 8.8e6, 4.0), BenchPoint(2.42e9, 1.69e7, 0.9)]
+    assert nearest_ratio(cnn, 6.04e8, 4.34e6) == 0.9
+
+
+def test_step_timed_benchmark_rows_replace_a_kinds_retained_graph_rows():
+    """Same FLOPs and bytes (same modelled time m): retained 1 ms, step rows 2 ms and 4 ms at two
+    shapes. The kind's median is over the step rows only, one point per shape; linear keeps its
+    retained rows."""
+    from experiments.validate.predict import layer_corrections
+
+    def row(kind, shape, ms, timing=None):
+        base = {"kind": "layer", "layer": kind, "layer_kind": kind, "dtype": "fp32", "phase": "fwd",
+                "flops": 1e8, "bytes": 1e6, "shape": shape, "time_us_p50": ms * 1e3}  # fmt: skip
+        return {**base, "timing": timing} if timing else base
+
+    rows = [row("conv", "a", 1.0), row("conv", "a", 2.0, "step"), row("conv", "b", 4.0, "step"),
+            row("linear", "a", 1.0)]  # fmt: skip
+    found = layer_corrections([(rows, _profile())])
+    conv = found.points[("conv", "fwd")]
+    assert len(conv) == 2 and conv[1].ratio / conv[0].ratio == pytest.approx(2.0)
+    assert found.medians[("conv", "fwd")] == pytest.approx(1.5 * conv[0].ratio)  # (2 + 4) / 2 over 2
+    (linear,) = found.points[("linear", "fwd")]  # no step rows of its own: its retained row counts
+    assert found.medians[("linear", "fwd")] == linear.ratio
+
+
+def _layer(kind: str, params: int, fwd_flops: float, memory_bytes: float) -> Layer:
+    return Layer("x", kind, 0, params, fwd_flops, 2 * fwd_flops, 0.0, 0.0, memory_bytes)
+
+
+def test_relu_and_maxpool_take_their_own_benchmark_else_the_activation_one():
+    from experiments.validate.predict import BenchPoint, LayerCorrectedTimer, LayerCorrections
+
+    relu = _layer("relu", 0, 1e3, 8e3)
+    timer = LayerCorrectedTimer(_profile(), {("activation", "fwd"): 2.0})
+    assert (
+        timer._factor(relu, 4, "fwd") == 2.0
+        and timer._factor(_layer("maxpool", 0, 1e3, 5e3), 4, "fwd") == 2.0
+    )
+    assert (
+        LayerCorrectedTimer(_profile(), {("relu", "fwd"): 3.0, ("activation", "fwd"): 2.0})._factor(
+            relu, 4, "fwd"
+        )
+        == 3.0
+    )
+    own = LayerCorrections({("relu", "fwd"): 5.0}, {("relu", "fwd"): (BenchPoint(1.0, 1.0, 5.0),)})
+    assert LayerCorrectedTimer(_profile(), own)._factor(relu, 4, "recompute") == 5.0  # recompute is a forward
+
+
+def test_a_layers_weights_count_once_per_pass_when_matching_a_benchmark_shape():
+    """batch 32, 1e6 weights (4 MB) and 6e6 B of activations per pass: 1e9 FLOPs over 1e7 B, the
+    100-a-byte point; weights counted per sample would make it 1.34e8 B, nearer the 10-a-byte one."""
+    from experiments.validate.predict import BenchPoint, LayerCorrectedTimer, LayerCorrections
+
+    points = (BenchPoint(1e9, 1e7, 1.5), BenchPoint(1e9, 1e8, 4.0))
+    timer = LayerCorrectedTimer(_profile(), LayerCorrections({}, {("conv", "fwd"): points}))
+    conv = _layer("conv2d", 1_000_000, 1e9 / 32, 6e6 / 32)
+    assert timer._factor(conv, 32, "fwd") == 1.5
+    assert timer.layer_time_s(conv, 32, "fwd") == pytest.approx(
+        1.5 * timer.base.layer_time_s(conv, 32, "fwd")
     )

@@ -343,3 +343,22 @@ def test_the_link_fit_of_a_swept_100mbit_link_is_the_rate_of_its_large_messages(
     fit = link.collective_fit("all_reduce", 2, "inter_node")
     assert fit is not None and fit.quality.points == 4
     assert fit.busbw_Bps == pytest.approx(11.5e6, rel=1e-6)
+
+
+def test_a_compute_runs_own_matmul_probe_models_its_layer_rows():
+    """Matmuls at exactly 4e10 FLOP/s and no overhead: the run's curve has that peak; the copy
+    bandwidth stays the profile's; rows without two matmul sizes leave the profile as it is."""
+    from experiments.validate.report import run_profile
+
+    profile = _profile_obj()
+    rows = [
+        {"kind": "matmul", "dtype": "fp32", "flops": f, "time_us_p50": f / 4e10 * 1e6} for f in (1e8, 1e9)
+    ]
+    local = run_profile([*rows, {"kind": "memory", "bandwidth_Bps": 1.0}], profile)
+    assert local.compute["fp32"].peak_flops == pytest.approx(4e10, rel=1e-6)
+    assert local.memory_bandwidth_Bps == profile.memory_bandwidth_Bps
+    assert run_profile(rows[:1], profile) is profile
+
+
+def _profile_obj():
+    return _profile()
