@@ -145,6 +145,9 @@ def calibrate_machine(
     compute = ["--out", str(target), "--threads", "1", "--dtypes", "fp32", "--matmul-sizes", matmuls,
                "--mem-bytes", "16M", "--layers", layers, "--layer-scale", "1" if quick else "4",
                "--op-chains", "8,32" if quick else "16,64,256", "--slowdown-bytes", "1M", *reps]  # fmt: skip
+    # the CNN's own kernels (3-channel stem, 32x32 images, ReLU, max pooling), timed as a step runs them
+    if not quick:
+        compute += ["--step-layers", "conv2d,conv2d_image,conv2d_rgb,relu,maxpool"]
     status = launch_module("calibrate.compute", compute, 2, 300)
     if status:
         raise TrainsimError(f"calibrate.compute on 2 ranks failed (exit status {status})")
