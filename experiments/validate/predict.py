@@ -15,7 +15,8 @@ How the measured setup is modelled (each choice says why):
   operator count prices the framework's dispatch (:mod:`simcore.compute.roofline`); neither sees
   non-matmul kernels' own inefficiency. ``calibrate.compute``'s layer benchmarks time
   whole layers of each kind, forward and backward; the ratio of their measured to their modelled
-  time (:func:`layer_corrections`) multiplies every layer of that kind
+  time (:func:`layer_corrections`) multiplies every layer of that kind, that of the benchmarked
+  shape nearest the layer in arithmetic intensity and size where a kind has several
   (:class:`LayerCorrectedTimer`). Microbenchmarks only, as the rest of the profile.
 - **Ranks**: CPU processes (device ``cpu``) whose compute rate and memory bandwidth come from the
   profile. Calibration ran two single-threaded ranks on this machine's cores at once, so its rates

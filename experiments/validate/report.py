@@ -351,9 +351,12 @@ sees their configuration only.
 - Workload: the layers `describe()` measured on the very torch module that trained, fp32, the run's
   per-worker batch, SGD with momentum.
 - Ranks: CPU processes, one thread each; compute rate and memory bandwidth from the profile's matmul
-  and copy probes (medians: the speed of a core while it runs). Each layer kind's time is multiplied
-  by its layer-benchmark correction (measured / modelled time of `calibrate.compute`'s layer
-  benchmarks, table below).
+  and copy probes (medians: the speed of a core while it runs). Each layer's time is multiplied
+  by a layer-benchmark correction (measured / modelled time of `calibrate.compute`'s layer
+  benchmarks, medians in the table below): that of its kind's benchmarked shape nearest in
+  arithmetic intensity and size; ReLU and max pooling by benchmarks of their own; benchmarks timed
+  as a step runs them (a fresh graph every iteration) in place of retained-graph ones; a
+  benchmark file with its own matmul probe modelled with that run's matmul rate.
 - Core sharing: with `b` busy threads on `c` cores each rank's compute is slowed by
   `max(1, b / c)`; `b` counts the run's computing ranks (all for DDP/FSDP, the workers for a
   parameter server) plus the background threads a CPU-share probe measured just before and after
@@ -371,7 +374,9 @@ sees their configuration only.
   (Ethernet, IPv4 and TCP headers with timestamps), without added delay (no netem on this kernel).
   Where the validation swept the collectives on a run's emulated link (`calibrate.collectives`
   inside the testbed, `calibration/collectives-link-*`), DDP's and FSDP's collectives take those
-  fits instead: gloo's all-gather reaches less of a shaped link's rate than its all-reduce.
+  fits instead: gloo's all-gather reaches less of a shaped link's rate than its all-reduce. Those
+  fits leave out the sizes tbf's token bucket carried (wire bytes within the bucket, or faster than
+  the link's payload rate) and medians slower than a larger message of the same collective.
 - The slow rank computes `factor` times longer (it sleeps (factor - 1) x its compute): synchronous
   steps wait for it; the parameter server gets a straggler on that worker."""
 
