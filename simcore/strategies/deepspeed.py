@@ -26,10 +26,15 @@ from such a list (``partition_parameters.py`` ``_allgather_param`` / ``_reduce_s
 ProcessGroupNCCL then copies the flat NCCL buffer out to (or in from) the list, one ``copy_`` per rank
 (DeepSpeed PR #1188, which removed it: "the torch.distributed.all_gather will do implicit memcpy at
 the end of each ncclAllgather"). The host therefore dispatches operators in proportion to the ranks
-for every tensor and every pass, and it does so with the device idle: before each all-gather
-DeepSpeed calls ``torch.cuda.synchronize()`` and each fetch synchronizes again (``_synchronize_communication``;
-PR #1188: "the async version is not async at all"), so the queue is empty while the lists are built
-(:func:`per_rank_list_host_s`). Tensors of at most ``param_persistence_threshold`` elements are never
+for every tensor and every pass (:func:`per_rank_list_host_s`). For an all-gather it does so with
+the device idle: before each all-gather DeepSpeed calls ``torch.cuda.synchronize()`` and each fetch
+synchronizes again (``_synchronize_communication``; PR #1188: "the async version is not async at
+all"), so the queue is empty while the lists are built. A reduce-scatter's lists are built in the
+gradient hook (``reduce_partition_and_remove_grads`` on the gradient's AccumulateGrad node), which
+autograd runs as soon as it has queued the kernels that make the gradient, and stage3.py's
+reduction stream never waits for the compute stream (no ``wait_stream`` in v0.3.13-v0.5.x): that
+host work runs beside the unit's backward compute, and only the next fetch's synchronize orders
+the reduce-scatter before the next unit. Tensors of at most ``param_persistence_threshold`` elements are never
 gathered (they persist), but their gradients are reduce-scattered like the rest
 (:func:`gathered_tensor_count`). The same code passes over each full tensor on the device before
 its collective: the gathered tensor's buffer is allocated with ``torch.zeros`` (a fill, half a copy of

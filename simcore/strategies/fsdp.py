@@ -71,9 +71,11 @@ of that size or more (1e9 elements by default) leaves no room, and the group aft
 on demand.
 
 DeepSpeed as it ran in 2021 (``TrainingConfig.zero3_per_rank_lists``, :mod:`simcore.strategies.deepspeed`):
-before each all-gather and each reduce-scatter the host builds one list entry per rank, on the
-compute stream with the device idle (each fetch synchronized it), and the next unit's compute waits
-for the reduce-scatters in flight, as the fetch's ``torch.cuda.synchronize()`` does. Each all-gather
+before each all-gather the host builds one list entry per rank, on the compute stream with the
+device idle (each fetch synchronized it); a reduce-scatter's lists are built in the gradient hook,
+beside the backward compute that makes the gradients (their host work starts with it, on the
+communication queue), and the next fetch, on-demand gathers included, waits for the reduce-scatters
+in flight, as its ``torch.cuda.synchronize()`` does. Each all-gather
 first zero-fills its full buffer and each reduce-scatter first divides the full gradient in place
 (:func:`~simcore.strategies.deepspeed.list_era_copies`), charged to the collective; each flush of
 its contiguous-gradient bucket divides the whole bucket too
@@ -94,7 +96,7 @@ from simcore.compute.host_syncs import launch_latency_s
 from simcore.compute.memory import MemoryChange
 from simcore.compute.overheads import framework_overheads
 from simcore.compute.precision import Precision
-from simcore.step.plan import Label, OpKey, PlanBuilder, RepeatSpan, StepPlan
+from simcore.step.plan import COMM, Label, OpKey, PlanBuilder, RepeatSpan, StepPlan
 from simcore.strategies.base import StepContext, Strategy, optimizer_state_bytes
 from simcore.strategies.ddp import chunk_param_tensors
 from simcore.strategies.deepspeed import (
@@ -333,6 +335,20 @@ class ShardedHooks(PassHooks):
             return []
         return [builder.compute(label, seconds, key=self.unit_keys[unit], kind="host", after=after)]
 
+    def _reduce_lists_beside(self, builder: PlanBuilder, unit: int, op: int) -> list[int]:
+        """DeepSpeed 2021's reduce-scatter lists, built while the unit's gradients compute: the
+        gradient hooks (``reduce_partition_and_remove_grads``) run on the host as soon as autograd
+        has queued the kernels that make the gradients, and stage3.py's reduction stream never waits
+        for the compute stream (no ``wait_stream``; the next fetch's ``torch.cuda.synchronize()`` is
+        what orders them). The host work starts with ``op`` and the reduce-scatter follows it, both
+        ahead of the next fetch, on the communication queue the host feeds (compute is not slowed
+        by it); ``[op]`` when there is nothing to build."""
+        seconds = self.reduce_lists_s[unit]
+        if seconds <= 0.0:
+            return [op]
+        key = self.unit_keys[unit]
+        return [builder.add(COMM, _REDUCE_LISTS, seconds, key=key, kind="host", after_start=(op,))]
+
     # --- gathering -------------------------------------------------------------------------
     def _gather(
         self,
@@ -400,11 +416,13 @@ class ShardedHooks(PassHooks):
     ) -> list[int]:
         blocking, self.blocking = self.blocking, []
         waits = list(blocking)
+        # DeepSpeed 2021: _allgather_param synchronizes the device before it builds the lists, so an
+        # on-demand gather also waits for the reduce-scatters in flight
+        synced = blocking if self.synchronized and not self.on_cpu else []
         for unit in dict.fromkeys(units):
             if unit not in self.gathered:
-                self._gather(
-                    builder, unit, phase + ", on demand", after=[previous] if previous is not None else []
-                )
+                first = [previous] if previous is not None else []
+                self._gather(builder, unit, phase + ", on demand", after=[*first, *synced])
             waits.append(self._copied_out(builder, unit, phase, after=blocking))
         return waits
 
@@ -581,7 +599,10 @@ class ShardedHooks(PassHooks):
                 after=[op],
             )
             copy_s = 0.0
-        after = self._list_host(builder, _REDUCE_LISTS, self.reduce_lists_s[unit], unit, [op]) or [op]
+        if self.synchronized and not self.on_cpu:
+            after = self._reduce_lists_beside(builder, unit, op)
+        else:
+            after = self._list_host(builder, _REDUCE_LISTS, self.reduce_lists_s[unit], unit, [op]) or [op]
         rs = add_collective(
             self.ctx,
             builder,

@@ -20,6 +20,7 @@ from simcore.strategies.deepspeed import (
     tensor_sizes,
     zero3_defaults,
 )
+from simcore.strategies.runner import simulate_step
 from simcore.whatif.sweep import run_what_if
 from simcore.workload.loader import load_workload
 from simcore.workload.types import Layer
@@ -31,6 +32,15 @@ def _context(gpus: int, lists: bool, checkpoint: bool = False) -> StepContext:
     config = TrainingConfig(
         global_batch=gpus, micro_batch=1, zero3_prefetch_bucket_params=3_000_000, precision="mixed",
         zero3_per_rank_lists=lists, activation_checkpointing=checkpoint,
+    )  # fmt: skip
+    return toy_context(gpus, config, workload=toy_transformer(blocks=4))
+
+
+def _unprefetched(gpus: int) -> StepContext:
+    """The toy with every gather on demand (prefetch 0)."""
+    config = TrainingConfig(
+        global_batch=gpus, micro_batch=1, zero3_prefetch_bucket_params=3_000_000, precision="mixed",
+        zero3_per_rank_lists=True, prefetch=0,
     )  # fmt: skip
     return toy_context(gpus, config, workload=toy_transformer(blocks=4))
 
@@ -79,13 +89,18 @@ def test_the_plan_holds_the_hand_counted_host_work() -> None:
     """Toy transformer, 16 ranks, 3M buckets: 8 groups holding 27 tensors (embedding 1, twelve 2M
     linears of 2 x 1M tensors, the head's 2 x 0.5M), all gathered (> 1e5); each group gathered in
     forward and again in backward (ZeRO-3 reshards everything) and reduce-scattered once:
-    host = 16 x (2 x 27 x (2.8 + 5 us) + 27 x (4.4 + 5 us))."""
+    host = 16 x (2 x 27 x (2.8 + 5 us) + 27 x (4.4 + 5 us)). The all-gathers' lists are built on
+    the compute stream (the device synchronized and idle), the reduce-scatters' on the
+    communication queue beside the gradients' compute (built in the gradient hooks)."""
     plan = get_strategy("zero3").build_plan(_context(16, lists=True))
-    host = [op for op in plan.ops if op.stream == COMPUTE and op.kind == "host"]
+    host = [op for op in plan.ops if op.kind == "host"]
     launch = launch_latency_s()
     expected = 16 * (2 * 27 * (2.8e-6 + launch) + 27 * (4.4e-6 + launch))
     assert sum(op.duration_s for op in host) == pytest.approx(expected)
-    assert len(host) == 16 + 8  # one per all-gather, one per reduce-scatter
+    gather_lists = [op for op in host if op.stream == COMPUTE]
+    reduce_lists = [op for op in host if op.stream == COMM]
+    assert (len(gather_lists), len(reduce_lists)) == (16, 8)  # one per all-gather / reduce-scatter
+    assert sum(op.duration_s for op in reduce_lists) == pytest.approx(16 * 27 * (4.4e-6 + launch))
     gathers = [op for op in plan.ops if op.stream == COMM and op.kind == "all_gather"]
     assert len(gathers) == 16
 
@@ -163,7 +178,9 @@ def test_each_collective_carries_its_fill_or_division_by_hand() -> None:
         ctx = _context(16, lists=lists)
         ctx.timer = RateTimer(memory_bandwidth_Bps=1.5e12)
         plan = get_strategy("zero3").build_plan(ctx)
-        return [(op.kind, op.bytes, op.duration_s) for op in plan.ops if op.stream == COMM]
+        return [
+            (op.kind, op.bytes, op.duration_s) for op in plan.ops if op.stream == COMM and op.kind != "host"
+        ]
 
     with_lists, without = collectives(True), collectives(False)
     assert [(k, b) for k, b, _ in with_lists] == [(k, b) for k, b, _ in without]
@@ -279,3 +296,60 @@ def test_the_gathers_again_after_recompute_carry_the_fill_too() -> None:
     assert any("again after recompute" in name for name, _, _ in with_lists)
     for (name, size, lists_s), (_, _, plain_s) in zip(with_lists, without, strict=True):
         assert lists_s - plain_s == pytest.approx(size / 1.5e12), name
+
+
+def test_the_reduce_scatter_lists_are_built_beside_the_gradients_compute() -> None:
+    """stage3.py (v0.3.13-v0.5.x) builds a reduce-scatter's per-rank lists in the gradient hook,
+    which autograd runs once it has queued the kernels that make the gradient, and its reduction
+    stream never waits for the compute stream: each unit's lists start with the backward compute
+    that completes the unit (after_start), on the communication queue, and its reduce-scatter
+    follows them."""
+    plan = get_strategy("zero3").build_plan(_context(16, lists=True))
+    ops = plan.ops
+    reduce_lists = [op for op in ops if op.kind == "host" and op.stream == COMM]
+    scatters = [op for op in ops if op.kind == "reduce_scatter"]
+    assert len(reduce_lists) == len(scatters) == 8
+    for lists, scatter in zip(reduce_lists, scatters, strict=True):
+        (started_with,) = lists.after_start
+        assert lists.after == ()
+        assert ops[started_with].stream == COMPUTE and ops[started_with].name.startswith("backward")
+        assert lists.key.group == scatter.key.group
+        assert scatter.after == (lists.id,)
+
+
+def test_the_lists_start_when_the_gradients_compute_starts() -> None:
+    """Run on the DES (16 ranks, 1.5 TB/s stand-in): each unit's reduce-scatter lists start as soon
+    as both the backward compute they are built beside has started and the communication queue
+    is free (a prefetched all-gather may still run there), before that compute ends."""
+    for prefetch in (0, 1):
+        ctx = _unprefetched(16) if prefetch == 0 else _context(16, lists=True)
+        ctx.timer = RateTimer(memory_bandwidth_Bps=1.5e12)
+        result = simulate_step(get_strategy("zero3"), ctx)
+        spans = {span.name: span for span in result.run.spans}
+        ops = result.plan.ops
+        comm = [span for span in result.run.spans if span.stream == COMM]
+        lists = [op for op in ops if op.kind == "host" and op.stream == COMM]
+        assert len(lists) == 8
+        for op in lists:
+            compute, own = spans[ops[op.after_start[0]].name], spans[op.name]
+            free = max((span.end_s for span in comm if span.end_s <= own.start_s + 1e-15), default=0.0)
+            assert own.start_s == pytest.approx(max(compute.start_s, free))
+            if prefetch == 0:  # nothing else queued: the lists start with the compute
+                assert own.start_s == pytest.approx(compute.start_s)
+
+
+def test_an_on_demand_gather_waits_for_the_reduce_scatters_in_flight() -> None:
+    """_allgather_param synchronizes the device (torch.cuda.synchronize()) before it builds its
+    lists: in backward, every on-demand all-gather's lists after the first reduce-scatter wait for
+    the reduce-scatters issued since the previous fetch."""
+    plan = get_strategy("zero3").build_plan(_unprefetched(16))
+    ops = plan.ops
+    scatters = {op.id for op in ops if op.kind == "reduce_scatter"}
+    first = min(scatters)
+    demand = [
+        op for op in ops
+        if op.kind == "host" and op.stream == COMPUTE and op.id > first
+        and "on demand" in ops[op.id + 1].name and ops[op.id + 1].kind == "all_gather"
+    ]  # fmt: skip
+    assert demand
+    assert all(scatters & set(op.after) for op in demand)
