@@ -81,3 +81,13 @@ def test_shape_files_accept_the_keys() -> None:
     assert shape.attention_syncs == 2 and shape.fp16_inf_clamp
     with pytest.raises(TrainsimError, match="attention_syncs"):
         TransformerShape.from_mapping({**BASE, "attention_syncs": -1}, where="t")
+
+
+def test_a_gpt2_config_json_gets_the_eager_attentions_syncs_as_the_preset() -> None:
+    from pathlib import Path
+
+    configs = Path(__file__).parents[2] / "data" / "hf_configs"
+    from_config = load_workload(str(configs / "gpt2"), flash_attention=False)
+    assert from_config.layers == load_workload("gpt2-small", flash_attention=False).layers
+    core = next(layer for layer in from_config.layers if layer.name == "block0.attn_core")
+    assert core.host_syncs == (2.0, 0.0)
