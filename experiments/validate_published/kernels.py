@@ -8,13 +8,17 @@ the best ``2 n^3 / time`` over the sizes the benchmark ran.
 ``layer``: the first block of a model preset at each (batch, sequence) of the benchmark's sweep,
 forward + backward on the device; the FLOPs are the benchmark's own formula (mli's
 ``layer_benchmark``: ``3 x (16 b s h^2 + 4 b h s^2 + 8 b s h^2)``, ``h`` = hidden size), so the
-simulated time is the only thing that differs from how the row was computed.
+simulated time is the only thing that differs from how the row was computed. The benchmark's
+input (``X = torch.randn(b, s, h).half().cuda()``) has no ``requires_grad``, so the block's
+operators that read it directly (``input_grad_free``: BERT's query/key/value projections, GPT-2's
+and T5's first norm) compute their weights' gradients only
+(:func:`simcore.workload.models.transformer.without_input_gradient`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from experiments.validate_published.base import (
@@ -30,7 +34,8 @@ from simcore.dtypes import DTYPE_BYTES
 from simcore.errors import TrainsimError
 from simcore.hardware import device_names, device_spec
 from simcore.workload.loader import load_workload, preset_names
-from simcore.workload.types import Layer
+from simcore.workload.models.transformer import without_input_gradient
+from simcore.workload.types import Layer, Workload
 
 __all__ = [
     "LAYER_KEYS",
@@ -45,7 +50,7 @@ __all__ = [
 
 MATMUL_KEYS = ("device", "dtype", "sizes")
 MATMUL_METRICS = ("matmul_tflops",)
-LAYER_KEYS = ("device", "model", "dtype", "batches", "seq_lens", "hidden", "attention")
+LAYER_KEYS = ("device", "model", "dtype", "batches", "seq_lens", "hidden", "attention", "input_grad_free")
 # how the block computes attention: the preset's default, FlashAttention-style fused, or eager
 # (the scores materialised, scaled, masked, softmaxed and dropped out as separate kernels)
 ATTENTION = {"preset": None, "flash": True, "eager": False}
@@ -124,6 +129,8 @@ class LayerSetup:
     hidden: int
     attention: str = "preset"
     compute_scale: float = 1.0  # as MatmulSetup's
+    # layers of the block (names after "block0.") that read the benchmark's input, which needs no gradient
+    input_grad_free: tuple[str, ...] = ()
 
     def missing(self) -> list[str]:
         reasons = _device_missing(self.devices, self.dtype)
@@ -146,8 +153,8 @@ class LayerSetup:
         h = float(self.hidden)
         best, at = 0.0, ""
         for s in self.seq_lens:
-            workload = load_workload(
-                name, seq_len=s, dtype=self.dtype, flash_attention=ATTENTION[self.attention]
+            workload = self._leaf_input(
+                load_workload(name, seq_len=s, dtype=self.dtype, flash_attention=ATTENTION[self.attention])
             )
             block = list(workload.block_layer_indices()[0])
             for b in self.batches:
@@ -158,6 +165,24 @@ class LayerSetup:
                 if flops / seconds / 1e12 > best:
                     best, at = flops / seconds / 1e12, f"batch {b}, seq {s}"
         return Prediction(best, f"{self.describe()}; best at {at}")
+
+    def _leaf_input(self, workload: Workload) -> Workload:
+        """``workload`` with the first block's ``input_grad_free`` layers computing weight gradients only."""
+        if not self.input_grad_free:
+            return workload
+        first = workload.block_names[0]
+        names = {f"{first}.{name}" for name in self.input_grad_free}
+        found = {layer.name for layer in workload.layers} & names
+        if found != names:
+            raise TrainsimError(
+                f"{workload.name}: no layer {sorted(names - found)[0]!r} (input_grad_free names a layer of "
+                f"the first block, e.g. norm1, attn_qkv)"
+            )
+        e = DTYPE_BYTES[self.dtype]
+        layers = tuple(
+            without_input_gradient(lay, e) if lay.name in names else lay for lay in workload.layers
+        )
+        return replace(workload, layers=layers)
 
 
 def parse_matmul(entry: Mapping[str, Any], where: str, hardware: str) -> MatmulSetup:
@@ -177,6 +202,7 @@ def parse_layer(entry: Mapping[str, Any], where: str, hardware: str) -> LayerSet
         positive_ints(entry, "seq_lens", where),
         positive_int(entry, "hidden", where),
         _attention(entry, where),
+        input_grad_free=name_list(entry, "input_grad_free", where, required=False),
     )
 
 

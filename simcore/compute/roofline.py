@@ -17,7 +17,9 @@ Each layer kind belongs to a kernel class with its own achieved efficiency
   per pass, in the measured share of the eager time, dispatched as one operator.
 
 A kernel takes ``max(FLOPs / achieved rate, bytes / achieved bandwidth)`` plus ``kernel_overhead_s``
-on a GPU. Each class runs in its dtype (:mod:`simcore.compute.precision`): with ``--dtype fp32``
+on a GPU, plus, for a layer whose code syncs the host (``Layer.host_syncs``, per call: GPT-2's eager
+attention of 2022, T5's fp16 overflow check), one exposed dispatch and launch per sync
+(:func:`simcore.compute.host_syncs.host_sync_time_s`). Each class runs in its dtype (:mod:`simcore.compute.precision`): with ``--dtype fp32``
 matmuls use the FP32 CUDA cores and convolutions TF32 where the device has it, as PyTorch defaults.
 
 **Host dispatch.** Every layer also dispatches ``ops(kind, phase)`` ATen operators (table
@@ -45,6 +47,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from simcore.compute.host_syncs import host_sync_time_s
 from simcore.compute.memory_kernels import fused_time_ratios, memory_fractions, memory_kind
 from simcore.compute.optimizer import OptimizerStepCost, optimizer_step_cost, resolve_optimizer_impl
 from simcore.data import data_file
@@ -409,7 +412,20 @@ class ComputeModel:
         kernels = 2.0 if phase == "bwd" else 1.0
         gaps = 0.0 if self._host_runs_arithmetic else kernels * self.curve.kernel_overhead_s
         bandwidth = self._bandwidths(layers, classes, phase)
-        return np.maximum(compute, (mem - serial + weights) / bandwidth) + serial / bandwidth + gaps
+        syncs = self._sync_times(layers, phase)
+        return np.maximum(compute, (mem - serial + weights) / bandwidth) + serial / bandwidth + gaps + syncs
+
+    def _sync_times(self, layers: tuple[Layer, ...], phase: str) -> np.ndarray | float:
+        """Seconds the device idles per layer after its host syncs in ``phase`` (per call, whatever
+        the batch: :func:`simcore.compute.host_syncs.host_sync_time_s`); recompute is a forward."""
+        import numpy as np
+
+        column = 1 if phase == "bwd" else 0
+        counts = np.fromiter((lay.host_syncs[column] for lay in layers), float, len(layers))
+        if not counts.any():
+            return 0.0
+        one = host_sync_time_s(1.0, self.host_op_s(phase), device_kind=self.device.kind)
+        return counts * one
 
     def _bandwidths(self, layers: tuple[Layer, ...], classes: list[str], phase: str) -> np.ndarray:
         """Achieved memory bandwidth per layer: a memory-class layer of a kind with a measured eager

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from simcore.data import data_file
 from simcore.errors import TrainsimError
 from simcore.inputs import check_nesting, read_text
 from simcore.limits import MODEL_BLOCKS, MODEL_DIMENSION
@@ -370,6 +371,8 @@ def _gpt2(f: _Fields) -> dict[str, Any]:
         "max_positions": positions,
         "activation": f.choice("activation_function", "gelu_new", _ACTIVATIONS),
         "dropout": f.probability("resid_pdrop", 0.1) > 0,
+        # GPT2Attention's eager path of 2022 (used only without flash attention)
+        "attention_syncs": int(data_file("host_syncs.yaml")["in_model"]["hf_eager_attention"]),
     }
 
 

@@ -46,6 +46,10 @@ class Layer:
     # between the layer's GEMMs (eager attention's scale, mask, softmax, dropout and layout copies):
     # they add to the GEMMs' time instead of hiding under it. 0: one kernel, max(compute, bytes).
     serial_fraction: tuple[float, float] = (0.0, 0.0)
+    # (forward, backward) host synchronisations per call of the layer, whatever the batch: a blocking
+    # host-to-device copy of a Python scalar (``torch.tensor(x, device=...)``) or a CUDA tensor read in
+    # a Python ``if`` drains the queue; priced per call by :mod:`simcore.compute.host_syncs`
+    host_syncs: tuple[float, float] = (0.0, 0.0)
 
     @property
     def is_flop_free(self) -> bool:

@@ -44,6 +44,7 @@ from simcore.workload.types import Layer, MLADims, MoEDims, ParameterTie, Transf
 
 __all__ = [
     "GELU_TANH_ACCESSES",
+    "INF_CLAMP_BYTES",
     "SHAPE_KEYS_OPTIONAL",
     "SHAPE_KEYS_REQUIRED",
     "TransformerShape",
@@ -52,6 +53,7 @@ __all__ = [
     "build_workload",
     "matmul_layer",
     "transformer_dims",
+    "without_input_gradient",
 ]
 
 SHAPE_KEYS_REQUIRED = ("layers", "hidden", "heads", "ffn", "vocab", "seq_len")
@@ -85,6 +87,8 @@ SHAPE_KEYS_OPTIONAL = (
     "window_pattern",
     "attention_sinks",
     "mla",
+    "attention_syncs",
+    "fp16_inf_clamp",
 )
 MOE_KEYS_REQUIRED = ("experts", "top_k", "expert_ffn")
 MOE_KEYS_OPTIONAL = ("shared_experts", "dense_layers", "router_bias")
@@ -150,6 +154,15 @@ class TransformerShape:
     window_pattern: tuple[bool, ...] = ()
     attention_sinks: bool = False  # a learned sink logit per head in the softmax (GPT-OSS)
     mla: MLADims | None = None  # multi-head latent attention (DeepSeek-V2/V3) instead of q/k/v projections
+    # host syncs per block forward of the unfused eager attention (flash_attention and fused_softmax
+    # false): Hugging Face's GPT2Attention._attn of 2022 builds two scalars as blocking host-to-device
+    # copies (the 1/sqrt(d) divisor ``torch.tensor(..., device=...)`` and the mask value
+    # ``torch.tensor(...).to(device)``): 2 (simcore/data/host_syncs.yaml, hf_eager_attention)
+    attention_syncs: int = 0
+    # Hugging Face's T5Block in fp16: after each sub-layer ``torch.isinf(hidden_states).any()`` in a
+    # Python ``if`` (an isinf kernel, an any reduction and a host sync; the clamp itself runs only on
+    # an overflow), simcore/data/host_syncs.yaml, hf_t5_inf_clamp
+    fp16_inf_clamp: bool = False
 
     def __post_init__(self) -> None:
         self._check_moe()
@@ -272,6 +285,8 @@ class TransformerShape:
             causal=get_bool(m, "causal", where, True),
             activation=get_choice(m, "activation", where, ACTIVATIONS, "gelu"),
             lm_head=get_bool(m, "lm_head", where, True),
+            attention_syncs=get_nonnegative_int(m, "attention_syncs", where, 0),
+            fp16_inf_clamp=get_bool(m, "fp16_inf_clamp", where, False),
         )
         try:
             return cls(**sizes, **options)
@@ -410,6 +425,7 @@ def _attention_core(shape: TransformerShape, block: int, e: int) -> Layer:
     soft = 4 if shape.softmax_fp32 else e  # the softmax's saved output (fp32 under softmax_fp32)
     saved = float(e * qkv_elems + soft * scores + ((1 + e) * scores if shape.dropout else 0))
     fwd_bytes, bwd_bytes, fwd_serial, bwd_serial = eager_attention_bytes(shape, e)
+    syncs = 0.0 if shape.fused_softmax else float(shape.attention_syncs)
     return Layer(
         f"block{block}.attn_core",
         "attention_math",
@@ -422,6 +438,7 @@ def _attention_core(shape: TransformerShape, block: int, e: int) -> Layer:
         fwd_bytes,
         bwd_bytes_ratio=bwd_bytes / fwd_bytes,
         serial_fraction=(fwd_serial / fwd_bytes, bwd_serial / bwd_bytes),
+        host_syncs=(syncs, 0.0),
     )
 
 
@@ -488,6 +505,11 @@ def eager_attention_bytes(shape: TransformerShape, e: int) -> tuple[float, float
     )
 
 
+def _rmsnorm_bytes(e: int) -> float:
+    """Bytes per element the eager RMSNorm moves forward (:func:`_norm`): ``28 + 4e``."""
+    return 28.0 + 4.0 * e
+
+
 def _norm(
     shape: TransformerShape,
     name: str,
@@ -509,7 +531,7 @@ def _norm(
     params = (h if weights is None else weights) * (2 if shape.norm == "layernorm" else 1)
     if shape.norm == "rmsnorm":
         return _elementwise(
-            name, "rmsnorm", block, params, (4.0 + e) * s * h, e * s * h, (28.0 + 4 * e) * s * h
+            name, "rmsnorm", block, params, (4.0 + e) * s * h, e * s * h, _rmsnorm_bytes(e) * s * h
         )
     return _elementwise(name, "layernorm", block, params, e * s * h, e * s * h, 2.0 * e * s * h)
 
@@ -543,6 +565,10 @@ def _dropout(name: str, block: int, elems: float, e: int) -> Layer:
 # (through the sum, pow and 0.5 * x) accumulate in two adds (3 + 3) = 28, not twice the forward's.
 GELU_TANH_ACCESSES = (18, 28)
 
+# Bytes per element of T5's fp16 overflow check beyond reading the element (modeling_t5.py T5Block,
+# ``torch.isinf(hidden_states).any()``): isinf writes a 1-byte bool mask, any() reads it back
+INF_CLAMP_BYTES = 2
+
 
 def _activation(shape: TransformerShape, name: str, block: int, s: int, e: int) -> Layer:
     """The FFN activation: SwiGLU's silu and product (read 3, write 2 per element of ``ffn``), a
@@ -558,9 +584,18 @@ def _activation(shape: TransformerShape, name: str, block: int, s: int, e: int) 
     return _elementwise(name, "activation", block, 0, saved, e * s * f, accesses * e * s * f)
 
 
-def _residual(name: str, block: int, s: int, h: int, e: int) -> Layer:
-    """A residual add (read two, write one; it saves nothing)."""
-    return _elementwise(name, "elementwise", block, 0, 0.0, e * s * h, 3.0 * e * s * h)
+def _residual(name: str, block: int, s: int, h: int, e: int, *, inf_clamp: bool = False) -> Layer:
+    """A residual add (read two, write one; it saves nothing).
+
+    With ``inf_clamp`` (Hugging Face's T5Block in fp16, :data:`INF_CLAMP_BYTES`) the sum is then
+    checked for infinities: ``torch.isinf`` reads it and writes a 1-byte mask, ``.any()`` reads the
+    mask, and the Python ``if`` on the result is one host sync; none of it has a backward."""
+    add = 3.0 * e * s * h
+    if not inf_clamp:
+        return _elementwise(name, "elementwise", block, 0, 0.0, e * s * h, add)
+    check = (e + INF_CLAMP_BYTES) * s * h
+    layer = _elementwise(name, "elementwise", block, 0, 0.0, e * s * h, add + check)
+    return replace(layer, bwd_bytes_ratio=2.0 * add / (add + check), host_syncs=(1.0, 0.0))
 
 
 def _mla_projections(shape: TransformerShape, mla: MLADims, block: int, e: int, bias: bool) -> list[Layer]:
@@ -604,9 +639,11 @@ def _attention_layers(shape: TransformerShape, block: int, e: int) -> list[Layer
     return layers
 
 
-def block_layers(shape: TransformerShape, block: int, e: int) -> list[Layer]:
-    """One transformer block's operators in execution order (per sequence)."""
+def block_layers(shape: TransformerShape, block: int, e: int, *, fp16: bool = False) -> list[Layer]:
+    """One transformer block's operators in execution order (per sequence); ``fp16``: the compute
+    dtype is fp16 (T5's overflow checks, ``fp16_inf_clamp``, run only then)."""
     s, h, f = shape.seq_len, shape.hidden, shape.ffn
+    clamp = fp16 and shape.fp16_inf_clamp
     mask = float(s * h) if shape.dropout else 0.0
     up_out = f * (2 if shape.gated_ffn else 1)
     p = f"block{block}"
@@ -621,10 +658,10 @@ def block_layers(shape: TransformerShape, block: int, e: int) -> list[Layer]:
         matmul_layer(f"{p}.attn_out", block, s, shape.attn_width, h, out_bias, e, mask),
         *post1,
         *drop1,
-        _residual(f"{p}.residual1", block, s, h, e),
+        _residual(f"{p}.residual1", block, s, h, e, inf_clamp=clamp),
         _norm(shape, f"{p}.norm2", block, s, e),
     ]
-    tail = [*post2, *drop2, _residual(f"{p}.residual2", block, s, h, e)]
+    tail = [*post2, *drop2, _residual(f"{p}.residual2", block, s, h, e, inf_clamp=clamp)]
     if shape.moe is not None and shape.moe.is_moe_block(block):
         return [*head, *_moe_ffn_layers(shape, shape.moe, block, e), *tail]
     # T5's DenseReluDense drops out the activation (its mask kept for backward, by the output GEMM)
@@ -639,6 +676,34 @@ def block_layers(shape: TransformerShape, block: int, e: int) -> list[Layer]:
         matmul_layer(f"{p}.mlp_out", block, s, f, h, shape.bias, e, out_saved),
         *tail,
     ]
+
+
+def without_input_gradient(layer: Layer, e: int) -> Layer:
+    """``layer`` (of ``e``-byte elements) when its input needs no gradient (a benchmark's input tensor made without
+    ``requires_grad``): autograd computes its weights' gradients only (torch's
+    ``derivatives.yaml``: each input's formula runs only where that input requires grad).
+
+    - ``linear``: the weight-gradient GEMM only (as many FLOPs as the forward); it reads the saved
+      input and the output gradient, the forward's bytes (``bwd_bytes_ratio`` 1) and writes no
+      input gradient;
+    - ``layernorm``: ``native_layer_norm_backward`` with output mask ``[False, True, True]``: it reads
+      the output gradient and the input for the scale and shift gradients and writes no input
+      gradient: ``2e`` bytes per element, the forward's;
+    - ``rmsnorm`` (the eager chain, :func:`_norm`): upcast, square, mean and reciprocal square root
+      of an input without gradient record nothing; only ``weight * x``'s weight gradient runs,
+      ``(grad * x).sum()``: a product (read ``e`` twice, write ``e``) and its reduction (read ``e``),
+      ``4e`` bytes per element against the forward's ``28 + 4e``.
+    """
+    if layer.kind == "linear":
+        return replace(layer, bwd_flops=layer.fwd_flops, bwd_bytes_ratio=1.0)
+    if layer.kind == "layernorm":
+        return replace(layer, bwd_bytes_ratio=1.0)
+    if layer.kind == "rmsnorm":
+        return replace(layer, bwd_bytes_ratio=4.0 * e / _rmsnorm_bytes(e))
+    raise TrainsimError(
+        f"{layer.name}: the input-gradient-free backward is modelled for kinds linear, layernorm and "
+        f"rmsnorm, not {layer.kind!r}"
+    )
 
 
 def _moe_ffn_layers(shape: TransformerShape, moe: MoEDims, block: int, e: int) -> list[Layer]:
@@ -728,7 +793,7 @@ def build_layers(shape: TransformerShape, dtype: str) -> tuple[Layer, ...]:
     e = DTYPE_BYTES[dtype]
     layers = _embedding(shape, e)
     for block in range(shape.layers):
-        layers.extend(block_layers(shape, block, e))
+        layers.extend(block_layers(shape, block, e, fp16=dtype == "fp16"))
     layers.extend(_head(shape, e))
     return tuple(layers)
 
