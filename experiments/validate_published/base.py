@@ -74,6 +74,19 @@ def positive_ints(entry: Mapping[str, Any], key: str, where: str) -> tuple[int, 
     return tuple(positive_int({key: v}, key, where) for v in value)
 
 
+# how a block computes attention: the preset's default, FlashAttention-style fused, or eager (the
+# scores materialised, scaled, masked, softmaxed and dropped out as separate kernels)
+ATTENTION = {"preset": None, "flash": True, "eager": False}
+
+
+def attention_mode(entry: Mapping[str, Any], where: str) -> str:
+    """The entry's ``attention`` (one of :data:`ATTENTION`; ``preset`` when absent)."""
+    value = entry.get("attention", "preset")
+    if value not in ATTENTION:
+        raise TrainsimError(f"{where}: attention {value!r}; allowed: {', '.join(ATTENTION)}")
+    return str(value)
+
+
 def first_known(names: Sequence[str], known: Callable[[], Iterable[str]]) -> str | None:
     """The first of ``names`` that ``known()`` lists, else None."""
     available = set(known())

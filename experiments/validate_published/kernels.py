@@ -22,7 +22,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from experiments.validate_published.base import (
+    ATTENTION,
     Prediction,
+    attention_mode,
     first_known,
     missing_name,
     name_list,
@@ -51,9 +53,6 @@ __all__ = [
 MATMUL_KEYS = ("device", "dtype", "sizes")
 MATMUL_METRICS = ("matmul_tflops",)
 LAYER_KEYS = ("device", "model", "dtype", "batches", "seq_lens", "hidden", "attention", "input_grad_free")
-# how the block computes attention: the preset's default, FlashAttention-style fused, or eager
-# (the scores materialised, scaled, masked, softmaxed and dropped out as separate kernels)
-ATTENTION = {"preset": None, "flash": True, "eager": False}
 LAYER_METRICS = ("layer_tflops",)
 
 
@@ -201,13 +200,6 @@ def parse_layer(entry: Mapping[str, Any], where: str, hardware: str) -> LayerSet
         positive_ints(entry, "batches", where),
         positive_ints(entry, "seq_lens", where),
         positive_int(entry, "hidden", where),
-        _attention(entry, where),
+        attention_mode(entry, where),
         input_grad_free=name_list(entry, "input_grad_free", where, required=False),
     )
-
-
-def _attention(entry: Mapping[str, Any], where: str) -> str:
-    value = entry.get("attention", "preset")
-    if value not in ATTENTION:
-        raise TrainsimError(f"{where}: attention {value!r}; allowed: {', '.join(ATTENTION)}")
-    return str(value)

@@ -28,7 +28,9 @@ from typing import Any
 
 from calibrate.gpu_suite.predict import single_device_cluster
 from experiments.validate_published.base import (
+    ATTENTION,
     Prediction,
+    attention_mode,
     first_known,
     missing_name,
     name_list,
@@ -79,6 +81,7 @@ STEP_KEYS = (
     "precision",
     "software_era",
     "zero3_per_rank_lists",
+    "attention",
 )
 STEP_METRICS = (
     "step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "megatron_tflops_per_gpu", "scaling_efficiency",
@@ -139,6 +142,8 @@ class _Common:
     optimizer: str
     # the convolution library's era (efficiency.yaml software_eras), for runs that predate today's
     software_era: str = "current"
+    # how the blocks compute attention (base.ATTENTION): the model's own default, flash or eager
+    attention: str = "preset"
 
     def missing(self) -> list[str]:
         reasons = []
@@ -161,11 +166,15 @@ class _Common:
         return first_known(self.models, _models) or self._model_file() or self.models[0]
 
     def workload(self) -> Any:
-        return load_workload(self.model(), seq_len=self.seq_len, image_size=self.image_size, dtype=self.dtype)
+        return load_workload(
+            self.model(), seq_len=self.seq_len, image_size=self.image_size, dtype=self.dtype,
+            flash_attention=ATTENTION[self.attention],
+        )  # fmt: skip
 
     def describe(self, gpus: int) -> str:
         shape = f" seq {self.seq_len}" if self.seq_len else ""
         shape += f" {self.image_size}px" if self.image_size else ""
+        shape += f", {self.attention} attention" if self.attention != "preset" else ""
         precision = self.dtype if self.dtype == "fp32" else f"{self.dtype} + fp32 master weights"
         return (
             f"{Path(self.model()).stem}{shape}, {precision}, batch {self.micro_batch}/GPU "
@@ -344,6 +353,7 @@ def _common(entry: Mapping[str, Any], where: str) -> _Common:
         _optional_int(entry, "image_size", where),
         str(entry["optimizer"]),
         _software_era(entry, where),
+        attention_mode(entry, where),
     )
 
 

@@ -56,3 +56,26 @@ def test_the_lists_switch_must_be_a_boolean() -> None:
     }  # fmt: skip
     with pytest.raises(TrainsimError, match="'zero3_per_rank_lists' must be true or false"):
         parse_step(entry, "row 1", "A100")
+
+
+def test_the_2021_rows_materialise_their_attention_scores() -> None:
+    """No FlashAttention in 2021: the rows run eager attention, whose s x s scores a flash workload
+    never stores, so each block's forward moves more bytes and holds more memory."""
+    plans = {p.row.id: p for p in load_mapping().plans}
+    for number in range(158, 164):
+        setup = plans[number].setup
+        assert setup.common.attention == "eager"  # type: ignore[union-attr]
+        dims = setup.common.workload().dims  # type: ignore[union-attr]
+        assert dims is not None and not dims.flash_attention
+
+
+def test_a_step_rows_attention_is_one_of_the_known_modes() -> None:
+    entry = {
+        "topology": ["dgx-a100"], "gpus": 16, "nodes": 2, "model": ["gpt2-small"], "strategy": "zero3", "dtype": "fp16",
+        "micro_batch": 1, "optimizer": "adamw", "attention": "sdpa",
+    }  # fmt: skip
+    with pytest.raises(TrainsimError, match="attention 'sdpa'; allowed: preset, flash, eager"):
+        parse_step(entry, "row 1", "A100")
+    flash = parse_step({**entry, "attention": "flash"}, "row 1", "A100").common.workload().dims
+    eager = parse_step({**entry, "attention": "eager"}, "row 1", "A100").common.workload().dims
+    assert flash is not None and flash.flash_attention and eager is not None and not eager.flash_attention
