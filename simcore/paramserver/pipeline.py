@@ -52,9 +52,12 @@ def segments(
     fwd = np.asarray(model.layer_times_s(workload, micro_batch, "fwd"), dtype=float)
     bwd = np.asarray(model.layer_times_s(workload, micro_batch, "bwd"), dtype=float)
     total = float(fwd.sum() + bwd.sum()) or 1.0
-    cumulative = np.cumsum(fwd + bwd) / total
+    # a layer goes to the segment holding the middle of its compute: cut at the end of each layer,
+    # the layer that ends exactly on a quantile would open the next segment and leave the first
+    # one empty (3 equal layers: segments {}, {0}, {1, 2} instead of {0}, {1}, {2})
+    middle = (np.cumsum(fwd + bwd) - (fwd + bwd) / 2) / total
     count = min(SEGMENTS, len(workload.layers))
-    cut = np.minimum((cumulative * count).astype(int), count - 1)  # segment of each layer
+    cut = np.minimum((middle * count).astype(int), count - 1)  # segment of each layer
     shard_params = np.asarray(layout.shard_params, dtype=float)
     result = []
     for k in range(count):

@@ -14,7 +14,7 @@ before computing it.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
 # simpy: imported inside the functions that use them, so --help does not load them
@@ -76,6 +76,38 @@ class ShardServer:
             self.version += 1
             self.updates += 1
         return staleness
+
+    def apply_and_reply(
+        self, read_version: int, reply: Callable[[int], simpy.Event | None]
+    ) -> Generator[Any, Any, bool]:
+        """A serial server's turn (``PSConfig.serial_replies``): apply one gradient computed from
+        ``read_version``, then send its reply while the thread is still held; whether it replied.
+
+        ``reply(staleness)`` is called once the update is applied; it starts the reply's flow and
+        returns it, or returns None when the reply is held (ps-ssp; :meth:`reply` sends it later).
+        calibrate.train's ``run_server`` (calibrate/train/param_server.py) replies with a blocking
+        ``dist.send`` in the loop iteration that received the push (``_receive_push``, then
+        ``_release_held``), so the next push waits for the reply to be sent.
+        """
+        with self._queue.request() as turn:
+            yield turn
+            staleness = self.version - read_version
+            if self.update_time_s > 0:
+                yield self.env.timeout(self.update_time_s)
+            self.busy_s += self.update_time_s
+            self.version += 1
+            self.updates += 1
+            flow = reply(staleness)
+            if flow is not None:
+                yield flow
+        return flow is not None
+
+    def reply(self, send: Callable[[], simpy.Event]) -> Generator[Any, Any, None]:
+        """A serial server sends one reply from its thread: after the work queued before it, and
+        holding the thread until the send is done (a blocking ``dist.send``)."""
+        with self._queue.request() as turn:
+            yield turn
+            yield send()
 
     def query(self) -> Generator[Any, Any, int]:
         """Answer a version check once the update in progress (if any) is done."""

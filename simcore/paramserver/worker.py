@@ -45,16 +45,21 @@ class _Gradient:
             self.applied.succeed()
 
 
+def _held(run: PSRun, worker: int, gradient: _Gradient) -> bool:
+    """ps-ssp: whether the gate will hold this worker, so its pulls wait (see _pull_when_allowed)."""
+    if not MODES[run.config.mode].gate:
+        return False
+    # this worker's clock once the gradient is applied on every shard; the slowest's only grows,
+    # so a worker within the bound now will pass the gate and pulls at once, as ps-async does
+    clock = run.clock[worker] + (1 if gradient.pending else 0)
+    return clock - min(run.clock) > run.config.staleness_bound
+
+
 def _pull_when_allowed(run: PSRun, worker: int, gradient: _Gradient) -> Generator[Any, Any, None]:
     """ps-ssp: a worker that the gate will hold pulls once it may go on, not now and again then
     (what it would pull now ages while it waits, and SSP's read rule needs the slowest worker's
     next update in it); other modes pull at once."""
-    if not MODES[run.config.mode].gate:
-        return
-    # this worker's clock once the gradient is applied on every shard; the slowest's only grows,
-    # so a worker within the bound now will pass the gate and pulls at once, as ps-async does
-    clock = run.clock[worker] + (1 if gradient.pending else 0)
-    if clock - min(run.clock) > run.config.staleness_bound:
+    if _held(run, worker, gradient):
         yield gradient.applied
         yield from wait_for_slowest(run, worker)
 
@@ -62,12 +67,36 @@ def _pull_when_allowed(run: PSRun, worker: int, gradient: _Gradient) -> Generato
 def _exchange(
     run: PSRun, worker: int, shard: ShardServer, pulled: list[int], gradient: _Gradient
 ) -> Generator[Any, Any, None]:
-    """Push the gradient to one shard, wait for the shard to apply it, then pull that shard."""
+    """Push the gradient to one shard, wait for the shard to apply it, then pull that shard.
+
+    A serial server (``PSConfig.serial_replies``) sends the reply from the thread that applied the
+    gradient, before it takes the next push; a reply ps-ssp holds is sent when the gate opens,
+    from the thread again."""
     yield run.send(run.worker_devices[worker], shard.device, run.grad_bytes[shard.index], "ps_push")
-    staleness = yield from shard.apply(pulled[shard.index])
-    gradient.shard_applied(staleness)
-    yield from _pull_when_allowed(run, worker, gradient)
-    yield from pull_shard(run, worker, shard.index, pulled)
+    if not run.config.serial_replies:
+        staleness = yield from shard.apply(pulled[shard.index])
+        gradient.shard_applied(staleness)
+        yield from _pull_when_allowed(run, worker, gradient)
+        yield from pull_shard(run, worker, shard.index, pulled)
+        return
+
+    def reply_now(staleness: int) -> Any:
+        gradient.shard_applied(staleness)
+        return None if _held(run, worker, gradient) else _pull(run, worker, shard, pulled)
+
+    def reply_later() -> Any:
+        return _pull(run, worker, shard, pulled)
+
+    replied = yield from shard.apply_and_reply(pulled[shard.index], reply_now)
+    if not replied:
+        yield from _pull_when_allowed(run, worker, gradient)
+        yield from shard.reply(reply_later)
+
+
+def _pull(run: PSRun, worker: int, shard: ShardServer, pulled: list[int]) -> Any:
+    """Start the flow of one shard's parameters to ``worker`` (its version as of now)."""
+    pulled[shard.index] = shard.version
+    return run.send(shard.device, run.worker_devices[worker], run.param_bytes[shard.index], "ps_pull")
 
 
 def _pipelined_step(
@@ -223,6 +252,13 @@ def _sync_shard(run: PSRun, worker: int, shard: ShardServer, step: int) -> Gener
     yield run.send(device, shard.device, run.grad_bytes[shard.index], "ps_push")
     yield from shard.aggregate(step)
     yield shard.round_done(step)
+    if run.config.serial_replies:  # the round's replies one after the other, from the thread
+
+        def reply() -> Any:
+            return run.send(shard.device, device, run.param_bytes[shard.index], "ps_pull")
+
+        yield from shard.reply(reply)
+        return
     yield run.send(shard.device, device, run.param_bytes[shard.index], "ps_pull")
 
 

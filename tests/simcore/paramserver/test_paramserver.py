@@ -34,7 +34,7 @@ def cached(
     wl = COMPUTE_BOUND if workload == "compute" else BANDWIDTH_BOUND
     return run(
         mode, workload=wl, heterogeneity=het, steps=steps, shards=shards, placement=placement, bound=bound,
-        layerwise=layerwise,
+        layerwise=layerwise, serial_server=False,  # whole-gradient runs here: ps-lite's server
     )  # fmt: skip
 
 
