@@ -7,6 +7,13 @@ so a hot shard or a burst of simultaneous pushes shows up as queueing. In ``ps-s
 first sums the W gradients of a step as they arrive (each sum reads the fp32 accumulator and the
 gradient and writes the accumulator back) and then applies one update.
 
+A serial server (``PSConfig.serial_replies``, calibrate.train's ``run_server``: the whole-gradient
+exchange by default) also sends each reply from that thread, with a blocking send, before it takes
+the next message (:meth:`ShardServer.apply_and_reply`, :meth:`ShardServer.reply`): two pushes that
+arrive together are answered one reply-time apart, so asynchronous workers fall out of step instead
+of pushing and pulling in lockstep. ps-lite's server (the layer-wise default) hands replies to
+ZMQ's I/O thread and they go out concurrently.
+
 Versions: the shard's version counts the updates applied to it. The staleness of an applied
 gradient on this shard is the version when its update starts minus the version the worker pulled
 before computing it.
