@@ -1,5 +1,6 @@
-"""Hand counts of calibrate.train's serial server (``PSConfig.serial_replies``) and of the
-layer-wise segments (:func:`simcore.paramserver.pipeline.segments`).
+"""Hand counts of the exchange's schedule: calibrate.train's serial server
+(``PSConfig.serial_replies``), the layer-wise segments (:func:`simcore.paramserver.pipeline.segments`)
+and MXNet's per-key rounds (each segment's part applied and pulled as it arrives).
 
 One dedicated shard serves two CPU workers over ``topologies.cpu_cluster``'s loopback (every rank
 one link of bandwidth B to the kernel's ``lo``, no latency). A gradient of G bytes takes
@@ -81,3 +82,38 @@ def test_equal_layers_fall_one_to_a_segment() -> None:
     assert [s.fwd_fraction for s in cut] == pytest.approx([1 / 9] * 3)
     assert [s.bwd_fraction for s in cut] == pytest.approx([2 / 9] * 3)
     assert [s.shard_fraction for s in cut] == [(1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0)]
+
+
+def _layerwise(mode: str):  # type: ignore[no-untyped-def]
+    """One worker, one dedicated shard, two equal layers in two segments, layer-wise exchange."""
+    workload = uniform_workload(2, PARAMS // 2, 2e9, name="two-layers")
+    ps = PSConfig(mode=mode, shards=1, placement=Placement("dedicated", 1), steps=2)
+    training = TrainingConfig(global_batch=4, micro_batch=4, dtype="fp32", optimizer="sgd-momentum")
+    topology = cpu_cluster(2, loopback_Bps=B, loopback_latency_s=0.0)
+    plan = plan_parameter_server(workload, training, topology, ps, workers=1)
+    outcome = simulate_parameter_server(workload, training, topology, ps, workers=1, plan=plan)
+    c = plan.compute_s[0]
+    f = [c * s.fwd_fraction for s in plan.segments]
+    b = [c * s.bwd_fraction for s in plan.segments]
+    _, _, update, aggregate = plan.servers[0]
+    return outcome, f, b, PARAMS * 4 / B, update, aggregate
+
+
+def test_each_segment_is_applied_and_pulled_as_it_arrives() -> None:
+    """MXNet's per-key push and pull: the last segment's part (g/2) goes out when its backward
+    ends, is applied (u/2) and pulled back (g/2) while the first segment's backward runs (b0 >
+    g + u/2 here); the first segment's part follows at the end of backward. The gradient is
+    applied at 2f + b1 + b0 + g/2 + u/2 and the next forward starts once that part is back, g/2
+    later: the shard never waits for the whole gradient (it would apply at ... + u)."""
+    outcome, f, b, g, u, _ = _layerwise("ps-async")
+    assert b[0] > g + u / 2  # the last segment's round trip hides under the first one's backward
+    first = sum(f) + sum(b) + g / 2 + u / 2
+    period = sum(f) + sum(b) + g + u / 2
+    assert outcome.records.applied_s == pytest.approx([first, first + period], rel=1e-9)
+
+
+def test_each_segment_is_a_round_of_its_own_in_sync() -> None:
+    """ps-sync, one worker: each part is summed (a/2) and updated (u/2) on arrival, then pulled."""
+    outcome, f, b, g, u, a = _layerwise("ps-sync")
+    round_s = sum(f) + sum(b) + g + a / 2 + u / 2
+    assert outcome.records.step_end_s == pytest.approx([round_s, 2 * round_s], rel=1e-9)
