@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 from simcore.paramserver.config import MODES
 from simcore.paramserver.modes import pull_shard, ssp_gate, version_check, wait_for_slowest
 from simcore.paramserver.server import ShardServer
+from simcore.paramserver.sockets import held_bytes
 from simcore.paramserver.state import PSRun
 
 __all__ = ["async_worker", "pipelined_async_worker", "pipelined_sync_worker", "sync_worker"]
@@ -88,23 +89,42 @@ def _exchange(
         yield from pull_shard(run, worker, shard.index, pulled)
         return
 
+    delivered = run.env.event()
+
     def reply_now(staleness: int) -> Any:
         gradient.shard_applied(staleness)
-        return None if _held(run, worker, gradient) else _pull(run, worker, shard, pulled)
+        return None if _held(run, worker, gradient) else _reply(run, worker, shard, pulled, delivered)
 
     def reply_later() -> Any:
-        return _pull(run, worker, shard, pulled)
+        return _reply(run, worker, shard, pulled, delivered)
 
     replied = yield from shard.apply_and_reply(pulled[shard.index], reply_now)
     if not replied:
         yield from _pull_when_allowed(run, worker, gradient)
         yield from shard.reply(reply_later)
+    yield delivered
 
 
-def _pull(run: PSRun, worker: int, shard: ShardServer, pulled: list[int]) -> Any:
-    """Start the flow of one shard's parameters to ``worker`` (its version as of now)."""
+def _reply(run: PSRun, worker: int, shard: ShardServer, pulled: list[int], delivered: Any) -> Any:
+    """A serial server's reply of one shard's parameters to ``worker`` (its version as of now):
+    returns the event that frees the server's thread, ``delivered`` fires when the worker has it."""
     pulled[shard.index] = shard.version
-    return run.send(shard.device, run.worker_devices[worker], run.param_bytes[shard.index], "ps_pull")
+    released = run.env.event()
+    run.env.process(_blocking_send(run, shard.device, run.worker_devices[worker], run.param_bytes[shard.index],
+                                   released, delivered))  # fmt: skip
+    return released
+
+
+def _blocking_send(run: PSRun, src: str, dst: str, size: float, released: Any, delivered: Any) -> Generator[Any, Any, None]:  # fmt: skip
+    """A blocking send: ``released`` when the bytes beyond the socket's send buffer have left
+    (:mod:`simcore.paramserver.sockets`), ``delivered`` when the rest has drained too."""
+    held = held_bytes(size)
+    if held > 0:
+        yield run.send(src, dst, held, "ps_pull")
+    released.succeed()
+    if size - held > 0:
+        yield run.send(src, dst, size - held, "ps_pull")
+    delivered.succeed()
 
 
 class _Part(NamedTuple):
@@ -322,11 +342,15 @@ def _sync_shard(run: PSRun, worker: int, shard: ShardServer, step: int) -> Gener
     yield from shard.aggregate(step)
     yield shard.round_done(step)
     if run.config.serial_replies:  # the round's replies one after the other, from the thread
+        released, delivered = run.env.event(), run.env.event()
 
         def reply() -> Any:
-            return run.send(shard.device, device, run.param_bytes[shard.index], "ps_pull")
+            size = run.param_bytes[shard.index]
+            run.env.process(_blocking_send(run, shard.device, device, size, released, delivered))
+            return released
 
         yield from shard.reply(reply)
+        yield delivered
         return
     yield run.send(shard.device, device, run.param_bytes[shard.index], "ps_pull")
 

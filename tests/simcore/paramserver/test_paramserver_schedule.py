@@ -13,8 +13,10 @@ from __future__ import annotations
 import pytest
 
 from simcore.paramserver import Placement, PSConfig, shard_layers, simulate_parameter_server
+from simcore.paramserver import worker as worker_module
 from simcore.paramserver.pipeline import segments
 from simcore.paramserver.simulate import plan_parameter_server
+from simcore.paramserver.sockets import held_bytes
 from simcore.strategies.base import TrainingConfig
 from tests.paramserver_helpers import uniform_workload
 from topologies import cpu_cluster
@@ -42,10 +44,36 @@ def test_the_whole_gradient_exchange_defaults_to_the_serial_server() -> None:
     assert not PSConfig(layerwise=False, serial_server=False).serial_replies
 
 
+@pytest.fixture
+def no_send_buffer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A blocking send that returns only once the whole reply has left (no socket buffer)."""
+    monkeypatch.setattr(worker_module, "held_bytes", lambda size: size)
+
+
+def test_a_blocking_send_leaves_the_socket_buffer_to_the_kernel() -> None:
+    """Gloo asks for a send buffer of the message's size up to 32 MiB; the kernel grants at most
+    wmem_max (4 MiB on the validation's machine): the send returns with that much still to go."""
+    assert held_bytes(8e6) == 8e6 - 4_194_304
+    assert held_bytes(4_194_304) == 0.0 and held_bytes(1e6) == 0.0
+    assert held_bytes(1e9) == 1e9 - 4_194_304
+
+
+def test_serial_async_server_holds_its_thread_until_the_reply_is_in_the_socket() -> None:
+    """Both push at C (2g together); the shard applies A's (u) and sends A's reply from its
+    thread until only the socket buffer's worth is left (h g, h the share beyond 4 MiB), and
+    only then applies B's: B's gradient lands at C + 2g + 2u + h g."""
+    outcome, c, g, u, _ = _run("ps-async", True)
+    h = held_bytes(PARAMS * 4) / (PARAMS * 4)
+    assert 0 < h < 1
+    expected = [c + 2 * g + u, c + 2 * g + 2 * u + h * g]
+    assert outcome.records.applied_s[:2] == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.usefixtures("no_send_buffer")
 def test_serial_async_server_replies_before_the_next_push_and_the_workers_fall_out_of_step() -> None:
-    """Both push at C (2g together); the shard applies A's (u) and sends A's reply (g) before it
-    applies B's, so B's gradient lands g + u later; from then on each push meets an idle link:
-    every worker's period is C + 2g + u, the two g + u apart."""
+    """Without the socket buffer: both push at C (2g together); the shard applies A's (u) and
+    sends A's reply (g) before it applies B's, so B's gradient lands g + u later; from then on
+    each push meets an idle link: every worker's period is C + 2g + u, the two g + u apart."""
     outcome, c, g, u, _ = _run("ps-async", True)
     period = c + 2 * g + u
     expected = [c + 2 * g + u, c + 3 * g + 2 * u, c + 2 * g + u + period, c + 3 * g + 2 * u + period]
@@ -58,8 +86,9 @@ def test_concurrent_async_server_keeps_the_workers_in_step() -> None:
     assert outcome.records.applied_s[:2] == pytest.approx([c + 2 * g + u, c + 2 * g + 2 * u], rel=1e-9)
 
 
+@pytest.mark.usefixtures("no_send_buffer")
 def test_serial_sync_server_sends_the_round_replies_one_after_the_other() -> None:
-    """Round 1: pushes 2g, two sums 2a, the update u, then A's reply (g) and B's (g). A computes
+    """Without the socket buffer. Round 1: pushes 2g, two sums 2a, the update u, then A's reply (g) and B's (g). A computes
     while B's reply is sent and pushes alone, B right after it: each later round takes
     C + 3g + a + u (A's sum hides under B's push), not C + 4g + 2a + u."""
     steps = 4
