@@ -54,12 +54,14 @@ def run(
     workload: Workload | None = None,
     seed: int = 0,
     layerwise: bool = True,
+    serial_server: bool | None = None,
 ) -> PSResult:
     placement = placement or Placement()
     topo = cluster(cluster_name, workers, placement)
     ps = PSConfig(
-        mode=mode, shards=shards, placement=placement, staleness_bound=bound, steps=steps, layerwise=layerwise
-    )
+        mode=mode, shards=shards, placement=placement, staleness_bound=bound, steps=steps, layerwise=layerwise,
+        serial_server=serial_server,
+    )  # fmt: skip
     outcome = simulate_parameter_server(
         workload or uniform_workload(),
         training(workers),

@@ -151,9 +151,22 @@ class PSConfig:
     (for ps-sync, ``steps`` barrier rounds): an asynchronous "step" is one gradient per worker on
     average. ``staleness_bound`` is SSP's s and ps-mitigated's threshold. ``version_check_bytes``
     is the size of a version query and of its answer. ``layerwise``: workers push each part of the
-    gradient as backward produces it and pull in the order forward needs it (BytePS / P3, as
-    deployed: :mod:`simcore.paramserver.pipeline`); False pushes the whole gradient after backward
-    and waits for every pull (ps-lite's classic loop, and calibrate.train's parameter server).
+    gradient as backward produces it, and each part is applied and pulled back as it arrives
+    (MXNet's per-key kvstore, BytePS / P3, as deployed: :mod:`simcore.paramserver.pipeline`);
+    False pushes the whole gradient after backward and waits for every pull (ps-lite's classic
+    loop, and calibrate.train's parameter server).
+
+    ``serial_server``: whether a shard's one thread also sends the replies, one at a time (None:
+    True for the whole-gradient exchange, False for the layer-wise one). True is calibrate.train's
+    server (``calibrate/train/param_server.py``, ``run_server``): one loop receives a push
+    (``dist.recv``), applies it, and replies with a blocking ``dist.send`` (``_reply``) before it
+    receives the next message; ps-sync's round replies to its members one after the other
+    (``_receive_push``). The pushes themselves still arrive concurrently (the kernel's TCP stack
+    receives into the socket buffers whatever the thread does). False is ps-lite's server
+    (dmlc/ps-lite d7b844f, 2015-12: ``src/van.cc`` l. 87 a receiving thread, ``src/customer.cc`` l. 14/57 the customer thread that
+    runs the request handle, replies handed to ``zmq_msg_send`` (van.cc l. 195/211) and sent by
+    ZMQ's I/O thread): updates are applied one at a time, their replies go out concurrently.
+    :mod:`simcore.paramserver.server` says what changes.
     """
 
     mode: str = "ps-async"
@@ -163,6 +176,12 @@ class PSConfig:
     steps: int = DEFAULT_PS_STEPS
     version_check_bytes: int = 64
     layerwise: bool = True
+    serial_server: bool | None = None
+
+    @property
+    def serial_replies(self) -> bool:
+        """Whether each shard sends its replies one at a time from its one thread (see above)."""
+        return (not self.layerwise) if self.serial_server is None else self.serial_server
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", normalize_mode(self.mode))

@@ -1,13 +1,14 @@
-"""Layer-wise pushes and priority pulls (BytePS / P3): where in a gradient each shard's bytes are ready.
+"""Layer-wise pushes and pulls (MXNet's kvstore, BytePS / P3): where in a gradient each shard's bytes are ready.
 
 A worker does not wait for its whole gradient before pushing: as autograd produces the gradients
-of the last layers first, their bytes go out while backward continues (BytePS, Jiang et al. OSDI
-2020; P3, Jayarajan et al. MLSys 2019), and the next forward pass starts as soon as the parameters
-of its first layers are back, pulls arriving in the order forward needs them (P3's priority). The
-model cuts the layers into :data:`SEGMENTS` contiguous segments of about equal compute: a segment's
-gradient bytes of each shard are pushed when the segment's backward ends, and the segment's forward
-waits for its parameters of every shard. Within a segment nothing overlaps, so the figure is a
-lower bound on what per-tensor scheduling overlaps.
+of the last layers first, their bytes go out while backward continues (MXNet's dependency engine,
+2015; BytePS, Jiang et al. OSDI 2020; P3, Jayarajan et al. MLSys 2019), each part is applied and
+pulled back as it arrives (:mod:`simcore.paramserver.worker`), and the next forward pass starts as
+soon as the parameters of its first layers are back. The model cuts the layers into
+:data:`SEGMENTS` contiguous segments of about equal compute (each layer in the segment that holds
+the middle of its compute): a segment's gradient bytes of each shard are pushed when the segment's
+backward ends, and the segment's forward waits for its parameters of every shard. Within a segment
+nothing overlaps, so the figure is a lower bound on what per-tensor scheduling overlaps.
 """
 
 from __future__ import annotations
@@ -52,9 +53,12 @@ def segments(
     fwd = np.asarray(model.layer_times_s(workload, micro_batch, "fwd"), dtype=float)
     bwd = np.asarray(model.layer_times_s(workload, micro_batch, "bwd"), dtype=float)
     total = float(fwd.sum() + bwd.sum()) or 1.0
-    cumulative = np.cumsum(fwd + bwd) / total
+    # a layer goes to the segment holding the middle of its compute: cut at the end of each layer,
+    # the layer that ends exactly on a quantile would open the next segment and leave the first
+    # one empty (3 equal layers: segments {}, {0}, {1, 2} instead of {0}, {1}, {2})
+    middle = (np.cumsum(fwd + bwd) - (fwd + bwd) / 2) / total
     count = min(SEGMENTS, len(workload.layers))
-    cut = np.minimum((cumulative * count).astype(int), count - 1)  # segment of each layer
+    cut = np.minimum((middle * count).astype(int), count - 1)  # segment of each layer
     shard_params = np.asarray(layout.shard_params, dtype=float)
     result = []
     for k in range(count):

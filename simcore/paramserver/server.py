@@ -7,6 +7,13 @@ so a hot shard or a burst of simultaneous pushes shows up as queueing. In ``ps-s
 first sums the W gradients of a step as they arrive (each sum reads the fp32 accumulator and the
 gradient and writes the accumulator back) and then applies one update.
 
+A serial server (``PSConfig.serial_replies``, calibrate.train's ``run_server``: the whole-gradient
+exchange by default) also sends each reply from that thread, with a blocking send, before it takes
+the next message (:meth:`ShardServer.apply_and_reply`, :meth:`ShardServer.reply`): two pushes that
+arrive together are answered one reply-time apart, so asynchronous workers fall out of step instead
+of pushing and pulling in lockstep. ps-lite's server (the layer-wise default) hands replies to
+ZMQ's I/O thread and they go out concurrently.
+
 Versions: the shard's version counts the updates applied to it. The staleness of an applied
 gradient on this shard is the version when its update starts minus the version the worker pulled
 before computing it.
@@ -14,7 +21,7 @@ before computing it.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
 # simpy: imported inside the functions that use them, so --help does not load them
@@ -22,10 +29,11 @@ if TYPE_CHECKING:
     import simpy
 
 
-__all__ = ["ACCUMULATOR_BYTES", "ShardServer"]
+__all__ = ["ACCUMULATOR_BYTES", "RoundKey", "ShardServer"]
 
 # fp32 accumulator read and written back per parameter when summing one gradient (ps-sync).
 ACCUMULATOR_BYTES = 8
+RoundKey = int | tuple[int, int]  # a ps-sync round: its step, or (step, segment) layer-wise
 
 
 class ShardServer:
@@ -55,8 +63,8 @@ class ShardServer:
         self.busy_s = 0.0
         self.updates = 0
         self._queue = simpy.Resource(env, capacity=1)
-        self._round_arrivals: dict[int, int] = {}
-        self._round_done: dict[int, simpy.Event] = {}
+        self._round_arrivals: dict[RoundKey, int] = {}
+        self._round_done: dict[RoundKey, simpy.Event] = {}
 
     def _work(self, seconds: float) -> Generator[Any, Any, None]:
         with self._queue.request() as turn:
@@ -65,8 +73,36 @@ class ShardServer:
                 yield self.env.timeout(seconds)
             self.busy_s += seconds
 
-    def apply(self, read_version: int) -> Generator[Any, Any, int]:
-        """Queue and apply one gradient computed from ``read_version``; returns its staleness."""
+    def apply(self, read_version: int, fraction: float = 1.0, last: bool = True) -> Generator[Any, Any, int]:
+        """Queue and apply one gradient computed from ``read_version``; returns its staleness.
+
+        Layer-wise, a gradient arrives in parts (one per segment): each part updates ``fraction``
+        of the shard's parameters, and the ``last`` one completes the gradient (the version counts
+        gradients, so it advances then)."""
+        with self._queue.request() as turn:
+            yield turn
+            staleness = self.version - read_version
+            seconds = self.update_time_s * fraction
+            if seconds > 0:
+                yield self.env.timeout(seconds)
+            self.busy_s += seconds
+            if last:
+                self.version += 1
+                self.updates += 1
+        return staleness
+
+    def apply_and_reply(
+        self, read_version: int, reply: Callable[[int], simpy.Event | None]
+    ) -> Generator[Any, Any, bool]:
+        """A serial server's turn (``PSConfig.serial_replies``): apply one gradient computed from
+        ``read_version``, then send its reply while the thread is still held; whether it replied.
+
+        ``reply(staleness)`` is called once the update is applied; it starts the reply's flow and
+        returns it, or returns None when the reply is held (ps-ssp; :meth:`reply` sends it later).
+        calibrate.train's ``run_server`` (calibrate/train/param_server.py) replies with a blocking
+        ``dist.send`` in the loop iteration that received the push (``_receive_push``, then
+        ``_release_held``), so the next push waits for the reply to be sent.
+        """
         with self._queue.request() as turn:
             yield turn
             staleness = self.version - read_version
@@ -75,27 +111,44 @@ class ShardServer:
             self.busy_s += self.update_time_s
             self.version += 1
             self.updates += 1
-        return staleness
+            flow = reply(staleness)
+            if flow is not None:
+                yield flow
+        return flow is not None
+
+    def reply(self, send: Callable[[], simpy.Event]) -> Generator[Any, Any, None]:
+        """A serial server sends one reply from its thread: after the work queued before it, and
+        holding the thread until the send is done (a blocking ``dist.send``)."""
+        with self._queue.request() as turn:
+            yield turn
+            yield send()
 
     def query(self) -> Generator[Any, Any, int]:
         """Answer a version check once the update in progress (if any) is done."""
         yield from self._work(0.0)
         return self.version
 
-    def round_done(self, step: int) -> simpy.Event:
-        """Fires when the synchronous update of ``step`` has been applied."""
-        if step not in self._round_done:
-            self._round_done[step] = self.env.event()
-        return self._round_done[step]
+    def round_done(self, round_key: RoundKey) -> simpy.Event:
+        """Fires when the synchronous update of ``round_key`` (a step, or a step and a segment)
+        has been applied."""
+        if round_key not in self._round_done:
+            self._round_done[round_key] = self.env.event()
+        return self._round_done[round_key]
 
-    def aggregate(self, step: int) -> Generator[Any, Any, None]:
-        """ps-sync: add one worker's gradient of ``step``; the last one also applies the update."""
-        yield from self._work(self.aggregate_time_s)
-        arrived = self._round_arrivals.get(step, 0) + 1
-        self._round_arrivals[step] = arrived
+    def aggregate(
+        self, round_key: RoundKey, fraction: float = 1.0, last: bool = True
+    ) -> Generator[Any, Any, None]:
+        """ps-sync: add one worker's gradient of ``round_key``; the last worker's also applies the
+        update. Layer-wise, each segment's part is a round of its own over ``fraction`` of the
+        shard (MXNet's server merges and updates each key when every worker has pushed it), and
+        the ``last`` part's round advances the version."""
+        yield from self._work(self.aggregate_time_s * fraction)
+        arrived = self._round_arrivals.get(round_key, 0) + 1
+        self._round_arrivals[round_key] = arrived
         if arrived == self.workers:
-            del self._round_arrivals[step]
-            yield from self._work(self.update_time_s)
-            self.version += 1
-            self.updates += 1
-            self.round_done(step).succeed(self.version)
+            del self._round_arrivals[round_key]
+            yield from self._work(self.update_time_s * fraction)
+            if last:
+                self.version += 1
+                self.updates += 1
+            self.round_done(round_key).succeed(self.version)

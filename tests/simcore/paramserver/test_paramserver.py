@@ -34,7 +34,7 @@ def cached(
     wl = COMPUTE_BOUND if workload == "compute" else BANDWIDTH_BOUND
     return run(
         mode, workload=wl, heterogeneity=het, steps=steps, shards=shards, placement=placement, bound=bound,
-        layerwise=layerwise,
+        layerwise=layerwise, serial_server=False,  # whole-gradient runs here: ps-lite's server
     )  # fmt: skip
 
 
@@ -114,9 +114,16 @@ def test_ssp_clock_lag_never_exceeds_the_bound(bound: int, rank: int, factor: fl
     assert result.gradients_applied == 5 * workers
 
 
-def test_more_server_nodes_never_slow_a_bandwidth_bound_sync_ps() -> None:
+def test_a_second_server_node_relieves_a_bandwidth_bound_ps() -> None:
+    """One server node: incast on its NIC; two halve it. Four are no faster than two and can be
+    slower (0.173 s against 0.145 s a step): the workers' NICs are the bottleneck by then, and with
+    each segment's part applied and pulled on its own (MXNet's per-key rounds) two shards hold a
+    part of every segment, so each worker-shard connection pushes four parts in a row while the
+    pulls of the earlier ones overlap; with four shards each connection carries two parts of twice
+    the size, and all four connections share the worker's NIC at once (TCP's fair share), so the
+    parts finish together instead of one after the other."""
     times = [cached("ps-sync", workload="bandwidth", shards=k, nodes=k).step.step_time_s for k in (1, 2, 4)]
-    assert times[0] >= times[1] >= times[2]
+    assert times[0] >= times[1] and times[0] >= times[2]
     one, two = (cached("ps-async", workload="bandwidth", shards=k, nodes=k) for k in (1, 2))
     assert "h2/nic0" in one.step.bottleneck_link  # incast on the lone server node's NIC
     assert two.throughput_samples_per_s >= one.throughput_samples_per_s

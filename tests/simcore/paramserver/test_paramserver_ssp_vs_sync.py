@@ -35,6 +35,17 @@ or 2x/3x/4x on ranks 0, 1, 7, three sizes, two compute loads, layer-wise or not)
 
 So the property held with a straggler is the grid's worst with a margin, 0.84, and the worst case
 is always among the examples; a change of the physics that moves it fails here.
+
+Since each segment's part is applied and pulled as it arrives (MXNet's per-key rounds, issue 21)
+that worst case runs at 1.18 of ps-sync's rate; on a 504-case grid (4 and 8 workers, s in {1, 2,
+4}, no straggler or 2-4x on ranks 0, 1, 7, the three sizes and loads, layer-wise or not, ps-lite's
+server) the worst is 1.011 without a straggler and 0.913 with one. Two workers are another matter:
+with the shard 60-90% busy its W updates a round are on the critical path where before they hid
+behind the whole-shard exchange (2 workers, s = 1, 4 M parameters, 2e9 FLOPs, layer-wise: ps-ssp
+0.894 of ps-sync, ps-async 0.935, the shard 93% busy against 64%; behind a 2x straggler 0.806).
+So the rule is now the throughput property's (test_paramserver_throughput.py): never slower than
+ps-sync plus the extra shard updates, and behind a straggler that or the floor (margin 1.11 over a
+648-case grid of 2, 4 and 8 workers with stragglers).
 """
 
 from __future__ import annotations
@@ -60,7 +71,7 @@ def _pair(
         training(workers),
         cluster("g5.12xlarge", workers, Placement()),
         ["ps-sync", "ps-ssp"],
-        PSConfig(staleness_bound=bound, layerwise=layerwise),
+        PSConfig(staleness_bound=bound, layerwise=layerwise, serial_server=False),  # ps-lite's server
         cluster="g5.12xlarge",
         workers=workers,
         steps=6,
@@ -79,6 +90,8 @@ def _pair(
     layerwise=st.booleans(),
 )
 @example(workers=8, bound=2, straggler=(7, 3.0), params=4_000_000, fwd_flops=2e10, layerwise=True)
+@example(workers=2, bound=1, straggler=None, params=4_000_000, fwd_flops=2e9, layerwise=True)  # 0.894 x sync
+@example(workers=2, bound=1, straggler=(0, 2.0), params=4_000_000, fwd_flops=2e9, layerwise=True)  # 0.806 x
 def test_ssp_is_not_slower_than_sync(
     workers: int,
     bound: int,
@@ -89,8 +102,14 @@ def test_ssp_is_not_slower_than_sync(
 ) -> None:
     het = Heterogeneity((Straggler(straggler[0] % workers, straggler[1]),) if straggler else ())
     sync, ssp = _pair(workers, bound, het, params, fwd_flops, layerwise)
-    floor = SSP_FLOOR_BEHIND_A_STRAGGLER if straggler else 1.0 - 1e-9
-    assert ssp.throughput_samples_per_s >= floor * sync.throughput_samples_per_s
+    # never slower than ps-sync plus its extra shard updates (as in test_paramserver_throughput.py);
+    # behind a straggler, or at most 1 / floor slower (saturated server links, module docstring)
+    per_sample_sync, per_sample_ssp = (1.0 / r.throughput_samples_per_s for r in (sync, ssp))
+    extra = max(0.0, ssp.server_busy * per_sample_ssp - sync.server_busy * per_sample_sync)
+    bound = (per_sample_sync + extra) * 1.02
+    if straggler:
+        bound = max(bound, per_sample_sync / SSP_FLOOR_BEHIND_A_STRAGGLER)
+    assert per_sample_ssp <= bound
     # the table's figures are the same run's: samples/s = throughput, step = global batch / it
     for result in (sync, ssp):
         assert (
