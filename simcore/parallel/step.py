@@ -53,6 +53,7 @@ from simcore.parallel.memory_pipeline import (
     pipelined_extra_bytes,
     run_state_bytes,
     stage_held_state,
+    stage_runtime_held,
     state_category,
 )
 from simcore.parallel.offload import OffloadEffect, offload_effect
@@ -913,8 +914,16 @@ class _Composer:
                 run.result.run.memory, run.result.plan.initial_memory, run.last_backward_s,
                 strategy.zero_stage, strategy.framework,
             )  # fmt: skip
+        # FSDP2 composes with pipelining only through torch.distributed.pipelining (torchtitan):
+        # its stages' buffers and kept outputs (memory_pipeline.RuntimeHeld); Megatron's schedule
+        # keeps only the in-flight micro-batches' tensors (and frees their outputs' data once sent)
+        runtime = (
+            stage_runtime_held(run.model, self.layout.pp, self.layout.vpp, mb)
+            if strategy.framework == "torch-fsdp"
+            else None
+        )
         more, state = pipelined_extra_bytes(
-            order, activations, held, run_activations=sum(activations), run_state=run_state
+            order, activations, held, run_activations=sum(activations), run_state=run_state, runtime=runtime
         )
         return more, {state_category(strategy.zero_stage, strategy.framework): state}
 

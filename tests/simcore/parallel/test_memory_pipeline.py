@@ -4,23 +4,30 @@ strategy's held state, invariants of the peak, and the composed step's stage pea
 from __future__ import annotations
 
 from dataclasses import replace
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import simcore.parallel.step as parallel_step
 from simcore.compute.memory import MemoryTimeline, runtime_memory
 from simcore.parallel import ParallelLayout, simulate_parallel_step
 from simcore.parallel.memory_pipeline import (
     HeldState,
+    RuntimeHeld,
     held_state,
     pipeline_peak_bytes,
     pipeline_peak_parts,
     pipelined_extra_bytes,
     run_state_bytes,
+    stage_runtime_held,
     state_category,
+    torch_pipelining_held,
 )
 from simcore.parallel.pp import rank_orders
+from simcore.parallel.stage import StageModel
 from simcore.parallel.step import ParallelStepResult
 from simcore.strategies.base import TrainingConfig
 from tests.simcore.parallel.support import cluster, small_gpt
@@ -160,3 +167,74 @@ def test_more_micro_batches_never_lower_a_pipelined_stage_peak() -> None:
         few = _pipelined(strategy, base).report.peak_memory_bytes
         many = _pipelined(strategy, replace(base, global_batch=64)).report.peak_memory_bytes
         assert many >= few * (1 - 1e-9), strategy
+
+
+def test_torch_pipelining_holds_by_stage_role() -> None:
+    """torch.distributed.pipelining (torch 2.6): every stage keeps its outputs (the last stage's are
+    the logits L); all but the first have forward receive buffers and input gradients; all but the
+    last gradient receive buffers (H: the activation passed between stages)."""
+    h, logits = 2.0, 7.0
+    assert torch_pipelining_held([0], 4, hidden_bytes=[h], last_output_bytes=logits) == RuntimeHeld(
+        (h,), (0.0,), (0.0,), (h,)
+    )
+    assert torch_pipelining_held([1], 4, hidden_bytes=[h], last_output_bytes=logits) == RuntimeHeld(
+        (h,), (h,), (h,), (h,)
+    )
+    assert torch_pipelining_held([3], 4, hidden_bytes=[h], last_output_bytes=logits) == RuntimeHeld(
+        (logits,), (h,), (h,), (0.0,)
+    )
+    # interleaved: rank 0's chunks are virtual stages 0 and 4 of 8
+    both = torch_pipelining_held([0, 4], 8, hidden_bytes=[h, 3.0], last_output_bytes=logits)
+    assert both == RuntimeHeld((h, 3.0), (0.0, 3.0), (0.0, 3.0), (h, 3.0))
+
+
+def test_runtime_held_after_some_passes_hand_count() -> None:
+    """5 forwards and 2 backwards of 8 micro-batches: 5 outputs, 2 input gradients, the receive
+    buffers of the 8 - 3 micro-batches not in flight, all 8 gradient receive buffers."""
+    held = RuntimeHeld((1.0,), (10.0,), (100.0,), (1000.0,))
+    assert held.at([5], [2], 8) == 5 * 1.0 + 2 * 10.0 + 5 * 100.0 + 8 * 1000.0
+
+
+def test_last_stage_peak_with_the_runtime_hand_count() -> None:
+    """1F1B, pp 2, 4 micro-batches, rank 1 (the last stage): F0 B0 F1 B1 F2 B2 F3 B3. After F3:
+    A in flight, 4 outputs L, 3 input gradients H, 3 idle receive buffers H, gradients G:
+    A + 4L + 6H + G = 34 (after B3: 4L + 8H + G = 33)."""
+    a, logits, h, g = 3.0, 5.0, 1.0, 5.0
+    order = rank_orders("1f1b", 2, 1, 4)[1]
+    runtime = torch_pipelining_held([1], 2, hidden_bytes=[h], last_output_bytes=logits)
+    assert pipeline_peak_parts(order, [a], HeldState((g,)), runtime) == (a + 4 * logits + 6 * h, g)
+    assert pipeline_peak_bytes(order, [a], HeldState((g,))) == a + g  # without the runtime
+
+
+def _stage(layers: list[tuple[str, int, float]], chunks: list[range], rank: int) -> StageModel:
+    workload = SimpleNamespace(
+        layers=[SimpleNamespace(name=n, block=b, output_bytes=o) for n, b, o in layers]
+    )
+    return cast(StageModel, SimpleNamespace(workload=workload, chunk_slices=tuple(chunks), rank=rank))
+
+
+def test_stage_runtime_held_reads_block_outputs_and_the_logits() -> None:
+    """A last rank of pp 2: its chunk's block output (per sample 3) is the activation passed in, the
+    output head's logits (per sample 11) its output; micro-batches of 4 samples."""
+    model = _stage(
+        [("block1.norm", 0, 9.0), ("block1.residual", 0, 3.0), ("final_norm", -1, 3.0),
+         ("lm_head", -1, 11.0), ("loss", -1, 0.0)],
+        [range(5)], rank=1,
+    )  # fmt: skip
+    assert stage_runtime_held(model, 2, 1, 4) == RuntimeHeld((44.0,), (12.0,), (12.0,), (0.0,))
+    first = _stage([("embed", -1, 3.0), ("block0.residual", 0, 3.0)], [range(2)], rank=0)
+    assert stage_runtime_held(first, 2, 1, 4) == RuntimeHeld((12.0,), (0.0,), (0.0,), (12.0,))
+
+
+def test_only_fsdp2_pipelines_hold_the_torch_runtime_buffers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """FSDP2 (torch.distributed.pipelining) stages peak higher with the runtime's buffers; DDP's
+    (Megatron's schedule) do not change when they are switched off."""
+    config = TrainingConfig(global_batch=16, micro_batch=1)
+    with_fsdp = [s.peak_memory_bytes for s in _pipelined("fsdp", config, pp=2).stages]
+    with_ddp = [s.peak_memory_bytes for s in _pipelined("ddp", config, pp=2).stages]
+    empty = RuntimeHeld((0.0,), (0.0,), (0.0,), (0.0,))
+    monkeypatch.setattr(parallel_step, "stage_runtime_held", lambda *args: empty)
+    without_fsdp = [s.peak_memory_bytes for s in _pipelined("fsdp", config, pp=2).stages]
+    without_ddp = [s.peak_memory_bytes for s in _pipelined("ddp", config, pp=2).stages]
+    assert all(w > wo for w, wo in zip(with_fsdp, without_fsdp, strict=True))
+    assert with_ddp == without_ddp
