@@ -111,6 +111,12 @@ class RuntimeHeld:
             total += idle * self.recv_inputs[c] + micro * self.recv_grads[c]
         return total
 
+    def after_step(self, micro: int) -> float:
+        """What is held once every chunk has run its ``micro`` forwards and backwards: kept through
+        the optimizer step, until the next step's ``clear_runtime_states``."""
+        done = [micro] * len(self.outputs)
+        return self.at(done, done, micro)
+
 
 def torch_pipelining_held(
     chunk_stages: Sequence[int], stages: int, *, hidden_bytes: Sequence[float], last_output_bytes: float

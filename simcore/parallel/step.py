@@ -901,9 +901,12 @@ class _Composer:
         shape = self._schedule_shape()
         return self.cache.get("orders", shape, lambda: compile_orders(rank_orders(*shape), self.layout.vpp))
 
-    def _pipelined_extra(self, run: _StageRun, order: list[PipelineOp]) -> tuple[float, dict[str, float]]:
+    def _pipelined_extra(
+        self, run: _StageRun, order: list[PipelineOp]
+    ) -> tuple[float, dict[str, float], float]:
         """Activations and (by category) held state the rank keeps at its pipelined peak beyond its
-        run's (:mod:`simcore.parallel.memory_pipeline`)."""
+        run's, and what the pipeline runtime still holds once the passes end (through the optimizer
+        step) (:mod:`simcore.parallel.memory_pipeline`)."""
         mb = self.config.micro_batch
         activations = [held * mb for held in run.model.held_per_sample]
         strategy = get_strategy(self.strategy)
@@ -925,7 +928,8 @@ class _Composer:
         more, state = pipelined_extra_bytes(
             order, activations, held, run_activations=sum(activations), run_state=run_state, runtime=runtime
         )
-        return more, {state_category(strategy.zero_stage, strategy.framework): state}
+        after = runtime.after_step(self.micro) if runtime is not None else 0.0
+        return more, {state_category(strategy.zero_stage, strategy.framework): state}, after
 
     def _step_time(self, per_rank: list[_StageRun], pipeline: PipelineRun | None) -> float:
         if pipeline is None:
@@ -960,15 +964,16 @@ class _Composer:
             in_flight = pipeline.peak_in_flight[r] if pipeline is not None else held_one
             extra = max(0.0, in_flight - held_one) + run.model.transient_per_sample * mb
             held: dict[str, float] = {}
+            after_passes = 0.0
             if orders is not None:  # with the state the schedule keeps across micro-batches
                 # a function of the cached stage run, the schedule's shape and this rank's order
                 # alone: a layout timed again (a sweep, the benchmark) walks its passes once
                 key = (run.key, self._schedule_shape(), r, mb, self.strategy)
-                more, held = self.cache.get(
+                more, held, after_passes = self.cache.get(
                     "pipelined extra", key, functools.partial(self._pipelined_extra, run, orders[r])
                 )
                 extra = more + run.model.transient_per_sample * mb
-            peak, breakdown, phase = _stage_peak(run, extra, held)
+            peak, breakdown, phase = _stage_peak(run, extra, held, after_passes)
             out.append(
                 StagePrediction(
                     r,
@@ -1078,11 +1083,12 @@ def _memory_status(peak_bytes: float, capacity_bytes: float) -> str:
 
 
 def _stage_peak(
-    run: _StageRun, extra: float, held: Mapping[str, float] | None = None
+    run: _StageRun, extra: float, held: Mapping[str, float] | None = None, after_passes: float = 0.0
 ) -> tuple[float, dict[str, float], str]:
     """A stage's peak: the run's timeline, with ``extra`` activations (micro-batches in flight beyond
     the run's one, blocks being recomputed) and ``held`` state by category (what the pipeline keeps
-    across micro-batches) while the passes run, and the offload's changes."""
+    across micro-batches) while the passes run, ``after_passes`` activations the pipeline runtime
+    keeps after them (through the optimizer step), and the offload's changes."""
     held = held or {}
     if run.result is None:  # a lean run: nothing beyond its own peak (Composer.lean)
         own = _own(run)
@@ -1093,7 +1099,7 @@ def _stage_peak(
     passes = max((total for t, total, _ in timeline.samples if t <= cut), default=0.0)
     after = max((total for t, total, _ in timeline.samples if t > cut), default=0.0)
     delta = run.offload.memory_delta
-    held_all_step = math.fsum(v for k, v in delta.items() if k != "activations")
+    held_all_step = math.fsum(v for k, v in delta.items() if k != "activations") + after_passes
     during = passes + extra + math.fsum(held.values()) + math.fsum(delta.values())
     # The allocator's fragmentation is charged on the tensors at the peak (MemoryTimeline.peak);
     # the stage's extra activations and offload changes are tensors too.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from types import SimpleNamespace
-from typing import cast
+from typing import Any, cast
 
 import pytest
 from hypothesis import given, settings
@@ -26,6 +26,7 @@ from simcore.parallel.memory_pipeline import (
     state_category,
     torch_pipelining_held,
 )
+from simcore.parallel.options import ParallelOptions
 from simcore.parallel.pp import rank_orders
 from simcore.parallel.stage import StageModel
 from simcore.parallel.step import ParallelStepResult
@@ -193,6 +194,8 @@ def test_runtime_held_after_some_passes_hand_count() -> None:
     buffers of the 8 - 3 micro-batches not in flight, all 8 gradient receive buffers."""
     held = RuntimeHeld((1.0,), (10.0,), (100.0,), (1000.0,))
     assert held.at([5], [2], 8) == 5 * 1.0 + 2 * 10.0 + 5 * 100.0 + 8 * 1000.0
+    # once the passes end: every output and input gradient, every receive buffer (none in flight)
+    assert held.after_step(8) == 8 * 1.0 + 8 * 10.0 + 8 * 100.0 + 8 * 1000.0
 
 
 def test_last_stage_peak_with_the_runtime_hand_count() -> None:
@@ -238,3 +241,44 @@ def test_only_fsdp2_pipelines_hold_the_torch_runtime_buffers(monkeypatch: pytest
     without_ddp = [s.peak_memory_bytes for s in _pipelined("ddp", config, pp=2).stages]
     assert all(w > wo for w, wo in zip(with_fsdp, without_fsdp, strict=True))
     assert with_ddp == without_ddp
+
+
+def test_a_stage_peak_after_the_passes_counts_what_the_runtime_still_holds() -> None:
+    """A run of 10 bytes in its passes (to t = 1) and 20 in its optimizer step: with 5 bytes the
+    runtime keeps past the passes the stage peaks at 20 + 5 = 25 (no fragmentation); 4 more in
+    flight during the passes (10 + 4 < 25) change nothing."""
+    timeline = MemoryTimeline(capacity_bytes=1e12)
+    timeline.apply([("activations", 10.0)], "backward", 0.5)
+    timeline.apply([("activations", -10.0), ("temp", 20.0)], "optimizer step", 2.0)
+    run = SimpleNamespace(
+        result=SimpleNamespace(run=SimpleNamespace(memory=timeline)),
+        last_backward_s=1.0,
+        offload=SimpleNamespace(memory_delta={}),
+    )
+    peak = cast(Any, parallel_step)._stage_peak
+    assert peak(run, 4.0, {}, 5.0)[0] == 25.0
+    assert peak(run, 4.0, {}, 0.0)[0] == 20.0
+
+
+def test_the_first_stage_holds_every_output_and_gradient_buffer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Full recompute, pp 4, 32 micro-batches of one sample: at its last backward (and on through
+    the optimizer step, whose phase the run's peak is in) the first stage still holds its 32 outputs
+    and 32 gradient receive buffers, one block output each (seq 512 x hidden 512 x 2 bytes), with
+    the allocator's fragmentation on them: the peak rises by exactly that."""
+    config = TrainingConfig(global_batch=64, micro_batch=1)
+    options = ParallelOptions(recompute="full")
+
+    def first_stage() -> tuple[float, str]:
+        result = simulate_parallel_step(
+            small_gpt(8, tied=False), config, cluster("dgx-a100", 8), "fsdp", ParallelLayout(pp=4), options
+        )
+        return result.stages[0].peak_memory_bytes, result.stages[0].peak_phase
+
+    with_runtime, phase = first_stage()
+    empty = RuntimeHeld((0.0,), (0.0,), (0.0,), (0.0,))
+    monkeypatch.setattr(parallel_step, "stage_runtime_held", lambda *args: empty)
+    without, _ = first_stage()
+    assert phase == "optimizer step"
+    block_output = 512 * 512 * 2.0
+    expected = 32 * 2 * block_output * (1 + runtime_memory("gpu").fragmentation)
+    assert with_runtime - without == pytest.approx(expected, rel=1e-9)
