@@ -44,6 +44,9 @@ at torch 1963fc8 (2024-12-23, the commit torchtitan 9dec370's published runs use
 - ``stage_backward`` runs ``torch.autograd.backward`` and reads the input gradient from the
   receive buffer's ``.grad`` (a leaf), which ``clear_runtime_states`` resets only at the next
   step: each backward leaves an input-sized gradient held until the step ends.
+- ``step()`` returns ``_merge_outputs(output_chunks)`` on the last stage (``merge_chunks``:
+  ``torch.cat`` of every micro-batch's output): once the passes end, a copy of all the logits
+  exists beside them until the caller drops it (torchtitan's ``train.py`` does not keep it).
 
 The peak is the largest sum over the rank's pass boundaries (the activations and the gradients
 change together inside a pass, one freeing as the other is made, so a pass's extremes are its
@@ -94,12 +97,14 @@ class RuntimeHeld:
     ``outputs``: each forward's stage output, held until the step ends; ``input_grads``: each
     backward's input gradient, held until the step ends; ``recv_inputs``: one forward receive
     buffer per micro-batch, always (the in-flight ones are activations already); ``recv_grads``:
-    one gradient receive buffer per micro-batch, always."""
+    one gradient receive buffer per micro-batch, always; ``merged``: per micro-batch, what the
+    last stage's merge of its outputs copies once the passes end (0 on other ranks)."""
 
     outputs: tuple[float, ...]
     input_grads: tuple[float, ...]
     recv_inputs: tuple[float, ...]
     recv_grads: tuple[float, ...]
+    merged: float = 0.0
 
     def at(self, forwards: Sequence[int], backwards: Sequence[int], micro: int) -> float:
         """What is held after ``forwards[c]`` forwards and ``backwards[c]`` backwards of each chunk
@@ -117,6 +122,10 @@ class RuntimeHeld:
         done = [micro] * len(self.outputs)
         return self.at(done, done, micro)
 
+    def merge_bytes(self, micro: int) -> float:
+        """The last stage's concatenated outputs of ``micro`` micro-batches, made as the passes end."""
+        return micro * self.merged
+
 
 def torch_pipelining_held(
     chunk_stages: Sequence[int], stages: int, *, hidden_bytes: Sequence[float], last_output_bytes: float
@@ -126,13 +135,14 @@ def torch_pipelining_held(
     micro-batch passes between stages at chunk ``c``; ``last_output_bytes``, one micro-batch's
     output of the last stage (the logits)."""
     outputs, grads, recv_in, recv_grad = [], [], [], []
+    merged = last_output_bytes if stages - 1 in chunk_stages else 0.0
     for c, stage in enumerate(chunk_stages):
         first, last = stage == 0, stage == stages - 1
         outputs.append(last_output_bytes if last else hidden_bytes[c])
         grads.append(0.0 if first else hidden_bytes[c])
         recv_in.append(0.0 if first else hidden_bytes[c])
         recv_grad.append(0.0 if last else hidden_bytes[c])
-    return RuntimeHeld(tuple(outputs), tuple(grads), tuple(recv_in), tuple(recv_grad))
+    return RuntimeHeld(tuple(outputs), tuple(grads), tuple(recv_in), tuple(recv_grad), merged)
 
 
 def held_state(

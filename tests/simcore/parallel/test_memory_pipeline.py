@@ -151,12 +151,14 @@ def _pipelined(strategy: str, config: TrainingConfig, pp: int = 4, layers: int =
 def test_fsdp_stages_accumulate_their_unsharded_gradients_in_the_reduce_dtype() -> None:
     """FSDP2 under pipelining keeps each stage's unsharded gradients over the step in the reduce
     dtype: fp32 (``fsdp-mp``) holds 2 bytes per stage parameter more than bf16 (``fsdp-mp-low``),
-    with the allocator's fragmentation on them; the one-micro-batch runs are otherwise alike."""
+    with the allocator's fragmentation on them; the one-micro-batch runs are otherwise alike. (The
+    last stage peaks as its passes end instead, merging its 32 micro-batches' logits, after the
+    gradients are reduced: the stages before it.)"""
     config = TrainingConfig(global_batch=64, micro_batch=1, reshard_after_forward=False)
     fp32 = _pipelined("fsdp", replace(config, precision="fsdp-mp"), layers=16)
     bf16 = _pipelined("fsdp", replace(config, precision="fsdp-mp-low"), layers=16)
     fragmentation = runtime_memory("gpu").fragmentation
-    for high, low in zip(fp32.stages, bf16.stages, strict=True):
+    for high, low in zip(fp32.stages[:-1], bf16.stages[:-1], strict=True):
         stage_params = high.memory_breakdown["params"] / 4.0 * 2  # fp32 shards over dp 2
         expected = 2.0 * stage_params * (1 + fragmentation)
         assert high.peak_memory_bytes - low.peak_memory_bytes == pytest.approx(expected, rel=0.01)
@@ -182,11 +184,14 @@ def test_torch_pipelining_holds_by_stage_role() -> None:
         (h,), (h,), (h,), (h,)
     )
     assert torch_pipelining_held([3], 4, hidden_bytes=[h], last_output_bytes=logits) == RuntimeHeld(
-        (logits,), (h,), (h,), (0.0,)
+        (logits,), (h,), (h,), (0.0,), logits
     )
     # interleaved: rank 0's chunks are virtual stages 0 and 4 of 8
     both = torch_pipelining_held([0, 4], 8, hidden_bytes=[h, 3.0], last_output_bytes=logits)
     assert both == RuntimeHeld((h, 3.0), (0.0, 3.0), (0.0, 3.0), (h, 3.0))
+    # the last stage merges its outputs (all micro-batches' logits) as the passes end
+    last = torch_pipelining_held([3, 7], 8, hidden_bytes=[h, h], last_output_bytes=logits)
+    assert last.merged == logits and last.merge_bytes(8) == 8 * logits and both.merge_bytes(8) == 0.0
 
 
 def test_runtime_held_after_some_passes_hand_count() -> None:
@@ -224,7 +229,7 @@ def test_stage_runtime_held_reads_block_outputs_and_the_logits() -> None:
          ("lm_head", -1, 11.0), ("loss", -1, 0.0)],
         [range(5)], rank=1,
     )  # fmt: skip
-    assert stage_runtime_held(model, 2, 1, 4) == RuntimeHeld((44.0,), (12.0,), (12.0,), (0.0,))
+    assert stage_runtime_held(model, 2, 1, 4) == RuntimeHeld((44.0,), (12.0,), (12.0,), (0.0,), 44.0)
     first = _stage([("embed", -1, 3.0), ("block0.residual", 0, 3.0)], [range(2)], rank=0)
     assert stage_runtime_held(first, 2, 1, 4) == RuntimeHeld((12.0,), (0.0,), (0.0,), (12.0,))
 
@@ -246,7 +251,8 @@ def test_only_fsdp2_pipelines_hold_the_torch_runtime_buffers(monkeypatch: pytest
 def test_a_stage_peak_after_the_passes_counts_what_the_runtime_still_holds() -> None:
     """A run of 10 bytes in its passes (to t = 1) and 20 in its optimizer step: with 5 bytes the
     runtime keeps past the passes the stage peaks at 20 + 5 = 25 (no fragmentation); 4 more in
-    flight during the passes (10 + 4 < 25) change nothing."""
+    flight during the passes (10 + 4 < 25) change nothing; what the last stage's merge makes as
+    the passes end counts beside the 10 held then."""
     timeline = MemoryTimeline(capacity_bytes=1e12)
     timeline.apply([("activations", 10.0)], "backward", 0.5)
     timeline.apply([("activations", -10.0), ("temp", 20.0)], "optimizer step", 2.0)
@@ -258,6 +264,9 @@ def test_a_stage_peak_after_the_passes_counts_what_the_runtime_still_holds() -> 
     peak = cast(Any, parallel_step)._stage_peak
     assert peak(run, 4.0, {}, 5.0)[0] == 25.0
     assert peak(run, 4.0, {}, 0.0)[0] == 20.0
+    # 12 made as the passes end, beside the 10 held then: 10 + 12 + 5 = 27 > 20 + 5
+    assert peak(run, 4.0, {}, 5.0, 12.0)[0] == 27.0
+    assert peak(run, 4.0, {}, 5.0, 6.0)[0] == 25.0  # 10 + 6 + 5 < 25
 
 
 def test_the_first_stage_holds_every_output_and_gradient_buffer(monkeypatch: pytest.MonkeyPatch) -> None:
