@@ -291,3 +291,24 @@ def test_the_first_stage_holds_every_output_and_gradient_buffer(monkeypatch: pyt
     block_output = 512 * 512 * 2.0
     expected = 32 * 2 * block_output * (1 + runtime_memory("gpu").fragmentation)
     assert with_runtime - without == pytest.approx(expected, rel=1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    _SCHEDULES,
+    st.integers(1, 6),
+    st.integers(1, 12),
+    st.floats(0.0, 10.0),
+    st.lists(st.floats(0.0, 10.0), min_size=4, max_size=4),
+)
+def test_the_runtime_never_lowers_a_peak_and_adds_at_most_all_of_it(
+    schedule: str, pp: int, micro: int, a: float, sizes: list[float]
+) -> None:
+    """What the runtime holds only adds to a boundary: the peak with it is at least the peak
+    without, and at most that plus every output, input gradient and buffer of the step at once."""
+    runtime = RuntimeHeld(*((s,) for s in sizes))
+    held = HeldState((1.0,))
+    for order in rank_orders(schedule, pp, 1, micro):
+        without = pipeline_peak_bytes(order, [a], held)
+        with_runtime = pipeline_peak_bytes(order, [a], held, runtime)
+        assert without - 1e-9 <= with_runtime <= without + micro * sum(sizes) + 1e-9
