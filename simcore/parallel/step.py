@@ -1111,8 +1111,9 @@ def _stage_peak(
     # the stage's extra activations and offload changes are tensors too.
     raw_peak = max((total for _, total, _ in timeline.samples), default=0.0)
     overhead = peak.breakdown.get("overhead", 0.0) - (peak.peak_bytes - raw_peak)
-    if as_passes_end > 0:  # made as the passes end, beside what the run holds then
-        after = max(after, end + as_passes_end)
+    merging = as_passes_end > 0 and end + as_passes_end > after
+    if merging:  # made as the passes end, beside what the run holds then
+        after = end + as_passes_end
     tensors = max(during, after + held_all_step)
     total = tensors + timeline.fragmentation * max(0.0, tensors - overhead)
     breakdown = dict(peak.breakdown)
@@ -1128,6 +1129,8 @@ def _stage_peak(
     phase = peak.phase
     if extra > 0 and during >= total:
         phase = f"{phase}, with {extra / 2**30:.1f} GiB more activations in flight"
+    elif merging and during < after + held_all_step:
+        phase = "end of the pipeline's passes (the last stage merges its micro-batches' outputs)"
     return total, breakdown, phase
 
 

@@ -266,6 +266,7 @@ def test_a_stage_peak_after_the_passes_counts_what_the_runtime_still_holds() -> 
     assert peak(run, 4.0, {}, 0.0)[0] == 20.0
     # 12 made as the passes end, beside the 10 held then: 10 + 12 + 5 = 27 > 20 + 5
     assert peak(run, 4.0, {}, 5.0, 12.0)[0] == 27.0
+    assert peak(run, 4.0, {}, 5.0, 12.0)[2].startswith("end of the pipeline's passes")
     assert peak(run, 4.0, {}, 5.0, 6.0)[0] == 25.0  # 10 + 6 + 5 < 25
 
 
