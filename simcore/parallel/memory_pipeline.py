@@ -27,6 +27,27 @@ Per data-parallel strategy (``zero_stage``; ``framework``):
   on, else until the next forward reshards them.
 - DeepSpeed ZeRO-3 (3, ``deepspeed``) reduces every micro-batch: the shard only, as ZeRO-2.
 
+The pipeline runtime itself holds tensors across micro-batches too. ``torch.distributed.pipelining``
+at torch 1963fc8 (2024-12-23, the commit torchtitan 9dec370's published runs use), per stage
+(``torch/distributed/pipelining/stage.py``), which :class:`RuntimeHeld` counts:
+
+- ``forward_one_chunk`` appends every micro-batch's stage output to ``self.output_chunks``,
+  cleared only by ``clear_runtime_states`` at the next ``step()``: every stage keeps all its
+  micro-batches' outputs until the step ends (pytorch/pytorch PR #153383, May 2025, restricted it
+  to the last stage; issue #159251 on the last stage's logits). On the last stage the output is the
+  logits (bf16, split over the vocabulary with torchtitan's loss parallel).
+- ``_prepare_forward_infra`` makes one receive buffer per micro-batch (``args_recv_info[mb]``,
+  ``_make_tensor_from_meta``) on every stage but the first, and ``_prepare_backward_infra`` one
+  gradient receive buffer per micro-batch (``grad_recv_info[mb]``) on every stage but the last;
+  both live as long as the stage. A forward buffer in flight is the stage's first block's saved
+  input, counted with the activations; the others are held besides them.
+- ``stage_backward`` runs ``torch.autograd.backward`` and reads the input gradient from the
+  receive buffer's ``.grad`` (a leaf), which ``clear_runtime_states`` resets only at the next
+  step: each backward leaves an input-sized gradient held until the step ends.
+- ``step()`` returns ``_merge_outputs(output_chunks)`` on the last stage (``merge_chunks``:
+  ``torch.cat`` of every micro-batch's output): once the passes end, a copy of all the logits
+  exists beside them until the caller drops it (torchtitan's ``train.py`` does not keep it).
+
 The peak is the largest sum over the rank's pass boundaries (the activations and the gradients
 change together inside a pass, one freeing as the other is made, so a pass's extremes are its
 ends).
@@ -48,13 +69,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HeldState",
+    "RuntimeHeld",
     "held_state",
     "pipeline_peak_bytes",
     "pipeline_peak_parts",
     "pipelined_extra_bytes",
     "run_state_bytes",
     "stage_held_state",
+    "stage_runtime_held",
     "state_category",
+    "torch_pipelining_held",
 ]
 
 
@@ -65,6 +89,60 @@ class HeldState:
     grads: tuple[float, ...]  # per chunk: made by its first backward, kept until the last one ends
     params_always: float = 0.0  # gathered parameters held from the first forward to the last backward
     params_after_backward: float = 0.0  # gathered parameters held from a backward to the next forward
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeHeld:
+    """Bytes the pipeline runtime holds across micro-batches, per chunk (see the module docstring):
+    ``outputs``: each forward's stage output, held until the step ends; ``input_grads``: each
+    backward's input gradient, held until the step ends; ``recv_inputs``: one forward receive
+    buffer per micro-batch, always (the in-flight ones are activations already); ``recv_grads``:
+    one gradient receive buffer per micro-batch, always; ``merged``: per micro-batch, what the
+    last stage's merge of its outputs copies once the passes end (0 on other ranks)."""
+
+    outputs: tuple[float, ...]
+    input_grads: tuple[float, ...]
+    recv_inputs: tuple[float, ...]
+    recv_grads: tuple[float, ...]
+    merged: float = 0.0
+
+    def at(self, forwards: Sequence[int], backwards: Sequence[int], micro: int) -> float:
+        """What is held after ``forwards[c]`` forwards and ``backwards[c]`` backwards of each chunk
+        ``c`` of ``micro`` micro-batches."""
+        total = 0.0
+        for c, (f, b) in enumerate(zip(forwards, backwards, strict=True)):
+            idle = micro - (f - b)  # receive buffers whose micro-batch is not in flight
+            total += f * self.outputs[c] + b * self.input_grads[c]
+            total += idle * self.recv_inputs[c] + micro * self.recv_grads[c]
+        return total
+
+    def after_step(self, micro: int) -> float:
+        """What is held once every chunk has run its ``micro`` forwards and backwards: kept through
+        the optimizer step, until the next step's ``clear_runtime_states``."""
+        done = [micro] * len(self.outputs)
+        return self.at(done, done, micro)
+
+    def merge_bytes(self, micro: int) -> float:
+        """The last stage's concatenated outputs of ``micro`` micro-batches, made as the passes end."""
+        return micro * self.merged
+
+
+def torch_pipelining_held(
+    chunk_stages: Sequence[int], stages: int, *, hidden_bytes: Sequence[float], last_output_bytes: float
+) -> RuntimeHeld:
+    """:class:`RuntimeHeld` of a rank of ``torch.distributed.pipelining`` (torch 2.6) whose chunks
+    are the virtual stages ``chunk_stages`` of ``stages``: ``hidden_bytes[c]``, the activation one
+    micro-batch passes between stages at chunk ``c``; ``last_output_bytes``, one micro-batch's
+    output of the last stage (the logits)."""
+    outputs, grads, recv_in, recv_grad = [], [], [], []
+    merged = last_output_bytes if stages - 1 in chunk_stages else 0.0
+    for c, stage in enumerate(chunk_stages):
+        first, last = stage == 0, stage == stages - 1
+        outputs.append(last_output_bytes if last else hidden_bytes[c])
+        grads.append(0.0 if first else hidden_bytes[c])
+        recv_in.append(0.0 if first else hidden_bytes[c])
+        recv_grad.append(0.0 if last else hidden_bytes[c])
+    return RuntimeHeld(tuple(outputs), tuple(grads), tuple(recv_in), tuple(recv_grad), merged)
 
 
 def held_state(
@@ -96,20 +174,29 @@ def held_state(
 
 
 def pipeline_peak_parts(
-    order: Sequence[PipelineOp], activations: Sequence[float], held: HeldState
+    order: Sequence[PipelineOp],
+    activations: Sequence[float],
+    held: HeldState,
+    runtime: RuntimeHeld | None = None,
 ) -> tuple[float, float]:
     """(activations, held state) at the boundary of the rank's passes ``order`` where their sum is
     largest: the activations in flight (``activations[chunk]`` per micro-batch, from its ``F`` to
-    its ``B``) and ``held``'s gradients and gathered parameters then."""
+    its ``B``) with what the pipeline ``runtime`` holds then (counted with the activations), and
+    ``held``'s gradients and gathered parameters then."""
     in_flight = grads = 0.0
     best = (0.0, 0.0)
     done: set[int] = set()
+    chunks = len(activations)
+    forwards, backwards = [0] * chunks, [0] * chunks
+    micro = sum(1 for op in order if op.kind == "F" and op.chunk == 0)
     for op in order:
         if op.kind == "F":
             in_flight += activations[op.chunk]
+            forwards[op.chunk] += 1
             after_backward = 0.0
         elif op.kind == "B":
             in_flight -= activations[op.chunk]
+            backwards[op.chunk] += 1
             if op.chunk not in done:
                 done.add(op.chunk)
                 grads += held.grads[op.chunk]
@@ -117,14 +204,20 @@ def pipeline_peak_parts(
         else:
             continue
         state = grads + held.params_always + after_backward
-        if in_flight + state > sum(best):
-            best = (in_flight, state)
+        kept = in_flight + (runtime.at(forwards, backwards, micro) if runtime is not None else 0.0)
+        if kept + state > sum(best):
+            best = (kept, state)
     return best
 
 
-def pipeline_peak_bytes(order: Sequence[PipelineOp], activations: Sequence[float], held: HeldState) -> float:
+def pipeline_peak_bytes(
+    order: Sequence[PipelineOp],
+    activations: Sequence[float],
+    held: HeldState,
+    runtime: RuntimeHeld | None = None,
+) -> float:
     """The most a rank holds at a boundary of its passes (:func:`pipeline_peak_parts` summed)."""
-    return sum(pipeline_peak_parts(order, activations, held))
+    return sum(pipeline_peak_parts(order, activations, held, runtime))
 
 
 def run_state_bytes(
@@ -158,11 +251,12 @@ def pipelined_extra_bytes(
     *,
     run_activations: float,
     run_state: float,
+    runtime: RuntimeHeld | None = None,
 ) -> tuple[float, float]:
     """(activations, held state) a pipelined rank holds at its peak beyond its one-micro-batch
     run's: the schedule's peak less what the run counted of each (``run_activations``: one
     micro-batch of every chunk; ``run_state``: :func:`run_state_bytes`), neither below zero."""
-    in_flight, state = pipeline_peak_parts(order, activations, held)
+    in_flight, state = pipeline_peak_parts(order, activations, held, runtime)
     return max(0.0, in_flight - run_activations), max(0.0, state - run_state)
 
 
@@ -194,3 +288,22 @@ def stage_held_state(model: StageModel, ctx: StepContext, strategy: Strategy) ->
         gathered_bytes=gathered,
         reshard_after_forward=ctx.config.reshard_after_forward,
     )
+
+
+def stage_runtime_held(model: StageModel, pp: int, vpp: int, micro_batch: int) -> RuntimeHeld:
+    """:func:`torch_pipelining_held` of a stage's rank, for micro-batches of ``micro_batch``
+    samples: chunk ``c`` of rank ``r`` is virtual stage ``c * pp + r``; the activation passed between
+    stages is a block's output (its last block layer's ``output_bytes``, sharded as the stage runs
+    it: sequence-parallel ranks pass their slice), the last stage's output the output head's
+    logits (``lm_head``'s ``output_bytes``, split over the vocabulary)."""
+    layers = model.workload.layers
+    hidden = []
+    head = 0.0
+    for chunk in model.chunk_slices:
+        blocks = [layers[i] for i in chunk if layers[i].block >= 0]
+        hidden.append(blocks[-1].output_bytes * micro_batch if blocks else 0.0)
+        head = max(
+            [head] + [layers[i].output_bytes * micro_batch for i in chunk if layers[i].name == "lm_head"]
+        )
+    stages = [c * pp + model.rank for c in range(len(model.chunk_slices))]
+    return torch_pipelining_held(stages, pp * vpp, hidden_bytes=hidden, last_output_bytes=head)

@@ -53,6 +53,7 @@ from simcore.parallel.memory_pipeline import (
     pipelined_extra_bytes,
     run_state_bytes,
     stage_held_state,
+    stage_runtime_held,
     state_category,
 )
 from simcore.parallel.offload import OffloadEffect, offload_effect
@@ -900,9 +901,12 @@ class _Composer:
         shape = self._schedule_shape()
         return self.cache.get("orders", shape, lambda: compile_orders(rank_orders(*shape), self.layout.vpp))
 
-    def _pipelined_extra(self, run: _StageRun, order: list[PipelineOp]) -> tuple[float, dict[str, float]]:
+    def _pipelined_extra(
+        self, run: _StageRun, order: list[PipelineOp]
+    ) -> tuple[float, dict[str, float], tuple[float, float]]:
         """Activations and (by category) held state the rank keeps at its pipelined peak beyond its
-        run's (:mod:`simcore.parallel.memory_pipeline`)."""
+        run's, and (what the pipeline runtime still holds once the passes end, through the
+        optimizer step; what it makes for a moment as they end) (:mod:`simcore.parallel.memory_pipeline`)."""
         mb = self.config.micro_batch
         activations = [held * mb for held in run.model.held_per_sample]
         strategy = get_strategy(self.strategy)
@@ -913,10 +917,19 @@ class _Composer:
                 run.result.run.memory, run.result.plan.initial_memory, run.last_backward_s,
                 strategy.zero_stage, strategy.framework,
             )  # fmt: skip
-        more, state = pipelined_extra_bytes(
-            order, activations, held, run_activations=sum(activations), run_state=run_state
+        # FSDP2 composes with pipelining only through torch.distributed.pipelining (torchtitan):
+        # its stages' buffers and kept outputs (memory_pipeline.RuntimeHeld); Megatron's schedule
+        # keeps only the in-flight micro-batches' tensors (and frees their outputs' data once sent)
+        runtime = (
+            stage_runtime_held(run.model, self.layout.pp, self.layout.vpp, mb)
+            if strategy.framework == "torch-fsdp"
+            else None
         )
-        return more, {state_category(strategy.zero_stage, strategy.framework): state}
+        more, state = pipelined_extra_bytes(
+            order, activations, held, run_activations=sum(activations), run_state=run_state, runtime=runtime
+        )
+        after = (runtime.after_step(self.micro), runtime.merge_bytes(self.micro)) if runtime else (0.0, 0.0)
+        return more, {state_category(strategy.zero_stage, strategy.framework): state}, after
 
     def _step_time(self, per_rank: list[_StageRun], pipeline: PipelineRun | None) -> float:
         if pipeline is None:
@@ -951,15 +964,16 @@ class _Composer:
             in_flight = pipeline.peak_in_flight[r] if pipeline is not None else held_one
             extra = max(0.0, in_flight - held_one) + run.model.transient_per_sample * mb
             held: dict[str, float] = {}
+            after_passes = (0.0, 0.0)
             if orders is not None:  # with the state the schedule keeps across micro-batches
                 # a function of the cached stage run, the schedule's shape and this rank's order
                 # alone: a layout timed again (a sweep, the benchmark) walks its passes once
                 key = (run.key, self._schedule_shape(), r, mb, self.strategy)
-                more, held = self.cache.get(
+                more, held, after_passes = self.cache.get(
                     "pipelined extra", key, functools.partial(self._pipelined_extra, run, orders[r])
                 )
                 extra = more + run.model.transient_per_sample * mb
-            peak, breakdown, phase = _stage_peak(run, extra, held)
+            peak, breakdown, phase = _stage_peak(run, extra, held, *after_passes)
             out.append(
                 StagePrediction(
                     r,
@@ -1069,11 +1083,17 @@ def _memory_status(peak_bytes: float, capacity_bytes: float) -> str:
 
 
 def _stage_peak(
-    run: _StageRun, extra: float, held: Mapping[str, float] | None = None
+    run: _StageRun,
+    extra: float,
+    held: Mapping[str, float] | None = None,
+    after_passes: float = 0.0,
+    as_passes_end: float = 0.0,
 ) -> tuple[float, dict[str, float], str]:
     """A stage's peak: the run's timeline, with ``extra`` activations (micro-batches in flight beyond
     the run's one, blocks being recomputed) and ``held`` state by category (what the pipeline keeps
-    across micro-batches) while the passes run, and the offload's changes."""
+    across micro-batches) while the passes run, ``after_passes`` activations the pipeline runtime
+    keeps after them (through the optimizer step) with ``as_passes_end`` more made for a moment as
+    they end (beside the run's total then), and the offload's changes."""
     held = held or {}
     if run.result is None:  # a lean run: nothing beyond its own peak (Composer.lean)
         own = _own(run)
@@ -1083,13 +1103,17 @@ def _stage_peak(
     cut = run.last_backward_s * (1 + 1e-12)
     passes = max((total for t, total, _ in timeline.samples if t <= cut), default=0.0)
     after = max((total for t, total, _ in timeline.samples if t > cut), default=0.0)
+    end = next((total for t, total, _ in reversed(timeline.samples) if t <= cut), 0.0)
     delta = run.offload.memory_delta
-    held_all_step = math.fsum(v for k, v in delta.items() if k != "activations")
+    held_all_step = math.fsum(v for k, v in delta.items() if k != "activations") + after_passes
     during = passes + extra + math.fsum(held.values()) + math.fsum(delta.values())
     # The allocator's fragmentation is charged on the tensors at the peak (MemoryTimeline.peak);
     # the stage's extra activations and offload changes are tensors too.
     raw_peak = max((total for _, total, _ in timeline.samples), default=0.0)
     overhead = peak.breakdown.get("overhead", 0.0) - (peak.peak_bytes - raw_peak)
+    merging = as_passes_end > 0 and end + as_passes_end > after
+    if merging:  # made as the passes end, beside what the run holds then
+        after = end + as_passes_end
     tensors = max(during, after + held_all_step)
     total = tensors + timeline.fragmentation * max(0.0, tensors - overhead)
     breakdown = dict(peak.breakdown)
@@ -1105,6 +1129,8 @@ def _stage_peak(
     phase = peak.phase
     if extra > 0 and during >= total:
         phase = f"{phase}, with {extra / 2**30:.1f} GiB more activations in flight"
+    elif merging and during < after + held_all_step:
+        phase = "end of the pipeline's passes (the last stage merges its micro-batches' outputs)"
     return total, breakdown, phase
 
 
