@@ -186,7 +186,7 @@ def _zero(data: Mapping[str, Any]) -> list[Setting]:
                 "unknown key (not read, and not on the list ignored on purpose)",
             )
     stage = zero.get("stage", 0)
-    if isinstance(stage, bool) or stage not in (0, 1, 2, 3):
+    if not isinstance(stage, int) or isinstance(stage, bool) or stage not in (0, 1, 2, 3):  # 1.0 too
         raise refuse(NAME, "zero_optimization.stage", f"{stage!r} is not 0, 1, 2 or 3")
     out = [
         Setting("strategies", ("ddp", "zero1", "zero2", "zero3")[stage], f"zero_optimization.stage = {stage}")

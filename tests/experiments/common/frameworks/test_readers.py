@@ -242,6 +242,7 @@ def test_deepspeed_zero2_offload_example_offloads_the_optimizer_in_fp16() -> Non
         ('{"train_micro_batch_size_per_gpu": "auto"}', "auto"),
         ('{"bf16": {"enabled": true}, "fp16": {"enabled": true}}', "fp16.enabled"),
         ('{"zero_optimization": {"stage": 4}}', "zero_optimization.stage"),
+        ('{"zero_optimization": {"stage": 1.0}}', "zero_optimization.stage"),  # found by the fuzz suite
         ('{"zero_optimization": {"stage": 1, "offload_param": {"device": "cpu"}}}', "offload_param"),
         ('{"train_batch_size": 10, "train_micro_batch_size_per_gpu": 3, "gradient_accumulation_steps": 1}',
          "train_batch_size"),
