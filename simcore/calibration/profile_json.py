@@ -149,7 +149,7 @@ class _Reader:
         value = self.data.get(key)
         if isinstance(value, bool) or not isinstance(value, int):
             raise ProfileError(f"{self._at(key)}: expected a whole number, got {str(value)[:40]!r}")
-        physical_range(within).check(float(min(value, 2**63)), f"{self._at(key)}")
+        physical_range(within).check(float(max(min(value, 2**63), -(2**63))), f"{self._at(key)}")  # any size
         return value
 
     def text(self, key: str, allowed: tuple[str, ...] | None = None, default: str | None = None) -> str:

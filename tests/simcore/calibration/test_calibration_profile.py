@@ -111,6 +111,10 @@ def test_compute_rate_grows_with_size_and_stays_below_peak(small: float, large: 
             lambda d: d["cluster"].update(world_size=10**400),
             r"world_size: .* ranks is outside the physical range",
         ),
+        (  # found by the fuzz suite: an integer too negative for a float
+            lambda d: d["cluster"].update(world_size=-(10**400)),
+            r"world_size: .* ranks is outside the physical range",
+        ),
         (lambda d: d["collectives"][0]["fit"].update(r2=float("nan")), r"fit.r2: expected a finite number"),
     ],
 )
