@@ -49,6 +49,10 @@ with ``_cp_options`` ``convert_to_f32=True``, ``enable_load_balance=True``, torc
 ``cp_comm_type``): one jit-fused correction ``out.add_(out_i * exp(lse_i - lse))`` per step and the
 gradients added in the inputs' dtype (``dq.add_(dq_)``, ``dkv.add_``).
 
+Kernel rates (:func:`ring_kernel_factors`, ``simcore/data/context_parallel.yaml``): of a rank's
+``cp`` equal-FLOP attention kernels only step 0's is causal; the others are non-causal and run at
+FlashAttention-2's non-causal plateau, above the causal one the compute model prices a layer at.
+
 Grouped-query attention: the key/value heads that travel and merge are the model's ``kv_heads``
 when the attention takes them grouped (Transformer Engine's ``num_gqa_groups``; ``ring_kv:
 grouped``), or the query heads when the model repeats them before attention (``repeated``):
@@ -59,8 +63,10 @@ and values before ``F.scaled_dot_product_attention``, so torch's ring moves and 
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Callable
 
+from simcore.data import data_file
 from simcore.errors import TrainsimError
 from simcore.parallel.shard import ShardSpec, layer_role
 from simcore.workload.types import Layer, TransformerDims
@@ -71,6 +77,8 @@ __all__ = [
     "RING_ROTATES",
     "context_parallel_exposed_s",
     "ring_comm_exposed_s",
+    "ring_kernel_extra_s",
+    "ring_kernel_factors",
     "ring_merge_bytes",
 ]
 
@@ -236,3 +244,52 @@ def _eager_merge_bytes(cp: int, e: float, q: float, kv: float) -> tuple[float, f
         + (4 + e) * (q + 2 * kv)
     )
     return fwd, bwd
+
+
+def ring_kernel_factors(device_name: str, cp: int) -> tuple[float, float]:
+    """(forward, backward) time of a rank's ring attention kernels over the compute model's price
+    of them as one causal kernel: step 0 causal, the other ``cp - 1`` of the ``cp`` equal-FLOP steps
+    non-causal, ``1/cp + (cp - 1)/cp x causal / full`` with the plateaus of
+    ``simcore/data/context_parallel.yaml`` for ``device_name`` (1.0 for a part it does not list)."""
+    if cp < 1:
+        raise TrainsimError(f"context-parallel degree must be >= 1, got {cp}")
+    entry = _kernel_plateaus(device_name)
+    if entry is None or cp == 1:
+        return 1.0, 1.0
+    causal, full = entry
+    return tuple(1.0 / cp + (cp - 1) / cp * c / f for c, f in zip(causal, full, strict=True))  # type: ignore[return-value]
+
+
+def ring_kernel_extra_s(
+    layer: Layer, spec: ShardSpec, *, kind: str, attention_s: tuple[float, float], device_name: str
+) -> tuple[float, float]:
+    """(forward, backward) seconds ring attention's kernel rates add to ``layer``'s attention
+    ``attention_s`` as the compute model priced it (negative: the non-causal steps run faster;
+    :func:`ring_kernel_factors`); nothing for Ulysses (one causal kernel over all the tokens of
+    the rank's heads), without context parallelism or on another layer."""
+    if spec.cp == 1 or kind != "ring" or layer_role(layer) != "split" or not layer.name.endswith("attn_core"):
+        return 0.0, 0.0
+    kf, kb = ring_kernel_factors(device_name, spec.cp)
+    return attention_s[0] * (kf - 1.0), attention_s[1] * (kb - 1.0)
+
+
+def _kernel_plateaus(device_name: str) -> tuple[tuple[float, float], tuple[float, float]] | None:
+    """The (causal, full) [forward, backward] plateaus context_parallel.yaml gives ``device_name``."""
+    table = data_file("context_parallel.yaml")
+    for pattern, entry in (table.get("devices") or {}).items():
+        if fnmatch.fnmatchcase(device_name, pattern):
+            pairs = []
+            for key in ("causal", "full"):
+                value = entry.get(key)
+                if not (
+                    isinstance(value, list)
+                    and len(value) == 2
+                    and all(isinstance(v, int | float) and 0 < v <= 1 for v in value)
+                ):
+                    raise TrainsimError(
+                        f"context_parallel.yaml devices.{pattern}.{key}: expected [forward, backward] "
+                        f"fractions in (0, 1], got {value!r}"
+                    )
+                pairs.append((float(value[0]), float(value[1])))
+            return pairs[0], pairs[1]
+    return None

@@ -285,3 +285,69 @@ def test_torch_rotations_always_expose_the_last_gradient_hop(
     assert fwd >= 0.0 and bwd >= price("send_recv", 2 * block) - 1e-15
     longer = ring_comm_exposed_s(cp, block, 2 * block, (2 * fwd_s, 2 * bwd_s), price, rotate=rotate)
     assert longer[0] <= fwd + 1e-15 and longer[1] <= bwd + 1e-15
+
+
+def test_ring_kernel_factors_by_hand() -> None:
+    """H100 (context_parallel.yaml: FlashAttention-2 causal 0.34 / 0.28, full 0.37 / 0.32), cp 4:
+    one causal step and three full steps of a quarter of the FLOPs each: forward
+    1/4 + 3/4 x 0.34/0.37 = 0.93412..., backward 1/4 + 3/4 x 0.875 = 0.90625. A part the file does
+    not list, and cp 1, keep the causal price."""
+    from simcore.parallel.cp import ring_kernel_factors
+
+    fwd, bwd = ring_kernel_factors("h100-sxm", 4)
+    assert fwd == pytest.approx(0.25 + 0.75 * 0.34 / 0.37, rel=1e-12)
+    assert bwd == pytest.approx(0.90625, rel=1e-12)
+    assert ring_kernel_factors("h200-sxm", 2) == pytest.approx((0.5 + 0.5 * 0.34 / 0.37, 0.9375))
+    assert ring_kernel_factors("a100-sxm-80gb", 8) == (1.0, 1.0)
+    assert ring_kernel_factors("h100-sxm", 1) == (1.0, 1.0)
+
+
+def test_ring_kernel_extra_only_on_ring_attention() -> None:
+    from simcore.parallel.cp import ring_kernel_extra_s
+
+    layer, _ = _attn()
+    other = next(lay for lay in small_gpt(tied=False).layers if lay.name.endswith("mlp_in"))
+    spec = ShardSpec(cp=8)
+    fwd, bwd = ring_kernel_extra_s(layer, spec, kind="ring", attention_s=(1.0, 2.0), device_name="h100-sxm")
+    assert fwd == pytest.approx(1 / 8 + 7 / 8 * 0.34 / 0.37 - 1, rel=1e-12)
+    assert bwd == pytest.approx(2 * (1 / 8 + 7 / 8 * 0.875 - 1), rel=1e-12)
+    for lay, kind, cp in ((layer, "ulysses", 8), (other, "ring", 8), (layer, "ring", 1)):
+        assert ring_kernel_extra_s(
+            lay, ShardSpec(cp=cp), kind=kind, attention_s=(1.0, 2.0), device_name="h100-sxm"
+        ) == (0.0, 0.0)
+
+
+@given(
+    st.sampled_from([1, 2, 3, 4, 8, 16, 64]), st.sampled_from(["h100-sxm", "h200-sxm", "gh200", "a100-sxm"])
+)
+def test_ring_kernels_never_slower_than_one_causal_kernel(cp: int, device: str) -> None:
+    """The full plateaus sit above the causal ones, so the factor lies in (causal/full, 1] and falls
+    as cp grows (more of the steps are full)."""
+    from simcore.parallel.cp import ring_kernel_factors
+
+    here, more = ring_kernel_factors(device, cp), ring_kernel_factors(device, 2 * cp)
+    assert all(0.85 < m <= h <= 1.0 for h, m in zip(here, more, strict=True))
+
+
+def test_the_step_prices_ring_kernels_on_hopper(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Wiring: a cp 2 ring step on H100 runs faster with the full-step plateau than without it; on
+    A100 (no entry) the correction is nothing."""
+    import simcore.parallel.stage as stage
+    from simcore.parallel import ParallelLayout, ParallelOptions, simulate_parallel_step
+    from simcore.strategies.base import TrainingConfig
+    from simcore.workload.loader import load_workload
+    from tests.simcore.parallel.support import cluster
+
+    workload = load_workload("llama2-7b", seq_len=8192)
+    config = TrainingConfig(global_batch=4, micro_batch=1, seq_len=8192)
+
+    def step(preset: str) -> float:
+        report = simulate_parallel_step(
+            workload, config, cluster(preset, 8), "fsdp", ParallelLayout(tp=2, cp=2), ParallelOptions()
+        ).report
+        return report.step_time_s
+
+    with_h, with_a = step("hgx-h100"), step("dgx-a100")
+    monkeypatch.setattr(stage, "ring_kernel_extra_s", lambda *a, **k: (0.0, 0.0))
+    assert with_h < step("hgx-h100")
+    assert with_a == step("dgx-a100")
