@@ -19,7 +19,7 @@ from simcore.compute.fp8 import is_fp8_linear, tp_gathers_in_fp8
 from simcore.compute.optimizer import OptimizerStepCost
 from simcore.compute.roofline import PHASES
 from simcore.parallel.comm import GroupPricer, sharing_groups
-from simcore.parallel.cp import context_parallel_exposed_s
+from simcore.parallel.cp import context_parallel_exposed_s, ring_kernel_extra_s
 from simcore.parallel.ep import expert_parallel_exposed_s
 from simcore.parallel.layout import ParallelLayout, Placement
 from simcore.parallel.options import ParallelOptions
@@ -279,6 +279,7 @@ def build_stage(
         base,
         timer.memory_bandwidth_Bps,
         fp8_tp_gathers=tp_gathers_in_fp8(timer),
+        device_name=timer.device.name,
     )
     bwd_rerun = np.array([
         sum(c * base["fwd"][j] + m * fwd_comm[j] for j, (c, m) in zip(rerun, shares, strict=True))
@@ -313,10 +314,13 @@ def exposed_comm(
     memory_bandwidth_Bps: float,
     *,
     fp8_tp_gathers: bool = False,
+    device_name: str = "",
 ) -> tuple[np.ndarray, np.ndarray, dict[str, float], float]:
     """Exposed forward and backward seconds per layer, their per-axis totals, and the bytes of
     every collective priced (the report's ``comm_bytes`` counts them beside data parallelism's;
-    ``fp8_tp_gathers``: the FP8 linears' sequence-parallel all-gathers move one byte per element)."""
+    ``fp8_tp_gathers``: the FP8 linears' sequence-parallel all-gathers move one byte per element).
+    The per-layer seconds also carry ring attention's kernel-rate correction on ``device_name``
+    (:func:`~simcore.parallel.cp.ring_kernel_extra_s`, no communication: not in the totals)."""
     import numpy as np
 
     fwd = np.zeros(len(layers))
@@ -357,6 +361,15 @@ def exposed_comm(
             merge=options.ring_merge,
             kv=options.ring_kv,
         )
+        kf, kb = ring_kernel_extra_s(
+            layer,
+            spec,
+            kind=options.cp_kind,
+            attention_s=(float(base["fwd"][i]), float(base["bwd"][i])),
+            device_name=device_name,
+        )
+        fwd[i] += kf
+        bwd[i] += kb
         g, h = expert_parallel_exposed_s(
             layer, dims, spec, micro_batch=micro_batch, elem=elem, price=price["ep"]
         )

@@ -771,6 +771,7 @@ class _Composer:
                 [self.workload.layers[g] for g in order], dims, sharded.spec, self.options, self.placement,
                 self.pricer, rank, self.config.micro_batch, self.workload.dtype_bytes, base,
                 self.timer.memory_bandwidth_Bps, fp8_tp_gathers=tp_gathers_in_fp8(self.timer),
+                device_name=self.timer.device.name,
             )  # fmt: skip
             mb = self.config.micro_batch
             kernel = {phase: _kernel_seconds(self.timer, sharded, mb, phase) for phase in base}

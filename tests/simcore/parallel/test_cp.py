@@ -198,3 +198,156 @@ def test_repeating_the_kv_heads_never_moves_fewer_bytes(cp: int, kv_heads: int, 
     assert all(r >= g > 0 for r, g in zip(repeated, grouped, strict=True))
     assert (repeated == grouped) == (kv_heads == dims.heads)
     assert ParallelOptions(ring_kv="repeated").ring_kv == "repeated"
+
+
+def test_torch_allgather_rotation_by_hand() -> None:
+    """torch's context_parallel (the ``eager`` merge's default rotation), cp 4, a price of 1 us +
+    bytes / 1 GB/s. The keys/values are one all-gather of 4 blocks issued at step 0 and waited at
+    step 1: forward exposes what it exceeds one step's attention. Backward: the same gather against
+    one backward step, 3 hops of the fp32 key/value gradients (twice a bf16 block) each hidden
+    behind the next step, and the last hop waited after the loop, whole."""
+    from simcore.parallel.cp import ring_comm_exposed_s
+
+    layer, dims = _attn()
+    cp, rate, latency = 4, 1e9, 1e-6
+    block = MB * dims.seq_len / cp * 2 * dims.kv_heads * dims.head_dim * ELEM
+    gather = latency + cp * block / rate
+    hop = latency + 2 * block / rate  # fp32 gradients of a bf16 block
+    # one forward step hides a quarter of the gather; one backward step hides a hop but not the gather
+    attention = (cp * gather / 4, cp * (hop + gather) / 2)
+    seen: list[tuple[str, float]] = []
+    fwd, bwd = context_parallel_exposed_s(
+        layer, dims, ShardSpec(cp=cp), micro_batch=MB, elem=ELEM, kind="ring", attention_s=attention,
+        price=_price(rate, latency, seen), merge="eager",
+    )  # fmt: skip
+    assert sorted(set(seen)) == sorted({("all_gather", cp * block), ("send_recv", 2 * block)})
+    assert fwd == pytest.approx(gather - gather / 4, rel=1e-12)
+    assert bwd == pytest.approx((gather - (hop + gather) / 2) + 0.0 + hop, rel=1e-12)
+    # the same through the rule itself, gradients in bf16 (as many bytes as the block)
+    same = ring_comm_exposed_s(cp, block, block, attention, _price(rate, latency, []), rotate="allgather")
+    send = latency + block / rate
+    assert same == pytest.approx((gather - gather / 4, gather - (hop + gather) / 2 + send), rel=1e-12)
+
+
+def test_torch_alltoall_rotation_by_hand() -> None:
+    """``alltoall``: cp - 1 permutes of one block forward; backward cp - 1 steps each hiding a
+    block permute and a gradient permute (one process group, one stream), then the last gradient
+    hop whole. cp 8, block 1 MB, gradients 2 MB, 1 GB/s, no latency: 1 ms and 2 ms; a step of
+    2.5 ms forward and backward hides the forward permute, 0.5 ms of each backward pair shows."""
+    from simcore.parallel.cp import ring_comm_exposed_s
+
+    cp, block = 8, 1e6
+    fwd, bwd = ring_comm_exposed_s(
+        cp, block, 2 * block, (cp * 2.5e-3, cp * 2.5e-3), _price(1e9, 0.0, []), rotate="alltoall"
+    )
+    assert fwd == 0.0
+    assert bwd == pytest.approx(7 * 0.5e-3 + 2e-3, rel=1e-12)
+
+
+def test_fused_merge_keeps_the_per_step_p2p_ring() -> None:
+    """Transformer Engine (``fused``): the per-step hops of one block forward and of the block and
+    its gradients backward, whatever the gradients' dtype would be in torch."""
+    layer, dims = _attn()
+    seen: list[tuple[str, float]] = []
+    context_parallel_exposed_s(
+        layer, dims, ShardSpec(cp=4), micro_batch=MB, elem=ELEM, kind="ring", attention_s=(1.0, 1.0),
+        price=_price(1e9, 0.0, seen),
+    )  # fmt: skip
+    assert {op for op, _ in seen} == {"send_recv"}
+
+
+def test_unknown_ring_rotation_is_refused() -> None:
+    from simcore.errors import TrainsimError
+    from simcore.parallel.cp import ring_comm_exposed_s
+
+    with pytest.raises(
+        TrainsimError, match="ring rotation 'ring' unknown; allowed: p2p, allgather, alltoall"
+    ):
+        ring_comm_exposed_s(2, 1.0, 1.0, (1.0, 1.0), lambda op, size: 0.0, rotate="ring")
+
+
+@given(
+    st.sampled_from([2, 4, 8, 16]),
+    st.floats(1e3, 1e10),
+    st.floats(0.0, 10.0),
+    st.floats(0.0, 10.0),
+    st.sampled_from(["allgather", "alltoall"]),
+)
+def test_torch_rotations_always_expose_the_last_gradient_hop(
+    cp: int, block: float, fwd_s: float, bwd_s: float, rotate: str
+) -> None:
+    """Whatever the attention hides, torch's rotations expose the last gradient hop backward and
+    never a negative time; longer attention never exposes more."""
+    from simcore.parallel.cp import ring_comm_exposed_s
+
+    price = _price(1e9, 1e-6, [])
+    fwd, bwd = ring_comm_exposed_s(cp, block, 2 * block, (fwd_s, bwd_s), price, rotate=rotate)
+    assert fwd >= 0.0 and bwd >= price("send_recv", 2 * block) - 1e-15
+    longer = ring_comm_exposed_s(cp, block, 2 * block, (2 * fwd_s, 2 * bwd_s), price, rotate=rotate)
+    assert longer[0] <= fwd + 1e-15 and longer[1] <= bwd + 1e-15
+
+
+def test_ring_kernel_factors_by_hand() -> None:
+    """H100 (context_parallel.yaml: FlashAttention-2 causal 0.34 / 0.28, full 0.37 / 0.32), cp 4:
+    one causal step and three full steps of a quarter of the FLOPs each: forward
+    1/4 + 3/4 x 0.34/0.37 = 0.93412..., backward 1/4 + 3/4 x 0.875 = 0.90625. A part the file does
+    not list, and cp 1, keep the causal price."""
+    from simcore.parallel.cp import ring_kernel_factors
+
+    fwd, bwd = ring_kernel_factors("h100-sxm", 4)
+    assert fwd == pytest.approx(0.25 + 0.75 * 0.34 / 0.37, rel=1e-12)
+    assert bwd == pytest.approx(0.90625, rel=1e-12)
+    assert ring_kernel_factors("h200-sxm", 2) == pytest.approx((0.5 + 0.5 * 0.34 / 0.37, 0.9375))
+    assert ring_kernel_factors("a100-sxm-80gb", 8) == (1.0, 1.0)
+    assert ring_kernel_factors("h100-sxm", 1) == (1.0, 1.0)
+
+
+def test_ring_kernel_extra_only_on_ring_attention() -> None:
+    from simcore.parallel.cp import ring_kernel_extra_s
+
+    layer, _ = _attn()
+    other = next(lay for lay in small_gpt(tied=False).layers if lay.name.endswith("mlp_in"))
+    spec = ShardSpec(cp=8)
+    fwd, bwd = ring_kernel_extra_s(layer, spec, kind="ring", attention_s=(1.0, 2.0), device_name="h100-sxm")
+    assert fwd == pytest.approx(1 / 8 + 7 / 8 * 0.34 / 0.37 - 1, rel=1e-12)
+    assert bwd == pytest.approx(2 * (1 / 8 + 7 / 8 * 0.875 - 1), rel=1e-12)
+    for lay, kind, cp in ((layer, "ulysses", 8), (other, "ring", 8), (layer, "ring", 1)):
+        assert ring_kernel_extra_s(
+            lay, ShardSpec(cp=cp), kind=kind, attention_s=(1.0, 2.0), device_name="h100-sxm"
+        ) == (0.0, 0.0)
+
+
+@given(
+    st.sampled_from([1, 2, 3, 4, 8, 16, 64]), st.sampled_from(["h100-sxm", "h200-sxm", "gh200", "a100-sxm"])
+)
+def test_ring_kernels_never_slower_than_one_causal_kernel(cp: int, device: str) -> None:
+    """The full plateaus sit above the causal ones, so the factor lies in (causal/full, 1] and falls
+    as cp grows (more of the steps are full)."""
+    from simcore.parallel.cp import ring_kernel_factors
+
+    here, more = ring_kernel_factors(device, cp), ring_kernel_factors(device, 2 * cp)
+    assert all(0.85 < m <= h <= 1.0 for h, m in zip(here, more, strict=True))
+
+
+def test_the_step_prices_ring_kernels_on_hopper(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Wiring: a cp 2 ring step on H100 runs faster with the full-step plateau than without it; on
+    A100 (no entry) the correction is nothing."""
+    import simcore.parallel.stage as stage
+    from simcore.parallel import ParallelLayout, ParallelOptions, simulate_parallel_step
+    from simcore.strategies.base import TrainingConfig
+    from simcore.workload.loader import load_workload
+    from tests.simcore.parallel.support import cluster
+
+    workload = load_workload("llama2-7b", seq_len=8192)
+    config = TrainingConfig(global_batch=4, micro_batch=1, seq_len=8192)
+
+    def step(preset: str) -> float:
+        report = simulate_parallel_step(
+            workload, config, cluster(preset, 8), "fsdp", ParallelLayout(tp=2, cp=2), ParallelOptions()
+        ).report
+        return report.step_time_s
+
+    with_h, with_a = step("hgx-h100"), step("dgx-a100")
+    monkeypatch.setattr(stage, "ring_kernel_extra_s", lambda *a, **k: (0.0, 0.0))
+    assert with_h < step("hgx-h100")
+    assert with_a == step("dgx-a100")
