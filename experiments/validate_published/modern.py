@@ -11,12 +11,14 @@ presets, strategies to the data-parallel axis, in the same file.
 
 A row is run with :func:`simcore.parallel.simulate_parallel_step`: global batch = the row's
 ``batch``, micro-batch ``mbs``, the row's sequence, AdamW; throughput per GPU is
-``batch x seq / step time / gpus``, peak memory the report's peak (the largest stage's).
+``batch x seq / step time / gpus``, peak memory the report's peak (the largest stage's) as torchtitan logs it, the allocator's reserved peak
+(:func:`reserved_bytes`: without the CUDA context and NCCL's buffers).
 """
 
 from __future__ import annotations
 
 import csv
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -197,7 +199,7 @@ class ModernSetup:
             f"batch {self.global_batch} (micro {self.micro_batch}), adamw; {settings}"
         )
 
-    def _run(self) -> Any:
+    def _run(self) -> tuple[Any, TrainingConfig]:
         model, preset = self._model(), first_known(self.topologies, cluster_preset_names)
         if model is None or preset is None:
             raise TrainsimError(f"{self.hardware}: no preset to run ({'; '.join(self.missing())})")
@@ -213,18 +215,31 @@ class ModernSetup:
         result = simulate_parallel_step(
             workload, config, topology, self.strategy, self.layout, options, cluster=preset, trace=False
         )
-        return result.report
+        return result.report, config
 
     def predict(self, metric: str) -> Prediction:
-        report = self._run()
+        report, config = self._run()
         if metric == "tokens_per_s_per_gpu":
             value = self.global_batch * self.seq_len / report.step_time_s / self.gpus
         else:
-            value = report.peak_memory_bytes / GiB
+            value = reserved_bytes(report, config.fragmentation("gpu")) / GiB
         warning = (
             "" if report.fits else "the simulated peak memory exceeds the device (out-of-memory verdict)"
         )
         return Prediction(value, self.describe(), warning=warning)
+
+
+def reserved_bytes(report: Any, fragmentation: float) -> float:
+    """The report's peak as torchtitan logs its memory: ``torch.cuda.max_memory_reserved``, the
+    caching allocator's reserved peak (torchtitan 9dec370 ``utils/metrics.py`` DeviceMemoryMonitor
+    ``max_reserved_gib`` from ``reserved_bytes.all.peak``, printed by ``train.py`` as ``memory:``),
+    which holds the tensors and the allocator's cached free blocks but not the CUDA context or NCCL's
+    own buffers: the peak less that runtime share of ``overhead`` (the rest of ``overhead`` is the
+    fragmentation charged on the tensors, :func:`simcore.compute.memory.allocator_peak`)."""
+    breakdown = report.memory_breakdown
+    tensors = math.fsum(v for k, v in breakdown.items() if k != "overhead")
+    runtime = max(0.0, breakdown.get("overhead", 0.0) - fragmentation * tensors)
+    return float(report.peak_memory_bytes) - runtime
 
 
 def _with(base: Any, changes: Mapping[str, Any], what: str) -> Any:

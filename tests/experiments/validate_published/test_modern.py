@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -23,6 +24,7 @@ from experiments.validate_published.modern import (
     load_table,
     modern_plan,
     parse_layout,
+    reserved_bytes,
 )
 from experiments.validate_published.published import content_sha256
 from experiments.validate_published.report import id_list
@@ -182,3 +184,14 @@ def test_the_cli_reports_the_modern_categories(capsys: pytest.CaptureFixture[str
 def test_named_row_ids_are_listed_in_runs() -> None:
     ids: list[int | str] = [1, 2, 3, 7, "modern-03", "modern-04", "modern-05", "modern-07", "modern-10"]
     assert id_list(ids) == "1-3, 7, modern-03-05, modern-07, modern-10"
+
+
+def test_torchtitans_memory_is_the_reserved_peak_without_context_and_nccl() -> None:
+    """Tensors 30 GiB, fragmentation 7% on them, a 1.5 GiB CUDA context + NCCL share: the report's
+    peak is 33.6 GiB and torch.cuda.max_memory_reserved (what torchtitan logs) 32.1."""
+    gib = 2**30
+    breakdown = {"params": 10 * gib, "activations": 20 * gib, "overhead": (1.5 + 0.07 * 30) * gib}
+    report = SimpleNamespace(memory_breakdown=breakdown, peak_memory_bytes=sum(breakdown.values()))
+    assert report.peak_memory_bytes / gib == pytest.approx(33.6)
+    assert reserved_bytes(report, 0.07) / gib == pytest.approx(32.1)
+    assert reserved_bytes(report, 0.0) / gib == pytest.approx(30.0)  # no fragmentation: tensors only
