@@ -20,6 +20,7 @@ from simcore.compute.saved_tensors import SAVED_TENSOR_RULES
 from simcore.errors import TrainsimError
 from simcore.parallel.cp import RING_KV, RING_MERGES
 from simcore.parallel.pp import PIPELINE_SCHEDULES
+from simcore.parallel.shard import TP_SAVED_INPUTS
 
 __all__ = ["CP_KINDS", "OFFLOAD_MODES", "RECOMPUTE_MODES", "ParallelOptions", "parse_recompute"]
 
@@ -75,6 +76,9 @@ class ParallelOptions:
     # Transformer Engine takes GQA) or ``repeated`` (expanded to the query heads before attention,
     # torchtitan's llama repeat_kv), see simcore.parallel.cp
     ring_kv: str = "grouped"
+    # what a column-parallel linear saves of its sequence-parallel input (simcore.parallel.shard
+    # TP_SAVED_INPUTS): ``shard`` (Megatron-LM) or ``gathered`` (torch DTensor TP, torchtitan)
+    tp_saved_input: str = "shard"
 
     def __post_init__(self) -> None:
         if self.schedule not in PIPELINE_SCHEDULES:
@@ -89,6 +93,10 @@ class ParallelOptions:
             raise TrainsimError(f"ring merge {self.ring_merge!r} unknown; allowed: {', '.join(RING_MERGES)}")
         if self.ring_kv not in RING_KV:
             raise TrainsimError(f"ring kv {self.ring_kv!r} unknown; allowed: {', '.join(RING_KV)}")
+        if self.tp_saved_input not in TP_SAVED_INPUTS:
+            raise TrainsimError(
+                f"tp saved input {self.tp_saved_input!r} unknown; allowed: {', '.join(TP_SAVED_INPUTS)}"
+            )
         parse_recompute(self.recompute)
         if self.offload not in OFFLOAD_MODES:
             raise TrainsimError(f"offload {self.offload!r} unknown; allowed: {', '.join(OFFLOAD_MODES)}")

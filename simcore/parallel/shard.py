@@ -32,7 +32,18 @@ from dataclasses import dataclass, replace
 from simcore.workload.models.transformer import LOSS_BYTES_PER_LOGIT
 from simcore.workload.types import Layer, TransformerDims
 
-__all__ = ["ROLES", "ShardSpec", "layer_role", "param_split", "shard_layer"]
+__all__ = ["ROLES", "TP_SAVED_INPUTS", "ShardSpec", "layer_role", "param_split", "shard_layer"]
+
+# What a column-parallel linear saves of a sequence-parallel input. ``shard``: Megatron-LM's
+# LinearWithGradAccumulationAndAsyncCommunication all-gathers the sequence shards for the GEMM but
+# saves its own shard (``ctx.save_for_backward(input, weight)``) and all-gathers it again in backward
+# (Korthikanti et al. 2022, sec. 4.2.2). ``gathered``: torch's DTensor tensor parallelism as
+# torchtitan applies it (torchtitan 9dec370 torchtitan/parallelisms/parallelize_llama.py apply_tp:
+# PrepareModuleInput(input_layouts=Shard(1), desired_input_layouts=Replicate()) on ``attention`` and
+# ``feed_forward``, ColwiseParallel on wq/wk/wv, w1/w3 and ``output`` with input_layouts Shard(1)):
+# the input is redistributed to Replicate before the linears, and autograd saves the tensor the GEMM
+# read, the whole sequence (one tensor shared by the linears of the module).
+TP_SAVED_INPUTS = ("shard", "gathered")
 
 ROLES: dict[str, str] = {
     "norm1": "replicated",
@@ -69,6 +80,10 @@ class ShardSpec:
     ep: int = 1
     sequence_parallel: bool = False
     expert_load: float = 1.0  # tokens on the busiest expert rank / the mean (>= 1; only with ep > 1)
+    # what a column-parallel linear (and the vocabulary head) saves of its sequence-parallel input
+    # (TP_SAVED_INPUTS): ``shard`` (Megatron: its sequence shard, all-gathered again in backward) or
+    # ``gathered`` (torch DTensor TP: the all-gathered input the GEMM ran on)
+    saved_input: str = "shard"
 
     @property
     def replicated_share(self) -> float:
@@ -78,6 +93,11 @@ class ShardSpec:
     @property
     def load(self) -> float:
         return self.expert_load if self.ep > 1 else 1.0
+
+    @property
+    def column_input_share(self) -> float:
+        """The share of a column-parallel linear's full input one TP rank saves for backward."""
+        return 1.0 if self.saved_input == "gathered" else self.replicated_share
 
 
 def layer_role(layer: Layer) -> str:
@@ -113,7 +133,9 @@ def _activation_share(layer: Layer, role: str, dims: TransformerDims, spec: Shar
     """Saved bytes per sample on one rank, before the context split."""
     rep, tp, load = spec.replicated_share, spec.tp, spec.load
     saved = layer.activation_bytes
-    if role in ("replicated", "column", "vocab_embedding"):
+    if role == "column":
+        return saved * spec.column_input_share
+    if role in ("replicated", "vocab_embedding"):
         return saved * rep
     if role == "expert_column":
         return saved * rep * load
@@ -125,9 +147,9 @@ def _activation_share(layer: Layer, role: str, dims: TransformerDims, spec: Shar
         mask = layer.output_bytes / elem if dims.dropout else 0.0
         factor = load if role == "expert_row" else 1.0
         return (saved - mask) / tp * factor + mask * rep
-    # vocab_head: the saved input is replicated, the fp32 loss logits are split over the vocabulary
+    # vocab_head: the saved input is a column linear's, the fp32 loss logits are split over the vocabulary
     logits = LOSS_BYTES_PER_LOGIT * dims.seq_len * dims.vocab
-    return (saved - logits) * rep + logits / tp
+    return (saved - logits) * spec.column_input_share + logits / tp
 
 
 def _work_share(role: str, spec: ShardSpec) -> float:

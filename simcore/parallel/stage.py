@@ -132,6 +132,7 @@ def shard_spec(layout: ParallelLayout, options: ParallelOptions, dims: Transform
         ep=layout.ep,
         sequence_parallel=(options.sequence_parallel or forced) and layout.tp > 1,
         expert_load=options.effective_expert_load,
+        saved_input=options.tp_saved_input,
     )
 
 

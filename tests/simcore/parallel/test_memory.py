@@ -95,3 +95,27 @@ def test_pipeline_stages_keep_embedding_first_and_head_last() -> None:
     ]
     assert blocks == [3, 3, 2]
     assert sorted(i for stage in stages for i in stage) == list(range(len(workload.layers)))
+
+
+def test_dtensor_tp_saves_the_gathered_input_of_its_column_linears() -> None:
+    """Sequence parallel at tp 4: Megatron's column linears save their sequence shard (1/4 of the
+    input), torch DTensor's (torchtitan) the all-gathered input; row linears and norms are the same
+    either way, and the head's fp32 logits stay split over the vocabulary."""
+    workload = small_gpt(flash=False)
+    dims = workload.dims
+    shard, gathered = (ShardSpec(tp=4, sequence_parallel=True, saved_input=s) for s in ("shard", "gathered"))
+    for layer in workload.layers:
+        a = shard_layer(layer, dims, shard, 2)  # type: ignore[arg-type]
+        b = shard_layer(layer, dims, gathered, 2)  # type: ignore[arg-type]
+        role = layer.name.rsplit(".", 1)[-1]
+        if role in ("attn_qkv", "mlp_in"):
+            assert b.activation_bytes == pytest.approx(4 * a.activation_bytes)
+            assert b.activation_bytes == pytest.approx(layer.activation_bytes)
+        elif role == "lm_head":
+            logits = 4 * S * dims.vocab  # type: ignore[union-attr]  # fp32 logits per sample
+            assert b.activation_bytes - a.activation_bytes == pytest.approx(
+                (layer.activation_bytes - logits) * 3 / 4
+            )
+        else:
+            assert b.activation_bytes == a.activation_bytes
+        assert (b.fwd_flops, b.output_bytes) == (a.fwd_flops, a.output_bytes)
