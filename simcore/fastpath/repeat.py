@@ -29,7 +29,7 @@ import itertools
 from collections.abc import Sequence
 
 from simcore.step.eventfree import TimedRun
-from simcore.step.plan import COMPUTE, Op, StepPlan
+from simcore.step.plan import COMM, COMPUTE, Op, StepPlan
 
 __all__ = ["FORWARD", "block_slopes", "same_op", "sweeps"]
 
@@ -104,9 +104,11 @@ def block_slopes(
 def _window_shift(
     plan: StepPlan, timed: TimedRun, ended: Sequence[float], bounds: Sequence[int], tolerance: float
 ) -> float | None:
-    """The period of the windows ``[bounds[0], bounds[1])`` and ``[bounds[1], bounds[2])`` of
-    operation ids, if the second repeats the first (and the block after it begins one period after
-    it); None if not. ``ended``: the latest end of the operations up to each id."""
+    """What one more window adds to the step, if the windows ``[bounds[0], bounds[1])`` and
+    ``[bounds[1], bounds[2])`` of operation ids repeat (the block after the second beginning one
+    period after it): the compute stream's period, or the comm stream's where that stream falls
+    further behind per window and the step stays bound by it (:func:`_stays_behind`); None if not.
+    ``ended``: the latest end of the operations up to each id."""
     ops, begin, end = plan.ops, timed.starts, timed.ends
     size = bounds[1] - bounds[0]
     if size <= 0 or bounds[2] - bounds[1] != size or bounds[2] >= len(ops):
@@ -117,19 +119,56 @@ def _window_shift(
     period = at[1] - at[0]
     if abs(at[2] - at[1] - period) > tolerance:
         return None
+    comm = [i for i in range(bounds[0], bounds[1]) if ops[i].stream == COMM]
+    behind = period if not comm else begin[comm[0] + size] - begin[comm[0]]
     for i in range(bounds[0], bounds[1]):
-        if (
-            abs(begin[i + size] - begin[i] - period) > tolerance
-            or abs(end[i + size] - end[i] - period) > tolerance
+        shift = period if ops[i].stream == COMPUTE else behind
+        if ops[i].stream not in (COMPUTE, COMM) or (
+            abs(begin[i + size] - begin[i] - shift) > tolerance
+            or abs(end[i + size] - end[i] - shift) > tolerance
         ):
             return None
+    if not _memory_repeats(timed, at, period, tolerance):
+        return None
+    if abs(behind - period) > tolerance:
+        # The comm stream's backlog grows (or shrinks, and vanishes at some depth: refused).
+        return behind if behind > period and _stays_behind(plan, timed, bounds, tolerance) else None
     # Nothing before the first window may still run when the second begins, nor anything of the
     # first when the block after the second begins.
     if ended[bounds[0] - 1] > at[1] + tolerance or ended[bounds[1] - 1] > at[2] + tolerance:
         return None
-    if not _memory_repeats(timed, at, period, tolerance):
-        return None
     return period
+
+
+def _stays_behind(plan: StepPlan, timed: TimedRun, bounds: Sequence[int], tolerance: float) -> bool:
+    """Whether a comm stream falling further behind the compute per window keeps the step bound
+    by it at any depth: its operations from before the first window on run back to back (each
+    waits for the one before, not for its inputs, and so the more behind, the more so), and every
+    compute operation from the first window on runs inside that busy stretch (slowed alike at any
+    depth) until one waits for a collective of it (from there on the compute follows the comm)."""
+    ops, begin, end = plan.ops, timed.starts, timed.ends
+    comm = [op.id for op in ops if op.stream == COMM]
+    first = next(j for j, i in enumerate(comm) if i >= bounds[0])
+    start = first
+    while start > 0 and abs(begin[comm[start]] - end[comm[start - 1]]) <= tolerance:
+        start -= 1
+    stop = first
+    while stop + 1 < len(comm) and abs(begin[comm[stop + 1]] - end[comm[stop]]) <= tolerance:
+        stop += 1
+    busy_from, busy_to = begin[comm[start]], end[comm[stop]]
+    chain = set(comm[start : stop + 1])
+    if busy_from > begin[bounds[0]] + tolerance or comm[stop] < bounds[2]:
+        return False  # the stretch must cover both windows
+    for op in ops[bounds[0] :]:
+        if op.stream != COMPUTE:
+            continue
+        waits = [d for d in (*op.after, *op.after_start) if ops[d].stream == COMM]
+        if waits:
+            gate = max(waits, key=lambda d: end[d])
+            return gate in chain and abs(begin[op.id] - end[gate]) <= tolerance
+        if end[op.id] > busy_to + tolerance:
+            return False
+    return True
 
 
 def _memory_repeats(timed: TimedRun, at: Sequence[float], period: float, tolerance: float) -> bool:
