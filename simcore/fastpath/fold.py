@@ -14,11 +14,12 @@ Affine is not assumed: the deeper copy's own blocks are checked to be in a stead
 windows of ``p`` blocks are the same operations, run one period apart on both streams, their
 memory samples one period apart and one constant apart, nothing earlier still running. The
 scheduler is deterministic and invariant under a shift in time, so each further period repeats
-the last exactly; the two copies' step times must differ by the sum of those periods. A stream
-whose backlog grows or shrinks block by block (the comm stream of a deep DDP step, behind its
-backward by a little more or less per block) repeats with another period than the other stream:
-refused, as such a backlog can surface or vanish past any depth the copies have (three copies
-all short of that depth were once affine and wrong by 0.12%).
+the last exactly; the two copies' step times must differ by the sum of those periods. A comm
+stream whose backlog shrinks block by block (the comm stream of a deep DDP step, queued behind
+its backward by a little less per block) is refused, as it stops queueing at some depth past the
+copies (three copies all short of that depth were once affine and wrong by 0.12%); one whose
+backlog grows is accepted only where the step stays bound by it at any depth (see
+:mod:`simcore.fastpath.repeat`).
 
 A copy's plan must be the model's with whole periods of blocks removed. So operations over the
 whole model take the model's own time in every copy (the optimizer update, and no-sync

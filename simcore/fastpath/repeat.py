@@ -11,15 +11,24 @@ nothing else.
 
 :func:`block_slopes` checks this for a copy's blocks. A plan passes over the blocks in
 *sweeps*: each micro-batch's forward (ascending blocks) and its backward with any recompute
-(descending). In every sweep, the windows of ``period`` blocks at positions 1, 1 + p and 1 + 2p
-(the sweep's first block and its last are transients: the first prefetch, the last bucket) must
-be the same operations at shifted times, their memory samples shifted in time by the period and
-in level by one constant (a forward window keeps its activations), nothing of a window still
-running when the window after next begins. Each sweep then adds its period per further window;
-the answer is those periods summed per micro-batch. A backlog growing block by block on one
-stream while hidden behind the other (the regime change of a deep DDP step: the comm stream falls
-a little further behind per block until its tail surfaces past the backward's end) shifts that
-stream's windows by another period than the sweep's, and fails the check.
+(descending). In every sweep, two consecutive windows of ``period`` blocks, the first from the
+sweep's second block on that repeat (a sweep's first and last blocks are transients, and can be a
+few more: the first prefetch buckets, the last prefetches), must be the same operations at
+shifted times, their memory samples shifted in time by the period and in level by one constant
+(a forward window keeps its activations), nothing from before the first window still running
+when the second begins, nor anything of the first when the block after the second begins. Each
+sweep then adds its period per further window; the answer is those periods summed per
+micro-batch.
+
+Both streams must shift by the same period, with one exception. A comm stream whose backlog
+shrinks block by block (the regime change of a deep DDP step: the all-reduces queue a little less
+behind the backward per block, until at some depth they no longer queue) shifts by less than the
+compute: refused. One whose backlog grows (its collectives back to back, each waiting for the one
+before rather than for its inputs) keeps doing so at any depth, and is accepted where the compute
+cannot notice (:func:`_stays_behind`), with the comm stream's period. That accepts a little too
+much where collectives also run slower under compute (the tail after the compute ends then runs
+faster, and the period is not the comm stream's): the fold's second copy, which must differ from
+the first by exactly the periods, refuses those.
 """
 
 from __future__ import annotations
