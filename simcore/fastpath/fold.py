@@ -38,7 +38,10 @@ Folding is refused, and the whole plan evaluated, unless all of this holds:
   model's with the removed blocks cut out (``R - n`` is a multiple of ``p``); explicit wrap
   indices and parameter ties into the removed blocks are refused;
 - the deeper copy's blocks repeat (above), and the copies' step times differ by its periods (to
-  :data:`SLOPE_TOLERANCE` of the step time).
+  :data:`SLOPE_TOLERANCE` of the step time); or, where they do not (a comm backlog growing per
+  block whose collectives run slower under compute: the step rises by less than the comm
+  stream's period, and the shallower copy may not be behind yet), a copy a period deeper still,
+  its blocks checked too, rises by what the deeper copy rose, and those two are folded.
 
 The memory peak is the largest of the extrapolated per-phase peaks of the phases the two copies
 share (group numbers named by blocks, :class:`_Names`), with that phase's categories; each copy's
@@ -377,16 +380,32 @@ def fold_step(
         return None
     shallow = measure(_context(ctx, plan.depths[0], plan.copies[0]), _reused(reuse, plan.depths[0]), None)
     step = deep.report.step_time_s
-    if abs(step - shallow.report.step_time_s - deep.slope) > SLOPE_TOLERANCE * step:
+    rise = step - shallow.report.step_time_s
+    if abs(rise - deep.slope) <= SLOPE_TOLERANCE * step:
+        return _extrapolate([shallow, deep], plan, ctx, peak_flops)
+    # A comm stream falling behind per block, its collectives slower under compute: the periods are
+    # not the step's, but the step is affine from the deeper copy on. A copy a period deeper still,
+    # its blocks checked alike, must rise by as much as the deeper copy rose.
+    deeper = ctx.memo(
+        ("fold", strategy.name, ctx.config, 1), lambda: _fold_plan(strategy, ctx, 1) or "no fold"
+    )
+    if not isinstance(deeper, _Plan):
         return None
-    return _extrapolate([shallow, deep], plan, ctx, peak_flops)
+    deepest = measure(
+        _context(ctx, deeper.depths[1], deeper.copies[1]), _reused(reuse, deeper.depths[1]), deeper.check
+    )
+    if deepest.slope is None or abs(deepest.report.step_time_s - step - rise) > SLOPE_TOLERANCE * step:
+        return None
+    return _extrapolate([deep, deepest], deeper, ctx, peak_flops)
 
 
 def _reused(reuse: Hashable | None, depth: int) -> Hashable | None:
     return None if reuse is None else (reuse, "fold", depth)
 
 
-def _fold_plan(strategy: Strategy, ctx: StepContext) -> _Plan | None:
+def _fold_plan(strategy: Strategy, ctx: StepContext, further: int = 0) -> _Plan | None:
+    """How ``strategy``'s step on ``ctx`` folds (``further``: from copies that many periods
+    deeper), None where it does not."""
     run = identical_run(ctx.workload, ctx.caches.runs)
     dims = ctx.workload.dims
     if run is None or run[1] < MIN_RUN or (dims is not None and dims.moe is not None):
@@ -400,7 +419,7 @@ def _fold_plan(strategy: Strategy, ctx: StepContext) -> _Plan | None:
     # period more where the grouping spans blocks: its first groups, cut from the model's start,
     # can differ, as ZeRO-3's prefetch buckets do).
     deep = max(MIN_DEPTH + period, (2 if period == 1 else 3) * period + 3)
-    deep += (length - deep) % period
+    deep += (length - deep) % period + further * period
     depths = (deep - period, deep)
     if 3 * sum(depths) > 2 * length:  # the copies would cost about as much as the model
         return None

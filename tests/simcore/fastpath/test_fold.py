@@ -244,6 +244,28 @@ def test_a_growing_backlog_is_folded_where_it_binds_at_any_depth(monkeypatch: py
     assert_same_report(got, _unfolded("ddp", toy_context(16, config, workload=workload), None, monkeypatch))
 
 
+def test_a_growing_backlog_of_collectives_slowed_under_compute_is_folded_from_deeper_copies(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """DDP of GPT-2 XL on 256 A100s, micro-batch 1: the all-reduces fall behind the backward per
+    block and run slower while it computes, faster in the tail after it: the step rises by less
+    than the comm stream's period. The copies of 4 and 5 blocks do not differ by the periods, so
+    copies of 5 and 6 (the 6 checked too) that rise alike fold it, to every field of the report."""
+    config = TrainingConfig(global_batch=256, micro_batch=1, seq_len=1024)
+    ctx = _real_context("gpt2-xl", 1024, "dgx-a100", 256, config)
+    depths: list[int] = []
+    original = fold._extrapolate
+
+    def recorded(measured: Any, plan: Any, *rest: Any) -> StepReport | None:
+        depths.extend(plan.depths)
+        return original(measured, plan, *rest)
+
+    monkeypatch.setattr(fold, "_extrapolate", recorded)
+    got = _report("ddp", ctx, None)
+    assert depths == [5, 6]
+    assert_same_report(got, _unfolded("ddp", ctx, None, monkeypatch))
+
+
 def test_zero3_prefetch_buckets_across_blocks_are_folded(monkeypatch: pytest.MonkeyPatch) -> None:
     """ZeRO-3's prefetch buckets of GPT-2 XL span 1.5 blocks and repeat every 5 (3 buckets): the
     copies of 13 and 18 blocks fold it (its first buckets, cut from the model's start, differ:
