@@ -12,8 +12,11 @@ package evaluates exactly that, with no per-flow simulation:
   (:class:`simcore.step.cost.CostModel`), kept per shape in the model a sweep holds per cluster;
 - :mod:`simcore.fastpath.step`: one step as a report, long gradient accumulation extrapolated
   exactly from a probe of a few micro-batches;
-- :mod:`simcore.fastpath.fold`: a deep model's step extrapolated exactly from three shallower
-  copies of its run of identical blocks, so a configuration costs about the same at any depth;
+- :mod:`simcore.fastpath.fold`: a deep model's step extrapolated exactly from two shallower
+  copies of its run of identical blocks, the deeper one checked to be in a steady state, so a
+  configuration costs about the same at any depth;
+- :mod:`simcore.fastpath.repeat`: whether an evaluated plan repeats itself (a probe's
+  micro-batches, a copy's blocks), the check both extrapolations rest on;
 - :mod:`simcore.fastpath.path`: which path a point takes (``auto``, ``fast`` or ``des``);
 - :mod:`simcore.fastpath.run`: the one entry every caller evaluates a step through
   (:func:`~simcore.fastpath.run.evaluate_step`), which picks this package's report or the

@@ -1,13 +1,25 @@
-"""Deep models folded: a step over a long run of identical blocks, from three shallower copies.
+"""Deep models folded: a step over a long run of identical blocks, from two shallower copies.
 
 A transformer's blocks are identical, and the step plans of DDP, FSDP, HSDP and ZeRO-3 treat them
 alike: per block (FSDP units, compute chunks) or in groups whose boundaries repeat every ``p``
-blocks (DDP's gradient buckets, ZeRO-3's prefetch buckets). A long run of blocks then adds the
-same to the step per ``p`` blocks, as a long gradient accumulation adds the same per micro-batch
-(:mod:`simcore.fastpath.step`): the step time, compute, communication, bytes, link use and every
-phase's memory footprint are affine in the depth. So the step of a model whose run has ``R``
-blocks is evaluated on three copies with ``n``, ``n + p`` and ``n + 2p`` blocks of the run (its
-first :data:`HEAD` blocks and its last ones, with their names) and extrapolated to ``R``.
+blocks (DDP's gradient buckets, ZeRO-3's prefetch buckets). Where a long run of blocks is in a
+steady state, it adds the same to the step per ``p`` blocks, as a long gradient accumulation adds
+the same per micro-batch (:mod:`simcore.fastpath.step`): the step time, compute, communication,
+bytes, link use and every phase's memory footprint are affine in the depth. So the step of a
+model whose run has ``R`` blocks is evaluated on two copies with ``n`` and ``n + p`` blocks of the
+run (its first :data:`HEAD` blocks and its last ones, with their names) and extrapolated to ``R``.
+
+Affine is not assumed: the deeper copy's own blocks are checked to be in a steady state
+(:func:`~simcore.fastpath.repeat.block_slopes`): in every pass over the blocks, two consecutive
+windows of ``p`` blocks are the same operations, run one period apart on both streams, their
+memory samples one period apart and one constant apart, nothing earlier still running. The
+scheduler is deterministic and invariant under a shift in time, so each further period repeats
+the last exactly; the two copies' step times must differ by the sum of those periods. A comm
+stream whose backlog shrinks block by block (the comm stream of a deep DDP step, queued behind
+its backward by a little less per block) is refused, as it stops queueing at some depth past the
+copies (three copies all short of that depth were once affine and wrong by 0.12%); one whose
+backlog grows is accepted only where the step stays bound by it at any depth (see
+:mod:`simcore.fastpath.repeat`).
 
 A copy's plan must be the model's with whole periods of blocks removed. So operations over the
 whole model take the model's own time in every copy (the optimizer update, and no-sync
@@ -19,16 +31,19 @@ their algorithm and protocol change with the size) name no grouping and are not 
 
 Folding is refused, and the whole plan evaluated, unless all of this holds:
 
-- the run is at least :data:`MIN_RUN` blocks, and the three copies together have at most two
+- the run is at least :data:`MIN_RUN` blocks, and the two copies together have at most two
   thirds of its blocks;
 - the strategy names its grouping across layers (``layer_groups``), the grouping repeats every
   ``p <= MAX_PERIOD`` blocks between the copies' ends, and each copy's own grouping is the
   model's with the removed blocks cut out (``R - n`` is a multiple of ``p``); explicit wrap
   indices and parameter ties into the removed blocks are refused;
-- every reported quantity of the three copies is affine in the depth (to :data:`TOLERANCE` of
-  its size; they are by construction, the tolerance absorbs rounding).
+- the deeper copy's blocks repeat (above), and the copies' step times differ by its periods (to
+  :data:`SLOPE_TOLERANCE` of the step time); or, where they do not (a comm backlog growing per
+  block whose collectives run slower under compute: the step rises by less than the comm
+  stream's period, and the shallower copy may not be behind yet), a copy a period deeper still,
+  its blocks checked too, rises by what the deeper copy rose, and those two are folded.
 
-The memory peak is the largest of the extrapolated per-phase peaks of the phases the three copies
+The memory peak is the largest of the extrapolated per-phase peaks of the phases the two copies
 share (group numbers named by blocks, :class:`_Names`), with that phase's categories; each copy's
 own peak must be one of them. A phase inside the removed blocks needs no copy of its own: its
 footprint is affine in the block index, so its largest value is at a kept block.
@@ -53,7 +68,7 @@ __all__ = [
     "HEAD",
     "MAX_PERIOD",
     "MIN_RUN",
-    "TOLERANCE",
+    "FoldCheck",
     "Measured",
     "fold_step",
     "identical_run",
@@ -63,8 +78,12 @@ __all__ = [
 HEAD = 2  # blocks kept at the start of the run; the rest of a copy's blocks are the run's last ones
 MIN_DEPTH = 4  # blocks of the shallowest copy (transients at both ends: prefetch, the first bucket)
 MAX_PERIOD = 8  # longest repeat of a grouping, in blocks, that is still worth folding
-MIN_RUN = 24  # three copies of 4, 5 and 6 blocks cost 15: worth it from here (GPT-2 medium, BERT-large) on
-TOLERANCE = 1e-4  # relative departure from affine accepted (sums over more layers round differently)
+MIN_RUN = 24  # two copies of 4 and 5 blocks cost 9: worth it from here (GPT-2 medium, BERT-large) on
+SLOPE_TOLERANCE = 1e-9  # of the step time: the copies' difference against the deeper copy's own slope
+
+# The check a copy's blocks get (simcore.fastpath.repeat.block_slopes): the period of the
+# grouping, in blocks, and the copy's run of identical blocks (its first block, its blocks).
+FoldCheck = tuple[int, int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,12 +93,14 @@ class Measured:
     ``busy``: seconds each link kind and link carried a collective;
     ``phase_peaks``: per phase (as the report would name it, each once) its largest footprint of tensors,
     when that was first reached, and the categories then; ``fragmentation``: the allocator's, as
-    the plan charges it at the peak."""
+    the plan charges it at the peak; ``slope``: what one more period of blocks adds to the step
+    time, where the copy's blocks were checked and repeat (None otherwise)."""
 
     report: StepReport
     busy: LinkBusy
     phase_peaks: Sequence[tuple[Phase, tuple[float, float, Mapping[str, float]]]]
     fragmentation: float
+    slope: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,12 +245,10 @@ def _context(ctx: StepContext, depth: int, copy: _Copy) -> StepContext:
     return replace(ctx, workload=copy.workload, timer=timer, _layer_times=layer_times, _memo=memo, whole=ctx)
 
 
-def _affine(values: Sequence[float], steps: float) -> float | None:
-    """The value ``steps`` periods past the first of three, or None if they are not affine."""
-    a, b, c = values
-    scale = max(abs(a), abs(b), abs(c))
-    if abs((c - b) - (b - a)) > TOLERANCE * scale + 1e-30:
-        return None
+def _affine(values: Sequence[float], steps: float) -> float:
+    """The value ``steps`` periods past the first of two, one period apart (affine in the depth:
+    the deeper copy's blocks were checked to repeat)."""
+    a, b = values
     return a + steps * (b - a)
 
 
@@ -330,39 +349,63 @@ class _Names:
 @dataclass(frozen=True, slots=True)
 class _Plan:
     """How a model folds for one strategy and configuration: the copies' depths, the copies, the
-    group number of the model for each of a copy's groups, and the periods from the shallowest
-    copy to the model."""
+    group number of the model for each of a copy's groups, the periods from the shallower copy to
+    the model, and the check the deeper copy's blocks get."""
 
-    depths: tuple[int, int, int]
-    copies: tuple[_Copy, _Copy, _Copy]
-    names: tuple[_Names, _Names, _Names]
+    depths: tuple[int, int]
+    copies: tuple[_Copy, _Copy]
+    names: tuple[_Names, _Names]
     model: _Names
     steps: float
+    check: FoldCheck
 
 
 def fold_step(
     strategy: Strategy,
     ctx: StepContext,
-    measure: Callable[[StepContext, Hashable | None], Measured],
+    measure: Callable[[StepContext, Hashable | None, FoldCheck | None], Measured],
     *,
     peak_flops: float,
     reuse: Hashable | None = None,
 ) -> StepReport | None:
-    """``strategy``'s step on ``ctx`` from three shallower copies (``measure`` evaluates one), or
-    None when folding does not apply (see the module docstring)."""
+    """``strategy``'s step on ``ctx`` from two shallower copies (``measure`` evaluates one, checking
+    its blocks when given a check), or None when folding does not apply (see the module docstring)."""
     if getattr(strategy, "layer_groups", None) is None or isinstance(ctx.config.wrap, tuple):
         return None
     plan = ctx.memo(("fold", strategy.name, ctx.config), lambda: _fold_plan(strategy, ctx) or "no fold")
     if not isinstance(plan, _Plan):
         return None
-    measured = [
-        measure(_context(ctx, n, copy), None if reuse is None else (reuse, "fold", n))
-        for n, copy in zip(plan.depths, plan.copies, strict=True)
-    ]
-    return _extrapolate(measured, plan, ctx, peak_flops)
+    deep = measure(_context(ctx, plan.depths[1], plan.copies[1]), _reused(reuse, plan.depths[1]), plan.check)
+    if deep.slope is None:  # its blocks do not repeat: a regime that can change past the copies
+        return None
+    shallow = measure(_context(ctx, plan.depths[0], plan.copies[0]), _reused(reuse, plan.depths[0]), None)
+    step = deep.report.step_time_s
+    rise = step - shallow.report.step_time_s
+    if abs(rise - deep.slope) <= SLOPE_TOLERANCE * step:
+        return _extrapolate([shallow, deep], plan, ctx, peak_flops)
+    # A comm stream falling behind per block, its collectives slower under compute: the periods are
+    # not the step's, but the step is affine from the deeper copy on. A copy a period deeper still,
+    # its blocks checked alike, must rise by as much as the deeper copy rose.
+    deeper = ctx.memo(
+        ("fold", strategy.name, ctx.config, 1), lambda: _fold_plan(strategy, ctx, 1) or "no fold"
+    )
+    if not isinstance(deeper, _Plan):
+        return None
+    deepest = measure(
+        _context(ctx, deeper.depths[1], deeper.copies[1]), _reused(reuse, deeper.depths[1]), deeper.check
+    )
+    if deepest.slope is None or abs(deepest.report.step_time_s - step - rise) > SLOPE_TOLERANCE * step:
+        return None
+    return _extrapolate([deep, deepest], deeper, ctx, peak_flops)
 
 
-def _fold_plan(strategy: Strategy, ctx: StepContext) -> _Plan | None:
+def _reused(reuse: Hashable | None, depth: int) -> Hashable | None:
+    return None if reuse is None else (reuse, "fold", depth)
+
+
+def _fold_plan(strategy: Strategy, ctx: StepContext, further: int = 0) -> _Plan | None:
+    """How ``strategy``'s step on ``ctx`` folds (``further``: from copies that many periods
+    deeper), None where it does not."""
     run = identical_run(ctx.workload, ctx.caches.runs)
     dims = ctx.workload.dims
     if run is None or run[1] < MIN_RUN or (dims is not None and dims.moe is not None):
@@ -372,8 +415,12 @@ def _fold_plan(strategy: Strategy, ctx: StepContext) -> _Plan | None:
     if groups_full is None or period is None:
         return None
     length = run[1]
-    depth = MIN_DEPTH + (length - MIN_DEPTH) % period
-    depths = (depth, depth + period, depth + 2 * period)
+    # The deeper copy holds two whole periods after its first block and before its last two (and a
+    # period more where the grouping spans blocks: its first groups, cut from the model's start,
+    # can differ, as ZeRO-3's prefetch buckets do).
+    deep = max(MIN_DEPTH + period, (2 if period == 1 else 3) * period + 3)
+    deep += (length - deep) % period + further * period
+    depths = (deep - period, deep)
     if 3 * sum(depths) > 2 * length:  # the copies would cost about as much as the model
         return None
     flags = _boundaries(groups_full)
@@ -388,7 +435,8 @@ def _fold_plan(strategy: Strategy, ctx: StepContext) -> _Plan | None:
         copies.append(copy)
         names.append(_names(_context(ctx, n, copy), groups))
     model = _names(ctx, groups_full)
-    return _Plan(depths, tuple(copies), tuple(names), model, (length - depth) / period)  # type: ignore[arg-type]
+    check = (period, run[0], deep)
+    return _Plan(depths, tuple(copies), tuple(names), model, (length - depths[0]) / period, check)  # type: ignore[arg-type]
 
 
 def _names(ctx: StepContext, groups: Sequence[int]) -> _Names:
@@ -442,7 +490,7 @@ def _extrapolate(
 
 
 def _peak(measured: Sequence[Measured], plan: _Plan) -> MemoryPeak | None:
-    """The model's memory peak: the largest extrapolated footprint of a phase all three copies
+    """The model's memory peak: the largest extrapolated footprint of a phase both copies
     share (ties go to the phase reached first, as in the timeline), with its categories."""
     peaks = [
         {names.canonical(phase): value for phase, value in m.phase_peaks}
@@ -451,12 +499,7 @@ def _peak(measured: Sequence[Measured], plan: _Plan) -> MemoryPeak | None:
     if len({m.fragmentation for m in measured}) != 1 or not peaks[0]:
         return None
     shared = set(peaks[0]).intersection(*peaks[1:])
-    totals: dict[Canonical, float] = {}
-    for phase in shared:
-        total = _affine([p[phase][0] for p in peaks], plan.steps)
-        if total is None:
-            return None
-        totals[phase] = total
+    totals = {phase: _affine([p[phase][0] for p in peaks], plan.steps) for phase in shared}
     # The copies' own peaks must be shared phases, or a phase the copies do not share could win.
     own = [max(p, key=lambda phase: p[phase][0]) for p in peaks]
     if not totals or any(phase not in totals for phase in own):
@@ -479,16 +522,10 @@ def _peak(measured: Sequence[Measured], plan: _Plan) -> MemoryPeak | None:
 def _extend_maps(
     maps: Sequence[Mapping[str, float]], steps: float, *, shared_only: bool = False
 ) -> dict[str, float] | None:
-    """Each key's value extrapolated; None unless all are affine (and, unless ``shared_only``,
-    every map has the same keys; with it, keys missing from one are left out)."""
+    """Each key's value extrapolated; None unless every map has the same keys (with ``shared_only``,
+    keys missing from one are left out)."""
     keys = set(maps[0])
     if not shared_only and any(set(m) != keys for m in maps[1:]):
         return None
     keys = keys.intersection(*maps[1:])
-    out: dict[str, float] = {}
-    for key in sorted(keys):
-        value = _affine([m[key] for m in maps], steps)
-        if value is None:
-            return None
-        out[key] = value
-    return out
+    return {key: _affine([m[key] for m in maps], steps) for key in sorted(keys)}

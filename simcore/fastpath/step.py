@@ -36,13 +36,13 @@ from dataclasses import dataclass, replace
 
 from simcore.compute.memory import MemoryPeak
 from simcore.errors import TrainsimError
-from simcore.fastpath.fold import Measured, fold_step
+from simcore.fastpath.fold import FoldCheck, Measured, fold_step
+from simcore.fastpath.repeat import block_slopes, same_op
 from simcore.report import LinkBusy, StepReport
 from simcore.step.eventfree import TimedRun, evaluate_plan_timed
 from simcore.step.plan import (
     COMM,
     COMPUTE,
-    Op,
     OpKey,
     Phase,
     PhasePart,
@@ -100,9 +100,9 @@ def fast_step_report(
     contention = _Contention(slowdown, comm_slowdown_under_compute(ctx) if slowdown is None else 1.0)
     copies = replace(contention, phase_peaks=True)
 
-    def measure(sub: StepContext, key: Hashable | None) -> Measured:
+    def measure(sub: StepContext, key: Hashable | None, check: FoldCheck | None) -> Measured:
         return _measure(strategy, sub, cluster=cluster, device=device, peak_flops=peak_flops,
-                        contention=copies, reuse=key)  # fmt: skip
+                        contention=replace(copies, fold_check=check), reuse=key)  # fmt: skip
 
     folded = fold_step(strategy, ctx, measure, peak_flops=peak_flops, reuse=reuse)
     if folded is not None:
@@ -133,7 +133,27 @@ def _measure(
     timed = _evaluate(plan, ctx, contention)
     result = StepResult(plan, timed.run, [timed.run.step_time_s])
     report = report_step(result, ctx, cluster=cluster, device=device, peak_flops=peak_flops)
-    return _measured(report, _busy(plan, timed), timed)
+    return _measured(report, _busy(plan, timed), timed, slope=_slope(_slopes(plan, timed, contention)))
+
+
+def _slopes(plan: StepPlan, timed: TimedRun, contention: _Contention) -> dict[int | None, float] | None:
+    """Per micro-batch, what one more period of blocks adds (:func:`~simcore.fastpath.repeat.block_slopes`),
+    where the contention settings ask for the fold's check; None where not asked or not repeating."""
+    check = contention.fold_check
+    if check is None:
+        return None
+    period, first, depth = check
+    return block_slopes(plan, timed, period, range(first, first + depth))
+
+
+def _slope(
+    slopes: dict[int | None, float] | None, extra: int = 0, repeated: int | None = None
+) -> float | None:
+    """What one more period of blocks adds to the step: each micro-batch's part, and ``extra`` more
+    of micro-batch ``repeated``'s (a probe's repeating middle one, for the micro-batches it stands for)."""
+    if slopes is None:
+        return None
+    return math.fsum(slopes.values()) + extra * slopes.get(repeated, 0.0)
 
 
 def _measured(
@@ -141,10 +161,11 @@ def _measured(
     busy: LinkBusy,
     timed: TimedRun | PlanRun,
     renumber: tuple[float, int, int] | None = None,
+    slope: float | None = None,
 ) -> Measured:
     """What folding reads of a step (``timed``: its run); ``renumber`` (the start of a probe's last
     micro-batch, the probe's micro-batches and how many more the step has): phases from then on
-    renumbered."""
+    renumbered; ``slope``: what one more period of blocks adds to the step, where checked."""
     memory = (timed.run if isinstance(timed, TimedRun) else timed).memory
     # (a list: the timeline names each phase once, and renumbering keeps them apart)
     peaks: list[tuple[Phase, tuple[float, float, dict[str, float]]]] = []
@@ -153,18 +174,20 @@ def _measured(
         if renumber is not None and at >= renumber[0]:
             phase = _renumbered(phase, *renumber[1:])
         peaks.append((phase, (total, at, parts)))
-    return Measured(report, busy, peaks, memory.fragmentation)
+    return Measured(report, busy, peaks, memory.fragmentation, slope)
 
 
 @dataclass(frozen=True, slots=True)
 class _Contention:
     """The contention settings of :func:`~simcore.step.des.run_plan`, as simulate_step
     derives them from its ``slowdown``, and whether the memory timeline keeps each phase's peak
-    (a folded model's copies: :mod:`simcore.fastpath.fold`)."""
+    (a folded model's copies: :mod:`simcore.fastpath.fold`), and the fold's check of a copy's blocks
+    (period, first block and blocks of its run) when asked."""
 
     slowdown: float | None
     comm_slowdown: float
     phase_peaks: bool = False
+    fold_check: FoldCheck | None = None
 
 
 def _evaluate(plan: StepPlan, ctx: StepContext, contention: _Contention) -> TimedRun:
@@ -221,9 +244,10 @@ class _Kept:
     last_start: float
     peak_late: bool
     busy: LinkBusy
+    slopes: dict[int | None, float] | None = None
 
 
-def _keep(probe: _Probe, period: _Period) -> _Kept:
+def _keep(probe: _Probe, period: _Period, slopes: dict[int | None, float] | None) -> _Kept:
     """``probe``, repeating with ``period``, reduced to what :func:`_report` reads."""
     plan, timed, starts = probe.plan, probe.timed, probe.starts
     run, memory = timed.run, timed.run.memory
@@ -237,7 +261,14 @@ def _keep(probe: _Probe, period: _Period) -> _Kept:
     kept_memory = replace(memory, samples=[], category_samples=None)
     kept_run = PlanRun(run.step_time_s, [s for s in run.spans if s.stream == COMM], kept_memory)
     return _Kept(
-        kept_plan, kept_run, period, len(starts), last_start, first_at >= last_start, _busy(plan, timed)
+        kept_plan,
+        kept_run,
+        period,
+        len(starts),
+        last_start,
+        first_at >= last_start,
+        _busy(plan, timed),
+        slopes,
     )
 
 
@@ -267,10 +298,11 @@ def _extrapolated(
         if size == k:  # the probe is the whole step
             result = StepResult(probe.plan, probe.timed.run, [probe.timed.run.step_time_s])
             report = report_step(result, ctx, cluster=cluster, device=device, peak_flops=peak_flops)
-            return _measured(report, _busy(probe.plan, probe.timed), probe.timed)
+            slope = _slope(_slopes(probe.plan, probe.timed, contention))
+            return _measured(report, _busy(probe.plan, probe.timed), probe.timed, slope=slope)
         if probe.period is not None:
             caches.first_probe[key] = size
-            kept = _keep(probe, probe.period)
+            kept = _keep(probe, probe.period, _slopes(probe.plan, probe.timed, contention))
             if reuse is not None:
                 caches.probes.put((reuse, strategy.name, contention), kept)
             return _report(kept, ctx, k, cluster=cluster, device=device, peak_flops=peak_flops)
@@ -304,7 +336,9 @@ def _report(
         phase = phase_text(_renumbered(phase_of(run.memory.peak_key), kept.size, extra))  # type: ignore[arg-type]
     peak = MemoryPeak(report.peak_memory_bytes, phase, report.memory_breakdown, report.memory_capacity_bytes)
     report = replace(report, peak_phase=phase, oom_verdict=peak.verdict())
-    return _measured(report, busy, run, (kept.last_start, kept.size, extra))
+    # (the probe's micro-batches are numbered from 1: its repeating middle one is the one before the last)
+    slope = _slope(kept.slopes, extra, kept.size - 1)
+    return _measured(report, busy, run, (kept.last_start, kept.size, extra), slope)
 
 
 def _probe(
@@ -341,16 +375,6 @@ def _microbatch_starts(plan: StepPlan) -> list[int]:
     return starts
 
 
-def _same_op(a: Op, b: Op, shift: int) -> bool:
-    return (
-        (a.stream, a.kind, a.duration_s, a.bytes, a.link, a.link_kind, a.contention)
-        == (b.stream, b.kind, b.duration_s, b.bytes, b.link, b.link_kind, b.contention)
-        and (a.on_start, a.on_end, a.after_end) == (b.on_start, b.on_end, b.after_end)
-        and tuple(i + shift for i in a.after) == b.after
-        and tuple(i + shift for i in a.after_start) == b.after_start
-    )
-
-
 def _period(plan: StepPlan, timed: TimedRun, starts: list[int]) -> _Period | None:
     """One middle micro-batch's contribution, if the probe's last two middle micro-batches repeat."""
     ops, begin, end = plan.ops, timed.starts, timed.ends
@@ -363,7 +387,7 @@ def _period(plan: StepPlan, timed: TimedRun, starts: list[int]) -> _Period | Non
     middles = blocks[1:] if a == 1 else blocks  # the one before a must be a middle one too
     if any(len(block) != shift for block in middles):
         return None
-    if not all(_same_op(ops[i], ops[i + shift], shift) for block in middles[:-1] for i in block):
+    if not all(same_op(ops[i], ops[i + shift], shift) for block in middles[:-1] for i in block):
         return None
     at = [begin[s] for s in starts]
     tolerance = 1e-9 * max(timed.run.step_time_s, 1e-30)
