@@ -139,6 +139,28 @@ def layer_benchmarks(
     names: list[str], dtypes: list[str], device: torch.device, scale: int = 1
 ) -> Iterator[tuple[str, dict[str, Any], Callable[[], Any]]]:
     """``(item, row info, call)`` for the forward and the backward of each layer in each dtype."""
+    for p in _prepared(names, dtypes, device, scale, {}):
+        yield f"layer/{p.bench.name}/{p.dtype}/fwd", p.fwd, functools.partial(_forward, p.module, p.x)
+        out = _forward(p.module, p.x)
+        backward = functools.partial(out.backward, torch.ones_like(out), retain_graph=True)
+        yield f"layer/{p.bench.name}/{p.dtype}/bwd", p.bwd, backward
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """One layer benchmark on its device and dtype, with the rows of its forward and backward."""
+
+    bench: Any
+    dtype: str
+    module: nn.Module
+    x: torch.Tensor
+    fwd: dict[str, Any]
+    bwd: dict[str, Any]
+
+
+def _prepared(
+    names: list[str], dtypes: list[str], device: torch.device, scale: int, extra: dict[str, Any]
+) -> Iterator[_Prepared]:
     for name in names:
         for dtype_name in dtypes:
             bench = LAYERS[name](scale)
@@ -149,19 +171,15 @@ def layer_benchmarks(
                 x = x.to(dtype).requires_grad_(True)
             elem = torch.tensor([], dtype=dtype).element_size()
             info = {"kind": "layer", "layer": bench.name, "layer_kind": bench.layer_kind, "dtype": dtype_name,
-                    "shape": bench.shape}  # fmt: skip
+                    "shape": bench.shape, **extra}  # fmt: skip
             fwd = {**info, "phase": "fwd", "flops": bench.fwd_flops, "bytes": bench.fwd_bytes_per_elem * elem}
-            yield f"layer/{bench.name}/{dtype_name}/fwd", fwd, functools.partial(_forward, module, x)
-            out = _forward(module, x)
-            grad = torch.ones_like(out)
             bwd = {
                 **info,
                 "phase": "bwd",
                 "flops": 2 * bench.fwd_flops,
                 "bytes": 2 * bench.fwd_bytes_per_elem * elem,
             }
-            backward = functools.partial(out.backward, grad, retain_graph=True)
-            yield f"layer/{bench.name}/{dtype_name}/bwd", bwd, backward
+            yield _Prepared(bench, dtype_name, module, x, fwd, bwd)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,27 +204,10 @@ def layer_steps(
 ) -> Iterator[LayerStep]:
     """A :class:`LayerStep` for each layer in each dtype; rows as :func:`layer_benchmarks`' with
     ``"timing": "step"``."""
-    for name in names:
-        for dtype_name in dtypes:
-            bench = LAYERS[name](scale)
-            dtype = DTYPES[dtype_name]
-            module = bench.module.to(device=device, dtype=dtype)
-            x = bench.make_input().to(device)
-            if x.is_floating_point():
-                x = x.to(dtype).requires_grad_(True)
-            elem = torch.tensor([], dtype=dtype).element_size()
-            info = {"kind": "layer", "layer": bench.name, "layer_kind": bench.layer_kind, "dtype": dtype_name,
-                    "shape": bench.shape, "timing": "step"}  # fmt: skip
-            fwd = {**info, "phase": "fwd", "flops": bench.fwd_flops, "bytes": bench.fwd_bytes_per_elem * elem}
-            bwd = {
-                **info,
-                "phase": "bwd",
-                "flops": 2 * bench.fwd_flops,
-                "bytes": 2 * bench.fwd_bytes_per_elem * elem,
-            }
-            yield LayerStep(
-                f"layer-step/{bench.name}/{dtype_name}", fwd, bwd, functools.partial(_step, module, x)
-            )
+    for p in _prepared(names, dtypes, device, scale, {"timing": "step"}):
+        yield LayerStep(
+            f"layer-step/{p.bench.name}/{p.dtype}", p.fwd, p.bwd, functools.partial(_step, p.module, p.x)
+        )
 
 
 def minor_faults() -> int:

@@ -49,11 +49,15 @@ def test_the_2021_rows_run_deepspeeds_per_rank_lists() -> None:
     assert all(plans[n].setup.zero3_per_rank_lists for n in range(158, 164))  # type: ignore[union-attr]
 
 
+# a small ZeRO-3 step row, for the keys' checks
+_ENTRY = {
+    "topology": ["dgx-a100"], "gpus": 16, "nodes": 2, "model": ["gpt2-small"], "strategy": "zero3", "dtype": "fp16",
+    "micro_batch": 1, "optimizer": "adamw",
+}  # fmt: skip
+
+
 def test_the_lists_switch_must_be_a_boolean() -> None:
-    entry = {
-        "topology": ["dgx-a100"], "gpus": 16, "nodes": 2, "model": ["gpt2"], "strategy": "zero3", "dtype": "fp16",
-        "micro_batch": 1, "optimizer": "adamw", "zero3_per_rank_lists": "yes",
-    }  # fmt: skip
+    entry = {**_ENTRY, "zero3_per_rank_lists": "yes"}
     with pytest.raises(TrainsimError, match="'zero3_per_rank_lists' must be true or false"):
         parse_step(entry, "row 1", "A100")
 
@@ -70,10 +74,7 @@ def test_the_2021_rows_materialise_their_attention_scores() -> None:
 
 
 def test_a_step_rows_attention_is_one_of_the_known_modes() -> None:
-    entry = {
-        "topology": ["dgx-a100"], "gpus": 16, "nodes": 2, "model": ["gpt2-small"], "strategy": "zero3", "dtype": "fp16",
-        "micro_batch": 1, "optimizer": "adamw", "attention": "sdpa",
-    }  # fmt: skip
+    entry = {**_ENTRY, "attention": "sdpa"}
     with pytest.raises(TrainsimError, match="attention 'sdpa'; allowed: preset, flash, eager"):
         parse_step(entry, "row 1", "A100")
     flash = parse_step({**entry, "attention": "flash"}, "row 1", "A100").common.workload().dims
