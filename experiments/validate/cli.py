@@ -115,7 +115,8 @@ def calibrate_machine(
     # Quick still reaches 4 MiB: below ~1 MiB a loopback transfer is a few tens of microseconds, and on
     # a loaded machine the bandwidth term is lost in the noise (CI once fitted 9e19 B/s from 256 KiB).
     sizes = ["-b", "1K", "-e", "4M" if quick else "16M", "-f", "4"]
-    reps = ["-n", "3" if quick else "5", "-w", "1" if quick else "2", "--repeats", "1" if quick else "2"]
+    # quick takes 8 timed iterations (a median of 3 at 256 KiB-4 MiB swung 2x on a loaded CI machine)
+    reps = ["-n", "8" if quick else "5", "-w", "1" if quick else "2", "--repeats", "1" if quick else "2"]
     ops = "all_reduce,send_recv" if quick else "all_reduce,all_gather,reduce_scatter,send_recv"
     sources = []
     for world in worlds:
