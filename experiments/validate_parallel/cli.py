@@ -14,7 +14,8 @@ parallelism and selective recompute (model FLOPs utilisation, the paper's eq. 7)
 Each row is predicted with :func:`simcore.parallel.simulate_parallel_step` on ``dgx-a100``
 servers (A100 80 GB SXM, NVSwitch, HDR InfiniBand): a GPT-3-style transformer of the row's shape
 (learned positions, LayerNorm, biases, GeLU feed-forward of 4 x hidden, tied embeddings, dropout,
-attention without FlashAttention, as in 2021-22), bf16 with fp32 master weights and Adam, the DDP
+attention without FlashAttention, as in 2021-22; the 2021 Table 1 rows with Megatron-LM v2's
+blocking pipeline sends, :func:`blocking_p2p`), bf16 with fp32 master weights and Adam, the DDP
 data-parallel axis. The predicted metric uses the paper's own FLOP count over the predicted step
 time, so the comparison is of step times. :func:`predict_row` is the interface for other harnesses.
 """
@@ -38,7 +39,7 @@ from simcore.workload.models.transformer import TransformerShape, build_workload
 from simcore.workload.types import Workload
 from topologies import load_cluster
 
-__all__ = ["DATA", "PredictedRow", "load_rows", "main", "mape", "paper_flops", "predict_row"]
+__all__ = ["DATA", "PredictedRow", "blocking_p2p", "load_rows", "main", "mape", "paper_flops", "predict_row"]
 
 DATA = Path(__file__).parent / "published_megatron.csv"
 CLUSTER = "dgx-a100"
@@ -91,12 +92,21 @@ def _workload(row: Mapping[str, str]) -> Workload:
     return build_workload(row["model"], shape, seq_len=None, dtype="bf16", source=row["source"])
 
 
+def blocking_p2p(row: Mapping[str, str]) -> bool:
+    """Whether the row's Megatron-LM sent its pipeline activations blocking: the 2021 code of
+    Narayanan et al.'s Table 1 (v2.x, ``megatron/p2p_communication.py``: ``batch_isend_irecv``, a
+    wait on every request, then ``torch.cuda.synchronize()``), see :mod:`simcore.parallel.pp`."""
+    return row["config"].startswith("table1-")
+
+
 def predict_row(row: Mapping[str, str], loader: ClusterLoader = load_cluster) -> PredictedRow:
     """Predict one published row (keys as in ``published_megatron.csv``)."""
     gpus = int(row["gpus"])
     layout = ParallelLayout(tp=int(row["tp"]), pp=int(row["pp"]), vpp=int(row["vpp"]))
     options = ParallelOptions(
-        recompute=row["recompute"], sequence_parallel=row["sequence_parallel"] == "true"
+        recompute=row["recompute"],
+        sequence_parallel=row["sequence_parallel"] == "true",
+        p2p_blocking=blocking_p2p(row),
     )
     config = TrainingConfig(
         global_batch=int(row["global_batch"]),

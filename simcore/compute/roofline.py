@@ -47,6 +47,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from simcore.compute.eager_attention import attention_gemm_fraction
 from simcore.compute.host_syncs import host_sync_time_s
 from simcore.compute.memory_kernels import fused_time_ratios, memory_fractions, memory_kind
 from simcore.compute.optimizer import OptimizerStepCost, optimizer_step_cost, resolve_optimizer_impl
@@ -295,6 +296,14 @@ class ComputeModel:
         # share of the eager chain's time, dispatched as one operator
         self.compiled = compiled
         self._fused_kinds = frozenset(fused_time_ratios(device)) if compiled else frozenset()
+        # eager attention's batched GEMMs (head-dim-sized side): their bytes at their measured
+        # fraction, relative to a streaming kernel's (eager_attention.yaml); (1, 1) where none is published
+        gemm_fraction = attention_gemm_fraction(device)
+        self._attention_gemm_ratio = (
+            (gemm_fraction[0] / self.curve.memory_efficiency, gemm_fraction[1] / self.curve.memory_efficiency)
+            if gemm_fraction is not None
+            else (1.0, 1.0)
+        )
         if compiled:
             for kind, (fwd, bwd) in fused_time_ratios(device).items():
                 eager = self._kind_bandwidth_ratio.get(kind, (1.0, 1.0))
@@ -412,8 +421,13 @@ class ComputeModel:
         kernels = 2.0 if phase == "bwd" else 1.0
         gaps = 0.0 if self._host_runs_arithmetic else kernels * self.curve.kernel_overhead_s
         bandwidth = self._bandwidths(layers, classes, phase)
+        # the GEMMs of eager attention move their bytes at their own measured bandwidth
+        eager = np.fromiter((lay.kind == "attention_math" for lay in layers), bool, count)
+        gemm_bandwidth = np.where(eager, bandwidth * self._attention_gemm_ratio[column], bandwidth)
         syncs = self._sync_times(layers, phase)
-        return np.maximum(compute, (mem - serial + weights) / bandwidth) + serial / bandwidth + gaps + syncs
+        return (
+            np.maximum(compute, (mem - serial + weights) / gemm_bandwidth) + serial / bandwidth + gaps + syncs
+        )
 
     def _sync_times(self, layers: tuple[Layer, ...], phase: str) -> np.ndarray | float:
         """Seconds the device idles per layer after its host syncs in ``phase`` (per call, whatever

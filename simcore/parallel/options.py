@@ -79,6 +79,9 @@ class ParallelOptions:
     # what a column-parallel linear saves of its sequence-parallel input (simcore.parallel.shard
     # TP_SAVED_INPUTS): ``shard`` (Megatron-LM) or ``gathered`` (torch DTensor TP, torchtitan)
     tp_saved_input: str = "shard"
+    # pipeline sends that block their rank until done (Megatron-LM 2021: batch_isend_irecv, wait,
+    # torch.cuda.synchronize(); simcore.parallel.pp); False: a send overlaps the next pass
+    p2p_blocking: bool = False
 
     def __post_init__(self) -> None:
         if self.schedule not in PIPELINE_SCHEDULES:
@@ -111,6 +114,11 @@ class ParallelOptions:
         if self.saved_tensors not in SAVED_TENSOR_RULES:
             raise TrainsimError(
                 f"saved tensors {self.saved_tensors!r} unknown; allowed: {', '.join(SAVED_TENSOR_RULES)}"
+            )
+        if self.p2p_blocking and self.schedule == "zb-h1":
+            raise TrainsimError(
+                "blocking pipeline sends (Megatron-LM 2021) are modelled for the 1f1b and gpipe "
+                "schedules, not zb-h1"
             )
         if self.tp_comm_overlap and not self.sequence_parallel:
             raise TrainsimError(

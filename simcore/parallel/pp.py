@@ -25,6 +25,15 @@ passes of each micro-batch and chunk):
 free and its input has arrived (the previous virtual stage's ``F``, or the next one's ``B``, plus
 the point-to-point time between the two ranks). The result is exact for the given per-stage times;
 the bubble fraction is the busiest rank's idle share of the makespan.
+
+**Blocking sends** (``ParallelOptions.p2p_blocking``, off by default): Megatron-LM of 2021
+(``megatron/p2p_communication.py`` ``_communicate`` at tag v2.5, 2021-08-10, and v2.0-v2.6) posted
+its sends and receives with ``torch.distributed.batch_isend_irecv``, waited on every request and then
+called ``torch.cuda.synchronize()`` ("To protect against race condition when using
+batch_isend_irecv()"): a rank neither computes nor enqueues its next pass until its send is done. A
+pass that sends to another rank then holds that rank for the send time; without the option the send
+overlaps the sender's next pass (Megatron-Core's asynchronous p2p). The wait for the receiver to post
+its matching receive (NCCL's rendezvous) is not modelled.
 """
 
 from __future__ import annotations
@@ -296,8 +305,12 @@ def run_pipeline(
     split_w: bool = False,
     activation_weights: Sequence[Sequence[float]] | None = None,
     spans: bool = True,
+    blocking_sends: bool = False,
 ) -> PipelineRun:
     """List-schedule ``orders`` with ``times[rank][chunk]``; ``p2p(src, dst)`` is the send time.
+
+    ``blocking_sends`` (Megatron-LM 2021, see the module docstring): a pass that sends its output to
+    another rank holds its rank for the send time before the rank's next pass (not with ``split_w``).
 
     ``orders`` may come compiled (:func:`compile_orders`) when a caller times one shape often.
     ``spans=False``: a caller that draws no timeline gets the run without its passes' spans.
@@ -309,10 +322,12 @@ def run_pipeline(
     else:
         compiled, plain = compile_orders(orders, len(times[0])), orders
     link = _link_times(compiled, p2p)
+    if split_w and blocking_sends:
+        raise TrainsimError("blocking sends are modelled for the 1f1b and gpipe schedules, not zb-h1")
     if split_w:
         run = _split_w_schedule(compiled, times, link, spans)
     else:
-        run = _in_order(compiled, times, link, spans)
+        run = _in_order(compiled, times, link, spans, blocking_sends)
     run.peak_in_flight = _in_flight(plain, activation_weights)
     return run
 
@@ -358,8 +373,13 @@ def _in_order(
     times: Sequence[Sequence[StageTimes]],
     link: list[list[float]],
     record: bool = True,
+    blocking_sends: bool = False,
 ) -> PipelineRun:
     """The same schedule when every rank runs its order as given (no ``W`` to fill gaps with).
+
+    With ``blocking_sends`` a pass whose output goes to another rank (a forward to the next virtual
+    stage, a backward to the previous one) keeps its rank until the send is done: the rank's next
+    pass starts ``link`` seconds after it at the earliest (the rank is blocked, not busy).
 
     Then nothing depends on when a rank looks for work: each pass starts at the later of its
     rank's previous end and its input's arrival (the list scheduler's ``max(now, ready)``, the
@@ -367,6 +387,7 @@ def _in_order(
     until it waits on a pass not yet timed and resuming once that pass is timed.
     """
     pp = len(compiled.ops)
+    stages = pp * len(times[0])
     ends = [-1.0] * compiled.slots
     waiter = [-1] * compiled.slots  # the rank stopped at a pass waiting for this slot
     pos, free = [0] * pp, [0.0] * pp
@@ -396,6 +417,10 @@ def _in_order(
             busy += now - start
             if not forward:
                 last_b = now
+            if blocking_sends:
+                peer = chunk * pp + rank + (1 if forward else -1)
+                if 0 <= peer < stages and peer % pp != rank:
+                    now += link[peer % pp][rank]
             if waiter[own] >= 0:
                 resume.append(waiter[own])
             k += 1

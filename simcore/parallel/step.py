@@ -878,7 +878,13 @@ class _Composer:
 
         def timed() -> PipelineRun:
             return run_pipeline(
-                orders, times, p2p, split_w=split_w, activation_weights=weights, spans=self.trace
+                orders,
+                times,
+                p2p,
+                split_w=split_w,
+                activation_weights=weights,
+                spans=self.trace,
+                blocking_sends=self.options.p2p_blocking,
             )
 
         if self.trace or not isinstance(orders, CompiledOrders):
@@ -889,7 +895,8 @@ class _Composer:
             # alike on this split (DDP and ZeRO-1 communicate after the last micro-batch) and a
             # layout timed again (the planner's sweeps, the benchmark).
             send_times = tuple(p2p(src, dst) for src, dst in orders.links)
-            key = (shape, split_w, tuple(map(tuple, times)), tuple(map(tuple, weights)), send_times)
+            blocking = self.options.p2p_blocking
+            key = (shape, split_w, blocking, tuple(map(tuple, times)), tuple(map(tuple, weights)), send_times)
             pipeline = self.cache.get("pipeline run", key, timed)
         sends = 2 * self.micro * lay.vpp  # a forward and a backward send per micro-batch and chunk
         return pipeline, sends * p2p(0, 1 % lay.pp)
